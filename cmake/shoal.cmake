@@ -1,0 +1,104 @@
+# Build helpers shared by every part.
+
+find_package(PkgConfig)
+
+# Warnings: -Wall -Wextra -Werror, with these exceptions:
+#  -Wno-unused-parameter: vtable implementations (layers, envs, backends) take
+#   parameters that some members do not use.
+#  -Wno-missing-field-initializers: protobuf-c's __INIT macros and designated
+#   initialisers that rely on zero-filling.
+set(SHOAL_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
+    -Wshadow=local -Wformat=2 -Wvla)
+if(SHOAL_WERROR)
+  list(APPEND SHOAL_WARNINGS -Werror)
+endif()
+
+if(SHOAL_SANITIZE)
+  string(REPLACE "," ";" _san_list "${SHOAL_SANITIZE}")
+  foreach(_s IN LISTS _san_list)
+    if(NOT _s MATCHES "^(address|undefined|thread)$")
+      message(FATAL_ERROR "SHOAL_SANITIZE: unknown sanitizer '${_s}'")
+    endif()
+  endforeach()
+  # Stop at the first UB report so a sanitizer finding fails the test.
+  add_compile_options(-fsanitize=${SHOAL_SANITIZE} -fno-omit-frame-pointer
+                      -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${SHOAL_SANITIZE})
+endif()
+
+# shoal_add_library(NAME name SOURCES ... [DEPS targets...] [PRIVATE_DEPS ...])
+# A static, position-independent library libshoal_<name>, with the repository root
+# on the include path so headers are included as "part/part.h".
+function(shoal_add_library)
+  cmake_parse_arguments(A "" "NAME" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(shoal_${A_NAME} STATIC ${A_SOURCES})
+  target_include_directories(shoal_${A_NAME} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_compile_options(shoal_${A_NAME} PRIVATE $<$<COMPILE_LANGUAGE:C>:${SHOAL_WARNINGS}>)
+  target_link_libraries(shoal_${A_NAME} PUBLIC ${A_DEPS} PRIVATE ${A_PRIVATE_DEPS})
+endfunction()
+
+# shoal_add_program(NAME name SOURCES ... [DEPS ...])
+function(shoal_add_program)
+  cmake_parse_arguments(A "" "NAME" "SOURCES;DEPS" ${ARGN})
+  add_executable(${A_NAME} ${A_SOURCES})
+  target_include_directories(${A_NAME} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_compile_options(${A_NAME} PRIVATE $<$<COMPILE_LANGUAGE:C>:${SHOAL_WARNINGS}>)
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS})
+endfunction()
+
+# shoal_add_test(NAME name SOURCES ... [DEPS ...] [LABELS unit|integration|gpu|slow ...]
+#                [TIMEOUT seconds] [ARGS ...])
+# A cmocka test program tests/<name>, registered with ctest as <name>. Every test has
+# a bounded time (default 120 s). Tests run from the build directory with
+# SHOAL_SOURCE_DIR and SHOAL_BINARY_DIR set, so they find fixtures and programs.
+function(shoal_add_test)
+  cmake_parse_arguments(A "" "NAME;TIMEOUT" "SOURCES;DEPS;LABELS;ARGS" ${ARGN})
+  if(NOT SHOAL_TESTS)
+    return()
+  endif()
+  if(NOT TARGET shoal_cmocka)
+    message(FATAL_ERROR "shoal_add_test(${A_NAME}): cmocka was not found")
+  endif()
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 120)
+  endif()
+  if(NOT A_LABELS)
+    set(A_LABELS unit)
+  endif()
+  shoal_add_program(NAME ${A_NAME} SOURCES ${A_SOURCES} DEPS ${A_DEPS} shoal_cmocka)
+  set_target_properties(${A_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
+  add_test(NAME ${A_NAME} COMMAND ${A_NAME} ${A_ARGS} WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  # A test that prints SKIPPED and returns 77 counts as skipped, not passed.
+  set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
+    SKIP_RETURN_CODE 77
+    ENVIRONMENT "SHOAL_SOURCE_DIR=${PROJECT_SOURCE_DIR};SHOAL_BINARY_DIR=${PROJECT_BINARY_DIR}")
+endfunction()
+
+# shoal_add_bench(NAME name SOURCES ... [DEPS ...])
+# A benchmark program benchmarks/<name>; `make bench BENCH=<name>` runs one.
+function(shoal_add_bench)
+  cmake_parse_arguments(A "" "NAME" "SOURCES;DEPS" ${ARGN})
+  if(NOT SHOAL_BENCHMARKS)
+    return()
+  endif()
+  shoal_add_program(NAME bench_${A_NAME} SOURCES ${A_SOURCES} DEPS ${A_DEPS})
+  set_target_properties(bench_${A_NAME} PROPERTIES
+    RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/benchmarks OUTPUT_NAME ${A_NAME})
+endfunction()
+
+# cmocka (Debian's libcmocka-dev) as one imported target.
+if(SHOAL_TESTS AND PkgConfig_FOUND)
+  pkg_check_modules(CMOCKA IMPORTED_TARGET cmocka)
+  if(CMOCKA_FOUND)
+    add_library(shoal_cmocka INTERFACE)
+    target_link_libraries(shoal_cmocka INTERFACE PkgConfig::CMOCKA)
+  endif()
+endif()
+if(SHOAL_TESTS AND NOT TARGET shoal_cmocka)
+  message(WARNING "cmocka not found: tests are not built (run `make deps`)")
+  set(SHOAL_TESTS OFF)
+endif()
+
+# Debian's python3 with torch, numpy and grpcio: references in tests and benchmarks.
+# A Python found first on PATH (pyenv, a venv) may lack them, so prefer /usr/bin.
+find_program(SHOAL_PYTHON NAMES python3 HINTS /usr/bin NO_CACHE)

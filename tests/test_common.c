@@ -1,0 +1,104 @@
+/* tests/test_common.c — error codes, the error struct and the RNG. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "common/shoal.h"
+
+static void test_strerror_names_every_code(void **state) {
+  for (int rc = SHOAL_OK; rc >= SHOAL_EINTERNAL; rc--)
+    assert_string_not_equal(shoal_strerror(rc), "unknown error");
+  assert_string_equal(shoal_strerror(12345), "unknown error");
+}
+
+static void test_error_set_formats_and_returns_code(void **state) {
+  shoal_error err = {0};
+  int rc = shoal_error_set(&err, SHOAL_ESHAPE, "layer '%s': %d != %d", "fc1", 3, 4);
+  assert_int_equal(rc, SHOAL_ESHAPE);
+  assert_int_equal(err.code, SHOAL_ESHAPE);
+  assert_string_equal(err.msg, "layer 'fc1': 3 != 4");
+  assert_int_equal(shoal_error_set(NULL, SHOAL_EIO, "x"), SHOAL_EIO);
+  char big[2000];
+  memset(big, 'a', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  shoal_error_set(&err, SHOAL_EIO, "%s", big);
+  assert_int_equal(strlen(err.msg), sizeof err.msg - 1);
+}
+
+/* Reference values of xoshiro256** seeded by splitmix64 from 0: the first output of
+ * splitmix64(0) is 0xe220a8397b1dcdaf (Vigna's reference implementation). */
+static void test_rng_reproducible_and_seed_dependent(void **state) {
+  shoal_rng a, b, c;
+  shoal_rng_seed(&a, 0);
+  assert_int_equal(a.s[0], 0xe220a8397b1dcdafull);
+  shoal_rng_seed(&a, 7);
+  shoal_rng_seed(&b, 7);
+  shoal_rng_seed(&c, 8);
+  int differ = 0;
+  for (int i = 0; i < 100; i++) {
+    uint64_t x = shoal_rng_next(&a), y = shoal_rng_next(&b), z = shoal_rng_next(&c);
+    assert_int_equal(x, y);
+    differ += x != z;
+  }
+  assert_true(differ > 95);
+}
+
+static void test_rng_distributions(void **state) {
+  shoal_rng r;
+  shoal_rng_seed(&r, 1);
+  enum { N = 200000 };
+  double sum = 0, sum2 = 0, usum = 0;
+  int counts[7] = {0};
+  for (int i = 0; i < N; i++) {
+    double u = shoal_rng_uniform(&r);
+    assert_true(u >= 0.0 && u < 1.0);
+    float f = shoal_rng_uniformf(&r);
+    assert_true(f >= 0.0f && f < 1.0f);
+    usum += u;
+    double z = shoal_rng_normal(&r);
+    sum += z;
+    sum2 += z * z;
+    counts[shoal_rng_below(&r, 7)]++;
+  }
+  /* Means within about 5 standard errors. */
+  assert_true(fabs(usum / N - 0.5) < 5 * sqrt(1.0 / 12 / N));
+  assert_true(fabs(sum / N) < 5 / sqrt(N));
+  assert_true(fabs(sum2 / N - 1.0) < 5 * sqrt(2.0 / N));
+  /* Chi-square with 6 degrees of freedom: 22.46 is the 0.999 quantile. */
+  double chi2 = 0, e = N / 7.0;
+  for (int k = 0; k < 7; k++) chi2 += (counts[k] - e) * (counts[k] - e) / e;
+  assert_true(chi2 < 22.46);
+}
+
+static void test_rng_jump_gives_other_stream(void **state) {
+  shoal_rng a, b;
+  shoal_rng_seed(&a, 3);
+  b = a;
+  shoal_rng_jump(&b);
+  int same = 0;
+  for (int i = 0; i < 64; i++) same += shoal_rng_next(&a) == shoal_rng_next(&b);
+  assert_int_equal(same, 0);
+}
+
+static void test_clock_is_monotonic(void **state) {
+  uint64_t t0 = shoal_now_ns(), t1 = shoal_now_ns();
+  assert_true(t1 >= t0);
+  assert_true(shoal_now_s() > 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_strerror_names_every_code),
+      cmocka_unit_test(test_error_set_formats_and_returns_code),
+      cmocka_unit_test(test_rng_reproducible_and_seed_dependent),
+      cmocka_unit_test(test_rng_distributions),
+      cmocka_unit_test(test_rng_jump_gives_other_stream),
+      cmocka_unit_test(test_clock_is_monotonic),
+  };
+  return cmocka_run_group_tests_name("common", tests, NULL, NULL);
+}
