@@ -1,0 +1,266 @@
+/*
+ * nn/nn.h — shoal's layer library: float32 NCHW tensors, layers with forward and
+ * backward, models that own one contiguous parameter buffer and one gradient buffer,
+ * losses, optimizers and safetensors checkpoints. Depends on common/ and (optionally)
+ * BLAS and CUDA only.
+ *
+ * A model is a small graph built in order: each layer takes the current node as input
+ * (the last one added, or the one chosen with nn_model_select) and becomes the current
+ * node. Two-input nodes (nn_add, nn_concat) make residual blocks; D(G(z)) is two models,
+ * G's output fed to D and D's input gradient fed back to G's backward.
+ *
+ *   shoal_error err = {0};
+ *   nn_model *q = nn_model_create(NN_CPU, &err);
+ *   nn_input(q, 4, 1, 1);                       // per-sample shape C, H, W
+ *   nn_dense(q, "fc1", 64);  nn_activation(q, "act1", NN_RELU, 0);
+ *   nn_dense(q, "fc2", 64);  nn_activation(q, "act2", NN_RELU, 0);
+ *   nn_dense(q, "out", 2);
+ *   if (nn_model_build(q, 256, 42, &err)) die(err.msg);   // max batch 256, init seed 42
+ *
+ *   nn_optim_config oc = nn_optim_defaults(NN_ADAM);  oc.lr = 1e-3f;  oc.clip_norm = 10;
+ *   nn_optim *opt = nn_optim_create(q, &oc, &err);
+ *   float *y, loss;
+ *   nn_model_zero_grad(q);
+ *   nn_model_forward(q, x, 256, &y, &err);               // y: (256, 2), owned by q
+ *   nn_huber_loss(&loss, dy, y, target, weights, 256, 2, 1.0f, &err);
+ *   nn_model_backward(q, dy, NULL, &err);                // grads += d loss / d params
+ *   nn_optim_step(opt, &err);
+ *   nn_model_save(q, "q.safetensors", &err);
+ *
+ * Errors: every fallible function returns 0 or a negative SHOAL_E... code and, when err
+ * is not NULL, a message naming the layer or tensor. Layer-adding functions return the
+ * new node's id (>= 0) or a negative code.
+ */
+#ifndef SHOAL_NN_H
+#define SHOAL_NN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/shoal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nn_model nn_model;
+typedef struct nn_optim nn_optim;
+
+typedef enum nn_device { NN_CPU = 0, NN_CUDA = 1 } nn_device;
+
+typedef enum nn_act {
+  NN_RELU = 0,
+  NN_LEAKY_RELU = 1,  /* alpha: negative slope (PyTorch default 0.01) */
+  NN_ELU = 2,         /* alpha (PyTorch default 1.0) */
+  NN_TANH = 3,
+  NN_SIGMOID = 4,
+  NN_SOFTMAX = 5,     /* over the C*H*W features of each sample */
+  NN_LOG_SOFTMAX = 6, /* likewise */
+} nn_act;
+
+/* Sets the threads nn uses (OpenBLAS's pool included). n <= 0: one per core. */
+void nn_set_threads(int n);
+/* True when a CUDA device is usable; else false and, if err, the reason. */
+bool nn_cuda_available(shoal_error *err);
+
+/* ---- models ------------------------------------------------------------------ */
+
+/* Creates an empty model on a device. Caller owns it; NULL on error (err says why,
+ * e.g. "no CUDA device"). */
+nn_model *nn_model_create(nn_device device, shoal_error *err);
+void nn_model_destroy(nn_model *m); /* NULL is fine */
+
+/* Declares the per-sample input shape (C, H, W; a vector of N features is N, 1, 1).
+ * Must come first, once. Returns node 0. */
+int nn_input(nn_model *m, int C, int H, int W);
+/* Makes node the input of the next layer added. Returns node or a negative code. */
+int nn_model_select(nn_model *m, int node);
+/* The current (last added or selected) node. */
+int nn_model_current(const nn_model *m);
+/* Per-sample output shape of a node. */
+int nn_node_shape(const nn_model *m, int node, int *C, int *H, int *W);
+
+/* Layers. name must be unique in the model (it prefixes the tensor names in
+ * checkpoints: "fc1.weight", "fc1.bias", as PyTorch's state_dict names them). */
+int nn_dense(nn_model *m, const char *name, int out_features); /* over C*H*W features */
+int nn_conv2d(nn_model *m, const char *name, int out_c, int kh, int kw, int stride, int pad,
+              int dilation);
+int nn_conv_transpose2d(nn_model *m, const char *name, int out_c, int kh, int kw, int stride,
+                        int pad, int output_pad);
+int nn_maxpool2d(nn_model *m, const char *name, int k, int stride, int pad);
+int nn_avgpool2d(nn_model *m, const char *name, int k, int stride, int pad);
+/* Batch norm over C (1-d when H = W = 1, else 2-d); running statistics updated in
+ * training mode with momentum (PyTorch's convention: new = (1-m)*old + m*batch). */
+int nn_batchnorm(nn_model *m, const char *name, float eps, float momentum);
+int nn_layernorm(nn_model *m, const char *name, float eps); /* over C*H*W, with affine */
+int nn_dropout(nn_model *m, const char *name, float p);     /* inverted dropout */
+int nn_flatten(nn_model *m, const char *name);              /* (C,H,W) -> (C*H*W,1,1) */
+int nn_reshape(nn_model *m, const char *name, int C, int H, int W);
+/* Embedding: input features are indices stored as floats (exact below 2^24), each
+ * mapped to a dim-vector: (N,1,1) -> (N*dim,1,1). An index out of range is an error. */
+int nn_embedding(nn_model *m, const char *name, int num, int dim);
+int nn_activation(nn_model *m, const char *name, nn_act act, float alpha);
+/* LSTM cell: input features [x (I) | h (Hd) | c (Hd)], output [h' | c'] (2*Hd), with
+ * PyTorch's gate order i, f, g, o and tensors weight_ih (4Hd, I), weight_hh (4Hd, Hd),
+ * bias_ih, bias_hh. GRU cell: input [x | h], output h' (Hd), gates r, z, n as PyTorch. */
+int nn_lstm_cell(nn_model *m, const char *name, int hidden);
+int nn_gru_cell(nn_model *m, const char *name, int hidden);
+/* Feature-axis (C) slice [start, start+count) of the current node. */
+int nn_slice(nn_model *m, const char *name, int start, int count);
+/* Element-wise sum of two nodes of the same shape (residual blocks). */
+int nn_add(nn_model *m, const char *name, int a, int b);
+/* Concatenation of two nodes along C (same H, W). */
+int nn_concat(nn_model *m, const char *name, int a, int b);
+
+/* Marks the model's output node (default: the last added). */
+int nn_model_set_output(nn_model *m, int node);
+/* Allocates and initialises parameters (PyTorch's default init for each layer, from
+ * seed), gradients and the activation buffers for batches up to max_batch. No layer
+ * may be added afterwards. */
+int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err);
+
+/* Training mode (dropout active, batch norm uses batch statistics) or evaluation. */
+void nn_model_set_training(nn_model *m, bool training);
+
+/* Forward pass of B samples (B <= max_batch). x: (B, C, H, W), borrowed and read again
+ * by backward, so it must stay valid until then. *y points into the model's own
+ * buffer, valid until the next forward. Errors: B out of range, a NaN in x (ENAN). */
+int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_error *err);
+/* Backward of the last forward. dy: (B, output shape), borrowed. Adds parameter
+ * gradients to the gradient buffer. When dx is not NULL, *dx points to the input
+ * gradient, in the model's buffer. */
+int nn_model_backward(nn_model *m, const float *dy, const float **dx, shoal_error *err);
+void nn_model_zero_grad(nn_model *m); /* can't fail */
+
+/* The flat buffers. Parameters are trained; state holds the rest that a checkpoint
+ * keeps (batch norm running mean, var and num_batches_tracked). Owned by the model. */
+float *nn_model_params(nn_model *m, size_t *n);
+float *nn_model_grads(nn_model *m, size_t *n);
+float *nn_model_state(nn_model *m, size_t *n);
+
+/* The model's tensors, parameters first then state, in layer order. */
+typedef struct nn_tensor_info {
+  const char *name;  /* "fc1.weight"; owned by the model */
+  int ndim;          /* 1..4 */
+  int shape[4];      /* PyTorch's layout: dense weight (out, in), conv (out, in, kh, kw) */
+  size_t offset;     /* in floats, into the params buffer (trainable) or the state buffer */
+  size_t numel;
+  bool trainable;
+  /* fan_in, fan_out as torch.nn.init computes them, for the initialisers below */
+  int fan_in, fan_out;
+} nn_tensor_info;
+int nn_model_tensor_count(const nn_model *m);
+/* Fills *info for tensor i (0 <= i < count). */
+int nn_model_tensor(const nn_model *m, int i, nn_tensor_info *info);
+/* Finds a tensor by name; SHOAL_ENOENT when there is none. */
+int nn_model_find_tensor(const nn_model *m, const char *name, nn_tensor_info *info);
+
+/* Copies parameters and state from src (same architecture: same tensors, names and
+ * shapes; else SHOAL_ESHAPE naming the first difference). For target networks. */
+int nn_model_copy(nn_model *dst, const nn_model *src, shoal_error *err);
+/* Number of multiply-adds ×2 for a forward of one sample (for GFLOP/s reports). */
+double nn_model_flops_per_sample(const nn_model *m);
+
+/* ---- initialisers (torch.nn.init's formulas), on raw arrays --------------------- */
+
+void nn_init_zeros(float *w, size_t n);
+void nn_init_uniform(float *w, size_t n, float lo, float hi, shoal_rng *rng);
+void nn_init_xavier_uniform(float *w, size_t n, int fan_in, int fan_out, float gain,
+                            shoal_rng *rng);
+void nn_init_xavier_normal(float *w, size_t n, int fan_in, int fan_out, float gain,
+                           shoal_rng *rng);
+/* Kaiming/He with gain sqrt(2) (ReLU), fan_in mode. */
+void nn_init_kaiming_uniform(float *w, size_t n, int fan_in, shoal_rng *rng);
+void nn_init_kaiming_normal(float *w, size_t n, int fan_in, shoal_rng *rng);
+/* Orthogonal rows (rows x cols) scaled by gain. Returns SHOAL_ENOMEM on failure. */
+int nn_init_orthogonal(float *w, int rows, int cols, float gain, shoal_rng *rng);
+
+/* ---- losses ------------------------------------------------------------------- */
+/* Each writes the loss to *loss and, when dpred is not NULL, d loss / d pred to dpred
+ * (overwriting it). Reduction is PyTorch's "mean"; w, when not NULL, holds B
+ * per-sample weights (importance weights) and the loss is (1/(B*N)) sum_i w_i sum_j l_ij
+ * (1/B for cross-entropy). A NaN or infinity in the inputs or the loss is SHOAL_ENAN. */
+int nn_mse_loss(float *loss, float *dpred, const float *pred, const float *target,
+                const float *w, int B, int N, shoal_error *err);
+/* Huber / smooth L1 with threshold delta (PyTorch's HuberLoss). */
+int nn_huber_loss(float *loss, float *dpred, const float *pred, const float *target,
+                  const float *w, int B, int N, float delta, shoal_error *err);
+/* Cross-entropy over logits (B, C) with class indices in [0, C). */
+int nn_cross_entropy_loss(float *loss, float *dlogits, const float *logits,
+                          const int32_t *labels, const float *w, int B, int C,
+                          shoal_error *err);
+/* Cross-entropy over logits with soft targets (probabilities, each row sums to 1). */
+int nn_cross_entropy_soft_loss(float *loss, float *dlogits, const float *logits,
+                               const float *probs, const float *w, int B, int C,
+                               shoal_error *err);
+/* Binary cross-entropy with logits, targets in [0, 1]. */
+int nn_bce_with_logits_loss(float *loss, float *dlogits, const float *logits,
+                            const float *targets, const float *w, int B, int N,
+                            shoal_error *err);
+
+/* ---- optimizers ------------------------------------------------------------------ */
+
+typedef enum nn_optim_kind { NN_SGD = 0, NN_ADAM = 1, NN_ADAMW = 2, NN_RMSPROP = 3 } nn_optim_kind;
+
+typedef struct nn_optim_config {
+  nn_optim_kind kind;
+  float lr;
+  float momentum;      /* sgd, rmsprop */
+  bool nesterov;       /* sgd */
+  float weight_decay;  /* L2 added to the gradient (sgd, adam, rmsprop); decoupled (adamw) */
+  float beta1, beta2;  /* adam, adamw */
+  float eps;           /* adam, adamw, rmsprop */
+  float alpha;         /* rmsprop smoothing */
+  bool centered;       /* rmsprop */
+  float clip_norm;     /* > 0: clip the global gradient L2 norm to this before the step */
+} nn_optim_config;
+
+/* PyTorch's defaults for kind (adam: lr 1e-3, betas 0.9, 0.999, eps 1e-8; adamw:
+ * weight_decay 0.01; rmsprop: lr 0.01, alpha 0.99, eps 1e-8; sgd: lr 0.01). Can't fail. */
+nn_optim_config nn_optim_defaults(nn_optim_kind kind);
+/* An optimizer over all of m's parameters; it keeps its moments in buffers laid out as
+ * the parameter buffer. Caller owns it; m must outlive it. NULL on error. */
+nn_optim *nn_optim_create(nn_model *m, const nn_optim_config *cfg, shoal_error *err);
+void nn_optim_destroy(nn_optim *o);
+/* One step from the gradient buffer. A non-finite gradient skips the step and returns
+ * SHOAL_ENAN (the parameters are left as they were). */
+int nn_optim_step(nn_optim *o, shoal_error *err);
+void nn_optim_set_lr(nn_optim *o, float lr);
+float nn_optim_lr(const nn_optim *o);
+/* Global L2 norm of the gradient before clipping, from the last step. */
+float nn_optim_last_grad_norm(const nn_optim *o);
+/* Scales g so its L2 norm is at most max_norm (PyTorch's clip_grad_norm_); returns
+ * the norm before scaling. */
+float nn_clip_grad_norm(float *g, size_t n, float max_norm);
+
+typedef enum nn_schedule_kind {
+  NN_SCHED_CONSTANT = 0,
+  NN_SCHED_LINEAR = 1, /* from start to end over steps, then end */
+  NN_SCHED_COSINE = 2, /* cosine annealing from start to end over steps, then end */
+} nn_schedule_kind;
+typedef struct nn_schedule {
+  nn_schedule_kind kind;
+  float start, end;
+  long steps;
+  long warmup; /* linear warm-up from 0 over the first warmup steps; 0 for none */
+} nn_schedule;
+float nn_schedule_value(const nn_schedule *s, long step); /* can't fail */
+
+/* ---- checkpoints (safetensors: u64 header length, JSON header, raw LE data) ----- */
+
+/* Writes every tensor (parameters and state) under its name as F32; atomic (temporary
+ * file, fsync, rename). */
+int nn_model_save(const nn_model *m, const char *path, shoal_error *err);
+/* Reads a safetensors file into m. Every tensor of m must be present with the same
+ * shape and dtype F32; a missing, extra or mis-shaped tensor, or a truncated or
+ * malformed file, is an error naming it, and leaves m unchanged. */
+int nn_model_load(nn_model *m, const char *path, shoal_error *err);
+/* The same to and from memory. save_buffer: caller frees *buf with free(). */
+int nn_model_save_buffer(const nn_model *m, uint8_t **buf, size_t *len, shoal_error *err);
+int nn_model_load_buffer(nn_model *m, const uint8_t *buf, size_t len, shoal_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
