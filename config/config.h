@@ -1,0 +1,79 @@
+/*
+ * config/config.h — experiment configs: YAML files (libyaml) checked against a schema
+ * of typed keys, with `--set key=value` overrides, so that unknown keys and bad values
+ * are errors naming the key and where it came from, and the resolved config can be
+ * written back as YAML and stored with the run.
+ *
+ * Nested YAML mappings flatten to dotted keys: `replay: {capacity: 100000}` is
+ * "replay.capacity".
+ *
+ *   static const cfg_key schema[] = {
+ *     {"env.id", CFG_STRING, "CartPole-v1", 0, -1, "environment name"},
+ *     {"actors", CFG_INT, "2", 1, 256, "actor processes"},
+ *     {"optim.lr", CFG_FLOAT, "1e-3", 0, 1, "learning rate"},
+ *   };
+ *   config *c = config_create(schema, 3, &err);
+ *   if (config_load_file(c, "configs/cartpole-apex.yaml", &err) ||
+ *       config_set(c, "actors=4", &err)) die(err.msg);
+ *   int64_t actors = config_int(c, "actors");
+ */
+#ifndef SHOAL_CONFIG_H
+#define SHOAL_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/shoal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cfg_type { CFG_INT = 0, CFG_FLOAT = 1, CFG_BOOL = 2, CFG_STRING = 3 } cfg_type;
+
+/* One key of a schema. Numbers are checked against [min, max] unless min > max. */
+typedef struct cfg_key {
+  const char *name; /* dotted name, e.g. "replay.capacity" */
+  cfg_type type;
+  const char *def;  /* default, written as in YAML; NULL: the key is required */
+  double min, max;  /* bounds for CFG_INT and CFG_FLOAT */
+  const char *help; /* one line for `shoal run --help-config` */
+} cfg_key;
+
+typedef struct config config;
+
+/* Creates a config holding every key's default. Borrows schema, which must outlive
+ * the config. Caller owns the result; NULL on error (a default that does not parse as
+ * its type, a duplicate key). */
+config *config_create(const cfg_key *schema, int n, shoal_error *err);
+void config_destroy(config *c); /* NULL is fine */
+
+/* Reads a YAML file of nested mappings with scalar leaves. On error (unreadable file,
+ * YAML syntax, an unknown key, a bad value) the message names the file, line and key,
+ * and no value of the config changes. */
+int config_load_file(config *c, const char *path, shoal_error *err);
+/* The same for YAML text; origin names it in messages ("<string>" when NULL). */
+int config_load_string(config *c, const char *text, const char *origin, shoal_error *err);
+/* Applies one "key=value" override (the value parsed as a YAML scalar). */
+int config_set(config *c, const char *assignment, shoal_error *err);
+/* Checks that every required key was given. */
+int config_check(const config *c, shoal_error *err);
+
+/* Typed reads. The key must exist in the schema with that type: asking for an
+ * unknown key or the wrong type is a bug in the caller and stops the process. */
+int64_t config_int(const config *c, const char *key);
+double config_float(const config *c, const char *key);
+bool config_bool(const config *c, const char *key);
+const char *config_string(const config *c, const char *key); /* owned by c */
+/* Where the value came from: "default", "FILE:LINE" or "--set". Owned by c. */
+const char *config_origin(const config *c, const char *key);
+/* True when key is in the schema. */
+bool config_has(const config *c, const char *key);
+
+/* Writes the resolved config as nested YAML. Caller frees *yaml with free(). */
+int config_dump(const config *c, char **yaml, shoal_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,153 @@
+/* tests/test_config.c — YAML configs against a schema, overrides, errors, dump. */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/config.h"
+
+static const cfg_key schema[] = {
+    {"env.id", CFG_STRING, "CartPole-v1", 0, -1, "environment name"},
+    {"actors", CFG_INT, "2", 1, 256, "actor processes"},
+    {"optim.lr", CFG_FLOAT, "1e-3", 0, 1, "learning rate"},
+    {"optim.clip", CFG_FLOAT, "10", 0, -1, "gradient clip"},
+    {"replay.capacity", CFG_INT, "100000", 1, 1e9, "transitions"},
+    {"replay.prioritized", CFG_BOOL, "true", 0, -1, "PER"},
+    {"run.name", CFG_STRING, NULL, 0, -1, "required name"},
+};
+enum { NKEYS = sizeof schema / sizeof *schema };
+
+static void test_defaults_and_file_values(void **state) {
+  shoal_error err = {0};
+  config *c = config_create(schema, NKEYS, &err);
+  assert_non_null(c);
+  assert_int_equal(config_int(c, "actors"), 2);
+  assert_float_equal(config_float(c, "optim.lr"), 1e-3, 0);
+  assert_string_equal(config_origin(c, "actors"), "default");
+  /* run.name is required and has no default. */
+  assert_int_equal(config_check(c, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "run.name"));
+
+  const char *yaml =
+      "run:\n  name: demo\nenv:\n  id: MountainCar-v0\nactors: 4\n"
+      "optim: {lr: 2.5e-4}\nreplay:\n  capacity: 1_000_000\n  prioritized: no\n";
+  assert_int_equal(config_load_string(c, yaml, "t.yaml", &err), 0);
+  assert_int_equal(config_check(c, &err), 0);
+  assert_string_equal(config_string(c, "env.id"), "MountainCar-v0");
+  assert_int_equal(config_int(c, "actors"), 4);
+  assert_float_equal(config_float(c, "optim.lr"), 2.5e-4, 0);
+  assert_float_equal(config_float(c, "optim.clip"), 10, 0);
+  assert_int_equal(config_int(c, "replay.capacity"), 1000000);
+  assert_false(config_bool(c, "replay.prioritized"));
+  assert_string_equal(config_origin(c, "actors"), "t.yaml:5");
+  config_destroy(c);
+}
+
+static void test_overrides(void **state) {
+  shoal_error err = {0};
+  config *c = config_create(schema, NKEYS, &err);
+  assert_int_equal(config_set(c, "actors=8", &err), 0);
+  assert_int_equal(config_set(c, "replay.capacity=1e6", &err), 0);
+  assert_int_equal(config_set(c, "env.id=\"Acrobot-v1\"", &err), 0);
+  assert_int_equal(config_int(c, "actors"), 8);
+  assert_int_equal(config_int(c, "replay.capacity"), 1000000);
+  assert_string_equal(config_string(c, "env.id"), "Acrobot-v1");
+  assert_string_equal(config_origin(c, "actors"), "--set");
+
+  assert_int_equal(config_set(c, "actorz=8", &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "unknown key 'actorz'"));
+  assert_int_equal(config_set(c, "actors=0", &err), SHOAL_ERANGE);
+  assert_non_null(strstr(err.msg, "actors"));
+  assert_int_equal(config_set(c, "actors=2.5", &err), SHOAL_EINVAL);
+  assert_int_equal(config_set(c, "optim.lr=fast", &err), SHOAL_EINVAL);
+  assert_int_equal(config_set(c, "optim.lr=nan", &err), SHOAL_EINVAL);
+  assert_int_equal(config_set(c, "noequals", &err), SHOAL_EINVAL);
+  assert_int_equal(config_int(c, "actors"), 8); /* failed sets changed nothing */
+  config_destroy(c);
+}
+
+static void test_file_errors_name_key_and_line_and_change_nothing(void **state) {
+  shoal_error err = {0};
+  config *c = config_create(schema, NKEYS, &err);
+  /* A good key before a bad one must not be applied. */
+  assert_int_equal(config_load_string(c, "actors: 5\noptim:\n  lrr: 0.1\n", "x.yaml", &err),
+                   SHOAL_EINVAL);
+  assert_string_equal(err.msg, "config: x.yaml:3: unknown key 'optim.lrr'");
+  assert_int_equal(config_int(c, "actors"), 2);
+
+  assert_int_equal(config_load_string(c, "actors: many\n", "x.yaml", &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "x.yaml:1: key 'actors'"));
+  assert_int_equal(config_load_string(c, "actors: 1000\n", "x.yaml", &err), SHOAL_ERANGE);
+  assert_int_equal(config_load_string(c, "actors: [1, 2]\n", "x.yaml", &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "lists"));
+  assert_int_equal(config_load_string(c, "actors: 1\nactors: 2\n", "x.yaml", &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "twice"));
+  assert_int_equal(config_load_string(c, "actors: \"unterminated\n", "x.yaml", &err),
+                   SHOAL_EFORMAT);
+  assert_non_null(strstr(err.msg, "YAML syntax error"));
+  assert_int_equal(config_load_string(c, "just a scalar\n", "x.yaml", &err), SHOAL_EFORMAT);
+  assert_int_equal(config_load_file(c, "/nonexistent/shoal.yaml", &err), SHOAL_ENOENT);
+  assert_non_null(strstr(err.msg, "/nonexistent/shoal.yaml"));
+  assert_int_equal(config_int(c, "actors"), 2);
+  /* An empty file is a valid, empty config. */
+  assert_int_equal(config_load_string(c, "", "empty.yaml", &err), 0);
+  config_destroy(c);
+}
+
+static void test_bad_schema(void **state) {
+  shoal_error err = {0};
+  const cfg_key dup[] = {{"a", CFG_INT, "1", 0, -1, ""}, {"a", CFG_INT, "2", 0, -1, ""}};
+  assert_null(config_create(dup, 2, &err));
+  assert_non_null(strstr(err.msg, "twice"));
+  const cfg_key bad[] = {{"a", CFG_INT, "one", 0, -1, ""}};
+  assert_null(config_create(bad, 1, &err));
+  assert_non_null(strstr(err.msg, "default of 'a'"));
+}
+
+static void test_dump_round_trips_through_a_file(void **state) {
+  shoal_error err = {0};
+  config *c = config_create(schema, NKEYS, &err);
+  assert_int_equal(config_set(c, "run.name=with \"quotes\" and \\", &err), 0);
+  assert_int_equal(config_set(c, "optim.lr=0.1", &err), 0);
+  char *yaml = NULL;
+  assert_int_equal(config_dump(c, &yaml, &err), 0);
+  /* Nested, sorted, one header per group. */
+  assert_non_null(strstr(yaml, "optim:\n  clip: 10\n  lr: 0.10000000000000001\n"));
+  assert_non_null(strstr(yaml, "replay:\n  capacity: 100000\n  prioritized: true\n"));
+
+  char path[] = "/tmp/shoal_cfg_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, yaml, strlen(yaml)), (ssize_t)strlen(yaml));
+  close(fd);
+  config *d = config_create(schema, NKEYS, &err);
+  assert_int_equal(config_load_file(d, path, &err), 0);
+  unlink(path);
+  assert_string_equal(config_string(d, "run.name"), "with \"quotes\" and \\");
+  assert_float_equal(config_float(d, "optim.lr"), 0.1, 0);
+  char *yaml2 = NULL;
+  assert_int_equal(config_dump(d, &yaml2, &err), 0);
+  assert_string_equal(yaml, yaml2);
+  free(yaml);
+  free(yaml2);
+  config_destroy(c);
+  config_destroy(d);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_defaults_and_file_values),
+      cmocka_unit_test(test_overrides),
+      cmocka_unit_test(test_file_errors_name_key_and_line_and_change_nothing),
+      cmocka_unit_test(test_bad_schema),
+      cmocka_unit_test(test_dump_round_trips_through_a_file),
+  };
+  return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}
