@@ -1,0 +1,77 @@
+/*
+ * cli/supervise.h — the process supervisor behind `shoal run` (libuv): starts child
+ * programs, restarts a crashed one with exponential backoff, hands each line a child
+ * writes on stdout to a callback (the learner's progress lines), prefixes what children
+ * write on stderr with their name, and stops everything in order on request or on
+ * SIGINT/SIGTERM: the lowest stop_order first (actors), then the next (the learner,
+ * which writes its final snapshot), with SIGKILL after a grace period.
+ *
+ *   sup *s = sup_create(&err);
+ *   sup_add(s, &(sup_child_spec){"learner", learner_argv, .essential = true, .stop_order = 1});
+ *   sup_add(s, &(sup_child_spec){"actor-0", actor_argv, .restart = true});
+ *   sup_set_callbacks(s, on_line, on_tick, 1.0, ud);
+ *   int rc = sup_run(s);     // returns when every child has exited for good
+ *   sup_destroy(s);
+ */
+#ifndef SHOAL_CLI_SUPERVISE_H
+#define SHOAL_CLI_SUPERVISE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/shoal.h"
+
+typedef struct sup sup;
+
+typedef struct sup_child_spec {
+  const char *name;  /* copied */
+  char *const *argv; /* NULL-terminated; argv[0] is the program (PATH is searched); copied */
+  bool restart;      /* restart after an abnormal exit (signal or non-zero status) */
+  bool essential;    /* when it exits for good, the supervisor stops the rest */
+  int stop_order;    /* lower stops first */
+  int max_restarts;  /* 0: unlimited */
+} sup_child_spec;
+
+/* on_line: a complete line (without its newline) that child `index` wrote on stdout;
+ * borrowed for the call. on_tick: every tick_s seconds while the loop runs. Either may
+ * be NULL. */
+typedef void (*sup_line_fn)(void *ud, int index, const char *name, const char *line);
+typedef void (*sup_tick_fn)(void *ud);
+
+typedef struct sup_child_stats {
+  int restarts;    /* times restarted after a crash */
+  int last_status; /* exit status of the last exit, -1 when it died by a signal */
+  int last_signal; /* the signal of the last exit, 0 if none */
+  bool running;
+  int64_t pid; /* of the running incarnation, 0 when none */
+} sup_child_stats;
+
+/* Creates a supervisor with its own libuv loop. Caller owns it; NULL on error. */
+sup *sup_create(shoal_error *err);
+/* Frees it; only after sup_run returned (or without running it). */
+void sup_destroy(sup *s);
+/* Adds a child, started when sup_run starts. Returns its index or a negative code. */
+int sup_add(sup *s, const sup_child_spec *spec, shoal_error *err);
+void sup_set_callbacks(sup *s, sup_line_fn on_line, sup_tick_fn on_tick, double tick_s, void *ud);
+/* Restart backoff: first delay, cap, and the run time after which the delay resets. */
+void sup_set_backoff(sup *s, double first_s, double max_s, double reset_after_s);
+/* Grace period between SIGTERM and SIGKILL when stopping. Default 10 s. */
+void sup_set_grace(sup *s, double grace_s);
+/* Handles SIGINT and SIGTERM sent to this process by stopping the children (default
+ * on). A second signal kills them at once. */
+void sup_set_handle_signals(sup *s, bool on);
+
+/* Starts the children and runs until every child has exited for good. Returns 0 when
+ * every essential child exited with status 0 (or the stop was requested), else
+ * SHOAL_ECLOSED, with err saying which child failed and how. */
+int sup_run(sup *s, shoal_error *err);
+/* Asks for an orderly stop; callable from the callbacks (and thus from the loop's
+ * thread only). failed marks the run as failed (sup_run then returns an error). */
+void sup_stop(sup *s, bool failed, const char *why);
+/* Sends a signal to a running child (tests use it to crash actors). */
+int sup_signal(sup *s, int index, int signum);
+/* Current figures of child index. */
+int sup_child_stats_get(const sup *s, int index, sup_child_stats *out);
+int sup_child_count(const sup *s);
+
+#endif

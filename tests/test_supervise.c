@@ -1,0 +1,174 @@
+/* tests/test_supervise.c — the `shoal run` supervisor with real child processes
+ * (/bin/sh scripts): lines, restarts with backoff, ordered stop, grace kill. */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/supervise.h"
+
+typedef struct seen {
+  char lines[64][64];
+  int n;
+  int ticks;
+  sup *s;
+  int stop_after_ticks;
+} seen;
+
+static void on_line(void *ud, int index, const char *name, const char *line) {
+  seen *w = ud;
+  if (w->n < 64) snprintf(w->lines[w->n++], 64, "%s:%s", name, line);
+}
+
+static void on_tick(void *ud) {
+  seen *w = ud;
+  if (++w->ticks == w->stop_after_ticks) sup_stop(w->s, false, "test stop");
+}
+
+static int add_sh(sup *s, const char *name, const char *script, bool restart, bool essential,
+                  int order, int max_restarts) {
+  char *argv[] = {"/bin/sh", "-c", (char *)script, NULL};
+  sup_child_spec spec = {name, argv, restart, essential, order, max_restarts};
+  shoal_error err = {0};
+  int idx = sup_add(s, &spec, &err);
+  assert_true(idx >= 0);
+  return idx;
+}
+
+static sup *make(seen *w, double tick_s) {
+  shoal_error err = {0};
+  sup *s = sup_create(&err);
+  assert_non_null(s);
+  memset(w, 0, sizeof *w);
+  w->s = s;
+  sup_set_callbacks(s, on_line, on_tick, tick_s, w);
+  sup_set_handle_signals(s, false);
+  sup_set_backoff(s, 0.01, 0.05, 30);
+  return s;
+}
+
+static void test_lines_in_order_and_clean_finish(void **state) {
+  seen w;
+  sup *s = make(&w, 0);
+  add_sh(s, "a", "echo one; echo two; printf 'three'", false, true, 0, 0);
+  shoal_error err = {0};
+  assert_int_equal(sup_run(s, &err), 0);
+  assert_int_equal(w.n, 3);
+  assert_string_equal(w.lines[0], "a:one");
+  assert_string_equal(w.lines[1], "a:two");
+  assert_string_equal(w.lines[2], "a:three"); /* a last line without newline counts */
+  sup_child_stats st;
+  assert_int_equal(sup_child_stats_get(s, 0, &st), 0);
+  assert_int_equal(st.last_status, 0);
+  assert_int_equal(st.restarts, 0);
+  sup_destroy(s);
+}
+
+static void test_crash_restarts_with_limit_then_fails(void **state) {
+  seen w;
+  sup *s = make(&w, 0);
+  add_sh(s, "crashy", "echo up; exit 3", true, true, 0, 3);
+  shoal_error err = {0};
+  assert_int_equal(sup_run(s, &err), SHOAL_ECLOSED);
+  assert_non_null(strstr(err.msg, "crashy exited with status 3"));
+  sup_child_stats st;
+  sup_child_stats_get(s, 0, &st);
+  assert_int_equal(st.restarts, 3);
+  assert_int_equal(w.n, 4); /* started once and restarted three times */
+  sup_destroy(s);
+}
+
+typedef struct killer {
+  seen w;
+  int actor;
+  int ticks;
+} killer;
+
+static void kill_tick(void *ud) {
+  killer *k = ud;
+  k->ticks++;
+  if (k->ticks == 3) assert_int_equal(sup_signal(k->w.s, k->actor, SIGKILL), 0);
+  if (k->ticks == 10) sup_stop(k->w.s, false, "test stop");
+}
+
+static void kill_line(void *ud, int index, const char *name, const char *line) {
+  killer *k = ud;
+  on_line(&k->w, index, name, line);
+}
+
+static void test_restart_after_kill_and_ordered_stop(void **state) {
+  killer k;
+  memset(&k, 0, sizeof k);
+  shoal_error err = {0};
+  sup *s = sup_create(&err);
+  k.w.s = s;
+  sup_set_callbacks(s, kill_line, kill_tick, 0.1, &k);
+  sup_set_handle_signals(s, false);
+  sup_set_backoff(s, 0.01, 0.05, 30);
+  const char *loop = "trap 'echo term; exit 0' TERM; echo start; while :; do sleep 0.02; done";
+  k.actor = add_sh(s, "actor", loop, true, false, 0, 0);
+  add_sh(s, "learner", loop, false, true, 1, 0);
+  assert_int_equal(sup_run(s, &err), 0);
+  sup_child_stats st;
+  sup_child_stats_get(s, k.actor, &st);
+  assert_int_equal(st.restarts, 1);
+  int actor_starts = 0, actor_term = -1, learner_term = -1;
+  for (int i = 0; i < k.w.n; i++) {
+    if (!strcmp(k.w.lines[i], "actor:start")) actor_starts++;
+    if (!strcmp(k.w.lines[i], "actor:term")) actor_term = i;
+    if (!strcmp(k.w.lines[i], "learner:term")) learner_term = i;
+  }
+  assert_int_equal(actor_starts, 2);
+  assert_true(actor_term >= 0);
+  assert_true(learner_term > actor_term); /* actors stop before the learner */
+  sup_destroy(s);
+}
+
+static void test_grace_then_sigkill(void **state) {
+  seen w;
+  sup *s = make(&w, 0.1);
+  w.stop_after_ticks = 2;
+  add_sh(s, "stubborn", "trap '' TERM; while :; do sleep 0.02; done", false, true, 0, 0);
+  sup_set_grace(s, 0.3);
+  shoal_error err = {0};
+  uint64_t t0 = shoal_now_ns();
+  assert_int_equal(sup_run(s, &err), 0);
+  double took = (double)(shoal_now_ns() - t0) * 1e-9;
+  sup_child_stats st;
+  sup_child_stats_get(s, 0, &st);
+  assert_int_equal(st.last_signal, SIGKILL);
+  assert_true(took >= 0.45 && took < 5.0);
+  sup_destroy(s);
+}
+
+static void test_missing_program_is_a_clear_error(void **state) {
+  shoal_error err = {0};
+  sup *s = sup_create(&err);
+  sup_set_handle_signals(s, false);
+  char *argv[] = {"/nonexistent/shoal-learner", NULL};
+  sup_child_spec spec = {"learner", argv, false, true, 0, 0};
+  assert_true(sup_add(s, &spec, &err) >= 0);
+  assert_int_equal(sup_run(s, &err), SHOAL_ECLOSED);
+  assert_non_null(strstr(err.msg, "cannot start learner"));
+  sup_destroy(s);
+  s = sup_create(&err);
+  assert_int_equal(sup_run(s, &err), SHOAL_EINVAL);
+  sup_destroy(s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_lines_in_order_and_clean_finish),
+      cmocka_unit_test(test_crash_restarts_with_limit_then_fails),
+      cmocka_unit_test(test_restart_after_kill_and_ordered_stop),
+      cmocka_unit_test(test_grace_then_sigkill),
+      cmocka_unit_test(test_missing_program_is_a_clear_error),
+  };
+  return cmocka_run_group_tests_name("supervise", tests, NULL, NULL);
+}
