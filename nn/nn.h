@@ -207,6 +207,7 @@ typedef struct nn_optim_config {
   nn_optim_kind kind;
   float lr;
   float momentum;      /* sgd, rmsprop */
+  float dampening;     /* sgd (PyTorch's default 0); nesterov needs 0 */
   bool nesterov;       /* sgd */
   float weight_decay;  /* L2 added to the gradient (sgd, adam, rmsprop); decoupled (adamw) */
   float beta1, beta2;  /* adam, adamw */
@@ -217,21 +218,35 @@ typedef struct nn_optim_config {
 } nn_optim_config;
 
 /* PyTorch's defaults for kind (adam: lr 1e-3, betas 0.9, 0.999, eps 1e-8; adamw:
- * weight_decay 0.01; rmsprop: lr 0.01, alpha 0.99, eps 1e-8; sgd: lr 0.01). Can't fail. */
+ * weight_decay 0.01; rmsprop: lr 0.01, alpha 0.99, eps 1e-8; sgd: lr 0.01, no
+ * momentum). The update formulas are torch.optim 1.13's, element for element. Can't
+ * fail. */
 nn_optim_config nn_optim_defaults(nn_optim_kind kind);
 /* An optimizer over all of m's parameters; it keeps its moments in buffers laid out as
  * the parameter buffer. Caller owns it; m must outlive it. NULL on error. */
 nn_optim *nn_optim_create(nn_model *m, const nn_optim_config *cfg, shoal_error *err);
-void nn_optim_destroy(nn_optim *o);
-/* One step from the gradient buffer. A non-finite gradient skips the step and returns
- * SHOAL_ENAN (the parameters are left as they were). */
+/* The same over any flat buffers of n floats (params updated in place, grads read and,
+ * when clipping, scaled). Borrows both; they must outlive the optimizer. A bad config
+ * (negative lr, betas outside [0, 1), nesterov without momentum, ...) is SHOAL_EINVAL. */
+nn_optim *nn_optim_create_buffers(float *params, float *grads, size_t n,
+                                  const nn_optim_config *cfg, shoal_error *err);
+void nn_optim_destroy(nn_optim *o); /* NULL is fine */
+/* One step from the gradient buffer: clip (when clip_norm > 0; the gradient buffer is
+ * scaled in place, as PyTorch's clip_grad_norm_ does), then update. A non-finite
+ * gradient skips the step and returns SHOAL_ENAN (parameters, moments and the step
+ * count are left as they were; the caller zeroes the gradient and goes on). */
 int nn_optim_step(nn_optim *o, shoal_error *err);
+/* Steps taken (Adam's bias correction uses it). */
+long nn_optim_steps(const nn_optim *o);
+/* Zeroes the moments and the step count (a fresh optimizer on the same buffers). */
+void nn_optim_reset(nn_optim *o);
 void nn_optim_set_lr(nn_optim *o, float lr);
 float nn_optim_lr(const nn_optim *o);
 /* Global L2 norm of the gradient before clipping, from the last step. */
 float nn_optim_last_grad_norm(const nn_optim *o);
-/* Scales g so its L2 norm is at most max_norm (PyTorch's clip_grad_norm_); returns
- * the norm before scaling. */
+/* Scales g so its L2 norm is at most max_norm (PyTorch's clip_grad_norm_: by
+ * max_norm / (norm + 1e-6) when that is below 1); returns the norm before scaling,
+ * summed in double. A non-finite norm is returned and g left unscaled. */
 float nn_clip_grad_norm(float *g, size_t n, float max_norm);
 
 typedef enum nn_schedule_kind {
@@ -245,7 +260,12 @@ typedef struct nn_schedule {
   long steps;
   long warmup; /* linear warm-up from 0 over the first warmup steps; 0 for none */
 } nn_schedule;
-float nn_schedule_value(const nn_schedule *s, long step); /* can't fail */
+/* The value at step (0-based). With warm-up W: start * step / W for step < W; then
+ * the schedule runs from start at step W to end at step `steps` (so `steps` counts the
+ * warm-up too) and stays at end. A constant schedule is start after any warm-up.
+ * E.g. linear 1.0 -> 0.1 over 100 steps: 1.0 at 0, 0.55 at 50, 0.1 from 100 on. Can't
+ * fail. */
+float nn_schedule_value(const nn_schedule *s, long step);
 
 /* ---- checkpoints (safetensors: u64 header length, JSON header, raw LE data) ----- */
 
