@@ -51,8 +51,8 @@ typedef enum nn_device { NN_CPU = 0, NN_CUDA = 1 } nn_device;
 
 typedef enum nn_act {
   NN_RELU = 0,
-  NN_LEAKY_RELU = 1,  /* alpha: negative slope (PyTorch default 0.01) */
-  NN_ELU = 2,         /* alpha (PyTorch default 1.0) */
+  NN_LEAKY_RELU = 1, /* alpha: negative slope (PyTorch default 0.01) */
+  NN_ELU = 2,        /* alpha (PyTorch default 1.0) */
   NN_TANH = 3,
   NN_SIGMOID = 4,
   NN_SOFTMAX = 5,     /* over the C*H*W features of each sample */
@@ -113,6 +113,11 @@ int nn_add(nn_model *m, const char *name, int a, int b);
 /* Concatenation of two nodes along C (same H, W). */
 int nn_concat(nn_model *m, const char *name, int a, int b);
 
+/* The message of the last failed call on m that took no shoal_error (the layer-adding
+ * functions, select, set_output): "nn: layer 'fc1': ...". "" when none failed. Owned
+ * by m. nn_model_build reports the first such failure. */
+const char *nn_model_error(const nn_model *m);
+
 /* Marks the model's output node (default: the last added). */
 int nn_model_set_output(nn_model *m, int node);
 /* Allocates and initialises parameters (PyTorch's default init for each layer, from
@@ -120,8 +125,12 @@ int nn_model_set_output(nn_model *m, int node);
  * may be added afterwards. */
 int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err);
 
-/* Training mode (dropout active, batch norm uses batch statistics) or evaluation. */
+/* Training mode (dropout active, batch norm uses batch statistics) or evaluation.
+ * A new model is in training mode. */
 void nn_model_set_training(nn_model *m, bool training);
+bool nn_model_training(const nn_model *m);
+/* The max_batch given to build; 0 before build. */
+int nn_model_max_batch(const nn_model *m);
 
 /* Forward pass of B samples (B <= max_batch). x: (B, C, H, W), borrowed and read again
  * by backward, so it must stay valid until then. *y points into the model's own
@@ -129,7 +138,9 @@ void nn_model_set_training(nn_model *m, bool training);
 int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_error *err);
 /* Backward of the last forward. dy: (B, output shape), borrowed. Adds parameter
  * gradients to the gradient buffer. When dx is not NULL, *dx points to the input
- * gradient, in the model's buffer. */
+ * gradient, in the model's buffer (computed only then: without dx the first layer
+ * skips its input gradient). Batch norm and dropout go back in the forward's mode.
+ * Calling it twice adds the gradients twice. Errors: no forward before it. */
 int nn_model_backward(nn_model *m, const float *dy, const float **dx, shoal_error *err);
 void nn_model_zero_grad(nn_model *m); /* can't fail */
 
@@ -141,13 +152,15 @@ float *nn_model_state(nn_model *m, size_t *n);
 
 /* The model's tensors, parameters first then state, in layer order. */
 typedef struct nn_tensor_info {
-  const char *name;  /* "fc1.weight"; owned by the model */
-  int ndim;          /* 1..4 */
-  int shape[4];      /* PyTorch's layout: dense weight (out, in), conv (out, in, kh, kw) */
-  size_t offset;     /* in floats, into the params buffer (trainable) or the state buffer */
+  const char *name; /* "fc1.weight"; owned by the model */
+  int ndim;         /* 0..4; 0 is a scalar (num_batches_tracked), numel 1 */
+  int shape[4];     /* PyTorch's layout: dense weight (out, in), conv (out, in, kh, kw) */
+  size_t offset;    /* in floats, into the params buffer (trainable) or the state buffer */
   size_t numel;
   bool trainable;
-  /* fan_in, fan_out as torch.nn.init computes them, for the initialisers below */
+  /* fan_in, fan_out as torch.nn.init computes them, for the initialisers below; a
+   * 1-d tensor (a bias) has its layer weight's fans (PyTorch bounds the bias init
+   * with the weight's fan_in) */
   int fan_in, fan_out;
 } nn_tensor_info;
 int nn_model_tensor_count(const nn_model *m);
@@ -168,8 +181,7 @@ void nn_init_zeros(float *w, size_t n);
 void nn_init_uniform(float *w, size_t n, float lo, float hi, shoal_rng *rng);
 void nn_init_xavier_uniform(float *w, size_t n, int fan_in, int fan_out, float gain,
                             shoal_rng *rng);
-void nn_init_xavier_normal(float *w, size_t n, int fan_in, int fan_out, float gain,
-                           shoal_rng *rng);
+void nn_init_xavier_normal(float *w, size_t n, int fan_in, int fan_out, float gain, shoal_rng *rng);
 /* Kaiming/He with gain sqrt(2) (ReLU), fan_in mode. */
 void nn_init_kaiming_uniform(float *w, size_t n, int fan_in, shoal_rng *rng);
 void nn_init_kaiming_normal(float *w, size_t n, int fan_in, shoal_rng *rng);
@@ -181,23 +193,20 @@ int nn_init_orthogonal(float *w, int rows, int cols, float gain, shoal_rng *rng)
  * (overwriting it). Reduction is PyTorch's "mean"; w, when not NULL, holds B
  * per-sample weights (importance weights) and the loss is (1/(B*N)) sum_i w_i sum_j l_ij
  * (1/B for cross-entropy). A NaN or infinity in the inputs or the loss is SHOAL_ENAN. */
-int nn_mse_loss(float *loss, float *dpred, const float *pred, const float *target,
-                const float *w, int B, int N, shoal_error *err);
+int nn_mse_loss(float *loss, float *dpred, const float *pred, const float *target, const float *w,
+                int B, int N, shoal_error *err);
 /* Huber / smooth L1 with threshold delta (PyTorch's HuberLoss). */
-int nn_huber_loss(float *loss, float *dpred, const float *pred, const float *target,
-                  const float *w, int B, int N, float delta, shoal_error *err);
+int nn_huber_loss(float *loss, float *dpred, const float *pred, const float *target, const float *w,
+                  int B, int N, float delta, shoal_error *err);
 /* Cross-entropy over logits (B, C) with class indices in [0, C). */
-int nn_cross_entropy_loss(float *loss, float *dlogits, const float *logits,
-                          const int32_t *labels, const float *w, int B, int C,
-                          shoal_error *err);
+int nn_cross_entropy_loss(float *loss, float *dlogits, const float *logits, const int32_t *labels,
+                          const float *w, int B, int C, shoal_error *err);
 /* Cross-entropy over logits with soft targets (probabilities, each row sums to 1). */
-int nn_cross_entropy_soft_loss(float *loss, float *dlogits, const float *logits,
-                               const float *probs, const float *w, int B, int C,
-                               shoal_error *err);
+int nn_cross_entropy_soft_loss(float *loss, float *dlogits, const float *logits, const float *probs,
+                               const float *w, int B, int C, shoal_error *err);
 /* Binary cross-entropy with logits, targets in [0, 1]. */
-int nn_bce_with_logits_loss(float *loss, float *dlogits, const float *logits,
-                            const float *targets, const float *w, int B, int N,
-                            shoal_error *err);
+int nn_bce_with_logits_loss(float *loss, float *dlogits, const float *logits, const float *targets,
+                            const float *w, int B, int N, shoal_error *err);
 
 /* ---- optimizers ------------------------------------------------------------------ */
 
@@ -206,32 +215,47 @@ typedef enum nn_optim_kind { NN_SGD = 0, NN_ADAM = 1, NN_ADAMW = 2, NN_RMSPROP =
 typedef struct nn_optim_config {
   nn_optim_kind kind;
   float lr;
-  float momentum;      /* sgd, rmsprop */
-  bool nesterov;       /* sgd */
-  float weight_decay;  /* L2 added to the gradient (sgd, adam, rmsprop); decoupled (adamw) */
-  float beta1, beta2;  /* adam, adamw */
-  float eps;           /* adam, adamw, rmsprop */
-  float alpha;         /* rmsprop smoothing */
-  bool centered;       /* rmsprop */
-  float clip_norm;     /* > 0: clip the global gradient L2 norm to this before the step */
+  float momentum;     /* sgd, rmsprop */
+  float dampening;    /* sgd (PyTorch's default 0); nesterov needs 0 */
+  bool nesterov;      /* sgd */
+  float weight_decay; /* L2 added to the gradient (sgd, adam, rmsprop); decoupled (adamw) */
+  float beta1, beta2; /* adam, adamw */
+  float eps;          /* adam, adamw, rmsprop */
+  float alpha;        /* rmsprop smoothing */
+  bool centered;      /* rmsprop */
+  float clip_norm;    /* > 0: clip the global gradient L2 norm to this before the step */
 } nn_optim_config;
 
 /* PyTorch's defaults for kind (adam: lr 1e-3, betas 0.9, 0.999, eps 1e-8; adamw:
- * weight_decay 0.01; rmsprop: lr 0.01, alpha 0.99, eps 1e-8; sgd: lr 0.01). Can't fail. */
+ * weight_decay 0.01; rmsprop: lr 0.01, alpha 0.99, eps 1e-8; sgd: lr 0.01, no
+ * momentum). The update formulas are torch.optim 1.13's, element for element. Can't
+ * fail. */
 nn_optim_config nn_optim_defaults(nn_optim_kind kind);
 /* An optimizer over all of m's parameters; it keeps its moments in buffers laid out as
  * the parameter buffer. Caller owns it; m must outlive it. NULL on error. */
 nn_optim *nn_optim_create(nn_model *m, const nn_optim_config *cfg, shoal_error *err);
-void nn_optim_destroy(nn_optim *o);
-/* One step from the gradient buffer. A non-finite gradient skips the step and returns
- * SHOAL_ENAN (the parameters are left as they were). */
+/* The same over any flat buffers of n floats (params updated in place, grads read and,
+ * when clipping, scaled). Borrows both; they must outlive the optimizer. A bad config
+ * (negative lr, betas outside [0, 1), nesterov without momentum, ...) is SHOAL_EINVAL. */
+nn_optim *nn_optim_create_buffers(float *params, float *grads, size_t n, const nn_optim_config *cfg,
+                                  shoal_error *err);
+void nn_optim_destroy(nn_optim *o); /* NULL is fine */
+/* One step from the gradient buffer: clip (when clip_norm > 0; the gradient buffer is
+ * scaled in place, as PyTorch's clip_grad_norm_ does), then update. A non-finite
+ * gradient skips the step and returns SHOAL_ENAN (parameters, moments and the step
+ * count are left as they were; the caller zeroes the gradient and goes on). */
 int nn_optim_step(nn_optim *o, shoal_error *err);
+/* Steps taken (Adam's bias correction uses it). */
+long nn_optim_steps(const nn_optim *o);
+/* Zeroes the moments and the step count (a fresh optimizer on the same buffers). */
+void nn_optim_reset(nn_optim *o);
 void nn_optim_set_lr(nn_optim *o, float lr);
 float nn_optim_lr(const nn_optim *o);
 /* Global L2 norm of the gradient before clipping, from the last step. */
 float nn_optim_last_grad_norm(const nn_optim *o);
-/* Scales g so its L2 norm is at most max_norm (PyTorch's clip_grad_norm_); returns
- * the norm before scaling. */
+/* Scales g so its L2 norm is at most max_norm (PyTorch's clip_grad_norm_: by
+ * max_norm / (norm + 1e-6) when that is below 1); returns the norm before scaling,
+ * summed in double. A non-finite norm is returned and g left unscaled. */
 float nn_clip_grad_norm(float *g, size_t n, float max_norm);
 
 typedef enum nn_schedule_kind {
@@ -245,7 +269,12 @@ typedef struct nn_schedule {
   long steps;
   long warmup; /* linear warm-up from 0 over the first warmup steps; 0 for none */
 } nn_schedule;
-float nn_schedule_value(const nn_schedule *s, long step); /* can't fail */
+/* The value at step (0-based). With warm-up W: start * step / W for step < W; then
+ * the schedule runs from start at step W to end at step `steps` (so `steps` counts the
+ * warm-up too) and stays at end. A constant schedule is start after any warm-up.
+ * E.g. linear 1.0 -> 0.1 over 100 steps: 1.0 at 0, 0.55 at 50, 0.1 from 100 on. Can't
+ * fail. */
+float nn_schedule_value(const nn_schedule *s, long step);
 
 /* ---- checkpoints (safetensors: u64 header length, JSON header, raw LE data) ----- */
 

@@ -1,0 +1,108 @@
+/*
+ * nn/cpu/gemm.c — matrix products for the CPU layers: OpenBLAS's cblas_sgemm for
+ * products big enough that its call overhead (a few hundred ns, thread dispatch)
+ * pays, nn's own loops for the small ones (a greedy action at batch 1 is a few
+ * thousand multiply-adds) and for builds without OpenBLAS.
+ */
+#include <string.h>
+
+#include "nn/internal.h"
+
+#ifdef SHOAL_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+/* Below this many multiply-adds nn's loops beat the BLAS call (measured with the
+ * MLP act benchmark: OpenBLAS's fixed cost is ~0.3-1 us per call). */
+#define NN__SMALL_GEMM 20000.0
+
+void nn__blas_set_threads(int n) {
+#ifdef SHOAL_HAVE_OPENBLAS
+  openblas_set_num_threads(n);
+#else
+  (void)n;
+#endif
+}
+
+/* C (M,N) = alpha op(A) op(B) + beta C, row-major. Loop orders keep the innermost loop
+ * running along contiguous memory (vectorisable) except for A·B^T, which is rows of
+ * dot products summed in 8 lanes. */
+static void gemm_loops(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc) {
+  for (int i = 0; i < M; i++) {
+    float *c = C + (size_t)i * ldc;
+    if (beta == 0.0f)
+      memset(c, 0, (size_t)N * sizeof(float));
+    else if (beta != 1.0f)
+      for (int j = 0; j < N; j++) c[j] *= beta;
+  }
+  if (!ta && !tb) {
+    for (int i = 0; i < M; i++) {
+      float *c = C + (size_t)i * ldc;
+      const float *a = A + (size_t)i * lda;
+      for (int k = 0; k < K; k++) {
+        float s = alpha * a[k];
+        const float *b = B + (size_t)k * ldb;
+        for (int j = 0; j < N; j++) c[j] += s * b[j];
+      }
+    }
+  } else if (!ta && tb) {
+    for (int i = 0; i < M; i++) {
+      float *c = C + (size_t)i * ldc;
+      const float *a = A + (size_t)i * lda;
+      for (int j = 0; j < N; j++) {
+        const float *b = B + (size_t)j * ldb;
+        float acc[8] = {0};
+        int k = 0;
+        for (; k + 8 <= K; k += 8)
+          for (int l = 0; l < 8; l++) acc[l] += a[k + l] * b[k + l];
+        float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        for (; k < K; k++) s += a[k] * b[k];
+        c[j] += alpha * s;
+      }
+    }
+  } else if (ta && !tb) {
+    for (int k = 0; k < K; k++) {
+      const float *a = A + (size_t)k * lda;
+      const float *b = B + (size_t)k * ldb;
+      for (int i = 0; i < M; i++) {
+        float s = alpha * a[i];
+        float *c = C + (size_t)i * ldc;
+        for (int j = 0; j < N; j++) c[j] += s * b[j];
+      }
+    }
+  } else {
+    for (int i = 0; i < M; i++) {
+      float *c = C + (size_t)i * ldc;
+      for (int j = 0; j < N; j++) {
+        float s = 0;
+        for (int k = 0; k < K; k++) s += A[(size_t)k * lda + i] * B[(size_t)j * ldb + k];
+        c[j] += alpha * s;
+      }
+    }
+  }
+}
+
+void nn__sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, float beta, float *C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    gemm_loops(ta, tb, M, N, 0, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+#ifdef SHOAL_HAVE_OPENBLAS
+  if ((double)M * N * K > NN__SMALL_GEMM) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+#endif
+  gemm_loops(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void nn__put(float *y, const float *x, size_t n, bool accumulate) {
+  if (accumulate)
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+  else
+    memcpy(y, x, n * sizeof(float));
+}

@@ -1,0 +1,876 @@
+/*
+ * nn/model.c — the model: a graph of nodes built in order, its tensor table, one
+ * parameter buffer, one gradient buffer and one state buffer, the activation arena,
+ * and the forward and backward drivers that call the backend's layer kernels.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nn/internal.h"
+
+static const char *const kind_names[NN__KIND_COUNT] = {
+    [NN__INPUT] = "input",
+    [NN__DENSE] = "dense",
+    [NN__CONV] = "conv2d",
+    [NN__CONVT] = "conv_transpose2d",
+    [NN__MAXPOOL] = "maxpool2d",
+    [NN__AVGPOOL] = "avgpool2d",
+    [NN__BATCHNORM] = "batchnorm",
+    [NN__LAYERNORM] = "layernorm",
+    [NN__DROPOUT] = "dropout",
+    [NN__FLATTEN] = "flatten",
+    [NN__RESHAPE] = "reshape",
+    [NN__EMBEDDING] = "embedding",
+    [NN__ACT] = "activation",
+    [NN__LSTM] = "lstm_cell",
+    [NN__GRU] = "gru_cell",
+    [NN__SLICE] = "slice",
+    [NN__ADD] = "add",
+    [NN__CONCAT] = "concat",
+};
+
+/* ---- threads and devices ------------------------------------------------------ */
+
+static int g_threads = 1; /* small nets run fastest on one thread */
+
+void nn_set_threads(int n) {
+  if (n <= 0) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    n = c > 0 ? (int)c : 1;
+  }
+  g_threads = n;
+  nn__blas_set_threads(n);
+}
+
+bool nn_cuda_available(shoal_error *err) {
+  shoal_error_set(err, SHOAL_ENOTSUP, "nn: shoal was built without the CUDA backend");
+  return false;
+}
+
+/* ---- errors ------------------------------------------------------------------- */
+
+/* Records a failed layer-adding call (the first one is what build reports) and
+ * returns code. */
+__attribute__((format(printf, 3, 4))) static int model_fail(nn_model *m, int code, const char *fmt,
+                                                            ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m->last_msg, sizeof m->last_msg, fmt, ap);
+  va_end(ap);
+  if (!m->err_code) {
+    m->err_code = code;
+    memcpy(m->err_msg, m->last_msg, sizeof m->err_msg);
+  }
+  return code;
+}
+
+const char *nn_model_error(const nn_model *m) { return m ? m->last_msg : ""; }
+
+/* ---- create / destroy ----------------------------------------------------------- */
+
+nn_model *nn_model_create(nn_device device, shoal_error *err) {
+  if (device == NN_CUDA) {
+    shoal_error_set(err, SHOAL_ENOTSUP,
+                    "nn: cannot create a CUDA model: shoal was built without the CUDA backend");
+    return NULL;
+  }
+  if (device != NN_CPU) {
+    shoal_error_set(err, SHOAL_EINVAL, "nn: unknown device %d", (int)device);
+    return NULL;
+  }
+  nn_model *m = calloc(1, sizeof *m);
+  if (!m) {
+    shoal_error_set(err, SHOAL_ENOMEM, "nn: out of memory creating a model");
+    return NULL;
+  }
+  m->device = device;
+  m->be = &nn__cpu_backend;
+  m->output = -1;
+  m->training = true;
+  nn__blas_set_threads(g_threads);
+  return m;
+}
+
+void nn_model_destroy(nn_model *m) {
+  if (!m) return;
+  for (int i = 0; i < m->n_nodes; i++) free(m->nodes[i].idx);
+  free(m->nodes);
+  free(m->tensors);
+  free(m->params);
+  free(m->grads);
+  free(m->state);
+  free(m->arena);
+  free(m->scratch);
+  free(m);
+}
+
+/* ---- graph construction --------------------------------------------------------- */
+
+/* Checks what every layer needs and fills the common fields of a new node t (not yet
+ * in the graph: a layer whose checks fail leaves the model as it was). */
+static int node_begin(nn_model *m, nn__node *t, nn__kind kind, const char *name) {
+  if (!m) return SHOAL_EINVAL;
+  memset(t, 0, sizeof *t);
+  t->kind = kind;
+  t->in[0] = t->in[1] = -1;
+  t->id = m->n_nodes;
+  if (name && *name) {
+    if (strlen(name) >= NN__NAME_MAX)
+      return model_fail(m, SHOAL_EINVAL, "nn: layer '%.40s...': name longer than %d characters",
+                        name, NN__NAME_MAX - 1);
+    if (strchr(name, '"') || strchr(name, '\\'))
+      return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': name may not contain '\"' or '\\'", name);
+    snprintf(t->name, sizeof t->name, "%s", name);
+  } else {
+    snprintf(t->name, sizeof t->name, "%s%d", kind_names[kind], m->n_nodes);
+  }
+  if (m->built)
+    return model_fail(m, SHOAL_ESTATE, "nn: layer '%s': the model is already built", t->name);
+  if (kind == NN__INPUT) {
+    if (m->n_nodes > 0) return model_fail(m, SHOAL_ESTATE, "nn: the input was already declared");
+  } else if (m->n_nodes == 0) {
+    return model_fail(m, SHOAL_ESTATE, "nn: layer '%s': declare the input (nn_input) first",
+                      t->name);
+  }
+  for (int i = 0; i < m->n_nodes; i++)
+    if (!strcmp(m->nodes[i].name, t->name))
+      return model_fail(m, SHOAL_EEXIST, "nn: layer '%s': the name is already used", t->name);
+  if (kind != NN__INPUT) {
+    t->in[0] = m->current;
+    t->n_in = 1;
+  }
+  return 0;
+}
+
+static void set_shape(nn__node *t, int C, int H, int W) {
+  t->C = C;
+  t->H = H;
+  t->W = W;
+  t->F = C * H * W;
+}
+
+/* Registers a tensor of node t ("<name>.<suffix>"). Offsets are assigned now, in
+ * registration order; nn_model_build moves state tensors after the parameters. */
+static int add_tensor(nn_model *m, nn__node *t, const char *suffix, bool trainable, int ndim,
+                      const int *shape, int fan_in, int fan_out, nn__init init, float bound) {
+  if (m->n_tensors == m->cap_tensors) {
+    int cap = m->cap_tensors ? 2 * m->cap_tensors : 16;
+    nn__tensor *nt = realloc(m->tensors, (size_t)cap * sizeof *nt);
+    if (!nt) return model_fail(m, SHOAL_ENOMEM, "nn: layer '%s': out of memory", t->name);
+    m->tensors = nt;
+    m->cap_tensors = cap;
+  }
+  nn__tensor *s = &m->tensors[m->n_tensors++];
+  memset(s, 0, sizeof *s);
+  snprintf(s->name, sizeof s->name, "%s.%s", t->name, suffix);
+  s->ndim = ndim;
+  s->numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    s->shape[i] = shape[i];
+    s->numel *= (size_t)shape[i];
+  }
+  s->trainable = trainable;
+  s->fan_in = fan_in;
+  s->fan_out = fan_out;
+  s->init = init;
+  s->bound = bound;
+  if (trainable) {
+    s->offset = m->n_params;
+    m->n_params += s->numel;
+    t->poff[t->n_poff++] = s->offset;
+    t->has_params = true;
+  } else {
+    s->offset = m->n_state;
+    m->n_state += s->numel;
+    t->soff[t->n_soff++] = s->offset;
+  }
+  return 0;
+}
+
+/* Appends t to the graph; it becomes the current node. */
+static int node_commit(nn_model *m, nn__node *t) {
+  if (m->n_nodes == m->cap_nodes) {
+    int cap = m->cap_nodes ? 2 * m->cap_nodes : 16;
+    nn__node *nn = realloc(m->nodes, (size_t)cap * sizeof *nn);
+    if (!nn) return model_fail(m, SHOAL_ENOMEM, "nn: layer '%s': out of memory", t->name);
+    m->nodes = nn;
+    m->cap_nodes = cap;
+  }
+  m->nodes[m->n_nodes] = *t;
+  m->current = m->n_nodes;
+  return m->n_nodes++;
+}
+
+/* Tensors are registered only once a layer's checks pass, so registration can
+ * fail only on memory, and then the layer is not added (its tensors are dropped). */
+#define TENSOR(...)                                            \
+  do {                                                         \
+    int rc_ = add_tensor(m, &t, __VA_ARGS__);                  \
+    if (rc_) {                                                 \
+      m->n_tensors = nt0, m->n_params = np0, m->n_state = ns0; \
+      return rc_;                                              \
+    }                                                          \
+  } while (0)
+#define TENSORS_BEGIN     \
+  int nt0 = m->n_tensors; \
+  size_t np0 = m->n_params, ns0 = m->n_state
+
+static const nn__node *cur(const nn_model *m, const nn__node *t) { return &m->nodes[t->in[0]]; }
+
+int nn_input(nn_model *m, int C, int H, int W) {
+  nn__node t;
+  int rc = node_begin(m, &t, NN__INPUT, "input");
+  if (rc) return rc;
+  if (C < 1 || H < 1 || W < 1)
+    return model_fail(m, SHOAL_EINVAL, "nn: input shape (%d, %d, %d) must be positive", C, H, W);
+  if ((long long)C * H * W > (1 << 28))
+    return model_fail(m, SHOAL_EINVAL, "nn: input shape (%d, %d, %d) is too large", C, H, W);
+  set_shape(&t, C, H, W);
+  return node_commit(m, &t);
+}
+
+int nn_model_select(nn_model *m, int node) {
+  if (!m) return SHOAL_EINVAL;
+  if (m->built) return model_fail(m, SHOAL_ESTATE, "nn: select: the model is already built");
+  if (node < 0 || node >= m->n_nodes)
+    return model_fail(m, SHOAL_ERANGE, "nn: select: no node %d (the model has %d)", node,
+                      m->n_nodes);
+  m->current = node;
+  return node;
+}
+
+int nn_model_current(const nn_model *m) { return m ? m->current : SHOAL_EINVAL; }
+
+int nn_node_shape(const nn_model *m, int node, int *C, int *H, int *W) {
+  if (!m || node < 0 || node >= m->n_nodes) return SHOAL_ERANGE;
+  if (C) *C = m->nodes[node].C;
+  if (H) *H = m->nodes[node].H;
+  if (W) *W = m->nodes[node].W;
+  return 0;
+}
+
+int nn_dense(nn_model *m, const char *name, int out_features) {
+  nn__node t;
+  int rc = node_begin(m, &t, NN__DENSE, name);
+  if (rc) return rc;
+  int in = cur(m, &t)->F;
+  if (out_features < 1)
+    return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': out_features %d must be positive", t.name,
+                      out_features);
+  t.out_c = out_features;
+  set_shape(&t, out_features, 1, 1);
+  float bound = 1.0f / sqrtf((float)in);
+  TENSORS_BEGIN;
+  TENSOR("weight", true, 2, (int[]){out_features, in}, in, out_features, NN__INIT_UNIFORM, bound);
+  TENSOR("bias", true, 1, (int[]){out_features}, in, out_features, NN__INIT_UNIFORM, bound);
+  return node_commit(m, &t);
+}
+
+static int conv_check(nn_model *m, nn__node *t, int out_c, int kh, int kw, int stride, int pad,
+                      int dil) {
+  if (out_c < 1 || kh < 1 || kw < 1 || stride < 1 || pad < 0 || dil < 1)
+    return model_fail(m, SHOAL_EINVAL,
+                      "nn: layer '%s': out_c %d, kernel %dx%d, stride %d, padding %d, dilation "
+                      "%d: need out_c, kernel, stride, dilation >= 1 and padding >= 0",
+                      t->name, out_c, kh, kw, stride, pad, dil);
+  return 0;
+}
+
+int nn_conv2d(nn_model *m, const char *name, int out_c, int kh, int kw, int stride, int pad,
+              int dilation) {
+  nn__node t;
+  int rc = node_begin(m, &t, NN__CONV, name);
+  if (rc) return rc;
+  rc = conv_check(m, &t, out_c, kh, kw, stride, pad, dilation);
+  if (rc) return rc;
+  const nn__node *x = cur(m, &t);
+  int ho = (x->H + 2 * pad - dilation * (kh - 1) - 1) / stride + 1;
+  int wo = (x->W + 2 * pad - dilation * (kw - 1) - 1) / stride + 1;
+  if (x->H + 2 * pad - dilation * (kh - 1) - 1 < 0 || x->W + 2 * pad - dilation * (kw - 1) - 1 < 0)
+    return model_fail(m, SHOAL_ESHAPE,
+                      "nn: layer '%s': input %dx%d (padding %d) is smaller than the kernel %dx%d "
+                      "(dilation %d)",
+                      t.name, x->H, x->W, pad, kh, kw, dilation);
+  t.out_c = out_c, t.kh = kh, t.kw = kw, t.stride = stride, t.pad = pad, t.dil = dilation;
+  set_shape(&t, out_c, ho, wo);
+  int fan_in = x->C * kh * kw, fan_out = out_c * kh * kw;
+  float bound = 1.0f / sqrtf((float)fan_in);
+  TENSORS_BEGIN;
+  TENSOR("weight", true, 4, (int[]){out_c, x->C, kh, kw}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
+  TENSOR("bias", true, 1, (int[]){out_c}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
+  return node_commit(m, &t);
+}
+
+int nn_conv_transpose2d(nn_model *m, const char *name, int out_c, int kh, int kw, int stride,
+                        int pad, int output_pad) {
+  nn__node t;
+  int rc = node_begin(m, &t, NN__CONVT, name);
+  if (rc) return rc;
+  rc = conv_check(m, &t, out_c, kh, kw, stride, pad, 1);
+  if (rc) return rc;
+  if (output_pad < 0 || output_pad >= stride)
+    return model_fail(m, SHOAL_EINVAL,
+                      "nn: layer '%s': output_padding %d must be in [0, stride %d) as PyTorch's",
+                      t.name, output_pad, stride);
+  const nn__node *x = cur(m, &t);
+  int ho = (x->H - 1) * stride - 2 * pad + (kh - 1) + output_pad + 1;
+  int wo = (x->W - 1) * stride - 2 * pad + (kw - 1) + output_pad + 1;
+  if (ho < 1 || wo < 1)
+    return model_fail(m, SHOAL_ESHAPE, "nn: layer '%s': input %dx%d gives an empty output %dx%d",
+                      t.name, x->H, x->W, ho, wo);
+  t.out_c = out_c, t.kh = kh, t.kw = kw, t.stride = stride, t.pad = pad, t.dil = 1;
+  t.opad = output_pad;
+  set_shape(&t, out_c, ho, wo);
+  /* PyTorch's fan of a (in, out, kh, kw) weight: fan_in = size(1) * kh * kw. */
+  int fan_in = out_c * kh * kw, fan_out = x->C * kh * kw;
+  float bound = 1.0f / sqrtf((float)fan_in);
+  TENSORS_BEGIN;
+  TENSOR("weight", true, 4, (int[]){x->C, out_c, kh, kw}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
+  TENSOR("bias", true, 1, (int[]){out_c}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
+  return node_commit(m, &t);
+}
+
+static int pool(nn_model *m, nn__kind kind, const char *name, int k, int stride, int pad) {
+  nn__node t;
+  int rc = node_begin(m, &t, kind, name);
+  if (rc) return rc;
+  if (k < 1 || stride < 1 || pad < 0 || pad > k / 2)
+    return model_fail(m, SHOAL_EINVAL,
+                      "nn: layer '%s': kernel %d, stride %d, padding %d: need kernel, stride >= 1 "
+                      "and 0 <= padding <= kernel/2",
+                      t.name, k, stride, pad);
+  const nn__node *x = cur(m, &t);
+  if (x->H + 2 * pad < k || x->W + 2 * pad < k)
+    return model_fail(m, SHOAL_ESHAPE,
+                      "nn: layer '%s': input %dx%d (padding %d) is smaller than the kernel %d",
+                      t.name, x->H, x->W, pad, k);
+  t.kh = t.kw = k, t.stride = stride, t.pad = pad;
+  set_shape(&t, x->C, (x->H + 2 * pad - k) / stride + 1, (x->W + 2 * pad - k) / stride + 1);
+  return node_commit(m, &t);
+}
+
+int nn_maxpool2d(nn_model *m, const char *name, int k, int stride, int pad) {
+  return pool(m, NN__MAXPOOL, name, k, stride, pad);
+}
+int nn_avgpool2d(nn_model *m, const char *name, int k, int stride, int pad) {
+  return pool(m, NN__AVGPOOL, name, k, stride, pad);
+}
+
+int nn_batchnorm(nn_model *m, const char *name, float eps, float momentum) {
+  nn__node t;
+  int rc = node_begin(m, &t, NN__BATCHNORM, name);
+  if (rc) return rc;
+  if (!(eps > 0) || !(momentum >= 0 && momentum <= 1))
+    return model_fail(m, SHOAL_EINVAL,
+                      "nn: layer '%s': eps %g must be > 0 and momentum %g in [0, 1]", t.name,
+                      (double)eps, (double)momentum);
+  const nn__node *x = cur(m, &t);
+  t.eps = eps, t.momentum = momentum;
+  set_shape(&t, x->C, x->H, x->W);
+  int C = x->C;
+  TENSORS_BEGIN;
+  TENSOR("weight", true, 1, (int[]){C}, C, C, NN__INIT_ONES, 0);
+  TENSOR("bias", true, 1, (int[]){C}, C, C, NN__INIT_ZEROS, 0);
+  TENSOR("running_mean", false, 1, (int[]){C}, C, C, NN__INIT_ZEROS, 0);
+  TENSOR("running_var", false, 1, (int[]){C}, C, C, NN__INIT_ONES, 0);
+  TENSOR("num_batches_tracked", false, 0, NULL, 1, 1, NN__INIT_ZEROS, 0);
+  return node_commit(m, &t);
+}
+
+int nn_layernorm(nn_model *m, const char *name, float eps) {
+  nn__node t;
+  int rc = node_begin(m, &t, NN__LAYERNORM, name);
+  if (rc) return rc;
+  if (!(eps > 0))
+    return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': eps %g must be > 0", t.name, (double)eps);
+  const nn__node *x = cur(m, &t);
+  t.eps = eps;
+  set_shape(&t, x->C, x->H, x->W);
+  /* PyTorch's LayerNorm(normalized_shape): (N,) for vectors, (C, H, W) otherwise. */
+  int nd = (x->H == 1 && x->W == 1) ? 1 : 3;
+  int shape[3] = {x->C, x->H, x->W};
+  if (nd == 1) shape[0] = x->F;
+  TENSORS_BEGIN;
+  TENSOR("weight", true, nd, shape, x->F, x->F, NN__INIT_ONES, 0);
+  TENSOR("bias", true, nd, shape, x->F, x->F, NN__INIT_ZEROS, 0);
+  return node_commit(m, &t);
+}
+
+int nn_dropout(nn_model *m, const char *name, float p) {
+  nn__node t;
+  int rc = node_begin(m, &t, NN__DROPOUT, name);
+  if (rc) return rc;
+  if (!(p >= 0 && p <= 1))
+    return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': p %g must be in [0, 1]", t.name, (double)p);
+  const nn__node *x = cur(m, &t);
+  t.p = p;
+  set_shape(&t, x->C, x->H, x->W);
+  return node_commit(m, &t);
+}
+
+int nn_flatten(nn_model *m, const char *name) {
+  nn__node t;
+  int rc = node_begin(m, &t, NN__FLATTEN, name);
+  if (rc) return rc;
+  set_shape(&t, cur(m, &t)->F, 1, 1);
+  return node_commit(m, &t);
+}
+
+int nn_reshape(nn_model *m, const char *name, int C, int H, int W) {
+  nn__node t;
+  int rc = node_begin(m, &t, NN__RESHAPE, name);
+  if (rc) return rc;
+  const nn__node *x = cur(m, &t);
+  if (C < 1 || H < 1 || W < 1 || (long long)C * H * W != x->F)
+    return model_fail(m, SHOAL_ESHAPE,
+                      "nn: layer '%s': cannot reshape (%d, %d, %d) (%d features) to (%d, %d, %d)",
+                      t.name, x->C, x->H, x->W, x->F, C, H, W);
+  set_shape(&t, C, H, W);
+  return node_commit(m, &t);
+}
+
+int nn_embedding(nn_model *m, const char *name, int num, int dim) {
+  nn__node t;
+  int rc = node_begin(m, &t, NN__EMBEDDING, name);
+  if (rc) return rc;
+  if (num < 1 || dim < 1)
+    return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': num %d and dim %d must be positive", t.name,
+                      num, dim);
+  const nn__node *x = cur(m, &t);
+  if ((long long)x->F * dim > (1 << 28))
+    return model_fail(m, SHOAL_ESHAPE, "nn: layer '%s': output of %d x %d features is too large",
+                      t.name, x->F, dim);
+  t.num = num, t.dim = dim;
+  set_shape(&t, x->F * dim, 1, 1);
+  TENSORS_BEGIN;
+  TENSOR("weight", true, 2, (int[]){num, dim}, dim, num, NN__INIT_NORMAL, 0);
+  return node_commit(m, &t);
+}
+
+int nn_activation(nn_model *m, const char *name, nn_act act, float alpha) {
+  nn__node t;
+  int rc = node_begin(m, &t, NN__ACT, name);
+  if (rc) return rc;
+  if ((int)act < NN_RELU || (int)act > NN_LOG_SOFTMAX)
+    return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': unknown activation %d", t.name, (int)act);
+  if (!isfinite(alpha))
+    return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': alpha must be finite", t.name);
+  const nn__node *x = cur(m, &t);
+  t.act = act, t.alpha = alpha;
+  set_shape(&t, x->C, x->H, x->W);
+  return node_commit(m, &t);
+}
+
+static int rnn_cell(nn_model *m, nn__kind kind, const char *name, int hidden) {
+  nn__node t;
+  int rc = node_begin(m, &t, kind, name);
+  if (rc) return rc;
+  const nn__node *x = cur(m, &t);
+  int ng = kind == NN__LSTM ? 4 : 3; /* gates */
+  int ns = kind == NN__LSTM ? 2 : 1; /* state vectors in the input: h (and c) */
+  if (hidden < 1)
+    return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': hidden %d must be positive", t.name,
+                      hidden);
+  int I = x->F - ns * hidden;
+  if (I < 1)
+    return model_fail(m, SHOAL_ESHAPE,
+                      "nn: layer '%s': input has %d features; a %s with hidden %d needs [x | h%s] "
+                      "= I + %d*%d with I >= 1",
+                      t.name, x->F, kind_names[kind], hidden, ns == 2 ? " | c" : "", ns, hidden);
+  t.hidden = hidden;
+  t.num = I; /* input size */
+  set_shape(&t, ns * hidden, 1, 1);
+  float bound = 1.0f / sqrtf((float)hidden);
+  TENSORS_BEGIN;
+  TENSOR("weight_ih", true, 2, (int[]){ng * hidden, I}, I, ng * hidden, NN__INIT_UNIFORM, bound);
+  TENSOR("weight_hh", true, 2, (int[]){ng * hidden, hidden}, hidden, ng * hidden, NN__INIT_UNIFORM,
+         bound);
+  TENSOR("bias_ih", true, 1, (int[]){ng * hidden}, hidden, ng * hidden, NN__INIT_UNIFORM, bound);
+  TENSOR("bias_hh", true, 1, (int[]){ng * hidden}, hidden, ng * hidden, NN__INIT_UNIFORM, bound);
+  return node_commit(m, &t);
+}
+
+int nn_lstm_cell(nn_model *m, const char *name, int hidden) {
+  return rnn_cell(m, NN__LSTM, name, hidden);
+}
+int nn_gru_cell(nn_model *m, const char *name, int hidden) {
+  return rnn_cell(m, NN__GRU, name, hidden);
+}
+
+int nn_slice(nn_model *m, const char *name, int start, int count) {
+  nn__node t;
+  int rc = node_begin(m, &t, NN__SLICE, name);
+  if (rc) return rc;
+  const nn__node *x = cur(m, &t);
+  if (start < 0 || count < 1 || start > x->C - count)
+    return model_fail(m, SHOAL_ERANGE,
+                      "nn: layer '%s': slice [%d, %d) is outside the input's %d channels", t.name,
+                      start, start + count, x->C);
+  t.start = start, t.count = count;
+  set_shape(&t, count, x->H, x->W);
+  return node_commit(m, &t);
+}
+
+static int two_input(nn_model *m, nn__kind kind, const char *name, int a, int b) {
+  nn__node t;
+  int rc = node_begin(m, &t, kind, name);
+  if (rc) return rc;
+  if (a < 0 || a >= m->n_nodes || b < 0 || b >= m->n_nodes)
+    return model_fail(m, SHOAL_ERANGE,
+                      "nn: layer '%s': inputs %d and %d: the model has nodes 0..%d", t.name, a, b,
+                      m->n_nodes - 1);
+  const nn__node *x = &m->nodes[a], *y = &m->nodes[b];
+  t.in[0] = a, t.in[1] = b, t.n_in = 2;
+  if (kind == NN__ADD) {
+    if (x->C != y->C || x->H != y->H || x->W != y->W)
+      return model_fail(m, SHOAL_ESHAPE,
+                        "nn: layer '%s': cannot add '%s' (%d, %d, %d) and '%s' (%d, %d, %d)",
+                        t.name, x->name, x->C, x->H, x->W, y->name, y->C, y->H, y->W);
+    set_shape(&t, x->C, x->H, x->W);
+  } else {
+    if (x->H != y->H || x->W != y->W)
+      return model_fail(m, SHOAL_ESHAPE,
+                        "nn: layer '%s': cannot concatenate '%s' (%d, %d, %d) and '%s' (%d, %d, "
+                        "%d): H and W differ",
+                        t.name, x->name, x->C, x->H, x->W, y->name, y->C, y->H, y->W);
+    set_shape(&t, x->C + y->C, x->H, x->W);
+  }
+  return node_commit(m, &t);
+}
+
+int nn_add(nn_model *m, const char *name, int a, int b) {
+  return two_input(m, NN__ADD, name, a, b);
+}
+int nn_concat(nn_model *m, const char *name, int a, int b) {
+  return two_input(m, NN__CONCAT, name, a, b);
+}
+
+int nn_model_set_output(nn_model *m, int node) {
+  if (!m) return SHOAL_EINVAL;
+  if (m->built) return model_fail(m, SHOAL_ESTATE, "nn: set_output: the model is already built");
+  if (node < 0 || node >= m->n_nodes)
+    return model_fail(m, SHOAL_ERANGE, "nn: set_output: no node %d (the model has %d)", node,
+                      m->n_nodes);
+  m->output = node;
+  return 0;
+}
+
+/* ---- build -------------------------------------------------------------------------- */
+
+static float *alloc_floats(size_t n) {
+  size_t bytes = (n ? n : 1) * sizeof(float);
+  bytes = (bytes + 63) & ~(size_t)63;
+  float *p = aligned_alloc(64, bytes);
+  if (p) memset(p, 0, bytes);
+  return p;
+}
+
+static void init_tensor(float *w, const nn__tensor *t, shoal_rng *rng) {
+  for (size_t i = 0; i < t->numel; i++) {
+    switch (t->init) {
+      case NN__INIT_UNIFORM: w[i] = t->bound * (2.0f * shoal_rng_uniformf(rng) - 1.0f); break;
+      case NN__INIT_NORMAL: w[i] = (float)shoal_rng_normal(rng); break;
+      case NN__INIT_ONES: w[i] = 1.0f; break;
+      case NN__INIT_ZEROS: w[i] = 0.0f; break;
+    }
+  }
+}
+
+static bool is_view(nn__kind k) { return k == NN__FLATTEN || k == NN__RESHAPE; }
+
+int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) {
+  if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: build: model is NULL");
+  if (m->built) return shoal_error_set(err, SHOAL_ESTATE, "nn: build: the model is already built");
+  if (m->err_code) return shoal_error_set(err, m->err_code, "%s", m->err_msg);
+  if (m->n_nodes < 2)
+    return shoal_error_set(err, SHOAL_ESTATE, "nn: build: the model has %s",
+                           m->n_nodes ? "no layers" : "no input (nn_input) and no layers");
+  if (max_batch < 1)
+    return shoal_error_set(err, SHOAL_EINVAL, "nn: build: max_batch %d must be >= 1", max_batch);
+  if (m->output < 0) m->output = m->n_nodes - 1;
+  if (m->output == 0)
+    return shoal_error_set(err, SHOAL_EINVAL, "nn: build: the output is the input node");
+
+  /* Live nodes: the output's ancestors. Consumers are counted among them. */
+  for (int i = 0; i < m->n_nodes; i++) m->nodes[i].live = false, m->nodes[i].consumers = 0;
+  m->nodes[m->output].live = true;
+  for (int i = m->output; i >= 0; i--) {
+    nn__node *n = &m->nodes[i];
+    if (!n->live) continue;
+    for (int k = 0; k < n->n_in; k++) {
+      m->nodes[n->in[k]].live = true;
+      m->nodes[n->in[k]].consumers++;
+    }
+  }
+
+  /* State tensors after the parameters, each group in layer order. */
+  nn__tensor *sorted = malloc((size_t)(m->n_tensors ? m->n_tensors : 1) * sizeof *sorted);
+  if (!sorted) return shoal_error_set(err, SHOAL_ENOMEM, "nn: build: out of memory");
+  int j = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < m->n_tensors; i++)
+      if (m->tensors[i].trainable == (pass == 0)) sorted[j++] = m->tensors[i];
+
+  m->params = alloc_floats(m->n_params);
+  m->grads = alloc_floats(m->n_params);
+  m->state = alloc_floats(m->n_state);
+
+  size_t total = 0, scratch = 0;
+  for (int i = 0; i < m->n_nodes; i++) {
+    nn__node *n = &m->nodes[i];
+    if (!n->live) continue;
+    size_t f = (size_t)max_batch * (size_t)n->F;
+    size_t own = (i == 0 || is_view(n->kind)) ? 0 : f; /* input and views borrow their out */
+    n->cache_n = nn__cpu_cache_floats(m, n, max_batch);
+    total += own + f + n->cache_n + 16; /* +16: keep each buffer 64-byte aligned */
+    size_t s = nn__cpu_scratch_floats(m, n, max_batch);
+    if (s > scratch) scratch = s;
+  }
+  m->arena = alloc_floats(total);
+  m->scratch = alloc_floats(scratch);
+  m->scratch_n = scratch;
+  int rc = 0;
+  if (!m->params || !m->grads || !m->state || !m->arena || !m->scratch) {
+    rc = shoal_error_set(err, SHOAL_ENOMEM,
+                         "nn: build: out of memory for %zu parameters and %zu activation floats",
+                         m->n_params, total);
+    goto fail;
+  }
+  float *p = m->arena;
+  for (int i = 0; i < m->n_nodes; i++) {
+    nn__node *n = &m->nodes[i];
+    if (!n->live) continue;
+    size_t f = (size_t)max_batch * (size_t)n->F;
+#define TAKE(dst, cnt)               \
+  do {                               \
+    dst = p;                         \
+    p += ((cnt) + 15) & ~(size_t)15; \
+  } while (0)
+    if (!(i == 0 || is_view(n->kind))) TAKE(n->out, f);
+    TAKE(n->dout_buf, f);
+    if (n->cache_n)
+      TAKE(n->cache, n->cache_n);
+    else
+      n->cache = NULL;
+#undef TAKE
+    if (n->kind == NN__MAXPOOL) {
+      n->idx = malloc(f * sizeof *n->idx);
+      if (!n->idx) {
+        rc = shoal_error_set(err, SHOAL_ENOMEM, "nn: build: layer '%s': out of memory", n->name);
+        goto fail;
+      }
+    }
+  }
+
+  /* Initialise in registration order (each layer's weight before its bias). */
+  shoal_rng rng;
+  shoal_rng_seed(&rng, seed);
+  for (int i = 0; i < m->n_tensors; i++) {
+    const nn__tensor *t = &m->tensors[i];
+    init_tensor((t->trainable ? m->params : m->state) + t->offset, t, &rng);
+  }
+  memcpy(m->tensors, sorted, (size_t)m->n_tensors * sizeof *sorted);
+  free(sorted);
+  /* Dropout draws from its own stream, so masks do not depend on the init. */
+  shoal_rng_seed(&m->rng, seed ^ 0x9e3779b97f4a7c15ull);
+  m->max_batch = max_batch;
+  m->built = true;
+  return 0;
+
+fail:
+  free(sorted);
+  for (int i = 0; i < m->n_nodes; i++) free(m->nodes[i].idx), m->nodes[i].idx = NULL;
+  free(m->params), free(m->grads), free(m->state), free(m->arena), free(m->scratch);
+  m->params = m->grads = m->state = m->arena = m->scratch = NULL;
+  return rc;
+}
+
+void nn_model_set_training(nn_model *m, bool training) {
+  if (m) m->training = training;
+}
+
+bool nn_model_training(const nn_model *m) { return m && m->training; }
+int nn_model_max_batch(const nn_model *m) { return m && m->built ? m->max_batch : 0; }
+
+/* ---- forward / backward ---------------------------------------------------------------- */
+
+int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_error *err) {
+  if (!m || !x) return shoal_error_set(err, SHOAL_EINVAL, "nn: forward: model or input is NULL");
+  if (!m->built) return shoal_error_set(err, SHOAL_ESTATE, "nn: forward: the model is not built");
+  if (B < 1 || B > m->max_batch)
+    return shoal_error_set(err, SHOAL_EINVAL, "nn: forward: batch %d is outside [1, %d]", B,
+                           m->max_batch);
+  nn__node *in = &m->nodes[0];
+  size_t nx = (size_t)B * (size_t)in->F;
+  for (size_t i = 0; i < nx; i++) {
+    if (!isfinite(x[i]))
+      return shoal_error_set(
+          err, SHOAL_ENAN, "nn: forward: input x[%zu] (sample %zu, feature %zu) is %s", i,
+          i / (size_t)in->F, i % (size_t)in->F, isnan(x[i]) ? "NaN" : "infinite");
+  }
+  m->B = 0; /* a failed forward leaves nothing for backward */
+  m->x = x;
+  in->out = (float *)x;
+  for (int i = 1; i < m->n_nodes; i++) {
+    nn__node *n = &m->nodes[i];
+    if (!n->live) continue;
+    n->fwd_training = m->training;
+    int rc = m->be->ops[n->kind]->forward(m, n, B, err);
+    if (rc) return rc;
+  }
+  m->B = B;
+  if (y) *y = m->nodes[m->output].out;
+  return 0;
+}
+
+float *nn__dinput(nn_model *m, nn__node *n, int k, bool *accumulate) {
+  nn__node *x = &m->nodes[n->in[k]];
+  if (!x->need_grad) return NULL;
+  *accumulate = x->written;
+  x->written = true;
+  return x->dout;
+}
+
+int nn_model_backward(nn_model *m, const float *dy, const float **dx, shoal_error *err) {
+  if (!m || !dy) return shoal_error_set(err, SHOAL_EINVAL, "nn: backward: model or dy is NULL");
+  if (!m->built || m->B < 1)
+    return shoal_error_set(err, SHOAL_ESTATE, "nn: backward: no forward to go back through");
+  int B = m->B;
+  /* A node's output gradient is needed when it or an ancestor has parameters, or
+   * when the caller wants the input gradient. */
+  for (int i = 0; i < m->n_nodes; i++) {
+    nn__node *n = &m->nodes[i];
+    n->written = false;
+    n->dout = n->dout_buf;
+    if (i == 0) {
+      n->need_grad = dx != NULL;
+      continue;
+    }
+    n->need_grad = n->has_params;
+    for (int k = 0; k < n->n_in; k++) n->need_grad |= m->nodes[n->in[k]].need_grad;
+  }
+  nn__node *o = &m->nodes[m->output];
+  o->dout = (float *)dy;
+  o->written = true;
+  for (int i = m->output; i >= 1; i--) {
+    nn__node *n = &m->nodes[i];
+    if (!n->live || !n->written || !n->need_grad) continue;
+    m->be->ops[n->kind]->backward(m, n, B);
+  }
+  if (dx) {
+    nn__node *in = &m->nodes[0];
+    /* An input no path reaches (it cannot happen in a built graph, but keep dx sane). */
+    if (!in->written) memset(in->dout_buf, 0, (size_t)B * (size_t)in->F * sizeof(float));
+    *dx = in->dout_buf;
+  }
+  return 0;
+}
+
+void nn_model_zero_grad(nn_model *m) {
+  if (m && m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
+}
+
+float *nn_model_params(nn_model *m, size_t *n) {
+  if (n) *n = m ? m->n_params : 0;
+  return m ? m->params : NULL;
+}
+float *nn_model_grads(nn_model *m, size_t *n) {
+  if (n) *n = m ? m->n_params : 0;
+  return m ? m->grads : NULL;
+}
+float *nn_model_state(nn_model *m, size_t *n) {
+  if (n) *n = m ? m->n_state : 0;
+  return m ? m->state : NULL;
+}
+
+/* ---- the tensor table ------------------------------------------------------------------ */
+
+int nn_model_tensor_count(const nn_model *m) { return m ? m->n_tensors : 0; }
+
+static void fill_info(const nn__tensor *t, nn_tensor_info *info) {
+  info->name = t->name;
+  info->ndim = t->ndim;
+  for (int i = 0; i < 4; i++) info->shape[i] = i < t->ndim ? t->shape[i] : 0;
+  info->offset = t->offset;
+  info->numel = t->numel;
+  info->trainable = t->trainable;
+  info->fan_in = t->fan_in;
+  info->fan_out = t->fan_out;
+}
+
+int nn_model_tensor(const nn_model *m, int i, nn_tensor_info *info) {
+  if (!m || !info || i < 0 || i >= m->n_tensors) return SHOAL_ERANGE;
+  fill_info(&m->tensors[i], info);
+  return 0;
+}
+
+int nn_model_find_tensor(const nn_model *m, const char *name, nn_tensor_info *info) {
+  if (!m || !name) return SHOAL_EINVAL;
+  for (int i = 0; i < m->n_tensors; i++) {
+    if (!strcmp(m->tensors[i].name, name)) {
+      if (info) fill_info(&m->tensors[i], info);
+      return 0;
+    }
+  }
+  return SHOAL_ENOENT;
+}
+
+static void shape_str(const nn__tensor *t, char *buf, size_t n) {
+  int k = snprintf(buf, n, "(");
+  for (int i = 0; i < t->ndim && k < (int)n; i++)
+    k += snprintf(buf + k, n - (size_t)k, i ? ", %d" : "%d", t->shape[i]);
+  if (k < (int)n) snprintf(buf + k, n - (size_t)k, ")");
+}
+
+int nn_model_copy(nn_model *dst, const nn_model *src, shoal_error *err) {
+  if (!dst || !src) return shoal_error_set(err, SHOAL_EINVAL, "nn: copy: model is NULL");
+  if (!dst->built || !src->built)
+    return shoal_error_set(err, SHOAL_ESTATE, "nn: copy: both models must be built");
+  if (dst->n_tensors != src->n_tensors)
+    return shoal_error_set(err, SHOAL_ESHAPE, "nn: copy: source has %d tensors, destination %d",
+                           src->n_tensors, dst->n_tensors);
+  for (int i = 0; i < src->n_tensors; i++) {
+    const nn__tensor *a = &src->tensors[i], *b = &dst->tensors[i];
+    bool same = !strcmp(a->name, b->name) && a->ndim == b->ndim && a->trainable == b->trainable &&
+                a->offset == b->offset;
+    for (int k = 0; same && k < a->ndim; k++) same = a->shape[k] == b->shape[k];
+    if (!same) {
+      char sa[64], sb[64];
+      shape_str(a, sa, sizeof sa);
+      shape_str(b, sb, sizeof sb);
+      return shoal_error_set(err, SHOAL_ESHAPE,
+                             "nn: copy: tensor %d is '%s' %s in the source, '%s' %s in the "
+                             "destination",
+                             i, a->name, sa, b->name, sb);
+    }
+  }
+  if (dst == src) return 0;
+  memcpy(dst->params, src->params, src->n_params * sizeof(float));
+  memcpy(dst->state, src->state, src->n_state * sizeof(float));
+  return 0;
+}
+
+double nn_model_flops_per_sample(const nn_model *m) {
+  if (!m) return 0;
+  double f = 0;
+  for (int i = 1; i < m->n_nodes; i++) {
+    const nn__node *n = &m->nodes[i];
+    if (m->built && !n->live) continue;
+    const nn__node *x = &m->nodes[n->in[0]];
+    switch (n->kind) {
+      case NN__DENSE: f += 2.0 * x->F * n->F; break;
+      case NN__CONV: f += 2.0 * n->F * x->C * n->kh * n->kw; break;
+      case NN__CONVT: f += 2.0 * x->F * n->C * n->kh * n->kw; break;
+      case NN__LSTM: f += 2.0 * 4 * n->hidden * (n->num + n->hidden); break;
+      case NN__GRU: f += 2.0 * 3 * n->hidden * (n->num + n->hidden); break;
+      default: break;
+    }
+  }
+  return f;
+}
+
+const char *nn__kind_name(nn__kind k) { return kind_names[k]; }

@@ -1,0 +1,279 @@
+/*
+ * nn/optim.c — SGD, Adam, AdamW and RMSprop as torch.optim (1.13) computes them, one
+ * loop over the flat parameter buffer with the moments in buffers of the same layout.
+ *
+ * Each step first sums the squared gradient in double: that gives the global norm for
+ * clipping (torch.nn.utils.clip_grad_norm_) and, in the same pass, detects a NaN or an
+ * infinity, in which case the step is skipped and nothing changes. Per-element
+ * arithmetic is float in torch's order; scalars (bias corrections, step sizes) are
+ * computed in double as torch's Python code does.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/nn.h"
+
+struct nn_optim {
+  nn_optim_config cfg;
+  float *params; /* (n,), borrowed from the model or the caller */
+  float *grads;  /* (n,), borrowed */
+  size_t n;
+  float *mom;        /* one allocation holding the buffers below */
+  float *buf;        /* (n,) sgd momentum, rmsprop momentum; NULL when unused */
+  float *exp_avg;    /* (n,) adam m, rmsprop centered grad average */
+  float *exp_avg_sq; /* (n,) adam v, rmsprop square average */
+  long step;         /* steps taken (skipped steps not counted) */
+  float last_norm;
+};
+
+nn_optim_config nn_optim_defaults(nn_optim_kind kind) {
+  nn_optim_config c;
+  memset(&c, 0, sizeof c);
+  c.kind = kind;
+  c.beta1 = 0.9f;
+  c.beta2 = 0.999f;
+  c.eps = 1e-8f;
+  c.alpha = 0.99f;
+  switch (kind) {
+    case NN_SGD: c.lr = 0.01f; break;
+    case NN_ADAM: c.lr = 1e-3f; break;
+    case NN_ADAMW:
+      c.lr = 1e-3f;
+      c.weight_decay = 0.01f;
+      break;
+    case NN_RMSPROP: c.lr = 0.01f; break;
+  }
+  return c;
+}
+
+static int check_config(const nn_optim_config *c, shoal_error *err) {
+  const char *names[] = {"sgd", "adam", "adamw", "rmsprop"};
+  if ((unsigned)c->kind > NN_RMSPROP)
+    return shoal_error_set(err, SHOAL_EINVAL, "nn: optimizer: unknown kind %d", (int)c->kind);
+  const char *k = names[c->kind];
+#define BAD(cond, ...) \
+  if (cond) return shoal_error_set(err, SHOAL_EINVAL, __VA_ARGS__)
+  BAD(!(c->lr >= 0) || !isfinite(c->lr), "nn: %s: lr %g must be finite and >= 0", k, (double)c->lr);
+  BAD(!(c->weight_decay >= 0) || !isfinite(c->weight_decay),
+      "nn: %s: weight_decay %g must be finite and >= 0", k, (double)c->weight_decay);
+  BAD(!(c->clip_norm >= 0) || !isfinite(c->clip_norm), "nn: %s: clip_norm %g must be >= 0", k,
+      (double)c->clip_norm);
+  BAD(!(c->momentum >= 0 && c->momentum < 1) && c->kind != NN_ADAM && c->kind != NN_ADAMW,
+      "nn: %s: momentum %g must be in [0, 1)", k, (double)c->momentum);
+  if (c->kind == NN_SGD) {
+    BAD(!(c->dampening >= 0 && c->dampening <= 1), "nn: sgd: dampening %g must be in [0, 1]",
+        (double)c->dampening);
+    BAD(c->nesterov && (c->momentum <= 0 || c->dampening != 0),
+        "nn: sgd: nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
+        (double)c->momentum, (double)c->dampening);
+  }
+  if (c->kind == NN_ADAM || c->kind == NN_ADAMW) {
+    BAD(!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1),
+        "nn: %s: betas (%g, %g) must be in [0, 1)", k, (double)c->beta1, (double)c->beta2);
+  }
+  if (c->kind != NN_SGD)
+    BAD(!(c->eps >= 0) || !isfinite(c->eps), "nn: %s: eps %g must be finite and >= 0", k,
+        (double)c->eps);
+  if (c->kind == NN_RMSPROP)
+    BAD(!(c->alpha >= 0 && c->alpha <= 1), "nn: rmsprop: alpha %g must be in [0, 1]",
+        (double)c->alpha);
+#undef BAD
+  return 0;
+}
+
+nn_optim *nn_optim_create_buffers(float *params, float *grads, size_t n, const nn_optim_config *cfg,
+                                  shoal_error *err) {
+  if (!params || !grads || !cfg || n == 0) {
+    shoal_error_set(err, SHOAL_EINVAL, "nn: optimizer: NULL buffers or config, or no parameters");
+    return NULL;
+  }
+  if (check_config(cfg, err)) return NULL;
+  int nbuf = 0;
+  bool use_buf = cfg->momentum > 0 && (cfg->kind == NN_SGD || cfg->kind == NN_RMSPROP);
+  bool use_avg =
+      cfg->kind == NN_ADAM || cfg->kind == NN_ADAMW || (cfg->kind == NN_RMSPROP && cfg->centered);
+  bool use_sq = cfg->kind != NN_SGD;
+  nbuf = use_buf + use_avg + use_sq;
+  nn_optim *o = calloc(1, sizeof *o);
+  if (!o) goto nomem;
+  o->cfg = *cfg;
+  o->params = params;
+  o->grads = grads;
+  o->n = n;
+  if (nbuf) {
+    if (n > SIZE_MAX / sizeof(float) / (size_t)nbuf) goto nomem;
+    o->mom = calloc((size_t)nbuf * n, sizeof(float));
+    if (!o->mom) goto nomem;
+    float *p = o->mom;
+    if (use_buf) o->buf = p, p += n;
+    if (use_avg) o->exp_avg = p, p += n;
+    if (use_sq) o->exp_avg_sq = p;
+  }
+  return o;
+nomem:
+  free(o);
+  shoal_error_set(err, SHOAL_ENOMEM, "nn: optimizer: cannot allocate moments for %zu parameters",
+                  n);
+  return NULL;
+}
+
+nn_optim *nn_optim_create(nn_model *m, const nn_optim_config *cfg, shoal_error *err) {
+  if (!m) {
+    shoal_error_set(err, SHOAL_EINVAL, "nn: optimizer: NULL model");
+    return NULL;
+  }
+  size_t n = 0, ng = 0;
+  float *p = nn_model_params(m, &n), *g = nn_model_grads(m, &ng);
+  if (!p || !g || n != ng) {
+    shoal_error_set(err, SHOAL_ESTATE,
+                    "nn: optimizer: the model is not built or has no parameters");
+    return NULL;
+  }
+  return nn_optim_create_buffers(p, g, n, cfg, err);
+}
+
+void nn_optim_destroy(nn_optim *o) {
+  if (!o) return;
+  free(o->mom);
+  free(o);
+}
+
+void nn_optim_set_lr(nn_optim *o, float lr) { o->cfg.lr = lr; }
+float nn_optim_lr(const nn_optim *o) { return o->cfg.lr; }
+float nn_optim_last_grad_norm(const nn_optim *o) { return o->last_norm; }
+long nn_optim_steps(const nn_optim *o) { return o->step; }
+
+void nn_optim_reset(nn_optim *o) {
+  if (o->mom) {
+    size_t nbuf = (o->buf != NULL) + (o->exp_avg != NULL) + (o->exp_avg_sq != NULL);
+    memset(o->mom, 0, nbuf * o->n * sizeof(float));
+  }
+  o->step = 0;
+}
+
+static double sum_squares(const float *g, size_t n) {
+  /* four partial sums: the loop vectorises and rounding grows slower */
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += (double)g[i] * g[i];
+    s1 += (double)g[i + 1] * g[i + 1];
+    s2 += (double)g[i + 2] * g[i + 2];
+    s3 += (double)g[i + 3] * g[i + 3];
+  }
+  for (; i < n; i++) s0 += (double)g[i] * g[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+/* torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1, multiplied in. A
+ * non-finite norm leaves g as it is (torch would spread the NaN over every gradient). */
+static void scale_to(float *g, size_t n, float norm, float max_norm) {
+  float coef = max_norm / (norm + 1e-6f);
+  if (coef < 1.0f)
+    for (size_t i = 0; i < n; i++) g[i] *= coef;
+}
+
+float nn_clip_grad_norm(float *g, size_t n, float max_norm) {
+  float norm = (float)sqrt(sum_squares(g, n));
+  if (isfinite(norm) && max_norm >= 0) scale_to(g, n, norm, max_norm);
+  return norm;
+}
+
+static void step_sgd(nn_optim *o) {
+  const nn_optim_config *c = &o->cfg;
+  float *p = o->params, *buf = o->buf;
+  const float *g = o->grads;
+  float lr = c->lr, wd = c->weight_decay, mu = c->momentum, damp = 1.0f - c->dampening;
+  bool first = o->step == 0; /* torch starts the buffer as a copy of the first d_p */
+  for (size_t i = 0; i < o->n; i++) {
+    float d = g[i];
+    if (wd != 0) d += wd * p[i];
+    if (buf) {
+      float b = first ? d : mu * buf[i] + damp * d;
+      buf[i] = b;
+      d = c->nesterov ? d + mu * b : b;
+    }
+    p[i] -= lr * d;
+  }
+}
+
+static void step_adam(nn_optim *o) {
+  const nn_optim_config *c = &o->cfg;
+  float *p = o->params, *m = o->exp_avg, *v = o->exp_avg_sq;
+  const float *g = o->grads;
+  double t = (double)(o->step + 1);
+  double bc1 = 1.0 - pow((double)c->beta1, t), bc2 = 1.0 - pow((double)c->beta2, t);
+  float step_size = (float)((double)c->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+  float b1 = c->beta1, b2 = c->beta2, eps = c->eps, wd = c->weight_decay;
+  float one_b1 = 1.0f - b1, one_b2 = 1.0f - b2;
+  bool decoupled = c->kind == NN_ADAMW;
+  /* AdamW (Loshchilov & Hutter 2019): p *= 1 - lr wd before the Adam update */
+  float shrink = (float)(1.0 - (double)c->lr * c->weight_decay);
+  for (size_t i = 0; i < o->n; i++) {
+    float gi = g[i];
+    if (decoupled)
+      p[i] *= shrink;
+    else if (wd != 0)
+      gi += wd * p[i];
+    float mi = b1 * m[i] + one_b1 * gi;
+    float vi = b2 * v[i] + one_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float denom = sqrtf(vi) / bc2_sqrt + eps;
+    p[i] -= step_size * (mi / denom);
+  }
+}
+
+static void step_rmsprop(nn_optim *o) {
+  const nn_optim_config *c = &o->cfg;
+  float *p = o->params, *sq = o->exp_avg_sq, *ga = o->exp_avg, *buf = o->buf;
+  const float *g = o->grads;
+  float lr = c->lr, wd = c->weight_decay, a = c->alpha, one_a = 1.0f - c->alpha;
+  float eps = c->eps, mu = c->momentum;
+  for (size_t i = 0; i < o->n; i++) {
+    float gi = g[i];
+    if (wd != 0) gi += wd * p[i];
+    float s = a * sq[i] + one_a * gi * gi;
+    sq[i] = s;
+    float var = s;
+    if (ga) {
+      float gm = a * ga[i] + one_a * gi;
+      ga[i] = gm;
+      var = s - gm * gm;
+      if (var < 0) var = 0; /* rounding; mathematically var >= 0 */
+    }
+    float avg = sqrtf(var) + eps;
+    if (buf) {
+      float b = mu * buf[i] + gi / avg;
+      buf[i] = b;
+      p[i] -= lr * b;
+    } else {
+      p[i] -= lr * (gi / avg);
+    }
+  }
+}
+
+int nn_optim_step(nn_optim *o, shoal_error *err) {
+  float norm = (float)sqrt(sum_squares(o->grads, o->n));
+  o->last_norm = norm;
+  if (!isfinite(norm)) {
+    size_t i = 0;
+    while (i < o->n && isfinite(o->grads[i])) i++;
+    if (i == o->n)
+      return shoal_error_set(err, SHOAL_ENAN,
+                             "nn: optimizer: gradient norm overflows float; step skipped");
+    return shoal_error_set(err, SHOAL_ENAN,
+                           "nn: optimizer: gradient[%zu] is %g; step skipped, parameters kept", i,
+                           (double)o->grads[i]);
+  }
+  if (o->cfg.clip_norm > 0) scale_to(o->grads, o->n, norm, o->cfg.clip_norm);
+  switch (o->cfg.kind) {
+    case NN_SGD: step_sgd(o); break;
+    case NN_ADAM:
+    case NN_ADAMW: step_adam(o); break;
+    case NN_RMSPROP: step_rmsprop(o); break;
+  }
+  o->step++;
+  return 0;
+}
