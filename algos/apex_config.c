@@ -1,0 +1,63 @@
+/* The keys of an Ape-X run's config: one schema shared by `shoal run` (which checks
+ * the file and stores the resolved config), the learner and the actors (which read the
+ * resolved file). */
+#include "algos/algos.h"
+
+static const cfg_key apex_keys[] = {
+    /* run */
+    {"run.name", CFG_STRING, "", 0, -1, "run id; empty: <config name>-<time>"},
+    {"run.seed", CFG_INT, "1", 0, 1e15, "seed of networks, envs and exploration"},
+    {"run.max_env_steps", CFG_INT, "0", 0, 1e15, "stop after this many env steps (0: no limit)"},
+    {"run.max_seconds", CFG_FLOAT, "0", 0, 1e9, "stop after this wall time (0: no limit)"},
+    {"run.solve_return", CFG_FLOAT, "0", -1e12, 1e12,
+     "stop once the mean greedy evaluation return reaches this (0: never)"},
+    {"run.eval_episodes", CFG_INT, "100", 1, 100000, "episodes of each solve check and eval"},
+    {"run.eval_every_s", CFG_FLOAT, "5", 0.1, 1e6, "seconds between solve checks"},
+    {"store.uri", CFG_STRING, "file://runs", 0, -1, "where runs live: file://DIR or mongodb://"},
+    /* environment and actors */
+    {"env.id", CFG_STRING, "CartPole-v1", 0, -1, "environment (envs registry name)"},
+    {"env.num_envs", CFG_INT, "16", 1, 4096, "envs per actor, stepped as one vector env"},
+    {"actors", CFG_INT, "2", 1, 1024, "actor processes"},
+    {"actor.send_steps", CFG_INT, "32", 1, 100000, "vector steps per pushed batch"},
+    {"actor.pull_steps", CFG_INT, "400", 1, 1e9, "vector steps between parameter pulls"},
+    {"actor.eps", CFG_FLOAT, "0.4", 0, 1, "Ape-X exploration base ε"},
+    {"actor.eps_alpha", CFG_FLOAT, "7", 0, 100, "Ape-X ε_i = ε^(1 + α i/(N−1))"},
+    {"actor.queue_batches", CFG_INT, "64", 1, 1e6, "batches an actor holds when the learner lags"},
+    /* learner */
+    {"learner.listen", CFG_STRING, "127.0.0.1:0", 0, -1, "gRPC address; port 0 picks one"},
+    {"learner.device", CFG_STRING, "auto", 0, -1, "cpu, cuda or auto"},
+    {"learner.batch", CFG_INT, "64", 1, 65536, "transitions per update"},
+    {"learner.warmup", CFG_INT, "1000", 1, 1e12, "transitions held before training starts"},
+    {"learner.replay_ratio", CFG_FLOAT, "8", 0.01, 1e6,
+     "most transitions sampled per transition inserted (the rate limiter)"},
+    {"learner.publish_every", CFG_INT, "10", 1, 1e9, "updates between parameter versions"},
+    {"learner.snapshot_every_s", CFG_FLOAT, "30", 0.1, 1e9, "seconds between snapshots"},
+    {"learner.log_every_s", CFG_FLOAT, "1", 0.05, 3600, "seconds between progress lines"},
+    {"learner.threads", CFG_INT, "1", 1, 256, "nn threads of the trainer"},
+    {"learner.token", CFG_STRING, "", 0, -1, "shared token actors must present (empty: none)"},
+    /* replay */
+    {"replay.capacity", CFG_INT, "100000", 64, 2e9, "slots of the replay memory"},
+    {"replay.prioritized", CFG_BOOL, "true", 0, -1, "proportional prioritized replay"},
+    {"replay.alpha", CFG_FLOAT, "0.6", 0, 10, "PER priority exponent"},
+    {"replay.beta0", CFG_FLOAT, "0.4", 0, 1, "PER importance exponent at the start"},
+    {"replay.beta_steps", CFG_INT, "20000", 1, 1e15, "updates over which β anneals to 1"},
+    {"replay.eps", CFG_FLOAT, "1e-6", 1e-12, 1, "PER priority floor"},
+    /* the DQN */
+    {"dqn.net", CFG_STRING, "mlp", 0, -1, "mlp or minatar"},
+    {"dqn.hidden0", CFG_INT, "64", 0, 65536, "first hidden width (mlp)"},
+    {"dqn.hidden1", CFG_INT, "64", 0, 65536, "second hidden width (mlp; 0: none)"},
+    {"dqn.dueling", CFG_BOOL, "true", 0, -1, "dueling heads"},
+    {"dqn.double", CFG_BOOL, "true", 0, -1, "double Q-learning targets"},
+    {"dqn.n_step", CFG_INT, "3", 1, 1000, "n of the n-step return"},
+    {"dqn.gamma", CFG_FLOAT, "0.99", 0, 1, "discount"},
+    {"dqn.lr", CFG_FLOAT, "1e-3", 1e-9, 10, "Adam learning rate"},
+    {"dqn.adam_eps", CFG_FLOAT, "1e-8", 1e-12, 1, "Adam ε"},
+    {"dqn.clip_norm", CFG_FLOAT, "10", 0, 1e9, "global gradient-norm clip (0: none)"},
+    {"dqn.huber_delta", CFG_FLOAT, "1", 1e-6, 1e6, "Huber threshold"},
+    {"dqn.target_period", CFG_INT, "500", 1, 1e9, "updates between target syncs"},
+};
+
+const cfg_key *apex_schema(int *n) {
+  *n = (int)(sizeof apex_keys / sizeof *apex_keys);
+  return apex_keys;
+}

@@ -1,0 +1,306 @@
+/* Ape-X DQN: the network, act() and learn(). See algos/algos.h for the maths. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algos/algos.h"
+
+struct dqn {
+  dqn_config cfg;
+  bool learner;
+  nn_model *online; /* (B, obs) -> (B, A) or, dueling, (B, 1 + A) = [V | A] */
+  nn_model *target; /* learner only */
+  nn_optim *opt;    /* learner only */
+  int out_dim;      /* A or 1 + A */
+  int64_t updates;
+  /* Buffers sized for max_batch at create, so act() and learn() allocate nothing. */
+  float *q;        /* (B, A) Q-values of the last dqn_q / act */
+  float *q_next;   /* (B, A) online Q(s', ·) */
+  int32_t *a_next; /* (B) argmax_a Q_online(s', a) */
+  float *y;        /* (B) targets */
+  float *pred;     /* (B) Q(s, a) */
+  float *dpred;    /* (B) d loss / d Q(s, a) */
+  float *dout;     /* (B, out_dim) d loss / d network output */
+};
+
+dqn_config dqn_defaults(void) {
+  dqn_config c = {0};
+  c.obs_c = 1;
+  c.obs_h = 1;
+  c.obs_w = 1;
+  c.num_actions = 2;
+  c.net = DQN_NET_MLP;
+  c.hidden[0] = 64;
+  c.hidden[1] = 64;
+  c.dueling = true;
+  c.double_q = true;
+  c.n_step = 3;
+  c.gamma = 0.99f;
+  c.lr = 1e-3f;
+  c.adam_eps = 1e-8f; /* torch's default; Ape-X's Atari setting used RMSProp instead */
+  c.clip_norm = 10.0f;
+  c.huber_delta = 1.0f;
+  c.target_period = 500;
+  c.max_batch = 256;
+  c.seed = 1;
+  return c;
+}
+
+static int build_net(const dqn_config *c, nn_model *m, int out_dim, shoal_error *err) {
+  int rc = nn_input(m, c->obs_c, c->obs_h, c->obs_w);
+  if (rc < 0) return rc;
+  char name[32];
+  if (c->net == DQN_NET_MINATAR) {
+    /* MinAtar's DQN (Young & Tian 2019): one conv layer of 16 3x3 filters, stride 1,
+     * then a 128-unit hidden layer. */
+    if ((rc = nn_conv2d(m, "conv1", 16, 3, 3, 1, 0, 1)) < 0) return rc;
+    if ((rc = nn_activation(m, "conv1_relu", NN_RELU, 0)) < 0) return rc;
+    if ((rc = nn_dense(m, "fc1", 128)) < 0) return rc;
+    if ((rc = nn_activation(m, "fc1_relu", NN_RELU, 0)) < 0) return rc;
+  } else {
+    for (int i = 0; i < 2 && c->hidden[i] > 0; i++) {
+      snprintf(name, sizeof name, "fc%d", i + 1);
+      if ((rc = nn_dense(m, name, c->hidden[i])) < 0) return rc;
+      snprintf(name, sizeof name, "fc%d_relu", i + 1);
+      if ((rc = nn_activation(m, name, NN_RELU, 0)) < 0) return rc;
+    }
+  }
+  if (c->dueling) {
+    int trunk = nn_model_current(m);
+    int v = nn_dense(m, "value", 1);
+    if (v < 0) return v;
+    if ((rc = nn_model_select(m, trunk)) < 0) return rc;
+    int a = nn_dense(m, "advantage", c->num_actions);
+    if (a < 0) return a;
+    if ((rc = nn_concat(m, "heads", v, a)) < 0) return rc;
+  } else {
+    if ((rc = nn_dense(m, "q", out_dim)) < 0) return rc;
+  }
+  return nn_model_build(m, c->max_batch, c->seed, err);
+}
+
+static int check_config(const dqn_config *c, shoal_error *err) {
+  if (c->obs_c < 1 || c->obs_h < 1 || c->obs_w < 1)
+    return shoal_error_set(err, SHOAL_EINVAL, "dqn: observation shape %dx%dx%d is not positive",
+                           c->obs_c, c->obs_h, c->obs_w);
+  if (c->num_actions < 1)
+    return shoal_error_set(err, SHOAL_EINVAL, "dqn: num_actions %d < 1", c->num_actions);
+  if (c->max_batch < 1)
+    return shoal_error_set(err, SHOAL_EINVAL, "dqn: max_batch %d < 1", c->max_batch);
+  if (!(c->gamma >= 0 && c->gamma <= 1))
+    return shoal_error_set(err, SHOAL_EINVAL, "dqn: gamma %g outside [0, 1]", c->gamma);
+  if (c->target_period < 1)
+    return shoal_error_set(err, SHOAL_EINVAL, "dqn: target_period %d < 1", c->target_period);
+  if (!(c->lr > 0) || !(c->huber_delta > 0))
+    return shoal_error_set(err, SHOAL_EINVAL, "dqn: lr and huber_delta must be positive");
+  return 0;
+}
+
+dqn *dqn_create(const dqn_config *cfg, nn_device device, bool learner, shoal_error *err) {
+  if (check_config(cfg, err)) return NULL;
+  dqn *d = calloc(1, sizeof *d);
+  if (!d) {
+    shoal_error_set(err, SHOAL_ENOMEM, "dqn: out of memory");
+    return NULL;
+  }
+  d->cfg = *cfg;
+  d->learner = learner;
+  d->out_dim = cfg->num_actions + (cfg->dueling ? 1 : 0);
+  size_t B = (size_t)cfg->max_batch, A = (size_t)cfg->num_actions;
+  d->q = malloc(B * A * sizeof *d->q);
+  d->q_next = malloc(B * A * sizeof *d->q_next);
+  d->a_next = malloc(B * sizeof *d->a_next);
+  d->y = malloc(B * sizeof *d->y);
+  d->pred = malloc(B * sizeof *d->pred);
+  d->dpred = malloc(B * sizeof *d->dpred);
+  d->dout = malloc(B * (size_t)d->out_dim * sizeof *d->dout);
+  if (!d->q || !d->q_next || !d->a_next || !d->y || !d->pred || !d->dpred || !d->dout) {
+    shoal_error_set(err, SHOAL_ENOMEM, "dqn: out of memory");
+    goto fail;
+  }
+  if (!(d->online = nn_model_create(device, err))) goto fail;
+  if (build_net(cfg, d->online, d->out_dim, err)) goto fail;
+  if (learner) {
+    if (!(d->target = nn_model_create(device, err))) goto fail;
+    if (build_net(cfg, d->target, d->out_dim, err)) goto fail;
+    if (nn_model_copy(d->target, d->online, err)) goto fail;
+    nn_optim_config oc = nn_optim_defaults(NN_ADAM);
+    oc.lr = cfg->lr;
+    oc.eps = cfg->adam_eps;
+    oc.clip_norm = cfg->clip_norm;
+    if (!(d->opt = nn_optim_create(d->online, &oc, err))) goto fail;
+  }
+  nn_model_set_training(d->online, learner);
+  if (d->target) nn_model_set_training(d->target, false);
+  return d;
+fail:
+  dqn_destroy(d);
+  return NULL;
+}
+
+void dqn_destroy(dqn *d) {
+  if (!d) return;
+  nn_optim_destroy(d->opt);
+  nn_model_destroy(d->target);
+  nn_model_destroy(d->online);
+  free(d->q);
+  free(d->q_next);
+  free(d->a_next);
+  free(d->y);
+  free(d->pred);
+  free(d->dpred);
+  free(d->dout);
+  free(d);
+}
+
+nn_model *dqn_model(dqn *d) { return d->online; }
+const dqn_config *dqn_get_config(const dqn *d) { return &d->cfg; }
+
+/* Network output -> Q. Dueling: Q_k = V + A_k − mean_j A_j (Wang et al. 2016, eq. 9). */
+static void heads_to_q(const dqn *d, const float *out, int B, float *q) {
+  int A = d->cfg.num_actions;
+  for (int i = 0; i < B; i++) {
+    const float *o = out + (size_t)i * d->out_dim;
+    float *qi = q + (size_t)i * A;
+    if (!d->cfg.dueling) {
+      memcpy(qi, o, (size_t)A * sizeof *qi);
+      continue;
+    }
+    float mean = 0;
+    for (int k = 0; k < A; k++) mean += o[1 + k];
+    mean /= (float)A;
+    for (int k = 0; k < A; k++) qi[k] = o[0] + o[1 + k] - mean;
+  }
+}
+
+static int argmax(const float *x, int n) {
+  int best = 0;
+  for (int k = 1; k < n; k++)
+    if (x[k] > x[best]) best = k;
+  return best;
+}
+
+static int q_of(dqn *d, nn_model *m, const float *obs, int B, float *q, shoal_error *err) {
+  if (B < 1 || B > d->cfg.max_batch)
+    return shoal_error_set(err, SHOAL_EINVAL, "dqn: batch %d outside [1, %d]", B, d->cfg.max_batch);
+  const float *out;
+  int rc = nn_model_forward(m, obs, B, &out, err);
+  if (rc) return rc;
+  heads_to_q(d, out, B, q);
+  return 0;
+}
+
+int dqn_q(dqn *d, const float *obs, int B, const float **q, shoal_error *err) {
+  int rc = q_of(d, d->online, obs, B, d->q, err);
+  if (!rc) *q = d->q;
+  return rc;
+}
+
+int dqn_act(dqn *d, const float *obs, int B, float eps, shoal_rng *rng, int32_t *actions,
+            const float **q, shoal_error *err) {
+  int rc = q_of(d, d->online, obs, B, d->q, err);
+  if (rc) return rc;
+  int A = d->cfg.num_actions;
+  for (int i = 0; i < B; i++) {
+    if (eps > 0 && shoal_rng_uniformf(rng) < eps)
+      actions[i] = (int32_t)shoal_rng_below(rng, (uint64_t)A);
+    else
+      actions[i] = argmax(d->q + (size_t)i * A, A);
+  }
+  if (q) *q = d->q;
+  return 0;
+}
+
+float dqn_actor_epsilon(int i, int n, float eps, float alpha) {
+  if (n <= 1) return eps;
+  return powf(eps, 1.0f + alpha * (float)i / (float)(n - 1));
+}
+
+int dqn_learn(dqn *d, const dqn_batch *b, float *priorities, dqn_stats *stats, shoal_error *err) {
+  if (!d->learner) return shoal_error_set(err, SHOAL_ESTATE, "dqn: learn() on an actor-side dqn");
+  int B = b->B, A = d->cfg.num_actions;
+  if (B < 1 || B > d->cfg.max_batch)
+    return shoal_error_set(err, SHOAL_EINVAL, "dqn: batch %d outside [1, %d]", B, d->cfg.max_batch);
+  for (int i = 0; i < B; i++) {
+    if (b->action[i] < 0 || b->action[i] >= A)
+      return shoal_error_set(err, SHOAL_ERANGE, "dqn: batch item %d has action %d, not in [0, %d)",
+                             i, (int)b->action[i], A);
+    if (!isfinite(b->ret[i]) || !isfinite(b->discount[i]) || (b->weight && !isfinite(b->weight[i])))
+      return shoal_error_set(err, SHOAL_ENAN,
+                             "dqn: batch item %d has a non-finite return, "
+                             "discount or weight",
+                             i);
+  }
+  int rc;
+  /* Targets. Double Q: the online net picks a*, the target net values it. */
+  if (d->cfg.double_q) {
+    if ((rc = q_of(d, d->online, b->next_obs, B, d->q_next, err))) return rc;
+    for (int i = 0; i < B; i++) d->a_next[i] = argmax(d->q_next + (size_t)i * A, A);
+  }
+  if ((rc = q_of(d, d->target, b->next_obs, B, d->q_next, err))) return rc;
+  for (int i = 0; i < B; i++) {
+    const float *qn = d->q_next + (size_t)i * A;
+    float boot = d->cfg.double_q ? qn[d->a_next[i]] : qn[argmax(qn, A)];
+    d->y[i] = b->ret[i] + b->discount[i] * boot;
+  }
+  /* Prediction: the forward whose activations backward uses comes last. */
+  const float *out;
+  if ((rc = nn_model_forward(d->online, b->obs, B, &out, err))) return rc;
+  heads_to_q(d, out, B, d->q);
+  double qsum = 0;
+  for (int i = 0; i < B; i++) {
+    d->pred[i] = d->q[(size_t)i * A + b->action[i]];
+    qsum += d->pred[i];
+  }
+  float loss;
+  rc = nn_huber_loss(&loss, d->dpred, d->pred, d->y, b->weight, B, 1, d->cfg.huber_delta, err);
+  if (rc) return rc;
+  /* d loss / d output: only Q(s, a) carries gradient. Dueling: dV = dQ_a and
+   * dA_k = [k = a] dQ_a − dQ_a / A, from Q_k = V + A_k − mean(A). */
+  memset(d->dout, 0, (size_t)B * d->out_dim * sizeof *d->dout);
+  for (int i = 0; i < B; i++) {
+    float *g = d->dout + (size_t)i * d->out_dim;
+    float dq = d->dpred[i];
+    if (d->cfg.dueling) {
+      g[0] = dq;
+      for (int k = 0; k < A; k++) g[1 + k] = -dq / (float)A;
+      g[1 + b->action[i]] += dq;
+    } else {
+      g[b->action[i]] = dq;
+    }
+  }
+  nn_model_zero_grad(d->online);
+  if ((rc = nn_model_backward(d->online, d->dout, NULL, err))) return rc;
+  if ((rc = nn_optim_step(d->opt, err))) return rc;
+  d->updates++;
+  if (d->updates % d->cfg.target_period == 0 && (rc = nn_model_copy(d->target, d->online, err)))
+    return rc;
+  if (priorities)
+    for (int i = 0; i < B; i++) priorities[i] = fabsf(d->y[i] - d->pred[i]);
+  if (stats) {
+    stats->loss = loss;
+    stats->grad_norm = nn_optim_last_grad_norm(d->opt);
+    stats->q_mean = (float)(qsum / B);
+    stats->updates = d->updates;
+  }
+  return 0;
+}
+
+int dqn_sync_target(dqn *d, shoal_error *err) {
+  if (!d->target) return shoal_error_set(err, SHOAL_ESTATE, "dqn: no target network on an actor");
+  return nn_model_copy(d->target, d->online, err);
+}
+
+int dqn_load_params(dqn *d, const float *params, size_t n, shoal_error *err) {
+  size_t have;
+  float *p = nn_model_params(d->online, &have);
+  if (n != have)
+    return shoal_error_set(err, SHOAL_ESHAPE, "dqn: %zu parameters received, the network has %zu",
+                           n, have);
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(params[i]))
+      return shoal_error_set(err, SHOAL_ENAN, "dqn: parameter %zu is not finite", i);
+  memcpy(p, params, n * sizeof *p);
+  return 0;
+}
