@@ -30,6 +30,9 @@ static const cfg_key apex_keys[] = {
     {"learner.warmup", CFG_INT, "1000", 1, 1e12, "transitions held before training starts"},
     {"learner.replay_ratio", CFG_FLOAT, "8", 0.01, 1e6,
      "most transitions sampled per transition inserted (the rate limiter)"},
+    {"learner.ratio_tolerance", CFG_FLOAT, "0", 0, 1e15,
+     "samples the insert side may run ahead of replay_ratio before inserts wait "
+     "(0: 4 batches of every actor)"},
     {"learner.publish_every", CFG_INT, "10", 1, 1e9, "updates between parameter versions"},
     {"learner.snapshot_every_s", CFG_FLOAT, "30", 0.1, 1e9, "seconds between snapshots"},
     {"learner.log_every_s", CFG_FLOAT, "1", 0.05, 3600, "seconds between progress lines"},

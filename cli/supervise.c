@@ -33,7 +33,7 @@ typedef struct sup_child {
   int index;
   char *name;
   char **argv;
-  bool restart, essential;
+  bool restart, essential, deferred;
   int stop_order, max_restarts;
   child_state state;
   incarnation *inc; /* the running one, or NULL */
@@ -123,6 +123,7 @@ int sup_add(sup *s, const sup_child_spec *spec, shoal_error *err) {
   c->essential = spec->essential;
   c->stop_order = spec->stop_order;
   c->max_restarts = spec->max_restarts;
+  c->deferred = spec->deferred;
   c->delay_s = s->backoff_first_s;
   s->children[s->n++] = c;
   return c->index;
@@ -406,6 +407,42 @@ void sup_stop(sup *s, bool failed, const char *why) {
   advance_stop(s);
 }
 
+int sup_set_argv(sup *s, int index, char *const *argv, shoal_error *err) {
+  if (index < 0 || index >= s->n)
+    return shoal_error_set(err, SHOAL_ERANGE, "supervisor: no child %d", index);
+  sup_child *c = s->children[index];
+  int argc = 0;
+  while (argv[argc]) argc++;
+  if (argc == 0) return shoal_error_set(err, SHOAL_EINVAL, "supervisor: empty argv");
+  char **na = calloc((size_t)argc + 1, sizeof *na);
+  if (!na) return shoal_error_set(err, SHOAL_ENOMEM, "supervisor: out of memory");
+  for (int i = 0; i < argc; i++) {
+    if (!(na[i] = strdup(argv[i]))) {
+      for (int j = 0; j < i; j++) free(na[j]);
+      free(na);
+      return shoal_error_set(err, SHOAL_ENOMEM, "supervisor: out of memory");
+    }
+  }
+  for (char **a = c->argv; *a; a++) free(*a);
+  free(c->argv);
+  c->argv = na;
+  return 0;
+}
+
+int sup_launch(sup *s, int index, char *const *argv, shoal_error *err) {
+  if (index < 0 || index >= s->n)
+    return shoal_error_set(err, SHOAL_ERANGE, "supervisor: no child %d", index);
+  sup_child *c = s->children[index];
+  if (!c->deferred || c->state != CHILD_IDLE || s->stopping || !s->loop_live)
+    return shoal_error_set(err, SHOAL_ESTATE, "supervisor: %s cannot be launched now", c->name);
+  if (argv) {
+    int rc = sup_set_argv(s, index, argv, err);
+    if (rc) return rc;
+  }
+  start_child(c);
+  return 0;
+}
+
 int sup_signal(sup *s, int index, int signum) {
   if (index < 0 || index >= s->n) return SHOAL_ERANGE;
   sup_child *c = s->children[index];
@@ -455,7 +492,8 @@ int sup_run(sup *s, shoal_error *err) {
     uv_timer_init(&s->loop, &s->children[i]->timer);
     s->children[i]->timer.data = s->children[i];
   }
-  for (int i = 0; i < s->n && !s->stopping; i++) start_child(s->children[i]);
+  for (int i = 0; i < s->n && !s->stopping; i++)
+    if (!s->children[i]->deferred) start_child(s->children[i]);
   if (s->stopping) advance_stop(s);
   uv_run(&s->loop, UV_RUN_DEFAULT);
   if (s->failed) return shoal_error_set(err, SHOAL_ECLOSED, "supervisor: %s", s->why);

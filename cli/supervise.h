@@ -30,6 +30,7 @@ typedef struct sup_child_spec {
   bool essential;    /* when it exits for good, the supervisor stops the rest */
   int stop_order;    /* lower stops first */
   int max_restarts;  /* 0: unlimited */
+  bool deferred;     /* not started by sup_run: sup_launch starts it */
 } sup_child_spec;
 
 /* on_line: a complete line (without its newline) that child `index` wrote on stdout;
@@ -68,6 +69,12 @@ int sup_run(sup *s, shoal_error *err);
 /* Asks for an orderly stop; callable from the callbacks (and thus from the loop's
  * thread only). failed marks the run as failed (sup_run then returns an error). */
 void sup_stop(sup *s, bool failed, const char *why);
+/* Starts a deferred child, from a callback once the loop runs (e.g. actors once the
+ * learner says where it listens). argv, when not NULL, replaces the child's (copied).
+ * SHOAL_ESTATE when it is not a deferred child that has not started, or when stopping. */
+int sup_launch(sup *s, int index, char *const *argv, shoal_error *err);
+/* Replaces the argv used for a child's later starts and restarts (copied). */
+int sup_set_argv(sup *s, int index, char *const *argv, shoal_error *err);
 /* Sends a signal to a running child (tests use it to crash actors). */
 int sup_signal(sup *s, int index, int signum);
 /* Current figures of child index. */

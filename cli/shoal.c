@@ -1,0 +1,469 @@
+/*
+ * shoal: the command line.
+ *   shoal run CONFIG [--set key=value ...] [--quiet] [--log-json]
+ *   shoal run --resume RUN [--store URI] [--set key=value ...]
+ *   shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]
+ *
+ * `run` resolves the config, records the run in the store, and supervises one learner
+ * and N actors (cli/supervise.h): the learner first, the actors once it listens; a
+ * crashed actor is restarted with backoff, a crashed learner is restarted and resumes
+ * from its latest snapshot; Ctrl-C or SIGTERM stops the actors, then the learner (which
+ * writes a final snapshot). One progress line a second, then a summary.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "algos/algos.h"
+#include "cli/supervise.h"
+#include "config/config.h"
+#include "envs/envs.h"
+#include "nn/nn.h"
+#include "store/store.h"
+
+static char bindir[PATH_MAX];
+
+static int fail(const char *what, const shoal_error *err) {
+  fprintf(stderr, "shoal: %s: %s\n", what, err->msg[0] ? err->msg : shoal_strerror(err->code));
+  return 1;
+}
+
+/* The folder of this executable: shoal-learner and shoal-actor live beside it. */
+static void find_bindir(void) {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    snprintf(bindir, sizeof bindir, ".");
+    return;
+  }
+  self[n] = 0;
+  snprintf(bindir, sizeof bindir, "%s", dirname(self));
+}
+
+/* Reads "key":<number> from a flat JSON line; NAN when absent. */
+static double json_num(const char *line, const char *key) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(line, pat);
+  if (!p) return NAN;
+  p += strlen(pat);
+  if (!strncmp(p, "null", 4)) return NAN;
+  char *end;
+  double v = strtod(p, &end);
+  return end == p ? NAN : v;
+}
+
+/* Reads "key":"<text>" into out; false when absent. */
+static bool json_str(const char *line, const char *key, char *out, size_t cap) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":\"", key);
+  const char *p = strstr(line, pat);
+  if (!p) return false;
+  p += strlen(pat);
+  size_t i = 0;
+  while (p[i] && p[i] != '"' && i + 1 < cap) out[i] = p[i], i++;
+  out[i] = 0;
+  return true;
+}
+
+static void human(char *buf, size_t cap, double v) {
+  if (isnan(v))
+    snprintf(buf, cap, "-");
+  else if (fabs(v) >= 1e6)
+    snprintf(buf, cap, "%.2fM", v / 1e6);
+  else if (fabs(v) >= 1e4)
+    snprintf(buf, cap, "%.1fk", v / 1e3);
+  else
+    snprintf(buf, cap, "%.0f", v);
+}
+
+/* ---- shoal run ------------------------------------------------------------------ */
+
+typedef struct run_ctx {
+  sup *s;
+  const char *run, *cfg_path, *host;
+  int actors, learner_idx, first_actor;
+  bool quiet, json, launched;
+  char done_line[2048];
+  char last_progress[2048];
+  int port;
+} run_ctx;
+
+static void on_line(void *ud, int index, const char *name, const char *line) {
+  run_ctx *r = ud;
+  if (index != r->learner_idx) {
+    if (!r->quiet) printf("[%s] %s\n", name, line);
+    return;
+  }
+  char event[32] = "";
+  if (!json_str(line, "event", event, sizeof event)) {
+    if (!r->quiet) printf("[learner] %s\n", line);
+    return;
+  }
+  if (r->json) {
+    printf("%s\n", line);
+    fflush(stdout);
+  }
+  if (!strcmp(event, "listening")) {
+    int port = (int)json_num(line, "port");
+    char addr[300], listen_set[320];
+    snprintf(addr, sizeof addr, "%s:%d", r->host, port);
+    shoal_error err = {0};
+    if (!r->launched) {
+      /* A restarted learner must come back on the same port, where the actors look. */
+      snprintf(listen_set, sizeof listen_set, "learner.listen=%s", addr);
+      char learner_bin[PATH_MAX + 32];
+      snprintf(learner_bin, sizeof learner_bin, "%s/shoal-learner", bindir);
+      char *largv[] = {learner_bin, "--config", (char *)r->cfg_path, "--run", (char *)r->run,
+                       "--resume",  "--set",    listen_set,          NULL};
+      if (sup_set_argv(r->s, r->learner_idx, largv, &err)) fprintf(stderr, "shoal: %s\n", err.msg);
+      for (int i = 0; i < r->actors; i++) {
+        char actor_bin[PATH_MAX + 32], idx[16];
+        snprintf(actor_bin, sizeof actor_bin, "%s/shoal-actor", bindir);
+        snprintf(idx, sizeof idx, "%d", i);
+        char *aargv[] = {actor_bin, "--config", (char *)r->cfg_path, "--run", (char *)r->run,
+                         "--index", idx,        "--learner",         addr,    NULL};
+        if (sup_launch(r->s, r->first_actor + i, aargv, &err))
+          fprintf(stderr, "shoal: %s\n", err.msg);
+      }
+      r->launched = true;
+      r->port = port;
+      if (!r->quiet && !r->json)
+        printf("shoal: run %s: learner on %s (%s), %d actors\n", r->run, addr,
+               json_str(line, "device", event, sizeof event) ? event : "cpu", r->actors);
+    } else if (!r->quiet && !r->json) {
+      printf("shoal: learner restarted on %s\n", addr);
+    }
+  } else if (!strcmp(event, "progress")) {
+    snprintf(r->last_progress, sizeof r->last_progress, "%s", line);
+    if (r->quiet || r->json) return;
+    char steps[32], sps[32], smp[32], upd[32], ups[32], rep[32], ret[32] = "-", ev[32] = "-";
+    human(steps, sizeof steps, json_num(line, "env_steps"));
+    human(sps, sizeof sps, json_num(line, "sps"));
+    human(smp, sizeof smp, json_num(line, "samples_s"));
+    human(upd, sizeof upd, json_num(line, "updates"));
+    human(ups, sizeof ups, json_num(line, "ups"));
+    human(rep, sizeof rep, json_num(line, "replay"));
+    double r100 = json_num(line, "return100"), e = json_num(line, "eval");
+    if (!isnan(r100)) snprintf(ret, sizeof ret, "%.1f", r100);
+    if (!isnan(e)) snprintf(ev, sizeof ev, "%.1f", e);
+    printf(
+        "%6.0fs  steps %s (%s/s)  ingest %s/s  updates %s (%s/s)  replay %s  return100 %s  "
+        "eval %s  v%.0f\n",
+        json_num(line, "t"), steps, sps, smp, upd, ups, rep, ret, ev, json_num(line, "version"));
+    fflush(stdout);
+  } else if (!strcmp(event, "done")) {
+    snprintf(r->done_line, sizeof r->done_line, "%s", line);
+  }
+}
+
+static int cmd_run(int argc, char **argv) {
+  const char *cfg_file = NULL, *resume = NULL, *store_uri = NULL;
+  const char *sets[128];
+  int nsets = 0;
+  bool quiet = false, json = false;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--set") && i + 1 < argc && nsets < 128)
+      sets[nsets++] = argv[++i];
+    else if (!strncmp(argv[i], "--set=", 6) && nsets < 128)
+      sets[nsets++] = argv[i] + 6;
+    else if (!strcmp(argv[i], "--quiet"))
+      quiet = true;
+    else if (!strcmp(argv[i], "--log-json"))
+      json = true;
+    else if (!strcmp(argv[i], "--resume") && i + 1 < argc)
+      resume = argv[++i];
+    else if (!strcmp(argv[i], "--store") && i + 1 < argc)
+      store_uri = argv[++i];
+    else if (argv[i][0] != '-' && !cfg_file)
+      cfg_file = argv[i];
+    else {
+      fprintf(stderr, "shoal run: unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!cfg_file && !resume) {
+    fprintf(stderr,
+            "usage: shoal run CONFIG [--set key=value ...] [--quiet] [--log-json]\n"
+            "       shoal run --resume RUN [--store URI] [--set key=value ...]\n");
+    return 2;
+  }
+  shoal_error err = {0};
+  int nkeys;
+  const cfg_key *keys = apex_schema(&nkeys);
+  config *cfg = config_create(keys, nkeys, &err);
+  if (!cfg) return fail("config", &err);
+  store *st = NULL;
+  char run[64];
+  if (resume) {
+    /* The run's stored config, with any new overrides on top. */
+    if (store_open(&st, store_uri ? store_uri : "file://runs", &err)) return fail("store", &err);
+    store_run r = {0};
+    if (store_run_find(st, resume, &r, &err)) return fail("resume", &err);
+    int rc = config_load_string(cfg, r.config ? r.config : "", resume, &err);
+    store_run_clear(&r);
+    if (rc) return fail("resume: stored config", &err);
+    snprintf(run, sizeof run, "%s", resume);
+  } else if (config_load_file(cfg, cfg_file, &err)) {
+    return fail("config", &err);
+  }
+  for (int i = 0; i < nsets; i++)
+    if (config_set(cfg, sets[i], &err)) return fail("config", &err);
+  if (store_uri && !resume && config_set(cfg, "store.uri", &err)) return fail("config", &err);
+  if (config_check(cfg, &err)) return fail("config", &err);
+  /* Validate what children would only find later: the env and the device. */
+  env *probe;
+  if (env_make(&probe, config_string(cfg, "env.id"), &err)) return fail("config: env.id", &err);
+  env_destroy(probe);
+
+  if (!resume) {
+    const char *name = config_string(cfg, "run.name");
+    if (name[0]) {
+      snprintf(run, sizeof run, "%s", name);
+    } else {
+      char base[PATH_MAX];
+      snprintf(base, sizeof base, "%s", cfg_file);
+      char *b = basename(base), *dot = strrchr(b, '.');
+      if (dot) *dot = 0;
+      time_t t = time(NULL);
+      struct tm tm;
+      localtime_r(&t, &tm);
+      char stamp[32];
+      strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+      snprintf(run, sizeof run, "%.40s-%.15s", b, stamp);
+    }
+    if (!store_name_valid(run)) {
+      fprintf(stderr, "shoal: run name '%s' is not valid (1-63 of [A-Za-z0-9._-])\n", run);
+      return 1;
+    }
+    if (store_open(&st, config_string(cfg, "store.uri"), &err)) return fail("store", &err);
+  }
+  char *yaml = NULL;
+  if (config_dump(cfg, &yaml, &err)) return fail("config", &err);
+  if (!resume && store_run_create(st, run, yaml, STORE_RUN_RUNNING, &err))
+    return fail("store: creating the run", &err);
+  if (resume) store_run_set_status(st, run, STORE_RUN_RUNNING, NULL);
+
+  /* The children read the resolved config from a file of their own. */
+  const char *tmp = getenv("TMPDIR");
+  char cfg_path[PATH_MAX];
+  snprintf(cfg_path, sizeof cfg_path, "%s/shoal-%s-XXXXXX.yaml", tmp && tmp[0] ? tmp : "/tmp", run);
+  int fd = mkstemps(cfg_path, 5);
+  if (fd < 0 || write(fd, yaml, strlen(yaml)) != (ssize_t)strlen(yaml) || close(fd)) {
+    fprintf(stderr, "shoal: writing %s: %s\n", cfg_path, strerror(errno));
+    return 1;
+  }
+  free(yaml);
+
+  run_ctx ctx = {0};
+  ctx.run = run;
+  ctx.cfg_path = cfg_path;
+  ctx.actors = (int)config_int(cfg, "actors");
+  ctx.quiet = quiet;
+  ctx.json = json;
+  static char host[256];
+  snprintf(host, sizeof host, "%s", config_string(cfg, "learner.listen"));
+  char *colon = strrchr(host, ':');
+  if (colon) *colon = 0;
+  if (!strcmp(host, "0.0.0.0") || !host[0]) snprintf(host, sizeof host, "127.0.0.1");
+  ctx.host = host;
+
+  sup *s = sup_create(&err);
+  if (!s) return fail("supervisor", &err);
+  ctx.s = s;
+  char learner_bin[PATH_MAX + 32];
+  snprintf(learner_bin, sizeof learner_bin, "%s/shoal-learner", bindir);
+  char *largv[] = {learner_bin, "--config", cfg_path, "--run", run, "--resume", NULL};
+  sup_child_spec ls = {"learner", largv, true, true, 1, 20, false};
+  ctx.learner_idx = sup_add(s, &ls, &err);
+  for (int i = 0; i < ctx.actors; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "actor-%d", i);
+    char actor_bin[PATH_MAX + 32];
+    snprintf(actor_bin, sizeof actor_bin, "%s/shoal-actor", bindir);
+    char *aargv[] = {actor_bin, NULL};
+    sup_child_spec as = {name, aargv, true, false, 0, 0, true};
+    int idx = sup_add(s, &as, &err);
+    if (idx < 0) return fail("supervisor", &err);
+    if (i == 0) ctx.first_actor = idx;
+  }
+  sup_set_callbacks(s, on_line, NULL, 0, &ctx);
+  sup_set_grace(s, 30);
+  double t0 = shoal_now_s();
+  int rc = sup_run(s, &err);
+  double wall = shoal_now_s() - t0;
+  sup_child_stats ls_stats;
+  sup_child_stats_get(s, ctx.learner_idx, &ls_stats);
+  int actor_restarts = 0;
+  for (int i = 0; i < ctx.actors; i++) {
+    sup_child_stats a;
+    sup_child_stats_get(s, ctx.first_actor + i, &a);
+    actor_restarts += a.restarts;
+  }
+  sup_destroy(s);
+  unlink(cfg_path);
+
+  if (ctx.done_line[0]) {
+    char reason[32] = "?", evs[96] = "";
+    json_str(ctx.done_line, "reason", reason, sizeof reason);
+    double e = json_num(ctx.done_line, "eval"), b = json_num(ctx.done_line, "best_eval");
+    if (isfinite(e)) snprintf(evs, sizeof evs, ", greedy eval %.1f (best %.1f)", e, b);
+    if (!json)
+      printf(
+          "shoal: run %s %s after %.1f s: %.0f env steps, %.0f updates, policy v%.0f%s; "
+          "restarts: learner %d, actors %d\n",
+          run, reason, wall, json_num(ctx.done_line, "env_steps"),
+          json_num(ctx.done_line, "updates"), json_num(ctx.done_line, "version"), evs,
+          ls_stats.restarts, actor_restarts);
+  }
+  if (rc) {
+    fprintf(stderr, "shoal: run %s failed: %s\n", run, err.msg);
+    store_run_set_status(st, run, STORE_RUN_FAILED, NULL);
+  }
+  store_close(st);
+  config_destroy(cfg);
+  return rc ? 1 : 0;
+}
+
+/* ---- shoal eval ----------------------------------------------------------------- */
+
+static int cmd_eval(int argc, char **argv) {
+  const char *run = NULL, *uri = "file://runs";
+  int episodes = 100;
+  bool best = false;
+  uint64_t seed = 12345;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--store") && i + 1 < argc)
+      uri = argv[++i];
+    else if (!strcmp(argv[i], "--episodes") && i + 1 < argc)
+      episodes = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+      seed = strtoull(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--best"))
+      best = true;
+    else if (argv[i][0] != '-' && !run)
+      run = argv[i];
+    else {
+      fprintf(stderr, "shoal eval: unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!run || episodes < 1 || episodes > 100000) {
+    fprintf(stderr, "usage: shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]\n");
+    return 2;
+  }
+  shoal_error err = {0};
+  store *st;
+  if (store_open(&st, uri, &err)) return fail("store", &err);
+  store_run r = {0};
+  if (store_run_find(st, run, &r, &err)) return fail("eval", &err);
+  int nkeys;
+  config *cfg = config_create(apex_schema(&nkeys), nkeys, &err);
+  if (!cfg || config_load_string(cfg, r.config ? r.config : "", run, &err))
+    return fail("eval: the run's config", &err);
+  store_run_clear(&r);
+  store_snapshot_meta meta;
+  void *bytes;
+  size_t len;
+  if (store_snapshot_get(st, run, best ? STORE_BEST : STORE_LATEST, &meta, &bytes, &len, &err))
+    return fail("eval: snapshot", &err);
+
+  env_vec *ev;
+  if (env_vec_create(&ev, config_string(cfg, "env.id"), episodes, NULL, &err))
+    return fail("eval: env", &err);
+  const env_spec *sp = env_vec_spec(ev);
+  dqn_config dc = dqn_defaults();
+  dc.obs_c = sp->obs.ndim >= 1 ? sp->obs.shape[0] : 1;
+  dc.obs_h = sp->obs.ndim >= 2 ? sp->obs.shape[1] : 1;
+  dc.obs_w = sp->obs.ndim >= 3 ? sp->obs.shape[2] : 1;
+  dc.num_actions = sp->act.n;
+  dc.net = strcmp(config_string(cfg, "dqn.net"), "minatar") == 0 ? DQN_NET_MINATAR : DQN_NET_MLP;
+  dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
+  dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
+  dc.dueling = config_bool(cfg, "dqn.dueling");
+  dc.max_batch = episodes;
+  dqn *q = dqn_create(&dc, NN_CPU, false, &err);
+  if (!q) return fail("eval: network", &err);
+  if (nn_model_load_buffer(dqn_model(q), bytes, len, &err)) return fail("eval: snapshot", &err);
+  free(bytes);
+
+  size_t F = (size_t)sp->obs.size, ob = env_space_bytes(&sp->obs);
+  bool u8 = sp->obs.dtype == ENV_UINT8;
+  void *obs = malloc((size_t)episodes * ob), *fin = malloc((size_t)episodes * ob);
+  float *obs_f = malloc((size_t)episodes * F * sizeof(float));
+  float *rew = malloc((size_t)episodes * sizeof(float));
+  uint8_t *term = malloc((size_t)episodes), *trunc = malloc((size_t)episodes);
+  uint8_t *done = calloc((size_t)episodes, 1);
+  int32_t *act = malloc((size_t)episodes * sizeof(int32_t));
+  double *ret = calloc((size_t)episodes, sizeof(double));
+  env_vec_reset(ev, seed, obs);
+  env_vec_out out = {obs, rew, term, trunc, fin};
+  shoal_rng rng;
+  shoal_rng_seed(&rng, seed);
+  int left = episodes, max_steps = sp->max_episode_steps > 0 ? sp->max_episode_steps : 27000;
+  for (int t = 0; t < max_steps && left > 0; t++) {
+    for (size_t i = 0; i < (size_t)episodes * F; i++)
+      obs_f[i] = u8 ? ((uint8_t *)obs)[i] : ((float *)obs)[i];
+    if (dqn_act(q, obs_f, episodes, 0.0f, &rng, act, NULL, &err)) return fail("eval: act", &err);
+    if (env_vec_step(ev, act, &out, &err)) return fail("eval: step", &err);
+    for (int i = 0; i < episodes; i++) {
+      if (done[i]) continue;
+      ret[i] += rew[i];
+      if (term[i] || trunc[i]) done[i] = 1, left--;
+    }
+  }
+  double mean = 0, var = 0, lo = INFINITY, hi = -INFINITY;
+  for (int i = 0; i < episodes; i++) mean += ret[i];
+  mean /= episodes;
+  for (int i = 0; i < episodes; i++) {
+    var += (ret[i] - mean) * (ret[i] - mean);
+    lo = ret[i] < lo ? ret[i] : lo;
+    hi = ret[i] > hi ? ret[i] : hi;
+  }
+  double sd = sqrt(var / episodes);
+  printf(
+      "eval %s (%s, snapshot v%lld, %lld env steps): return %.2f ± %.2f over %d episodes "
+      "(min %.1f, max %.1f)\n",
+      run, sp->id, (long long)meta.version, (long long)meta.env_steps, mean, sd, episodes, lo, hi);
+  free(obs), free(fin), free(obs_f), free(rew), free(term), free(trunc), free(done), free(act);
+  free(ret);
+  dqn_destroy(q);
+  env_vec_destroy(ev);
+  config_destroy(cfg);
+  store_close(st);
+  return 0;
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: shoal <command> ...\n"
+          "  run CONFIG [--set key=value ...] [--quiet] [--log-json]   train (Ape-X)\n"
+          "  run --resume RUN [--store URI]                            continue a run\n"
+          "  eval RUN [--store URI] [--episodes K] [--best]            play a snapshot\n"
+          "  envs                                                     list environments\n");
+}
+
+int main(int argc, char **argv) {
+  find_bindir();
+  if (argc < 2) {
+    usage();
+    return 2;
+  }
+  if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "eval")) return cmd_eval(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "envs")) {
+    const char *names[256];
+    int n = env_list(names, 256);
+    for (int i = 0; i < n && i < 256; i++) printf("%s\n", names[i]);
+    return 0;
+  }
+  usage();
+  return 2;
+}

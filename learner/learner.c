@@ -1,0 +1,751 @@
+/*
+ * shoal-learner: the Ape-X learner. Serves shoal.v1.Learner over gRPC, inserts what
+ * actors push into prioritized replay, trains the DQN, publishes parameters, writes
+ * snapshots and metrics through the store, evaluates the greedy policy, and prints one
+ * JSON progress line a second on stdout for `shoal run`.
+ *
+ *   shoal-learner --config RESOLVED.yaml --run RUN [--resume] [--set key=value ...]
+ *
+ * The first stdout line is {"event":"listening","port":P}; the last is
+ * {"event":"done",...}. SIGINT/SIGTERM stop it cleanly: a final snapshot, the replay
+ * saved (file stores), the store flushed; exit status 0.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "algos/algos.h"
+#include "config/config.h"
+#include "envs/envs.h"
+#include "replay/replay.h"
+#include "rpc/rpc.h"
+#include "store/store.h"
+
+/* The columns of an Ape-X SampleBatch, in the spec's order. Rows are grouped by env:
+ * that env's steps in time order, then one "tail" row per step that ended an episode,
+ * holding its final observation (other columns of a tail row are ignored). */
+enum { COL_OBS, COL_ACTION, COL_REWARD, COL_TERM, COL_TRUNC, COL_PRIO, COL_ENV, COL_TAIL, NCOLS };
+
+enum { RETURNS_KEPT = 100 };
+
+typedef struct learner {
+  config *cfg;
+  const char *run;
+  int actors, num_envs, A;
+  const env_spec *spec;
+  env *spec_env;
+  size_t obs_floats, obs_bytes;
+  bool obs_u8;
+  bool prioritized;
+
+  replay *mem;
+  dqn *q;
+  rpc_server *srv;
+  store *st;
+  store_writer *wr;
+  char replay_path[4096];
+
+  /* Episode returns, from the rewards and flags of each replay stream. */
+  pthread_mutex_t ep_mu;
+  double *stream_ret;
+  double returns[RETURNS_KEPT];
+  uint64_t episodes;
+  atomic_uint_fast64_t bad_batches;
+
+  /* The rate limiter (as Reverb's SampleToInsertRatio): the trainer samples at most
+   * replay_ratio transitions per transition inserted after warm-up, and inserts wait
+   * while the insert side is more than `tolerance` samples ahead, so the ratio, not
+   * the machine's speed, decides how often each transition is replayed. */
+  pthread_mutex_t rl_mu;
+  pthread_cond_t rl_cv;
+  atomic_int_fast64_t sampled;
+  double ratio, tolerance;
+  int64_t warmup;
+  atomic_bool stopping;
+  atomic_uint_fast64_t insert_waits;
+
+  /* The trainer's buffers for one batch. */
+  void *obs_b, *nobs_b;
+  float *obs_f, *nobs_f, *ret, *disc, *w, *prio;
+  int32_t *act;
+  int64_t *idx;
+  uint64_t *gen;
+
+  int64_t version, updates, env_steps_base, snapshots;
+  int64_t last_snapshot_version; /* each version is stored once */
+  double eval_return, best_eval;
+} learner;
+
+static volatile sig_atomic_t stop_signal = 0;
+static void on_signal(int sig) { stop_signal = sig; }
+
+static void die(const char *what, const shoal_error *err) {
+  fprintf(stderr, "shoal-learner: %s: %s\n", what,
+          err->msg[0] ? err->msg : shoal_strerror(err->code));
+  exit(1);
+}
+
+static void emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void emit(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stdout, fmt, ap);
+  va_end(ap);
+  fputc('\n', stdout);
+  fflush(stdout);
+}
+
+/* A number for a JSON line: NaN and infinities become null. */
+static const char *jnum(char *buf, size_t cap, double v) {
+  if (!isfinite(v)) return "null";
+  snprintf(buf, cap, "%.3f", v);
+  return buf;
+}
+
+static double unix_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- ingest: rpc server threads ------------------------------------------------ */
+
+static void count_episodes(learner *L, int stream, const float *reward, const uint8_t *term,
+                           const uint8_t *trunc, int n) {
+  pthread_mutex_lock(&L->ep_mu);
+  for (int i = 0; i < n; i++) {
+    L->stream_ret[stream] += reward[i];
+    if (term[i] || trunc[i]) {
+      L->returns[L->episodes % RETURNS_KEPT] = L->stream_ret[stream];
+      L->episodes++;
+      L->stream_ret[stream] = 0;
+    }
+  }
+  pthread_mutex_unlock(&L->ep_mu);
+}
+
+/* Room for n more inserts under the rate limiter; waits up to 2 s for the trainer.
+ * Returns 0 when there is room, else SHOAL_EFULL (the client resends later). */
+static int wait_for_room(learner *L, uint32_t n) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 2;
+  int rc = 0;
+  pthread_mutex_lock(&L->rl_mu);
+  for (;;) {
+    replay_stats rs;
+    replay_get_stats(L->mem, &rs);
+    double ahead = L->ratio * ((double)rs.inserted_steps + n - (double)L->warmup) -
+                   (double)atomic_load(&L->sampled);
+    if (ahead <= L->tolerance || atomic_load(&L->stopping)) break;
+    atomic_fetch_add(&L->insert_waits, 1);
+    if (pthread_cond_timedwait(&L->rl_cv, &L->rl_mu, &until) == ETIMEDOUT) {
+      rc = SHOAL_EFULL;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&L->rl_mu);
+  return rc;
+}
+
+static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
+  learner *L = user;
+  if (b->actor_id >= (uint64_t)L->actors) {
+    atomic_fetch_add(&L->bad_batches, 1);
+    return shoal_error_set(err, SHOAL_EINVAL, "actor id %llu outside [0, %d)",
+                           (unsigned long long)b->actor_id, L->actors);
+  }
+  const uint8_t *obs = b->cols[COL_OBS].data;
+  const int32_t *action = b->cols[COL_ACTION].data;
+  const float *reward = b->cols[COL_REWARD].data;
+  const uint8_t *term = b->cols[COL_TERM].data, *trunc = b->cols[COL_TRUNC].data;
+  const float *prio = b->cols[COL_PRIO].data;
+  const int32_t *envi = b->cols[COL_ENV].data;
+  const uint8_t *tail = b->cols[COL_TAIL].data;
+  uint32_t i = 0;
+  while (i < b->n) {
+    int e = envi[i];
+    if (e < 0 || e >= L->num_envs) {
+      atomic_fetch_add(&L->bad_batches, 1);
+      return shoal_error_set(err, SHOAL_EINVAL, "row %u: env %d outside [0, %d)", i, e,
+                             L->num_envs);
+    }
+    uint32_t s0 = i, ended = 0;
+    while (i < b->n && envi[i] == e && !tail[i]) ended += (term[i] || trunc[i]), i++;
+    uint32_t t0 = i;
+    while (i < b->n && envi[i] == e && tail[i]) i++;
+    uint32_t nsteps = t0 - s0, ntails = i - t0;
+    if (ntails != ended || nsteps == 0) {
+      atomic_fetch_add(&L->bad_batches, 1);
+      return shoal_error_set(err, SHOAL_EINVAL,
+                             "env %d: %u steps ended an episode but %u final observations follow",
+                             e, ended, ntails);
+    }
+    if (wait_for_room(L, nsteps)) {
+      return shoal_error_set(err, SHOAL_EFULL, "the learner is behind the replay ratio");
+    }
+    int stream = (int)b->actor_id * L->num_envs + e;
+    replay_steps rs = {0};
+    rs.n = nsteps;
+    rs.cols[0] = obs + (size_t)s0 * L->obs_bytes;
+    rs.cols[1] = action + s0;
+    rs.reward = reward + s0;
+    rs.terminated = term + s0;
+    rs.truncated = trunc + s0;
+    rs.final_obs = ntails ? obs + (size_t)t0 * L->obs_bytes : NULL;
+    rs.priority = L->prioritized ? prio + s0 : NULL;
+    int rc = replay_insert(L->mem, stream, &rs, err);
+    if (rc) {
+      atomic_fetch_add(&L->bad_batches, 1);
+      return rc;
+    }
+    count_episodes(L, stream, reward + s0, term + s0, trunc + s0, (int)nsteps);
+  }
+  return 0;
+}
+
+static void on_status(void *user, rpc_counter *out, int *n) {
+  learner *L = user;
+  replay_stats rs;
+  replay_get_stats(L->mem, &rs);
+  int k = 0;
+  struct {
+    const char *name;
+    double v;
+  } figs[] = {{"env_steps", (double)(L->env_steps_base + (int64_t)rs.inserted_steps)},
+              {"updates", (double)L->updates},
+              {"replay_held", (double)rs.held},
+              {"episodes", (double)L->episodes},
+              {"eval_return", L->eval_return},
+              {"bad_batches", (double)atomic_load(&L->bad_batches)}};
+  for (size_t i = 0; i < sizeof figs / sizeof *figs && k < *n; i++, k++) {
+    snprintf(out[k].name, sizeof out[k].name, "%s", figs[i].name);
+    out[k].value = figs[i].v;
+  }
+  *n = k;
+}
+
+/* ---- parameters, snapshots, evaluation ------------------------------------------ */
+
+static void publish(learner *L) {
+  nn_model *m = dqn_model(L->q);
+  size_t n;
+  const float *p = nn_model_params(m, &n);
+  int nt = nn_model_tensor_count(m);
+  rpc_param_entry layout[64];
+  int nl = 0;
+  for (int i = 0; i < nt && nl < 64; i++) {
+    nn_tensor_info ti;
+    nn_model_tensor(m, i, &ti);
+    if (!ti.trainable) continue;
+    layout[nl].name = ti.name;
+    layout[nl].ndim = ti.ndim;
+    for (int d = 0; d < ti.ndim; d++) layout[nl].shape[d] = ti.shape[d];
+    layout[nl].offset = ti.offset;
+    layout[nl].numel = ti.numel;
+    nl++;
+  }
+  shoal_error err = {0};
+  if (rpc_server_set_params(L->srv, L->version, RPC_F32, p, n * sizeof *p, layout, nl, &err))
+    die("publishing parameters", &err);
+}
+
+static void snapshot(learner *L, int64_t env_steps, double score) {
+  if (L->version <= L->last_snapshot_version) return;
+  L->last_snapshot_version = L->version;
+  uint8_t *buf;
+  size_t len;
+  shoal_error err = {0};
+  if (nn_model_save_buffer(dqn_model(L->q), &buf, &len, &err)) {
+    fprintf(stderr, "shoal-learner: snapshot: %s\n", err.msg);
+    return;
+  }
+  store_snapshot_meta meta = {0};
+  snprintf(meta.run, sizeof meta.run, "%s", L->run);
+  meta.version = L->version;
+  meta.env_steps = env_steps;
+  meta.updates = L->updates;
+  meta.wall_time = unix_now();
+  meta.score = score;
+  /* The writer takes the buffer; a full queue keeps only the newest snapshot. */
+  store_writer_snapshot(L->wr, &meta, buf, len);
+  L->snapshots++;
+}
+
+static void obs_to_float(const learner *L, const void *src, float *dst, size_t rows) {
+  if (!L->obs_u8) {
+    memcpy(dst, src, rows * L->obs_floats * sizeof *dst);
+    return;
+  }
+  const uint8_t *s = src;
+  for (size_t i = 0; i < rows * L->obs_floats; i++) dst[i] = (float)s[i];
+}
+
+/* Mean undiscounted return of the greedy policy over one episode in each of E copies
+ * of the env (an episode is cut after max_steps, for envs without a time limit). */
+static double evaluate(learner *L, env_vec *ev, int E, uint64_t seed, void *obs, float *obs_f,
+                       void *fin, float *rew, uint8_t *term, uint8_t *trunc, int32_t *act,
+                       double *ret, uint8_t *done) {
+  shoal_error err = {0};
+  env_vec_reset(ev, seed, obs);
+  memset(ret, 0, (size_t)E * sizeof *ret);
+  memset(done, 0, (size_t)E);
+  int left = E, max_steps = L->spec->max_episode_steps > 0 ? L->spec->max_episode_steps : 27000;
+  env_vec_out out = {obs, rew, term, trunc, fin};
+  shoal_rng rng;
+  shoal_rng_seed(&rng, seed);
+  for (int t = 0; t < max_steps && left > 0; t++) {
+    obs_to_float(L, obs, obs_f, (size_t)E);
+    for (int off = 0; off < E; off += dqn_get_config(L->q)->max_batch) {
+      int nb =
+          E - off < dqn_get_config(L->q)->max_batch ? E - off : dqn_get_config(L->q)->max_batch;
+      if (dqn_act(L->q, obs_f + (size_t)off * L->obs_floats, nb, 0.0f, &rng, act + off, NULL, &err))
+        die("evaluation", &err);
+    }
+    if (env_vec_step(ev, act, &out, &err)) die("evaluation step", &err);
+    for (int i = 0; i < E; i++) {
+      if (done[i]) continue;
+      ret[i] += rew[i];
+      if (term[i] || trunc[i]) done[i] = 1, left--;
+    }
+  }
+  double sum = 0;
+  for (int i = 0; i < E; i++) sum += ret[i];
+  return sum / E;
+}
+
+/* ---- set-up -------------------------------------------------------------------- */
+
+static replay *make_replay(learner *L, shoal_error *err) {
+  replay_config rc = {0};
+  rc.kind = L->prioritized ? REPLAY_PRIORITIZED : REPLAY_UNIFORM;
+  rc.capacity = config_int(L->cfg, "replay.capacity");
+  rc.streams = L->actors * L->num_envs;
+  rc.ncols = 2;
+  snprintf(rc.cols[0].name, sizeof rc.cols[0].name, "obs");
+  rc.cols[0].dtype = L->obs_u8 ? REPLAY_U8 : REPLAY_F32;
+  rc.cols[0].ndim = L->spec->obs.ndim;
+  for (int d = 0; d < L->spec->obs.ndim; d++) rc.cols[0].shape[d] = L->spec->obs.shape[d];
+  snprintf(rc.cols[1].name, sizeof rc.cols[1].name, "action");
+  rc.cols[1].dtype = REPLAY_I32;
+  rc.cols[1].ndim = 0;
+  rc.obs_column = "obs";
+  rc.frame_stack = 1;
+  rc.alpha = config_float(L->cfg, "replay.alpha");
+  rc.eps = config_float(L->cfg, "replay.eps");
+  rc.writer_slack = -1;
+  replay *r = NULL;
+  return replay_create(&rc, &r, err) ? NULL : r;
+}
+
+static void fill_spec(const learner *L, rpc_spec *sp, uint32_t max_items) {
+  memset(sp, 0, sizeof *sp);
+  sp->run_id = L->run;
+  sp->max_items = max_items;
+  sp->ncols = NCOLS;
+  rpc_column_spec *c = sp->cols;
+  c[COL_OBS] = (rpc_column_spec){
+      .name = "obs", .dtype = L->obs_u8 ? RPC_U8 : RPC_F32, .ndim = L->spec->obs.ndim};
+  for (int d = 0; d < L->spec->obs.ndim; d++) c[COL_OBS].shape[d] = L->spec->obs.shape[d];
+  c[COL_ACTION] = (rpc_column_spec){.name = "action", .dtype = RPC_I32};
+  c[COL_REWARD] = (rpc_column_spec){.name = "reward", .dtype = RPC_F32};
+  c[COL_TERM] = (rpc_column_spec){.name = "terminated", .dtype = RPC_U8};
+  c[COL_TRUNC] = (rpc_column_spec){.name = "truncated", .dtype = RPC_U8};
+  c[COL_PRIO] = (rpc_column_spec){.name = "priority", .dtype = RPC_F32};
+  c[COL_ENV] = (rpc_column_spec){.name = "env", .dtype = RPC_I32};
+  c[COL_TAIL] = (rpc_column_spec){.name = "tail", .dtype = RPC_U8};
+}
+
+static dqn_config dqn_from_config(const config *cfg, const env_spec *sp) {
+  dqn_config dc = dqn_defaults();
+  int nd = sp->obs.ndim;
+  dc.obs_c = nd >= 1 ? sp->obs.shape[0] : 1;
+  dc.obs_h = nd >= 2 ? sp->obs.shape[1] : 1;
+  dc.obs_w = nd >= 3 ? sp->obs.shape[2] : 1;
+  dc.num_actions = sp->act.n;
+  dc.net = strcmp(config_string(cfg, "dqn.net"), "minatar") == 0 ? DQN_NET_MINATAR : DQN_NET_MLP;
+  dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
+  dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
+  dc.dueling = config_bool(cfg, "dqn.dueling");
+  dc.double_q = config_bool(cfg, "dqn.double");
+  dc.n_step = (int)config_int(cfg, "dqn.n_step");
+  dc.gamma = (float)config_float(cfg, "dqn.gamma");
+  dc.lr = (float)config_float(cfg, "dqn.lr");
+  dc.adam_eps = (float)config_float(cfg, "dqn.adam_eps");
+  dc.clip_norm = (float)config_float(cfg, "dqn.clip_norm");
+  dc.huber_delta = (float)config_float(cfg, "dqn.huber_delta");
+  dc.target_period = (int)config_int(cfg, "dqn.target_period");
+  dc.seed = (uint64_t)config_int(cfg, "run.seed");
+  return dc;
+}
+
+/* A file store keeps the replay beside the run's folder; other stores do not. */
+static void replay_path_for(learner *L) {
+  L->replay_path[0] = 0;
+  const char *uri = config_string(L->cfg, "store.uri");
+  if (strncmp(uri, "file://", 7) == 0)
+    snprintf(L->replay_path, sizeof L->replay_path, "%s/%s/replay.shoalrpl", uri + 7, L->run);
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: shoal-learner --config FILE --run RUN [--resume] [--set key=value ...]\n");
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  const char *cfg_path = NULL, *run = NULL;
+  bool resume = false;
+  shoal_error err = {0};
+  int nkeys;
+  const cfg_key *keys = apex_schema(&nkeys);
+  learner L = {0};
+  if (!(L.cfg = config_create(keys, nkeys, &err))) die("config", &err);
+  const char *sets[64];
+  int nsets = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--config") && i + 1 < argc)
+      cfg_path = argv[++i];
+    else if (!strcmp(argv[i], "--run") && i + 1 < argc)
+      run = argv[++i];
+    else if (!strcmp(argv[i], "--resume"))
+      resume = true;
+    else if (!strcmp(argv[i], "--set") && i + 1 < argc && nsets < 64)
+      sets[nsets++] = argv[++i];
+    else
+      usage();
+  }
+  if (!cfg_path || !run) usage();
+  if (config_load_file(L.cfg, cfg_path, &err)) die("config", &err);
+  for (int i = 0; i < nsets; i++)
+    if (config_set(L.cfg, sets[i], &err)) die("config", &err);
+  L.run = run;
+  L.actors = (int)config_int(L.cfg, "actors");
+  L.num_envs = (int)config_int(L.cfg, "env.num_envs");
+  L.prioritized = config_bool(L.cfg, "replay.prioritized");
+  nn_set_threads((int)config_int(L.cfg, "learner.threads"));
+
+  if (env_make(&L.spec_env, config_string(L.cfg, "env.id"), &err)) die("env", &err);
+  L.spec = env_get_spec(L.spec_env);
+  if (L.spec->act.n <= 0) {
+    fprintf(stderr, "shoal-learner: env %s: Ape-X DQN needs discrete actions\n", L.spec->id);
+    return 1;
+  }
+  L.obs_u8 = L.spec->obs.dtype == ENV_UINT8;
+  L.obs_floats = (size_t)L.spec->obs.size;
+  L.obs_bytes = env_space_bytes(&L.spec->obs);
+  L.A = L.spec->act.n;
+
+  const char *dev = config_string(L.cfg, "learner.device");
+  nn_device device = NN_CPU;
+  if (!strcmp(dev, "cuda") || (!strcmp(dev, "auto") && nn_cuda_available(NULL)))
+    device = NN_CUDA;
+  else if (strcmp(dev, "cpu") && strcmp(dev, "auto")) {
+    fprintf(stderr, "shoal-learner: learner.device '%s': expected cpu, cuda or auto\n", dev);
+    return 1;
+  }
+  int B = (int)config_int(L.cfg, "learner.batch");
+  int E = (int)config_int(L.cfg, "run.eval_episodes");
+  dqn_config dc = dqn_from_config(L.cfg, L.spec);
+  dc.max_batch = B > E ? B : E;
+  if (!(L.q = dqn_create(&dc, device, true, &err))) die("network", &err);
+  if (!(L.mem = make_replay(&L, &err))) die("replay", &err);
+  pthread_mutex_init(&L.ep_mu, NULL);
+  pthread_mutex_init(&L.rl_mu, NULL);
+  pthread_cond_init(&L.rl_cv, NULL);
+  L.ratio = config_float(L.cfg, "learner.replay_ratio");
+  L.warmup = config_int(L.cfg, "learner.warmup");
+  L.tolerance = config_float(L.cfg, "learner.ratio_tolerance");
+  if (L.tolerance <= 0)
+    L.tolerance =
+        4.0 * L.ratio * L.actors * L.num_envs * (double)config_int(L.cfg, "actor.send_steps");
+  L.stream_ret = calloc((size_t)L.actors * L.num_envs, sizeof *L.stream_ret);
+  L.eval_return = NAN;
+  L.last_snapshot_version = -1;
+  L.best_eval = -INFINITY;
+
+  if (store_open(&L.st, config_string(L.cfg, "store.uri"), &err)) die("store", &err);
+  if (store_writer_create(&L.wr, L.st, NULL, &err)) die("store writer", &err);
+  replay_path_for(&L);
+
+  /* Resume: the latest snapshot's parameters and counters, and the saved replay. */
+  if (resume) {
+    store_snapshot_meta meta;
+    void *bytes;
+    size_t len;
+    int rc = store_snapshot_get(L.st, run, STORE_LATEST, &meta, &bytes, &len, &err);
+    if (rc == 0) {
+      if (nn_model_load_buffer(dqn_model(L.q), bytes, len, &err)) die("resume: snapshot", &err);
+      free(bytes);
+      if (dqn_sync_target(L.q, &err)) die("resume", &err);
+      L.version = meta.version;
+      L.updates = meta.updates;
+      L.env_steps_base = meta.env_steps;
+      L.last_snapshot_version = meta.version;
+      fprintf(stderr, "shoal-learner: resumed run %s at version %lld, %lld env steps\n", run,
+              (long long)meta.version, (long long)meta.env_steps);
+    } else if (rc != SHOAL_ENOENT) {
+      die("resume: latest snapshot", &err);
+    }
+    struct stat sb;
+    if (L.replay_path[0] && stat(L.replay_path, &sb) == 0) {
+      if (replay_load(L.mem, L.replay_path, &err)) {
+        fprintf(stderr, "shoal-learner: resume: saved replay not used: %s\n", err.msg);
+        replay_destroy(L.mem);
+        if (!(L.mem = make_replay(&L, &err))) die("replay", &err);
+      } else {
+        replay_stats rs;
+        replay_get_stats(L.mem, &rs);
+        /* The replay's counters continue too: count only new steps on top of them. */
+        L.env_steps_base -= (int64_t)rs.inserted_steps;
+        /* The rate limiter starts level with what the memory holds, so a resumed
+         * learner does not replay it in one burst. */
+        double level = L.ratio * ((double)rs.inserted_steps - (double)L.warmup);
+        atomic_store(&L.sampled, level > 0 ? (int64_t)level : 0);
+        fprintf(stderr, "shoal-learner: resume: %lld transitions from the saved replay\n",
+                (long long)rs.held);
+      }
+    }
+  }
+
+  rpc_server_config sc = {0};
+  sc.listen = config_string(L.cfg, "learner.listen");
+  sc.token =
+      config_string(L.cfg, "learner.token")[0] ? config_string(L.cfg, "learner.token") : NULL;
+  /* Inserts may wait in the callback (the rate limiter): keep threads for pulls. */
+  sc.threads = (L.actors < 4 ? L.actors : 4) + 1;
+  sc.on_batch = on_batch;
+  sc.on_status = on_status;
+  sc.user = &L;
+  rpc_spec spec;
+  uint32_t max_items =
+      (uint32_t)(2 * L.num_envs * (config_int(L.cfg, "actor.send_steps") + dc.n_step + 1));
+  fill_spec(&L, &spec, max_items);
+  if (rpc_server_create(&sc, &spec, &L.srv, &err)) die("rpc server", &err);
+  publish(&L);
+
+  struct sigaction sa = {0};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  emit("{\"event\":\"listening\",\"port\":%d,\"run\":\"%s\",\"device\":\"%s\"}",
+       rpc_server_port(L.srv), run, device == NN_CUDA ? "cuda" : "cpu");
+
+  /* Trainer buffers, sized once. */
+  size_t ob = L.obs_bytes;
+  L.obs_b = malloc((size_t)B * ob);
+  L.nobs_b = malloc((size_t)B * ob);
+  L.obs_f = malloc((size_t)B * L.obs_floats * sizeof(float));
+  L.nobs_f = malloc((size_t)B * L.obs_floats * sizeof(float));
+  L.ret = malloc((size_t)B * sizeof(float));
+  L.disc = malloc((size_t)B * sizeof(float));
+  L.w = malloc((size_t)B * sizeof(float));
+  L.prio = malloc((size_t)B * sizeof(float));
+  L.act = malloc((size_t)B * sizeof(int32_t));
+  L.idx = malloc((size_t)B * sizeof(int64_t));
+  L.gen = malloc((size_t)B * sizeof(uint64_t));
+  /* Evaluation buffers and env. */
+  env_vec *ev = NULL;
+  if (env_vec_create(&ev, L.spec->id, E, NULL, &err)) die("evaluation env", &err);
+  void *e_obs = malloc((size_t)E * ob), *e_fin = malloc((size_t)E * ob);
+  float *e_obsf = malloc((size_t)E * L.obs_floats * sizeof(float)), *e_rew = malloc((size_t)E * 4);
+  uint8_t *e_term = malloc((size_t)E), *e_trunc = malloc((size_t)E), *e_done = malloc((size_t)E);
+  int32_t *e_act = malloc((size_t)E * sizeof(int32_t));
+  double *e_ret = malloc((size_t)E * sizeof(double));
+  if (!L.obs_b || !L.nobs_b || !L.obs_f || !L.nobs_f || !L.ret || !L.disc || !L.w || !L.prio ||
+      !L.act || !L.idx || !L.gen || !e_obs || !e_fin || !e_obsf || !e_rew || !e_term || !e_trunc ||
+      !e_done || !e_act || !e_ret) {
+    fprintf(stderr, "shoal-learner: out of memory\n");
+    return 1;
+  }
+
+  const int64_t warmup = config_int(L.cfg, "learner.warmup");
+  const double ratio = config_float(L.cfg, "learner.replay_ratio");
+  const int64_t publish_every = config_int(L.cfg, "learner.publish_every");
+  const double snap_every = config_float(L.cfg, "learner.snapshot_every_s");
+  const double log_every = config_float(L.cfg, "learner.log_every_s");
+  const double eval_every = config_float(L.cfg, "run.eval_every_s");
+  const int64_t max_steps = config_int(L.cfg, "run.max_env_steps");
+  const double max_s = config_float(L.cfg, "run.max_seconds");
+  const double solve = config_float(L.cfg, "run.solve_return");
+  const double beta0 = config_float(L.cfg, "replay.beta0");
+  const int64_t beta_steps = config_int(L.cfg, "replay.beta_steps");
+  replay_sample_args sa_args = {B, dc.n_step, dc.gamma, beta0};
+  shoal_rng rng;
+  shoal_rng_seed(&rng, (uint64_t)config_int(L.cfg, "run.seed") * 7919 + 17);
+
+  double t0 = shoal_now_s(), t_log = t0, t_snap = t0, t_eval = t0;
+  int64_t steps_at_log = 0, updates_at_log = L.updates;
+  uint64_t samples_at_log = 0;
+  float last_loss = NAN;
+  const char *reason = "signal";
+  uint64_t eval_seed = 1000003;
+  for (;;) {
+    if (stop_signal) break;
+    double now = shoal_now_s();
+    replay_stats rs;
+    replay_get_stats(L.mem, &rs);
+    int64_t env_steps = L.env_steps_base + (int64_t)rs.inserted_steps;
+    if (max_steps > 0 && env_steps >= max_steps) {
+      reason = "max_env_steps";
+      break;
+    }
+    if (max_s > 0 && now - t0 >= max_s) {
+      reason = "max_seconds";
+      break;
+    }
+    /* Train when warm and the sampled/inserted ratio allows (Reverb's rate limiter),
+     * so results do not depend on how fast this machine trains. */
+    bool trained = false;
+    if (rs.held >= warmup &&
+        (double)atomic_load(&L.sampled) + B <= ratio * ((double)rs.inserted_steps - warmup) + B) {
+      replay_batch rb = {0};
+      rb.cols[0] = L.obs_b;
+      rb.cols[1] = L.act;
+      rb.next_obs = L.nobs_b;
+      rb.reward = L.ret;
+      rb.discount = L.disc;
+      rb.weight = L.w;
+      rb.index = L.idx;
+      rb.generation = L.gen;
+      sa_args.beta = replay_beta_linear(beta0, 1.0, L.updates, beta_steps);
+      int rc = replay_sample(L.mem, &rng, &sa_args, &rb, &err);
+      if (rc == 0) {
+        obs_to_float(&L, L.obs_b, L.obs_f, (size_t)B);
+        obs_to_float(&L, L.nobs_b, L.nobs_f, (size_t)B);
+        dqn_batch db = {B, L.obs_f, L.act, L.ret, L.disc, L.nobs_f, L.w};
+        dqn_stats ds;
+        rc = dqn_learn(L.q, &db, L.prio, &ds, &err);
+        if (rc == SHOAL_ENAN) {
+          fprintf(stderr, "shoal-learner: update skipped: %s\n", err.msg);
+        } else if (rc) {
+          die("learn", &err);
+        } else {
+          last_loss = ds.loss;
+          L.updates++;
+          trained = true;
+          atomic_fetch_add(&L.sampled, B);
+          pthread_mutex_lock(&L.rl_mu);
+          pthread_cond_broadcast(&L.rl_cv);
+          pthread_mutex_unlock(&L.rl_mu);
+          if (L.prioritized && replay_update_priorities(L.mem, B, L.idx, L.gen, L.prio, &err))
+            die("priorities", &err);
+          if (L.updates % publish_every == 0) {
+            L.version++;
+            publish(&L);
+          }
+        }
+      } else if (rc != SHOAL_ESTATE) {
+        die("sample", &err);
+      }
+    }
+    if (!trained) {
+      struct timespec ts = {0, 200000};
+      nanosleep(&ts, NULL);
+    }
+    now = shoal_now_s();
+    if (solve != 0 && rs.held >= warmup && now - t_eval >= eval_every) {
+      t_eval = now;
+      L.eval_return = evaluate(&L, ev, E, eval_seed++, e_obs, e_obsf, e_fin, e_rew, e_term, e_trunc,
+                               e_act, e_ret, e_done);
+      store_writer_metric(L.wr, run, "eval_return", env_steps, unix_now(), L.eval_return);
+      if (L.eval_return > L.best_eval) L.best_eval = L.eval_return;
+      if (L.eval_return >= solve) {
+        reason = "solved";
+        break;
+      }
+    }
+    if (now - t_snap >= snap_every) {
+      t_snap = now;
+      snapshot(&L, env_steps, L.eval_return);
+      if (L.replay_path[0] && replay_save(L.mem, L.replay_path, &err))
+        fprintf(stderr, "shoal-learner: replay save: %s\n", err.msg);
+    }
+    if (now - t_log >= log_every) {
+      double dt = now - t_log;
+      double ret100 = NAN;
+      pthread_mutex_lock(&L.ep_mu);
+      uint64_t neps = L.episodes;
+      if (neps) {
+        int k = neps < RETURNS_KEPT ? (int)neps : RETURNS_KEPT;
+        double s = 0;
+        for (int i = 0; i < k; i++) s += L.returns[i];
+        ret100 = s / k;
+      }
+      pthread_mutex_unlock(&L.ep_mu);
+      rpc_server_stats ss;
+      rpc_server_stats_get(L.srv, &ss);
+      char j1[32], j2[32], j3[32];
+      double sps = (double)(env_steps - steps_at_log) / dt;
+      double ups = (double)(L.updates - updates_at_log) / dt;
+      double samples_s = (double)(ss.samples - samples_at_log) / dt;
+      emit(
+          "{\"event\":\"progress\",\"t\":%.2f,\"env_steps\":%lld,\"sps\":%.1f,"
+          "\"samples_s\":%.1f,\"updates\":%lld,\"ups\":%.1f,\"replay\":%lld,"
+          "\"episodes\":%llu,\"return100\":%s,\"eval\":%s,\"version\":%lld,"
+          "\"loss\":%s,\"rejected\":%llu,\"insert_waits\":%llu}",
+          now - t0, (long long)env_steps, sps, samples_s, (long long)L.updates, ups,
+          (long long)rs.held, (unsigned long long)neps, jnum(j1, sizeof j1, ret100),
+          jnum(j2, sizeof j2, L.eval_return), (long long)L.version, jnum(j3, sizeof j3, last_loss),
+          (unsigned long long)(ss.rejected + L.bad_batches),
+          (unsigned long long)atomic_load(&L.insert_waits));
+      double t_unix = unix_now();
+      store_writer_metric(L.wr, run, "sps", env_steps, t_unix, sps);
+      store_writer_metric(L.wr, run, "updates_s", env_steps, t_unix, ups);
+      if (neps) store_writer_metric(L.wr, run, "return100", env_steps, t_unix, ret100);
+      if (!isnan(last_loss)) store_writer_metric(L.wr, run, "loss", env_steps, t_unix, last_loss);
+      t_log = now;
+      steps_at_log = env_steps;
+      updates_at_log = L.updates;
+      samples_at_log = ss.samples;
+    }
+  }
+
+  /* Stop: stop taking batches, then keep what was learned. */
+  replay_stats rs;
+  replay_get_stats(L.mem, &rs);
+  int64_t env_steps = L.env_steps_base + (int64_t)rs.inserted_steps;
+  atomic_store(&L.stopping, true);
+  pthread_mutex_lock(&L.rl_mu);
+  pthread_cond_broadcast(&L.rl_cv);
+  pthread_mutex_unlock(&L.rl_mu);
+  rpc_server_destroy(L.srv, 1.0);
+  L.srv = NULL;
+  L.version++;
+  snapshot(&L, env_steps, L.eval_return);
+  if (L.replay_path[0] && replay_save(L.mem, L.replay_path, &err))
+    fprintf(stderr, "shoal-learner: replay save: %s\n", err.msg);
+  store_writer_run_status(L.wr, run,
+                          !strcmp(reason, "signal") ? STORE_RUN_STOPPED : STORE_RUN_FINISHED);
+  store_writer_stats ws;
+  int wrc = store_writer_close(L.wr, 30.0, &ws);
+  char j1[32], j2[32];
+  emit(
+      "{\"event\":\"done\",\"reason\":\"%s\",\"t\":%.2f,\"env_steps\":%lld,\"updates\":%lld,"
+      "\"version\":%lld,\"eval\":%s,\"best_eval\":%s,\"store_ok\":%s}",
+      reason, shoal_now_s() - t0, (long long)env_steps, (long long)L.updates, (long long)L.version,
+      jnum(j1, sizeof j1, L.eval_return), jnum(j2, sizeof j2, L.best_eval),
+      wrc == 0 ? "true" : "false");
+  store_close(L.st);
+  env_vec_destroy(ev);
+  env_destroy(L.spec_env);
+  dqn_destroy(L.q);
+  replay_destroy(L.mem);
+  config_destroy(L.cfg);
+  free(L.stream_ret);
+  free(L.obs_b), free(L.nobs_b), free(L.obs_f), free(L.nobs_f), free(L.ret), free(L.disc);
+  free(L.w), free(L.prio), free(L.act), free(L.idx), free(L.gen);
+  free(e_obs), free(e_fin), free(e_obsf), free(e_rew), free(e_term), free(e_trunc);
+  free(e_done), free(e_act), free(e_ret);
+  return 0;
+}
