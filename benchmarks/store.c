@@ -83,38 +83,45 @@ typedef struct {
 static int64_t g_version;
 
 static snap_fig bench_snapshots(store *st, const char *run, const char *plain_dir, size_t mb,
-                                int reps) {
+                                int reps, int read_reps) {
   size_t len = mb << 20;
   unsigned char *b = malloc(len);
   for (size_t i = 0; i < len; i++) b[i] = (unsigned char)(i * 2654435761u >> 13);
-  double wo[16], wp[16], ro[16], rp[16];
+  double wo[64], wp[64], ro[64], rp[64];
+  int64_t first = g_version + 1;
   char path[1100];
   shoal_error err = {0};
   for (int r = 0; r < reps; r++) {
     store_snapshot_meta m = {.version = ++g_version, .score = (double)r};
     snprintf(m.run, sizeof m.run, "%s", run);
+    snprintf(path, sizeof path, "%s/plain-%d.bin", plain_dir, r);
+    if (plain_dir[0] && r % 2) wp[r] = plain_write(path, b, len);
     double t0 = shoal_now_s();
     if (store_snapshot_put(st, &m, b, len, &err)) die("snapshot_put", &err);
     wo[r] = shoal_now_s() - t0;
-    snprintf(path, sizeof path, "%s/plain-%d.bin", plain_dir, r);
-    if (plain_dir[0]) wp[r] = plain_write(path, b, len);
-
+    if (plain_dir[0] && r % 2 == 0) wp[r] = plain_write(path, b, len);
+  }
+  /* Reads alternate which goes first, so allocator and cache effects hit both. */
+  for (int r = 0; r < read_reps; r++) {
+    snprintf(path, sizeof path, "%s/plain-%d.bin", plain_dir, r % reps);
+    if (plain_dir[0] && r % 2) rp[r] = plain_read(path, len);
     void *out;
     size_t n;
-    t0 = shoal_now_s();
-    if (store_snapshot_get(st, run, m.version, NULL, &out, &n, &err)) die("snapshot_get", &err);
+    double t0 = shoal_now_s();
+    if (store_snapshot_get(st, run, first + r % reps, NULL, &out, &n, &err))
+      die("snapshot_get", &err);
     ro[r] = shoal_now_s() - t0;
     if (n != len || memcmp(out, b, 64) != 0) die("snapshot_get returned other bytes", NULL);
     free(out);
-    if (plain_dir[0]) rp[r] = plain_read(path, len);
+    if (plain_dir[0] && r % 2 == 0) rp[r] = plain_read(path, len);
   }
   free(b);
   snap_fig f = {0};
   f.w_ours = (double)mb / median(wo, reps);
-  f.r_ours = (double)mb / median(ro, reps);
+  f.r_ours = (double)mb / median(ro, read_reps);
   if (plain_dir[0]) {
     f.w_plain = (double)mb / median(wp, reps);
-    f.r_plain = (double)mb / median(rp, reps);
+    f.r_plain = (double)mb / median(rp, read_reps);
   }
   return f;
 }
@@ -175,8 +182,8 @@ static void run_backend(const char *label, const char *uri, const char *plain_di
   char run[64];
   snprintf(run, sizeof run, "bench-%ld-%ld", (long)getpid(), (long)(shoal_now_ns() % 100000));
   if (store_run_create(st, run, "bench: true\n", STORE_RUN_RUNNING, &err)) die("run_create", &err);
-  snap_fig s4 = bench_snapshots(st, run, plain_dir, 4, quick ? 3 : 9);
-  snap_fig s64 = bench_snapshots(st, run, plain_dir, 64, quick ? 1 : 3);
+  snap_fig s4 = bench_snapshots(st, run, plain_dir, 4, quick ? 3 : 9, quick ? 9 : 41);
+  snap_fig s64 = bench_snapshots(st, run, plain_dir, 64, quick ? 1 : 5, quick ? 1 : 9);
   double mplain = 0;
   double m = bench_metrics(st, run, plain_dir, quick ? 5 : 40, &mplain);
   store_close(st);

@@ -26,12 +26,14 @@
  */
 #define _GNU_SOURCE
 #include <bson/bson.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +56,24 @@ static const char REPLAY_MAGIC[8] = {'S', 'H', 'R', 'P', 'S', 'E', 'G', 0};
 #define METRICS_HEADER METRICS_MAGIC "step,time,name,value\n"
 
 static atomic_uint_fast64_t tmp_counter;
+
+/* Temporary names carry host and pid, so a later writer on the same host can tell
+ * the leftovers of a killed process (pid gone) from a live writer's files. On a
+ * folder shared by several hosts, another host's files are never touched. */
+static char tmp_host[64];
+static pthread_once_t tmp_host_once = PTHREAD_ONCE_INIT;
+static void tmp_host_init(void) {
+  char h[256] = {0};
+  if (gethostname(h, sizeof h - 1) != 0) snprintf(h, sizeof h, "host");
+  size_t o = 0;
+  for (size_t i = 0; h[i] && o < sizeof tmp_host - 1; i++)
+    if (isalnum((unsigned char)h[i]) || h[i] == '-') tmp_host[o++] = h[i];
+  if (!o) snprintf(tmp_host, sizeof tmp_host, "host");
+}
+static const char *host_tag(void) {
+  pthread_once(&tmp_host_once, tmp_host_init);
+  return tmp_host;
+}
 
 /* ---- errors and paths ---------------------------------------------------------- */
 
@@ -119,7 +139,7 @@ static int write_atomic(const char *dir, const char *name, const void *a, size_t
                         size_t nb, int exclusive, shoal_error *err) {
   char tmp[PATH_MAX], dst[PATH_MAX];
   unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
-  int rc = path_fmt(tmp, err, "%s/.tmp.%s.%ld.%llu", dir, name, (long)getpid(), c);
+  int rc = path_fmt(tmp, err, "%s/.tmp.%s.%s.%ld.%llu", dir, name, host_tag(), (long)getpid(), c);
   if (!rc) rc = path_fmt(dst, err, "%s/%s", dir, name);
   if (rc) return rc;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -412,7 +432,8 @@ static int file_run_create(void *impl, const char *id, const char *config, int s
   file_store *fs = impl;
   char tmp[PATH_MAX], dst[PATH_MAX], sub[PATH_MAX];
   unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
-  int rc = path_fmt(tmp, err, "%s/.tmp.run.%s.%ld.%llu", fs->root, id, (long)getpid(), c);
+  int rc =
+      path_fmt(tmp, err, "%s/.tmp.run.%s.%s.%ld.%llu", fs->root, id, host_tag(), (long)getpid(), c);
   if (!rc) rc = path_fmt(dst, err, "%s/%s", fs->root, id);
   if (rc) return rc;
   struct stat sb;
@@ -539,6 +560,32 @@ static int file_run_set_status(void *impl, const char *id, int status, shoal_err
   return rc;
 }
 
+/* Removes the temporary files in dir left by dead processes of this host (a crash
+ * mid-write), so their space comes back. Best effort: failures are ignored. */
+static void sweep_stale_tmp(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  const char *host = host_tag();
+  size_t hl = strlen(host);
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    const char *n = de->d_name;
+    if (strncmp(n, ".tmp.", 5) != 0) continue;
+    const char *c = strrchr(n, '.'); /* .<counter> */
+    const char *p = c;
+    while (p > n && p[-1] != '.') p--; /* <pid> starts at p */
+    if (p - n < (ptrdiff_t)(hl + 7) || strncmp(p - 1 - hl, host, hl) != 0 || p[-2 - hl] != '.')
+      continue;
+    char *e;
+    long pid = strtol(p, &e, 10);
+    if (e != c || pid <= 0 || pid == (long)getpid()) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, n) < (int)sizeof path) unlink(path);
+  }
+  closedir(d);
+}
+
 /* ---- snapshots ---------------------------------------------------------------------- */
 
 static int cmp_snap(const void *a, const void *b) {
@@ -652,6 +699,7 @@ static int file_snapshot_put(void *impl, const store_snapshot_meta *meta, const 
   if ((rc = mkdir_p(dir, err))) return rc;
   int lk;
   if ((rc = lock_file(dir, &lk, err))) return rc;
+  sweep_stale_tmp(dir);
   if ((rc = index_read(fs, meta->run, &arr, &n, err))) goto done;
   for (size_t i = 0; i < n; i++)
     if (arr[i].version == meta->version) {
@@ -1185,7 +1233,8 @@ static int file_trial_create(void *impl, const char *sweep, const char *id, cons
   int rc = trial_dir(fs, sdir, sweep, NULL, err);
   if (!rc) rc = trial_dir(fs, dst, sweep, id, err);
   unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
-  if (!rc) rc = path_fmt(tmp, err, "%s/.tmp.%s.%ld.%llu", sdir, id, (long)getpid(), c);
+  if (!rc)
+    rc = path_fmt(tmp, err, "%s/.tmp.%s.%s.%ld.%llu", sdir, id, host_tag(), (long)getpid(), c);
   if (rc) return rc;
   if ((rc = mkdir_p(sdir, err))) return rc;
   if (mkdir(tmp, 0755) != 0) return sys_err(err, errno, "cannot create folder", tmp);

@@ -532,8 +532,20 @@ static int mongo_snapshot_put(void *impl, const store_snapshot_meta *meta, const
        * writer put the same version at the same time, and its copy stands. */
       rc = merr(ms, err, &be, "cannot finish snapshot %" PRId64 " of run '%s'", meta->version,
                 meta->run);
-      bson_error_t be2;
-      if (have_id) mongoc_gridfs_bucket_delete_by_id(b, &file_id, &be2);
+      /* No files document names the chunks written: remove them (delete_by_id
+       * would stop at the missing files document). */
+      if (have_id) {
+        mongoc_collection_t *chunks = mongoc_client_get_collection(o.c, ms->db, "snapshots.chunks");
+        bson_t sel;
+        bson_init(&sel);
+        BSON_APPEND_VALUE(&sel, "files_id", &file_id);
+        bson_error_t be2;
+        if (!mongoc_collection_delete_many(chunks, &sel, NULL, NULL, &be2)) {
+          /* Orphan chunks only cost space; the error above is the one to report. */
+        }
+        bson_destroy(&sel);
+        mongoc_collection_destroy(chunks);
+      }
       if (rc == SHOAL_EEXIST)
         shoal_error_set(err, rc, "store: run '%s' has snapshot %" PRId64 " already", meta->run,
                         meta->version);

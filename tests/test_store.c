@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -767,6 +768,15 @@ static void test_concurrent_claims_processes(void **state) {
 /* ---- file backend only -------------------------------------------------------------------------
  */
 
+static int count_tmp(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) n += strncmp(de->d_name, ".tmp.", 5) == 0;
+  if (d) closedir(d);
+  return n;
+}
+
 /* A child writes snapshots of 4 MB in a loop and is killed with SIGKILL at a random
  * moment; every snapshot the store then lists loads whole and matches its version. */
 static void test_killed_mid_write_keeps_previous(void **state) {
@@ -781,6 +791,9 @@ static void test_killed_mid_write_keeps_previous(void **state) {
   clock_gettime(CLOCK_MONOTONIC, &seed);
   srand((unsigned)seed.tv_nsec);
   int64_t next = 1;
+  int killed_mid_write = 0;
+  char snapdir[700];
+  snprintf(snapdir, sizeof snapdir, "%s/store/%s/snapshots", g_dir, run);
   for (int round = 0; round < 4; round++) {
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -799,8 +812,13 @@ static void test_killed_mid_write_keeps_previous(void **state) {
         if (store_snapshot_put(cs, &m, b, len, NULL)) _exit(3);
       }
     }
-    usleep(20000 + (useconds_t)(rand() % 150000));
+    /* Wait a random time, then until a write is under way (a temporary file of a
+     * snapshot or of the index exists), and kill it there. */
+    usleep((useconds_t)(rand() % 100000));
+    int mid_write = 0;
+    for (int spin = 0; spin < 200000 && !mid_write; spin++) mid_write = count_tmp(snapdir) > 0;
     kill(pid, SIGKILL);
+    killed_mid_write += mid_write;
     int status;
     waitpid(pid, &status, 0);
     assert_true(WIFSIGNALED(status)); /* killed, not failed */
@@ -815,6 +833,12 @@ static void test_killed_mid_write_keeps_previous(void **state) {
     check_snap(st, run, 0, 0, len);
     next = latest + 1;
   }
+  assert_true(killed_mid_write >= 3); /* the polling above makes it 4 but for a rare race */
+  /* The next put removes what the killed writers left. */
+  assert_true(count_tmp(snapdir) > 0);
+  put_snap(st, run, next, 1.0, 1000);
+  assert_int_equal(count_tmp(snapdir), 0);
+  check_snap(st, run, STORE_LATEST, next, 1000);
 }
 
 static int mount_tmpfs(const char *dir, const char *size) {
