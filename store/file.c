@@ -75,7 +75,7 @@ static const char *host_tag(void) {
   return tmp_host;
 }
 
-/* ---- errors and paths ---------------------------------------------------------- */
+/* ---- errors and paths ---------------------------------------------------- */
 
 static int sys_err(shoal_error *err, int e, const char *what, const char *path) {
   int code = e == ENOENT ? SHOAL_ENOENT : e == EEXIST ? SHOAL_EEXIST : SHOAL_EIO;
@@ -339,7 +339,7 @@ static void jformat(bson_t *doc, const char *format) {
   BSON_APPEND_INT32(doc, "version", 1);
 }
 
-/* ---- open --------------------------------------------------------------------------- */
+/* ---- open ---------------------------------------------------------------- */
 
 static int hexval(int c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -409,7 +409,7 @@ int store__file_open(void **impl, const char *uri, shoal_error *err) {
 
 static void file_close(void *impl) { free(impl); }
 
-/* ---- runs ----------------------------------------------------------------------------- */
+/* ---- runs ---------------------------------------------------------------- */
 
 static int run_json_doc(bson_t *doc, const char *id, int status, double created, double updated) {
   bson_init(doc);
@@ -586,7 +586,7 @@ static void sweep_stale_tmp(const char *dir) {
   closedir(d);
 }
 
-/* ---- snapshots ---------------------------------------------------------------------- */
+/* ---- snapshots ----------------------------------------------------------- */
 
 static int cmp_snap(const void *a, const void *b) {
   int64_t x = ((const store_snapshot_meta *)a)->version;
@@ -785,7 +785,7 @@ static int file_snapshot_list(void *impl, const char *run, store_snapshot_meta *
   return index_read(impl, run, out, n, err);
 }
 
-/* ---- replay ------------------------------------------------------------------------------ */
+/* ---- replay -------------------------------------------------------------- */
 
 static void put_le32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
@@ -910,7 +910,7 @@ static int file_replay_iter(void *impl, const char *run, uint64_t from_seq, stor
   return rc;
 }
 
-/* ---- metrics ------------------------------------------------------------------------------- */
+/* ---- metrics ------------------------------------------------------------- */
 
 /* Cuts a torn last line (left by a crash mid-append) off fd, which is locked. */
 static int metrics_repair(int fd, off_t size, const char *path, shoal_error *err) {
@@ -1098,8 +1098,7 @@ done:
   return rc;
 }
 
-/* ---- trials -----------------------------------------------------------------------------------
- */
+/* ---- trials -------------------------------------------------------------- */
 
 typedef struct trial_state {
   int status;

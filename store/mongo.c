@@ -57,7 +57,7 @@ typedef struct mongo_store {
 
 enum { DUPLICATE_KEY = 11000, CHUNK_BYTES = 1 << 20, IO_TIMEOUT_MS = 0 };
 
-/* ---- errors -------------------------------------------------------------------------- */
+/* ---- errors -------------------------------------------------------------- */
 
 /* Copies msg into out with every occurrence of secret replaced by "***". */
 static void scrub(char *out, size_t cap, const char *msg, const char *secret) {
@@ -116,7 +116,7 @@ static void init_mongoc(void) {
   mongoc_log_set_handler(log_handler, NULL);
 }
 
-/* ---- open / close ---------------------------------------------------------------------- */
+/* ---- open / close -------------------------------------------------------- */
 
 static int create_indexes(mongo_store *ms, mongoc_client_t *c, const char *coll, const bson_t *idx,
                           shoal_error *err) {
@@ -242,7 +242,7 @@ fail:
   return rc;
 }
 
-/* ---- helpers ------------------------------------------------------------------------------- */
+/* ---- helpers ------------------------------------------------------------- */
 
 typedef struct {
   mongo_store *ms;
@@ -315,7 +315,7 @@ static int find_one(op *o, const bson_t *filter, const bson_t *opts, bson_t *out
   return rc;
 }
 
-/* ---- runs ------------------------------------------------------------------------------------ */
+/* ---- runs ---------------------------------------------------------------- */
 
 static int run_from_doc(const bson_t *d, store_run *r, shoal_error *err) {
   memset(r, 0, sizeof *r);
@@ -682,8 +682,7 @@ static int mongo_snapshot_list(void *impl, const char *run, store_snapshot_meta 
   return 0;
 }
 
-/* ---- replay -----------------------------------------------------------------------------------
- */
+/* ---- replay -------------------------------------------------------------- */
 
 static int mongo_replay_append(void *impl, const char *run, uint64_t seq, const void *bytes,
                                size_t len, shoal_error *err) {
@@ -752,8 +751,7 @@ static int mongo_replay_iter(void *impl, const char *run, uint64_t from_seq, sto
   return rc;
 }
 
-/* ---- metrics ------------------------------------------------------------------------------------
- */
+/* ---- metrics ------------------------------------------------------------- */
 
 static int mongo_metrics_append(void *impl, const store_metric *rows, size_t n, shoal_error *err) {
   bson_t *docs = malloc(n * sizeof *docs);
@@ -833,8 +831,7 @@ static int mongo_metrics_query(void *impl, const char *run, const char *name, in
   return 0;
 }
 
-/* ---- trials -------------------------------------------------------------------------------------
- */
+/* ---- trials -------------------------------------------------------------- */
 
 static int trial_status_from(const char *s) {
   for (int i = STORE_TRIAL_PENDING; i <= STORE_TRIAL_FAILED; i++)

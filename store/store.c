@@ -25,7 +25,7 @@ struct store {
   size_t n_known, cap_known;
 };
 
-/* ---- helpers ------------------------------------------------------------------ */
+/* ---- helpers ------------------------------------------------------------- */
 
 static int name_chars_ok(const char *s, const char *extra) {
   if (!s || !s[0] || !isalnum((unsigned char)s[0])) return 0;
@@ -197,7 +197,7 @@ size_t store_uri_redact(char *out, size_t cap, const char *uri) {
   return n;
 }
 
-/* ---- open / close -------------------------------------------------------------- */
+/* ---- open / close -------------------------------------------------------- */
 
 int store__open_backend(store **out, const store__backend *be, void *impl, const char *uri_redacted,
                         shoal_error *err) {
@@ -261,7 +261,7 @@ void store_close(store *st) {
 const char *store_backend_name(const store *st) { return st->be->name; }
 const char *store_uri(const store *st) { return st->uri; }
 
-/* ---- argument checks ------------------------------------------------------------ */
+/* ---- argument checks ----------------------------------------------------- */
 
 #define CHECK_NAME(what, s)                                                             \
   do {                                                                                  \
@@ -306,7 +306,7 @@ static int require_run(store *st, const char *run, shoal_error *err) {
   return 0;
 }
 
-/* ---- runs -------------------------------------------------------------------------- */
+/* ---- runs ---------------------------------------------------------------- */
 
 int store_run_create(store *st, const char *id, const char *config, int status, shoal_error *err) {
   CHECK_PTR(st);
@@ -348,7 +348,7 @@ int store_run_set_status(store *st, const char *id, int status, shoal_error *err
   return st->be->run_set_status(st->impl, id, status, err);
 }
 
-/* ---- snapshots ------------------------------------------------------------------------ */
+/* ---- snapshots ----------------------------------------------------------- */
 
 int store_snapshot_put(store *st, const store_snapshot_meta *meta, const void *bytes, size_t len,
                        shoal_error *err) {
@@ -409,7 +409,7 @@ int store_snapshot_list(store *st, const char *run, store_snapshot_meta **out, s
   return 0;
 }
 
-/* ---- replay ---------------------------------------------------------------------------- */
+/* ---- replay -------------------------------------------------------------- */
 
 int store_replay_append(store *st, const char *run, uint64_t seq, const void *bytes, size_t len,
                         shoal_error *err) {
@@ -436,7 +436,7 @@ int store_replay_iter(store *st, const char *run, uint64_t from_seq, store_repla
   return st->be->replay_iter(st->impl, run, from_seq, fn, ctx, err);
 }
 
-/* ---- metrics ---------------------------------------------------------------------------- */
+/* ---- metrics ------------------------------------------------------------- */
 
 int store_metrics_append(store *st, const store_metric *rows, size_t n, shoal_error *err) {
   CHECK_PTR(st);
@@ -480,7 +480,7 @@ int store_metrics_query(store *st, const char *run, const char *name, int64_t st
   return 0;
 }
 
-/* ---- trials ------------------------------------------------------------------------------ */
+/* ---- trials -------------------------------------------------------------- */
 
 #define CHECK_WORKER(w)                                                               \
   do {                                                                                \

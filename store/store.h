@@ -78,7 +78,7 @@ size_t store_uri_redact(char *out, size_t cap, const char *uri);
 /* Returns 1 when name is a valid run, sweep or trial id, else 0. Can't fail. */
 int store_name_valid(const char *name);
 
-/* ---- runs -------------------------------------------------------------------- */
+/* ---- runs ---------------------------------------------------------------- */
 
 typedef enum store_run_status {
   STORE_RUN_CREATED = 0,
@@ -119,7 +119,7 @@ int store_run_list(store *st, store_run **out, size_t *n, shoal_error *err);
 /* Sets the status of run id. SHOAL_ENOENT when there is no such run. */
 int store_run_set_status(store *st, const char *id, int status, shoal_error *err);
 
-/* ---- snapshots --------------------------------------------------------------- */
+/* ---- snapshots ----------------------------------------------------------- */
 
 enum {
   STORE_LATEST = -1, /* the snapshot with the highest version */
@@ -157,7 +157,7 @@ int store_snapshot_get(store *st, const char *run, int64_t version, store_snapsh
 int store_snapshot_list(store *st, const char *run, store_snapshot_meta **out, size_t *n,
                         shoal_error *err);
 
-/* ---- replay segments --------------------------------------------------------- */
+/* ---- replay segments ----------------------------------------------------- */
 
 /* Appends segment seq of run: len bytes (borrowed; 1..STORE_REPLAY_SEGMENT_MAX) of
  * raw column batches. SHOAL_EEXIST when the run has a segment seq already. */
@@ -174,7 +174,7 @@ typedef int (*store_replay_fn)(void *ctx, uint64_t seq, const void *bytes, size_
 int store_replay_iter(store *st, const char *run, uint64_t from_seq, store_replay_fn fn, void *ctx,
                       shoal_error *err);
 
-/* ---- metrics ----------------------------------------------------------------- */
+/* ---- metrics ------------------------------------------------------------- */
 
 typedef struct store_metric {
   char run[STORE_NAME_MAX];
@@ -194,7 +194,7 @@ int store_metrics_append(store *st, const store_metric *rows, size_t n, shoal_er
 int store_metrics_query(store *st, const char *run, const char *name, int64_t step_min,
                         int64_t step_max, store_metric **out, size_t *n, shoal_error *err);
 
-/* ---- trials (hyperparameter sweeps) ---------------------------------------- */
+/* ---- trials (hyperparameter sweeps) -------------------------------------- */
 
 typedef enum store_trial_status {
   STORE_TRIAL_PENDING = 0,
@@ -261,7 +261,7 @@ int store_trial_get(store *st, const char *sweep, const char *id, store_trial *o
  * with store_trials_free), NULL when n is 0. */
 int store_trial_list(store *st, const char *sweep, store_trial **out, size_t *n, shoal_error *err);
 
-/* ---- the writer thread ------------------------------------------------------ */
+/* ---- the writer thread --------------------------------------------------- */
 
 /* A thread with a bounded queue in front of a store, so the trainer never waits on
  * disk or network. Calls that enqueue take a mutex for a few copies and never block

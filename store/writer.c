@@ -137,7 +137,7 @@ static void note_full(store_writer *w, int kind, const char *what) {
   wlog(w, "%s queue full: %s (counted in the writer's stats; logged once)", kind_name[kind], what);
 }
 
-/* ---- the thread ---------------------------------------------------------------------- */
+/* ---- the thread ---------------------------------------------------------- */
 
 static double now_s(void) { return store__wall_time(); }
 
@@ -296,7 +296,7 @@ static void *writer_main(void *arg) {
   return NULL;
 }
 
-/* ---- create / enqueue ------------------------------------------------------------------- */
+/* ---- create / enqueue ---------------------------------------------------- */
 
 int store_writer_create(store_writer **out, store *st, const store_writer_opts *opts,
                         shoal_error *err) {

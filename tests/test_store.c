@@ -122,7 +122,7 @@ static void test_bad_uri_is_a_clear_error(void **state) {
   }
 }
 
-/* ---- runs ------------------------------------------------------------------------- */
+/* ---- runs ---------------------------------------------------------------- */
 
 static void test_runs_round_trip(void **state) {
   store *st = *state;
@@ -207,7 +207,7 @@ static void test_names_cannot_escape(void **state) {
   assert_int_equal(store_metrics_append(st, &m, 1, &err), 0);
 }
 
-/* ---- snapshots ---------------------------------------------------------------------- */
+/* ---- snapshots ----------------------------------------------------------- */
 
 static void put_snap(store *st, const char *run, int64_t v, double score, size_t len) {
   unsigned char *b = malloc(len);
@@ -316,7 +316,7 @@ static void test_snapshot_over_16mb(void **state) {
   check_snap(st, run, STORE_LATEST, 1, len);
 }
 
-/* ---- replay ----------------------------------------------------------------------------- */
+/* ---- replay -------------------------------------------------------------- */
 
 typedef struct {
   uint64_t seqs[64];
@@ -381,7 +381,7 @@ static void test_replay_round_trip(void **state) {
   assert_int_equal(store_replay_append(st, ghost, 0, &one, 1, &err), SHOAL_ENOENT);
 }
 
-/* ---- metrics ------------------------------------------------------------------------------ */
+/* ---- metrics ------------------------------------------------------------- */
 
 static void test_metrics_round_trip(void **state) {
   store *st = *state;
@@ -461,7 +461,7 @@ static void test_metrics_round_trip(void **state) {
   assert_int_equal(store_metrics_append(st, &late, 1, &err), SHOAL_EINVAL);
 }
 
-/* ---- trials --------------------------------------------------------------------------------- */
+/* ---- trials -------------------------------------------------------------- */
 
 static void test_trials_lifecycle(void **state) {
   store *st = *state;
@@ -547,8 +547,7 @@ static void test_trials_lifecycle(void **state) {
   store_trials_free(all, n);
 }
 
-/* ---- concurrency ------------------------------------------------------------------------------
- */
+/* ---- concurrency --------------------------------------------------------- */
 
 enum { THREADS = 6, T_BATCHES = 40, T_ROWS = 10, CLAIM_TRIALS = 36 };
 
@@ -765,8 +764,7 @@ static void test_concurrent_claims_processes(void **state) {
   store_trials_free(all, n);
 }
 
-/* ---- file backend only -------------------------------------------------------------------------
- */
+/* ---- file backend only --------------------------------------------------- */
 
 static int count_tmp(const char *dir) {
   DIR *d = opendir(dir);
@@ -1044,8 +1042,33 @@ static void test_file_uri_forms(void **state) {
   assert_non_null(strstr(err.msg, "not a folder"));
 }
 
-/* ---- main
- * ---------------------------------------------------------------------------------------- */
+/* ---- main ---------------------------------------------------------------- */
+
+/* NULL or "" opens $SHOAL_STORE_URI, else ./runs. */
+static void test_default_uri(void **state) {
+  char cwd[1024], dir[700], uri[760];
+  assert_non_null(getcwd(cwd, sizeof cwd));
+  snprintf(dir, sizeof dir, "%s/default", g_dir);
+  assert_int_equal(mkdir(dir, 0755), 0);
+  assert_int_equal(chdir(dir), 0);
+  unsetenv("SHOAL_STORE_URI");
+  shoal_error err = {0};
+  store *st;
+  assert_int_equal(store_open(&st, NULL, &err), 0);
+  make_run(st, "r1");
+  store_close(st);
+  struct stat sb;
+  assert_int_equal(stat("runs/r1/config.yaml", &sb), 0);
+  snprintf(uri, sizeof uri, "file://%s/elsewhere", dir);
+  setenv("SHOAL_STORE_URI", uri, 1);
+  assert_int_equal(store_open(&st, "", &err), 0);
+  assert_string_equal(store_uri(st), uri);
+  make_run(st, "r2");
+  store_close(st);
+  unsetenv("SHOAL_STORE_URI");
+  assert_int_equal(stat("elsewhere/r2/run.json", &sb), 0);
+  assert_int_equal(chdir(cwd), 0);
+}
 
 static int rm_rf(const char *dir) {
   char cmd[700];
@@ -1102,6 +1125,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_read_only_is_a_clear_error),
       cmocka_unit_test_setup_teardown(test_damaged_files_are_reported, setup, teardown),
       cmocka_unit_test(test_file_uri_forms),
+      cmocka_unit_test(test_default_uri),
   };
   char group[64];
   snprintf(group, sizeof group, "store (%s)", backend);

@@ -25,7 +25,7 @@
 
 #include "store/internal.h"
 
-/* ---- a scripted backend ------------------------------------------------------------ */
+/* ---- a scripted backend -------------------------------------------------- */
 
 typedef struct script {
   pthread_mutex_t mu;
@@ -179,7 +179,7 @@ static void set_script(fixture *f, double delay, int fail_rc, int fail_calls) {
   pthread_mutex_unlock(&f->s.mu);
 }
 
-/* ---- cases -------------------------------------------------------------------------- */
+/* ---- cases --------------------------------------------------------------- */
 
 /* The store takes 100 ms per call; 20000 metric calls, several snapshots and replay
  * segments still return at once, and the queue coalesces instead of growing. */
