@@ -55,7 +55,9 @@ typedef struct mongo_store {
   char uri[512];  /* redacted, for messages */
 } mongo_store;
 
-enum { DUPLICATE_KEY = 11000, CHUNK_BYTES = 1 << 20, IO_TIMEOUT_MS = 0 };
+/* Server error codes (src/mongo/base/error_codes.yml in the server). */
+enum { UNAUTHORIZED = 13, AUTHENTICATION_FAILED = 18, DUPLICATE_KEY = 11000 };
+enum { CHUNK_BYTES = 1 << 20, IO_TIMEOUT_MS = 0 };
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -79,6 +81,10 @@ static int merr(mongo_store *ms, shoal_error *err, const bson_error_t *be, const
   int code = SHOAL_EIO;
   if (be->code == DUPLICATE_KEY) {
     code = SHOAL_EEXIST;
+  } else if ((be->domain == MONGOC_ERROR_CLIENT && be->code == MONGOC_ERROR_CLIENT_AUTHENTICATE) ||
+             (be->domain == MONGOC_ERROR_SERVER &&
+              (be->code == UNAUTHORIZED || be->code == AUTHENTICATION_FAILED))) {
+    code = SHOAL_EPERM; /* retrying will not help */
   } else if (be->domain == MONGOC_ERROR_SERVER_SELECTION || be->domain == MONGOC_ERROR_STREAM ||
              be->domain == MONGOC_ERROR_CLIENT) {
     code = SHOAL_ENET;
@@ -139,9 +145,11 @@ static int setup(mongo_store *ms, shoal_error *err) {
   bson_t *ping = BCON_NEW("ping", BCON_INT32(1));
   int rc = 0;
   if (!mongoc_client_command_simple(c, "admin", ping, NULL, NULL, &be)) {
-    merr(ms, err, &be, "cannot reach the MongoDB deployment");
-    rc = SHOAL_ENET; /* whatever the driver's error, the store is not usable */
-    if (err) err->code = rc;
+    rc = merr(ms, err, &be, "cannot reach the MongoDB deployment");
+    if (rc != SHOAL_EPERM) { /* refused credentials stay EPERM; the rest is the network */
+      rc = SHOAL_ENET;
+      if (err) err->code = rc;
+    }
   }
   bson_destroy(ping);
   struct {

@@ -120,6 +120,19 @@ static void test_bad_uri_is_a_clear_error(void **state) {
     assert_null(strstr(err.msg, "hunter2"));
     assert_ptr_equal(st, (store *)0x1);
   }
+  /* A well-formed URI of a server that is not there: a clear error at start, in
+   * bounded time (nothing listens on port 1). */
+  memset(&err, 0, sizeof err);
+  double t0 = shoal_now_s();
+  int rc =
+      store_open(&st, "mongodb://alice:hunter2@127.0.0.1:1/db?serverSelectionTimeoutMS=500", &err);
+  if (rc != SHOAL_ENOTSUP) {
+    assert_int_equal(rc, SHOAL_ENET);
+    assert_non_null(strstr(err.msg, "cannot reach"));
+    assert_non_null(strstr(err.msg, "mongodb://alice:***@127.0.0.1:1/db"));
+    assert_null(strstr(err.msg, "hunter2"));
+    assert_true(shoal_now_s() - t0 < 10);
+  }
 }
 
 /* ---- runs ---------------------------------------------------------------- */
