@@ -181,11 +181,11 @@ static void set_script(fixture *f, double delay, int fail_rc, int fail_calls) {
 
 /* ---- cases --------------------------------------------------------------- */
 
-/* The store takes 100 ms per call; 20000 metric calls, several snapshots and replay
+/* The store takes 250 ms per call; 20000 metric calls, several snapshots and replay
  * segments still return at once, and the queue coalesces instead of growing. */
 static void test_trainer_never_blocks(void **state) {
   fixture *f = *state;
-  set_script(f, 0.1, 0, 0);
+  set_script(f, 0.25, 0, 0);
   store_writer *w = make_writer(f, 256, 1 << 20);
   double worst = 0, t_start = shoal_now_s();
   const char *names[4] = {"loss", "q/mean", "eps", "fps"};
@@ -195,7 +195,7 @@ static void test_trainer_never_blocks(void **state) {
     double dt = shoal_now_s() - t0;
     if (dt > worst) worst = dt;
     assert_true(rc == 0);
-    if (i % 4000 == 0) {
+    if (i % 5000 == 0) {
       store_snapshot_meta m = {.version = i, .score = 1};
       snprintf(m.run, sizeof m.run, "run1");
       t0 = shoal_now_s();
@@ -206,22 +206,23 @@ static void test_trainer_never_blocks(void **state) {
     }
   }
   double total = shoal_now_s() - t_start;
-  /* One store call takes 100 ms; every enqueue must be far below it. */
-  assert_true(worst < 0.05);
+  /* One store call takes 250 ms; no enqueue waits for one (the margin is for a
+   * loaded machine that preempts the test). */
+  assert_true(worst < 0.1);
   assert_true(total < 1.0);
   store_writer_stats s;
   store_writer_stats_get(w, &s);
   assert_true(s.metrics_coalesced > 10000);
   assert_int_equal(s.metrics_dropped, 0); /* every series had a queued row to replace */
   assert_true(s.pending_metrics <= 2 * 256);
-  assert_true(s.snapshots_superseded >= 3);
+  assert_true(s.snapshots_superseded >= 2);
   assert_int_equal(store_writer_flush(w, 10, &s), 0);
   /* The newest value of every series reached the store. */
   assert_int_equal(s.pending_metrics, 0);
   assert_true(s.metrics_written + s.metrics_coalesced == 20000);
-  assert_int_equal(f->s.snap_versions[f->s.n_snaps - 1], 16000);
+  assert_int_equal(f->s.snap_versions[f->s.n_snaps - 1], 15000);
   assert_int_equal(store_writer_close(w, 1, &s), 0);
-  assert_int_equal(f->s.n_replay, 5);
+  assert_int_equal(f->s.n_replay, 4);
 }
 
 /* The store fails 3 times with an I/O error, then recovers: nothing is lost, the
@@ -421,7 +422,7 @@ static void test_file_store_full_disk(void **state) {
     if (dt > worst) worst = dt;
     usleep(50000);
   }
-  assert_true(worst < 0.05);
+  assert_true(worst < 0.1);
   store_writer_stats s;
   store_writer_stats_get(w, &s);
   assert_true(s.errors[STORE_KIND_SNAPSHOT] >= 1);
