@@ -409,6 +409,8 @@ int store__file_open(void **impl, const char *uri, shoal_error *err) {
 
 static void file_close(void *impl) { free(impl); }
 
+static void sweep_stale_tmp(const char *dir);
+
 /* ---- runs ---------------------------------------------------------------- */
 
 static int run_json_doc(bson_t *doc, const char *id, int status, double created, double updated) {
@@ -439,6 +441,7 @@ static int file_run_create(void *impl, const char *id, const char *config, int s
   struct stat sb;
   if (stat(dst, &sb) == 0)
     return shoal_error_set(err, SHOAL_EEXIST, "store: run '%s' exists in '%s'", id, fs->root);
+  sweep_stale_tmp(fs->root);
   if (mkdir(tmp, 0755) != 0) return sys_err(err, errno, "cannot create folder", tmp);
   double now = store__wall_time();
   bson_t doc;
@@ -560,8 +563,9 @@ static int file_run_set_status(void *impl, const char *id, int status, shoal_err
   return rc;
 }
 
-/* Removes the temporary files in dir left by dead processes of this host (a crash
- * mid-write), so their space comes back. Best effort: failures are ignored. */
+/* Removes the temporary files (and half-built run or trial folders) in dir left by
+ * dead processes of this host (a crash mid-write), so their space comes back. Best
+ * effort: failures are ignored. */
 static void sweep_stale_tmp(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
@@ -580,8 +584,14 @@ static void sweep_stale_tmp(const char *dir) {
     long pid = strtol(p, &e, 10);
     if (e != c || pid <= 0 || pid == (long)getpid()) continue;
     if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/%s", dir, n) < (int)sizeof path) unlink(path);
+    char path[PATH_MAX], sub[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, n) >= (int)sizeof path) continue;
+    if (unlink(path) != 0 && (errno == EISDIR || errno == EPERM)) {
+      /* A run or trial folder being built: files and the empty snapshots/, replay/. */
+      if (snprintf(sub, sizeof sub, "%s/snapshots", path) < (int)sizeof sub) rmdir(sub);
+      if (snprintf(sub, sizeof sub, "%s/replay", path) < (int)sizeof sub) rmdir(sub);
+      rm_flat_dir(path);
+    }
   }
   closedir(d);
 }
@@ -1236,6 +1246,7 @@ static int file_trial_create(void *impl, const char *sweep, const char *id, cons
     rc = path_fmt(tmp, err, "%s/.tmp.%s.%s.%ld.%llu", sdir, id, host_tag(), (long)getpid(), c);
   if (rc) return rc;
   if ((rc = mkdir_p(sdir, err))) return rc;
+  sweep_stale_tmp(sdir);
   if (mkdir(tmp, 0755) != 0) return sys_err(err, errno, "cannot create folder", tmp);
   bson_t doc;
   bson_init(&doc);

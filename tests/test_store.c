@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1057,6 +1058,45 @@ static void test_file_uri_forms(void **state) {
 
 /* ---- main ---------------------------------------------------------------- */
 
+/* What a writer killed mid-way leaves (a half-built run folder, a temporary file) is
+ * removed by the next writer on the same host once its process is gone; a live
+ * writer's files and another host's are left alone. */
+static void test_leftovers_swept(void **state) {
+  store *st = *state;
+  char host[256] = {0}, tag[64] = {0};
+  assert_int_equal(gethostname(host, sizeof host - 1), 0);
+  size_t o = 0;
+  for (size_t i = 0; host[i] && o < sizeof tag - 1; i++)
+    if (isalnum((unsigned char)host[i]) || host[i] == '-') tag[o++] = host[i];
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, NULL, 0);
+  char root[600], p[900], q[960];
+  snprintf(root, sizeof root, "%s/store", g_dir);
+  snprintf(p, sizeof p, "%s/.tmp.run.half.%s.%ld.7", root, tag, (long)dead);
+  assert_int_equal(mkdir(p, 0755), 0);
+  snprintf(q, sizeof q, "%s/snapshots", p);
+  assert_int_equal(mkdir(q, 0755), 0);
+  snprintf(q, sizeof q, "%s/config.yaml", p);
+  FILE *f = fopen(q, "w");
+  fputs("x: 1\n", f);
+  fclose(f);
+  char live[900], other[900];
+  snprintf(live, sizeof live, "%s/.tmp.run.live.%s.%ld.1", root, tag, (long)getpid());
+  snprintf(other, sizeof other, "%s/.tmp.run.far.otherhost.%ld.1", root, (long)dead);
+  assert_int_equal(mkdir(live, 0755), 0);
+  assert_int_equal(mkdir(other, 0755), 0);
+  char run[64];
+  name(run, sizeof run, "after-crash");
+  make_run(st, run);
+  struct stat sb;
+  assert_int_equal(stat(p, &sb), -1);
+  assert_int_equal(stat(live, &sb), 0);
+  assert_int_equal(stat(other, &sb), 0);
+  rmdir(live);
+  rmdir(other);
+}
+
 /* NULL or "" opens $SHOAL_STORE_URI, else ./runs. */
 static void test_default_uri(void **state) {
   char cwd[1024], dir[700], uri[760];
@@ -1138,6 +1178,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_read_only_is_a_clear_error),
       cmocka_unit_test_setup_teardown(test_damaged_files_are_reported, setup, teardown),
       cmocka_unit_test(test_file_uri_forms),
+      cmocka_unit_test_setup_teardown(test_leftovers_swept, setup, teardown),
       cmocka_unit_test(test_default_uri),
   };
   char group[64];
