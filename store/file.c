@@ -923,24 +923,24 @@ static int file_replay_iter(void *impl, const char *run, uint64_t from_seq, stor
 /* ---- metrics ------------------------------------------------------------- */
 
 /* Cuts a torn last line (left by a crash mid-append) off fd, which is locked. */
-static int metrics_repair(int fd, off_t size, const char *path, shoal_error *err) {
+/* Cuts a torn last line (left by a crash mid-append) off fd, which is locked;
+ * *size becomes the size after the cut. */
+static int metrics_repair(int fd, off_t *size, const char *path, shoal_error *err) {
   char c;
-  if (pread(fd, &c, 1, size - 1) != 1) return sys_err(err, errno, "cannot read", path);
+  if (pread(fd, &c, 1, *size - 1) != 1) return sys_err(err, errno, "cannot read", path);
   if (c == '\n') return 0;
   char buf[4096];
-  off_t end = size;
-  while (end > 0) {
+  off_t end = *size, keep = 0;
+  while (end > 0 && !keep) {
     off_t start = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
     ssize_t r = pread(fd, buf, (size_t)(end - start), start);
     if (r != end - start) return sys_err(err, errno ? errno : EIO, "cannot read", path);
-    for (ssize_t i = r - 1; i >= 0; i--)
-      if (buf[i] == '\n') {
-        if (ftruncate(fd, start + i + 1) != 0) return sys_err(err, errno, "cannot truncate", path);
-        return 0;
-      }
+    for (ssize_t i = r - 1; i >= 0 && !keep; i--)
+      if (buf[i] == '\n') keep = start + i + 1;
     end = start;
   }
-  if (ftruncate(fd, 0) != 0) return sys_err(err, errno, "cannot truncate", path);
+  if (ftruncate(fd, keep) != 0) return sys_err(err, errno, "cannot truncate", path);
+  *size = keep;
   return 0;
 }
 
@@ -969,12 +969,21 @@ static int file_metrics_append_run(file_store *fs, const store_metric *rows, siz
     rc = sys_err(err, errno, "cannot stat", path);
     goto done;
   }
-  if (sb.st_size == 0) {
+  off_t size = sb.st_size;
+  if (size > 0 && (rc = metrics_repair(fd, &size, path, err))) goto done;
+  if (size > 0) { /* never append to a file of another kind */
+    char head[sizeof METRICS_MAGIC - 1];
+    if (pread(fd, head, sizeof head, 0) != (ssize_t)sizeof head ||
+        memcmp(head, METRICS_MAGIC, sizeof head) != 0) {
+      rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s' does not start with '%.17s'", path,
+                           METRICS_MAGIC);
+      goto done;
+    }
+  }
+  if (size == 0) {
     memcpy(buf, METRICS_HEADER, sizeof METRICS_HEADER - 1);
     o = sizeof METRICS_HEADER - 1;
     created = 1;
-  } else if ((rc = metrics_repair(fd, sb.st_size, path, err))) {
-    goto done;
   }
   for (size_t i = 0; i < n; i++)
     o += (size_t)snprintf(buf + o, cap - o, "%" PRId64 ",%.17g,%s,%.17g\n", rows[i].step,
@@ -982,7 +991,9 @@ static int file_metrics_append_run(file_store *fs, const store_metric *rows, siz
   int e = write_all(fd, buf, o);
   if (e) {
     /* Leave no partial rows behind: cut back to the size before this append. */
-    if (ftruncate(fd, created ? 0 : sb.st_size) != 0) {
+    if (ftruncate(fd, size) != 0) {
+      /* The torn rows stay; the next append cuts a torn last line, and a reader
+       * stops at one. */
     }
     rc = sys_err(err, e, "cannot append to", path);
     goto done;
@@ -1044,7 +1055,9 @@ static int file_metrics_query(void *impl, const char *run, const char *name, int
   metric_row *arr = NULL;
   size_t k = 0, cap = 0, line = 0;
   char *p = buf, *end = buf + len;
-  if (len > 0 && strncmp(buf, METRICS_MAGIC, sizeof METRICS_MAGIC - 1) != 0) {
+  /* A file with no complete line is a first append that was torn: no rows yet. */
+  if (len > 0 && memchr(buf, '\n', len) &&
+      strncmp(buf, METRICS_MAGIC, sizeof METRICS_MAGIC - 1) != 0) {
     rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s' does not start with '%.17s'", path,
                          METRICS_MAGIC);
     goto done;

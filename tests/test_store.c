@@ -1009,6 +1009,31 @@ static void test_damaged_files_are_reported(void **state) {
   assert_int_equal(out[1].step, 3);
   free(out);
 
+  /* A torn first append (not even the header line is whole) reads as no rows, and
+   * the next append starts the file again. */
+  char run2[64];
+  name(run2, sizeof run2, "torn-header");
+  make_run(st, run2);
+  snprintf(p, sizeof p, "%s/store/%s/metrics.csv", g_dir, run2);
+  fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  assert_int_equal(write(fd, "# shoal-met", 11), 11);
+  close(fd);
+  assert_int_equal(store_metrics_query(st, run2, NULL, INT64_MIN, INT64_MAX, &out, &n, &err), 0);
+  assert_int_equal(n, 0);
+  snprintf(row.run, sizeof row.run, "%s", run2);
+  assert_int_equal(store_metrics_append(st, &row, 1, &err), 0);
+  assert_int_equal(store_metrics_query(st, run2, NULL, INT64_MIN, INT64_MAX, &out, &n, &err), 0);
+  assert_int_equal(n, 1);
+  free(out);
+  /* Something else in metrics.csv is reported, not misread. */
+  fd = open(p, O_WRONLY | O_TRUNC);
+  assert_int_equal(write(fd, "a,b,c\n1,2,3\n", 12), 12);
+  close(fd);
+  assert_int_equal(store_metrics_query(st, run2, NULL, INT64_MIN, INT64_MAX, &out, &n, &err),
+                   SHOAL_EFORMAT);
+  assert_non_null(strstr(err.msg, "does not start with"));
+  assert_int_equal(store_metrics_append(st, &row, 1, &err), SHOAL_EFORMAT);
+
   /* A damaged snapshot index says so. */
   snprintf(p, sizeof p, "%s/store/%s/snapshots/index.json", g_dir, run);
   fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
