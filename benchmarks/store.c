@@ -11,7 +11,7 @@
  * MongoDB (when --uri mongodb://... or $SHOAL_TEST_MONGO_URI is given): the same
  * operations, with no baseline.
  *
- *   bench_store [--dir DIR] [--uri mongodb://...] [--quick]
+ *   make bench BENCH=store      (or build/benchmarks/store [--dir DIR] [--uri URI] [--quick])
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -236,9 +236,11 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  /* On the disk the store would use (the working directory), not a tmpfs /tmp. */
+  /* On the disk a store would use (the build folder when scripts/bench.sh runs it,
+   * else the working directory), not a tmpfs /tmp. */
+  const char *bin = getenv("SHOAL_BINARY_DIR");
   char base[1024];
-  snprintf(base, sizeof base, "%s/store-bench-XXXXXX", dir ? dir : ".");
+  snprintf(base, sizeof base, "%s/store-bench-XXXXXX", dir ? dir : bin && bin[0] ? bin : ".");
   if (!mkdtemp(base)) {
     perror("mkdtemp");
     return 1;

@@ -2,10 +2,13 @@
  * store/store.h — the experiment store: runs, parameter snapshots, replay segments,
  * metrics and sweep trials, behind one interface opened by URI.
  *
- *   file:///abs/dir, file://localhost/abs/dir, file:rel/dir or a plain path
+ *   file:///abs/dir, file://localhost/abs/dir, file://rel/dir, file:rel/dir or a
+ *   plain path (%XX escapes allowed)
  *       the embedded default: one folder per run under DIR, every write atomic
- *       (temporary file, fsync, rename, fsync of the folder). Option ?sync=always
- *       (default: metrics appends are fsynced) or ?sync=never (left to the OS).
+ *       (temporary file, fsync, rename, fsync of the folder); the folder is made if
+ *       missing. Option ?sync=always (default: each metrics append is fdatasynced)
+ *       or ?sync=never (left to the OS). Layout: see store/file.c. Several processes
+ *       on one machine (or on NFS) may share the folder.
  *   mongodb://[user:password@]host[:port][,host...]/[database][?options]
  *       libmongoc with a connection pool, retryable writes and write concern
  *       majority unless the URI says otherwise (w=1, ...). Database "shoal" when the
