@@ -99,10 +99,35 @@ static int merr(mongo_store *ms, shoal_error *err, const bson_error_t *be, const
                          ms ? ms->uri : "mongodb", msg, be->domain, be->code);
 }
 
-/* libmongoc logs warnings itself; drop the chatter and mask URIs in what is kept. */
+/* Passwords of the stores opened so far, masked in whatever libmongoc logs. */
+static pthread_mutex_t secrets_mu = PTHREAD_MUTEX_INITIALIZER;
+static char secrets[8][256];
+static int n_secrets;
+
+static void remember_secret(const char *pw) {
+  if (!pw || !pw[0]) return;
+  pthread_mutex_lock(&secrets_mu);
+  int known = 0;
+  for (int i = 0; i < n_secrets; i++) known |= strcmp(secrets[i], pw) == 0;
+  if (!known) snprintf(secrets[n_secrets < 8 ? n_secrets++ : 7], sizeof secrets[0], "%s", pw);
+  pthread_mutex_unlock(&secrets_mu);
+}
+
+/* libmongoc logs warnings itself; drop the chatter and mask URIs and passwords in
+ * what is kept. */
 static void log_handler(mongoc_log_level_t level, const char *domain, const char *message,
                         void *ud) {
   if (level > MONGOC_LOG_LEVEL_WARNING) return;
+  char masked[1024];
+  pthread_mutex_lock(&secrets_mu);
+  snprintf(masked, sizeof masked, "%s", message);
+  for (int i = 0; i < n_secrets; i++) {
+    char tmp[1024];
+    scrub(tmp, sizeof tmp, masked, secrets[i]);
+    memcpy(masked, tmp, sizeof masked);
+  }
+  pthread_mutex_unlock(&secrets_mu);
+  message = masked;
   char buf[1024];
   const char *u = strstr(message, "mongodb");
   if (u) {
@@ -198,6 +223,7 @@ int store__mongo_open(void **impl, const char *uri_str, shoal_error *err) {
   const char *s = strstr(uri_str, "://"), *at = s ? strchr(s + 3, '@') : NULL;
   const char *colon = s && at ? memchr(s + 3, ':', (size_t)(at - s - 3)) : NULL;
   if (colon && at > colon + 1) ms->password = strndup(colon + 1, (size_t)(at - colon - 1));
+  remember_secret(ms->password);
 
   bson_error_t be;
   mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_str, &be);
@@ -214,6 +240,7 @@ int store__mongo_open(void **impl, const char *uri_str, shoal_error *err) {
       mongoc_uri_set_password(uri, pw);
       free(ms->password);
       ms->password = strdup(pw);
+      remember_secret(pw);
     }
   }
   const mongoc_write_concern_t *wc = mongoc_uri_get_write_concern(uri);

@@ -8,7 +8,7 @@
  *       (temporary file, fsync, rename, fsync of the folder); the folder is made if
  *       missing. Option ?sync=always (default: each metrics append is fdatasynced)
  *       or ?sync=never (left to the OS). Layout: see store/file.c. Several processes
- *       on one machine (or on NFS) may share the folder.
+ *       may share the folder.
  *   mongodb://[user:password@]host[:port][,host...]/[database][?options]
  *       libmongoc with a connection pool, retryable writes and write concern
  *       majority unless the URI says otherwise (w=1, ...). Database "shoal" when the

@@ -110,7 +110,13 @@ static void test_bad_uri_is_a_clear_error(void **state) {
   assert_non_null(strstr(err.msg, "unknown option"));
 
   /* Malformed MongoDB URIs fail at open, with no server needed, and never show the
-   * password. */
+   * password, neither in the error nor in anything printed (stderr is captured). */
+  char logpath[700];
+  snprintf(logpath, sizeof logpath, "%s/stderr.log", g_file ? g_dir : "/tmp");
+  fflush(stderr);
+  int saved = dup(2), logfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  assert_true(saved >= 0 && logfd >= 0);
+  dup2(logfd, 2);
   const char *bad[] = {"mongodb://", "mongodb://alice:hunter2@host:notaport/db",
                        "mongodb://alice:hunter2@/db", "mongodb://alice:hunter2@h/db?w=&&=x"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -134,6 +140,20 @@ static void test_bad_uri_is_a_clear_error(void **state) {
     assert_null(strstr(err.msg, "hunter2"));
     assert_true(shoal_now_s() - t0 < 10);
   }
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(logfd);
+  FILE *lf = fopen(logpath, "r");
+  char line[1024];
+  int lines = 0;
+  while (fgets(line, sizeof line, lf)) {
+    assert_null(strstr(line, "hunter2"));
+    lines++;
+  }
+  fclose(lf);
+  unlink(logpath);
+  printf("checked %d lines printed while opening bad URIs: no password\n", lines);
 }
 
 /* ---- runs ---------------------------------------------------------------- */
