@@ -1,0 +1,76 @@
+/*
+ * store/internal.h — the backend vtable behind store.h and helpers shared by the
+ * backends. Private to store/ (and its tests, which plug in a test backend).
+ *
+ * store.c checks every argument (names, versions, sizes) before calling a backend,
+ * so backends may assume valid names and non-NULL pointers.
+ */
+#ifndef SHOAL_STORE_INTERNAL_H
+#define SHOAL_STORE_INTERNAL_H
+
+#include <pthread.h>
+
+#include "store/store.h"
+
+typedef struct store__backend {
+  const char *name; /* "file", "mongodb" */
+  void (*close)(void *impl);
+
+  int (*run_create)(void *impl, const char *id, const char *config, int status, shoal_error *err);
+  int (*run_find)(void *impl, const char *id, store_run *out, shoal_error *err);
+  int (*run_list)(void *impl, store_run **out, size_t *n, shoal_error *err);
+  int (*run_set_status)(void *impl, const char *id, int status, shoal_error *err);
+
+  int (*snapshot_put)(void *impl, const store_snapshot_meta *meta, const void *bytes, size_t len,
+                      shoal_error *err);
+  int (*snapshot_get)(void *impl, const char *run, int64_t version, store_snapshot_meta *meta,
+                      void **bytes, size_t *len, shoal_error *err);
+  int (*snapshot_list)(void *impl, const char *run, store_snapshot_meta **out, size_t *n,
+                       shoal_error *err);
+
+  int (*replay_append)(void *impl, const char *run, uint64_t seq, const void *bytes, size_t len,
+                       shoal_error *err);
+  int (*replay_iter)(void *impl, const char *run, uint64_t from_seq, store_replay_fn fn, void *ctx,
+                     shoal_error *err);
+
+  int (*metrics_append)(void *impl, const store_metric *rows, size_t n, shoal_error *err);
+  int (*metrics_query)(void *impl, const char *run, const char *name, int64_t step_min,
+                       int64_t step_max, store_metric **out, size_t *n, shoal_error *err);
+
+  int (*trial_create)(void *impl, const char *sweep, const char *id, const char *params,
+                      shoal_error *err);
+  int (*trial_claim)(void *impl, const char *sweep, const char *worker, store_trial *out,
+                     shoal_error *err);
+  int (*trial_heartbeat)(void *impl, const char *sweep, const char *id, const char *worker,
+                         shoal_error *err);
+  int (*trial_complete)(void *impl, const char *sweep, const char *id, const char *worker,
+                        int status, const char *result, shoal_error *err);
+  int (*trial_requeue_stale)(void *impl, const char *sweep, double max_age_s, size_t *n,
+                             shoal_error *err);
+  int (*trial_get)(void *impl, const char *sweep, const char *id, store_trial *out,
+                   shoal_error *err);
+  int (*trial_list)(void *impl, const char *sweep, store_trial **out, size_t *n, shoal_error *err);
+} store__backend;
+
+/* Wraps a backend in a store handle (takes ownership of impl: closed with the
+ * handle, also on error). uri_redacted is copied. Used by store_open and by tests
+ * that plug in a backend of their own. */
+int store__open_backend(store **out, const store__backend *be, void *impl, const char *uri_redacted,
+                        shoal_error *err);
+
+/* Backends. Each parses its own URI (given whole, with the scheme). */
+int store__file_open(void **impl, const char *uri, shoal_error *err);
+extern const store__backend store__file_backend;
+int store__mongo_open(void **impl, const char *uri, shoal_error *err);
+extern const store__backend store__mongo_backend;
+
+/* Helpers. */
+int store__metric_name_valid(const char *name);
+int store__worker_valid(const char *name);
+double store__wall_time(void);      /* Unix time, seconds (CLOCK_REALTIME) */
+char *store__strdup(const char *s); /* NULL for NULL; NULL on allocation failure too */
+
+/* Growable arrays for list results. */
+int store__grow(void **arr, size_t *cap, size_t n, size_t elem);
+
+#endif

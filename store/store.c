@@ -1,0 +1,573 @@
+/*
+ * store/store.c — the front of the store: opening by URI, argument checks shared by
+ * both backends, the cache of runs known to exist, and URI redaction.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "store/internal.h"
+
+struct store {
+  const store__backend *be;
+  void *impl;
+  char *uri; /* redacted */
+  /* Runs are never deleted, so a run seen to exist stays known: writes to a run
+   * then check it without a round trip. A small array is enough (a learner writes
+   * to one run; a sweep worker to a few). */
+  pthread_mutex_t mu;
+  char (*known)[STORE_NAME_MAX];
+  size_t n_known, cap_known;
+};
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static int name_chars_ok(const char *s, const char *extra) {
+  if (!s || !s[0] || !isalnum((unsigned char)s[0])) return 0;
+  size_t n = 0;
+  for (; s[n]; n++) {
+    unsigned char c = (unsigned char)s[n];
+    if (n >= STORE_NAME_MAX - 1) return 0;
+    if (isalnum(c) || c == '.' || c == '_' || c == '-') continue;
+    if (extra && strchr(extra, c)) continue;
+    return 0;
+  }
+  return 1;
+}
+
+int store_name_valid(const char *name) { return name_chars_ok(name, NULL); }
+int store__metric_name_valid(const char *name) { return name_chars_ok(name, "/:"); }
+int store__worker_valid(const char *name) { return name_chars_ok(name, ":@"); }
+
+double store__wall_time(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+char *store__strdup(const char *s) {
+  if (!s) return NULL;
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+int store__grow(void **arr, size_t *cap, size_t n, size_t elem) {
+  if (n < *cap) return 0;
+  size_t nc = *cap ? *cap * 2 : 16;
+  void *p = realloc(*arr, nc * elem);
+  if (!p) return SHOAL_ENOMEM;
+  *arr = p;
+  *cap = nc;
+  return 0;
+}
+
+const char *store_run_status_name(int status) {
+  switch (status) {
+    case STORE_RUN_CREATED: return "created";
+    case STORE_RUN_RUNNING: return "running";
+    case STORE_RUN_FINISHED: return "finished";
+    case STORE_RUN_FAILED: return "failed";
+    case STORE_RUN_STOPPED: return "stopped";
+    default: return "unknown";
+  }
+}
+
+const char *store_trial_status_name(int status) {
+  switch (status) {
+    case STORE_TRIAL_PENDING: return "pending";
+    case STORE_TRIAL_RUNNING: return "running";
+    case STORE_TRIAL_DONE: return "done";
+    case STORE_TRIAL_FAILED: return "failed";
+    default: return "unknown";
+  }
+}
+
+void store_run_clear(store_run *run) {
+  if (!run) return;
+  free(run->config);
+  memset(run, 0, sizeof *run);
+}
+
+void store_runs_free(store_run *runs, size_t n) {
+  for (size_t i = 0; runs && i < n; i++) store_run_clear(&runs[i]);
+  free(runs);
+}
+
+void store_trial_clear(store_trial *t) {
+  if (!t) return;
+  free(t->params);
+  free(t->result);
+  memset(t, 0, sizeof *t);
+}
+
+void store_trials_free(store_trial *t, size_t n) {
+  for (size_t i = 0; t && i < n; i++) store_trial_clear(&t[i]);
+  free(t);
+}
+
+/* ---- URI redaction ------------------------------------------------------------ */
+
+static int secret_key(const char *k, size_t n) {
+  static const char *words[] = {"password", "secret", "token", "pwd", "key"};
+  for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
+    size_t wl = strlen(words[w]);
+    for (size_t i = 0; i + wl <= n; i++)
+      if (strncasecmp(k + i, words[w], wl) == 0) return 1;
+  }
+  return 0;
+}
+
+size_t store_uri_redact(char *out, size_t cap, const char *uri) {
+  /* Built in a local buffer sized for any URI, then copied with snprintf's
+   * truncation rules. */
+  if (!uri) uri = "";
+  size_t len = strlen(uri);
+  char *buf = malloc(len + 16 * 4 + 64);
+  if (!buf) {
+    if (cap) snprintf(out, cap, "%s", "(uri)");
+    return 5;
+  }
+  size_t o = 0;
+  const char *p = uri;
+  const char *scheme_end = strstr(uri, "://");
+  if (scheme_end) {
+    size_t sl = (size_t)(scheme_end - uri) + 3;
+    memcpy(buf, uri, sl);
+    o = sl;
+    p = uri + sl;
+    /* The userinfo ends at the last '@' before the path: passwords may hold '@'
+     * only percent-encoded, but be generous and take the last one. */
+    const char *auth_end = p + strcspn(p, "/?#");
+    const char *at = NULL;
+    for (const char *q = p; q < auth_end; q++)
+      if (*q == '@') at = q;
+    if (at) {
+      const char *colon = memchr(p, ':', (size_t)(at - p));
+      if (colon) {
+        memcpy(buf + o, p, (size_t)(colon - p));
+        o += (size_t)(colon - p);
+        memcpy(buf + o, ":***", 4);
+        o += 4;
+      } else {
+        memcpy(buf + o, p, (size_t)(at - p));
+        o += (size_t)(at - p);
+      }
+      p = at;
+    }
+  }
+  /* Copy the rest, masking values of secret-looking options after '?'. */
+  const char *q = strchr(p, '?');
+  size_t head = q ? (size_t)(q - p) : strlen(p);
+  memcpy(buf + o, p, head);
+  o += head;
+  if (q) {
+    p = q;
+    while (*p) {
+      buf[o++] = *p++; /* '?' or '&' */
+      size_t kl = strcspn(p, "=&");
+      memcpy(buf + o, p, kl);
+      o += kl;
+      int secret = secret_key(p, kl);
+      p += kl;
+      if (*p == '=') {
+        buf[o++] = *p++;
+        size_t vl = strcspn(p, "&");
+        if (secret) {
+          memcpy(buf + o, "***", 3);
+          o += 3;
+        } else {
+          memcpy(buf + o, p, vl);
+          o += vl;
+        }
+        p += vl;
+      }
+    }
+  }
+  buf[o] = 0;
+  size_t n = o;
+  if (cap) snprintf(out, cap, "%s", buf);
+  free(buf);
+  return n;
+}
+
+/* ---- open / close -------------------------------------------------------- */
+
+int store__open_backend(store **out, const store__backend *be, void *impl, const char *uri_redacted,
+                        shoal_error *err) {
+  store *st = calloc(1, sizeof *st);
+  char *u = store__strdup(uri_redacted ? uri_redacted : "");
+  if (!st || !u) {
+    free(st);
+    free(u);
+    be->close(impl);
+    return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory opening '%s'",
+                           uri_redacted ? uri_redacted : "");
+  }
+  st->be = be;
+  st->impl = impl;
+  st->uri = u;
+  pthread_mutex_init(&st->mu, NULL);
+  *out = st;
+  return 0;
+}
+
+int store_open(store **out, const char *uri, shoal_error *err) {
+  if (!out) return shoal_error_set(err, SHOAL_EINVAL, "store_open: out is NULL");
+  if (!uri || !uri[0]) {
+    const char *env = getenv("SHOAL_STORE_URI");
+    uri = env && env[0] ? env : "file:runs";
+  }
+  size_t rl = store_uri_redact(NULL, 0, uri);
+  char *red = malloc(rl + 1);
+  if (!red) return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
+  store_uri_redact(red, rl + 1, uri);
+
+  const store__backend *be = NULL;
+  void *impl = NULL;
+  int rc;
+  const char *sep = strstr(uri, "://");
+  if (strncmp(uri, "mongodb://", 10) == 0 || strncmp(uri, "mongodb+srv://", 14) == 0) {
+    be = &store__mongo_backend;
+    rc = store__mongo_open(&impl, uri, err);
+  } else if (strncmp(uri, "file:", 5) == 0 || !sep) {
+    /* A plain path has no scheme; "C:"-like prefixes do not occur here. */
+    be = &store__file_backend;
+    rc = store__file_open(&impl, uri, err);
+  } else {
+    rc = shoal_error_set(err, SHOAL_EINVAL,
+                         "store: unknown URI scheme in '%s' (expected file:// or mongodb://)", red);
+  }
+  if (rc == 0) rc = store__open_backend(out, be, impl, red, err);
+  free(red);
+  return rc;
+}
+
+void store_close(store *st) {
+  if (!st) return;
+  st->be->close(st->impl);
+  pthread_mutex_destroy(&st->mu);
+  free(st->known);
+  free(st->uri);
+  free(st);
+}
+
+const char *store_backend_name(const store *st) { return st->be->name; }
+const char *store_uri(const store *st) { return st->uri; }
+
+/* ---- argument checks ----------------------------------------------------- */
+
+#define CHECK_NAME(what, s)                                                             \
+  do {                                                                                  \
+    if (!store_name_valid(s))                                                           \
+      return shoal_error_set(err, SHOAL_EINVAL,                                         \
+                             "store: invalid %s name '%.80s' (1-63 of [A-Za-z0-9._-], " \
+                             "starting with a letter or digit)",                        \
+                             what, (s) ? (s) : "(null)");                               \
+  } while (0)
+
+#define CHECK_PTR(p)                                                                            \
+  do {                                                                                          \
+    if (!(p)) return shoal_error_set(err, SHOAL_EINVAL, "store: %s: %s is NULL", __func__, #p); \
+  } while (0)
+
+static int check_run_status(int status, shoal_error *err) {
+  if (status < STORE_RUN_CREATED || status > STORE_RUN_STOPPED)
+    return shoal_error_set(err, SHOAL_EINVAL, "store: invalid run status %d", status);
+  return 0;
+}
+
+/* Succeeds when run exists, from the cache or by asking the backend. */
+static int require_run(store *st, const char *run, shoal_error *err) {
+  pthread_mutex_lock(&st->mu);
+  for (size_t i = 0; i < st->n_known; i++)
+    if (strcmp(st->known[i], run) == 0) {
+      pthread_mutex_unlock(&st->mu);
+      return 0;
+    }
+  pthread_mutex_unlock(&st->mu);
+  store_run r;
+  memset(&r, 0, sizeof r);
+  int rc = st->be->run_find(st->impl, run, &r, err);
+  if (rc == SHOAL_ENOENT)
+    return shoal_error_set(err, SHOAL_ENOENT, "store: run '%s' does not exist in %s", run, st->uri);
+  if (rc) return rc;
+  store_run_clear(&r);
+  pthread_mutex_lock(&st->mu);
+  if (store__grow((void **)&st->known, &st->cap_known, st->n_known, sizeof *st->known) == 0)
+    snprintf(st->known[st->n_known++], STORE_NAME_MAX, "%s", run);
+  pthread_mutex_unlock(&st->mu);
+  return 0;
+}
+
+/* ---- runs ---------------------------------------------------------------- */
+
+int store_run_create(store *st, const char *id, const char *config, int status, shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_NAME("run", id);
+  int rc = check_run_status(status, err);
+  if (rc) return rc;
+  return st->be->run_create(st->impl, id, config ? config : "", status, err);
+}
+
+int store_run_find(store *st, const char *id, store_run *out, shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(out);
+  CHECK_NAME("run", id);
+  store_run r;
+  memset(&r, 0, sizeof r);
+  int rc = st->be->run_find(st->impl, id, &r, err);
+  if (rc == 0) *out = r;
+  return rc;
+}
+
+int store_run_list(store *st, store_run **out, size_t *n, shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(out);
+  CHECK_PTR(n);
+  store_run *r = NULL;
+  size_t k = 0;
+  int rc = st->be->run_list(st->impl, &r, &k, err);
+  if (rc) return rc;
+  *out = r;
+  *n = k;
+  return 0;
+}
+
+int store_run_set_status(store *st, const char *id, int status, shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_NAME("run", id);
+  int rc = check_run_status(status, err);
+  if (rc) return rc;
+  return st->be->run_set_status(st->impl, id, status, err);
+}
+
+/* ---- snapshots ----------------------------------------------------------- */
+
+int store_snapshot_put(store *st, const store_snapshot_meta *meta, const void *bytes, size_t len,
+                       shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(meta);
+  if (!bytes && len) CHECK_PTR(bytes);
+  CHECK_NAME("run", meta->run);
+  if (meta->version < 0)
+    return shoal_error_set(err, SHOAL_EINVAL, "store: snapshot version %lld is negative",
+                           (long long)meta->version);
+  if (isnan(meta->wall_time) || isinf(meta->wall_time) || isinf(meta->score))
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "store: snapshot %lld of run '%s': wall_time must be finite and "
+                           "score finite or NaN",
+                           (long long)meta->version, meta->run);
+  int rc = require_run(st, meta->run, err);
+  if (rc) return rc;
+  store_snapshot_meta m = *meta;
+  if (m.wall_time == 0) m.wall_time = store__wall_time();
+  m.size = len;
+  static const char empty = 0;
+  return st->be->snapshot_put(st->impl, &m, bytes ? bytes : &empty, len, err);
+}
+
+int store_snapshot_get(store *st, const char *run, int64_t version, store_snapshot_meta *meta,
+                       void **bytes, size_t *len, shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(bytes);
+  CHECK_PTR(len);
+  CHECK_NAME("run", run);
+  if (version < STORE_BEST)
+    return shoal_error_set(err, SHOAL_EINVAL, "store: invalid snapshot version %lld",
+                           (long long)version);
+  store_snapshot_meta m;
+  memset(&m, 0, sizeof m);
+  void *b = NULL;
+  size_t l = 0;
+  int rc = st->be->snapshot_get(st->impl, run, version, &m, &b, &l, err);
+  if (rc) return rc;
+  if (meta) *meta = m;
+  *bytes = b;
+  *len = l;
+  return 0;
+}
+
+int store_snapshot_list(store *st, const char *run, store_snapshot_meta **out, size_t *n,
+                        shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(out);
+  CHECK_PTR(n);
+  CHECK_NAME("run", run);
+  store_snapshot_meta *m = NULL;
+  size_t k = 0;
+  int rc = st->be->snapshot_list(st->impl, run, &m, &k, err);
+  if (rc) return rc;
+  *out = m;
+  *n = k;
+  return 0;
+}
+
+/* ---- replay -------------------------------------------------------------- */
+
+int store_replay_append(store *st, const char *run, uint64_t seq, const void *bytes, size_t len,
+                        shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(bytes);
+  CHECK_NAME("run", run);
+  if (len == 0 || len > STORE_REPLAY_SEGMENT_MAX)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "store: replay segment %llu of run '%s' has %zu bytes (1..%zu allowed)",
+                           (unsigned long long)seq, run, len, STORE_REPLAY_SEGMENT_MAX);
+  if (seq > (uint64_t)INT64_MAX)
+    return shoal_error_set(err, SHOAL_EINVAL, "store: replay seq %llu is above 2^63-1",
+                           (unsigned long long)seq);
+  int rc = require_run(st, run, err);
+  if (rc) return rc;
+  return st->be->replay_append(st->impl, run, seq, bytes, len, err);
+}
+
+int store_replay_iter(store *st, const char *run, uint64_t from_seq, store_replay_fn fn, void *ctx,
+                      shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(fn);
+  CHECK_NAME("run", run);
+  return st->be->replay_iter(st->impl, run, from_seq, fn, ctx, err);
+}
+
+/* ---- metrics ------------------------------------------------------------- */
+
+int store_metrics_append(store *st, const store_metric *rows, size_t n, shoal_error *err) {
+  CHECK_PTR(st);
+  if (n == 0) return 0;
+  CHECK_PTR(rows);
+  for (size_t i = 0; i < n; i++) {
+    if (!store_name_valid(rows[i].run))
+      return shoal_error_set(err, SHOAL_EINVAL, "store: metric row %zu: invalid run name '%.80s'",
+                             i, rows[i].run);
+    if (!store__metric_name_valid(rows[i].name))
+      return shoal_error_set(err, SHOAL_EINVAL,
+                             "store: metric row %zu: invalid metric name '%.80s' (1-63 of "
+                             "[A-Za-z0-9._/:-], starting with a letter or digit)",
+                             i, rows[i].name);
+    if (!isfinite(rows[i].time))
+      return shoal_error_set(err, SHOAL_EINVAL, "store: metric row %zu ('%s'): time is not finite",
+                             i, rows[i].name);
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (i > 0 && strcmp(rows[i].run, rows[i - 1].run) == 0) continue;
+    int rc = require_run(st, rows[i].run, err);
+    if (rc) return rc;
+  }
+  return st->be->metrics_append(st->impl, rows, n, err);
+}
+
+int store_metrics_query(store *st, const char *run, const char *name, int64_t step_min,
+                        int64_t step_max, store_metric **out, size_t *n, shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(out);
+  CHECK_PTR(n);
+  CHECK_NAME("run", run);
+  if (name && !store__metric_name_valid(name))
+    return shoal_error_set(err, SHOAL_EINVAL, "store: invalid metric name '%.80s'", name);
+  store_metric *m = NULL;
+  size_t k = 0;
+  int rc = st->be->metrics_query(st->impl, run, name, step_min, step_max, &m, &k, err);
+  if (rc) return rc;
+  *out = m;
+  *n = k;
+  return 0;
+}
+
+/* ---- trials -------------------------------------------------------------- */
+
+#define CHECK_WORKER(w)                                                               \
+  do {                                                                                \
+    if (!store__worker_valid(w))                                                      \
+      return shoal_error_set(err, SHOAL_EINVAL, "store: invalid worker name '%.80s'", \
+                             (w) ? (w) : "(null)");                                   \
+  } while (0)
+
+int store_trial_create(store *st, const char *sweep, const char *id, const char *params,
+                       shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_NAME("sweep", sweep);
+  CHECK_NAME("trial", id);
+  return st->be->trial_create(st->impl, sweep, id, params ? params : "", err);
+}
+
+int store_trial_claim(store *st, const char *sweep, const char *worker, store_trial *out,
+                      shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(out);
+  CHECK_NAME("sweep", sweep);
+  CHECK_WORKER(worker);
+  store_trial t;
+  memset(&t, 0, sizeof t);
+  int rc = st->be->trial_claim(st->impl, sweep, worker, &t, err);
+  if (rc == 0) *out = t;
+  return rc;
+}
+
+int store_trial_heartbeat(store *st, const char *sweep, const char *id, const char *worker,
+                          shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_NAME("sweep", sweep);
+  CHECK_NAME("trial", id);
+  CHECK_WORKER(worker);
+  return st->be->trial_heartbeat(st->impl, sweep, id, worker, err);
+}
+
+int store_trial_complete(store *st, const char *sweep, const char *id, const char *worker,
+                         int status, const char *result, shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_NAME("sweep", sweep);
+  CHECK_NAME("trial", id);
+  CHECK_WORKER(worker);
+  if (status != STORE_TRIAL_DONE && status != STORE_TRIAL_FAILED)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "store: trial '%s' completed with status %d (done or failed expected)",
+                           id, status);
+  return st->be->trial_complete(st->impl, sweep, id, worker, status, result ? result : "", err);
+}
+
+int store_trial_requeue_stale(store *st, const char *sweep, double max_age_s, size_t *n_requeued,
+                              shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_NAME("sweep", sweep);
+  if (!(max_age_s >= 0) || isinf(max_age_s))
+    return shoal_error_set(err, SHOAL_EINVAL, "store: max_age_s %g must be finite and >= 0",
+                           max_age_s);
+  size_t n = 0;
+  int rc = st->be->trial_requeue_stale(st->impl, sweep, max_age_s, &n, err);
+  if (n_requeued) *n_requeued = n;
+  return rc;
+}
+
+int store_trial_get(store *st, const char *sweep, const char *id, store_trial *out,
+                    shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(out);
+  CHECK_NAME("sweep", sweep);
+  CHECK_NAME("trial", id);
+  store_trial t;
+  memset(&t, 0, sizeof t);
+  int rc = st->be->trial_get(st->impl, sweep, id, &t, err);
+  if (rc == 0) *out = t;
+  return rc;
+}
+
+int store_trial_list(store *st, const char *sweep, store_trial **out, size_t *n, shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(out);
+  CHECK_PTR(n);
+  CHECK_NAME("sweep", sweep);
+  store_trial *t = NULL;
+  size_t k = 0;
+  int rc = st->be->trial_list(st->impl, sweep, &t, &k, err);
+  if (rc) return rc;
+  *out = t;
+  *n = k;
+  return 0;
+}

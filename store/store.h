@@ -1,0 +1,356 @@
+/*
+ * store/store.h — the experiment store: runs, parameter snapshots, replay segments,
+ * metrics and sweep trials, behind one interface opened by URI.
+ *
+ *   file:///abs/dir, file://localhost/abs/dir, file://rel/dir, file:rel/dir or a
+ *   plain path (%XX escapes allowed)
+ *       the embedded default: one folder per run under DIR, every write atomic
+ *       (temporary file, fsync, rename, fsync of the folder); the folder is made if
+ *       missing. Option ?sync=always (default: each metrics append is fdatasynced)
+ *       or ?sync=never (left to the OS). Layout: see store/file.c. Several processes
+ *       may share the folder.
+ *   mongodb://[user:password@]host[:port][,host...]/[database][?options]
+ *       libmongoc with a connection pool, retryable writes and write concern
+ *       majority unless the URI says otherwise (w=1, ...). Database "shoal" when the
+ *       URI names none. A password may also come from $SHOAL_STORE_PASSWORD when the
+ *       URI names a user without one. Credentials are never printed: every message
+ *       shows the URI through store_uri_redact().
+ *   NULL or "": $SHOAL_STORE_URI when set, else the folder ./runs.
+ *
+ *   shoal_error err = {0};
+ *   store *st;
+ *   if (store_open(&st, "file:///data/runs", &err)) { fprintf(stderr, "%s\n", err.msg); ... }
+ *   store_run_create(st, "cartpole-1", yaml_text, STORE_RUN_RUNNING, &err);
+ *   store_snapshot_meta m = {.version = 7, .env_steps = 70000, .score = 181.5};
+ *   snprintf(m.run, sizeof m.run, "cartpole-1");
+ *   store_snapshot_put(st, &m, bytes, nbytes, &err);           // safetensors bytes
+ *   void *buf; size_t len;
+ *   store_snapshot_get(st, "cartpole-1", STORE_LATEST, &m, &buf, &len, &err); free(buf);
+ *   store_close(st);
+ *
+ * Snapshots and replay segments are opaque bytes to the store. All functions are
+ * thread-safe on one store handle; several processes (or machines, with MongoDB) may
+ * share one store. Names (run, sweep, trial ids) are 1-63 characters of
+ * [A-Za-z0-9._-] starting with a letter or digit; metric names may also hold '/' and
+ * ':'. Anything else is refused with SHOAL_EINVAL, so no name can escape the folder.
+ *
+ * For the training path use store_writer (below): a thread with a bounded queue so
+ * the trainer never waits on disk or network.
+ */
+#ifndef SHOAL_STORE_H
+#define SHOAL_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/shoal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { STORE_NAME_MAX = 64 }; /* buffer size of a name: 63 characters and the NUL */
+
+/* Largest replay segment: what one MongoDB document holds with room for its fields. */
+#define STORE_REPLAY_SEGMENT_MAX ((size_t)15 * 1024 * 1024)
+
+typedef struct store store;
+
+/* Opens the store named by uri (see the top of this file). On success *out is a new
+ * handle the caller closes with store_close(). On error *out is untouched and err
+ * says why: SHOAL_EINVAL for a malformed URI or an unknown scheme, SHOAL_ENOTSUP for
+ * mongodb:// in a build without libmongoc, SHOAL_EIO when the folder cannot be made,
+ * SHOAL_ENET when the MongoDB deployment cannot be reached. */
+int store_open(store **out, const char *uri, shoal_error *err);
+
+/* Closes the handle and frees it. NULL is a no-op. */
+void store_close(store *st);
+
+/* "file" or "mongodb". Can't fail. */
+const char *store_backend_name(const store *st);
+
+/* The URI the store was opened with, credentials masked. Borrowed, valid until close. */
+const char *store_uri(const store *st);
+
+/* Writes uri into out (cap bytes, always NUL-terminated when cap > 0) with the
+ * password of a user:password@ part and the values of options named like
+ * password, secret or token replaced by "***". Returns the length of the full
+ * redacted text (as snprintf). Can't fail; NULL uri gives "". */
+size_t store_uri_redact(char *out, size_t cap, const char *uri);
+
+/* Returns 1 when name is a valid run, sweep or trial id, else 0. Can't fail. */
+int store_name_valid(const char *name);
+
+/* ---- runs ---------------------------------------------------------------- */
+
+typedef enum store_run_status {
+  STORE_RUN_CREATED = 0,
+  STORE_RUN_RUNNING = 1,
+  STORE_RUN_FINISHED = 2,
+  STORE_RUN_FAILED = 3,
+  STORE_RUN_STOPPED = 4,
+} store_run_status;
+
+/* "created", "running", ...; "unknown" for other values. Can't fail. */
+const char *store_run_status_name(int status);
+
+typedef struct store_run {
+  char id[STORE_NAME_MAX];
+  int status;          /* store_run_status */
+  double created_time; /* Unix time, seconds */
+  double updated_time; /* Unix time of the last status change */
+  char *config;        /* the resolved config text; owned, freed by store_run_clear() */
+} store_run;
+
+/* Frees run->config and zeroes the struct. NULL is a no-op. */
+void store_run_clear(store_run *run);
+/* Clears n runs and frees the array. */
+void store_runs_free(store_run *runs, size_t n);
+
+/* Creates run id with its resolved config text (borrowed; may be NULL for none) and
+ * status. SHOAL_EEXIST when the run exists already (its data is left alone). */
+int store_run_create(store *st, const char *id, const char *config, int status, shoal_error *err);
+
+/* Fills *out (caller clears it with store_run_clear) with run id, its config
+ * included. SHOAL_ENOENT when there is no such run; *out is then untouched. */
+int store_run_find(store *st, const char *id, store_run *out, shoal_error *err);
+
+/* Lists every run, sorted by id, configs included. On success *out is a new array
+ * of *n runs (caller frees it with store_runs_free); *out is NULL when n is 0. */
+int store_run_list(store *st, store_run **out, size_t *n, shoal_error *err);
+
+/* Sets the status of run id. SHOAL_ENOENT when there is no such run. */
+int store_run_set_status(store *st, const char *id, int status, shoal_error *err);
+
+/* ---- snapshots ----------------------------------------------------------- */
+
+enum {
+  STORE_LATEST = -1, /* the snapshot with the highest version */
+  STORE_BEST = -2,   /* the snapshot with the highest finite score (ties: higher version) */
+};
+
+typedef struct store_snapshot_meta {
+  char run[STORE_NAME_MAX];
+  int64_t version;   /* >= 0; each version is written once */
+  int64_t env_steps; /* environment steps taken when it was made */
+  int64_t updates;   /* learner updates when it was made */
+  double wall_time;  /* Unix time it was made (0: the store fills in now) */
+  double score;      /* an evaluation score, NaN when there is none */
+  uint64_t size;     /* bytes; filled in by put, get and list */
+} store_snapshot_meta;
+
+/* Stores len bytes (borrowed for the call) as snapshot meta->version of meta->run.
+ * The run must exist (SHOAL_ENOENT); SHOAL_EEXIST when it has that version already
+ * (a snapshot, once written, never changes). Either the whole snapshot becomes visible or
+ * none of it does: a crash mid-write leaves the previous snapshots readable. Sizes
+ * above MongoDB's 16 MB document limit work (GridFS). */
+int store_snapshot_put(store *st, const store_snapshot_meta *meta, const void *bytes, size_t len,
+                       shoal_error *err);
+
+/* Reads snapshot version (>= 0, STORE_LATEST or STORE_BEST) of run. On success
+ * *bytes is a new buffer of *len bytes (caller frees it with free()) and *meta, when
+ * not NULL, is filled in. SHOAL_ENOENT when there is no such snapshot (or, for
+ * STORE_BEST, none with a score); SHOAL_EFORMAT when the stored data is damaged.
+ * Outputs are untouched on error. */
+int store_snapshot_get(store *st, const char *run, int64_t version, store_snapshot_meta *meta,
+                       void **bytes, size_t *len, shoal_error *err);
+
+/* Lists the snapshots of run by ascending version. *out is a new array of *n
+ * entries (caller frees it with free()), NULL when n is 0. */
+int store_snapshot_list(store *st, const char *run, store_snapshot_meta **out, size_t *n,
+                        shoal_error *err);
+
+/* ---- replay segments ----------------------------------------------------- */
+
+/* Appends segment seq of run: len bytes (borrowed; 1..STORE_REPLAY_SEGMENT_MAX) of
+ * raw column batches. SHOAL_EEXIST when the run has a segment seq already. */
+int store_replay_append(store *st, const char *run, uint64_t seq, const void *bytes, size_t len,
+                        shoal_error *err);
+
+/* Called for each segment by store_replay_iter; bytes are borrowed for the call.
+ * Return 0 to go on, anything else to stop (store_replay_iter then returns it). */
+typedef int (*store_replay_fn)(void *ctx, uint64_t seq, const void *bytes, size_t len);
+
+/* Calls fn for every segment of run with seq >= from_seq, by ascending seq. Returns 0
+ * after the last one, fn's nonzero value when it stopped, or an error (SHOAL_EFORMAT
+ * for a damaged segment: a bad magic, version, length or checksum). */
+int store_replay_iter(store *st, const char *run, uint64_t from_seq, store_replay_fn fn, void *ctx,
+                      shoal_error *err);
+
+/* ---- metrics ------------------------------------------------------------- */
+
+typedef struct store_metric {
+  char run[STORE_NAME_MAX];
+  char name[STORE_NAME_MAX]; /* "loss", "eval/return", ... */
+  int64_t step;              /* the x axis: env steps or updates, as the caller chooses */
+  double time;               /* Unix time of the measurement */
+  double value;              /* any double, NaN and infinities included */
+} store_metric;
+
+/* Appends n rows (borrowed). Each row's run must exist. All rows are checked before
+ * any is written; a file store writes them in one append. */
+int store_metrics_append(store *st, const store_metric *rows, size_t n, shoal_error *err);
+
+/* Rows of run with step_min <= step <= step_max and, when name is not NULL, that
+ * name, ordered by step and then by the order they were appended. *out is a new array
+ * of *n rows (caller frees it with free()), NULL when n is 0. */
+int store_metrics_query(store *st, const char *run, const char *name, int64_t step_min,
+                        int64_t step_max, store_metric **out, size_t *n, shoal_error *err);
+
+/* ---- trials (hyperparameter sweeps) -------------------------------------- */
+
+typedef enum store_trial_status {
+  STORE_TRIAL_PENDING = 0,
+  STORE_TRIAL_RUNNING = 1,
+  STORE_TRIAL_DONE = 2,
+  STORE_TRIAL_FAILED = 3,
+} store_trial_status;
+
+const char *store_trial_status_name(int status); /* can't fail */
+
+typedef struct store_trial {
+  char sweep[STORE_NAME_MAX];
+  char id[STORE_NAME_MAX];
+  int status;                  /* store_trial_status */
+  char worker[STORE_NAME_MAX]; /* the claiming worker while running or after; "" if none */
+  int64_t attempt;             /* how many times it was claimed */
+  double created_time;         /* Unix time */
+  double heartbeat_time;       /* Unix time of the last claim or heartbeat; 0 if none */
+  char *params;                /* the trial's parameters (text); owned */
+  char *result;                /* the result text once complete; owned, NULL before */
+} store_trial;
+
+/* Frees params and result and zeroes the struct. NULL is a no-op. */
+void store_trial_clear(store_trial *t);
+void store_trials_free(store_trial *t, size_t n);
+
+/* Adds trial id with params (borrowed text) to sweep, pending. SHOAL_EEXIST if the
+ * sweep has it already. */
+int store_trial_create(store *st, const char *sweep, const char *id, const char *params,
+                       shoal_error *err);
+
+/* Atomically claims one pending trial of sweep for worker (a name as for runs, ':'
+ * and '@' also allowed): whatever number of threads, processes or machines call it
+ * at once, each trial goes to exactly one of them. Oldest trials first. On success
+ * *out (caller clears it) is the claimed trial, running. SHOAL_ENOENT when no trial
+ * is pending. */
+int store_trial_claim(store *st, const char *sweep, const char *worker, store_trial *out,
+                      shoal_error *err);
+
+/* Records that worker is still on trial id. SHOAL_EPERM when worker does not hold
+ * the claim (it was requeued as stale, or another worker has it), SHOAL_ENOENT when
+ * there is no such trial. */
+int store_trial_heartbeat(store *st, const char *sweep, const char *id, const char *worker,
+                          shoal_error *err);
+
+/* Completes trial id held by worker with result (borrowed text, may be NULL) and
+ * status STORE_TRIAL_DONE or STORE_TRIAL_FAILED. SHOAL_EPERM when worker does not
+ * hold the claim; SHOAL_EEXIST when the trial was completed already. */
+int store_trial_complete(store *st, const char *sweep, const char *id, const char *worker,
+                         int status, const char *result, shoal_error *err);
+
+/* Puts back to pending every running trial of sweep whose last heartbeat is older
+ * than max_age_s seconds, so another worker may claim it; its worker's later
+ * heartbeat or complete then fails with SHOAL_EPERM. *n_requeued (may be NULL) is
+ * how many were put back. */
+int store_trial_requeue_stale(store *st, const char *sweep, double max_age_s, size_t *n_requeued,
+                              shoal_error *err);
+
+/* Fills *out (caller clears it) with trial id. SHOAL_ENOENT when missing. */
+int store_trial_get(store *st, const char *sweep, const char *id, store_trial *out,
+                    shoal_error *err);
+
+/* Lists the trials of sweep by creation order. *out is a new array (caller frees it
+ * with store_trials_free), NULL when n is 0. */
+int store_trial_list(store *st, const char *sweep, store_trial **out, size_t *n, shoal_error *err);
+
+/* ---- the writer thread --------------------------------------------------- */
+
+/* A thread with a bounded queue in front of a store, so the trainer never waits on
+ * disk or network. Calls that enqueue take a mutex for a few copies and never block
+ * on the store. When the store is slow or down:
+ *  - metrics: the queue holds at most queue_rows rows; when it is full, a new row
+ *    replaces the newest queued row of the same run and name (counted as
+ *    coalesced), or is dropped when no such row is queued (counted as dropped);
+ *  - snapshots: only the newest queued snapshot of each run is kept (older ones are
+ *    counted as superseded);
+ *  - replay segments: at most max_pending_bytes are queued; more are dropped
+ *    (SHOAL_EFULL, counted);
+ *  - a failed write is retried with backoff (100 ms doubling to 2 s) while it can
+ *    succeed later (I/O, network, timeout); other errors drop the item.
+ * Every failure is counted by kind (metrics, snapshot, replay, run) and the first of
+ * each kind, and the first after a recovery, is logged with the running count. */
+typedef struct store_writer store_writer;
+
+typedef void (*store_log_fn)(void *ctx, const char *msg);
+
+typedef struct store_writer_opts {
+  size_t queue_rows;        /* metric rows held; 0 = 65536 */
+  size_t max_pending_bytes; /* replay bytes held; 0 = 256 MiB */
+  store_log_fn log;         /* where messages go; NULL = stderr */
+  void *log_ctx;
+} store_writer_opts;
+
+enum {
+  STORE_KIND_METRICS = 0,
+  STORE_KIND_SNAPSHOT,
+  STORE_KIND_REPLAY,
+  STORE_KIND_RUN,
+  STORE_KIND_COUNT
+};
+
+typedef struct store_writer_stats {
+  uint64_t metrics_written, metrics_coalesced, metrics_dropped;
+  uint64_t snapshots_written, snapshots_superseded, snapshots_dropped;
+  uint64_t replay_written, replay_dropped;
+  uint64_t runs_written, runs_dropped;
+  uint64_t errors[STORE_KIND_COUNT]; /* failed store calls, retries included */
+  size_t pending_metrics, pending_snapshots, pending_replay, pending_runs;
+  size_t pending_bytes;     /* snapshot and replay bytes waiting */
+  int last_error;           /* SHOAL_E... of the last failure, 0 if none */
+  char last_error_msg[256]; /* its message (credentials masked) */
+  int healthy;              /* 1 when the last store call succeeded */
+} store_writer_stats;
+
+/* Starts the writer thread in front of st (borrowed: it must outlive the writer).
+ * opts may be NULL for the defaults. On success *out is a new writer. */
+int store_writer_create(store_writer **out, store *st, const store_writer_opts *opts,
+                        shoal_error *err);
+
+/* Queues one metric row (copied). Never blocks on the store. Returns 0 when queued
+ * or coalesced, SHOAL_EFULL when dropped, SHOAL_EINVAL for a bad row, SHOAL_ECLOSED
+ * after close. */
+int store_writer_metric(store_writer *w, const char *run, const char *name, int64_t step,
+                        double time, double value);
+
+/* Queues a snapshot. Takes ownership of bytes (malloc'd; the writer frees it with
+ * free(), on error too). A queued snapshot of the same run not yet being written is
+ * replaced. Returns 0, SHOAL_EINVAL or SHOAL_ECLOSED. */
+int store_writer_snapshot(store_writer *w, const store_snapshot_meta *meta, void *bytes,
+                          size_t len);
+
+/* Queues replay segment seq of run. Takes ownership of bytes as above. Returns 0,
+ * SHOAL_EFULL (dropped: more than max_pending_bytes queued), SHOAL_EINVAL or
+ * SHOAL_ECLOSED. */
+int store_writer_replay(store_writer *w, const char *run, uint64_t seq, void *bytes, size_t len);
+
+/* Queues a status change of run (run creation is done directly, at start). */
+int store_writer_run_status(store_writer *w, const char *run, int status);
+
+/* Copies the counters into *out. Can't fail. */
+void store_writer_stats_get(store_writer *w, store_writer_stats *out);
+
+/* Waits up to timeout_s seconds for everything queued so far to be written. Returns
+ * 0 when the queue is empty, SHOAL_ETIMEDOUT otherwise. *out (may be NULL) gets the
+ * stats as of the return. */
+int store_writer_flush(store_writer *w, double timeout_s, store_writer_stats *out);
+
+/* Flushes for up to timeout_s, stops the thread, logs and counts as dropped whatever
+ * was not written, fills *out (may be NULL) and frees the writer. Returns 0 when
+ * everything was written, SHOAL_EIO otherwise. NULL is a no-op returning 0. */
+int store_writer_close(store_writer *w, double timeout_s, store_writer_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
