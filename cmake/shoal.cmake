@@ -7,8 +7,9 @@ find_package(PkgConfig)
 #   parameters that some members do not use.
 #  -Wno-missing-field-initializers: protobuf-c's __INIT macros and designated
 #   initialisers that rely on zero-filling.
+#  -Wshadow=local is gcc's; clang has no such level of -Wshadow, so it goes without.
 set(SHOAL_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
-    -Wshadow=local -Wformat=2 -Wvla)
+    -Wformat=2 -Wvla $<$<C_COMPILER_ID:GNU>:-Wshadow=local>)
 if(SHOAL_WERROR)
   list(APPEND SHOAL_WARNINGS -Werror)
 endif()

@@ -60,7 +60,8 @@ typedef struct shoal_error {
  * does nothing. Returns code, so `return shoal_error_set(err, SHOAL_EINVAL, ...)` works. */
 int shoal_error_set(shoal_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-int shoal_error_vset(shoal_error *err, int code, const char *fmt, va_list ap);
+int shoal_error_vset(shoal_error *err, int code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 /* Invariants. Never compiled out: a broken invariant is a bug that must stop the
  * process with file and line, never continue on corrupt state. */
