@@ -600,9 +600,17 @@ typedef struct space_invaders_state {
   uint16_t alien[10], f_bullet[10], e_bullet[10];
 } space_invaders_state;
 
+/* Bits set in a 10-bit row (SWAR; __builtin_popcount is a libgcc call without -mpopcnt). */
+static inline int si_bits(uint32_t v) {
+  v = v - ((v >> 1) & 0x5555u);
+  v = (v & 0x3333u) + ((v >> 2) & 0x3333u);
+  v = (v + (v >> 4)) & 0x0f0fu;
+  return (int)((v + (v >> 8)) & 0x1fu);
+}
+
 static int si_count(const uint16_t *m) {
   int n = 0;
-  for (int y = 0; y < 10; y++) n += __builtin_popcount(m[y]);
+  for (int y = 0; y < 10; y++) n += si_bits(m[y]);
   return n;
 }
 
@@ -688,7 +696,7 @@ static int space_invaders_act(space_invaders_state *s, int a) {
   }
   for (int y = 0; y < 10; y++) {
     uint16_t kill = s->alien[y] & s->f_bullet[y];
-    r += __builtin_popcount(kill);
+    r += si_bits(kill);
     s->alien[y] &= (uint16_t)~kill;
     s->f_bullet[y] &= (uint16_t)~kill;
   }
@@ -705,9 +713,19 @@ static int space_invaders_act(space_invaders_state *s, int a) {
   return r;
 }
 
+/* Five bits to five 0/1 bytes, for writing the bit rows out as observation planes. */
+#define SP5(v) \
+  { (v) & 1, ((v) >> 1) & 1, ((v) >> 2) & 1, ((v) >> 3) & 1, ((v) >> 4) & 1 }
+#define SP5x4(v) SP5(v), SP5((v) + 1), SP5((v) + 2), SP5((v) + 3)
+static const uint8_t spread5[32][5] = {SP5x4(0),  SP5x4(4),  SP5x4(8),  SP5x4(12),
+                                       SP5x4(16), SP5x4(20), SP5x4(24), SP5x4(28)};
+
 static void si_plane(uint8_t *obs, int c, const uint16_t *m) {
-  for (int y = 0; y < 10; y++)
-    for (int x = 0; x < 10; x++) obs[c * 100 + y * 10 + x] = (uint8_t)((m[y] >> x) & 1u);
+  uint8_t *o = obs + c * 100;
+  for (int y = 0; y < 10; y++) {
+    memcpy(o + y * 10, spread5[m[y] & 31], 5);
+    memcpy(o + y * 10 + 5, spread5[(m[y] >> 5) & 31], 5);
+  }
 }
 
 static void space_invaders_obs(const space_invaders_state *s, uint8_t *obs) {
