@@ -36,6 +36,68 @@ static int only(const uint8_t *obs, int c, int *y, int *x) {
   return n == 1 ? 0 : -1;
 }
 
+static uint32_t fnv1a(const uint8_t *p, size_t n) {
+  uint32_t h = 0x811c9dc5u;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x01000193u;
+  return h;
+}
+
+/* Games played by MinAtar's own Python code with shoal's RNG stream
+ * (tests/reference/minatar_ref.py): observations, rewards and game-overs must match at
+ * every step, resets included. */
+static void test_reference_games(void **unused) {
+  const char *src = getenv("SHOAL_SOURCE_DIR");
+  char path[1024], line[256];
+  snprintf(path, sizeof path, "%s/tests/reference/minatar_ref.txt", src ? src : ".");
+  FILE *f = fopen(path, "r");
+  if (!f) fprintf(stderr, "cannot open %s\n", path);
+  assert_non_null(f);
+  assert_non_null(fgets(line, sizeof line, f));
+  assert_int_equal(strncmp(line, "shoal-envs-minatar-ref 1", 24), 0);
+  int games = 0;
+  while (fgets(line, sizeof line, f) && strncmp(line, "end", 3) != 0) {
+    char id[64];
+    unsigned long long seed;
+    int steps;
+    assert_int_equal(sscanf(line, "game %63s %llu %d", id, &seed, &steps), 3);
+    env *e = make(id);
+    const env_spec *sp = env_get_spec(e);
+    uint8_t obs[1000];
+    env_seed(e, seed);
+    env_reset(e, obs);
+    int ok = 0, episodes = 0;
+    double total = 0;
+    for (int t = 0; t < steps; t++) {
+      assert_non_null(fgets(line, sizeof line, f));
+      int a, rew, term;
+      unsigned hash;
+      assert_int_equal(sscanf(line, "%d %d %d %x", &a, &rew, &term, &hash), 4);
+      int32_t act = a;
+      env_result r;
+      shoal_error err = {0};
+      assert_int_equal(env_step(e, &act, obs, &r, &err), 0);
+      int same = r.reward == rew && r.terminated == term &&
+                 fnv1a(obs, (size_t)sp->obs.size) == (uint32_t)hash;
+      if (!same && ok == t)
+        fprintf(stderr, "%s: first difference at step %d: reward %g/%d, terminated %d/%d\n", id, t,
+                r.reward, rew, r.terminated, term);
+      ok += same;
+      total += rew;
+      if (r.terminated) {
+        env_reset(e, obs);
+        episodes++;
+      }
+    }
+    fprintf(stderr, "%-26s %d steps, %d episodes, return %.0f: %d steps identical\n", id, steps,
+            episodes, total, ok);
+    assert_int_equal(ok, steps);
+    env_destroy(e);
+    games++;
+  }
+  fclose(f);
+  assert_int_equal(games, 5);
+}
+
 static void test_breakout_bounce_and_brick(void **unused) {
   env *e = make("MinAtar/Breakout-v1");
   uint8_t obs[400];
@@ -291,6 +353,7 @@ static void test_random_play(void **unused) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_reference_games),
       cmocka_unit_test(test_breakout_bounce_and_brick),
       cmocka_unit_test(test_freeway),
       cmocka_unit_test(test_sticky_actions),
