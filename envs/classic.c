@@ -11,10 +11,39 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "envs/internal.h"
 
 #define PI 3.141592653589793 /* np.pi */
+
+/* Options shared by several kinds: Gymnasium's reset(options={"low": .., "high": ..}),
+ * applied to every reset. key NULL is the final check of env__apply_options. */
+static int bounds_option(double *low, double *high, const char *key, double v, shoal_error *err,
+                         int *handled) {
+  *handled = 1;
+  if (!key) {
+    if (*low > *high)
+      return shoal_error_set(err, SHOAL_EINVAL, "low (%g) must not exceed high (%g)", *low, *high);
+    return 0;
+  }
+  if (strcmp(key, "low") == 0) {
+    *low = v;
+    return 0;
+  }
+  if (strcmp(key, "high") == 0) {
+    *high = v;
+    return 0;
+  }
+  *handled = 0;
+  return 0;
+}
+
+static int flag_option(int *flag, const char *key, double v, shoal_error *err) {
+  if (v != 0 && v != 1) return shoal_error_set(err, SHOAL_EINVAL, "%s = %g: needs 0 or 1", key, v);
+  *flag = (int)v;
+  return 0;
+}
 
 /* ---- CartPole-v1 -------------------------------------------------------------------- */
 
@@ -32,6 +61,8 @@
 
 typedef struct cartpole_state {
   double x, x_dot, theta, theta_dot;
+  double low, high; /* reset bounds (options) */
+  int sutton_barto; /* sutton_barto_reward: 0 per step and -1 on failure */
 } cartpole_state;
 
 static const float cp_high[4] = {(float)(CP_X_THRESHOLD * 2), INFINITY,
@@ -48,10 +79,10 @@ static inline void cartpole_obs(const cartpole_state *s, float *obs) {
 
 /* self.np_random.uniform(low=-0.05, high=0.05, size=(4,)) */
 static inline void cartpole_reset_(cartpole_state *s, shoal_rng *rng, float *obs) {
-  s->x = env__rng_range(rng, -0.05, 0.05);
-  s->x_dot = env__rng_range(rng, -0.05, 0.05);
-  s->theta = env__rng_range(rng, -0.05, 0.05);
-  s->theta_dot = env__rng_range(rng, -0.05, 0.05);
+  s->x = env__rng_range(rng, s->low, s->high);
+  s->x_dot = env__rng_range(rng, s->low, s->high);
+  s->theta = env__rng_range(rng, s->low, s->high);
+  s->theta_dot = env__rng_range(rng, s->low, s->high);
   cartpole_obs(s, obs);
 }
 
@@ -78,7 +109,8 @@ static inline void cartpole_step_(cartpole_state *s, shoal_rng *rng, const int32
   s->theta_dot = theta_dot;
   *term = x < -CP_X_THRESHOLD || x > CP_X_THRESHOLD || theta < -CP_THETA_THRESHOLD ||
           theta > CP_THETA_THRESHOLD;
-  *reward = 1.0; /* +1 every step, the terminating one included */
+  /* +1 every step, the terminating one included (Sutton & Barto: 0, and -1 on failure) */
+  *reward = s->sutton_barto ? (*term ? -1.0 : 0.0) : 1.0;
   cartpole_obs(s, obs);
 }
 
@@ -88,6 +120,21 @@ static void cartpole_step(void *st, shoal_rng *rng, const void *a, void *obs, do
 }
 ENV__DEFINE_VEC_STEP(cartpole_vec_step, cartpole_state, cartpole_step_, cartpole_reset_, float, 4,
                      int32_t, 1)
+
+static void cartpole_init(void *st) {
+  cartpole_state *s = st;
+  s->low = -0.05;
+  s->high = 0.05;
+  s->sutton_barto = 0;
+}
+static int cartpole_configure(void *st, const char *key, double v, shoal_error *err) {
+  cartpole_state *s = st;
+  int handled, rc = bounds_option(&s->low, &s->high, key, v, err, &handled);
+  if (handled) return rc;
+  if (strcmp(key, "sutton_barto_reward") == 0) return flag_option(&s->sutton_barto, key, v, err);
+  return shoal_error_set(err, SHOAL_EINVAL,
+                         "unknown option '%s' (takes sutton_barto_reward, low, high)", key);
+}
 
 static int cartpole_get(const void *st, double *out, int cap) {
   const cartpole_state *s = st;
@@ -140,6 +187,8 @@ const env_type env__cartpole = {
     .get_state = cartpole_get,
     .set_state = cartpole_set,
     .vec_step = cartpole_vec_step,
+    .init = cartpole_init,
+    .configure = cartpole_configure,
 };
 
 /* ---- MountainCar-v0 and MountainCarContinuous-v0 ------------------------------------ */
@@ -155,6 +204,8 @@ const env_type env__cartpole = {
 
 typedef struct mountaincar_state {
   double position, velocity; /* float64; the continuous version rounds to float32 per step */
+  double low, high;          /* reset bounds (options) */
+  double goal_velocity;
 } mountaincar_state;
 
 static const float mc_low[2] = {(float)MC_MIN_POSITION, -(float)MC_MAX_SPEED};
@@ -163,7 +214,7 @@ static const float mcc_act_low[1] = {-1.0f}, mcc_act_high[1] = {1.0f};
 
 /* np.array([self.np_random.uniform(low=-0.6, high=-0.4), 0]) */
 static inline void mountaincar_reset_(mountaincar_state *s, shoal_rng *rng, float *obs) {
-  s->position = env__rng_range(rng, -0.6, -0.4);
+  s->position = env__rng_range(rng, s->low, s->high);
   s->velocity = 0.0;
   obs[0] = (float)s->position;
   obs[1] = 0.0f;
@@ -179,7 +230,7 @@ static inline void mountaincar_step_(mountaincar_state *s, shoal_rng *rng, const
   position = position + velocity;
   position = env__clip(position, MC_MIN_POSITION, MC_MAX_POSITION);
   if (position == MC_MIN_POSITION && velocity < 0) velocity = 0.0;
-  *term = position >= MC_GOAL_POSITION && velocity >= 0.0; /* goal_velocity = 0 */
+  *term = position >= MC_GOAL_POSITION && velocity >= s->goal_velocity;
   *reward = -1.0;
   s->position = position;
   s->velocity = velocity;
@@ -201,7 +252,7 @@ static inline void mountaincar_cont_step_(mountaincar_state *s, shoal_rng *rng, 
   if (position > MC_MAX_POSITION) position = MC_MAX_POSITION;
   if (position < MC_MIN_POSITION) position = MC_MIN_POSITION;
   if (position == MC_MIN_POSITION && velocity < 0) velocity = 0.0;
-  *term = position >= MCC_GOAL_POSITION && velocity >= 0.0;
+  *term = position >= MCC_GOAL_POSITION && velocity >= s->goal_velocity;
   /* reward = 100 on reaching the goal, minus 0.1 * the *unclipped* action squared */
   double r = *term ? 100.0 : 0.0;
   *reward = r - env__sq(act) * 0.1;
@@ -227,6 +278,24 @@ ENV__DEFINE_VEC_STEP(mountaincar_vec_step, mountaincar_state, mountaincar_step_,
                      float, 2, int32_t, 1)
 ENV__DEFINE_VEC_STEP(mountaincar_cont_vec_step, mountaincar_state, mountaincar_cont_step_,
                      mountaincar_reset_, float, 2, float, 1)
+
+static void mountaincar_init(void *st) {
+  mountaincar_state *s = st;
+  s->low = -0.6;
+  s->high = -0.4;
+  s->goal_velocity = 0.0;
+}
+static int mountaincar_configure(void *st, const char *key, double v, shoal_error *err) {
+  mountaincar_state *s = st;
+  int handled, rc = bounds_option(&s->low, &s->high, key, v, err, &handled);
+  if (handled) return rc;
+  if (strcmp(key, "goal_velocity") == 0) {
+    s->goal_velocity = v;
+    return 0;
+  }
+  return shoal_error_set(err, SHOAL_EINVAL, "unknown option '%s' (takes goal_velocity, low, high)",
+                         key);
+}
 
 static int mountaincar_get(const void *st, double *out, int cap) {
   const mountaincar_state *s = st;
@@ -298,6 +367,8 @@ const env_type env__mountaincar = {
     .get_state = mountaincar_get,
     .set_state = mountaincar_set,
     .vec_step = mountaincar_vec_step,
+    .init = mountaincar_init,
+    .configure = mountaincar_configure,
 };
 
 const env_type env__mountaincar_cont = {
@@ -315,6 +386,8 @@ const env_type env__mountaincar_cont = {
     .get_state = mountaincar_get,
     .set_state = mountaincar_set,
     .vec_step = mountaincar_cont_vec_step,
+    .init = mountaincar_init,
+    .configure = mountaincar_configure,
 };
 
 /* ---- Acrobot-v1 ----------------------------------------------------------------------- */
@@ -333,8 +406,10 @@ const env_type env__mountaincar_cont = {
 #define AC_MAX_VEL_2 (9 * PI)
 
 typedef struct acrobot_state {
-  double s[4];   /* theta1, theta2, dtheta1, dtheta2 */
-  double c2, s2; /* cos and sin of theta2, kept from the observation for the next step */
+  double s[4];      /* theta1, theta2, dtheta1, dtheta2 */
+  double c2, s2;    /* cos and sin of theta2, kept from the observation for the next step */
+  double low, high; /* reset bounds (options) */
+  int nips;         /* book_or_nips == "nips": the paper's dynamics */
 } acrobot_state;
 
 static const float ac_high[6] = {1, 1, 1, 1, (float)AC_MAX_VEL_1, (float)AC_MAX_VEL_2};
@@ -354,13 +429,14 @@ static inline void acrobot_obs(acrobot_state *st, float *obs) {
 
 /* uniform(-0.1, 0.1, size=(4,)).astype(np.float32) */
 static inline void acrobot_reset_(acrobot_state *st, shoal_rng *rng, float *obs) {
-  for (int i = 0; i < 4; i++) st->s[i] = env__f32(env__rng_range(rng, -0.1, 0.1));
+  for (int i = 0; i < 4; i++) st->s[i] = env__f32(env__rng_range(rng, st->low, st->high));
   acrobot_obs(st, obs);
 }
 
 /* AcrobotEnv._dsdt: y = (theta1, theta2, dtheta1, dtheta2), a = torque. The derivative
  * of the torque component is 0, so rk4 leaves it unchanged. */
-static inline void acrobot_dsdt_cs(const double *y, double a, double c2, double s2, double *dy) {
+static inline void acrobot_dsdt_cs(const double *y, double a, double c2, double s2, int nips,
+                                   double *dy) {
   double theta1 = y[0], theta2 = y[1], dtheta1 = y[2], dtheta2 = y[3];
   double d1 = AC_M1 * (AC_LC1 * AC_LC1) +
               AC_M2 * (AC_L1 * AC_L1 + AC_LC2 * AC_LC2 + 2 * AC_L1 * AC_LC2 * c2) + AC_I1 + AC_I2;
@@ -369,16 +445,20 @@ static inline void acrobot_dsdt_cs(const double *y, double a, double c2, double 
   double phi1 = -AC_M2 * AC_L1 * AC_LC2 * env__sq(dtheta2) * s2 -
                 2 * AC_M2 * AC_L1 * AC_LC2 * dtheta2 * dtheta1 * s2 +
                 (AC_M1 * AC_LC1 + AC_M2 * AC_L1) * AC_G * cos(theta1 - PI / 2) + phi2;
-  double ddtheta2 = (a + d2 / d1 * phi1 - AC_M2 * AC_L1 * AC_LC2 * env__sq(dtheta1) * s2 - phi2) /
-                    (AC_M2 * (AC_LC2 * AC_LC2) + AC_I2 - env__sq(d2) / d1);
+  double ddtheta2;
+  if (nips) /* as in the NeurIPS paper */
+    ddtheta2 = (a + d2 / d1 * phi1 - phi2) / (AC_M2 * (AC_LC2 * AC_LC2) + AC_I2 - env__sq(d2) / d1);
+  else /* the book's (and the Java implementation's), Gymnasium's default */
+    ddtheta2 = (a + d2 / d1 * phi1 - AC_M2 * AC_L1 * AC_LC2 * env__sq(dtheta1) * s2 - phi2) /
+               (AC_M2 * (AC_LC2 * AC_LC2) + AC_I2 - env__sq(d2) / d1);
   double ddtheta1 = -(d2 * ddtheta2 + phi1) / d1;
   dy[0] = dtheta1;
   dy[1] = dtheta2;
   dy[2] = ddtheta1;
   dy[3] = ddtheta2;
 }
-static inline void acrobot_dsdt(const double *y, double a, double *dy) {
-  acrobot_dsdt_cs(y, a, cos(y[1]), sin(y[1]), dy);
+static inline void acrobot_dsdt(const double *y, double a, int nips, double *dy) {
+  acrobot_dsdt_cs(y, a, cos(y[1]), sin(y[1]), nips, dy);
 }
 
 static inline void acrobot_step_(acrobot_state *st, shoal_rng *rng, const int32_t *act, float *obs,
@@ -390,13 +470,13 @@ static inline void acrobot_step_(acrobot_state *st, shoal_rng *rng, const int32_
   /* rk4(self._dsdt, s_augmented, [0, self.dt]): one step of classic RK4 */
   const double dt = AC_DT, dt2 = dt / 2.0;
   double k1[4], k2[4], k3[4], k4[4], y[4], ns[4];
-  acrobot_dsdt_cs(y0, a, st->c2, st->s2, k1);
+  acrobot_dsdt_cs(y0, a, st->c2, st->s2, st->nips, k1);
   for (int j = 0; j < 4; j++) y[j] = y0[j] + dt2 * k1[j];
-  acrobot_dsdt(y, a, k2);
+  acrobot_dsdt(y, a, st->nips, k2);
   for (int j = 0; j < 4; j++) y[j] = y0[j] + dt2 * k2[j];
-  acrobot_dsdt(y, a, k3);
+  acrobot_dsdt(y, a, st->nips, k3);
   for (int j = 0; j < 4; j++) y[j] = y0[j] + dt * k3[j];
-  acrobot_dsdt(y, a, k4);
+  acrobot_dsdt(y, a, st->nips, k4);
   for (int j = 0; j < 4; j++) ns[j] = y0[j] + dt / 6.0 * (k1[j] + 2 * k2[j] + 2 * k3[j] + k4[j]);
   /* wrap(ns[0], -pi, pi), wrap(ns[1], -pi, pi) */
   for (int j = 0; j < 2; j++) {
@@ -428,6 +508,20 @@ static void acrobot_step(void *st, shoal_rng *rng, const void *a, void *obs, dou
 }
 ENV__DEFINE_VEC_STEP(acrobot_vec_step, acrobot_state, acrobot_step_, acrobot_reset_, float, 6,
                      int32_t, 1)
+
+static void acrobot_init(void *st) {
+  acrobot_state *s = st;
+  s->low = -0.1;
+  s->high = 0.1;
+  s->nips = 0;
+}
+static int acrobot_configure(void *st, const char *key, double v, shoal_error *err) {
+  acrobot_state *s = st;
+  int handled, rc = bounds_option(&s->low, &s->high, key, v, err, &handled);
+  if (handled) return rc;
+  if (strcmp(key, "nips") == 0) return flag_option(&s->nips, key, v, err);
+  return shoal_error_set(err, SHOAL_EINVAL, "unknown option '%s' (takes nips, low, high)", key);
+}
 
 static int acrobot_get(const void *st, double *out, int cap) {
   const acrobot_state *s = st;
@@ -476,6 +570,8 @@ const env_type env__acrobot = {
     .get_state = acrobot_get,
     .set_state = acrobot_set,
     .vec_step = acrobot_vec_step,
+    .init = acrobot_init,
+    .configure = acrobot_configure,
 };
 
 /* ---- Pendulum-v1 ---------------------------------------------------------------------- */
@@ -489,8 +585,10 @@ const env_type env__acrobot = {
 
 typedef struct pendulum_state {
   double th, thdot;
-  double sin_th; /* sin(th), kept from the last observation: the next step needs it */
-  double last_u; /* for rendering */
+  double sin_th;         /* sin(th), kept from the last observation: the next step needs it */
+  double last_u;         /* for rendering */
+  double g;              /* gravity (option; Gymnasium's default 10.0) */
+  double x_init, y_init; /* reset bounds: theta in [-x, x], thetadot in [-y, y] */
 } pendulum_state;
 
 static const float pd_high[3] = {1.0f, 1.0f, (float)PD_MAX_SPEED};
@@ -502,8 +600,8 @@ static inline double angle_normalize(double x) { return env__np_mod(x + PI, 2 * 
 
 /* high = [pi, 1]; uniform(low=-high, high=high) */
 static inline void pendulum_reset_(pendulum_state *s, shoal_rng *rng, float *obs) {
-  s->th = env__rng_range(rng, -PI, PI);
-  s->thdot = env__rng_range(rng, -1.0, 1.0);
+  s->th = env__rng_range(rng, -s->x_init, s->x_init);
+  s->thdot = env__rng_range(rng, -s->y_init, s->y_init);
   s->last_u = 0.0;
   s->sin_th = sin(s->th);
   obs[0] = (float)cos(s->th);
@@ -522,7 +620,7 @@ static inline void pendulum_step_(pendulum_state *s, shoal_rng *rng, const float
   s->last_u = u;
   double costs = env__sq(angle_normalize(th)) + 0.1 * env__sq(thdot) + 0.001 * env__sq(u);
   double newthdot =
-      thdot + (3 * PD_G / (2 * PD_L) * s->sin_th + 3.0 / (PD_M * (PD_L * PD_L)) * u) * PD_DT;
+      thdot + (3 * s->g / (2 * PD_L) * s->sin_th + 3.0 / (PD_M * (PD_L * PD_L)) * u) * PD_DT;
   newthdot = env__clip(newthdot, -PD_MAX_SPEED, PD_MAX_SPEED);
   double newth = th + newthdot * PD_DT;
   s->th = newth;
@@ -541,6 +639,30 @@ static void pendulum_step(void *st, shoal_rng *rng, const void *a, void *obs, do
 }
 ENV__DEFINE_VEC_STEP(pendulum_vec_step, pendulum_state, pendulum_step_, pendulum_reset_, float, 3,
                      float, 1)
+
+static void pendulum_init(void *st) {
+  pendulum_state *s = st;
+  s->g = PD_G;
+  s->x_init = PI;  /* DEFAULT_X */
+  s->y_init = 1.0; /* DEFAULT_Y */
+}
+static int pendulum_configure(void *st, const char *key, double v, shoal_error *err) {
+  pendulum_state *s = st;
+  if (!key) return 0;
+  if (strcmp(key, "g") == 0) {
+    s->g = v;
+    return 0;
+  }
+  if (strcmp(key, "x_init") == 0) {
+    s->x_init = v;
+    return 0;
+  }
+  if (strcmp(key, "y_init") == 0) {
+    s->y_init = v;
+    return 0;
+  }
+  return shoal_error_set(err, SHOAL_EINVAL, "unknown option '%s' (takes g, x_init, y_init)", key);
+}
 
 static int pendulum_get(const void *st, double *out, int cap) {
   const pendulum_state *s = st;
@@ -598,4 +720,6 @@ const env_type env__pendulum = {
     .get_state = pendulum_get,
     .set_state = pendulum_set,
     .vec_step = pendulum_vec_step,
+    .init = pendulum_init,
+    .configure = pendulum_configure,
 };

@@ -172,9 +172,71 @@ int env__check_actions(const env_spec *sp, const void *actions, int B, const cha
   return 0;
 }
 
+/* Applies "k=v,k=v" to a fresh state. max_episode_steps is the framework's: it goes to
+ * *max_steps. Each option goes to the kind's configure(). */
+int env__apply_options(const env_type *t, void *state, const char *opts, int *max_steps,
+                       const char *where, shoal_error *err) {
+  if (t->init) t->init(state);
+  if (!opts) return 0;
+  const char *p = opts;
+  while (*p) {
+    while (*p == ' ' || *p == ',') p++;
+    if (!*p) break;
+    const char *eq = strchr(p, '='), *end = strchr(p, ',');
+    if (!end) end = p + strlen(p);
+    if (!eq || eq > end)
+      return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s': option '%.*s' is not key=value", where,
+                             t->spec.id, (int)(end - p), p);
+    char key[64], val[64];
+    size_t kl = (size_t)(eq - p), vl = (size_t)(end - eq - 1);
+    while (kl > 0 && p[kl - 1] == ' ') kl--;
+    if (kl == 0 || kl >= sizeof key || vl == 0 || vl >= sizeof val)
+      return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s': bad option '%.*s'", where, t->spec.id,
+                             (int)(end - p), p);
+    memcpy(key, p, kl);
+    key[kl] = 0;
+    memcpy(val, eq + 1, vl);
+    val[vl] = 0;
+    char *stop;
+    double v = strtod(val, &stop);
+    while (*stop == ' ') stop++;
+    if (*stop || stop == val || !isfinite(v))
+      return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s': option %s = '%s' is not a number", where,
+                             t->spec.id, key, val);
+    int rc;
+    if (strcmp(key, "max_episode_steps") == 0) {
+      if (v < 0 || v != floor(v) || v > 1e9)
+        return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s': max_episode_steps = %s", where,
+                               t->spec.id, val);
+      *max_steps = (int)v;
+      rc = 0;
+    } else if (!t->configure) {
+      rc = shoal_error_set(err, SHOAL_EINVAL, "takes no option '%s'", key);
+    } else {
+      rc = t->configure(state, key, v, err);
+    }
+    if (rc) {
+      char inner[sizeof err->msg];
+      snprintf(inner, sizeof inner, "%s", err ? err->msg : "");
+      return shoal_error_set(err, rc, "%s: '%s': %s", where, t->spec.id, inner);
+    }
+    p = end;
+  }
+  if (t->configure) { /* all given: the kind checks them together (key NULL) */
+    int rc = t->configure(state, NULL, 0.0, err);
+    if (rc) {
+      char inner[sizeof err->msg];
+      snprintf(inner, sizeof inner, "%s", err ? err->msg : "");
+      return shoal_error_set(err, rc, "%s: '%s': %s", where, t->spec.id, inner);
+    }
+  }
+  return 0;
+}
+
 struct env {
   const env_type *type;
   shoal_rng rng;
+  int max_steps; /* the time limit in force */
   int elapsed;
   int running; /* an episode is in progress */
   int reset_once;
@@ -182,6 +244,10 @@ struct env {
 };
 
 int env_make(env **out, const char *id, shoal_error *err) {
+  return env_make_opts(out, id, NULL, err);
+}
+
+int env_make_opts(env **out, const char *id, const char *options, shoal_error *err) {
   const env_type *t = env_find(id);
   if (!t) return env__not_found("env_make", id, err);
   env *e = calloc(1, sizeof *e);
@@ -194,6 +260,12 @@ int env_make(env **out, const char *id, shoal_error *err) {
   memset(st, 0, sz);
   e->type = t;
   e->state = st;
+  e->max_steps = t->spec.max_episode_steps;
+  int rc = env__apply_options(t, st, options, &e->max_steps, "env_make", err);
+  if (rc) {
+    env_destroy(e);
+    return rc;
+  }
   shoal_rng_seed(&e->rng, 0);
   *out = e;
   return 0;
@@ -233,7 +305,7 @@ int env_step(env *e, const void *action, void *obs, env_result *res, shoal_error
   e->elapsed++;
   res->reward = r;
   res->terminated = term != 0;
-  res->truncated = sp->max_episode_steps > 0 && e->elapsed >= sp->max_episode_steps;
+  res->truncated = e->max_steps > 0 && e->elapsed >= e->max_steps;
   res->elapsed = e->elapsed;
   if (res->terminated || res->truncated) e->running = 0;
   return 0;

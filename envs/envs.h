@@ -120,6 +120,13 @@ typedef struct env_type {
   /* Optional, for speed: steps copies [lo, hi) of a vector env with auto-reset. The
    * built-in envs provide it; NULL uses step/reset one copy at a time. */
   void (*vec_step)(const struct env__batch *b, int lo, int hi);
+  /* Optional: writes the defaults of the kind's settings into a fresh (zeroed) state,
+   * once at creation, before options are applied. Settings must survive reset(). */
+  void (*init)(void *state);
+  /* Optional: applies one option "key=value" of env_make_opts (value parsed as a number).
+   * Returns 0, or SHOAL_EINVAL for an unknown key or a bad value, saying which. Called
+   * once more with key NULL after the last option, to check the settings together. */
+  int (*configure)(void *state, const char *key, double value, shoal_error *err);
 } env_type;
 
 /* Registers a kind under type->spec.id. Borrows type: it must stay valid (static) for
@@ -149,6 +156,17 @@ typedef struct env_result {
 /* Creates an env of the registered kind id, seeded with 0 and not yet reset. Caller owns
  * *out (env_destroy). SHOAL_ENOENT (the message lists the known ids) or SHOAL_ENOMEM. */
 int env_make(env **out, const char *id, shoal_error *err);
+
+/* env_make with options: "key=value" pairs separated by commas, values numbers, like
+ * Gymnasium's make kwargs and reset options. Every kind takes max_episode_steps (0: none).
+ *   CartPole-v1               sutton_barto_reward (0/1), low, high (reset bounds, +-0.05)
+ *   MountainCar-v0,
+ *   MountainCarContinuous-v0  goal_velocity (0), low, high (reset bounds, -0.6, -0.4)
+ *   Acrobot-v1                nips (0/1: the NeurIPS paper's dynamics), low, high (+-0.1)
+ *   Pendulum-v1               g (10.0), x_init (pi), y_init (1.0)
+ *   MinAtar games             sticky_action_prob (0.1), difficulty_ramping (0/1, 1)
+ * NULL or "" is env_make. SHOAL_EINVAL names a bad or unknown key. */
+int env_make_opts(env **out, const char *id, const char *options, shoal_error *err);
 void env_destroy(env *e); /* NULL is fine */
 
 const env_spec *env_get_spec(const env *e); /* borrowed, valid while e lives */
@@ -184,6 +202,7 @@ typedef struct env_vec_config {
   int threads;           /* threads stepping disjoint copies; <= 1: the caller's thread */
   int max_episode_steps; /* 0: the spec's time limit; > 0 overrides; < 0: no limit */
   int episode_log;       /* finished episodes kept for env_vec_episodes (0: 4*B + 64) */
+  const char *options;   /* as env_make_opts, applied to every copy; NULL: none */
 } env_vec_config;
 
 /* Where env_vec_step writes; all caller-owned, each with B rows.

@@ -18,6 +18,10 @@ extern const int env__minatar_ntypes;
 
 /* "where: no env 'id' (known: ...)", SHOAL_ENOENT. */
 int env__not_found(const char *where, const char *id, shoal_error *err);
+/* Runs t->init on a fresh state, then applies "k=v,..." options (NULL: none);
+ * max_episode_steps goes to *max_steps. */
+int env__apply_options(const env_type *t, void *state, const char *opts, int *max_steps,
+                       const char *where, shoal_error *err);
 /* Checks B actions against sp->act: SHOAL_ERANGE / SHOAL_ENAN naming the copy. */
 int env__check_actions(const env_spec *sp, const void *actions, int B, const char *where,
                        shoal_error *err);

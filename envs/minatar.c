@@ -2,7 +2,8 @@
  * MinAtar (Young & Tian 2019, github.com/kenjyoung/MinAtar): Breakout, Freeway, Asterix,
  * Seaquest and Space Invaders on a 10x10 grid, rules as in minatar/environments/<game>.py,
  * with sticky actions (p = 0.1, the previous action repeats; the previous action is not
- * cleared by reset, as in minatar.Environment) and difficulty ramping on. Observations
+ * cleared by reset, as in minatar.Environment) and difficulty ramping on (options
+ * "sticky_action_prob=P" and "difficulty_ramping=0" change them). Observations
  * are the games' boolean 10x10xC states written channels-first as uint8 (C, 10, 10).
  * -v0 takes all six actions (n, l, u, r, d, f), -v1 the game's minimal action set, as
  * minatar.gym registers them; neither has a time limit (Freeway ends itself at 2500).
@@ -16,7 +17,41 @@
 
 #include "envs/internal.h"
 
-#define STICKY_P 0.1
+/* What every game's state starts with: minatar.Environment's settings and its memory of
+ * the last action. */
+typedef struct minatar_common {
+  int last_action; /* sticky actions; survives reset */
+  int ramping;     /* difficulty_ramping (default on) */
+  double sticky;   /* sticky_action_prob (default 0.1) */
+} minatar_common;
+
+static void minatar_init(void *st) {
+  minatar_common *c = st;
+  c->last_action = 0;
+  c->ramping = 1;
+  c->sticky = 0.1;
+}
+
+static int minatar_configure(void *st, const char *key, double v, shoal_error *err) {
+  minatar_common *c = st;
+  if (!key) return 0;
+  if (strcmp(key, "sticky_action_prob") == 0) {
+    if (!(v >= 0 && v <= 1))
+      return shoal_error_set(err, SHOAL_EINVAL, "sticky_action_prob = %g: needs 0..1", v);
+    c->sticky = v;
+    return 0;
+  }
+  if (strcmp(key, "difficulty_ramping") == 0) {
+    if (v != 0 && v != 1)
+      return shoal_error_set(err, SHOAL_EINVAL, "difficulty_ramping = %g: needs 0 or 1", v);
+    c->ramping = (int)v;
+    return 0;
+  }
+  return shoal_error_set(err, SHOAL_EINVAL,
+                         "unknown option '%s' (MinAtar takes sticky_action_prob, "
+                         "difficulty_ramping)",
+                         key);
+}
 
 enum { A_N = 0, A_L = 1, A_U = 2, A_R = 3, A_D = 4, A_F = 5 };
 
@@ -25,7 +60,7 @@ static inline void set_px(uint8_t *obs, int c, int y, int x) { obs[c * 100 + y *
 /* ---- Breakout ------------------------------------------------------------------------- */
 
 typedef struct breakout_state {
-  int last_action; /* sticky actions; survives reset */
+  minatar_common c;
   int ball_x, ball_y, ball_dir, pos, last_x, last_y;
   int strike, terminal, nbricks;
   uint8_t brick[10][10];
@@ -108,7 +143,7 @@ static void breakout_obs(const breakout_state *s, uint8_t *obs) {
 #define FW_TIME_LIMIT 2500
 
 typedef struct freeway_state {
-  int last_action;
+  minatar_common c;
   int cars[8][4]; /* x, y, timer, signed speed */
   int pos, move_timer, terminate_timer, terminal;
 } freeway_state;
@@ -199,7 +234,7 @@ typedef struct asterix_entity {
 } asterix_entity;
 
 typedef struct asterix_state {
-  int last_action;
+  minatar_common c;
   int player_x, player_y;
   asterix_entity ent[8]; /* slot i moves along row i + 1 */
   int spawn_speed, spawn_timer, move_speed, move_timer, ramp_timer, ramp_index, terminal;
@@ -277,7 +312,7 @@ static int asterix_act(asterix_state *s, shoal_rng *rng, int a) {
   }
   s->spawn_timer -= 1;
   s->move_timer -= 1;
-  if (s->spawn_speed > 1 || s->move_speed > 1) { /* ramping */
+  if (s->c.ramping && (s->spawn_speed > 1 || s->move_speed > 1)) {
     if (s->ramp_timer >= 0) {
       s->ramp_timer -= 1;
     } else {
@@ -341,7 +376,7 @@ static inline int sq_find(const sq_list *l, int x, int y) {
 }
 
 typedef struct seaquest_state {
-  int last_action;
+  minatar_common c;
   int oxygen, diver_count, sub_x, sub_y, sub_or, surface, terminal;
   int e_spawn_speed, e_spawn_timer, d_spawn_timer, move_speed, ramp_index, shot_timer;
   sq_list f_bullets, e_bullets, e_fish, e_subs, divers;
@@ -393,8 +428,8 @@ static int seaquest_surface(seaquest_state *s) {
     r = s->oxygen * 10 / SQ_MAX_OXYGEN;
   }
   s->oxygen = SQ_MAX_OXYGEN;
-  s->diver_count -= 1;                             /* as MinAtar: -1 after a full load */
-  if (s->e_spawn_speed > 1 || s->move_speed > 2) { /* ramping */
+  s->diver_count -= 1; /* as MinAtar: -1 after a full load */
+  if (s->c.ramping && (s->e_spawn_speed > 1 || s->move_speed > 2)) {
     if (s->move_speed > 2 && s->ramp_index % 2) s->move_speed -= 1;
     if (s->e_spawn_speed > 1) s->e_spawn_speed -= 1;
     s->ramp_index += 1;
@@ -594,7 +629,7 @@ static void seaquest_obs(const seaquest_state *s, uint8_t *obs) {
 
 /* The 10x10 maps as one 10-bit row mask each: bit x is column x. */
 typedef struct space_invaders_state {
-  int last_action;
+  minatar_common c;
   int pos, alien_dir, enemy_move_interval, alien_move_timer, alien_shot_timer;
   int ramp_index, shot_timer, terminal;
   uint16_t alien[10], f_bullet[10], e_bullet[10];
@@ -704,7 +739,7 @@ static int space_invaders_act(space_invaders_state *s, int a) {
   s->alien_move_timer -= 1;
   s->alien_shot_timer -= 1;
   if (si_count(s->alien) == 0) {
-    if (s->enemy_move_interval > 6) { /* ramping */
+    if (s->enemy_move_interval > 6 && s->c.ramping) {
       s->enemy_move_interval -= 1;
       s->ramp_index += 1;
     }
@@ -817,8 +852,8 @@ static void minatar_draw(const uint8_t *obs, int C, uint8_t *rgb) {
                                           uint8_t *obs, double *reward, int *term) {            \
     static const int set[6] = actset;                                                           \
     int act = set[*a];                                                                          \
-    if (env__rng_uniform(rng) < STICKY_P) act = s->last_action;                                 \
-    s->last_action = act;                                                                       \
+    if (env__rng_uniform(rng) < s->c.sticky) act = s->c.last_action;                            \
+    s->c.last_action = act;                                                                     \
     *reward = (double)game##_act_(s, rng, act);                                                 \
     *term = s->terminal;                                                                        \
     game##_obs(s, obs);                                                                         \
@@ -849,6 +884,8 @@ static void minatar_draw(const uint8_t *obs, int C, uint8_t *rgb) {
       .reset = game##_##ver##_reset,                                                            \
       .step = game##_##ver##_step,                                                              \
       .render = game##_##ver##_render,                                                          \
+      .init = minatar_init,                                                                     \
+      .configure = minatar_configure,                                                           \
       .vec_step = game##_##ver##_vec_step,                                                      \
   };
 

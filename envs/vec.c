@@ -166,6 +166,16 @@ int env_vec_create(env_vec **out, const char *id, int B, const env_vec_config *c
     return shoal_error_set(err, SHOAL_ENOMEM, "env_vec_create: '%s' x %d: out of memory", id, B);
   }
   memset(v->states, 0, v->stride * (size_t)B);
+  /* settings: applied to copy 0, then copied, so every copy starts alike */
+  int opt_steps = v->max_steps;
+  int orc = env__apply_options(t, v->states, c.options, &opt_steps, "env_vec_create", err);
+  if (orc) {
+    env_vec_destroy(v);
+    return orc;
+  }
+  if (c.options && strstr(c.options, "max_episode_steps")) v->max_steps = opt_steps;
+  for (int i = 1; i < B; i++)
+    memcpy((char *)v->states + (size_t)i * v->stride, v->states, v->stride);
   if (pthread_mutex_init(&v->mu, NULL) || pthread_cond_init(&v->cv_work, NULL) ||
       pthread_cond_init(&v->cv_done, NULL)) {
     env_vec_destroy(v);

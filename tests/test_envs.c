@@ -358,11 +358,138 @@ static void test_episode_log_overflow(void **unused) {
   env_vec_destroy(v);
 }
 
+/* Options as Gymnasium's make kwargs and reset options. */
+static void test_options(void **unused) {
+  shoal_error err = {0};
+  env *e;
+  /* Pendulum's gravity */
+  assert_int_equal(env_make_opts(&e, "Pendulum-v1", "g=9.81", &err), 0);
+  float obs[8];
+  env_reset(e, obs);
+  double s0[2] = {0.5, 0.0};
+  env_set_state(e, s0, 2, &err);
+  float u = 0.0f;
+  env_result r;
+  assert_int_equal(env_step(e, &u, obs, &r, &err), 0);
+  double got[4];
+  env_get_state(e, got, 2, &err);
+  assert_true(got[1] == 0.0 + (3 * 9.81 / (2 * 1.0) * sin(0.5) + 3.0 / (1.0 * 1.0) * 0.0) * 0.05);
+  env_destroy(e);
+
+  /* CartPole: Sutton & Barto's reward and wider reset bounds */
+  assert_int_equal(
+      env_make_opts(&e, "CartPole-v1", "sutton_barto_reward=1, low=-0.2,high=0.2", &err), 0);
+  int wide = 0;
+  for (uint64_t seed = 0; seed < 20; seed++) {
+    env_seed(e, seed);
+    env_reset(e, obs);
+    for (int j = 0; j < 4; j++) {
+      assert_true(obs[j] >= -0.2f && obs[j] <= 0.2f);
+      wide |= fabsf(obs[j]) > 0.05f;
+    }
+  }
+  assert_true(wide);
+  env_reset(e, obs);
+  int32_t right = 1;
+  do {
+    assert_int_equal(env_step(e, &right, obs, &r, &err), 0);
+    assert_true(r.reward == (r.terminated ? -1.0 : 0.0));
+  } while (!r.terminated && !r.truncated);
+  env_destroy(e);
+
+  /* Acrobot with the paper's dynamics moves differently from the book's */
+  env *book, *nips;
+  assert_int_equal(env_make(&book, "Acrobot-v1", &err), 0);
+  assert_int_equal(env_make_opts(&nips, "Acrobot-v1", "nips=1", &err), 0);
+  env_reset(book, obs);
+  env_reset(nips, obs);
+  double a0[4] = {0.3, 0.2, 1.0, -2.0};
+  env_set_state(book, a0, 4, &err);
+  env_set_state(nips, a0, 4, &err);
+  int32_t a = 2;
+  env_step(book, &a, obs, &r, &err);
+  env_step(nips, &a, obs, &r, &err);
+  double sb[4], sn[4];
+  env_get_state(book, sb, 4, &err);
+  env_get_state(nips, sn, 4, &err);
+  assert_true(sb[3] != sn[3]);
+  env_destroy(book);
+  env_destroy(nips);
+
+  /* the time limit */
+  assert_int_equal(env_make_opts(&e, "Pendulum-v1", "max_episode_steps=7", &err), 0);
+  env_reset(e, obs);
+  for (int t = 1; t <= 7; t++) {
+    assert_int_equal(env_step(e, &u, obs, &r, &err), 0);
+    assert_int_equal(r.truncated, t == 7);
+  }
+  env_destroy(e);
+
+  /* MinAtar without sticky actions: an action always runs (Breakout's paddle shows it) */
+  assert_int_equal(
+      env_make_opts(&e, "MinAtar/Breakout-v1", "sticky_action_prob=0,difficulty_ramping=0", &err),
+      0);
+  uint8_t mo[400];
+  env_reset(e, mo);
+  for (int t = 0; t < 2000; t++) {
+    int before = -1, after = -1;
+    for (int x = 0; x < 10; x++)
+      if (mo[90 + x]) before = x;
+    int32_t act = t % 2 ? 1 : 2; /* alternate left and right */
+    assert_int_equal(env_step(e, &act, mo, &r, &err), 0);
+    for (int x = 0; x < 10; x++)
+      if (mo[90 + x]) after = x;
+    if (act == 1) assert_int_equal(after, before > 0 ? before - 1 : 0);
+    if (act == 2) assert_int_equal(after, before < 9 ? before + 1 : 9);
+    if (r.terminated) env_reset(e, mo);
+  }
+  env_destroy(e);
+
+  /* the vector env takes the same options */
+  env_vec *v;
+  env_vec_config cfg = {.options = "max_episode_steps=5,goal_velocity=0.01"};
+  assert_int_equal(env_vec_create(&v, "MountainCar-v0", 3, &cfg, &err), 0);
+  float vo[6], vr[3];
+  uint8_t vt[3], vu[3];
+  env_vec_out out = {vo, vr, vt, vu, NULL};
+  env_vec_reset(v, 1, vo);
+  int32_t va[3] = {0, 1, 2};
+  for (int t = 1; t <= 5; t++) {
+    assert_int_equal(env_vec_step(v, va, &out, &err), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(vu[i], t == 5);
+  }
+  env_vec_destroy(v);
+
+  /* bad options say what is wrong */
+  e = NULL;
+  assert_int_equal(env_make_opts(&e, "Pendulum-v1", "gravity=3", &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "unknown option 'gravity'"));
+  assert_non_null(strstr(err.msg, "Pendulum-v1"));
+  assert_int_equal(env_make_opts(&e, "Pendulum-v1", "g=abc", &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "not a number"));
+  assert_int_equal(env_make_opts(&e, "Pendulum-v1", "g", &err), SHOAL_EINVAL);
+  assert_int_equal(env_make_opts(&e, "CartPole-v1", "low=0.3", &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "must not exceed"));
+  assert_int_equal(env_make_opts(&e, "CartPole-v1", "sutton_barto_reward=2", &err), SHOAL_EINVAL);
+  assert_int_equal(env_make_opts(&e, "MinAtar/Seaquest-v1", "sticky_action_prob=1.5", &err),
+                   SHOAL_EINVAL);
+  assert_int_equal(env_make_opts(&e, "CartPole-v1", "max_episode_steps=-1", &err), SHOAL_EINVAL);
+  assert_null(e);
+  cfg.options = "nope=1";
+  assert_int_equal(env_vec_create(&v, "Acrobot-v1", 2, &cfg, &err), SHOAL_EINVAL);
+  /* a kind without options refuses them */
+  env_register(&walk_type, &err);
+  assert_int_equal(env_make_opts(&e, "test/Walk-v0", "x=1", &err), SHOAL_EINVAL);
+  assert_int_equal(env_make_opts(&e, "test/Walk-v0", "max_episode_steps=3", &err), 0);
+  env_destroy(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_registry),      cmocka_unit_test(test_register_user_env),
       cmocka_unit_test(test_vec_autoreset), cmocka_unit_test(test_vec_uint8_and_threads),
       cmocka_unit_test(test_vec_errors),    cmocka_unit_test(test_episode_log_overflow),
+      cmocka_unit_test(test_options),
   };
   return cmocka_run_group_tests_name("envs", tests, NULL, NULL);
 }
