@@ -42,7 +42,14 @@
  *
  * Observations are written in the spec's dtype: float32 for classic control (as
  * Gymnasium returns them), uint8 0/1 channels-first (C, 10, 10) for MinAtar. Actions
- * are int32 for discrete spaces and float32 arrays for boxes.
+ * are int32 for discrete spaces and float32 arrays for boxes. Settings (Pendulum's g,
+ * MinAtar's sticky actions, time limits, ...) are options: env_make_opts.
+ *
+ * Exactness: classic-control states, observations, rewards and flags equal Gymnasium's
+ * bit for bit where NumPy's float64 sin/cos are libm's (NumPy 1.24 on x86-64 without
+ * AVX-512; tests/reference/gym_classic.py); where NumPy uses Intel SVML (AVX-512) they
+ * agree to ~1e-15 per step. The MinAtar games play step for step like MinAtar's Python
+ * code given the same random draws (tests/reference/minatar_ref.py).
  */
 #ifndef SHOAL_ENVS_H
 #define SHOAL_ENVS_H
@@ -99,8 +106,8 @@ struct env__batch; /* below: the arrays of one vector step */
  * zero-filled once at creation) and the per-copy RNG, so the vector env can lay B
  * copies out contiguously and step them without allocating. The state must be plain
  * data (it is copied with memcpy). Actions reach step() already checked against
- * spec.act (discrete in range, box values finite and, unless the env clips them itself,
- * within nothing: box envs clip as Gymnasium does). */
+ * spec.act: discrete ones in range, box values finite; clipping box values to their
+ * bounds is the kind's business (the built-ins clip as Gymnasium's envs do). */
 typedef struct env_type {
   env_spec spec;
   size_t state_size;
