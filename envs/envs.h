@@ -216,7 +216,8 @@ typedef struct env_vec_config {
  * obs: the next observations; for a copy whose episode ended in this step, the first
  *   observation of its new episode (auto-reset happens within the same step).
  * final_obs (may be NULL): for those copies, the last observation of the finished
- *   episode, for bootstrapping a truncated one; other rows are left untouched.
+ *   episode, for bootstrapping a truncated one; other rows are left untouched. It must
+ *   not be the obs buffer.
  * Unlike this, Gymnasium's vector envs (autoreset_mode NEXT_STEP, its default) return the
  * final observation in `obs` and reset on the next call to step, ignoring that action. */
 typedef struct env_vec_out {

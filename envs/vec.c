@@ -242,6 +242,10 @@ int env_vec_step(env_vec *v, const void *actions, const env_vec_out *out, shoal_
   if (!actions || !out || !out->obs || !out->reward || !out->terminated || !out->truncated)
     return shoal_error_set(err, SHOAL_EINVAL, "env_vec_step: '%s': NULL actions or output buffer",
                            sp->id);
+  if (out->final_obs == out->obs)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "env_vec_step: '%s': final_obs and obs must be different buffers",
+                           sp->id);
   if (!v->was_reset)
     return shoal_error_set(err, SHOAL_ESTATE, "env_vec_step: '%s': call env_vec_reset first",
                            sp->id);

@@ -309,6 +309,10 @@ static void test_vec_errors(void **unused) {
   env_vec_out nobuf = b.out;
   nobuf.reward = NULL;
   assert_int_equal(env_vec_step(v, acts, &nobuf, &err), SHOAL_EINVAL);
+  nobuf = b.out;
+  nobuf.final_obs = nobuf.obs;
+  assert_int_equal(env_vec_step(v, acts, &nobuf, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "final_obs"));
   /* the overridden time limit: truncated at step 3 */
   for (int t = 1; t <= 3; t++) {
     assert_int_equal(env_vec_step(v, acts, &b.out, &err), 0);
