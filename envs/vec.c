@@ -1,0 +1,334 @@
+/* The vector env: B copies stepped in one call, auto-reset, episode statistics and
+ * optional worker threads over disjoint ranges of copies. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "envs/internal.h"
+
+#define RECENT 100
+
+struct env_vec {
+  const env_type *type;
+  int B;
+  size_t stride;    /* bytes per state, a multiple of 16 */
+  void *states;     /* (B, stride) */
+  shoal_rng *rngs;  /* (B) */
+  int32_t *elapsed; /* (B) */
+  double *ep_return;
+  double *done_return;
+  int32_t *done_length;
+  int max_steps;
+  int was_reset;
+  /* finished episodes, a ring */
+  env_episode *log;
+  int log_cap, log_head, log_count;
+  uint64_t steps, episodes, dropped;
+  double recent_ret[RECENT], recent_len[RECENT];
+  int recent_n, recent_i;
+  /* workers: thread k (1..T-1) steps chunk k, the caller chunk 0 */
+  int nthreads;
+  pthread_t *threads;
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work, cv_done;
+  uint64_t gen;
+  int pending, stop, sync_ok;
+  env__batch cur;
+};
+
+/* The loop for kinds without their own vec_step: the same semantics through the vtable. */
+static void generic_vec_step(const env__batch *b, int lo, int hi) {
+  const env_type *t = b->type;
+  size_t ob = env_space_bytes(&t->spec.obs), ab = env_space_bytes(&t->spec.act);
+  for (int i = lo; i < hi; i++) {
+    void *st = (char *)b->states + (size_t)i * b->state_size;
+    char *o = (char *)b->obs + (size_t)i * ob;
+    double r = 0.0;
+    int term = 0;
+    t->step(st, &b->rngs[i], (const char *)b->actions + (size_t)i * ab, o, &r, &term);
+    term = term != 0;
+    int el = ++b->elapsed[i];
+    int trunc = b->max_steps > 0 && el >= b->max_steps;
+    double ret = b->ep_return[i] + r;
+    b->reward[i] = (float)r;
+    b->terminated[i] = (uint8_t)term;
+    b->truncated[i] = (uint8_t)trunc;
+    if (term | trunc) {
+      if (b->final_obs) memcpy((char *)b->final_obs + (size_t)i * ob, o, ob);
+      b->done_return[i] = ret;
+      b->done_length[i] = el;
+      t->reset(st, &b->rngs[i], o);
+      ret = 0.0;
+      b->elapsed[i] = 0;
+    }
+    b->ep_return[i] = ret;
+  }
+}
+
+static void run_chunk(env_vec *v, const env__batch *b, int k) {
+  int lo = (int)((long)v->B * k / v->nthreads), hi = (int)((long)v->B * (k + 1) / v->nthreads);
+  if (lo >= hi) return;
+  if (v->type->vec_step)
+    v->type->vec_step(b, lo, hi);
+  else
+    generic_vec_step(b, lo, hi);
+}
+
+typedef struct worker_arg {
+  env_vec *v;
+  int k;
+} worker_arg;
+
+static void *worker(void *p) {
+  worker_arg a = *(worker_arg *)p;
+  free(p);
+  env_vec *v = a.v;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&v->mu);
+  for (;;) {
+    while (!v->stop && v->gen == seen) pthread_cond_wait(&v->cv_work, &v->mu);
+    if (v->stop) break;
+    seen = v->gen;
+    env__batch b = v->cur;
+    pthread_mutex_unlock(&v->mu);
+    run_chunk(v, &b, a.k);
+    pthread_mutex_lock(&v->mu);
+    if (--v->pending == 0) pthread_cond_signal(&v->cv_done);
+  }
+  pthread_mutex_unlock(&v->mu);
+  return NULL;
+}
+
+static void stop_threads(env_vec *v, int started) {
+  pthread_mutex_lock(&v->mu);
+  v->stop = 1;
+  pthread_cond_broadcast(&v->cv_work);
+  pthread_mutex_unlock(&v->mu);
+  for (int k = 0; k < started; k++) pthread_join(v->threads[k], NULL);
+}
+
+void env_vec_destroy(env_vec *v) {
+  if (!v) return;
+  if (v->threads) stop_threads(v, v->nthreads - 1);
+  if (v->sync_ok) {
+    pthread_mutex_destroy(&v->mu);
+    pthread_cond_destroy(&v->cv_work);
+    pthread_cond_destroy(&v->cv_done);
+  }
+  free(v->threads);
+  free(v->states);
+  free(v->rngs);
+  free(v->elapsed);
+  free(v->ep_return);
+  free(v->done_return);
+  free(v->done_length);
+  free(v->log);
+  free(v);
+}
+
+int env_vec_create(env_vec **out, const char *id, int B, const env_vec_config *cfg,
+                   shoal_error *err) {
+  const env_type *t = env_find(id);
+  if (!t) return env__not_found("env_vec_create", id, err);
+  env_vec_config c = {0};
+  if (cfg) c = *cfg;
+  if (B < 1 || B > (1 << 24))
+    return shoal_error_set(err, SHOAL_EINVAL, "env_vec_create: '%s': B = %d (need 1..2^24)", id, B);
+  if (c.threads < 1) c.threads = 1;
+  if (c.threads > B || c.threads > 256)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "env_vec_create: '%s': %d threads for %d copies (at most B and 256)", id,
+                           c.threads, B);
+  if (c.episode_log < 0)
+    return shoal_error_set(err, SHOAL_EINVAL, "env_vec_create: '%s': episode_log = %d", id,
+                           c.episode_log);
+  env_vec *v = calloc(1, sizeof *v);
+  if (!v) return shoal_error_set(err, SHOAL_ENOMEM, "env_vec_create: '%s': out of memory", id);
+  v->type = t;
+  v->B = B;
+  v->stride = (t->state_size + 15) & ~(size_t)15;
+  v->max_steps = c.max_episode_steps == 0  ? t->spec.max_episode_steps
+                 : c.max_episode_steps < 0 ? 0
+                                           : c.max_episode_steps;
+  v->log_cap = c.episode_log ? c.episode_log : 4 * B + 64;
+  v->states = aligned_alloc(64, (v->stride * (size_t)B + 63) & ~(size_t)63);
+  v->rngs = calloc((size_t)B, sizeof *v->rngs);
+  v->elapsed = calloc((size_t)B, sizeof *v->elapsed);
+  v->ep_return = calloc((size_t)B, sizeof *v->ep_return);
+  v->done_return = calloc((size_t)B, sizeof *v->done_return);
+  v->done_length = calloc((size_t)B, sizeof *v->done_length);
+  v->log = calloc((size_t)v->log_cap, sizeof *v->log);
+  v->nthreads = c.threads;
+  if (!v->states || !v->rngs || !v->elapsed || !v->ep_return || !v->done_return ||
+      !v->done_length || !v->log) {
+    env_vec_destroy(v);
+    return shoal_error_set(err, SHOAL_ENOMEM, "env_vec_create: '%s' x %d: out of memory", id, B);
+  }
+  memset(v->states, 0, v->stride * (size_t)B);
+  /* settings: applied to copy 0, then copied, so every copy starts alike */
+  int opt_steps = v->max_steps;
+  int orc = env__apply_options(t, v->states, c.options, &opt_steps, "env_vec_create", err);
+  if (orc) {
+    env_vec_destroy(v);
+    return orc;
+  }
+  if (c.options && strstr(c.options, "max_episode_steps")) v->max_steps = opt_steps;
+  for (int i = 1; i < B; i++)
+    memcpy((char *)v->states + (size_t)i * v->stride, v->states, v->stride);
+  if (pthread_mutex_init(&v->mu, NULL) || pthread_cond_init(&v->cv_work, NULL) ||
+      pthread_cond_init(&v->cv_done, NULL)) {
+    env_vec_destroy(v);
+    return shoal_error_set(err, SHOAL_EINTERNAL, "env_vec_create: '%s': pthread init failed", id);
+  }
+  v->sync_ok = 1;
+  if (v->nthreads > 1) {
+    v->threads = calloc((size_t)v->nthreads - 1, sizeof *v->threads);
+    if (!v->threads) {
+      env_vec_destroy(v);
+      return shoal_error_set(err, SHOAL_ENOMEM, "env_vec_create: '%s': out of memory", id);
+    }
+    for (int k = 1; k < v->nthreads; k++) {
+      worker_arg *a = malloc(sizeof *a);
+      if (a) *a = (worker_arg){v, k};
+      if (!a || pthread_create(&v->threads[k - 1], NULL, worker, a)) {
+        free(a);
+        stop_threads(v, k - 1);
+        free(v->threads);
+        v->threads = NULL;
+        env_vec_destroy(v);
+        return shoal_error_set(err, SHOAL_EINTERNAL,
+                               "env_vec_create: '%s': could not start thread %d", id, k);
+      }
+    }
+  }
+  *out = v;
+  return 0;
+}
+
+const env_spec *env_vec_spec(const env_vec *v) { return &v->type->spec; }
+int env_vec_size(const env_vec *v) { return v->B; }
+
+void env_vec_reset(env_vec *v, uint64_t seed, void *obs) {
+  size_t ob = env_space_bytes(&v->type->spec.obs);
+  for (int i = 0; i < v->B; i++) {
+    shoal_rng_seed(&v->rngs[i], seed + (uint64_t)i);
+    v->type->reset((char *)v->states + (size_t)i * v->stride, &v->rngs[i],
+                   (char *)obs + (size_t)i * ob);
+    v->elapsed[i] = 0;
+    v->ep_return[i] = 0.0;
+  }
+  v->was_reset = 1;
+}
+
+static void log_episode(env_vec *v, int i, int length, double ret, int truncated) {
+  if (v->log_count == v->log_cap) {
+    v->log_head = (v->log_head + 1) % v->log_cap;
+    v->log_count--;
+    v->dropped++;
+  }
+  int at = (v->log_head + v->log_count) % v->log_cap;
+  v->log[at] = (env_episode){i, length, ret, truncated};
+  v->log_count++;
+  v->episodes++;
+  v->recent_ret[v->recent_i] = ret;
+  v->recent_len[v->recent_i] = length;
+  v->recent_i = (v->recent_i + 1) % RECENT;
+  if (v->recent_n < RECENT) v->recent_n++;
+}
+
+int env_vec_step(env_vec *v, const void *actions, const env_vec_out *out, shoal_error *err) {
+  const env_spec *sp = &v->type->spec;
+  if (!actions || !out || !out->obs || !out->reward || !out->terminated || !out->truncated)
+    return shoal_error_set(err, SHOAL_EINVAL, "env_vec_step: '%s': NULL actions or output buffer",
+                           sp->id);
+  if (out->final_obs == out->obs)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "env_vec_step: '%s': final_obs and obs must be different buffers",
+                           sp->id);
+  if (!v->was_reset)
+    return shoal_error_set(err, SHOAL_ESTATE, "env_vec_step: '%s': call env_vec_reset first",
+                           sp->id);
+  int rc = env__check_actions(sp, actions, v->B, "env_vec_step", err);
+  if (rc) return rc;
+  env__batch b = {
+      .type = v->type,
+      .states = v->states,
+      .state_size = v->stride,
+      .rngs = v->rngs,
+      .elapsed = v->elapsed,
+      .ep_return = v->ep_return,
+      .done_return = v->done_return,
+      .done_length = v->done_length,
+      .max_steps = v->max_steps,
+      .actions = actions,
+      .obs = out->obs,
+      .reward = out->reward,
+      .terminated = out->terminated,
+      .truncated = out->truncated,
+      .final_obs = out->final_obs,
+  };
+  if (v->nthreads > 1) {
+    pthread_mutex_lock(&v->mu);
+    v->cur = b;
+    v->gen++;
+    v->pending = v->nthreads - 1;
+    pthread_cond_broadcast(&v->cv_work);
+    pthread_mutex_unlock(&v->mu);
+    run_chunk(v, &b, 0);
+    pthread_mutex_lock(&v->mu);
+    while (v->pending > 0) pthread_cond_wait(&v->cv_done, &v->mu);
+    pthread_mutex_unlock(&v->mu);
+  } else {
+    run_chunk(v, &b, 0);
+  }
+  v->steps += (uint64_t)v->B;
+  /* Episode bookkeeping: a scan of the flags, cheaper than sharing the log with threads. */
+  const uint8_t *te = out->terminated, *tr = out->truncated;
+  for (int i = 0; i < v->B; i++)
+    if (__builtin_expect(te[i] | tr[i], 0))
+      log_episode(v, i, v->done_length[i], v->done_return[i], tr[i] && !te[i]);
+  return 0;
+}
+
+int env_vec_episodes(env_vec *v, env_episode *out, int cap) {
+  int n = 0;
+  while (n < cap && v->log_count > 0) {
+    out[n++] = v->log[v->log_head];
+    v->log_head = (v->log_head + 1) % v->log_cap;
+    v->log_count--;
+  }
+  return n;
+}
+
+void env_vec_get_stats(const env_vec *v, env_vec_stats *st) {
+  st->steps = v->steps;
+  st->episodes = v->episodes;
+  st->dropped = v->dropped;
+  if (v->recent_n == 0) {
+    st->mean_return_100 = NAN;
+    st->mean_length_100 = NAN;
+    return;
+  }
+  double r = 0, l = 0;
+  for (int k = 0; k < v->recent_n; k++) {
+    r += v->recent_ret[k];
+    l += v->recent_len[k];
+  }
+  st->mean_return_100 = r / v->recent_n;
+  st->mean_length_100 = l / v->recent_n;
+}
+
+int env_vec_render(const env_vec *v, int i, uint8_t *rgb, shoal_error *err) {
+  const env_spec *sp = &v->type->spec;
+  if (i < 0 || i >= v->B)
+    return shoal_error_set(err, SHOAL_ERANGE, "env_vec_render: '%s': copy %d of %d", sp->id, i,
+                           v->B);
+  if (!v->type->render)
+    return shoal_error_set(err, SHOAL_ENOTSUP, "env_vec_render: '%s' has no renderer", sp->id);
+  if (!v->was_reset)
+    return shoal_error_set(err, SHOAL_ESTATE, "env_vec_render: '%s': call env_vec_reset first",
+                           sp->id);
+  v->type->render((const char *)v->states + (size_t)i * v->stride, rgb);
+  return 0;
+}
