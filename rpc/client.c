@@ -75,6 +75,7 @@ struct rpc_client {
   ctag t_sendmd, t_init, t_send, t_halfclose, t_status;
   double backoff, backoff_initial, backoff_max, next_attempt;
   bool stop, closing;
+  double stop_t; /* when stop was first seen by the client thread */
   int flush_waiters;
   int fatal_rc;
   char fatal_msg[256];
@@ -299,9 +300,16 @@ static void *client_thread(void *arg) {
       if (c->stop) break;
       if (!c->fatal_rc && now >= c->next_attempt) open_stream(c);
     } else {
+      /* Stopping: an idle stream with nothing unacknowledged ends cleanly (half-close,
+       * the summary); anything else, or a learner that does not answer, is cancelled. */
       if (c->stop && !c->cancel_sent) {
-        grpc_call_cancel(c->call, NULL);
-        c->cancel_sent = true;
+        if (c->stop_t == 0) c->stop_t = now;
+        if (c->head == c->tail && !c->send_inflight && now - c->stop_t < 1.0) {
+          half_close(c);
+        } else {
+          grpc_call_cancel(c->call, NULL);
+          c->cancel_sent = true;
+        }
       }
       if (!c->send_inflight && c->sendp == c->tail && c->head < c->sendp &&
           now - c->last_send_t >= IDLE_ACK_S)
@@ -309,7 +317,7 @@ static void *client_thread(void *arg) {
     }
     double wait = 0.1;
     if (!c->call && !c->fatal_rc && c->next_attempt - now < wait) wait = c->next_attempt - now;
-    if (c->call && c->head < c->sendp) wait = IDLE_ACK_S / 2;
+    if (c->call && (c->head < c->sendp || c->stop)) wait = IDLE_ACK_S / 2;
     if (wait < 0.001) wait = 0.001;
     pthread_mutex_unlock(&c->mu);
     grpc_event ev = grpc_completion_queue_next(c->cq, gpr_after(wait), NULL);

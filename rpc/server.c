@@ -202,8 +202,7 @@ static grpc_byte_buffer *bb_from_slice(grpc_slice sl) {
 
 /* The received message as contiguous bytes: in place when it is one slice (small
  * messages), else copied once into the call's buffer. */
-static int message_bytes(scall *c, const uint8_t **p, size_t *n) {
-  grpc_byte_buffer *bb = c->recv;
+static int message_bytes(scall *c, grpc_byte_buffer *bb, const uint8_t **p, size_t *n) {
   size_t len = grpc_byte_buffer_length(bb);
   if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE &&
       bb->data.raw.slice_buffer.count == 1) {
@@ -258,13 +257,13 @@ static int actor_slot(rpc_server *s, uint64_t actor_id, uint64_t incarnation) {
   return s->nactors++;
 }
 
-static void push_message(scall *c) {
+static void push_message(scall *c, grpc_byte_buffer *bb) {
   rpc_server *s = c->s;
   shoal_error err = {0};
   const uint8_t *p;
   size_t len;
   rpc_wire_batch w;
-  int rc = message_bytes(c, &p, &len);
+  int rc = message_bytes(c, bb, &p, &len);
   if (!rc) rc = rpc_wire_read(p, len, &w, &err);
   if (rc) {
     INC(s->n_rejected);
@@ -528,13 +527,16 @@ static void on_new(scall *c) {
 }
 
 static void on_recv(scall *c, bool ok) {
+  /* Take the message out first: the next RECV_MESSAGE posted while handling this one
+   * may complete (and write c->recv) before this handler returns. */
+  grpc_byte_buffer *bb = c->recv;
+  c->recv = NULL;
   if (!ok || c->finished) {
     /* The call broke: peer gone, message over the limit, or cancelled. */
-    if (c->recv) grpc_byte_buffer_destroy(c->recv);
-    c->recv = NULL;
+    if (bb) grpc_byte_buffer_destroy(bb);
     return;
   }
-  if (!c->recv) { /* the client half-closed */
+  if (!bb) { /* the client half-closed */
     if (c->method == M_PUSH)
       push_summary(c);
     else
@@ -542,11 +544,11 @@ static void on_recv(scall *c, bool ok) {
     return;
   }
   if (c->method == M_PUSH) {
-    push_message(c);
+    push_message(c, bb);
   } else {
     const uint8_t *p;
     size_t n;
-    if (message_bytes(c, &p, &n)) {
+    if (message_bytes(c, bb, &p, &n)) {
       finish(c, GRPC_STATUS_INTERNAL, "learner: cannot read the request", NULL, true, 0);
     } else if (c->method == M_PULL) {
       pull_params(c, p, n);
@@ -556,8 +558,7 @@ static void on_recv(scall *c, bool ok) {
       set_hyper(c, p, n);
     }
   }
-  grpc_byte_buffer_destroy(c->recv);
-  c->recv = NULL;
+  grpc_byte_buffer_destroy(bb);
 }
 
 static void on_event(rpc_server *s, stag *t, bool ok) {
@@ -582,7 +583,9 @@ static void on_event(rpc_server *s, stag *t, bool ok) {
       c->closed = true;
       if (c->method == M_PUSH) {
         atomic_fetch_sub(&s->n_streams_active, 1);
-        if (!c->finished) INC(s->n_aborted);
+        /* cancelled: the call ended by an error (peer gone, message too large, cancel)
+         * rather than by our status; a dead peer may look like a half-close first. */
+        if (c->cancelled || !c->finished) INC(s->n_aborted);
       }
     }
   }

@@ -482,6 +482,14 @@ int rpc__validate(const rpc_spec *spec, const rpc_wire_batch *w, rpc__scratch *s
                                  e, src[e]);
     }
     if (wc->layout == 0) {
+      /* Callers index the column as typed arrays: bytes inside a protobuf message sit at
+       * any offset, so a misaligned column is copied once into aligned scratch. */
+      if ((uintptr_t)src % esize) {
+        if (grow(&s->dense[i], &s->dense_cap[i], oc->bytes))
+          return shoal_error_set(err, SHOAL_ENOMEM, "column '%s': %zu bytes", cs->name, oc->bytes);
+        memcpy(s->dense[i], src, oc->bytes);
+        src = s->dense[i];
+      }
       oc->data = src;
       continue;
     }
