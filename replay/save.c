@@ -410,7 +410,8 @@ static int load_body(io *rd, struct replay *r) {
     if (rd->rc) break;
     if (fs != s || prev >= s || flags > 7 || !isfinite(rew) || !(p >= 0 && isfinite(p)))
       return rd->rc =
-                 shoal_error_set(rd->err, SHOAL_EFORMAT, "replay_load: '%s' item %llu is malformed",
+                 shoal_error_set(rd->err, SHOAL_EFORMAT,
+                                 "replay_load: '%s' item %llu is malformed: the file is corrupt",
                                  rd->path, (unsigned long long)s);
     r->prev[slot] = prev;
     atomic_store_explicit(&r->link[slot], link, memory_order_relaxed);
