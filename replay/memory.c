@@ -401,8 +401,20 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
       while (ov >= atomic_load(&r->pin)) sched_yield();
     }
   }
-  for (int64_t j = 0; j < m; j++)
-    atomic_store_explicit(&r->seq[replay__slot(r, a + (uint64_t)j)], 0, memory_order_relaxed);
+  /* A slow writer can be lapped: another may reserve the same slots one capacity
+   * later. Take each slot only once its previous item is published (0 on the
+   * first lap), so two writers never write one slot. */
+  int waited = 0;
+  for (int64_t j = 0; j < m; j++) {
+    uint64_t q = a + (uint64_t)j, before = q > (uint64_t)r->cap ? q - (uint64_t)r->cap : 0;
+    _Atomic uint64_t *sq = &r->seq[replay__slot(r, q)];
+    while (atomic_load_explicit(sq, memory_order_acquire) != before) {
+      waited = 1;
+      sched_yield();
+    }
+    atomic_store_explicit(sq, 0, memory_order_relaxed);
+  }
+  if (waited) atomic_fetch_add_explicit(&r->n_waits, 1, memory_order_relaxed);
 
   /* Columns: runs of steps between episode ends are contiguous in the ring. */
   uint64_t prev = atomic_load_explicit(&sm->last, memory_order_relaxed);
