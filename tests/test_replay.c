@@ -208,7 +208,7 @@ static void test_wraparound_overwrites_oldest(void **state) {
   replay_config c = small_config(REPLAY_UNIFORM, 8, 1, 1);
   replay *r = NULL;
   assert_int_equal(replay_create(&c, &r, NULL), 0);
-  uint8_t z[4] = {0};
+  uint8_t z[8] = {0};
   for (int i = 1; i <= 13; i++) {
     float id[] = {(float)i}, rw[] = {(float)i};
     assert_int_equal(put(r, 0, 1, id, rw, z, z, NULL), 0);
