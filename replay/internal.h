@@ -11,12 +11,41 @@
 
 #include "replay/replay.h"
 
+enum {
+  REPLAY__MAX_STACK = 32, /* frame_stack limit */
+  REPLAY__CHUNK = 32,     /* draws resolved together by replay_sample */
+  REPLAY__FAN = 8,        /* sum tree fan-out: 8 doubles, one cache line */
+  REPLAY__MAX_LEVELS = 12 /* 8^11 > 2^31 leaves */
+};
+
+/* A candidate step resolved by replay_sample: the items of its stacked frames and
+ * of its bootstrap observation's, its n-step return. */
+typedef struct replay__resolved {
+  uint64_t frames[REPLAY__MAX_STACK];  /* (k) oldest first */
+  uint64_t nframes[REPLAY__MAX_STACK]; /* (k) of the bootstrap item */
+  uint64_t boot;                       /* o_{t+m}'s item, 0 without obs */
+  double ret, disc;
+  int m;
+} replay__resolved;
+
 /* Slot flags. */
 enum {
   REPLAY__TAIL = 1,  /* a final observation, not a step: never sampled */
   REPLAY__TERM = 2,  /* the step terminated its episode */
   REPLAY__TRUNC = 4, /* the step was truncated (bootstraps) */
 };
+
+/* Per slot, in one 32-byte record so that following links touches one cache line
+ * per step (consecutive steps of a stream sit in consecutive slots). A slot holds
+ * the item with sequence number s at s % cap. */
+typedef struct replay__meta {
+  _Atomic uint64_t seq;  /* 0 while empty or being written; published (release) last */
+  _Atomic uint64_t link; /* (owner seq mod 2^32) << 32 | distance to the successor;
+                            distance 0 while the successor has not arrived */
+  uint64_t prev;         /* the previous step of the episode, 0 at its start */
+  float reward;
+  uint8_t flags; /* REPLAY__ */
+} replay__meta;
 
 /* The stream table: one entry per stream id, on its own cache line. `last` is the
  * sequence number of the stream's latest step when its episode is still open, 0
@@ -37,29 +66,29 @@ struct replay {
   size_t item[REPLAY_MAX_COLUMNS];  /* bytes of one item per column */
   uint8_t *col[REPLAY_MAX_COLUMNS]; /* (cap, item) per column */
 
-  /* Per slot. A slot holds the item with sequence number s at s % cap. seq is 0
-   * while empty or being written, and is published (release) after the data. */
-  _Atomic uint64_t *seq;  /* (cap) */
-  uint64_t *prev;         /* (cap) the previous step of the episode, 0 at its start */
-  _Atomic uint64_t *link; /* (cap) (owner seq mod 2^32) << 32 | distance to successor;
-                             distance 0 while the successor has not arrived */
-  float *reward;          /* (cap) */
-  uint8_t *flags;         /* (cap) REPLAY__ */
+  replay__meta *meta; /* (cap) */
 
   _Atomic uint64_t head; /* next sequence number to reserve; starts at 1 */
   /* The reader's pin: while a sample or save reads, items with seq >= pin must not
    * be overwritten; UINT64_MAX when no reader. */
   _Atomic uint64_t pin;
 
-  replay__stream *streams; /* (cfg.streams) */
+  replay__stream *streams;   /* (cfg.streams) */
+  replay__resolved *scratch; /* (REPLAY__CHUNK) the sampling thread's */
 
-  /* Prioritized: a sum tree and a min tree over P >= cap leaves, heap order (root 1,
-   * leaves P..2P-1), under tree_lock. Empty slots and tails: sum 0, min +inf. */
+  /* Prioritized: a sum tree and a min tree with fan-out 8, so a node's children
+   * share one cache line and a million leaves are 7 levels deep (a binary tree
+   * is 20). Level 0 is the root, level depth-1 the cap leaves; node x of level l
+   * has children 8x..8x+7 of level l+1. Under tree_lock. Empty slots and tails:
+   * sum 0, min +inf. */
   pthread_mutex_t tree_lock;
-  int64_t P;
-  double *sum;  /* (2P) */
-  double *mn;   /* (2P) */
-  double max_p; /* largest priority seen, starts at 1 */
+  int depth;
+  int64_t lv_n[REPLAY__MAX_LEVELS]; /* nodes per level */
+  double *lsum[REPLAY__MAX_LEVELS]; /* per level, into sum */
+  double *lmin[REPLAY__MAX_LEVELS]; /* per level, into mn */
+  double *sum;                      /* all levels' sums (NULL: uniform) */
+  double *mn;                       /* all levels' minima */
+  double max_p;                     /* largest priority seen, starts at 1 */
 
   _Atomic uint64_t n_steps, n_tails, n_sampled, n_rejected, n_stale, n_waits;
 };
@@ -82,6 +111,10 @@ void replay__unpin(struct replay *r);
 /* Sets the priorities of slots [a, b) (no wrap) from pr (sum-tree values, 0 for
  * none) and fixes the trees. Caller holds tree_lock. */
 void replay__tree_set(struct replay *r, int64_t a, int64_t b, const double *pr);
+/* Recomputes every inner node from the leaves (after a load). */
+void replay__tree_rebuild(struct replay *r);
+static inline double *replay__leaves(const struct replay *r) { return r->lsum[r->depth - 1]; }
+static inline double *replay__leaves_min(const struct replay *r) { return r->lmin[r->depth - 1]; }
 /* Empties the memory (after a failed load). No other call may run. */
 void replay__clear(struct replay *r);
 

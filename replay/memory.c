@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "replay/internal.h"
 
@@ -68,10 +69,24 @@ size_t replay_column_bytes(const replay_column *c) {
 
 /* ---------------------------------------------------------------- create */
 
-static int64_t pow2_at_least(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p <<= 1;
-  return p;
+/* Levels of the fan-out-8 tree over n leaves: nodes per level, root first.
+ * Returns the nodes in all. */
+static size_t tree_shape(int64_t n, int *depth, int64_t *lv_n) {
+  int64_t per[REPLAY__MAX_LEVELS];
+  int d = 0;
+  per[d++] = n;
+  while (n > 1) {
+    n = (n + REPLAY__FAN - 1) / REPLAY__FAN;
+    per[d++] = n;
+  }
+  if (d == 1) per[d++] = 1; /* a root above a single leaf */
+  size_t total = 0;
+  for (int l = 0; l < d; l++) {
+    lv_n[l] = per[d - 1 - l];
+    total += (size_t)lv_n[l];
+  }
+  *depth = d;
+  return total;
 }
 
 static int check_config(const replay_config *c, shoal_error *err) {
@@ -112,9 +127,9 @@ static int check_config(const replay_config *c, shoal_error *err) {
       return shoal_error_set(err, SHOAL_EINVAL, "replay: obs_column '%s' is not a column",
                              c->obs_column);
   }
-  if (c->frame_stack < 0 || c->frame_stack > 64)
-    return shoal_error_set(err, SHOAL_EINVAL, "replay: frame_stack %d outside [0, 64]",
-                           c->frame_stack);
+  if (c->frame_stack < 0 || c->frame_stack > REPLAY__MAX_STACK)
+    return shoal_error_set(err, SHOAL_EINVAL, "replay: frame_stack %d outside [0, %d]",
+                           c->frame_stack, REPLAY__MAX_STACK);
   if (c->frame_stack > 1 && !c->obs_column)
     return shoal_error_set(err, SHOAL_EINVAL, "replay: frame_stack %d needs an obs_column",
                            c->frame_stack);
@@ -134,16 +149,23 @@ size_t replay_memory_bytes(const replay_config *c) {
   if (check_config(c, NULL)) return 0;
   size_t cap = (size_t)c->capacity, n = 0;
   for (int i = 0; i < c->ncols; i++) n += cap * replay_column_bytes(&c->cols[i]);
-  n += cap * (sizeof(uint64_t) * 3 + sizeof(float) + 1);
+  n += cap * sizeof(replay__meta);
   n += (size_t)(c->streams ? c->streams : 1) * sizeof(replay__stream);
-  if (c->kind == REPLAY_PRIORITIZED)
-    n += 2 * 2 * (size_t)pow2_at_least(c->capacity) * sizeof(double);
+  if (c->kind == REPLAY_PRIORITIZED) {
+    int depth;
+    int64_t lv[REPLAY__MAX_LEVELS];
+    n += 2 * tree_shape(c->capacity, &depth, lv) * sizeof(double);
+  }
   return n + sizeof(struct replay);
 }
 
 static void *alloc_touched(size_t n) {
   void *p = NULL;
-  if (posix_memalign(&p, 64, n ? n : 64)) return NULL;
+  /* Large arrays on 2 MiB pages where the kernel allows: sampling touches random
+   * slots and tree nodes, and with 4 KiB pages nearly every one is a TLB miss. */
+  size_t align = n >= ((size_t)4 << 20) ? ((size_t)2 << 20) : 64;
+  if (posix_memalign(&p, align, n ? n : 64)) return NULL;
+  if (align > 64) madvise(p, n, MADV_HUGEPAGE);
   memset(p, 0, n); /* touch now: memory use is known and paid at create */
   return p;
 }
@@ -174,16 +196,21 @@ int replay_create(const replay_config *cfg, replay **out, shoal_error *err) {
     r->item[i] = replay_column_bytes(&cfg->cols[i]);
     ok &= (r->col[i] = alloc_touched(cap * r->item[i])) != NULL;
   }
-  ok &= (r->seq = alloc_touched(cap * sizeof *r->seq)) != NULL;
-  ok &= (r->prev = alloc_touched(cap * sizeof *r->prev)) != NULL;
-  ok &= (r->link = alloc_touched(cap * sizeof *r->link)) != NULL;
-  ok &= (r->reward = alloc_touched(cap * sizeof *r->reward)) != NULL;
-  ok &= (r->flags = alloc_touched(cap)) != NULL;
+  ok &= (r->meta = alloc_touched(cap * sizeof *r->meta)) != NULL;
+  ok &= (r->scratch = alloc_touched(REPLAY__CHUNK * sizeof *r->scratch)) != NULL;
   ok &= (r->streams = alloc_touched((size_t)r->cfg.streams * sizeof *r->streams)) != NULL;
   if (cfg->kind == REPLAY_PRIORITIZED) {
-    r->P = pow2_at_least(r->cap);
-    ok &= (r->sum = alloc_touched(2 * (size_t)r->P * sizeof(double))) != NULL;
-    ok &= (r->mn = alloc_touched(2 * (size_t)r->P * sizeof(double))) != NULL;
+    size_t nodes = tree_shape(r->cap, &r->depth, r->lv_n);
+    ok &= (r->sum = alloc_touched(nodes * sizeof(double))) != NULL;
+    ok &= (r->mn = alloc_touched(nodes * sizeof(double))) != NULL;
+    if (ok) {
+      size_t off = 0;
+      for (int l = 0; l < r->depth; l++) {
+        r->lsum[l] = r->sum + off;
+        r->lmin[l] = r->mn + off;
+        off += (size_t)r->lv_n[l];
+      }
+    }
   }
   if (!ok || pthread_mutex_init(&r->tree_lock, NULL)) {
     replay_destroy(r);
@@ -197,18 +224,20 @@ int replay_create(const replay_config *cfg, replay **out, shoal_error *err) {
 
 void replay__clear(struct replay *r) {
   for (int64_t i = 0; i < r->cap; i++) {
-    atomic_store_explicit(&r->seq[i], 0, memory_order_relaxed);
-    atomic_store_explicit(&r->link[i], 0, memory_order_relaxed);
-    r->prev[i] = 0;
-    r->flags[i] = 0;
-    r->reward[i] = 0;
+    atomic_store_explicit(&r->meta[i].seq, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->meta[i].link, 0, memory_order_relaxed);
+    r->meta[i].prev = 0;
+    r->meta[i].flags = 0;
+    r->meta[i].reward = 0;
   }
   for (int i = 0; i < r->cfg.streams; i++) {
     atomic_store(&r->streams[i].last, 0);
     atomic_store(&r->streams[i].busy, 0);
   }
   if (r->sum) {
-    for (int64_t i = 0; i < 2 * r->P; i++) {
+    size_t nodes = 0;
+    for (int l = 0; l < r->depth; l++) nodes += (size_t)r->lv_n[l];
+    for (size_t i = 0; i < nodes; i++) {
       r->sum[i] = 0;
       r->mn[i] = INFINITY;
     }
@@ -227,11 +256,8 @@ void replay__clear(struct replay *r) {
 void replay_destroy(replay *r) {
   if (!r) return;
   for (int i = 0; i < REPLAY_MAX_COLUMNS; i++) free(r->col[i]);
-  free((void *)r->seq);
-  free(r->prev);
-  free((void *)r->link);
-  free(r->reward);
-  free(r->flags);
+  free(r->meta);
+  free(r->scratch);
   free(r->streams);
   free(r->sum);
   free(r->mn);
@@ -261,7 +287,7 @@ void replay_get_stats(const replay *r, replay_stats *o) {
   o->writer_waits = atomic_load(&m->n_waits);
   if (m->sum) {
     pthread_mutex_lock(&m->tree_lock);
-    o->priority_total = m->sum[1];
+    o->priority_total = m->lsum[0][0];
     o->priority_max = m->max_p;
     pthread_mutex_unlock(&m->tree_lock);
   }
@@ -275,40 +301,39 @@ double replay_beta_linear(double beta0, double beta1, int64_t step, int64_t step
 
 /* ---------------------------------------------------------------- trees */
 
+/* Recomputes node x of level l from its children. */
+static inline void tree_fix(struct replay *r, int l, int64_t x) {
+  int64_t c0 = x * REPLAY__FAN, c1 = c0 + REPLAY__FAN;
+  if (c1 > r->lv_n[l + 1]) c1 = r->lv_n[l + 1];
+  const double *cs = r->lsum[l + 1], *cm = r->lmin[l + 1];
+  double sm = 0, mn = INFINITY;
+  for (int64_t c = c0; c < c1; c++) {
+    sm += cs[c];
+    mn = cm[c] < mn ? cm[c] : mn;
+  }
+  r->lsum[l][x] = sm;
+  r->lmin[l][x] = mn;
+}
+
 void replay__tree_set(struct replay *r, int64_t a, int64_t b, const double *pr) {
-  int64_t P = r->P;
+  double *ls = replay__leaves(r), *lm = replay__leaves_min(r);
   for (int64_t i = a; i < b; i++) {
     double p = pr[i - a];
-    r->sum[P + i] = p;
-    r->mn[P + i] = p > 0 ? p : INFINITY;
+    ls[i] = p;
+    lm[i] = p > 0 ? p : INFINITY;
   }
-  /* Fix the parents level by level: O(b - a + log P) for a contiguous range. */
-  int64_t lo = (P + a) >> 1, hi = (P + b - 1) >> 1;
-  while (lo >= 1) {
-    for (int64_t i = lo; i <= hi; i++) {
-      r->sum[i] = r->sum[2 * i] + r->sum[2 * i + 1];
-      double x = r->mn[2 * i], y = r->mn[2 * i + 1];
-      r->mn[i] = x < y ? x : y;
-    }
-    lo >>= 1;
-    hi >>= 1;
+  /* Parents level by level, recomputed from their children (no drift from
+   * adding differences): O((b - a) + depth) for a contiguous range. */
+  for (int l = r->depth - 2; l >= 0; l--) {
+    a /= REPLAY__FAN;
+    b = (b - 1) / REPLAY__FAN + 1;
+    for (int64_t x = a; x < b; x++) tree_fix(r, l, x);
   }
 }
 
-/* The leaf holding prefix mass u. Steps right only into a subtree with mass, so
- * rounding cannot land on an empty leaf past the end. */
-static int64_t tree_find(const struct replay *r, double u) {
-  int64_t i = 1;
-  while (i < r->P) {
-    double left = r->sum[2 * i];
-    if (u < left || r->sum[2 * i + 1] <= 0) {
-      i = 2 * i;
-    } else {
-      u -= left;
-      i = 2 * i + 1;
-    }
-  }
-  return i - r->P;
+void replay__tree_rebuild(struct replay *r) {
+  for (int l = r->depth - 2; l >= 0; l--)
+    for (int64_t x = 0; x < r->lv_n[l]; x++) tree_fix(r, l, x);
 }
 
 static double priority_of(const struct replay *r, double td_abs) {
@@ -407,7 +432,7 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
   int waited = 0;
   for (int64_t j = 0; j < m; j++) {
     uint64_t q = a + (uint64_t)j, before = q > (uint64_t)r->cap ? q - (uint64_t)r->cap : 0;
-    _Atomic uint64_t *sq = &r->seq[replay__slot(r, q)];
+    _Atomic uint64_t *sq = &r->meta[replay__slot(r, q)].seq;
     while (atomic_load_explicit(sq, memory_order_acquire) != before) {
       waited = 1;
       sched_yield();
@@ -425,9 +450,10 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
     int term = st->terminated && st->terminated[i];
     int trunc = st->truncated && st->truncated[i];
     int64_t slot = replay__slot(r, s);
-    r->prev[slot] = prev;
-    r->reward[slot] = st->reward[i];
-    r->flags[slot] = (uint8_t)((term ? REPLAY__TERM : 0) | (!term && trunc ? REPLAY__TRUNC : 0));
+    r->meta[slot].prev = prev;
+    r->meta[slot].reward = st->reward[i];
+    r->meta[slot].flags =
+        (uint8_t)((term ? REPLAY__TERM : 0) | (!term && trunc ? REPLAY__TRUNC : 0));
     int end = term || trunc;
     if (end || i == n - 1) {
       int64_t count = i + 1 - run0;
@@ -440,20 +466,21 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
       int64_t ts = replay__slot(r, s + 1);
       memcpy(r->col[r->obs] + (size_t)ts * r->item[r->obs],
              (const uint8_t *)st->final_obs + (size_t)ended * r->item[r->obs], r->item[r->obs]);
-      r->prev[ts] = s;
-      r->reward[ts] = 0;
-      r->flags[ts] = REPLAY__TAIL;
-      atomic_store_explicit(&r->link[ts], link_word(s + 1, 0), memory_order_relaxed);
-      atomic_store_explicit(&r->link[slot], link_word(s, 1), memory_order_relaxed);
+      r->meta[ts].prev = s;
+      r->meta[ts].reward = 0;
+      r->meta[ts].flags = REPLAY__TAIL;
+      atomic_store_explicit(&r->meta[ts].link, link_word(s + 1, 0), memory_order_relaxed);
+      atomic_store_explicit(&r->meta[slot].link, link_word(s, 1), memory_order_relaxed);
       ended++;
       prev = 0;
       s += 2;
     } else if (end) {
-      atomic_store_explicit(&r->link[slot], link_word(s, 0), memory_order_relaxed);
+      atomic_store_explicit(&r->meta[slot].link, link_word(s, 0), memory_order_relaxed);
       prev = 0;
       s += 1;
     } else {
-      atomic_store_explicit(&r->link[slot], link_word(s, i < n - 1 ? 1 : 0), memory_order_relaxed);
+      atomic_store_explicit(&r->meta[slot].link, link_word(s, i < n - 1 ? 1 : 0),
+                            memory_order_relaxed);
       prev = s;
       s += 1;
     }
@@ -477,7 +504,7 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
       if (run > (int64_t)(a + (uint64_t)m - q)) run = (int64_t)(a + (uint64_t)m - q);
       if (run > 256) run = 256;
       for (int64_t j = 0; j < run; j++) {
-        if (r->flags[slot + j] & REPLAY__TAIL) {
+        if (r->meta[slot + j].flags & REPLAY__TAIL) {
           buf[j] = 0;
         } else {
           buf[j] = st->priority ? priority_of(r, st->priority[i]) : r->max_p;
@@ -492,13 +519,13 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
 
   for (int64_t j = 0; j < m; j++) {
     uint64_t q = a + (uint64_t)j;
-    atomic_store_explicit(&r->seq[replay__slot(r, q)], q, memory_order_release);
+    atomic_store_explicit(&r->meta[replay__slot(r, q)].seq, q, memory_order_release);
   }
   /* Join the stream's previous step to this call's first step. */
   uint64_t last = atomic_load_explicit(&sm->last, memory_order_relaxed);
   if (last && first - last < (uint64_t)r->cap) {
     uint64_t expect_w = link_word(last, 0);
-    atomic_compare_exchange_strong(&r->link[replay__slot(r, last)], &expect_w,
+    atomic_compare_exchange_strong(&r->meta[replay__slot(r, last)].link, &expect_w,
                                    link_word(last, first - last));
   }
   atomic_store_explicit(&sm->last, prev ? prev : 0, memory_order_relaxed);
@@ -616,27 +643,18 @@ int replay_insert_columns(replay *r, int stream, const replay_column_data *cols,
 
 /* ---------------------------------------------------------------- sample */
 
-/* A candidate step resolved: frames of its stack, the bootstrap item, the return. */
-typedef struct resolved {
-  uint64_t frames[64];  /* (k) oldest first */
-  uint64_t nframes[64]; /* (k) of the bootstrap item */
-  uint64_t boot;        /* o_{t+m}'s item, 0 without obs */
-  double ret, disc;
-  int m;
-} resolved;
-
 static inline int holds(const struct replay *r, uint64_t s, uint64_t lo, uint64_t hi) {
   return s >= lo && s < hi &&
-         atomic_load_explicit(&r->seq[replay__slot(r, s)], memory_order_acquire) == s;
+         atomic_load_explicit(&r->meta[replay__slot(r, s)].seq, memory_order_acquire) == s;
 }
 
 /* The successor of step cur, or 0 when it has not arrived or is gone. */
 static uint64_t next_of(const struct replay *r, uint64_t cur, uint64_t lo, uint64_t hi) {
-  uint64_t w = atomic_load_explicit(&r->link[replay__slot(r, cur)], memory_order_acquire);
+  uint64_t w = atomic_load_explicit(&r->meta[replay__slot(r, cur)].link, memory_order_acquire);
   uint64_t d = w & 0xffffffffu;
   if ((w >> 32) != (cur & 0xffffffffu) || d == 0) return 0;
   uint64_t nx = cur + d;
-  if (!holds(r, nx, lo, hi) || r->prev[replay__slot(r, nx)] != cur) return 0;
+  if (!holds(r, nx, lo, hi) || r->meta[replay__slot(r, nx)].prev != cur) return 0;
   return nx;
 }
 
@@ -648,7 +666,7 @@ static int stack_of(const struct replay *r, uint64_t s, uint64_t lo, uint64_t hi
   frames[k - 1] = s;
   uint64_t cur = s;
   for (int j = k - 2; j >= 0; j--) {
-    uint64_t p = r->prev[replay__slot(r, cur)];
+    uint64_t p = r->meta[replay__slot(r, cur)].prev;
     if (p) {
       if (!holds(r, p, lo, hi)) return 0;
       cur = p;
@@ -659,16 +677,16 @@ static int stack_of(const struct replay *r, uint64_t s, uint64_t lo, uint64_t hi
 }
 
 static int resolve(const struct replay *r, uint64_t s, uint64_t lo, uint64_t hi, int n,
-                   double gamma, resolved *out) {
+                   double gamma, replay__resolved *out) {
   if (!holds(r, s, lo, hi)) return 0;
-  if (r->flags[replay__slot(r, s)] & REPLAY__TAIL) return 0;
+  if (r->meta[replay__slot(r, s)].flags & REPLAY__TAIL) return 0;
   double ret = 0, g = 1;
   uint64_t cur = s;
   out->boot = 0;
   for (int i = 0;; i++) {
     int64_t slot = replay__slot(r, cur);
-    uint8_t f = r->flags[slot];
-    ret += g * (double)r->reward[slot];
+    uint8_t f = r->meta[slot].flags;
+    ret += g * (double)r->meta[slot].reward;
     g *= gamma;
     int last = i == n - 1 || (f & (REPLAY__TERM | REPLAY__TRUNC));
     if (last) {
@@ -691,7 +709,19 @@ static int resolve(const struct replay *r, uint64_t s, uint64_t lo, uint64_t hi,
   return 1;
 }
 
-static void gather(const struct replay *r, uint64_t s, const resolved *rs, int b,
+/* memcpy with the common small item sizes as constants, so they compile to moves. */
+static inline void copy_item(void *dst, const void *src, size_t n) {
+  switch (n) {
+    case 1: memcpy(dst, src, 1); break;
+    case 4: memcpy(dst, src, 4); break;
+    case 8: memcpy(dst, src, 8); break;
+    case 16: memcpy(dst, src, 16); break;
+    case 32: memcpy(dst, src, 32); break;
+    default: memcpy(dst, src, n);
+  }
+}
+
+static void gather(const struct replay *r, uint64_t s, const replay__resolved *rs, int b,
                    replay_batch *out) {
   int64_t slot = replay__slot(r, s);
   for (int c = 0; c < r->cfg.ncols; c++) {
@@ -700,24 +730,88 @@ static void gather(const struct replay *r, uint64_t s, const resolved *rs, int b
     if (c == r->obs) {
       uint8_t *dst = (uint8_t *)out->cols[c] + (size_t)b * (size_t)r->k * isz;
       for (int j = 0; j < r->k; j++)
-        memcpy(dst + (size_t)j * isz, r->col[c] + (size_t)replay__slot(r, rs->frames[j]) * isz,
-               isz);
+        copy_item(dst + (size_t)j * isz, r->col[c] + (size_t)replay__slot(r, rs->frames[j]) * isz,
+                  isz);
     } else {
-      memcpy((uint8_t *)out->cols[c] + (size_t)b * isz, r->col[c] + (size_t)slot * isz, isz);
+      copy_item((uint8_t *)out->cols[c] + (size_t)b * isz, r->col[c] + (size_t)slot * isz, isz);
     }
   }
   if (out->next_obs && r->obs >= 0) {
     size_t isz = r->item[r->obs];
     uint8_t *dst = (uint8_t *)out->next_obs + (size_t)b * (size_t)r->k * isz;
     for (int j = 0; j < r->k; j++)
-      memcpy(dst + (size_t)j * isz, r->col[r->obs] + (size_t)replay__slot(r, rs->nframes[j]) * isz,
-             isz);
+      copy_item(dst + (size_t)j * isz,
+                r->col[r->obs] + (size_t)replay__slot(r, rs->nframes[j]) * isz, isz);
   }
   if (out->reward) out->reward[b] = (float)rs->ret;
   if (out->discount) out->discount[b] = (float)rs->disc;
   if (out->steps) out->steps[b] = rs->m;
   if (out->index) out->index[b] = slot;
   if (out->generation) out->generation[b] = s;
+}
+
+/* Draws in chunks: first every candidate's slot record is prefetched, then each
+ * is resolved, then the chosen items' data are prefetched and copied, so the cache
+ * misses of a chunk overlap instead of following one another. */
+enum { CHUNK = REPLAY__CHUNK };
+
+/* Before resolving candidate slot: its record and its successors' (n-step chain,
+ * two 32-byte records per line), and its columns' data. */
+static void prefetch_slot(const struct replay *r, int64_t slot, int n) {
+  const replay__meta *m = &r->meta[slot];
+  for (int j = 0; j <= n && slot + j < r->cap; j += 2) __builtin_prefetch(m + j);
+  for (int c = 0; c < r->cfg.ncols; c++) __builtin_prefetch(r->col[c] + (size_t)slot * r->item[c]);
+}
+
+static void prefetch_items(const struct replay *r, uint64_t s, const replay__resolved *rs) {
+  int64_t slot = replay__slot(r, s);
+  for (int c = 0; c < r->cfg.ncols; c++)
+    if (c != r->obs) __builtin_prefetch(r->col[c] + (size_t)slot * r->item[c]);
+  if (r->obs >= 0 && r->item[r->obs] <= 256)
+    for (int j = 0; j < r->k; j++) {
+      __builtin_prefetch(r->col[r->obs] + (size_t)replay__slot(r, rs->frames[j]) * r->item[r->obs]);
+      __builtin_prefetch(r->col[r->obs] +
+                         (size_t)replay__slot(r, rs->nframes[j]) * r->item[r->obs]);
+    }
+}
+
+/* PER: the leaves holding prefix masses u[0..n), all descending the tree in lock
+ * step so their misses overlap. Caller holds tree_lock. */
+static void tree_find_many(const struct replay *r, const double *u0, int n, int64_t *leaf) {
+  double u[CHUNK];
+  int64_t x[CHUNK];
+  for (int j = 0; j < n; j++) {
+    u[j] = u0[j];
+    x[j] = 0;
+  }
+  for (int l = 0; l + 1 < r->depth; l++) {
+    const double *cs = r->lsum[l + 1];
+    int64_t nc = r->lv_n[l + 1];
+    for (int j = 0; j < n; j++) {
+      int64_t c0 = x[j] * REPLAY__FAN, c1 = c0 + REPLAY__FAN, pick = -1, last = c0;
+      if (c1 > nc) c1 = nc;
+      double v = u[j];
+      for (int64_t c = c0; c < c1; c++) {
+        if (cs[c] <= 0) continue;
+        last = c;
+        if (v < cs[c]) {
+          pick = c;
+          break;
+        }
+        v -= cs[c];
+      }
+      /* Rounding can leave v past the last child with mass: take that child, and
+       * its last one below. */
+      if (pick < 0) {
+        pick = last;
+        v = cs[last];
+      }
+      u[j] = v;
+      x[j] = pick;
+      if (l + 2 < r->depth) __builtin_prefetch(&r->lsum[l + 2][pick * REPLAY__FAN]);
+    }
+  }
+  for (int j = 0; j < n; j++) leaf[j] = x[j];
 }
 
 int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, replay_batch *out,
@@ -734,65 +828,69 @@ int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, rep
     return shoal_error_set(err, SHOAL_EINVAL, "replay_sample: beta %g outside [0, 1]", args->beta);
   uint64_t lo, hi;
   replay__pin(r, r->slack, &lo, &hi);
-  int rc = 0;
   int64_t budget = 64 * (int64_t)B + 4096, rejected = 0;
-  resolved rs;
-  if (!r->sum) {
-    for (int b = 0; b < B;) {
-      if (hi <= lo || rejected >= budget) break;
-      uint64_t s = lo + shoal_rng_below(rng, hi - lo);
-      if (!resolve(r, s, lo, hi, n, args->gamma, &rs)) {
+  replay__resolved *rs = r->scratch;
+  uint64_t cand[CHUNK];
+  double pr[CHUNK], u[CHUNK], pmin = 0;
+  int64_t slots[CHUNK];
+  int ok[CHUNK];
+  int b = 0, stratified = 1;
+  while (b < B && rejected < budget && hi > lo) {
+    int cnt = B - b < CHUNK ? B - b : CHUNK;
+    if (!r->sum) {
+      for (int j = 0; j < cnt; j++) {
+        cand[j] = lo + shoal_rng_below(rng, hi - lo);
+        prefetch_slot(r, replay__slot(r, cand[j]), n);
+      }
+    } else {
+      /* Stratified (Schaul et al., appendix B.2.1): draw b falls in the b-th of B equal
+       * slices of the total mass; a rejected draw is redone from the whole range. */
+      pthread_mutex_lock(&r->tree_lock);
+      double total = r->lsum[0][0];
+      pmin = r->lmin[0][0];
+      if (!(total > 0)) {
+        pthread_mutex_unlock(&r->tree_lock);
+        break;
+      }
+      for (int j = 0; j < cnt; j++) {
+        u[j] = stratified ? ((double)(b + j) + shoal_rng_uniform(rng)) * (total / B)
+                          : shoal_rng_uniform(rng) * total;
+        if (u[j] >= total) u[j] = nextafter(total, 0);
+      }
+      tree_find_many(r, u, cnt, slots);
+      const double *leaves = replay__leaves(r);
+      for (int j = 0; j < cnt; j++) pr[j] = leaves[slots[j]];
+      pthread_mutex_unlock(&r->tree_lock);
+      for (int j = 0; j < cnt; j++) prefetch_slot(r, slots[j], n);
+      for (int j = 0; j < cnt; j++) {
+        cand[j] =
+            pr[j] > 0 ? atomic_load_explicit(&r->meta[slots[j]].seq, memory_order_acquire) : 0;
+      }
+    }
+    for (int j = 0; j < cnt; j++) {
+      ok[j] = cand[j] && resolve(r, cand[j], lo, hi, n, args->gamma, &rs[j]);
+      if (ok[j]) prefetch_items(r, cand[j], &rs[j]);
+    }
+    for (int j = 0; j < cnt; j++) {
+      if (!ok[j]) {
         rejected++;
+        stratified = 0;
         continue;
       }
-      gather(r, s, &rs, b, out);
-      if (out->weight) out->weight[b] = 1.0f;
+      gather(r, cand[j], &rs[j], b, out);
+      if (out->weight) out->weight[b] = r->sum ? (float)pow(pmin / pr[j], args->beta) : 1.0f;
       b++;
     }
-  } else {
-    /* Stratified: draw b in [b, b+1) * total / B, under the lock in rounds of up to 64
-     * draws; a rejected draw is redone from the whole range. */
-    int b = 0;
-    int stratified = 1;
-    while (b < B && rejected < budget) {
-      enum { ROUND = 64 };
-      int64_t slots[ROUND];
-      double pr[ROUND], pmin, total;
-      int cnt = B - b < ROUND ? B - b : ROUND;
-      pthread_mutex_lock(&r->tree_lock);
-      total = r->sum[1];
-      pmin = r->mn[1];
-      for (int j = 0; j < cnt && total > 0; j++) {
-        double u = stratified ? ((double)(b + j) + shoal_rng_uniform(rng)) * (total / B)
-                              : shoal_rng_uniform(rng) * total;
-        if (u >= total) u = nextafter(total, 0);
-        slots[j] = tree_find(r, u);
-        pr[j] = r->sum[r->P + slots[j]];
-      }
-      pthread_mutex_unlock(&r->tree_lock);
-      if (!(total > 0)) break;
-      for (int j = 0; j < cnt; j++) {
-        uint64_t s = atomic_load_explicit(&r->seq[slots[j]], memory_order_acquire);
-        if (pr[j] <= 0 || !s || !resolve(r, s, lo, hi, n, args->gamma, &rs)) {
-          rejected++;
-          stratified = 0;
-          continue;
-        }
-        gather(r, s, &rs, b, out);
-        if (out->weight) out->weight[b] = (float)pow(pmin / pr[j], args->beta);
-        b++;
-      }
-    }
-    if (b < B) rc = 1;
   }
   replay__unpin(r);
   atomic_fetch_add_explicit(&r->n_rejected, (uint64_t)rejected, memory_order_relaxed);
-  if (rejected >= budget || hi <= lo || rc) {
+  if (b < B)
     return shoal_error_set(err, SHOAL_ESTATE,
-                           "replay_sample: no sampleable step among %llu items (%lld draws "
-                           "rejected; a step needs its %d-step successors and its frames)",
-                           (unsigned long long)(hi > lo ? hi - lo : 0), (long long)rejected, n);
-  }
+                           "replay_sample: %d of %d drawn; no sampleable step among %llu items "
+                           "(%lld draws rejected; a step needs its %d-step successors and its "
+                           "frames)",
+                           b, B, (unsigned long long)(hi > lo ? hi - lo : 0), (long long)rejected,
+                           n);
   atomic_fetch_add_explicit(&r->n_sampled, (uint64_t)B, memory_order_relaxed);
   return 0;
 }
@@ -819,7 +917,7 @@ int replay_update_priorities(replay *r, int64_t n, const int64_t *index, const u
   pthread_mutex_lock(&r->tree_lock);
   for (int64_t i = 0; i < n; i++) {
     /* Under the lock: a writer invalidates seq before it sets a slot's new priority. */
-    if (atomic_load_explicit(&r->seq[index[i]], memory_order_acquire) != generation[i] ||
+    if (atomic_load_explicit(&r->meta[index[i]].seq, memory_order_acquire) != generation[i] ||
         generation[i] == 0) {
       stale++;
       continue;

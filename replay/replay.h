@@ -139,7 +139,7 @@ typedef struct replay_config {
   replay_column cols[REPLAY_MAX_COLUMNS];
   const char *obs_column; /* name of the observation column, or NULL: no next-obs,
                              no final obs, no stacking (n-step still works) */
-  int frame_stack;        /* k >= 1 (0 means 1): frames per stacked observation */
+  int frame_stack;        /* k in [1, 32] (0 means 1): frames per stacked observation */
   double alpha;           /* PER priority exponent, >= 0 (0.6 in the paper) */
   double eps;             /* PER floor added to |delta|, > 0 (e.g. 1e-6) */
   int64_t writer_slack;   /* oldest items never sampled so writers need not wait;

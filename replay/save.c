@@ -182,7 +182,7 @@ int replay_save(replay *r, const char *path, shoal_error *err) {
   replay__pin(r, 0, &lo, &hi);
   /* Writers that reserved before hi are not pinned; wait until they publish. */
   for (uint64_t s = lo; s < hi; s++)
-    while (atomic_load_explicit(&r->seq[replay__slot(r, s)], memory_order_acquire) != s)
+    while (atomic_load_explicit(&r->meta[replay__slot(r, s)].seq, memory_order_acquire) != s)
       sched_yield();
 
   w_put(&w, MAGIC, 8);
@@ -209,19 +209,19 @@ int replay_save(replay *r, const char *path, shoal_error *err) {
   for (uint64_t s = lo; s < hi && !w.rc; s++) {
     int64_t slot = replay__slot(r, s);
     w_u64(&w, s);
-    w_u64(&w, r->prev[slot]);
-    w_u64(&w, atomic_load_explicit(&r->link[slot], memory_order_acquire));
-    w_put(&w, &r->reward[slot], sizeof(float));
-    w_put(&w, &r->flags[slot], 1);
+    w_u64(&w, r->meta[slot].prev);
+    w_u64(&w, atomic_load_explicit(&r->meta[slot].link, memory_order_acquire));
+    w_put(&w, &r->meta[slot].reward, sizeof(float));
+    w_put(&w, &r->meta[slot].flags, 1);
     if (r->sum) {
       /* The sampling thread is the only one changing a held slot's priority. */
       pthread_mutex_lock(&r->tree_lock);
-      double p = r->sum[r->P + slot];
+      double p = replay__leaves(r)[slot];
       pthread_mutex_unlock(&r->tree_lock);
       w_f64(&w, p);
     }
     for (int c = 0; c < r->cfg.ncols; c++) {
-      if ((r->flags[slot] & REPLAY__TAIL) && c != r->obs) continue;
+      if ((r->meta[slot].flags & REPLAY__TAIL) && c != r->obs) continue;
       w_put(&w, r->col[c] + (size_t)slot * r->item[c], r->item[c]);
     }
   }
@@ -413,19 +413,19 @@ static int load_body(io *rd, struct replay *r) {
                  shoal_error_set(rd->err, SHOAL_EFORMAT,
                                  "replay_load: '%s' item %llu is malformed: the file is corrupt",
                                  rd->path, (unsigned long long)s);
-    r->prev[slot] = prev;
-    atomic_store_explicit(&r->link[slot], link, memory_order_relaxed);
-    r->reward[slot] = rew;
-    r->flags[slot] = flags;
+    r->meta[slot].prev = prev;
+    atomic_store_explicit(&r->meta[slot].link, link, memory_order_relaxed);
+    r->meta[slot].reward = rew;
+    r->meta[slot].flags = flags;
     if (r->sum) {
-      r->sum[r->P + slot] = p;
-      r->mn[r->P + slot] = p > 0 ? p : INFINITY;
+      replay__leaves(r)[slot] = p;
+      replay__leaves_min(r)[slot] = p > 0 ? p : INFINITY;
     }
     for (int c = 0; c < r->cfg.ncols && !rd->rc; c++) {
       if ((flags & REPLAY__TAIL) && c != r->obs) continue;
       r_get(rd, r->col[c] + (size_t)slot * r->item[c], r->item[c]);
     }
-    atomic_store_explicit(&r->seq[slot], s, memory_order_relaxed);
+    atomic_store_explicit(&r->meta[slot].seq, s, memory_order_relaxed);
   }
   if (rd->rc) return rd->rc;
   char end[8];
@@ -447,10 +447,7 @@ static int load_body(io *rd, struct replay *r) {
     if (last && (last < lo || last >= head)) atomic_store(&r->streams[i].last, 0);
   }
   if (r->sum) {
-    for (int64_t i = r->P - 1; i >= 1; i--) {
-      r->sum[i] = r->sum[2 * i] + r->sum[2 * i + 1];
-      r->mn[i] = r->mn[2 * i] < r->mn[2 * i + 1] ? r->mn[2 * i] : r->mn[2 * i + 1];
-    }
+    replay__tree_rebuild(r);
     r->max_p = max_p;
   }
   atomic_store(&r->n_steps, steps);
