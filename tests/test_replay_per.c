@@ -34,9 +34,10 @@ static double prio(double td) { return pow(td + EPS, ALPHA); }
 /* n steps with ids first..first+n-1 in one episode, terminated at the end when
  * `end` (final obs -1), with initial |delta| td (NULL: max priority). */
 static void put(replay *r, int n, int64_t first, const float *td, int end) {
-  int64_t ids[64], fin[1] = {-1};
-  float rew[64] = {0};
-  uint8_t te[64] = {0};
+  assert_true(n <= 128);
+  int64_t ids[128], fin[1] = {-1};
+  float rew[128] = {0};
+  uint8_t te[128] = {0};
   for (int i = 0; i < n; i++) ids[i] = first + i;
   te[n - 1] = (uint8_t)end;
   replay_steps s = {
@@ -220,6 +221,56 @@ static void test_weights_use_min_priority_over_memory(void **state) {
   replay_destroy(r);
 }
 
+static void test_deep_tree_with_ragged_levels(void **state) {
+  /* Capacity 1000: levels of 1000, 125, 16, 2 and 1 nodes, none a full power of 8.
+   * 990 steps in 15 inserts of 66 (the ring wraps once), then updates, and the
+   * frequencies of 10 buckets of ids against their priority mass. */
+  enum { CAP = 1000, N = 990, DRAWS = 60000 };
+  replay *r = NULL;
+  replay_config c = per_config(CAP);
+  assert_int_equal(replay_create(&c, &r, NULL), 0);
+  static double p[1200];
+  float td[66];
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 31);
+  for (int k = 0; k < 18; k++) { /* 18 * 66 = 1188 steps: the first 188 are overwritten */
+    for (int i = 0; i < 66; i++) {
+      td[i] = (float)(shoal_rng_uniform(&rng) * 4);
+      p[k * 66 + i] = prio(td[i]);
+    }
+    put(r, 66, k * 66, td, k == 17);
+  }
+  /* Held: seq 190..1189, the steps with ids 189..1187 and the tail. */
+  double total = 0;
+  for (int id = 1188 - 999; id < 1188; id++) total += p[id];
+  replay_stats st;
+  replay_get_stats(r, &st);
+  if (fabs(st.priority_total - total) >= 1e-9 * total)
+    print_message("total %.12g, expected %.12g, held %lld\n", st.priority_total, total,
+                  (long long)st.held);
+  assert_true(fabs(st.priority_total - total) < 1e-9 * total);
+  /* Frequencies by bucket of 100 ids. */
+  int64_t ids[1];
+  replay_batch b = {.cols = {ids}};
+  replay_sample_args a = {.batch = 1, .n_step = 1, .gamma = 1, .beta = 0};
+  double counts[10] = {0}, mass[10] = {0};
+  int first = 1188 - 999;
+  for (int id = first; id < 1188; id++) mass[(id - first) / 100] += p[id] / total;
+  for (int k = 0; k < DRAWS; k++) {
+    assert_int_equal(replay_sample(r, &rng, &a, &b, NULL), 0);
+    assert_true(ids[0] >= first && ids[0] < 1188);
+    counts[(ids[0] - first) / 100]++;
+  }
+  double chi2 = 0;
+  for (int i = 0; i < 10; i++) {
+    double e = DRAWS * mass[i];
+    chi2 += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  print_message("deep tree chi2 = %.2f (9 dof, critical 27.88)\n", chi2);
+  assert_true(chi2 < 27.88);
+  replay_destroy(r);
+}
+
 static void test_uniform_frequencies(void **state) {
   enum { N = 40, DRAWS = 100000 };
   replay *r = NULL;
@@ -268,6 +319,7 @@ int main(void) {
       cmocka_unit_test(test_new_steps_get_max_priority),
       cmocka_unit_test(test_updates_and_stale_updates),
       cmocka_unit_test(test_weights_use_min_priority_over_memory),
+      cmocka_unit_test(test_deep_tree_with_ragged_levels),
       cmocka_unit_test(test_uniform_frequencies),
       cmocka_unit_test(test_uniform_refuses_updates_and_beta_schedule),
   };
