@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -201,7 +202,9 @@ static int run_case(const char *self, int sc, int nactors, result *out) {
   learner L = {.sc = sc, .ob = obs_bytes(sc)};
   if (make_replay(sc, &L.r)) return 1;
   rpc_spec spec = make_spec(sc);
-  rpc_server_config cfg = {.threads = 2, .on_batch = on_batch, .user = &L};
+  const char *th = getenv("SHOAL_INGEST_THREADS");
+  /* One polling thread: on 2 cores shared with the actors a second one only contends. */
+  rpc_server_config cfg = {.threads = th ? atoi(th) : 1, .on_batch = on_batch, .user = &L};
   rpc_server *srv;
   shoal_error err = {0};
   if (rpc_server_create(&cfg, &spec, &srv, &err)) {
@@ -274,6 +277,15 @@ static double raw_tcp(double secs) {
 }
 
 int main(int argc, char **argv) {
+  /* Messages of hundreds of KiB are allocated and freed per batch (the actor's encoded
+   * batch, gRPC's receive buffers). With glibc's defaults many of them are mmap'd and
+   * returned, and the kernel zeroes fresh pages for every message (15% of the run in
+   * clear_page). Raising the thresholds keeps them in the heap: a learner or actor
+   * program should do the same. SHOAL_INGEST_PLAIN_MALLOC=1 measures the defaults. */
+  if (!getenv("SHOAL_INGEST_PLAIN_MALLOC")) {
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  }
   if (argc == 5 && !strcmp(argv[1], "--actor"))
     return actor_main(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
   signal(SIGPIPE, SIG_IGN);
@@ -291,14 +303,19 @@ int main(int argc, char **argv) {
   result res[SC_COUNT][4];
   printf("| scenario | actors | samples/s | MB/s (wire) | of raw TCP | refused |\n");
   printf("|---|---|---|---|---|---|\n");
+  /* SHOAL_INGEST_ONLY=<scenario> and SHOAL_INGEST_N=<actors> narrow the run (profiling). */
+  const char *only = getenv("SHOAL_INGEST_ONLY"), *only_n = getenv("SHOAL_INGEST_N");
+  memset(res, 0, sizeof res);
   for (int sc = 0; sc < SC_COUNT; sc++)
     for (int k = 0; k < 4; k++) {
+      if ((only && strcmp(only, sc_name[sc])) || (only_n && atoi(only_n) != ns[k])) continue;
       if (run_case(self, sc, ns[k], &res[sc][k])) return 1;
       printf("| %s | %d | %.0f | %.0f | %.2f | %llu |\n", sc_name[sc], ns[k], res[sc][k].samples_s,
              res[sc][k].mb_s, res[sc][k].mb_s / tcp, (unsigned long long)res[sc][k].refused);
       fflush(stdout);
     }
   printf("\n");
+  if (only || only_n) return 0;
   /* Wire bytes per CartPole sample: obs 16 + action 4 + reward 4 + two flags. */
   double cp_bytes = 26;
   for (int k = 0; k < 4; k++) {

@@ -422,7 +422,7 @@ int rpc_client_create(const rpc_client_config *cfg, rpc_client **out, shoal_erro
   /* Params may be large: no receive limit on the actor side (it trusts its learner). The
    * channel's own reconnect backoff follows ours, else a learner that comes back would
    * wait for gRPC's default of 1 s and up. */
-  grpc_arg args[5];
+  grpc_arg args[9];
   int na = 0;
   args[na].type = GRPC_ARG_INTEGER;
   args[na].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -436,6 +436,19 @@ int rpc_client_create(const rpc_client_config *cfg, rpc_client **out, shoal_erro
   args[na].type = GRPC_ARG_INTEGER;
   args[na].key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
   args[na++].value.integer = (int)(c->backoff_max * 1000);
+  /* Keepalive pings on the (always open) Push stream: a learner host that vanished
+   * without closing its sockets is detected within keepalive_s + 10 s and the client
+   * reconnects, instead of waiting forever. */
+  int ka_ms = (int)((cfg->keepalive_s > 0 ? cfg->keepalive_s : 30.0) * 1000);
+  args[na].type = GRPC_ARG_INTEGER;
+  args[na].key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS;
+  args[na++].value.integer = ka_ms;
+  args[na].type = GRPC_ARG_INTEGER;
+  args[na].key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS;
+  args[na++].value.integer = 10000;
+  args[na].type = GRPC_ARG_INTEGER;
+  args[na].key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA;
+  args[na++].value.integer = 0;
   if (cfg->tls_server_name) {
     args[na].type = GRPC_ARG_STRING;
     args[na].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;

@@ -250,6 +250,8 @@ typedef struct rpc_client_config {
   double backoff_initial_s;    /* 0: 0.05 */
   double backoff_max_s;        /* 0: 2.0 */
   double call_timeout_s;       /* deadline of unary calls; 0: 10 */
+  double keepalive_s;          /* ping the learner after this long without traffic; >= 10 (the
+                                  server takes pings every 10 s); 0: 30 */
 } rpc_client_config;
 
 typedef struct rpc_client_stats {

@@ -692,14 +692,21 @@ int rpc_server_create(const rpc_server_config *cfg, const rpc_spec *spec, rpc_se
   }
   /* The receive limit follows the spec (not gRPC's 4 MiB default); SO_REUSEPORT off so a
    * second learner on the same port fails loudly instead of taking some actors. */
-  grpc_arg args[2];
+  grpc_arg args[4];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = s->max_msg > INT_MAX ? INT_MAX : (int)s->max_msg;
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
   args[1].value.integer = 0;
-  grpc_channel_args ca = {2, args};
+  /* Clients ping every keepalive_s (>= 10 s); allow it rather than answer with GOAWAY. */
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = (char *)GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS;
+  args[2].value.integer = 10000;
+  args[3].type = GRPC_ARG_INTEGER;
+  args[3].key = (char *)GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS;
+  args[3].value.integer = 1;
+  grpc_channel_args ca = {4, args};
   s->srv = grpc_server_create(&ca, NULL);
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->srv, s->cq, NULL);
@@ -727,7 +734,27 @@ int rpc_server_create(const rpc_server_config *cfg, const rpc_spec *spec, rpc_se
     s->nthreads++;
   }
   if (s->nthreads == 0) {
-    rpc_server_destroy(s, 0);
+    /* No poller: tear down polling here (pending accepts complete with success=0). */
+    grpc_server_shutdown_and_notify(s->srv, s->cq, &s->t_shutdown);
+    grpc_server_cancel_all_calls(s->srv);
+    for (;;) {
+      grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+      stag *t = ev.tag;
+      if (t->kind == T_SHUTDOWN) break;
+      on_event(s, t, ev.success != 0);
+    }
+    grpc_server_destroy(s->srv);
+    grpc_completion_queue_shutdown(s->cq);
+    while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(s->cq);
+    grpc_shutdown();
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->auth);
+    rpc__spec_free(&s->spec);
+    free(s);
     return shoal_error_set(err, SHOAL_ENOMEM, "rpc server: cannot start a thread");
   }
   *out = s;
