@@ -72,7 +72,10 @@ static int actor_main(int port, int sc, int actor) {
   char target[64];
   snprintf(target, sizeof target, "127.0.0.1:%d", port);
   rpc_client_config cfg = {
-      .target = target, .run_id = RUN, .actor_id = (uint64_t)actor, .queue_batches = 16};
+      .target = target,
+      .run_id = RUN,
+      .actor_id = (uint64_t)actor,
+  };
   rpc_client *c;
   shoal_error err = {0};
   if (rpc_client_create(&cfg, &c, &err)) {

@@ -57,11 +57,20 @@ struct scall {
   char trail_val[2][24];
   /* Push streams */
   uint64_t acc_batches, acc_samples, dups, last_seq;
-  int actor;    /* index into s->actors, -1 until the first batch */
-  uint8_t *msg; /* contiguous copy of a message that arrived in several slices */
+  int actor;          /* index into s->actors, -1 until the first batch */
+  struct sbufs *bufs; /* taken from the server's pool at the first message */
+};
+
+/* A stream's buffers: the contiguous copy of a message that arrived in several slices
+ * and the validator's scratch. Actors rotate their streams every few dozen batches, so
+ * these go back to a pool and the next stream reuses them: steady-state ingest
+ * allocates nothing. */
+typedef struct sbufs {
+  uint8_t *msg;
   size_t msg_cap;
   rpc__scratch scratch;
-};
+  struct sbufs *next;
+} sbufs;
 
 typedef struct actor_ent {
   uint64_t actor_id, incarnation, last_seq;
@@ -81,6 +90,8 @@ struct rpc_server {
   pthread_t threads[16];
   int nthreads;
   size_t max_msg;
+  sbufs *pool; /* free stream buffers, under mu */
+  int npool;
   double t0;
   pthread_mutex_t mu; /* actors, params, shutdown_done */
   pthread_cond_t cv;
@@ -119,6 +130,26 @@ static scall *scall_new(rpc_server *s) {
   return c;
 }
 
+static void sbufs_free(sbufs *b) {
+  free(b->msg);
+  rpc__scratch_free(&b->scratch);
+  free(b);
+}
+
+static sbufs *bufs_of(scall *c) {
+  if (c->bufs) return c->bufs;
+  rpc_server *s = c->s;
+  pthread_mutex_lock(&s->mu);
+  c->bufs = s->pool;
+  if (c->bufs) {
+    s->pool = c->bufs->next;
+    s->npool--;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (!c->bufs) c->bufs = calloc(1, sizeof *c->bufs);
+  return c->bufs;
+}
+
 static void scall_free(scall *c) {
   if (c->call) grpc_call_unref(c->call);
   if (c->recv) grpc_byte_buffer_destroy(c->recv);
@@ -126,8 +157,18 @@ static void scall_free(scall *c) {
   grpc_call_details_destroy(&c->details);
   grpc_metadata_array_destroy(&c->md);
   pthread_mutex_destroy(&c->mu);
-  free(c->msg);
-  rpc__scratch_free(&c->scratch);
+  if (c->bufs) {
+    rpc_server *s = c->s;
+    pthread_mutex_lock(&s->mu);
+    if (s->npool < 64) {
+      c->bufs->next = s->pool;
+      s->pool = c->bufs;
+      s->npool++;
+      c->bufs = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (c->bufs) sbufs_free(c->bufs);
+  }
   free(c);
 }
 
@@ -210,11 +251,13 @@ static int message_bytes(scall *c, grpc_byte_buffer *bb, const uint8_t **p, size
     *n = GRPC_SLICE_LENGTH(bb->data.raw.slice_buffer.slices[0]);
     return 0;
   }
-  if (c->msg_cap < len) {
-    uint8_t *m = realloc(c->msg, len);
+  sbufs *b = bufs_of(c);
+  if (!b) return SHOAL_ENOMEM;
+  if (b->msg_cap < len) {
+    uint8_t *m = realloc(b->msg, len);
     if (!m) return SHOAL_ENOMEM;
-    c->msg = m;
-    c->msg_cap = len;
+    b->msg = m;
+    b->msg_cap = len;
   }
   grpc_byte_buffer_reader r;
   if (!grpc_byte_buffer_reader_init(&r, bb)) return SHOAL_EFORMAT;
@@ -222,13 +265,13 @@ static int message_bytes(scall *c, grpc_byte_buffer *bb, const uint8_t **p, size
   grpc_slice sl;
   while (grpc_byte_buffer_reader_next(&r, &sl)) {
     size_t k = GRPC_SLICE_LENGTH(sl);
-    if (off + k <= len) memcpy(c->msg + off, GRPC_SLICE_START_PTR(sl), k);
+    if (off + k <= len) memcpy(b->msg + off, GRPC_SLICE_START_PTR(sl), k);
     off += k;
     grpc_slice_unref(sl);
   }
   grpc_byte_buffer_reader_destroy(&r);
   if (off != len) return SHOAL_EFORMAT;
-  *p = c->msg;
+  *p = b->msg;
   *n = len;
   return 0;
 }
@@ -299,7 +342,12 @@ static void push_message(scall *c, grpc_byte_buffer *bb) {
     return;
   }
   rpc_batch b;
-  rc = rpc__validate(&s->spec, &w, &c->scratch, &b, &err);
+  sbufs *bufs = bufs_of(c);
+  if (!bufs) {
+    finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "learner: out of memory", NULL, false, 0);
+    return;
+  }
+  rc = rpc__validate(&s->spec, &w, &bufs->scratch, &b, &err);
   if (rc) {
     c->last_seq = last;
     if (rc == SHOAL_EPERM) {
@@ -888,6 +936,11 @@ void rpc_server_destroy(rpc_server *s, double drain_s) {
   grpc_shutdown();
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
+  while (s->pool) {
+    sbufs *b = s->pool;
+    s->pool = b->next;
+    sbufs_free(b);
+  }
   free(s->actors);
   free(s->auth);
   rpc__spec_free(&s->spec);
