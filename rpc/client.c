@@ -41,12 +41,96 @@ typedef struct slot {
   uint64_t seq;
 } slot;
 
+/* Encoded batches live in buffers from a pool, handed to gRPC without a copy through
+ * grpc_slice_new_with_user_data; gRPC's last unref returns a buffer to the pool, from
+ * whatever thread drops it. The pool is its own object, freed by whoever is last (the
+ * closing client or a late unref inside grpc_shutdown), so pushing allocates nothing once
+ * the pool has warmed up. */
+typedef struct cbuf {
+  struct cpool *pool;
+  struct cbuf *next;
+  size_t cap;
+  _Alignas(16) uint8_t data[];
+} cbuf;
+
+typedef struct cpool {
+  pthread_mutex_t mu;
+  cbuf *free;
+  int nfree, max_free;
+  int live;    /* buffers handed out and not yet returned */
+  bool closed; /* the client is gone: free what comes back, and the pool with the last */
+} cpool;
+
+static void cpool_destroy(cpool *p) {
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
+static void cbuf_release(void *arg) {
+  cbuf *b = arg;
+  cpool *p = b->pool;
+  pthread_mutex_lock(&p->mu);
+  p->live--;
+  if (!p->closed && p->nfree < p->max_free) {
+    b->next = p->free;
+    p->free = b;
+    p->nfree++;
+    b = NULL;
+  }
+  bool last = p->closed && p->live == 0;
+  pthread_mutex_unlock(&p->mu);
+  free(b);
+  if (last) cpool_destroy(p);
+}
+
+/* A slice of n bytes over a pooled buffer; NULL-sized slice on allocation failure. */
+static int cbuf_slice(cpool *p, size_t n, grpc_slice *out) {
+  pthread_mutex_lock(&p->mu);
+  cbuf **at = &p->free, *b = NULL;
+  while (*at && (*at)->cap < n) at = &(*at)->next;
+  if (*at) {
+    b = *at;
+    *at = b->next;
+    p->nfree--;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (!b) {
+    size_t cap = (n + 65535) & ~(size_t)65535; /* room for batches that vary a little */
+    b = malloc(sizeof *b + cap);
+    if (!b) return SHOAL_ENOMEM;
+    b->pool = p;
+    b->cap = cap;
+  }
+  pthread_mutex_lock(&p->mu);
+  p->live++;
+  pthread_mutex_unlock(&p->mu);
+  *out = grpc_slice_new_with_user_data(b->data, n, cbuf_release, b);
+  return 0;
+}
+
+static void cpool_close(cpool *p) {
+  pthread_mutex_lock(&p->mu);
+  p->closed = true;
+  cbuf *f = p->free;
+  p->free = NULL;
+  p->nfree = 0;
+  bool last = p->live == 0;
+  pthread_mutex_unlock(&p->mu);
+  while (f) {
+    cbuf *next = f->next;
+    free(f);
+    f = next;
+  }
+  if (last) cpool_destroy(p);
+}
+
 /* A stream with nothing to send and batches unacknowledged is rotated after this long,
  * so acknowledgements (and flush) do not wait for the next ack_every. */
 #define IDLE_ACK_S 0.02
 
 struct rpc_client {
   char *run_id, *auth;
+  cpool *pool;
   uint64_t actor_id, incarnation;
   grpc_channel *ch;
   grpc_completion_queue *cq;
@@ -358,6 +442,7 @@ static int channel_credentials(const rpc_client_config *cfg, grpc_channel_creden
 }
 
 static void client_free(rpc_client *c) {
+  if (c->pool) cpool_close(c->pool);
   for (int i = 0; i < RPC_MAX_COLUMNS; i++) free(c->zbuf[i]);
   free(c->ring);
   free(c->run_id);
@@ -397,13 +482,18 @@ int rpc_client_create(const rpc_client_config *cfg, rpc_client **out, shoal_erro
   shoal_rng_seed(&c->rng, shoal_now_ns() ^ ((uint64_t)getpid() << 32) ^ cfg->actor_id);
   c->incarnation = shoal_rng_next(&c->rng) | 1;
   c->ring = calloc(c->cap, sizeof *c->ring);
+  c->pool = calloc(1, sizeof *c->pool);
+  if (c->pool) {
+    pthread_mutex_init(&c->pool->mu, NULL);
+    c->pool->max_free = (int)c->cap + 8;
+  }
   c->run_id = strdup(cfg->run_id);
   if (cfg->token && cfg->token[0]) {
     size_t n = strlen(cfg->token) + 8;
     c->auth = malloc(n);
     if (c->auth) snprintf(c->auth, n, "Bearer %s", cfg->token);
   }
-  if (!c->ring || !c->run_id || (cfg->token && cfg->token[0] && !c->auth)) {
+  if (!c->ring || !c->run_id || !c->pool || (cfg->token && cfg->token[0] && !c->auth)) {
     client_free(c);
     return shoal_error_set(err, SHOAL_ENOMEM, "rpc client: out of memory");
   }
@@ -542,7 +632,8 @@ static int encode(rpc_client *c, const rpc_batch *b, uint64_t seq, grpc_slice *o
   if (n > c->max_bytes)
     return shoal_error_set(err, SHOAL_EINVAL, "rpc push: a batch of %zu bytes exceeds queue_bytes",
                            n);
-  *out = grpc_slice_malloc(n);
+  if (cbuf_slice(c->pool, n, out))
+    return shoal_error_set(err, SHOAL_ENOMEM, "rpc push: %zu bytes for a batch", n);
   shoal__v1__sample_batch__pack(&m, GRPC_SLICE_START_PTR(*out));
   return 0;
 }
