@@ -39,6 +39,7 @@ typedef struct ctag {
 typedef struct slot {
   grpc_slice sl;
   uint64_t seq;
+  bool rejected; /* larger than the learner's limit: never sent, freed when at the head */
 } slot;
 
 /* Encoded batches live in buffers from a pool, handed to gRPC without a copy through
@@ -145,6 +146,7 @@ struct rpc_client {
   int policy;
   double block_timeout, call_timeout;
   uint64_t ack_every;
+  size_t server_max; /* the learner's message limit (initial metadata), 0 until known */
   /* the Push stream */
   grpc_call *call;
   int outstanding;
@@ -202,9 +204,14 @@ static void drop_head(rpc_client *c) {
 }
 
 static void ack(rpc_client *c, uint64_t last_seq) {
-  while (c->head < c->sendp && c->ring[c->head % c->cap].seq <= last_seq) {
+  while (c->head < c->sendp) {
+    slot *s = &c->ring[c->head % c->cap];
+    if (!s->rejected && s->seq > last_seq) break;
+    if (s->rejected)
+      c->st.rejected++;
+    else
+      c->st.delivered++;
     drop_head(c);
-    c->st.delivered++;
   }
   pthread_cond_broadcast(&c->cv);
 }
@@ -229,7 +236,16 @@ static void try_send(rpc_client *c) {
     if (c->head < c->sendp && (c->flush_waiters || c->closing)) half_close(c);
     return;
   }
+  /* Batches queued before the learner's limit was known and larger than it would break
+   * every stream they are sent on: refuse them here, once. */
   slot *s = &c->ring[c->sendp % c->cap];
+  if (c->server_max && GRPC_SLICE_LENGTH(s->sl) > c->server_max) {
+    s->rejected = true;
+    c->sendp++;
+    ack(c, 0); /* frees rejected batches that reached the head */
+    try_send(c);
+    return;
+  }
   grpc_op op = {0};
   op.op = GRPC_OP_SEND_MESSAGE;
   /* Hint only when another batch is queued behind this one and will be sent when this
@@ -361,7 +377,10 @@ static void on_event(rpc_client *c, ctag *t, bool ok) {
   c->outstanding--;
   switch (t->kind) {
     case T_INIT:
-      if (ok) c->got_initial = true;
+      if (ok) {
+        c->got_initial = true;
+        c->server_max = (size_t)md_u64(&c->init_md, "shoal-max-message");
+      }
       break;
     case T_SEND:
       c->send_inflight = false;
@@ -653,6 +672,15 @@ int rpc_client_push(rpc_client *c, const rpc_batch *b, shoal_error *err) {
   if (rc) goto out;
   size_t n = GRPC_SLICE_LENGTH(sl);
   pthread_mutex_lock(&c->mu);
+  if (c->server_max && n > c->server_max) {
+    rc = shoal_error_set(err, SHOAL_EINVAL,
+                         "rpc push: a batch of %zu bytes exceeds the learner's limit of %zu "
+                         "(its spec's max_items and shapes)",
+                         n, c->server_max);
+    pthread_mutex_unlock(&c->mu);
+    grpc_slice_unref(sl);
+    goto out;
+  }
   struct timespec until;
   set_deadline_abs(&until, c->block_timeout);
   while (!c->fatal_rc && (c->tail - c->head >= c->cap || c->bytes_held + n > c->max_bytes)) {
@@ -677,7 +705,7 @@ int rpc_client_push(rpc_client *c, const rpc_batch *b, shoal_error *err) {
     grpc_slice_unref(sl);
     goto out;
   }
-  c->ring[c->tail % c->cap] = (slot){sl, seq};
+  c->ring[c->tail % c->cap] = (slot){sl, seq, false};
   c->tail++;
   c->next_seq++;
   c->bytes_held += n;

@@ -55,6 +55,8 @@ struct scall {
   grpc_byte_buffer *send; /* the reply in flight, destroyed when FINISH completes */
   grpc_metadata trail[2];
   char trail_val[2][24];
+  grpc_metadata init_md; /* Push: shoal-max-message, so clients refuse what would not fit */
+  char init_val[24];
   /* Push streams */
   uint64_t acc_batches, acc_samples, dups, last_seq;
   int actor;          /* index into s->actors, -1 until the first batch */
@@ -565,7 +567,12 @@ static void on_new(scall *c) {
     /* Initial metadata now, so the client learns at once that the stream is up. */
     grpc_op ops[2];
     memset(ops, 0, sizeof ops);
+    snprintf(c->init_val, sizeof c->init_val, "%zu", s->max_msg);
+    c->init_md.key = grpc_slice_from_static_string("shoal-max-message");
+    c->init_md.value = grpc_slice_from_static_string(c->init_val);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = 1;
+    ops[0].data.send_initial_metadata.metadata = &c->init_md;
     ops[1].op = GRPC_OP_RECV_MESSAGE;
     ops[1].data.recv_message.recv_message = &c->recv;
     start(c, ops, 2, &c->t_recv);

@@ -443,6 +443,49 @@ static void test_client_rejections(void **state) {
   rpc_server_destroy(srv, 2.0);
 }
 
+/* A batch larger than the learner's message limit: refused by push once the limit is
+ * known (initial metadata), and dropped as rejected when it was queued before that. */
+static void test_client_oversize_batch(void **state) {
+  sink s;
+  sink_init(&s);
+  rpc_server *srv = start_server(&s, NULL, NULL, NULL, NULL);
+  enum { BIG = 400 };
+  static float obs[BIG * 4];
+  static int32_t act[BIG];
+  static float rew[BIG];
+  static uint8_t done[BIG];
+  rpc_batch big = {.n = BIG, .ncols = 4};
+  big.cols[0] = (rpc_column){
+      .name = "obs", .dtype = RPC_F32, .ndim = 1, .shape = {4}, .data = obs, .bytes = sizeof obs};
+  big.cols[1] = (rpc_column){.name = "action", .dtype = RPC_I32, .data = act, .bytes = sizeof act};
+  big.cols[2] = (rpc_column){.name = "reward", .dtype = RPC_F32, .data = rew, .bytes = sizeof rew};
+  big.cols[3] = (rpc_column){.name = "done", .dtype = RPC_BOOL, .data = done, .bytes = sizeof done};
+  /* Queued at once, before the client can know the limit. */
+  rpc_client *c = client_for(rpc_server_port(srv), 11, NULL);
+  batch_buf bb;
+  make_batch(&bb, 11, 1);
+  assert_int_equal(rpc_client_push(c, &bb.b, NULL), 0);
+  assert_int_equal(rpc_client_push(c, &big, NULL), 0);
+  make_batch(&bb, 11, 3);
+  assert_int_equal(rpc_client_push(c, &bb.b, NULL), 0);
+  shoal_error err = {0};
+  assert_int_equal(rpc_client_flush(c, 10.0, &err), 0);
+  rpc_client_stats cs;
+  rpc_client_stats_get(c, &cs);
+  assert_int_equal(cs.delivered, 2);
+  assert_int_equal(cs.rejected, 1);
+  /* Now the limit is known: push refuses at once. */
+  assert_int_equal(rpc_client_push(c, &big, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "limit"));
+  make_batch(&bb, 11, 4);
+  assert_int_equal(rpc_client_push(c, &bb.b, NULL), 0);
+  assert_int_equal(rpc_client_close(c, 5.0, &cs, NULL), 0);
+  assert_int_equal(cs.delivered, 3);
+  assert_int_equal(s.per_actor[11], 3 * NB);
+  assert_int_equal(s.bad_content, 0);
+  rpc_server_destroy(srv, 1.0);
+}
+
 /* The callback refuses (replay full): the client backs off and retries, nothing is lost. */
 static void test_refusal_retries(void **state) {
   sink s;
@@ -736,6 +779,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_learner_restart_exactly_once),
       cmocka_unit_test(test_port_in_use),
       cmocka_unit_test(test_client_rejections),
+      cmocka_unit_test(test_client_oversize_batch),
       cmocka_unit_test(test_refusal_retries),
       cmocka_unit_test(test_backpressure_without_learner),
       cmocka_unit_test(test_frame_stacks_compressed),
