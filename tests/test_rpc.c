@@ -763,6 +763,47 @@ static void test_tls(void **state) {
   assert_int_equal(st.batches, 100);
   assert_int_equal(s.per_actor[2], 0);
   rpc_server_destroy(srv, 1.0);
+
+  /* Mutual TLS: the learner requires a client certificate signed by its CA (here the
+   * self-signed certificate is its own CA). With it the actor gets through; without it
+   * nothing does. */
+  rpc_spec spec = test_spec();
+  sink s2;
+  sink_init(&s2);
+  rpc_server_config mcfg = {.tls_cert_file = cert,
+                            .tls_key_file = key,
+                            .tls_client_ca_file = cert,
+                            .on_batch = on_batch,
+                            .user = &s2};
+  assert_int_equal(rpc_server_create(&mcfg, &spec, &srv, NULL), 0);
+  snprintf(target, sizeof target, "127.0.0.1:%d", rpc_server_port(srv));
+  rpc_client_config mc = {.target = target,
+                          .run_id = RUN,
+                          .actor_id = 3,
+                          .tls_ca_file = cert,
+                          .tls_cert_file = cert,
+                          .tls_key_file = key,
+                          .tls_server_name = "localhost"};
+  assert_int_equal(rpc_client_create(&mc, &c, NULL), 0);
+  make_batch(&bb, 3, 1);
+  assert_int_equal(rpc_client_push(c, &bb.b, NULL), 0);
+  assert_int_equal(rpc_client_close(c, 10.0, &cs, NULL), 0);
+  assert_int_equal(cs.delivered, 1);
+  rpc_client_config nocert = {.target = target,
+                              .run_id = RUN,
+                              .actor_id = 4,
+                              .tls_ca_file = cert,
+                              .tls_server_name = "localhost",
+                              .backoff_initial_s = 0.02,
+                              .backoff_max_s = 0.1};
+  assert_int_equal(rpc_client_create(&nocert, &c, NULL), 0);
+  make_batch(&bb, 4, 1);
+  assert_int_equal(rpc_client_push(c, &bb.b, NULL), 0);
+  assert_int_not_equal(rpc_client_close(c, 0.5, &cs, NULL), 0);
+  assert_int_equal(cs.delivered, 0);
+  assert_int_equal(s2.batches, 1);
+  assert_int_equal(s2.per_actor[4], 0);
+  rpc_server_destroy(srv, 1.0);
   unlink(cert);
   unlink(key);
   rmdir(dir);
