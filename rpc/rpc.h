@@ -34,13 +34,25 @@
  * queue goes idle, and the summary names the last accepted seq. After a failure the
  * client reconnects and resends what was not acknowledged; the server drops and counts
  * batches whose seq it has already accepted. So a batch is delivered once, and what was
- * not delivered at close is known exactly.
+ * not delivered at close is known exactly. The learner keeps seqs in memory: across a
+ * graceful drain delivery stays exactly-once, across a learner crash batches that were
+ * in flight may arrive twice at its successor.
+ *
+ * Bad input. An invalid batch ends its stream with INVALID_ARGUMENT (FAILED_PRECONDITION
+ * for a wrong run, UNAUTHENTICATED for a wrong token) and trailing metadata
+ * shoal-last-seq / shoal-bad-seq; the server counts it and serves on. The client drops
+ * that one batch (stats.rejected) and carries on; a wrong run or token stops it for good
+ * (SHOAL_EPERM). Push streams announce the learner's message limit in their initial
+ * metadata (shoal-max-message, derived from the spec), so clients refuse larger batches
+ * instead of retrying them.
  *
  * Frame deduplication. A column whose spec item shape is (S, H, W, ...) may be sent with
  * frames > 0: data then holds `frames` single frames of shape (H, W, ...) and
  * frame_index holds n*S indices into them. The server rebuilds full stacks, so the
- * callback sees the same dense column either way. Any column may be compressed
- * (codec LZ4 or ZSTD); the server decompresses.
+ * callback sees the same dense column either way. With a replay memory that stacks
+ * frames itself (replay.h's frame_stack), send one frame per sample as a plain dense
+ * column instead: each frame then travels and is stored once. Any column may be
+ * compressed (codec LZ4 or ZSTD); the server decompresses.
  */
 #ifndef SHOAL_RPC_H
 #define SHOAL_RPC_H
