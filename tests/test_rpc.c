@@ -203,6 +203,10 @@ static int actor_main(int port, uint64_t actor, long n) {
   return rc == 0 && st.delivered == (uint64_t)n && st.undelivered == 0 ? 0 : 1;
 }
 
+/* This program's path, from argv[0] (so that it also works under valgrind, where
+ * /proc/self/exe is the tool). */
+static char self_path[4096] = "/proc/self/exe";
+
 static pid_t spawn_actor(int port, int actor, long n) {
   char p[16], a[16], k[24];
   snprintf(p, sizeof p, "%d", port);
@@ -210,7 +214,7 @@ static pid_t spawn_actor(int port, int actor, long n) {
   snprintf(k, sizeof k, "%ld", n);
   pid_t pid = fork();
   if (pid == 0) {
-    execl("/proc/self/exe", "test_rpc", "--actor", p, a, k, (char *)NULL);
+    execl(self_path, "test_rpc", "--actor", p, a, k, (char *)NULL);
     _exit(127);
   }
   assert_true(pid > 0);
@@ -813,6 +817,7 @@ int main(int argc, char **argv) {
   if (argc == 5 && !strcmp(argv[1], "--actor"))
     return actor_main(atoi(argv[2]), (uint64_t)atoll(argv[3]), atol(argv[4]));
   signal(SIGPIPE, SIG_IGN);
+  if (!realpath(argv[0], self_path)) snprintf(self_path, sizeof self_path, "/proc/self/exe");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_processes_push_exact_counts),
       cmocka_unit_test(test_python_client_wire_compat),
