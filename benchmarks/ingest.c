@@ -10,6 +10,9 @@
  *               with frame_stack 4 rebuilding 4x84x84 stacks at sample time; 64 per batch
  *   atari_full  obs a full 4x84x84 u8 stack per sample (no reuse: every frame travels 4
  *               times), replay storing the stacks; 16 per batch
+ *   atari_wire  rpc's own frame deduplication: a batch of 64 stacks carries its 67 frames
+ *               and 64x4 indices; the server rebuilds the 4x84x84 stacks, replay stores
+ *               them (for memories that keep full stacks)
  * BENCH lines: ingest.cartpole.n<N> (samples/s; baseline: the samples/s raw TCP could
  * carry at this sample size), ingest.atari.n<N> (samples/s; baseline: atari_full samples/s
  * at the same N, so the ratio is the gain of sending each frame once), ingest.atari_full.n<N>
@@ -39,11 +42,12 @@
 #define WARMUP_S 0.5
 #define EPISODE 200 /* steps per synthetic episode */
 
-enum { SC_CARTPOLE, SC_ATARI, SC_ATARI_FULL, SC_COUNT };
-static const char *sc_name[SC_COUNT] = {"cartpole", "atari", "atari_full"};
-static const int sc_batch[SC_COUNT] = {2048, 64, 16};
+enum { SC_CARTPOLE, SC_ATARI, SC_ATARI_FULL, SC_ATARI_WIRE, SC_COUNT };
+static const char *sc_name[SC_COUNT] = {"cartpole", "atari", "atari_full", "atari_wire"};
+static const int sc_batch[SC_COUNT] = {2048, 64, 16, 64};
 
 /* Per-sample obs bytes and shape. */
+/* Per-sample obs bytes as the learner sees them (atari_wire: the rebuilt stack). */
 static size_t obs_bytes(int sc) { return sc == SC_CARTPOLE ? 16 : sc == SC_ATARI ? 7056 : 28224; }
 
 static rpc_spec make_spec(int sc) {
@@ -83,9 +87,10 @@ static int actor_main(int port, int sc, int actor) {
     return 1;
   }
   int B = sc_batch[sc];
-  size_t ob = obs_bytes(sc);
+  /* Bytes of obs per batch on the wire: B items, or B + 3 frames for atari_wire. */
+  size_t batch_obs = sc == SC_ATARI_WIRE ? (size_t)(B + 3) * 7056 : (size_t)B * obs_bytes(sc);
   /* A pool of 8 batches of random content; batches take windows of it. */
-  size_t pool_n = (size_t)8 * B * ob;
+  size_t pool_n = 8 * batch_obs;
   uint8_t *pool = malloc(pool_n);
   shoal_rng rng;
   shoal_rng_seed(&rng, (uint64_t)actor);
@@ -101,8 +106,15 @@ static int actor_main(int port, int sc, int actor) {
   for (int i = 0; i < B; i++) act[i] = i % 6, rew[i] = 1.0f;
   rpc_batch b = {.n = (uint32_t)B, .ncols = 5};
   rpc_column_spec cs = make_spec(sc).cols[0];
-  b.cols[0] = (rpc_column){.name = "obs", .dtype = cs.dtype, .ndim = cs.ndim, .bytes = B * ob};
+  b.cols[0] = (rpc_column){.name = "obs", .dtype = cs.dtype, .ndim = cs.ndim, .bytes = batch_obs};
   memcpy(b.cols[0].shape, cs.shape, sizeof cs.shape);
+  uint32_t *index = malloc((size_t)B * 4 * sizeof *index);
+  if (sc == SC_ATARI_WIRE) { /* item i stacks frames i..i+3, as consecutive steps do */
+    for (int i = 0; i < B; i++)
+      for (int t = 0; t < 4; t++) index[i * 4 + t] = (uint32_t)(i + t);
+    b.cols[0].frames = (uint32_t)B + 3;
+    b.cols[0].frame_index = index;
+  }
   b.cols[1] = (rpc_column){.name = "action", .dtype = RPC_I32, .data = act, .bytes = B * 4};
   b.cols[2] = (rpc_column){.name = "reward", .dtype = RPC_F32, .data = rew, .bytes = B * 4};
   b.cols[3] = (rpc_column){.name = "terminated", .dtype = RPC_BOOL, .data = term, .bytes = B};
@@ -110,7 +122,7 @@ static int actor_main(int port, int sc, int actor) {
   uint64_t step = 0;
   int rc = 0;
   for (uint64_t k = 0; !stop_flag; k++) {
-    b.cols[0].data = pool + (k % 8) * B * ob;
+    b.cols[0].data = pool + (k % 8) * batch_obs;
     for (int i = 0; i < B; i++) term[i] = (step + (uint64_t)i) % EPISODE == EPISODE - 1;
     step += (uint64_t)B;
     if ((rc = rpc_client_push(c, &b, &err))) {
@@ -121,6 +133,7 @@ static int actor_main(int port, int sc, int actor) {
   rpc_client_stats st;
   rpc_client_close(c, 3.0, &st, NULL);
   free(pool);
+  free(index);
   free(act);
   free(rew);
   free(term);
@@ -330,6 +343,10 @@ int main(int argc, char **argv) {
     printf("BENCH name=ingest.atari.n%d value=%.0f unit=samples/s baseline=%.0f ratio=%.3f\n",
            ns[k], res[SC_ATARI][k].samples_s, res[SC_ATARI_FULL][k].samples_s,
            res[SC_ATARI][k].samples_s / res[SC_ATARI_FULL][k].samples_s);
+  for (int k = 0; k < 4; k++)
+    printf("BENCH name=ingest.atari_wire.n%d value=%.0f unit=samples/s baseline=%.0f ratio=%.3f\n",
+           ns[k], res[SC_ATARI_WIRE][k].samples_s, res[SC_ATARI_FULL][k].samples_s,
+           res[SC_ATARI_WIRE][k].samples_s / res[SC_ATARI_FULL][k].samples_s);
   for (int k = 0; k < 4; k++)
     printf("BENCH name=ingest.atari_full.n%d value=%.0f unit=MB/s baseline=%.0f ratio=%.3f\n",
            ns[k], res[SC_ATARI_FULL][k].mb_s, tcp, res[SC_ATARI_FULL][k].mb_s / tcp);
