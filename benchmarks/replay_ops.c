@@ -1,0 +1,324 @@
+/*
+ * benchmarks/replay_ops.c — how fast the transition memory takes inserts and
+ * gives samples at once: 1 or 2 inserting threads (batches of 64 steps, as the rpc
+ * threads insert decoded SampleBatches) while one thread samples batches of B with
+ * 3-step returns (and, prioritized, updates the sampled priorities as a learner
+ * does), for CartPole-sized steps (obs 4 x f32, action i64) and Atari-sized ones
+ * (one 84x84 u8 frame per step, stacks of 4 gathered at sample time, so a sample
+ * copies 8 frames: obs and next obs).
+ *
+ * value = steps inserted + transitions sampled, per second.
+ * CartPole rows: baseline = the goal, 5M/s.
+ * Atari rows: ratio = bytes the memory moved per second (frames in, stacks out)
+ * over what plain memcpy moves in the same pattern (the same threads: writers
+ * copying 64 frames into a ring, a reader copying 8 random frames per sample) in
+ * this run; baseline = the transitions/s that ratio implies for memcpy.
+ *
+ *   build/benchmarks/replay_ops [seconds per row, default 0.8]
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "replay/replay.h"
+
+enum { INS = 64, EPISODE = 500, STACK = 4, FRAME = 84 * 84, NSTEP = 3 };
+
+typedef struct size_spec {
+  const char *name;
+  int atari;
+  int64_t capacity;
+} size_spec;
+
+typedef struct writer {
+  replay *r;
+  int stream;
+  atomic_int *stop;
+  uint64_t steps;
+  int atari;
+  /* one insert's data, made once */
+  void *obs, *act, *fin;
+  float rew[INS], prio[INS];
+  uint8_t term[INS];
+  int prioritized;
+} writer;
+
+static void *writer_main(void *arg) {
+  writer *w = arg;
+  uint64_t t = 0;
+  shoal_rng rng;
+  shoal_rng_seed(&rng, (uint64_t)w->stream + 1);
+  while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
+    for (int i = 0; i < INS; i++) w->term[i] = (t + (uint64_t)i) % EPISODE == EPISODE - 1;
+    replay_steps s = {.n = INS,
+                      .cols = {w->obs, w->act},
+                      .reward = w->rew,
+                      .terminated = w->term,
+                      .final_obs = w->fin};
+    shoal_error err = {0};
+    if (replay_insert(w->r, w->stream, &s, &err)) {
+      fprintf(stderr, "replay_ops: insert: %s\n", err.msg);
+      exit(1);
+    }
+    t += INS;
+  }
+  w->steps = t;
+  return NULL;
+}
+
+static void writer_init(writer *w, replay *r, int stream, atomic_int *stop, int atari) {
+  memset(w, 0, sizeof *w);
+  w->r = r;
+  w->stream = stream;
+  w->stop = stop;
+  w->atari = atari;
+  size_t ob = atari ? FRAME : 4 * sizeof(float);
+  w->obs = malloc(INS * ob);
+  w->act = malloc(INS * sizeof(int64_t));
+  w->fin = malloc(ob);
+  uint8_t *o = w->obs;
+  for (size_t i = 0; i < INS * ob; i++) o[i] = (uint8_t)(i * 7 + (size_t)stream);
+  if (!atari)
+    for (int i = 0; i < INS * 4; i++) ((float *)w->obs)[i] = 0.01f * (float)i;
+  memset(w->fin, 1, ob);
+  for (int i = 0; i < INS; i++) {
+    ((int64_t *)w->act)[i] = i % 2;
+    w->rew[i] = 1.0f;
+  }
+}
+
+static void writer_free(writer *w) {
+  free(w->obs);
+  free(w->act);
+  free(w->fin);
+}
+
+/* The memcpy baseline: the same threads, the same copies, no memory. */
+typedef struct copier {
+  uint8_t *ring; /* capacity frames */
+  int64_t cap;
+  atomic_int *stop;
+  uint64_t frames; /* frames copied */
+  int reader;
+  int B;
+} copier;
+
+static void *copier_main(void *arg) {
+  copier *c = arg;
+  uint8_t *src = malloc((size_t)INS * FRAME), *dst = NULL;
+  memset(src, 3, (size_t)INS * FRAME);
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 99);
+  int64_t pos = 0;
+  if (c->reader) dst = malloc((size_t)c->B * 2 * STACK * FRAME);
+  while (!atomic_load_explicit(c->stop, memory_order_relaxed)) {
+    if (c->reader) {
+      for (int b = 0; b < c->B; b++) {
+        int64_t at = (int64_t)shoal_rng_below(&rng, (uint64_t)(c->cap - 8));
+        for (int f = 0; f < 2 * STACK; f++)
+          memcpy(dst + ((size_t)b * 2 * STACK + (size_t)f) * FRAME,
+                 c->ring + (size_t)(at + f % STACK + f / STACK) * FRAME, FRAME);
+      }
+      c->frames += (uint64_t)c->B * 2 * STACK;
+    } else {
+      if (pos + INS > c->cap) pos = 0;
+      memcpy(c->ring + (size_t)pos * FRAME, src, (size_t)INS * FRAME);
+      pos += INS;
+      c->frames += INS;
+    }
+  }
+  free(src);
+  free(dst);
+  return NULL;
+}
+
+/* Bytes/s that memcpy moves with nw writer threads and one reader of batch B. */
+static double memcpy_rate(uint8_t *ring, int64_t cap, int nw, int B, double secs) {
+  atomic_int stop = 0;
+  copier cs[3];
+  pthread_t th[3];
+  for (int i = 0; i <= nw; i++) {
+    cs[i] = (copier){.ring = ring, .cap = cap, .stop = &stop, .reader = i == nw, .B = B};
+    pthread_create(&th[i], NULL, copier_main, &cs[i]);
+  }
+  double t0 = shoal_now_s();
+  while (shoal_now_s() - t0 < secs) {
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+  atomic_store(&stop, 1);
+  uint64_t frames = 0;
+  for (int i = 0; i <= nw; i++) {
+    pthread_join(th[i], NULL);
+    frames += cs[i].frames;
+  }
+  return (double)frames * FRAME / (shoal_now_s() - t0);
+}
+
+static replay *make_memory(const size_spec *sz, replay_kind kind) {
+  replay_config c = {.kind = kind,
+                     .capacity = sz->capacity,
+                     .streams = 4,
+                     .ncols = 2,
+                     .obs_column = "obs",
+                     .frame_stack = sz->atari ? STACK : 1,
+                     .alpha = 0.6,
+                     .eps = 1e-6,
+                     .writer_slack = -1};
+  if (sz->atari)
+    c.cols[0] = (replay_column){.name = "obs", .dtype = REPLAY_U8, .ndim = 2, .shape = {84, 84}};
+  else
+    c.cols[0] = (replay_column){.name = "obs", .dtype = REPLAY_F32, .ndim = 1, .shape = {4}};
+  c.cols[1] = (replay_column){.name = "action", .dtype = REPLAY_I64};
+  replay *r = NULL;
+  shoal_error err = {0};
+  if (replay_create(&c, &r, &err)) {
+    fprintf(stderr, "replay_ops: create: %s\n", err.msg);
+    exit(1);
+  }
+  /* Fill it, so rows measure a full ring that overwrites as it goes. */
+  atomic_int stop = 0;
+  writer w;
+  writer_init(&w, r, 3, &stop, sz->atari);
+  replay_stats st;
+  do {
+    replay_steps s = {.n = INS,
+                      .cols = {w.obs, w.act},
+                      .reward = w.rew,
+                      .terminated = w.term,
+                      .final_obs = w.fin};
+    replay_insert(r, 3, &s, NULL);
+    replay_get_stats(r, &st);
+  } while (st.held < sz->capacity);
+  writer_free(&w);
+  return r;
+}
+
+typedef struct row_result {
+  double ins, smp; /* per second */
+} row_result;
+
+static row_result run_row(replay *r, const size_spec *sz, int prioritized, int B, int nw,
+                          double secs) {
+  atomic_int stop = 0;
+  writer ws[2];
+  pthread_t th[2];
+  for (int i = 0; i < nw; i++) {
+    writer_init(&ws[i], r, i, &stop, sz->atari);
+    ws[i].prioritized = prioritized;
+  }
+  size_t ob = sz->atari ? (size_t)STACK * FRAME : 4 * sizeof(float);
+  uint8_t *obs = malloc((size_t)B * ob), *nobs = malloc((size_t)B * ob);
+  int64_t *act = malloc((size_t)B * sizeof(int64_t)), *idx = malloc((size_t)B * sizeof(int64_t));
+  uint64_t *gen = malloc((size_t)B * sizeof(uint64_t));
+  float *ret = malloc((size_t)B * 4), *disc = malloc((size_t)B * 4), *w = malloc((size_t)B * 4),
+        *td = malloc((size_t)B * 4);
+  replay_batch out = {.cols = {obs, act},
+                      .next_obs = nobs,
+                      .reward = ret,
+                      .discount = disc,
+                      .weight = w,
+                      .index = idx,
+                      .generation = gen};
+  replay_sample_args a = {.batch = B, .n_step = NSTEP, .gamma = 0.99, .beta = 0.4};
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 1);
+  for (int i = 0; i < B; i++) td[i] = (float)shoal_rng_uniform(&rng);
+  for (int i = 0; i < nw; i++) pthread_create(&th[i], NULL, writer_main, &ws[i]);
+  uint64_t sampled = 0;
+  double t0 = shoal_now_s(), t;
+  shoal_error err = {0};
+  do {
+    if (replay_sample(r, &rng, &a, &out, &err)) {
+      fprintf(stderr, "replay_ops: sample: %s\n", err.msg);
+      exit(1);
+    }
+    if (prioritized && replay_update_priorities(r, B, idx, gen, td, &err)) {
+      fprintf(stderr, "replay_ops: update: %s\n", err.msg);
+      exit(1);
+    }
+    sampled += (uint64_t)B;
+    t = shoal_now_s() - t0;
+  } while (t < secs);
+  atomic_store(&stop, 1);
+  uint64_t inserted = 0;
+  for (int i = 0; i < nw; i++) {
+    pthread_join(th[i], NULL);
+    inserted += ws[i].steps;
+    writer_free(&ws[i]);
+  }
+  t = shoal_now_s() - t0;
+  free(obs);
+  free(nobs);
+  free(act);
+  free(idx);
+  free(gen);
+  free(ret);
+  free(disc);
+  free(w);
+  free(td);
+  return (row_result){(double)inserted / t, (double)sampled / t};
+}
+
+int main(int argc, char **argv) {
+  double secs = argc > 1 ? atof(argv[1]) : 0.8;
+  if (!(secs > 0)) secs = 0.8;
+  const size_spec sizes[] = {{"cartpole", 0, 1 << 20}, {"atari", 1, 50000}};
+  const int batches[] = {32, 256, 512};
+  const char *kinds[] = {"uniform", "per"};
+  printf(
+      "replay_ops: inserting threads (64 steps per insert) and one sampling thread (%d-step "
+      "returns; per: + priority updates), %.1f s per row\n",
+      NSTEP, secs);
+  for (int si = 0; si < 2; si++) {
+    const size_spec *sz = &sizes[si];
+    uint8_t *ring = NULL;
+    if (sz->atari) {
+      ring = malloc((size_t)sz->capacity * FRAME);
+      memset(ring, 5, (size_t)sz->capacity * FRAME);
+    }
+    for (int k = 0; k < 2; k++) {
+      replay *r = make_memory(sz, (replay_kind)k);
+      printf("\n%s %s: capacity %lld, memory %.1f MiB\n", kinds[k], sz->name,
+             (long long)sz->capacity,
+             (double)replay_memory_bytes(replay_get_config(r)) / (1024.0 * 1024.0));
+      printf("  %-34s %12s %12s %14s %12s %7s\n", "name", "inserts/s", "samples/s", "value",
+             "baseline", "ratio");
+      for (int nw = 1; nw <= 2; nw++)
+        for (int bi = 0; bi < 3; bi++) {
+          int B = batches[bi];
+          row_result rr = run_row(r, sz, k, B, nw, secs);
+          double value = rr.ins + rr.smp, baseline, ratio;
+          char name[64];
+          snprintf(name, sizeof name, "replay.%s.%s.b%d.w%d", kinds[k], sz->name, B, nw);
+          if (sz->atari) {
+            /* Bytes moved: a frame in per step; 8 frames out per sample. */
+            double bytes = rr.ins * FRAME + rr.smp * 2.0 * STACK * FRAME;
+            double mc = memcpy_rate(ring, sz->capacity, nw, B, secs * 0.5);
+            ratio = bytes / mc;
+            baseline = value / ratio;
+          } else {
+            baseline = 5e6;
+            ratio = value / baseline;
+          }
+          printf("  %-34s %12.0f %12.0f %14.0f %12.0f %7.2f\n", name, rr.ins, rr.smp, value,
+                 baseline, ratio);
+          printf("BENCH name=%s value=%.0f unit=transitions/s baseline=%.0f ratio=%.3f\n", name,
+                 value, baseline, ratio);
+          fflush(stdout);
+        }
+      replay_stats st;
+      replay_get_stats(r, &st);
+      printf("  (rejected draws %llu, writer waits %llu, stale updates %llu)\n",
+             (unsigned long long)st.rejected_draws, (unsigned long long)st.writer_waits,
+             (unsigned long long)st.stale_updates);
+      replay_destroy(r);
+    }
+    free(ring);
+  }
+  return 0;
+}

@@ -1,0 +1,932 @@
+/*
+ * replay/memory.c — the transition memory: create, insert from many threads,
+ * uniform and prioritized sampling with n-step returns and frame stacks gathered
+ * by following the per-slot links, priority updates with stale protection.
+ *
+ * Concurrency, in short (see replay.h for the contract):
+ *  - a writer reserves m slots with one atomic add on head, waits only if a
+ *    reader's pin covers what it would overwrite, copies without a lock, sets the
+ *    priorities under tree_lock (prioritized only) and publishes each slot's seq
+ *    with a release store;
+ *  - the reader stores its pin and then re-reads head (both seq_cst): either a
+ *    writer's reservation is visible in head, and the reader stays below what it
+ *    overwrites, or the writer sees the pin and waits (Dekker's argument);
+ *  - links to a successor that arrives in a later insert are set with a CAS that
+ *    only succeeds while the slot still holds its owner (the owner's seq tag is in
+ *    the word), and a reader also checks the successor's prev, so a link never
+ *    points into an overwritten item.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "replay/internal.h"
+
+/* ---------------------------------------------------------------- dtypes */
+
+size_t replay_dtype_size(replay_dtype dt) {
+  switch (dt) {
+    case REPLAY_U8:
+    case REPLAY_BOOL: return 1;
+    case REPLAY_I32:
+    case REPLAY_F32: return 4;
+    case REPLAY_I64:
+    case REPLAY_F64: return 8;
+  }
+  return 0;
+}
+
+static const char *const dtype_names[] = {"u8", "i32", "i64", "f32", "f64", "bool"};
+
+const char *replay_dtype_name(replay_dtype dt) {
+  if ((unsigned)dt < sizeof dtype_names / sizeof dtype_names[0]) return dtype_names[dt];
+  return "?";
+}
+
+int replay_dtype_parse(const char *name, replay_dtype *out) {
+  if (!name || !out) return SHOAL_EINVAL;
+  for (unsigned i = 0; i < sizeof dtype_names / sizeof dtype_names[0]; i++)
+    if (strcmp(name, dtype_names[i]) == 0) {
+      *out = (replay_dtype)i;
+      return 0;
+    }
+  return SHOAL_EINVAL;
+}
+
+size_t replay_column_bytes(const replay_column *c) {
+  if (!c || c->ndim < 0 || c->ndim > REPLAY_MAX_DIMS) return 0;
+  size_t n = replay_dtype_size(c->dtype);
+  for (int d = 0; d < c->ndim; d++) {
+    if (c->shape[d] <= 0 || c->shape[d] > (int64_t)1 << 40) return 0;
+    n *= (size_t)c->shape[d];
+  }
+  return n;
+}
+
+/* ---------------------------------------------------------------- create */
+
+/* Levels of the fan-out-8 tree over n leaves: nodes per level, root first.
+ * Returns the nodes in all. */
+static size_t tree_shape(int64_t n, int *depth, int64_t *lv_n) {
+  int64_t per[REPLAY__MAX_LEVELS];
+  int d = 0;
+  per[d++] = n;
+  while (n > 1) {
+    n = (n + REPLAY__FAN - 1) / REPLAY__FAN;
+    per[d++] = n;
+  }
+  if (d == 1) per[d++] = 1; /* a root above a single leaf */
+  size_t total = 0;
+  for (int l = 0; l < d; l++) {
+    lv_n[l] = per[d - 1 - l];
+    total += (size_t)lv_n[l];
+  }
+  *depth = d;
+  return total;
+}
+
+static int check_config(const replay_config *c, shoal_error *err) {
+  if (!c) return shoal_error_set(err, SHOAL_EINVAL, "replay: config is NULL");
+  if (c->kind != REPLAY_UNIFORM && c->kind != REPLAY_PRIORITIZED)
+    return shoal_error_set(err, SHOAL_EINVAL, "replay: kind %d is neither uniform nor prioritized",
+                           (int)c->kind);
+  if (c->capacity < 2 || c->capacity >= ((int64_t)1 << 31))
+    return shoal_error_set(err, SHOAL_EINVAL, "replay: capacity %lld outside [2, 2^31)",
+                           (long long)c->capacity);
+  if (c->streams < 0 || c->streams > (1 << 24))
+    return shoal_error_set(err, SHOAL_EINVAL, "replay: streams %d outside [0, 2^24]", c->streams);
+  if (c->ncols < 1 || c->ncols > REPLAY_MAX_COLUMNS)
+    return shoal_error_set(err, SHOAL_EINVAL, "replay: ncols %d outside [1, %d]", c->ncols,
+                           REPLAY_MAX_COLUMNS);
+  for (int i = 0; i < c->ncols; i++) {
+    const replay_column *col = &c->cols[i];
+    size_t len = strnlen(col->name, REPLAY_NAME_MAX);
+    if (len == 0 || len == REPLAY_NAME_MAX)
+      return shoal_error_set(err, SHOAL_EINVAL,
+                             "replay: column %d has an empty or unterminated name", i);
+    if (replay_dtype_size(col->dtype) == 0)
+      return shoal_error_set(err, SHOAL_EINVAL, "replay: column '%s' has unknown dtype %d",
+                             col->name, (int)col->dtype);
+    if (replay_column_bytes(col) == 0)
+      return shoal_error_set(err, SHOAL_EINVAL,
+                             "replay: column '%s' has a bad shape (ndim %d, dims must be > 0)",
+                             col->name, col->ndim);
+    for (int j = 0; j < i; j++)
+      if (strcmp(c->cols[j].name, col->name) == 0)
+        return shoal_error_set(err, SHOAL_EINVAL, "replay: column name '%s' appears twice",
+                               col->name);
+  }
+  if (c->obs_column) {
+    int found = 0;
+    for (int i = 0; i < c->ncols; i++) found |= strcmp(c->cols[i].name, c->obs_column) == 0;
+    if (!found)
+      return shoal_error_set(err, SHOAL_EINVAL, "replay: obs_column '%s' is not a column",
+                             c->obs_column);
+  }
+  if (c->frame_stack < 0 || c->frame_stack > REPLAY__MAX_STACK)
+    return shoal_error_set(err, SHOAL_EINVAL, "replay: frame_stack %d outside [0, %d]",
+                           c->frame_stack, REPLAY__MAX_STACK);
+  if (c->frame_stack > 1 && !c->obs_column)
+    return shoal_error_set(err, SHOAL_EINVAL, "replay: frame_stack %d needs an obs_column",
+                           c->frame_stack);
+  if (c->kind == REPLAY_PRIORITIZED) {
+    if (!(c->alpha >= 0 && c->alpha <= 10))
+      return shoal_error_set(err, SHOAL_EINVAL, "replay: alpha %g outside [0, 10]", c->alpha);
+    if (!(c->eps > 0 && isfinite(c->eps)))
+      return shoal_error_set(err, SHOAL_EINVAL, "replay: eps %g must be > 0 and finite", c->eps);
+  }
+  if (c->writer_slack >= c->capacity / 2)
+    return shoal_error_set(err, SHOAL_EINVAL, "replay: writer_slack %lld must be < capacity/2",
+                           (long long)c->writer_slack);
+  return 0;
+}
+
+size_t replay_memory_bytes(const replay_config *c) {
+  if (check_config(c, NULL)) return 0;
+  size_t cap = (size_t)c->capacity, n = 0;
+  for (int i = 0; i < c->ncols; i++) n += cap * replay_column_bytes(&c->cols[i]);
+  n += cap * sizeof(replay__meta);
+  n += (size_t)(c->streams ? c->streams : 1) * sizeof(replay__stream);
+  if (c->kind == REPLAY_PRIORITIZED) {
+    int depth;
+    int64_t lv[REPLAY__MAX_LEVELS];
+    n += 2 * tree_shape(c->capacity, &depth, lv) * sizeof(double);
+  }
+  return n + sizeof(struct replay);
+}
+
+static void *alloc_touched(size_t n) {
+  void *p = NULL;
+  /* Large arrays on 2 MiB pages where the kernel allows: sampling touches random
+   * slots and tree nodes, and with 4 KiB pages nearly every one is a TLB miss. */
+  size_t align = n >= ((size_t)4 << 20) ? ((size_t)2 << 20) : 64;
+  if (posix_memalign(&p, align, n ? n : 64)) return NULL;
+  if (align > 64) madvise(p, n, MADV_HUGEPAGE);
+  memset(p, 0, n); /* touch now: memory use is known and paid at create */
+  return p;
+}
+
+int replay_create(const replay_config *cfg, replay **out, shoal_error *err) {
+  int rc = check_config(cfg, err);
+  if (rc) return rc;
+  if (!out) return shoal_error_set(err, SHOAL_EINVAL, "replay_create: out is NULL");
+  struct replay *r = calloc(1, sizeof *r);
+  if (!r) return shoal_error_set(err, SHOAL_ENOMEM, "replay: out of memory");
+  r->cfg = *cfg;
+  if (r->cfg.streams == 0) r->cfg.streams = 1;
+  if (r->cfg.frame_stack == 0) r->cfg.frame_stack = 1;
+  r->obs = -1;
+  if (cfg->obs_column) {
+    snprintf(r->obs_name, sizeof r->obs_name, "%s", cfg->obs_column);
+    r->cfg.obs_column = r->obs_name;
+    for (int i = 0; i < cfg->ncols; i++)
+      if (strcmp(cfg->cols[i].name, r->obs_name) == 0) r->obs = i;
+  }
+  r->k = r->cfg.frame_stack;
+  r->cap = cfg->capacity;
+  r->slack = cfg->writer_slack < 0 ? cfg->capacity / 64 : cfg->writer_slack;
+  if (cfg->kind == REPLAY_UNIFORM) r->cfg.alpha = r->cfg.eps = 0;
+  size_t cap = (size_t)r->cap;
+  int ok = 1;
+  for (int i = 0; i < cfg->ncols; i++) {
+    r->item[i] = replay_column_bytes(&cfg->cols[i]);
+    ok &= (r->col[i] = alloc_touched(cap * r->item[i])) != NULL;
+  }
+  ok &= (r->meta = alloc_touched(cap * sizeof *r->meta)) != NULL;
+  ok &= (r->scratch = alloc_touched(REPLAY__CHUNK * sizeof *r->scratch)) != NULL;
+  ok &= (r->streams = alloc_touched((size_t)r->cfg.streams * sizeof *r->streams)) != NULL;
+  if (cfg->kind == REPLAY_PRIORITIZED) {
+    size_t nodes = tree_shape(r->cap, &r->depth, r->lv_n);
+    ok &= (r->sum = alloc_touched(nodes * sizeof(double))) != NULL;
+    ok &= (r->mn = alloc_touched(nodes * sizeof(double))) != NULL;
+    if (ok) {
+      size_t off = 0;
+      for (int l = 0; l < r->depth; l++) {
+        r->lsum[l] = r->sum + off;
+        r->lmin[l] = r->mn + off;
+        off += (size_t)r->lv_n[l];
+      }
+    }
+  }
+  if (!ok || pthread_mutex_init(&r->tree_lock, NULL)) {
+    replay_destroy(r);
+    return shoal_error_set(err, SHOAL_ENOMEM, "replay: out of memory for %zu bytes",
+                           replay_memory_bytes(cfg));
+  }
+  replay__clear(r);
+  *out = r;
+  return 0;
+}
+
+void replay__clear(struct replay *r) {
+  for (int64_t i = 0; i < r->cap; i++) {
+    atomic_store_explicit(&r->meta[i].seq, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->meta[i].link, 0, memory_order_relaxed);
+    r->meta[i].prev = 0;
+    r->meta[i].flags = 0;
+    r->meta[i].reward = 0;
+  }
+  for (int i = 0; i < r->cfg.streams; i++) {
+    atomic_store(&r->streams[i].last, 0);
+    atomic_store(&r->streams[i].busy, 0);
+  }
+  if (r->sum) {
+    size_t nodes = 0;
+    for (int l = 0; l < r->depth; l++) nodes += (size_t)r->lv_n[l];
+    for (size_t i = 0; i < nodes; i++) {
+      r->sum[i] = 0;
+      r->mn[i] = INFINITY;
+    }
+  }
+  r->max_p = 1.0;
+  atomic_store(&r->head, 1);
+  atomic_store(&r->pin, UINT64_MAX);
+  atomic_store(&r->n_steps, 0);
+  atomic_store(&r->n_tails, 0);
+  atomic_store(&r->n_sampled, 0);
+  atomic_store(&r->n_rejected, 0);
+  atomic_store(&r->n_stale, 0);
+  atomic_store(&r->n_waits, 0);
+}
+
+void replay_destroy(replay *r) {
+  if (!r) return;
+  for (int i = 0; i < REPLAY_MAX_COLUMNS; i++) free(r->col[i]);
+  free(r->meta);
+  free(r->scratch);
+  free(r->streams);
+  free(r->sum);
+  free(r->mn);
+  pthread_mutex_destroy(&r->tree_lock);
+  free(r);
+}
+
+const replay_config *replay_get_config(const replay *r) { return &r->cfg; }
+
+int replay_column_index(const replay *r, const char *name) {
+  if (!r || !name) return -1;
+  for (int i = 0; i < r->cfg.ncols; i++)
+    if (strcmp(r->cfg.cols[i].name, name) == 0) return i;
+  return -1;
+}
+
+void replay_get_stats(const replay *r, replay_stats *o) {
+  struct replay *m = (struct replay *)r;
+  memset(o, 0, sizeof *o);
+  o->inserted_steps = atomic_load(&m->n_steps);
+  o->inserted_tails = atomic_load(&m->n_tails);
+  uint64_t h = atomic_load(&m->head) - 1;
+  o->held = (int64_t)(h < (uint64_t)m->cap ? h : (uint64_t)m->cap);
+  o->sampled = atomic_load(&m->n_sampled);
+  o->rejected_draws = atomic_load(&m->n_rejected);
+  o->stale_updates = atomic_load(&m->n_stale);
+  o->writer_waits = atomic_load(&m->n_waits);
+  if (m->sum) {
+    pthread_mutex_lock(&m->tree_lock);
+    o->priority_total = m->lsum[0][0];
+    o->priority_max = m->max_p;
+    pthread_mutex_unlock(&m->tree_lock);
+  }
+}
+
+double replay_beta_linear(double beta0, double beta1, int64_t step, int64_t steps) {
+  if (steps <= 0 || step >= steps) return beta1;
+  if (step <= 0) return beta0;
+  return beta0 + (beta1 - beta0) * ((double)step / (double)steps);
+}
+
+/* ---------------------------------------------------------------- trees */
+
+/* Recomputes node x of level l from its children. */
+static inline void tree_fix(struct replay *r, int l, int64_t x) {
+  int64_t c0 = x * REPLAY__FAN, c1 = c0 + REPLAY__FAN;
+  if (c1 > r->lv_n[l + 1]) c1 = r->lv_n[l + 1];
+  const double *cs = r->lsum[l + 1], *cm = r->lmin[l + 1];
+  double sm = 0, mn = INFINITY;
+  for (int64_t c = c0; c < c1; c++) {
+    sm += cs[c];
+    mn = cm[c] < mn ? cm[c] : mn;
+  }
+  r->lsum[l][x] = sm;
+  r->lmin[l][x] = mn;
+}
+
+void replay__tree_set(struct replay *r, int64_t a, int64_t b, const double *pr) {
+  double *ls = replay__leaves(r), *lm = replay__leaves_min(r);
+  for (int64_t i = a; i < b; i++) {
+    double p = pr[i - a];
+    ls[i] = p;
+    lm[i] = p > 0 ? p : INFINITY;
+  }
+  /* Parents level by level, recomputed from their children (no drift from
+   * adding differences): O((b - a) + depth) for a contiguous range. */
+  for (int l = r->depth - 2; l >= 0; l--) {
+    a /= REPLAY__FAN;
+    b = (b - 1) / REPLAY__FAN + 1;
+    for (int64_t x = a; x < b; x++) tree_fix(r, l, x);
+  }
+}
+
+void replay__tree_rebuild(struct replay *r) {
+  for (int l = r->depth - 2; l >= 0; l--)
+    for (int64_t x = 0; x < r->lv_n[l]; x++) tree_fix(r, l, x);
+}
+
+static double priority_of(const struct replay *r, double td_abs) {
+  return pow(td_abs + r->cfg.eps, r->cfg.alpha);
+}
+
+/* ---------------------------------------------------------------- pin */
+
+void replay__pin(struct replay *r, int64_t slack, uint64_t *lo, uint64_t *hi) {
+  uint64_t h1 = atomic_load(&r->head);
+  atomic_store(&r->pin, replay__low(r, h1, slack));
+  uint64_t h2 = atomic_load(&r->head);
+  uint64_t l = replay__low(r, h2, slack);
+  /* Raise the pin to what is read: writers reserved before h2 overwrite only
+   * below h2 - cap <= l, so none of them waits on this reader. */
+  atomic_store(&r->pin, l);
+  *lo = l;
+  *hi = h2;
+}
+
+void replay__unpin(struct replay *r) {
+  atomic_store_explicit(&r->pin, UINT64_MAX, memory_order_release);
+}
+
+/* ---------------------------------------------------------------- insert */
+
+static inline uint64_t link_word(uint64_t owner, uint64_t dist) {
+  return ((owner & 0xffffffffu) << 32) | (dist & 0xffffffffu);
+}
+
+/* Copies items [i0, i1) of a packed source column into consecutive sequence
+ * numbers starting at s, splitting at the ring's end. */
+static void copy_run(struct replay *r, int c, uint64_t s, const uint8_t *src, int64_t count) {
+  size_t isz = r->item[c];
+  while (count > 0) {
+    int64_t slot = replay__slot(r, s);
+    int64_t run = r->cap - slot < count ? r->cap - slot : count;
+    memcpy(r->col[c] + (size_t)slot * isz, src, (size_t)run * isz);
+    src += (size_t)run * isz;
+    s += (uint64_t)run;
+    count -= run;
+  }
+}
+
+int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *err) {
+  if (!r || !st) return shoal_error_set(err, SHOAL_EINVAL, "replay_insert: NULL argument");
+  if (stream < 0 || stream >= r->cfg.streams)
+    return shoal_error_set(err, SHOAL_ERANGE, "replay_insert: stream %d outside [0, %d)", stream,
+                           r->cfg.streams);
+  int64_t n = st->n;
+  if (n < 1) return shoal_error_set(err, SHOAL_EINVAL, "replay_insert: n = %lld", (long long)n);
+  for (int c = 0; c < r->cfg.ncols; c++)
+    if (!st->cols[c])
+      return shoal_error_set(err, SHOAL_EINVAL, "replay_insert: column '%s' is NULL",
+                             r->cfg.cols[c].name);
+  if (!st->reward) return shoal_error_set(err, SHOAL_EINVAL, "replay_insert: reward is NULL");
+  int64_t K = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite(st->reward[i]))
+      return shoal_error_set(err, SHOAL_ENAN, "replay_insert: reward[%lld] = %g is not finite",
+                             (long long)i, (double)st->reward[i]);
+    if (st->priority && !(st->priority[i] >= 0 && isfinite(st->priority[i])))
+      return shoal_error_set(err, isfinite(st->priority[i]) ? SHOAL_EINVAL : SHOAL_ENAN,
+                             "replay_insert: priority[%lld] = %g must be finite and >= 0",
+                             (long long)i, (double)st->priority[i]);
+    K += (st->terminated && st->terminated[i]) || (st->truncated && st->truncated[i]);
+  }
+  int tails = r->obs >= 0;
+  if (tails && K > 0 && !st->final_obs)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "replay_insert: %lld episode(s) end but final_obs is NULL",
+                           (long long)K);
+  int64_t m = n + (tails ? K : 0);
+  if (m > r->cap - r->slack)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "replay_insert: %lld items exceed capacity %lld minus slack %lld",
+                           (long long)m, (long long)r->cap, (long long)r->slack);
+  replay__stream *sm = &r->streams[stream];
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&sm->busy, &expect, 1))
+    return shoal_error_set(err, SHOAL_ESTATE,
+                           "replay_insert: stream %d is being inserted by another thread", stream);
+
+  uint64_t a = atomic_fetch_add(&r->head, (uint64_t)m);
+  uint64_t top = a + (uint64_t)m - 1;
+  if (top > (uint64_t)r->cap) {
+    uint64_t ov = top - (uint64_t)r->cap; /* the newest item this insert overwrites */
+    if (ov >= atomic_load(&r->pin)) {
+      atomic_fetch_add_explicit(&r->n_waits, 1, memory_order_relaxed);
+      while (ov >= atomic_load(&r->pin)) sched_yield();
+    }
+  }
+  /* A slow writer can be lapped: another may reserve the same slots one capacity
+   * later. Take each slot only once its previous item is published (0 on the
+   * first lap), so two writers never write one slot. */
+  int waited = 0;
+  for (int64_t j = 0; j < m; j++) {
+    uint64_t q = a + (uint64_t)j, before = q > (uint64_t)r->cap ? q - (uint64_t)r->cap : 0;
+    _Atomic uint64_t *sq = &r->meta[replay__slot(r, q)].seq;
+    while (atomic_load_explicit(sq, memory_order_acquire) != before) {
+      waited = 1;
+      sched_yield();
+    }
+    atomic_store_explicit(sq, 0, memory_order_relaxed);
+  }
+  if (waited) atomic_fetch_add_explicit(&r->n_waits, 1, memory_order_relaxed);
+
+  /* Columns: runs of steps between episode ends are contiguous in the ring. */
+  uint64_t prev = atomic_load_explicit(&sm->last, memory_order_relaxed);
+  uint64_t first = a;
+  uint64_t s = a;
+  int64_t run0 = 0, ended = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int term = st->terminated && st->terminated[i];
+    int trunc = st->truncated && st->truncated[i];
+    int64_t slot = replay__slot(r, s);
+    r->meta[slot].prev = prev;
+    r->meta[slot].reward = st->reward[i];
+    r->meta[slot].flags =
+        (uint8_t)((term ? REPLAY__TERM : 0) | (!term && trunc ? REPLAY__TRUNC : 0));
+    int end = term || trunc;
+    if (end || i == n - 1) {
+      int64_t count = i + 1 - run0;
+      uint64_t s0 = s + 1 - (uint64_t)count;
+      for (int c = 0; c < r->cfg.ncols; c++)
+        copy_run(r, c, s0, (const uint8_t *)st->cols[c] + (size_t)run0 * r->item[c], count);
+      run0 = i + 1;
+    }
+    if (end && tails) {
+      int64_t ts = replay__slot(r, s + 1);
+      memcpy(r->col[r->obs] + (size_t)ts * r->item[r->obs],
+             (const uint8_t *)st->final_obs + (size_t)ended * r->item[r->obs], r->item[r->obs]);
+      r->meta[ts].prev = s;
+      r->meta[ts].reward = 0;
+      r->meta[ts].flags = REPLAY__TAIL;
+      atomic_store_explicit(&r->meta[ts].link, link_word(s + 1, 0), memory_order_relaxed);
+      atomic_store_explicit(&r->meta[slot].link, link_word(s, 1), memory_order_relaxed);
+      ended++;
+      prev = 0;
+      s += 2;
+    } else if (end) {
+      atomic_store_explicit(&r->meta[slot].link, link_word(s, 0), memory_order_relaxed);
+      prev = 0;
+      s += 1;
+    } else {
+      atomic_store_explicit(&r->meta[slot].link, link_word(s, i < n - 1 ? 1 : 0),
+                            memory_order_relaxed);
+      prev = s;
+      s += 1;
+    }
+  }
+  SHOAL_ASSERT(s == a + (uint64_t)m);
+
+  if (r->sum) {
+    /* Priorities: a short lock for the whole call, leaves set in contiguous runs. */
+    double buf[256];
+    pthread_mutex_lock(&r->tree_lock);
+    if (st->priority)
+      for (int64_t i = 0; i < n; i++) {
+        double p = priority_of(r, st->priority[i]);
+        if (p > r->max_p) r->max_p = p;
+      }
+    int64_t i = 0; /* step index of the next step */
+    uint64_t q = a;
+    while (q < a + (uint64_t)m) {
+      int64_t slot = replay__slot(r, q);
+      int64_t run = r->cap - slot;
+      if (run > (int64_t)(a + (uint64_t)m - q)) run = (int64_t)(a + (uint64_t)m - q);
+      if (run > 256) run = 256;
+      for (int64_t j = 0; j < run; j++) {
+        if (r->meta[slot + j].flags & REPLAY__TAIL) {
+          buf[j] = 0;
+        } else {
+          buf[j] = st->priority ? priority_of(r, st->priority[i]) : r->max_p;
+          i++;
+        }
+      }
+      replay__tree_set(r, slot, slot + run, buf);
+      q += (uint64_t)run;
+    }
+    pthread_mutex_unlock(&r->tree_lock);
+  }
+
+  for (int64_t j = 0; j < m; j++) {
+    uint64_t q = a + (uint64_t)j;
+    atomic_store_explicit(&r->meta[replay__slot(r, q)].seq, q, memory_order_release);
+  }
+  /* Join the stream's previous step to this call's first step. */
+  uint64_t last = atomic_load_explicit(&sm->last, memory_order_relaxed);
+  if (last && first - last < (uint64_t)r->cap) {
+    uint64_t expect_w = link_word(last, 0);
+    atomic_compare_exchange_strong(&r->meta[replay__slot(r, last)].link, &expect_w,
+                                   link_word(last, first - last));
+  }
+  atomic_store_explicit(&sm->last, prev ? prev : 0, memory_order_relaxed);
+  atomic_fetch_add_explicit(&r->n_steps, (uint64_t)n, memory_order_relaxed);
+  if (tails) atomic_fetch_add_explicit(&r->n_tails, (uint64_t)K, memory_order_relaxed);
+  atomic_store_explicit(&sm->busy, 0, memory_order_release);
+  return 0;
+}
+
+int replay_insert_one(replay *r, int stream, const void *const *cols, float reward, int terminated,
+                      int truncated, const void *final_obs, float priority, shoal_error *err) {
+  if (!r || !cols) return shoal_error_set(err, SHOAL_EINVAL, "replay_insert_one: NULL argument");
+  replay_steps st = {.n = 1, .reward = &reward, .final_obs = final_obs};
+  uint8_t te = terminated != 0, tr = truncated != 0;
+  st.terminated = &te;
+  st.truncated = &tr;
+  if (priority >= 0 || isnan(priority)) st.priority = &priority;
+  for (int c = 0; c < r->cfg.ncols; c++) st.cols[c] = cols[c];
+  return replay_insert(r, stream, &st, err);
+}
+
+static int check_named(const replay_column_data *d, replay_dtype want, int want_bool_ok,
+                       int64_t rows, const replay_column *item, shoal_error *err) {
+  int dt_ok =
+      d->dtype == want || (want_bool_ok && (d->dtype == REPLAY_U8 || d->dtype == REPLAY_BOOL));
+  if (!dt_ok)
+    return shoal_error_set(err, SHOAL_EINVAL, "replay: column '%s' has dtype %s, expected %s",
+                           d->name, replay_dtype_name(d->dtype), replay_dtype_name(want));
+  int ndim = item ? item->ndim : 0;
+  if (d->ndim != ndim + 1 || !d->shape || d->shape[0] != rows)
+    return shoal_error_set(err, SHOAL_ESHAPE,
+                           "replay: column '%s' has ndim %d and %lld rows, expected ndim %d and "
+                           "%lld rows",
+                           d->name, d->ndim,
+                           d->shape && d->ndim > 0 ? (long long)d->shape[0] : -1LL, ndim + 1,
+                           (long long)rows);
+  for (int i = 0; i < ndim; i++)
+    if (d->shape[i + 1] != item->shape[i])
+      return shoal_error_set(err, SHOAL_ESHAPE,
+                             "replay: column '%s' dim %d is %lld, the spec says %lld", d->name,
+                             i + 1, (long long)d->shape[i + 1], (long long)item->shape[i]);
+  size_t want_bytes = (size_t)rows * (item ? replay_column_bytes(item) : replay_dtype_size(want));
+  if (d->nbytes != want_bytes || (!d->data && want_bytes))
+    return shoal_error_set(err, SHOAL_ESHAPE, "replay: column '%s' has %zu bytes, expected %zu",
+                           d->name, d->nbytes, want_bytes);
+  return 0;
+}
+
+int replay_insert_columns(replay *r, int stream, const replay_column_data *cols, int ncols,
+                          shoal_error *err) {
+  if (!r || (!cols && ncols))
+    return shoal_error_set(err, SHOAL_EINVAL, "replay_insert_columns: NULL argument");
+  enum { REW = REPLAY_MAX_COLUMNS, TERM, TRUNC, FINAL, PRIO, NSLOT };
+  const replay_column_data *by[NSLOT] = {0};
+  for (int i = 0; i < ncols; i++) {
+    const char *nm = cols[i].name ? cols[i].name : "";
+    int at = replay_column_index(r, nm);
+    if (at < 0) {
+      if (!strcmp(nm, "reward"))
+        at = REW;
+      else if (!strcmp(nm, "terminated"))
+        at = TERM;
+      else if (!strcmp(nm, "truncated"))
+        at = TRUNC;
+      else if (!strcmp(nm, "final_obs"))
+        at = FINAL;
+      else if (!strcmp(nm, "priority"))
+        at = PRIO;
+      else
+        return shoal_error_set(err, SHOAL_EINVAL, "replay: unknown column '%s'", nm);
+    }
+    if (by[at]) return shoal_error_set(err, SHOAL_EINVAL, "replay: column '%s' given twice", nm);
+    by[at] = &cols[i];
+  }
+  for (int c = 0; c < r->cfg.ncols; c++)
+    if (!by[c])
+      return shoal_error_set(err, SHOAL_EINVAL, "replay: column '%s' is missing",
+                             r->cfg.cols[c].name);
+  if (!by[REW]) return shoal_error_set(err, SHOAL_EINVAL, "replay: column 'reward' is missing");
+  if (!by[TERM])
+    return shoal_error_set(err, SHOAL_EINVAL, "replay: column 'terminated' is missing");
+  const replay_column_data *c0 = by[0];
+  if (c0->ndim < 1 || !c0->shape)
+    return shoal_error_set(err, SHOAL_ESHAPE, "replay: column '%s' has no leading N dim", c0->name);
+  int64_t n = c0->shape[0];
+  if (n < 1) return shoal_error_set(err, SHOAL_ESHAPE, "replay: N = %lld", (long long)n);
+  int rc = 0;
+  for (int c = 0; c < r->cfg.ncols && !rc; c++)
+    rc = check_named(by[c], r->cfg.cols[c].dtype, 0, n, &r->cfg.cols[c], err);
+  if (!rc) rc = check_named(by[REW], REPLAY_F32, 0, n, NULL, err);
+  if (!rc) rc = check_named(by[TERM], REPLAY_U8, 1, n, NULL, err);
+  if (!rc && by[TRUNC]) rc = check_named(by[TRUNC], REPLAY_U8, 1, n, NULL, err);
+  if (!rc && by[PRIO]) rc = check_named(by[PRIO], REPLAY_F32, 0, n, NULL, err);
+  if (rc) return rc;
+  const uint8_t *te = by[TERM]->data, *tr = by[TRUNC] ? by[TRUNC]->data : NULL;
+  int64_t K = 0;
+  for (int64_t i = 0; i < n; i++) K += te[i] || (tr && tr[i]);
+  if (r->obs >= 0 && K > 0) {
+    if (!by[FINAL])
+      return shoal_error_set(err, SHOAL_EINVAL,
+                             "replay: %lld episode(s) end but column 'final_obs' is missing",
+                             (long long)K);
+    rc = check_named(by[FINAL], r->cfg.cols[r->obs].dtype, 0, K, &r->cfg.cols[r->obs], err);
+    if (rc) return rc;
+  }
+  replay_steps st = {.n = n,
+                     .reward = by[REW]->data,
+                     .terminated = te,
+                     .truncated = tr,
+                     .final_obs = by[FINAL] ? by[FINAL]->data : NULL,
+                     .priority = by[PRIO] ? by[PRIO]->data : NULL};
+  for (int c = 0; c < r->cfg.ncols; c++) st.cols[c] = by[c]->data;
+  return replay_insert(r, stream, &st, err);
+}
+
+/* ---------------------------------------------------------------- sample */
+
+static inline int holds(const struct replay *r, uint64_t s, uint64_t lo, uint64_t hi) {
+  return s >= lo && s < hi &&
+         atomic_load_explicit(&r->meta[replay__slot(r, s)].seq, memory_order_acquire) == s;
+}
+
+/* The successor of step cur, or 0 when it has not arrived or is gone. */
+static uint64_t next_of(const struct replay *r, uint64_t cur, uint64_t lo, uint64_t hi) {
+  uint64_t w = atomic_load_explicit(&r->meta[replay__slot(r, cur)].link, memory_order_acquire);
+  uint64_t d = w & 0xffffffffu;
+  if ((w >> 32) != (cur & 0xffffffffu) || d == 0) return 0;
+  uint64_t nx = cur + d;
+  if (!holds(r, nx, lo, hi) || r->meta[replay__slot(r, nx)].prev != cur) return 0;
+  return nx;
+}
+
+/* Frames of the stack ending at item s (which the caller checked): follows prev,
+ * repeating the episode's first frame before its start. 0 if a frame is gone. */
+static int stack_of(const struct replay *r, uint64_t s, uint64_t lo, uint64_t hi,
+                    uint64_t *frames) {
+  int k = r->k;
+  frames[k - 1] = s;
+  uint64_t cur = s;
+  for (int j = k - 2; j >= 0; j--) {
+    uint64_t p = r->meta[replay__slot(r, cur)].prev;
+    if (p) {
+      if (!holds(r, p, lo, hi)) return 0;
+      cur = p;
+    }
+    frames[j] = cur;
+  }
+  return 1;
+}
+
+static int resolve(const struct replay *r, uint64_t s, uint64_t lo, uint64_t hi, int n,
+                   double gamma, replay__resolved *out) {
+  if (!holds(r, s, lo, hi)) return 0;
+  if (r->meta[replay__slot(r, s)].flags & REPLAY__TAIL) return 0;
+  double ret = 0, g = 1;
+  uint64_t cur = s;
+  out->boot = 0;
+  for (int i = 0;; i++) {
+    int64_t slot = replay__slot(r, cur);
+    uint8_t f = r->meta[slot].flags;
+    ret += g * (double)r->meta[slot].reward;
+    g *= gamma;
+    int last = i == n - 1 || (f & (REPLAY__TERM | REPLAY__TRUNC));
+    if (last) {
+      out->m = i + 1;
+      out->disc = (f & REPLAY__TERM) ? 0.0 : g;
+      if (r->obs >= 0) {
+        out->boot = next_of(r, cur, lo, hi);
+        if (!out->boot) return 0;
+      }
+      break;
+    }
+    cur = next_of(r, cur, lo, hi);
+    if (!cur) return 0;
+  }
+  out->ret = ret;
+  if (r->obs >= 0) {
+    if (!stack_of(r, s, lo, hi, out->frames)) return 0;
+    if (!stack_of(r, out->boot, lo, hi, out->nframes)) return 0;
+  }
+  return 1;
+}
+
+/* memcpy with the common small item sizes as constants, so they compile to moves. */
+static inline void copy_item(void *dst, const void *src, size_t n) {
+  switch (n) {
+    case 1: memcpy(dst, src, 1); break;
+    case 4: memcpy(dst, src, 4); break;
+    case 8: memcpy(dst, src, 8); break;
+    case 16: memcpy(dst, src, 16); break;
+    case 32: memcpy(dst, src, 32); break;
+    default: memcpy(dst, src, n);
+  }
+}
+
+static void gather(const struct replay *r, uint64_t s, const replay__resolved *rs, int b,
+                   replay_batch *out) {
+  int64_t slot = replay__slot(r, s);
+  for (int c = 0; c < r->cfg.ncols; c++) {
+    if (!out->cols[c]) continue;
+    size_t isz = r->item[c];
+    if (c == r->obs) {
+      uint8_t *dst = (uint8_t *)out->cols[c] + (size_t)b * (size_t)r->k * isz;
+      for (int j = 0; j < r->k; j++)
+        copy_item(dst + (size_t)j * isz, r->col[c] + (size_t)replay__slot(r, rs->frames[j]) * isz,
+                  isz);
+    } else {
+      copy_item((uint8_t *)out->cols[c] + (size_t)b * isz, r->col[c] + (size_t)slot * isz, isz);
+    }
+  }
+  if (out->next_obs && r->obs >= 0) {
+    size_t isz = r->item[r->obs];
+    uint8_t *dst = (uint8_t *)out->next_obs + (size_t)b * (size_t)r->k * isz;
+    for (int j = 0; j < r->k; j++)
+      copy_item(dst + (size_t)j * isz,
+                r->col[r->obs] + (size_t)replay__slot(r, rs->nframes[j]) * isz, isz);
+  }
+  if (out->reward) out->reward[b] = (float)rs->ret;
+  if (out->discount) out->discount[b] = (float)rs->disc;
+  if (out->steps) out->steps[b] = rs->m;
+  if (out->index) out->index[b] = slot;
+  if (out->generation) out->generation[b] = s;
+}
+
+/* Draws in chunks: first every candidate's slot record is prefetched, then each
+ * is resolved, then the chosen items' data are prefetched and copied, so the cache
+ * misses of a chunk overlap instead of following one another. */
+enum { CHUNK = REPLAY__CHUNK };
+
+/* Before resolving candidate slot: its record and its successors' (n-step chain,
+ * two 32-byte records per line), and its columns' data. */
+static void prefetch_slot(const struct replay *r, int64_t slot, int n) {
+  const replay__meta *m = &r->meta[slot];
+  for (int j = 0; j <= n && slot + j < r->cap; j += 2) __builtin_prefetch(m + j);
+  for (int c = 0; c < r->cfg.ncols; c++) __builtin_prefetch(r->col[c] + (size_t)slot * r->item[c]);
+}
+
+static void prefetch_items(const struct replay *r, uint64_t s, const replay__resolved *rs) {
+  int64_t slot = replay__slot(r, s);
+  for (int c = 0; c < r->cfg.ncols; c++)
+    if (c != r->obs) __builtin_prefetch(r->col[c] + (size_t)slot * r->item[c]);
+  if (r->obs >= 0 && r->item[r->obs] <= 256)
+    for (int j = 0; j < r->k; j++) {
+      __builtin_prefetch(r->col[r->obs] + (size_t)replay__slot(r, rs->frames[j]) * r->item[r->obs]);
+      __builtin_prefetch(r->col[r->obs] +
+                         (size_t)replay__slot(r, rs->nframes[j]) * r->item[r->obs]);
+    }
+}
+
+/* PER: the leaves holding prefix masses u[0..n), all descending the tree in lock
+ * step so their misses overlap. Caller holds tree_lock. */
+static void tree_find_many(const struct replay *r, const double *u0, int n, int64_t *leaf) {
+  double u[CHUNK];
+  int64_t x[CHUNK];
+  for (int j = 0; j < n; j++) {
+    u[j] = u0[j];
+    x[j] = 0;
+  }
+  for (int l = 0; l + 1 < r->depth; l++) {
+    const double *cs = r->lsum[l + 1];
+    int64_t nc = r->lv_n[l + 1];
+    for (int j = 0; j < n; j++) {
+      int64_t c0 = x[j] * REPLAY__FAN, c1 = c0 + REPLAY__FAN, pick = -1, last = c0;
+      if (c1 > nc) c1 = nc;
+      double v = u[j];
+      for (int64_t c = c0; c < c1; c++) {
+        if (cs[c] <= 0) continue;
+        last = c;
+        if (v < cs[c]) {
+          pick = c;
+          break;
+        }
+        v -= cs[c];
+      }
+      /* Rounding can leave v past the last child with mass: take that child, and
+       * its last one below. */
+      if (pick < 0) {
+        pick = last;
+        v = cs[last];
+      }
+      u[j] = v;
+      x[j] = pick;
+      if (l + 2 < r->depth) __builtin_prefetch(&r->lsum[l + 2][pick * REPLAY__FAN]);
+    }
+  }
+  for (int j = 0; j < n; j++) leaf[j] = x[j];
+}
+
+int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, replay_batch *out,
+                  shoal_error *err) {
+  if (!r || !rng || !args || !out)
+    return shoal_error_set(err, SHOAL_EINVAL, "replay_sample: NULL argument");
+  int B = args->batch, n = args->n_step ? args->n_step : 1;
+  if (B < 1 || n < 1 || n > 1000000)
+    return shoal_error_set(err, SHOAL_EINVAL, "replay_sample: batch %d, n_step %d", B, n);
+  if (!(args->gamma >= 0 && args->gamma <= 1))
+    return shoal_error_set(err, SHOAL_EINVAL, "replay_sample: gamma %g outside [0, 1]",
+                           args->gamma);
+  if (r->sum && !(args->beta >= 0 && args->beta <= 1))
+    return shoal_error_set(err, SHOAL_EINVAL, "replay_sample: beta %g outside [0, 1]", args->beta);
+  uint64_t lo, hi;
+  replay__pin(r, r->slack, &lo, &hi);
+  int64_t budget = 64 * (int64_t)B + 4096, rejected = 0;
+  replay__resolved *rs = r->scratch;
+  uint64_t cand[CHUNK];
+  double pr[CHUNK], u[CHUNK], pmin = 0;
+  int64_t slots[CHUNK];
+  int ok[CHUNK];
+  int b = 0, stratified = 1;
+  while (b < B && rejected < budget && hi > lo) {
+    int cnt = B - b < CHUNK ? B - b : CHUNK;
+    if (!r->sum) {
+      for (int j = 0; j < cnt; j++) {
+        cand[j] = lo + shoal_rng_below(rng, hi - lo);
+        prefetch_slot(r, replay__slot(r, cand[j]), n);
+      }
+    } else {
+      /* Stratified (Schaul et al., appendix B.2.1): draw b falls in the b-th of B equal
+       * slices of the total mass; a rejected draw is redone from the whole range. */
+      pthread_mutex_lock(&r->tree_lock);
+      double total = r->lsum[0][0];
+      pmin = r->lmin[0][0];
+      if (!(total > 0)) {
+        pthread_mutex_unlock(&r->tree_lock);
+        break;
+      }
+      for (int j = 0; j < cnt; j++) {
+        u[j] = stratified ? ((double)(b + j) + shoal_rng_uniform(rng)) * (total / B)
+                          : shoal_rng_uniform(rng) * total;
+        if (u[j] >= total) u[j] = nextafter(total, 0);
+      }
+      tree_find_many(r, u, cnt, slots);
+      const double *leaves = replay__leaves(r);
+      for (int j = 0; j < cnt; j++) pr[j] = leaves[slots[j]];
+      pthread_mutex_unlock(&r->tree_lock);
+      for (int j = 0; j < cnt; j++) prefetch_slot(r, slots[j], n);
+      for (int j = 0; j < cnt; j++) {
+        cand[j] =
+            pr[j] > 0 ? atomic_load_explicit(&r->meta[slots[j]].seq, memory_order_acquire) : 0;
+      }
+    }
+    for (int j = 0; j < cnt; j++) {
+      ok[j] = cand[j] && resolve(r, cand[j], lo, hi, n, args->gamma, &rs[j]);
+      if (ok[j]) prefetch_items(r, cand[j], &rs[j]);
+    }
+    for (int j = 0; j < cnt; j++) {
+      if (!ok[j]) {
+        rejected++;
+        stratified = 0;
+        continue;
+      }
+      gather(r, cand[j], &rs[j], b, out);
+      if (out->weight) out->weight[b] = r->sum ? (float)pow(pmin / pr[j], args->beta) : 1.0f;
+      b++;
+    }
+  }
+  replay__unpin(r);
+  atomic_fetch_add_explicit(&r->n_rejected, (uint64_t)rejected, memory_order_relaxed);
+  if (b < B)
+    return shoal_error_set(err, SHOAL_ESTATE,
+                           "replay_sample: %d of %d drawn; no sampleable step among %llu items "
+                           "(%lld draws rejected; a step needs its %d-step successors and its "
+                           "frames)",
+                           b, B, (unsigned long long)(hi > lo ? hi - lo : 0), (long long)rejected,
+                           n);
+  atomic_fetch_add_explicit(&r->n_sampled, (uint64_t)B, memory_order_relaxed);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- priorities */
+
+int replay_update_priorities(replay *r, int64_t n, const int64_t *index, const uint64_t *generation,
+                             const float *td_abs, shoal_error *err) {
+  if (!r || (n && (!index || !generation || !td_abs)) || n < 0)
+    return shoal_error_set(err, SHOAL_EINVAL, "replay_update_priorities: NULL argument");
+  if (!r->sum)
+    return shoal_error_set(err, SHOAL_ENOTSUP,
+                           "replay_update_priorities: the memory is uniform, not prioritized");
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite(td_abs[i]))
+      return shoal_error_set(err, SHOAL_ENAN, "replay_update_priorities: td_abs[%lld] = %g",
+                             (long long)i, (double)td_abs[i]);
+    if (td_abs[i] < 0 || index[i] < 0 || index[i] >= r->cap)
+      return shoal_error_set(err, td_abs[i] < 0 ? SHOAL_EINVAL : SHOAL_ERANGE,
+                             "replay_update_priorities: entry %lld: index %lld, td_abs %g",
+                             (long long)i, (long long)index[i], (double)td_abs[i]);
+  }
+  uint64_t stale = 0;
+  pthread_mutex_lock(&r->tree_lock);
+  for (int64_t i = 0; i < n; i++) {
+    /* Under the lock: a writer invalidates seq before it sets a slot's new priority. */
+    if (atomic_load_explicit(&r->meta[index[i]].seq, memory_order_acquire) != generation[i] ||
+        generation[i] == 0) {
+      stale++;
+      continue;
+    }
+    double p = priority_of(r, td_abs[i]);
+    if (p > r->max_p) r->max_p = p;
+    replay__tree_set(r, index[i], index[i] + 1, &p);
+  }
+  pthread_mutex_unlock(&r->tree_lock);
+  atomic_fetch_add_explicit(&r->n_stale, stale, memory_order_relaxed);
+  return 0;
+}

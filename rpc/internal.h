@@ -1,0 +1,35 @@
+/* rpc/internal.h — what rpc's files share; not part of the public API. */
+#ifndef SHOAL_RPC_INTERNAL_H
+#define SHOAL_RPC_INTERNAL_H
+
+#include "rpc/rpc.h"
+
+/* Per-stream buffers the validator writes decompressed and rebuilt columns into. They
+ * grow to the largest batch the stream has sent (bounded by the spec) and are reused,
+ * so the steady state allocates nothing. */
+typedef struct rpc__scratch {
+  uint8_t *dense[RPC_MAX_COLUMNS]; /* rebuilt frame stacks */
+  size_t dense_cap[RPC_MAX_COLUMNS];
+  uint8_t *raw[RPC_MAX_COLUMNS]; /* decompressed bytes */
+  size_t raw_cap[RPC_MAX_COLUMNS];
+} rpc__scratch;
+void rpc__scratch_free(rpc__scratch *s);
+
+/* Checks w against spec and fills out (columns in spec order, dense, decompressed),
+ * pointing into w's bytes or s. Returns 0; SHOAL_EPERM for a wrong run id; another
+ * negative code (EINVAL, ESHAPE, ENAN, EFORMAT) for an invalid batch; err says what. */
+int rpc__validate(const rpc_spec *spec, const rpc_wire_batch *w, rpc__scratch *s, rpc_batch *out,
+                  shoal_error *err);
+
+/* The largest encoded SampleBatch that spec allows (frame stacks sent dense, all columns
+ * uncompressed or at their compression bound), plus slack for framing. */
+size_t rpc__max_message_bytes(const rpc_spec *spec);
+
+/* Deep copy of a spec (names and run id duplicated); rpc__spec_free frees the copy. */
+int rpc__spec_copy(rpc_spec *dst, const rpc_spec *src);
+void rpc__spec_free(rpc_spec *s);
+
+/* Reads a whole file into a NUL-terminated buffer the caller frees. */
+int rpc__read_file(const char *path, char **out, shoal_error *err);
+
+#endif
