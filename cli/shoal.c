@@ -365,7 +365,8 @@ static int cmd_eval(int argc, char **argv) {
   store_run r = {0};
   if (store_run_find(st, run, &r, &err)) return fail("eval", &err);
   int nkeys;
-  config *cfg = config_create(apex_schema(&nkeys), nkeys, &err);
+  const cfg_key *keys = apex_schema(&nkeys);
+  config *cfg = config_create(keys, nkeys, &err);
   if (!cfg || config_load_string(cfg, r.config ? r.config : "", run, &err))
     return fail("eval: the run's config", &err);
   store_run_clear(&r);
