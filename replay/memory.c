@@ -826,8 +826,7 @@ int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, rep
                            args->gamma);
   if (r->sum && !(args->beta >= 0 && args->beta <= 1))
     return shoal_error_set(err, SHOAL_EINVAL, "replay_sample: beta %g outside [0, 1]", args->beta);
-  uint64_t lo, hi;
-  replay__pin(r, r->slack, &lo, &hi);
+  uint64_t lo = 0, hi = 0;
   int64_t budget = 64 * (int64_t)B + 4096, rejected = 0;
   replay__resolved *rs = r->scratch;
   uint64_t cand[CHUNK];
@@ -835,7 +834,10 @@ int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, rep
   int64_t slots[CHUNK];
   int ok[CHUNK];
   int b = 0, stratified = 1;
-  while (b < B && rejected < budget && hi > lo) {
+  while (b < B && rejected < budget) {
+    /* Pinned per chunk, not per call: a writer waits at most one chunk's copies. */
+    replay__pin(r, r->slack, &lo, &hi);
+    if (hi <= lo) break;
     int cnt = B - b < CHUNK ? B - b : CHUNK;
     if (!r->sum) {
       for (int j = 0; j < cnt; j++) {
@@ -881,8 +883,9 @@ int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, rep
       if (out->weight) out->weight[b] = r->sum ? (float)pow(pmin / pr[j], args->beta) : 1.0f;
       b++;
     }
+    replay__unpin(r);
   }
-  replay__unpin(r);
+  replay__unpin(r); /* after a break */
   atomic_fetch_add_explicit(&r->n_rejected, (uint64_t)rejected, memory_order_relaxed);
   if (b < B)
     return shoal_error_set(err, SHOAL_ESTATE,

@@ -66,7 +66,8 @@
  * concurrently with each other. While that thread reads, writers never overwrite
  * what it may read: the oldest `writer_slack` items are not sampled, so writers
  * overwriting them proceed without waiting; a writer waits only if it would
- * overwrite newer items while a sample is in progress.
+ * overwrite newer items while a chunk of 32 draws is being copied (or, during
+ * replay_save, items not yet written to the file).
  *
  * The trajectory FIFO
  * -------------------
@@ -260,10 +261,11 @@ typedef struct replay_stats {
 void replay_get_stats(const replay *r, replay_stats *out);
 
 /* Writes the whole memory to path atomically (path.tmp, fsync, rename, fsync dir),
- * streamed in 1 MiB pieces: magic "SHOALRPL", version, the spec, the items, the
- * priorities, the streams' state, then a CRC32C of everything before it. Inserts
- * may continue meanwhile (the file holds what was published when save began; a
- * writer that would overwrite those items waits). Only the sampling thread calls
+ * streamed in 1 MiB pieces: magic "SHOALRPL", version, the spec (with its own
+ * CRC32C), the streams' state, the items with their priorities, then a CRC32C of
+ * everything before it. Inserts may continue meanwhile: the file holds what was
+ * published when save began, written oldest first, and a writer that would
+ * overwrite an item not yet written waits for it. Only the sampling thread calls
  * it. Returns 0 or SHOAL_EIO (err names the path and errno's reason). */
 int replay_save(replay *r, const char *path, shoal_error *err);
 
