@@ -149,7 +149,7 @@ size_t replay_memory_bytes(const replay_config *c) {
   if (check_config(c, NULL)) return 0;
   size_t cap = (size_t)c->capacity, n = 0;
   for (int i = 0; i < c->ncols; i++) n += cap * replay_column_bytes(&c->cols[i]);
-  n += cap * sizeof(replay__meta);
+  n += cap * sizeof(replay__meta) + REPLAY__CHUNK * sizeof(replay__resolved);
   n += (size_t)(c->streams ? c->streams : 1) * sizeof(replay__stream);
   if (c->kind == REPLAY_PRIORITIZED) {
     int depth;
