@@ -921,7 +921,7 @@ int replay_update_priorities(replay *r, int64_t n, const int64_t *index, const u
   for (int64_t i = 0; i < n; i++) {
     /* Under the lock: a writer invalidates seq before it sets a slot's new priority. */
     if (atomic_load_explicit(&r->meta[index[i]].seq, memory_order_acquire) != generation[i] ||
-        generation[i] == 0) {
+        generation[i] == 0 || replay__leaves(r)[index[i]] <= 0 /* a tail */) {
       stale++;
       continue;
     }
