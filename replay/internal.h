@@ -91,6 +91,13 @@ struct replay {
   double max_p;                     /* largest priority seen, starts at 1 */
 
   _Atomic uint64_t n_steps, n_tails, n_sampled, n_rejected, n_stale, n_waits;
+
+  /* The rate limiter (cfg.samples_per_insert > 0): counts under lim_mu. */
+  pthread_mutex_t lim_mu;
+  pthread_cond_t lim_cv;
+  double lim_inserted, lim_sampled; /* I and S */
+  int closed;
+  uint64_t n_limited;
 };
 
 static inline int64_t replay__slot(const struct replay *r, uint64_t s) {

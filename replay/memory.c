@@ -17,12 +17,14 @@
  *    points into an overwritten item.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "replay/internal.h"
 
@@ -139,6 +141,13 @@ static int check_config(const replay_config *c, shoal_error *err) {
     if (!(c->eps > 0 && isfinite(c->eps)))
       return shoal_error_set(err, SHOAL_EINVAL, "replay: eps %g must be > 0 and finite", c->eps);
   }
+  if (!(c->samples_per_insert >= 0 && isfinite(c->samples_per_insert)) ||
+      !(c->spi_tolerance >= 0 && isfinite(c->spi_tolerance)) || c->min_size_to_sample < 0)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "replay: rate limiter samples_per_insert %g, spi_tolerance %g, "
+                           "min_size_to_sample %lld must be finite and >= 0",
+                           c->samples_per_insert, c->spi_tolerance,
+                           (long long)c->min_size_to_sample);
   if (c->writer_slack >= c->capacity / 2)
     return shoal_error_set(err, SHOAL_EINVAL, "replay: writer_slack %lld must be < capacity/2",
                            (long long)c->writer_slack);
@@ -212,6 +221,12 @@ int replay_create(const replay_config *cfg, replay **out, shoal_error *err) {
       }
     }
   }
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&r->lim_mu, NULL);
+  pthread_cond_init(&r->lim_cv, &ca);
+  pthread_condattr_destroy(&ca);
   if (!ok || pthread_mutex_init(&r->tree_lock, NULL)) {
     replay_destroy(r);
     return shoal_error_set(err, SHOAL_ENOMEM, "replay: out of memory for %zu bytes",
@@ -251,6 +266,10 @@ void replay__clear(struct replay *r) {
   atomic_store(&r->n_rejected, 0);
   atomic_store(&r->n_stale, 0);
   atomic_store(&r->n_waits, 0);
+  pthread_mutex_lock(&r->lim_mu);
+  r->lim_inserted = r->lim_sampled = 0;
+  r->n_limited = 0;
+  pthread_mutex_unlock(&r->lim_mu);
 }
 
 void replay_destroy(replay *r) {
@@ -262,6 +281,8 @@ void replay_destroy(replay *r) {
   free(r->sum);
   free(r->mn);
   pthread_mutex_destroy(&r->tree_lock);
+  pthread_mutex_destroy(&r->lim_mu);
+  pthread_cond_destroy(&r->lim_cv);
   free(r);
 }
 
@@ -285,6 +306,9 @@ void replay_get_stats(const replay *r, replay_stats *o) {
   o->rejected_draws = atomic_load(&m->n_rejected);
   o->stale_updates = atomic_load(&m->n_stale);
   o->writer_waits = atomic_load(&m->n_waits);
+  pthread_mutex_lock(&m->lim_mu);
+  o->limiter_waits = m->n_limited;
+  pthread_mutex_unlock(&m->lim_mu);
   if (m->sum) {
     pthread_mutex_lock(&m->tree_lock);
     o->priority_total = m->lsum[0][0];
@@ -358,6 +382,79 @@ void replay__unpin(struct replay *r) {
   atomic_store_explicit(&r->pin, UINT64_MAX, memory_order_release);
 }
 
+/* ---------------------------------------------------------------- rate limiter */
+
+/* Waits until the limiter lets an insert of `amount` steps (inserting) or a sample
+ * of `amount` transitions through, then counts it. Both sides check the state
+ * before they add, so the two can never wait on each other at once: above the
+ * band only inserts wait, below it only samples. */
+static int limit_enter(struct replay *r, int inserting, double amount, shoal_error *err) {
+  double spi = r->cfg.samples_per_insert;
+  if (!(spi > 0)) return 0;
+  double centre = spi * (double)r->cfg.min_size_to_sample, tol = r->cfg.spi_tolerance;
+  struct timespec dl = {0};
+  int64_t ms = r->cfg.limit_timeout_ms;
+  if (ms >= 0) {
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += ms / 1000;
+    dl.tv_nsec += (ms % 1000) * 1000000;
+    if (dl.tv_nsec >= 1000000000) {
+      dl.tv_sec++;
+      dl.tv_nsec -= 1000000000;
+    }
+  }
+  int rc = 0, waited = 0;
+  pthread_mutex_lock(&r->lim_mu);
+  for (;;) {
+    if (r->closed) {
+      rc = shoal_error_set(err, SHOAL_ECLOSED, "replay: the memory was closed");
+      break;
+    }
+    double d = spi * r->lim_inserted - r->lim_sampled;
+    int go = inserting ? d <= centre + tol
+                       : r->lim_inserted >= (double)r->cfg.min_size_to_sample && d >= centre - tol;
+    if (go) break;
+    waited = 1;
+    int w = ms >= 0 ? pthread_cond_timedwait(&r->lim_cv, &r->lim_mu, &dl)
+                    : pthread_cond_wait(&r->lim_cv, &r->lim_mu);
+    if (w == ETIMEDOUT) {
+      rc = shoal_error_set(err, SHOAL_ETIMEDOUT,
+                           "replay: the rate limiter held this %s for %lld ms (inserted %.0f, "
+                           "sampled %.0f, samples per insert %g)",
+                           inserting ? "insert" : "sample", (long long)ms, r->lim_inserted,
+                           r->lim_sampled, spi);
+      break;
+    }
+  }
+  if (!rc) {
+    if (inserting)
+      r->lim_inserted += amount;
+    else
+      r->lim_sampled += amount;
+    pthread_cond_broadcast(&r->lim_cv);
+  }
+  r->n_limited += (uint64_t)waited;
+  pthread_mutex_unlock(&r->lim_mu);
+  return rc;
+}
+
+/* Takes back a sample that the limiter let through but that failed. */
+static void limit_undo_sample(struct replay *r, double amount) {
+  if (!(r->cfg.samples_per_insert > 0)) return;
+  pthread_mutex_lock(&r->lim_mu);
+  r->lim_sampled -= amount;
+  pthread_cond_broadcast(&r->lim_cv);
+  pthread_mutex_unlock(&r->lim_mu);
+}
+
+void replay_close(replay *r) {
+  if (!r) return;
+  pthread_mutex_lock(&r->lim_mu);
+  r->closed = 1;
+  pthread_cond_broadcast(&r->lim_cv);
+  pthread_mutex_unlock(&r->lim_mu);
+}
+
 /* ---------------------------------------------------------------- insert */
 
 static inline uint64_t link_word(uint64_t owner, uint64_t dist) {
@@ -416,6 +513,11 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
   if (!atomic_compare_exchange_strong(&sm->busy, &expect, 1))
     return shoal_error_set(err, SHOAL_ESTATE,
                            "replay_insert: stream %d is being inserted by another thread", stream);
+  int lrc = limit_enter(r, 1, (double)n, err);
+  if (lrc) {
+    atomic_store_explicit(&sm->busy, 0, memory_order_release);
+    return lrc;
+  }
 
   uint64_t a = atomic_fetch_add(&r->head, (uint64_t)m);
   uint64_t top = a + (uint64_t)m - 1;
@@ -826,6 +928,8 @@ int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, rep
                            args->gamma);
   if (r->sum && !(args->beta >= 0 && args->beta <= 1))
     return shoal_error_set(err, SHOAL_EINVAL, "replay_sample: beta %g outside [0, 1]", args->beta);
+  int lrc = limit_enter(r, 0, (double)B, err);
+  if (lrc) return lrc;
   uint64_t lo = 0, hi = 0;
   int64_t budget = 64 * (int64_t)B + 4096, rejected = 0;
   replay__resolved *rs = r->scratch;
@@ -887,6 +991,7 @@ int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, rep
   }
   replay__unpin(r); /* after a break */
   atomic_fetch_add_explicit(&r->n_rejected, (uint64_t)rejected, memory_order_relaxed);
+  if (b < B) limit_undo_sample(r, (double)B);
   if (b < B)
     return shoal_error_set(err, SHOAL_ESTATE,
                            "replay_sample: %d of %d drawn; no sampleable step among %llu items "

@@ -145,6 +145,16 @@ typedef struct replay_config {
   double eps;             /* PER floor added to |delta|, > 0 (e.g. 1e-6) */
   int64_t writer_slack;   /* oldest items never sampled so writers need not wait;
                              < 0: capacity / 64. 0 is exact but writers may wait. */
+  /* Backpressure (optional): a rate limiter as Reverb's SampleToInsertRatio. With
+   * I steps inserted and S transitions sampled, d = spi * I - S must stay within
+   * spi * min_size_to_sample +- spi_tolerance: an insert waits while d is above
+   * that band (the learner is behind), a sample waits while d is below it or
+   * fewer than min_size_to_sample steps were inserted (the actors are behind).
+   * Each side checks before it adds, so one call may overshoot by its own size. */
+  double samples_per_insert;  /* spi > 0 turns the limiter on; 0: off (never waits) */
+  double spi_tolerance;       /* >= 0, in samples */
+  int64_t min_size_to_sample; /* >= 0 */
+  int64_t limit_timeout_ms;   /* longest wait of one call; < 0: forever */
 } replay_config;
 
 typedef struct replay replay;
@@ -181,7 +191,8 @@ typedef struct replay_steps {
  * Copies everything; on error nothing is inserted. Thread-safe across streams;
  * the same stream from two threads at once gives SHOAL_ESTATE. Returns 0,
  * SHOAL_EINVAL (bad argument, N + K beyond capacity - writer_slack), SHOAL_ENAN
- * (non-finite reward or priority), SHOAL_ERANGE (stream id) or SHOAL_ESTATE. */
+ * (non-finite reward or priority), SHOAL_ERANGE (stream id), SHOAL_ESTATE, and
+ * with the rate limiter SHOAL_ETIMEDOUT or SHOAL_ECLOSED (replay_close). */
 int replay_insert(replay *r, int stream, const replay_steps *steps, shoal_error *err);
 
 /* One step: cols[c] one item per spec column; final_obs when the step ended an
@@ -229,8 +240,9 @@ typedef struct replay_batch {
 } replay_batch;
 
 /* Draws B steps (with replacement) uniformly or by priority and writes their data.
- * Only the sampling thread calls it. Returns 0, SHOAL_EINVAL, or SHOAL_ESTATE when
- * the memory holds no sampleable step (err says how many items it holds). */
+ * Only the sampling thread calls it. Returns 0, SHOAL_EINVAL, SHOAL_ESTATE when
+ * the memory holds no sampleable step (err says how many items it holds), and
+ * with the rate limiter SHOAL_ETIMEDOUT or SHOAL_ECLOSED. */
 int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, replay_batch *out,
                   shoal_error *err);
 
@@ -253,9 +265,15 @@ typedef struct replay_stats {
   uint64_t rejected_draws; /* draws redone (incomplete n-step, overwritten, in flight) */
   uint64_t stale_updates;  /* priority updates ignored: slot overwritten */
   uint64_t writer_waits;   /* inserts that waited for a sample or save to finish */
+  uint64_t limiter_waits;  /* inserts and samples the rate limiter held back */
   double priority_total;   /* sum of priorities (PER) */
   double priority_max;     /* largest priority seen (PER) */
 } replay_stats;
+
+/* Wakes every insert and sample waiting on the rate limiter with SHOAL_ECLOSED;
+ * later waits return it at once (calls that need not wait still work). For
+ * shutdown. Thread-safe. */
+void replay_close(replay *r);
 
 /* A snapshot of the counters. Safe from any thread (values may be a moment old). */
 void replay_get_stats(const replay *r, replay_stats *out);
