@@ -67,7 +67,14 @@
  * what it may read: the oldest `writer_slack` items are not sampled, so writers
  * overwriting them proceed without waiting; a writer waits only if it would
  * overwrite newer items while a chunk of 32 draws is being copied (or, during
- * replay_save, items not yet written to the file).
+ * replay_save, items not yet written to the file). A writer that laps a slower
+ * one (reserves a slot one capacity later) waits until that slot's previous item
+ * is published.
+ *
+ * When full, the ring overwrites its oldest items. For backpressure, the optional
+ * rate limiter (replay_config.samples_per_insert) holds inserts back while the
+ * learner lags, and samples while the actors lag, keeping the replay ratio within
+ * a band as Reverb's SampleToInsertRatio does.
  *
  * The trajectory FIFO
  * -------------------
