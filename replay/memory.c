@@ -649,6 +649,22 @@ int replay_insert_one(replay *r, int stream, const void *const *cols, float rewa
   return replay_insert(r, stream, &st, err);
 }
 
+int replay_reset_stream(replay *r, int stream, shoal_error *err) {
+  if (!r) return shoal_error_set(err, SHOAL_EINVAL, "replay_reset_stream: NULL argument");
+  if (stream < 0 || stream >= r->cfg.streams)
+    return shoal_error_set(err, SHOAL_ERANGE, "replay_reset_stream: stream %d outside [0, %d)",
+                           stream, r->cfg.streams);
+  replay__stream *sm = &r->streams[stream];
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&sm->busy, &expect, 1))
+    return shoal_error_set(err, SHOAL_ESTATE,
+                           "replay_reset_stream: stream %d is being inserted by another thread",
+                           stream);
+  atomic_store_explicit(&sm->last, 0, memory_order_relaxed);
+  atomic_store_explicit(&sm->busy, 0, memory_order_release);
+  return 0;
+}
+
 static int check_named(const replay_column_data *d, replay_dtype want, int want_bool_ok,
                        int64_t rows, const replay_column *item, shoal_error *err) {
   int dt_ok =

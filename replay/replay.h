@@ -207,6 +207,13 @@ int replay_insert(replay *r, int stream, const replay_steps *steps, shoal_error 
 int replay_insert_one(replay *r, int stream, const void *const *cols, float reward, int terminated,
                       int truncated, const void *final_obs, float priority, shoal_error *err);
 
+/* Abandons the open episode of `stream` (its actor restarted or went away): its
+ * next step starts a new episode instead of continuing the old one, whose last
+ * steps never get successors (they are not sampled where they would need one).
+ * Not concurrent with an insert of the same stream (SHOAL_ESTATE then). Returns
+ * 0, SHOAL_ERANGE or SHOAL_ESTATE. */
+int replay_reset_stream(replay *r, int stream, shoal_error *err);
+
 /* A named column of raw bytes as decoded off the wire (borrowed). shape includes
  * the leading N (or K for final_obs). */
 typedef struct replay_column_data {

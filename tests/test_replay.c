@@ -199,6 +199,18 @@ static void test_streams_interleaved_keep_their_own_links(void **state) {
   assert_int_equal(put(r, 1, 1, b2, one, z, z, NULL), 0);
   expect tab[] = {{1, 1.5f, .25f, 3, 2}, {2, 1.5f, .25f, 4, 2}, {101, 1.5f, .25f, 103, 2}};
   assert_int_equal(check_samples(r, 2, 0.5, tab, 3, 4), 3);
+  /* Stream 1's actor restarts: 201, 202, 203 start a new episode, so 102 and 103
+   * never get successors and 201's stack would not reach back into 103. */
+  assert_int_equal(replay_reset_stream(r, 1, NULL), 0);
+  assert_int_equal(replay_reset_stream(r, 9, NULL), SHOAL_ERANGE);
+  float b3[] = {201, 202, 203}, one3[] = {1, 1, 1};
+  uint8_t z3[3] = {0};
+  assert_int_equal(put(r, 1, 3, b3, one3, z3, z3, NULL), 0);
+  expect tab2[] = {{1, 1.5f, .25f, 3, 2},
+                   {2, 1.5f, .25f, 4, 2},
+                   {101, 1.5f, .25f, 103, 2},
+                   {201, 1.5f, .25f, 203, 2}};
+  assert_int_equal(check_samples(r, 2, 0.5, tab2, 4, 5), 4);
   replay_destroy(r);
 }
 
