@@ -345,11 +345,12 @@ int replay_traj_rows(const replay_traj *q, int c);
 int replay_traj_push(replay_traj *q, const void *const *cols, const float *logp, int64_t version,
                      shoal_error *err);
 
-/* Caller-owned buffers for B unrolls, batch-major. NULL pointers are not written. */
+/* Caller-owned buffers for B unrolls. NULL pointers are not written. */
 typedef struct replay_traj_batch {
-  void *cols[REPLAY_MAX_COLUMNS]; /* (B, rows(c), item) */
-  float *logp;                    /* (B, T) */
+  void *cols[REPLAY_MAX_COLUMNS]; /* (B, rows(c), item), or (rows(c), B, item) time-major */
+  float *logp;                    /* (B, T), or (T, B) time-major */
   int64_t *version;               /* (B) */
+  int time_major; /* nonzero: time-major layouts, as V-trace and most RNN code want */
 } replay_traj_batch;
 
 /* Pops B unrolls in arrival order. Unrolls with version < learner_version -
