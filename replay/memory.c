@@ -1038,6 +1038,13 @@ int replay_update_priorities(replay *r, int64_t n, const int64_t *index, const u
                              (long long)i, (long long)index[i], (double)td_abs[i]);
   }
   uint64_t stale = 0;
+  /* The leaves and their parents, fetched together before the walk up. */
+  for (int64_t i = 0; i < n; i++) {
+    __builtin_prefetch(&r->meta[index[i]]);
+    __builtin_prefetch(&replay__leaves(r)[index[i]]);
+    __builtin_prefetch(&replay__leaves_min(r)[index[i]]);
+    if (r->depth > 2) __builtin_prefetch(&r->lsum[r->depth - 2][index[i] / REPLAY__FAN]);
+  }
   pthread_mutex_lock(&r->tree_lock);
   for (int64_t i = 0; i < n; i++) {
     /* Under the lock: a writer invalidates seq before it sets a slot's new priority. */
