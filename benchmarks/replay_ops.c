@@ -384,9 +384,9 @@ int main(int argc, char **argv) {
       }
       replay_stats st;
       replay_get_stats(r, &st);
-      printf("  (rejected draws %llu, writer waits %llu, stale updates %llu)\n",
+      printf("  (rejected draws %llu, writer waits %llu for %.3f s, stale updates %llu)\n",
              (unsigned long long)st.rejected_draws, (unsigned long long)st.writer_waits,
-             (unsigned long long)st.stale_updates);
+             st.writer_wait_s, (unsigned long long)st.stale_updates);
       replay_destroy(r);
     }
     free(ring);

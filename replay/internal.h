@@ -90,7 +90,7 @@ struct replay {
   double *mn;                       /* all levels' minima */
   double max_p;                     /* largest priority seen, starts at 1 */
 
-  _Atomic uint64_t n_steps, n_tails, n_sampled, n_rejected, n_stale, n_waits;
+  _Atomic uint64_t n_steps, n_tails, n_sampled, n_rejected, n_stale, n_waits, wait_ns;
 
   /* The rate limiter (cfg.samples_per_insert > 0): counts under lim_mu. */
   pthread_mutex_t lim_mu;

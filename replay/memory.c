@@ -266,6 +266,7 @@ void replay__clear(struct replay *r) {
   atomic_store(&r->n_rejected, 0);
   atomic_store(&r->n_stale, 0);
   atomic_store(&r->n_waits, 0);
+  atomic_store(&r->wait_ns, 0);
   pthread_mutex_lock(&r->lim_mu);
   r->lim_inserted = r->lim_sampled = 0;
   r->n_limited = 0;
@@ -306,6 +307,7 @@ void replay_get_stats(const replay *r, replay_stats *o) {
   o->rejected_draws = atomic_load(&m->n_rejected);
   o->stale_updates = atomic_load(&m->n_stale);
   o->writer_waits = atomic_load(&m->n_waits);
+  o->writer_wait_s = (double)atomic_load(&m->wait_ns) * 1e-9;
   pthread_mutex_lock(&m->lim_mu);
   o->limiter_waits = m->n_limited;
   pthread_mutex_unlock(&m->lim_mu);
@@ -524,24 +526,29 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
   if (top > (uint64_t)r->cap) {
     uint64_t ov = top - (uint64_t)r->cap; /* the newest item this insert overwrites */
     if (ov >= atomic_load(&r->pin)) {
+      uint64_t t0 = shoal_now_ns();
       atomic_fetch_add_explicit(&r->n_waits, 1, memory_order_relaxed);
       while (ov >= atomic_load(&r->pin)) sched_yield();
+      atomic_fetch_add_explicit(&r->wait_ns, shoal_now_ns() - t0, memory_order_relaxed);
     }
   }
   /* A slow writer can be lapped: another may reserve the same slots one capacity
    * later. Take each slot only once its previous item is published (0 on the
    * first lap), so two writers never write one slot. */
-  int waited = 0;
+  uint64_t lap_t0 = 0;
   for (int64_t j = 0; j < m; j++) {
     uint64_t q = a + (uint64_t)j, before = q > (uint64_t)r->cap ? q - (uint64_t)r->cap : 0;
     _Atomic uint64_t *sq = &r->meta[replay__slot(r, q)].seq;
     while (atomic_load_explicit(sq, memory_order_acquire) != before) {
-      waited = 1;
+      if (!lap_t0) lap_t0 = shoal_now_ns();
       sched_yield();
     }
     atomic_store_explicit(sq, 0, memory_order_relaxed);
   }
-  if (waited) atomic_fetch_add_explicit(&r->n_waits, 1, memory_order_relaxed);
+  if (lap_t0) {
+    atomic_fetch_add_explicit(&r->n_waits, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->wait_ns, shoal_now_ns() - lap_t0, memory_order_relaxed);
+  }
 
   /* Columns: runs of steps between episode ends are contiguous in the ring. */
   uint64_t prev = atomic_load_explicit(&sm->last, memory_order_relaxed);

@@ -279,6 +279,7 @@ typedef struct replay_stats {
   uint64_t rejected_draws; /* draws redone (incomplete n-step, overwritten, in flight) */
   uint64_t stale_updates;  /* priority updates ignored: slot overwritten */
   uint64_t writer_waits;   /* inserts that waited for a sample or save to finish */
+  double writer_wait_s;    /* time inserts spent in those waits, all threads */
   uint64_t limiter_waits;  /* inserts and samples the rate limiter held back */
   double priority_total;   /* sum of priorities (PER) */
   double priority_max;     /* largest priority seen (PER) */
