@@ -72,6 +72,10 @@ struct replay {
   /* The reader's pin: while a sample or save reads, items with seq >= pin must not
    * be overwritten; UINT64_MAX when no reader. */
   _Atomic uint64_t pin;
+  /* Writers that wait for the pin sleep on pin_epoch (a futex), which the reader
+   * bumps, waking them, whenever it releases or raises the pin. */
+  _Atomic uint32_t pin_epoch;
+  atomic_int pin_waiters;
 
   replay__stream *streams;   /* (cfg.streams) */
   replay__resolved *scratch; /* (REPLAY__CHUNK) the sampling thread's */
@@ -114,6 +118,8 @@ static inline uint64_t replay__low(const struct replay *r, uint64_t h, int64_t s
  * overwrite them; returns [*lo, *hi) the readable sequence numbers. */
 void replay__pin(struct replay *r, int64_t slack, uint64_t *lo, uint64_t *hi);
 void replay__unpin(struct replay *r);
+/* After the pin was raised or released: wakes writers waiting for it. */
+void replay__pin_moved(struct replay *r);
 
 /* Sets the priorities of slots [a, b) (no wrap) from pr (sum-tree values, 0 for
  * none) and fixes the trees. Caller holds tree_lock. */

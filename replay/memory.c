@@ -23,7 +23,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "replay/internal.h"
@@ -382,6 +386,33 @@ void replay__pin(struct replay *r, int64_t slack, uint64_t *lo, uint64_t *hi) {
 
 void replay__unpin(struct replay *r) {
   atomic_store_explicit(&r->pin, UINT64_MAX, memory_order_release);
+  replay__pin_moved(r);
+}
+
+void replay__pin_moved(struct replay *r) {
+  atomic_fetch_add(&r->pin_epoch, 1);
+  if (atomic_load(&r->pin_waiters) > 0)
+    syscall(SYS_futex, (uint32_t *)&r->pin_epoch, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Waits until the pin allows overwriting item ov. Sleeps rather than spins: when
+ * cores are oversubscribed, the reader holding the pin may be waiting for a core,
+ * and a spinning writer would keep it from one. The reader bumps pin_epoch after
+ * moving the pin; a writer counted in pin_waiters before it read the epoch is
+ * either woken or sees the new epoch (both sides are seq_cst). A 1 ms timeout
+ * bounds any other case. */
+static void wait_for_pin(struct replay *r, uint64_t ov) {
+  for (;;) {
+    atomic_fetch_add(&r->pin_waiters, 1);
+    uint32_t e = atomic_load(&r->pin_epoch);
+    if (ov < atomic_load(&r->pin)) {
+      atomic_fetch_sub(&r->pin_waiters, 1);
+      return;
+    }
+    struct timespec ts = {0, 1000000};
+    syscall(SYS_futex, (uint32_t *)&r->pin_epoch, FUTEX_WAIT_PRIVATE, e, &ts, NULL, 0);
+    atomic_fetch_sub(&r->pin_waiters, 1);
+  }
 }
 
 /* ---------------------------------------------------------------- rate limiter */
@@ -528,7 +559,7 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
     if (ov >= atomic_load(&r->pin)) {
       uint64_t t0 = shoal_now_ns();
       atomic_fetch_add_explicit(&r->n_waits, 1, memory_order_relaxed);
-      while (ov >= atomic_load(&r->pin)) sched_yield();
+      wait_for_pin(r, ov);
       atomic_fetch_add_explicit(&r->wait_ns, shoal_now_ns() - t0, memory_order_relaxed);
     }
   }
