@@ -72,6 +72,10 @@ struct replay {
   /* The reader's pin: while a sample or save reads, items with seq >= pin must not
    * be overwritten; UINT64_MAX when no reader. */
   _Atomic uint64_t pin;
+  /* Writers that wait for the pin sleep on pin_epoch (a futex), which the reader
+   * bumps, waking them, whenever it releases or raises the pin. */
+  _Atomic uint32_t pin_epoch;
+  atomic_int pin_waiters;
 
   replay__stream *streams;   /* (cfg.streams) */
   replay__resolved *scratch; /* (REPLAY__CHUNK) the sampling thread's */
@@ -90,7 +94,14 @@ struct replay {
   double *mn;                       /* all levels' minima */
   double max_p;                     /* largest priority seen, starts at 1 */
 
-  _Atomic uint64_t n_steps, n_tails, n_sampled, n_rejected, n_stale, n_waits;
+  _Atomic uint64_t n_steps, n_tails, n_sampled, n_rejected, n_stale, n_waits, wait_ns;
+
+  /* The rate limiter (cfg.samples_per_insert > 0): counts under lim_mu. */
+  pthread_mutex_t lim_mu;
+  pthread_cond_t lim_cv;
+  double lim_inserted, lim_sampled; /* I and S */
+  int closed;
+  uint64_t n_limited;
 };
 
 static inline int64_t replay__slot(const struct replay *r, uint64_t s) {
@@ -107,6 +118,8 @@ static inline uint64_t replay__low(const struct replay *r, uint64_t h, int64_t s
  * overwrite them; returns [*lo, *hi) the readable sequence numbers. */
 void replay__pin(struct replay *r, int64_t slack, uint64_t *lo, uint64_t *hi);
 void replay__unpin(struct replay *r);
+/* After the pin was raised or released: wakes writers waiting for it. */
+void replay__pin_moved(struct replay *r);
 
 /* Sets the priorities of slots [a, b) (no wrap) from pr (sum-tree values, 0 for
  * none) and fixes the trees. Caller holds tree_lock. */

@@ -17,12 +17,18 @@
  *    points into an overwritten item.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <time.h>
 
 #include "replay/internal.h"
 
@@ -139,6 +145,13 @@ static int check_config(const replay_config *c, shoal_error *err) {
     if (!(c->eps > 0 && isfinite(c->eps)))
       return shoal_error_set(err, SHOAL_EINVAL, "replay: eps %g must be > 0 and finite", c->eps);
   }
+  if (!(c->samples_per_insert >= 0 && isfinite(c->samples_per_insert)) ||
+      !(c->spi_tolerance >= 0 && isfinite(c->spi_tolerance)) || c->min_size_to_sample < 0)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "replay: rate limiter samples_per_insert %g, spi_tolerance %g, "
+                           "min_size_to_sample %lld must be finite and >= 0",
+                           c->samples_per_insert, c->spi_tolerance,
+                           (long long)c->min_size_to_sample);
   if (c->writer_slack >= c->capacity / 2)
     return shoal_error_set(err, SHOAL_EINVAL, "replay: writer_slack %lld must be < capacity/2",
                            (long long)c->writer_slack);
@@ -149,7 +162,7 @@ size_t replay_memory_bytes(const replay_config *c) {
   if (check_config(c, NULL)) return 0;
   size_t cap = (size_t)c->capacity, n = 0;
   for (int i = 0; i < c->ncols; i++) n += cap * replay_column_bytes(&c->cols[i]);
-  n += cap * sizeof(replay__meta);
+  n += cap * sizeof(replay__meta) + REPLAY__CHUNK * sizeof(replay__resolved);
   n += (size_t)(c->streams ? c->streams : 1) * sizeof(replay__stream);
   if (c->kind == REPLAY_PRIORITIZED) {
     int depth;
@@ -212,6 +225,12 @@ int replay_create(const replay_config *cfg, replay **out, shoal_error *err) {
       }
     }
   }
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&r->lim_mu, NULL);
+  pthread_cond_init(&r->lim_cv, &ca);
+  pthread_condattr_destroy(&ca);
   if (!ok || pthread_mutex_init(&r->tree_lock, NULL)) {
     replay_destroy(r);
     return shoal_error_set(err, SHOAL_ENOMEM, "replay: out of memory for %zu bytes",
@@ -251,6 +270,11 @@ void replay__clear(struct replay *r) {
   atomic_store(&r->n_rejected, 0);
   atomic_store(&r->n_stale, 0);
   atomic_store(&r->n_waits, 0);
+  atomic_store(&r->wait_ns, 0);
+  pthread_mutex_lock(&r->lim_mu);
+  r->lim_inserted = r->lim_sampled = 0;
+  r->n_limited = 0;
+  pthread_mutex_unlock(&r->lim_mu);
 }
 
 void replay_destroy(replay *r) {
@@ -262,6 +286,8 @@ void replay_destroy(replay *r) {
   free(r->sum);
   free(r->mn);
   pthread_mutex_destroy(&r->tree_lock);
+  pthread_mutex_destroy(&r->lim_mu);
+  pthread_cond_destroy(&r->lim_cv);
   free(r);
 }
 
@@ -285,6 +311,10 @@ void replay_get_stats(const replay *r, replay_stats *o) {
   o->rejected_draws = atomic_load(&m->n_rejected);
   o->stale_updates = atomic_load(&m->n_stale);
   o->writer_waits = atomic_load(&m->n_waits);
+  o->writer_wait_s = (double)atomic_load(&m->wait_ns) * 1e-9;
+  pthread_mutex_lock(&m->lim_mu);
+  o->limiter_waits = m->n_limited;
+  pthread_mutex_unlock(&m->lim_mu);
   if (m->sum) {
     pthread_mutex_lock(&m->tree_lock);
     o->priority_total = m->lsum[0][0];
@@ -356,6 +386,106 @@ void replay__pin(struct replay *r, int64_t slack, uint64_t *lo, uint64_t *hi) {
 
 void replay__unpin(struct replay *r) {
   atomic_store_explicit(&r->pin, UINT64_MAX, memory_order_release);
+  replay__pin_moved(r);
+}
+
+void replay__pin_moved(struct replay *r) {
+  atomic_fetch_add(&r->pin_epoch, 1);
+  if (atomic_load(&r->pin_waiters) > 0)
+    syscall(SYS_futex, (uint32_t *)&r->pin_epoch, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Waits until the pin allows overwriting item ov. Sleeps rather than spins: when
+ * cores are oversubscribed, the reader holding the pin may be waiting for a core,
+ * and a spinning writer would keep it from one. The reader bumps pin_epoch after
+ * moving the pin; a writer counted in pin_waiters before it read the epoch is
+ * either woken or sees the new epoch (both sides are seq_cst). A 1 ms timeout
+ * bounds any other case. */
+static void wait_for_pin(struct replay *r, uint64_t ov) {
+  for (;;) {
+    atomic_fetch_add(&r->pin_waiters, 1);
+    uint32_t e = atomic_load(&r->pin_epoch);
+    if (ov < atomic_load(&r->pin)) {
+      atomic_fetch_sub(&r->pin_waiters, 1);
+      return;
+    }
+    struct timespec ts = {0, 1000000};
+    syscall(SYS_futex, (uint32_t *)&r->pin_epoch, FUTEX_WAIT_PRIVATE, e, &ts, NULL, 0);
+    atomic_fetch_sub(&r->pin_waiters, 1);
+  }
+}
+
+/* ---------------------------------------------------------------- rate limiter */
+
+/* Waits until the limiter lets an insert of `amount` steps (inserting) or a sample
+ * of `amount` transitions through, then counts it. Both sides check the state
+ * before they add, so the two can never wait on each other at once: above the
+ * band only inserts wait, below it only samples. */
+static int limit_enter(struct replay *r, int inserting, double amount, shoal_error *err) {
+  double spi = r->cfg.samples_per_insert;
+  if (!(spi > 0)) return 0;
+  double centre = spi * (double)r->cfg.min_size_to_sample, tol = r->cfg.spi_tolerance;
+  struct timespec dl = {0};
+  int64_t ms = r->cfg.limit_timeout_ms;
+  if (ms >= 0) {
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += ms / 1000;
+    dl.tv_nsec += (ms % 1000) * 1000000;
+    if (dl.tv_nsec >= 1000000000) {
+      dl.tv_sec++;
+      dl.tv_nsec -= 1000000000;
+    }
+  }
+  int rc = 0, waited = 0;
+  pthread_mutex_lock(&r->lim_mu);
+  for (;;) {
+    if (r->closed) {
+      rc = shoal_error_set(err, SHOAL_ECLOSED, "replay: the memory was closed");
+      break;
+    }
+    double d = spi * r->lim_inserted - r->lim_sampled;
+    int go = inserting ? d <= centre + tol
+                       : r->lim_inserted >= (double)r->cfg.min_size_to_sample && d >= centre - tol;
+    if (go) break;
+    waited = 1;
+    int w = ms >= 0 ? pthread_cond_timedwait(&r->lim_cv, &r->lim_mu, &dl)
+                    : pthread_cond_wait(&r->lim_cv, &r->lim_mu);
+    if (w == ETIMEDOUT) {
+      rc = shoal_error_set(err, SHOAL_ETIMEDOUT,
+                           "replay: the rate limiter held this %s for %lld ms (inserted %.0f, "
+                           "sampled %.0f, samples per insert %g)",
+                           inserting ? "insert" : "sample", (long long)ms, r->lim_inserted,
+                           r->lim_sampled, spi);
+      break;
+    }
+  }
+  if (!rc) {
+    if (inserting)
+      r->lim_inserted += amount;
+    else
+      r->lim_sampled += amount;
+    pthread_cond_broadcast(&r->lim_cv);
+  }
+  r->n_limited += (uint64_t)waited;
+  pthread_mutex_unlock(&r->lim_mu);
+  return rc;
+}
+
+/* Takes back a sample that the limiter let through but that failed. */
+static void limit_undo_sample(struct replay *r, double amount) {
+  if (!(r->cfg.samples_per_insert > 0)) return;
+  pthread_mutex_lock(&r->lim_mu);
+  r->lim_sampled -= amount;
+  pthread_cond_broadcast(&r->lim_cv);
+  pthread_mutex_unlock(&r->lim_mu);
+}
+
+void replay_close(replay *r) {
+  if (!r) return;
+  pthread_mutex_lock(&r->lim_mu);
+  r->closed = 1;
+  pthread_cond_broadcast(&r->lim_cv);
+  pthread_mutex_unlock(&r->lim_mu);
 }
 
 /* ---------------------------------------------------------------- insert */
@@ -416,30 +546,40 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
   if (!atomic_compare_exchange_strong(&sm->busy, &expect, 1))
     return shoal_error_set(err, SHOAL_ESTATE,
                            "replay_insert: stream %d is being inserted by another thread", stream);
+  int lrc = limit_enter(r, 1, (double)n, err);
+  if (lrc) {
+    atomic_store_explicit(&sm->busy, 0, memory_order_release);
+    return lrc;
+  }
 
   uint64_t a = atomic_fetch_add(&r->head, (uint64_t)m);
   uint64_t top = a + (uint64_t)m - 1;
   if (top > (uint64_t)r->cap) {
     uint64_t ov = top - (uint64_t)r->cap; /* the newest item this insert overwrites */
     if (ov >= atomic_load(&r->pin)) {
+      uint64_t t0 = shoal_now_ns();
       atomic_fetch_add_explicit(&r->n_waits, 1, memory_order_relaxed);
-      while (ov >= atomic_load(&r->pin)) sched_yield();
+      wait_for_pin(r, ov);
+      atomic_fetch_add_explicit(&r->wait_ns, shoal_now_ns() - t0, memory_order_relaxed);
     }
   }
   /* A slow writer can be lapped: another may reserve the same slots one capacity
    * later. Take each slot only once its previous item is published (0 on the
    * first lap), so two writers never write one slot. */
-  int waited = 0;
+  uint64_t lap_t0 = 0;
   for (int64_t j = 0; j < m; j++) {
     uint64_t q = a + (uint64_t)j, before = q > (uint64_t)r->cap ? q - (uint64_t)r->cap : 0;
     _Atomic uint64_t *sq = &r->meta[replay__slot(r, q)].seq;
     while (atomic_load_explicit(sq, memory_order_acquire) != before) {
-      waited = 1;
+      if (!lap_t0) lap_t0 = shoal_now_ns();
       sched_yield();
     }
     atomic_store_explicit(sq, 0, memory_order_relaxed);
   }
-  if (waited) atomic_fetch_add_explicit(&r->n_waits, 1, memory_order_relaxed);
+  if (lap_t0) {
+    atomic_fetch_add_explicit(&r->n_waits, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->wait_ns, shoal_now_ns() - lap_t0, memory_order_relaxed);
+  }
 
   /* Columns: runs of steps between episode ends are contiguous in the ring. */
   uint64_t prev = atomic_load_explicit(&sm->last, memory_order_relaxed);
@@ -545,6 +685,22 @@ int replay_insert_one(replay *r, int stream, const void *const *cols, float rewa
   if (priority >= 0 || isnan(priority)) st.priority = &priority;
   for (int c = 0; c < r->cfg.ncols; c++) st.cols[c] = cols[c];
   return replay_insert(r, stream, &st, err);
+}
+
+int replay_reset_stream(replay *r, int stream, shoal_error *err) {
+  if (!r) return shoal_error_set(err, SHOAL_EINVAL, "replay_reset_stream: NULL argument");
+  if (stream < 0 || stream >= r->cfg.streams)
+    return shoal_error_set(err, SHOAL_ERANGE, "replay_reset_stream: stream %d outside [0, %d)",
+                           stream, r->cfg.streams);
+  replay__stream *sm = &r->streams[stream];
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&sm->busy, &expect, 1))
+    return shoal_error_set(err, SHOAL_ESTATE,
+                           "replay_reset_stream: stream %d is being inserted by another thread",
+                           stream);
+  atomic_store_explicit(&sm->last, 0, memory_order_relaxed);
+  atomic_store_explicit(&sm->busy, 0, memory_order_release);
+  return 0;
 }
 
 static int check_named(const replay_column_data *d, replay_dtype want, int want_bool_ok,
@@ -826,8 +982,9 @@ int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, rep
                            args->gamma);
   if (r->sum && !(args->beta >= 0 && args->beta <= 1))
     return shoal_error_set(err, SHOAL_EINVAL, "replay_sample: beta %g outside [0, 1]", args->beta);
-  uint64_t lo, hi;
-  replay__pin(r, r->slack, &lo, &hi);
+  int lrc = limit_enter(r, 0, (double)B, err);
+  if (lrc) return lrc;
+  uint64_t lo = 0, hi = 0;
   int64_t budget = 64 * (int64_t)B + 4096, rejected = 0;
   replay__resolved *rs = r->scratch;
   uint64_t cand[CHUNK];
@@ -835,7 +992,10 @@ int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, rep
   int64_t slots[CHUNK];
   int ok[CHUNK];
   int b = 0, stratified = 1;
-  while (b < B && rejected < budget && hi > lo) {
+  while (b < B && rejected < budget) {
+    /* Pinned per chunk, not per call: a writer waits at most one chunk's copies. */
+    replay__pin(r, r->slack, &lo, &hi);
+    if (hi <= lo) break;
     int cnt = B - b < CHUNK ? B - b : CHUNK;
     if (!r->sum) {
       for (int j = 0; j < cnt; j++) {
@@ -881,9 +1041,11 @@ int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, rep
       if (out->weight) out->weight[b] = r->sum ? (float)pow(pmin / pr[j], args->beta) : 1.0f;
       b++;
     }
+    replay__unpin(r);
   }
-  replay__unpin(r);
+  replay__unpin(r); /* after a break */
   atomic_fetch_add_explicit(&r->n_rejected, (uint64_t)rejected, memory_order_relaxed);
+  if (b < B) limit_undo_sample(r, (double)B);
   if (b < B)
     return shoal_error_set(err, SHOAL_ESTATE,
                            "replay_sample: %d of %d drawn; no sampleable step among %llu items "
@@ -914,11 +1076,18 @@ int replay_update_priorities(replay *r, int64_t n, const int64_t *index, const u
                              (long long)i, (long long)index[i], (double)td_abs[i]);
   }
   uint64_t stale = 0;
+  /* The leaves and their parents, fetched together before the walk up. */
+  for (int64_t i = 0; i < n; i++) {
+    __builtin_prefetch(&r->meta[index[i]]);
+    __builtin_prefetch(&replay__leaves(r)[index[i]]);
+    __builtin_prefetch(&replay__leaves_min(r)[index[i]]);
+    if (r->depth > 2) __builtin_prefetch(&r->lsum[r->depth - 2][index[i] / REPLAY__FAN]);
+  }
   pthread_mutex_lock(&r->tree_lock);
   for (int64_t i = 0; i < n; i++) {
     /* Under the lock: a writer invalidates seq before it sets a slot's new priority. */
     if (atomic_load_explicit(&r->meta[index[i]].seq, memory_order_acquire) != generation[i] ||
-        generation[i] == 0) {
+        generation[i] == 0 || replay__leaves(r)[index[i]] <= 0 /* a tail */) {
       stale++;
       continue;
     }

@@ -66,7 +66,15 @@
  * concurrently with each other. While that thread reads, writers never overwrite
  * what it may read: the oldest `writer_slack` items are not sampled, so writers
  * overwriting them proceed without waiting; a writer waits only if it would
- * overwrite newer items while a sample is in progress.
+ * overwrite newer items while a chunk of 32 draws is being copied (or, during
+ * replay_save, items not yet written to the file). A writer that laps a slower
+ * one (reserves a slot one capacity later) waits until that slot's previous item
+ * is published.
+ *
+ * When full, the ring overwrites its oldest items. For backpressure, the optional
+ * rate limiter (replay_config.samples_per_insert) holds inserts back while the
+ * learner lags, and samples while the actors lag, keeping the replay ratio within
+ * a band as Reverb's SampleToInsertRatio does.
  *
  * The trajectory FIFO
  * -------------------
@@ -144,6 +152,16 @@ typedef struct replay_config {
   double eps;             /* PER floor added to |delta|, > 0 (e.g. 1e-6) */
   int64_t writer_slack;   /* oldest items never sampled so writers need not wait;
                              < 0: capacity / 64. 0 is exact but writers may wait. */
+  /* Backpressure (optional): a rate limiter as Reverb's SampleToInsertRatio. With
+   * I steps inserted and S transitions sampled, d = spi * I - S must stay within
+   * spi * min_size_to_sample +- spi_tolerance: an insert waits while d is above
+   * that band (the learner is behind), a sample waits while d is below it or
+   * fewer than min_size_to_sample steps were inserted (the actors are behind).
+   * Each side checks before it adds, so one call may overshoot by its own size. */
+  double samples_per_insert;  /* spi > 0 turns the limiter on; 0: off (never waits) */
+  double spi_tolerance;       /* >= 0, in samples */
+  int64_t min_size_to_sample; /* >= 0 */
+  int64_t limit_timeout_ms;   /* longest wait of one call; < 0: forever */
 } replay_config;
 
 typedef struct replay replay;
@@ -180,13 +198,21 @@ typedef struct replay_steps {
  * Copies everything; on error nothing is inserted. Thread-safe across streams;
  * the same stream from two threads at once gives SHOAL_ESTATE. Returns 0,
  * SHOAL_EINVAL (bad argument, N + K beyond capacity - writer_slack), SHOAL_ENAN
- * (non-finite reward or priority), SHOAL_ERANGE (stream id) or SHOAL_ESTATE. */
+ * (non-finite reward or priority), SHOAL_ERANGE (stream id), SHOAL_ESTATE, and
+ * with the rate limiter SHOAL_ETIMEDOUT or SHOAL_ECLOSED (replay_close). */
 int replay_insert(replay *r, int stream, const replay_steps *steps, shoal_error *err);
 
 /* One step: cols[c] one item per spec column; final_obs when the step ended an
  * episode (else ignored, may be NULL); priority < 0 means max priority. */
 int replay_insert_one(replay *r, int stream, const void *const *cols, float reward, int terminated,
                       int truncated, const void *final_obs, float priority, shoal_error *err);
+
+/* Abandons the open episode of `stream` (its actor restarted or went away): its
+ * next step starts a new episode instead of continuing the old one, whose last
+ * steps never get successors (they are not sampled where they would need one).
+ * Not concurrent with an insert of the same stream (SHOAL_ESTATE then). Returns
+ * 0, SHOAL_ERANGE or SHOAL_ESTATE. */
+int replay_reset_stream(replay *r, int stream, shoal_error *err);
 
 /* A named column of raw bytes as decoded off the wire (borrowed). shape includes
  * the leading N (or K for final_obs). */
@@ -228,8 +254,9 @@ typedef struct replay_batch {
 } replay_batch;
 
 /* Draws B steps (with replacement) uniformly or by priority and writes their data.
- * Only the sampling thread calls it. Returns 0, SHOAL_EINVAL, or SHOAL_ESTATE when
- * the memory holds no sampleable step (err says how many items it holds). */
+ * Only the sampling thread calls it. Returns 0, SHOAL_EINVAL, SHOAL_ESTATE when
+ * the memory holds no sampleable step (err says how many items it holds), and
+ * with the rate limiter SHOAL_ETIMEDOUT or SHOAL_ECLOSED. */
 int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, replay_batch *out,
                   shoal_error *err);
 
@@ -252,18 +279,26 @@ typedef struct replay_stats {
   uint64_t rejected_draws; /* draws redone (incomplete n-step, overwritten, in flight) */
   uint64_t stale_updates;  /* priority updates ignored: slot overwritten */
   uint64_t writer_waits;   /* inserts that waited for a sample or save to finish */
+  double writer_wait_s;    /* time inserts spent in those waits, all threads */
+  uint64_t limiter_waits;  /* inserts and samples the rate limiter held back */
   double priority_total;   /* sum of priorities (PER) */
   double priority_max;     /* largest priority seen (PER) */
 } replay_stats;
+
+/* Wakes every insert and sample waiting on the rate limiter with SHOAL_ECLOSED;
+ * later waits return it at once (calls that need not wait still work). For
+ * shutdown. Thread-safe. */
+void replay_close(replay *r);
 
 /* A snapshot of the counters. Safe from any thread (values may be a moment old). */
 void replay_get_stats(const replay *r, replay_stats *out);
 
 /* Writes the whole memory to path atomically (path.tmp, fsync, rename, fsync dir),
- * streamed in 1 MiB pieces: magic "SHOALRPL", version, the spec, the items, the
- * priorities, the streams' state, then a CRC32C of everything before it. Inserts
- * may continue meanwhile (the file holds what was published when save began; a
- * writer that would overwrite those items waits). Only the sampling thread calls
+ * streamed in 1 MiB pieces: magic "SHOALRPL", version, the spec (with its own
+ * CRC32C), the streams' state, the items with their priorities, then a CRC32C of
+ * everything before it. Inserts may continue meanwhile: the file holds what was
+ * published when save began, written oldest first, and a writer that would
+ * overwrite an item not yet written waits for it. Only the sampling thread calls
  * it. Returns 0 or SHOAL_EIO (err names the path and errno's reason). */
 int replay_save(replay *r, const char *path, shoal_error *err);
 
@@ -311,11 +346,12 @@ int replay_traj_rows(const replay_traj *q, int c);
 int replay_traj_push(replay_traj *q, const void *const *cols, const float *logp, int64_t version,
                      shoal_error *err);
 
-/* Caller-owned buffers for B unrolls, batch-major. NULL pointers are not written. */
+/* Caller-owned buffers for B unrolls. NULL pointers are not written. */
 typedef struct replay_traj_batch {
-  void *cols[REPLAY_MAX_COLUMNS]; /* (B, rows(c), item) */
-  float *logp;                    /* (B, T) */
+  void *cols[REPLAY_MAX_COLUMNS]; /* (B, rows(c), item), or (rows(c), B, item) time-major */
+  float *logp;                    /* (B, T), or (T, B) time-major */
   int64_t *version;               /* (B) */
+  int time_major; /* nonzero: time-major layouts, as V-trace and most RNN code want */
 } replay_traj_batch;
 
 /* Pops B unrolls in arrival order. Unrolls with version < learner_version -

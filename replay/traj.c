@@ -315,13 +315,25 @@ int replay_traj_pop(replay_traj *q, int B, int64_t learner_version, int64_t time
       stale++;
       continue;
     }
-    for (int c = 0; c < q->cfg.ncols; c++)
-      if (out->cols[c])
-        memcpy((uint8_t *)out->cols[c] + (size_t)b * q->rows_bytes[c],
-               q->col[c] + (size_t)s * q->rows_bytes[c], q->rows_bytes[c]);
-    if (out->logp)
-      memcpy(out->logp + (size_t)b * (size_t)T, q->logp + (size_t)s * (size_t)T,
-             (size_t)T * sizeof(float));
+    for (int c = 0; c < q->cfg.ncols; c++) {
+      if (!out->cols[c]) continue;
+      const uint8_t *src = q->col[c] + (size_t)s * q->rows_bytes[c];
+      uint8_t *dst = out->cols[c];
+      if (!out->time_major) {
+        memcpy(dst + (size_t)b * q->rows_bytes[c], src, q->rows_bytes[c]);
+      } else {
+        size_t isz = q->item[c], rows = q->rows_bytes[c] / isz;
+        for (size_t t = 0; t < rows; t++)
+          memcpy(dst + (t * (size_t)B + (size_t)b) * isz, src + t * isz, isz);
+      }
+    }
+    if (out->logp) {
+      const float *lp = q->logp + (size_t)s * (size_t)T;
+      if (!out->time_major)
+        memcpy(out->logp + (size_t)b * (size_t)T, lp, (size_t)T * sizeof(float));
+      else
+        for (int t = 0; t < T; t++) out->logp[(size_t)t * (size_t)B + (size_t)b] = lp[t];
+    }
     if (out->version) out->version[b] = q->version[s];
     b++;
   }

@@ -199,6 +199,18 @@ static void test_streams_interleaved_keep_their_own_links(void **state) {
   assert_int_equal(put(r, 1, 1, b2, one, z, z, NULL), 0);
   expect tab[] = {{1, 1.5f, .25f, 3, 2}, {2, 1.5f, .25f, 4, 2}, {101, 1.5f, .25f, 103, 2}};
   assert_int_equal(check_samples(r, 2, 0.5, tab, 3, 4), 3);
+  /* Stream 1's actor restarts: 201, 202, 203 start a new episode, so 102 and 103
+   * never get successors and 201's stack would not reach back into 103. */
+  assert_int_equal(replay_reset_stream(r, 1, NULL), 0);
+  assert_int_equal(replay_reset_stream(r, 9, NULL), SHOAL_ERANGE);
+  float b3[] = {201, 202, 203}, one3[] = {1, 1, 1};
+  uint8_t z3[3] = {0};
+  assert_int_equal(put(r, 1, 3, b3, one3, z3, z3, NULL), 0);
+  expect tab2[] = {{1, 1.5f, .25f, 3, 2},
+                   {2, 1.5f, .25f, 4, 2},
+                   {101, 1.5f, .25f, 103, 2},
+                   {201, 1.5f, .25f, 203, 2}};
+  assert_int_equal(check_samples(r, 2, 0.5, tab2, 4, 5), 4);
   replay_destroy(r);
 }
 
@@ -385,6 +397,58 @@ static void test_insert_columns_checks_names_and_shapes(void **state) {
   replay_destroy(r);
 }
 
+static void test_insert_one_and_no_obs_column(void **state) {
+  /* One step at a time; then a spec without an obs column, where n-step returns
+   * still stop at episode ends and truncation still bootstraps (no next obs). */
+  replay_config c = small_config(REPLAY_PRIORITIZED, 16, 1, 1);
+  replay *r = NULL;
+  assert_int_equal(replay_create(&c, &r, NULL), 0);
+  for (int i = 1; i <= 3; i++) {
+    float o = (float)i, fin = 50;
+    int64_t a = 10 * i;
+    const void *cols[2] = {&o, &a};
+    assert_int_equal(replay_insert_one(r, 1, cols, (float)i, i == 3, 0, &fin, 2.0f, NULL), 0);
+  }
+  float nan_prio = NAN, o = 4;
+  int64_t a4 = 40;
+  const void *cols4[2] = {&o, &a4};
+  assert_int_equal(replay_insert_one(r, 1, cols4, 0, 0, 0, NULL, nan_prio, NULL), SHOAL_ENAN);
+  expect tab[] = {
+      {1, 1 + 0.5f * 2 + 0.25f * 3, 0, 50, 3}, {2, 2 + 0.5f * 3, 0, 50, 2}, {3, 3, 0, 50, 1}};
+  assert_int_equal(check_samples(r, 3, 0.5, tab, 3, 11), 3);
+  replay_destroy(r);
+
+  replay_config c2 = small_config(REPLAY_UNIFORM, 16, 1, 1);
+  c2.obs_column = NULL;
+  assert_int_equal(replay_create(&c2, &r, NULL), 0);
+  float ids[] = {1, 2, 3, 4, 5}, rew[] = {1, 2, 3, 4, 5};
+  uint8_t te[] = {0, 1, 0, 0, 0}, tr[] = {0, 0, 0, 1, 0};
+  assert_int_equal(put(r, 0, 5, ids, rew, te, tr, NULL), 0); /* no final obs needed */
+  enum { B = 64 };
+  float obs[B], ret[B], disc[B];
+  int64_t act[B];
+  int32_t m[B];
+  replay_batch b = {.cols = {obs, act}, .reward = ret, .discount = disc, .steps = m};
+  replay_sample_args a = {.batch = B, .n_step = 2, .gamma = 0.5};
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 12);
+  assert_int_equal(replay_sample(r, &rng, &a, &b, NULL), 0);
+  for (int i = 0; i < B; i++) {
+    /* 1: 1 + .5*2, terminated: 0.  2: 2, 0.  3: 3 + .5*4 truncated: .25.  4: 4, .5.
+     * 5: needs its successor (n = 2): never drawn. */
+    const float want_ret[] = {0, 2, 2, 5, 4}, want_disc[] = {0, 0, 0, 0.25f, 0.5f};
+    int id = (int)obs[i];
+    assert_true(id >= 1 && id <= 4);
+    assert_float_equal(ret[i], want_ret[id], 1e-6);
+    assert_float_equal(disc[i], want_disc[id], 1e-7);
+    assert_int_equal(m[i], id == 1 || id == 3 ? 2 : 1);
+  }
+  replay_stats st;
+  replay_get_stats(r, &st);
+  assert_int_equal(st.inserted_tails, 0);
+  replay_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_rejected_with_reason),
@@ -396,6 +460,7 @@ int main(void) {
       cmocka_unit_test(test_frame_stack_rejects_overwritten_history),
       cmocka_unit_test(test_insert_errors_insert_nothing),
       cmocka_unit_test(test_insert_columns_checks_names_and_shapes),
+      cmocka_unit_test(test_insert_one_and_no_obs_column),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -182,7 +182,9 @@ static void run(replay_kind kind, int64_t slack, int save_every) {
   replay_sample_args a = {.batch = BATCH, .n_step = 2, .gamma = GAMMA, .beta = 0.4};
   shoal_rng rng;
   shoal_rng_seed(&rng, 5);
-  uint64_t sampled = 0, calls = 0, during = 0, bad = 0, saves = 0;
+  /* No assert may fire while the writers run (they would be left spinning): count,
+   * and check after the join. */
+  uint64_t sampled = 0, calls = 0, during = 0, bad = 0, saves = 0, update_fails = 0, save_fails = 0;
   char path[64];
   snprintf(path, sizeof path, "/tmp/shoal_replay_conc_%d.rpl", (int)getpid());
   float td[BATCH];
@@ -202,12 +204,12 @@ static void run(replay_kind kind, int64_t slack, int save_every) {
       td[i] = (float)(b->gen[i] % 7);
     }
     if (kind == REPLAY_PRIORITIZED)
-      assert_int_equal(replay_update_priorities(sh.r, BATCH, b->idx, b->gen, td, NULL), 0);
+      update_fails += replay_update_priorities(sh.r, BATCH, b->idx, b->gen, td, NULL) != 0;
     if (save_every && writing && calls % (uint64_t)save_every == 0) {
       shoal_error err = {0};
       int rc = replay_save(sh.r, path, &err);
       if (rc) print_message("save: %s\n", err.msg);
-      assert_int_equal(rc, 0);
+      save_fails += rc != 0;
       saves++;
     }
   }
@@ -217,6 +219,8 @@ static void run(replay_kind kind, int64_t slack, int save_every) {
     assert_int_equal(ws[i].fails, 0);
     tails += ws[i].tails;
   }
+  assert_int_equal(update_fails, 0);
+  assert_int_equal(save_fails, 0);
   if (bad) print_message("%llu bad rows, first reason %d\n", (unsigned long long)bad, first_bad);
   assert_int_equal(bad, 0);
   replay_stats st;

@@ -98,14 +98,30 @@ static void test_order_contents_and_bootstrap_row(void **state) {
     assert_int_equal(o->ver[b], b + 1);
   }
   shoal_error err = {0};
+  /* Time-major: (rows, B, item). */
+  for (int i = 6; i <= 7; i++) assert_int_equal(push(q, i, i), 0);
+  float tobs[T + 1][2][D];
+  int32_t tact[T][2];
+  float tlogp[T][2];
+  replay_traj_batch tb = {.cols = {tobs, tact}, .logp = &tlogp[0][0], .time_major = 1};
+  assert_int_equal(replay_traj_pop(q, 2, 0, 0, &tb, NULL), 0);
+  for (int b = 0; b < 2; b++) {
+    unroll u;
+    make(&u, 4 + b);
+    for (int t = 0; t <= T; t++) assert_memory_equal(tobs[t][b], u.obs[t], sizeof u.obs[t]);
+    for (int t = 0; t < T; t++) {
+      assert_int_equal(tact[t][b], u.act[t]);
+      assert_float_equal(tlogp[t][b], u.logp[t], 0);
+    }
+  }
   assert_int_equal(replay_traj_pop(q, 3, 0, 10, &o->b, &err), SHOAL_ETIMEDOUT);
   assert_int_equal(replay_traj_pop(q, 2, 0, 0, &o->b, NULL), 0);
-  assert_int_equal(o->ver[0], 4);
-  assert_int_equal(o->ver[1], 5);
+  assert_int_equal(o->ver[0], 6);
+  assert_int_equal(o->ver[1], 7);
   replay_traj_stats st;
   replay_traj_get_stats(q, &st);
-  assert_int_equal(st.pushed, 5);
-  assert_int_equal(st.popped, 5);
+  assert_int_equal(st.pushed, 7);
+  assert_int_equal(st.popped, 7);
   assert_int_equal(st.held, 0);
   /* Bad input. */
   float bad[T] = {0, NAN};
