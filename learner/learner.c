@@ -10,8 +10,9 @@
  * {"event":"done",...}. SIGINT/SIGTERM stop it cleanly: a final snapshot, the replay
  * saved (file stores), the store flushed; exit status 0.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -58,6 +59,7 @@ typedef struct learner {
   /* Episode returns, from the rewards and flags of each replay stream. */
   pthread_mutex_t ep_mu;
   double *stream_ret;
+  uint64_t *incarnation; /* per actor: the process whose episodes its streams hold */
   double returns[RETURNS_KEPT];
   uint64_t episodes;
   atomic_uint_fast64_t bad_batches;
@@ -172,6 +174,22 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
   const float *prio = b->cols[COL_PRIO].data;
   const int32_t *envi = b->cols[COL_ENV].data;
   const uint8_t *tail = b->cols[COL_TAIL].data;
+  /* A restarted actor begins new episodes in its streams: the old ones are cut where
+   * they stopped, never joined to the new process's steps. Batches of one actor come
+   * on one stream, one at a time, so this check is not raced by that actor. */
+  if (L->incarnation[b->actor_id] != b->incarnation) {
+    if (L->incarnation[b->actor_id] != 0) {
+      for (int e = 0; e < L->num_envs; e++) {
+        int stream = (int)b->actor_id * L->num_envs + e;
+        int rc = replay_reset_stream(L->mem, stream, err);
+        if (rc) return rc;
+        pthread_mutex_lock(&L->ep_mu);
+        L->stream_ret[stream] = 0;
+        pthread_mutex_unlock(&L->ep_mu);
+      }
+    }
+    L->incarnation[b->actor_id] = b->incarnation;
+  }
   uint32_t i = 0;
   while (i < b->n) {
     int e = envi[i];
@@ -410,6 +428,11 @@ int main(int argc, char **argv) {
   int nkeys;
   const cfg_key *keys = apex_schema(&nkeys);
   learner L = {0};
+  /* gRPC allocates a buffer per large message; glibc's default thresholds hand those
+   * back to the kernel, which then zeroes fresh pages for every message (about 15% of
+   * ingest in benchmarks/ingest). Keep them in the heap. */
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   if (!(L.cfg = config_create(keys, nkeys, &err))) die("config", &err);
   const char *sets[64];
   int nsets = 0;
@@ -470,6 +493,11 @@ int main(int argc, char **argv) {
     L.tolerance =
         4.0 * L.ratio * L.actors * L.num_envs * (double)config_int(L.cfg, "actor.send_steps");
   L.stream_ret = calloc((size_t)L.actors * L.num_envs, sizeof *L.stream_ret);
+  L.incarnation = calloc((size_t)L.actors, sizeof *L.incarnation);
+  if (!L.stream_ret || !L.incarnation) {
+    fprintf(stderr, "shoal-learner: out of memory\n");
+    return 1;
+  }
   L.eval_return = NAN;
   L.last_snapshot_version = -1;
   L.best_eval = -INFINITY;
@@ -743,6 +771,7 @@ int main(int argc, char **argv) {
   replay_destroy(L.mem);
   config_destroy(L.cfg);
   free(L.stream_ret);
+  free(L.incarnation);
   free(L.obs_b), free(L.nobs_b), free(L.obs_f), free(L.nobs_f), free(L.ret), free(L.disc);
   free(L.w), free(L.prio), free(L.act), free(L.idx), free(L.gen);
   free(e_obs), free(e_fin), free(e_obsf), free(e_rew), free(e_term), free(e_trunc);
