@@ -743,18 +743,20 @@ static int load_impl(nn_model *m, const uint8_t *buf, size_t len, const char *sr
   }
   for (int i = 0; i < ps.n; i++) order[i] = &ps.e[i];
   qsort(order, (size_t)ps.n, sizeof *order, cmp_begin);
+  for (int i = 1; i < ps.n; i++)
+    if (order[i]->begin < order[i - 1]->end) {
+      rc = shoal_error_set(err, SHOAL_EFORMAT,
+                           "nn: checkpoint '%s': tensor '%s' [%llu, %llu) overlaps '%s'", src,
+                           order[i]->name, (unsigned long long)order[i]->begin,
+                           (unsigned long long)order[i]->end, order[i - 1]->name);
+      goto done;
+    }
   uint64_t at = 0;
   for (int i = 0; i < ps.n; i++) {
     if (order[i]->begin != at) {
-      if (order[i]->begin < at)
-        rc = shoal_error_set(err, SHOAL_EFORMAT,
-                             "nn: checkpoint '%s': tensor '%s' [%llu, %llu) overlaps '%s'", src,
-                             order[i]->name, (unsigned long long)order[i]->begin,
-                             (unsigned long long)order[i]->end, order[i - 1]->name);
-      else
-        rc = shoal_error_set(err, SHOAL_EFORMAT,
-                             "nn: checkpoint '%s': a gap of %llu bytes before tensor '%s'", src,
-                             (unsigned long long)(order[i]->begin - at), order[i]->name);
+      rc = shoal_error_set(err, SHOAL_EFORMAT,
+                           "nn: checkpoint '%s': a gap of %llu bytes before tensor '%s'", src,
+                           (unsigned long long)(order[i]->begin - at), order[i]->name);
       goto done;
     }
     at = order[i]->end;

@@ -188,7 +188,8 @@ def st_write(path, tensors, metadata=None, order=None):
         header["__metadata__"] = metadata
     for name in names:
         a = np.asarray(tensors[name])
-        a = np.ascontiguousarray(a, dtype="<i8" if a.dtype == np.int64 else "<f4")
+        # (np.ascontiguousarray would turn a scalar into shape (1,))
+        a = np.array(a, dtype="<i8" if a.dtype == np.int64 else "<f4", order="C")
         header[name] = {"dtype": "I64" if a.dtype == np.int64 else "F32", "shape": list(a.shape),
                         "data_offsets": [off, off + a.nbytes]}
         blobs.append(a.tobytes())
