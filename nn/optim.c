@@ -187,8 +187,7 @@ static void step_sgd(nn_optim *o) {
   float lr = c->lr, wd = c->weight_decay, mu = c->momentum, damp = 1.0f - c->dampening;
   bool first = o->step == 0; /* torch starts the buffer as a copy of the first d_p */
   for (size_t i = 0; i < o->n; i++) {
-    float d = g[i];
-    if (wd != 0) d += wd * p[i];
+    float d = g[i] + wd * p[i]; /* wd = 0 adds exactly nothing */
     if (buf) {
       float b = first ? d : mu * buf[i] + damp * d;
       buf[i] = b;
@@ -198,30 +197,31 @@ static void step_sgd(nn_optim *o) {
   }
 }
 
+/* Branch-free over the buffer so that it vectorises (nn/CMakeLists.txt builds this file
+ * with -O3 -fno-math-errno): Adam adds wd * p to the gradient, AdamW shrinks p by
+ * 1 - lr wd first (Loshchilov & Hutter 2019); a zero factor changes nothing, exactly. */
 static void step_adam(nn_optim *o) {
   const nn_optim_config *c = &o->cfg;
-  float *p = o->params, *m = o->exp_avg, *v = o->exp_avg_sq;
-  const float *g = o->grads;
+  float *restrict p = o->params, *restrict m = o->exp_avg, *restrict v = o->exp_avg_sq;
+  const float *restrict g = o->grads;
   double t = (double)(o->step + 1);
   double bc1 = 1.0 - pow((double)c->beta1, t), bc2 = 1.0 - pow((double)c->beta2, t);
   float step_size = (float)((double)c->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-  float b1 = c->beta1, b2 = c->beta2, eps = c->eps, wd = c->weight_decay;
+  float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
   float one_b1 = 1.0f - b1, one_b2 = 1.0f - b2;
   bool decoupled = c->kind == NN_ADAMW;
-  /* AdamW (Loshchilov & Hutter 2019): p *= 1 - lr wd before the Adam update */
-  float shrink = (float)(1.0 - (double)c->lr * c->weight_decay);
-  for (size_t i = 0; i < o->n; i++) {
-    float gi = g[i];
-    if (decoupled)
-      p[i] *= shrink;
-    else if (wd != 0)
-      gi += wd * p[i];
+  float wd = decoupled ? 0.0f : c->weight_decay;
+  float shrink = decoupled ? (float)(1.0 - (double)c->lr * c->weight_decay) : 1.0f;
+  size_t n = o->n;
+  for (size_t i = 0; i < n; i++) {
+    float pi = p[i] * shrink;
+    float gi = g[i] + wd * pi;
     float mi = b1 * m[i] + one_b1 * gi;
     float vi = b2 * v[i] + one_b2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
     float denom = sqrtf(vi) / bc2_sqrt + eps;
-    p[i] -= step_size * (mi / denom);
+    p[i] = pi - step_size * (mi / denom);
   }
 }
 
@@ -232,8 +232,7 @@ static void step_rmsprop(nn_optim *o) {
   float lr = c->lr, wd = c->weight_decay, a = c->alpha, one_a = 1.0f - c->alpha;
   float eps = c->eps, mu = c->momentum;
   for (size_t i = 0; i < o->n; i++) {
-    float gi = g[i];
-    if (wd != 0) gi += wd * p[i];
+    float gi = g[i] + wd * p[i];
     float s = a * sq[i] + one_a * gi * gi;
     sq[i] = s;
     float var = s;
