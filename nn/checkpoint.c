@@ -685,8 +685,8 @@ static int cmp_begin(const void *a, const void *b) {
   return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
 }
 
-int nn__st_load_buffer(const nn__st_tensor *tab, int count, const uint8_t *buf, size_t len,
-                       const char *src, shoal_error *err) {
+int nn__st_load_buffer(const nn__st_tensor *tab, int count, const char *owner, const uint8_t *buf,
+                       size_t len, const char *src, shoal_error *err) {
   if (!buf) return shoal_error_set(err, SHOAL_EINVAL, "nn: load: NULL data");
   if (len < 8)
     return shoal_error_set(err, SHOAL_EFORMAT,
@@ -719,8 +719,8 @@ int nn__st_load_buffer(const nn__st_tensor *tab, int count, const uint8_t *buf, 
     for (int k = 0; k < count && found < 0; k++)
       if (!strcmp(tab[k].name, e->name)) found = k;
     if (found < 0) {
-      rc = shoal_error_set(err, SHOAL_ESHAPE,
-                           "nn: checkpoint '%s': tensor '%s' is not in the model", src, e->name);
+      rc = shoal_error_set(err, SHOAL_ESHAPE, "nn: checkpoint '%s': tensor '%s' is not in the %s",
+                           src, e->name, owner);
       goto done;
     }
     e->model_index = found;
@@ -734,8 +734,8 @@ int nn__st_load_buffer(const nn__st_tensor *tab, int count, const uint8_t *buf, 
       shape_text(ms, sizeof ms, ms64, t->ndim);
       rc = shoal_error_set(err, SHOAL_ESHAPE,
                            "nn: checkpoint '%s': tensor '%s' has shape %s in the file, %s in the "
-                           "model",
-                           src, e->name, fs, ms);
+                           "%s",
+                           src, e->name, fs, ms, owner);
       goto done;
     }
     /* torch writes integer state (num_batches_tracked) as I64; parameters must be F32 */
@@ -767,8 +767,8 @@ int nn__st_load_buffer(const nn__st_tensor *tab, int count, const uint8_t *buf, 
     for (int i = 0; i < ps.n && !present; i++) present = ps.e[i].model_index == k;
     if (!present) {
       rc = shoal_error_set(err, SHOAL_ESHAPE,
-                           "nn: checkpoint '%s': the model's tensor '%s' is missing from the file",
-                           src, tab[k].name);
+                           "nn: checkpoint '%s': the %s's tensor '%s' is missing from the file",
+                           src, owner, tab[k].name);
       goto done;
     }
   }
@@ -819,7 +819,16 @@ int nn__st_load_buffer(const nn__st_tensor *tab, int count, const uint8_t *buf, 
                                e->name, (unsigned long long)j, (double)v);
           goto done;
         }
-      } else if (!tab[e->model_index].i64) {
+      } else if (tab[e->model_index].i64) {
+        int64_t v = (int64_t)read_u64le(p);
+        if (v < 0) {
+          rc = shoal_error_set(err, SHOAL_ERANGE,
+                               "nn: checkpoint '%s': tensor '%s'[%llu] = %lld; a count must be "
+                               ">= 0",
+                               src, e->name, (unsigned long long)j, (long long)v);
+          goto done;
+        }
+      } else {
         int64_t v = (int64_t)read_u64le(p);
         if (v > (1 << 24) || v < -(1 << 24)) {
           rc = shoal_error_set(err, SHOAL_ERANGE,
@@ -858,7 +867,7 @@ static int model_load(nn_model *m, const uint8_t *buf, size_t len, const char *s
   int n;
   int rc = model_table(m, &t, &n, "load", err);
   if (rc) return rc;
-  rc = nn__st_load_buffer(t, n, buf, len, src, err);
+  rc = nn__st_load_buffer(t, n, "model", buf, len, src, err);
   free(t);
   return rc;
 }

@@ -249,6 +249,17 @@ int nn_optim_step(nn_optim *o, shoal_error *err);
 long nn_optim_steps(const nn_optim *o);
 /* Zeroes the moments and the step count (a fresh optimizer on the same buffers). */
 void nn_optim_reset(nn_optim *o);
+/* The optimizer's state, to resume training: a safetensors file (or buffer) with
+ * torch.optim's state names, each a (n,) F32 tensor: "exp_avg", "exp_avg_sq" (adam,
+ * adamw), "momentum_buffer" (sgd and rmsprop with momentum), "square_avg", "grad_avg"
+ * (rmsprop, centered) and "step" (an I64 scalar); __metadata__ names the kind. Load
+ * checks every tensor against o (same parameter count and optimizer kind) and changes
+ * nothing on error; the config (lr, betas, ...) is o's own. save_buffer: caller frees
+ * *buf with free(). Saving is atomic as nn_model_save. */
+int nn_optim_save(const nn_optim *o, const char *path, shoal_error *err);
+int nn_optim_load(nn_optim *o, const char *path, shoal_error *err);
+int nn_optim_save_buffer(const nn_optim *o, uint8_t **buf, size_t *len, shoal_error *err);
+int nn_optim_load_buffer(nn_optim *o, const uint8_t *buf, size_t len, shoal_error *err);
 void nn_optim_set_lr(nn_optim *o, float lr);
 float nn_optim_lr(const nn_optim *o);
 /* Global L2 norm of the gradient before clipping, from the last step. */

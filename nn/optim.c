@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "nn/nn.h"
+#include "nn/safetensors.h"
 
 struct nn_optim {
   nn_optim_config cfg;
@@ -275,4 +276,92 @@ int nn_optim_step(nn_optim *o, shoal_error *err) {
   }
   o->step++;
   return 0;
+}
+
+/* ---- optimizer checkpoints ------------------------------------------------------------- */
+
+static const char *kind_name(nn_optim_kind k) {
+  static const char *names[] = {"sgd", "adam", "adamw", "rmsprop"};
+  return (unsigned)k <= NN_RMSPROP ? names[k] : "unknown";
+}
+
+/* The table of o's state under torch.optim's names; step points to a copy of the
+ * step count. Returns the number of tensors. */
+static int optim_table(const nn_optim *o, nn__st_tensor t[4], int64_t *step) {
+  int n = 0;
+  bool rms = o->cfg.kind == NN_RMSPROP;
+  struct {
+    float *buf;
+    const char *name;
+  } bufs[3] = {
+      {o->buf, "momentum_buffer"},
+      {o->exp_avg, rms ? "grad_avg" : "exp_avg"},
+      {o->exp_avg_sq, rms ? "square_avg" : "exp_avg_sq"},
+  };
+  for (int i = 0; i < 3; i++) {
+    if (!bufs[i].buf) continue;
+    memset(&t[n], 0, sizeof t[n]);
+    t[n].name = bufs[i].name;
+    t[n].ndim = 1;
+    t[n].shape[0] = (int)o->n;
+    t[n].numel = o->n;
+    t[n].f32 = bufs[i].buf;
+    n++;
+  }
+  memset(&t[n], 0, sizeof t[n]);
+  t[n].name = "step";
+  t[n].ndim = 0;
+  t[n].numel = 1;
+  t[n].i64 = step;
+  return n + 1;
+}
+
+int nn_optim_save_buffer(const nn_optim *o, uint8_t **buf, size_t *len, shoal_error *err) {
+  if (!o || !buf || !len)
+    return shoal_error_set(err, SHOAL_EINVAL, "nn: optimizer save: NULL argument");
+  if (o->n > INT32_MAX)
+    return shoal_error_set(err, SHOAL_ENOTSUP, "nn: optimizer save: %zu parameters", o->n);
+  nn__st_tensor t[4];
+  int64_t step = o->step;
+  int n = optim_table(o, t, &step);
+  const char *meta[] = {"format", "shoal-optim", "kind", kind_name(o->cfg.kind)};
+  return nn__st_save_buffer(t, n, meta, 2, buf, len, err);
+}
+
+static int optim_load(nn_optim *o, const uint8_t *buf, size_t len, const char *src,
+                      shoal_error *err) {
+  if (!o || !buf) return shoal_error_set(err, SHOAL_EINVAL, "nn: optimizer load: NULL argument");
+  if (o->n > INT32_MAX)
+    return shoal_error_set(err, SHOAL_ENOTSUP, "nn: optimizer load: %zu parameters", o->n);
+  nn__st_tensor t[4];
+  int64_t step = -1;
+  int n = optim_table(o, t, &step);
+  int rc = nn__st_load_buffer(t, n, "optimizer", buf, len, src, err);
+  if (rc) return rc;
+  o->step = (long)step; /* >= 0, checked by the reader */
+  return 0;
+}
+
+int nn_optim_load_buffer(nn_optim *o, const uint8_t *buf, size_t len, shoal_error *err) {
+  return optim_load(o, buf, len, "buffer", err);
+}
+
+int nn_optim_save(const nn_optim *o, const char *path, shoal_error *err) {
+  if (!path) return shoal_error_set(err, SHOAL_EINVAL, "nn: optimizer save: NULL path");
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  int rc = nn_optim_save_buffer(o, &buf, &len, err);
+  if (!rc) rc = nn__st_write_file(path, buf, len, err);
+  free(buf);
+  return rc;
+}
+
+int nn_optim_load(nn_optim *o, const char *path, shoal_error *err) {
+  if (!path || !o) return shoal_error_set(err, SHOAL_EINVAL, "nn: optimizer load: NULL argument");
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  int rc = nn__st_read_file(path, &buf, &len, err);
+  if (!rc) rc = optim_load(o, buf, len, path, err);
+  free(buf);
+  return rc;
 }

@@ -17,10 +17,10 @@ typedef struct nn__st_tensor {
   int ndim; /* 0..4; 0 is a scalar (numel 1) */
   int shape[4];
   size_t numel;
-  float *f32;      /* F32 data: the source when saving, the destination when loading */
-  int64_t *i64;    /* I64 data (a step count) */
-  bool i64_ok;     /* f32 tensors: also accept I64 within +-2^24 (torch's integer state) */
-  bool trainable;  /* only for messages: a parameter rather than state */
+  float *f32;     /* F32 data: the source when saving, the destination when loading */
+  int64_t *i64;   /* I64 data: counts (a step count), so >= 0 on load */
+  bool i64_ok;    /* f32 tensors: also accept I64 within +-2^24 (torch's integer state) */
+  bool trainable; /* only for messages: a parameter rather than state */
 } nn__st_tensor;
 
 /* Serialises the tensors in order, with __metadata__ from the n_meta key/value pairs
@@ -33,9 +33,9 @@ int nn__st_write_file(const char *path, const uint8_t *buf, size_t len, shoal_er
 int nn__st_read_file(const char *path, uint8_t **out, size_t *len, shoal_error *err);
 /* Validates buf against the table (every tensor present once, no other, same shape, a
  * dtype that fits, offsets tiling the data, finite values) and only then fills every
- * destination. src names the file (or "buffer") in messages. On error nothing is
- * written. */
-int nn__st_load_buffer(const nn__st_tensor *t, int count, const uint8_t *buf, size_t len,
-                       const char *src, shoal_error *err);
+ * destination. owner ("model", "optimizer") and src (the file, or "buffer") name
+ * things in messages. On error nothing is written. */
+int nn__st_load_buffer(const nn__st_tensor *t, int count, const char *owner, const uint8_t *buf,
+                       size_t len, const char *src, shoal_error *err);
 
 #endif

@@ -6,7 +6,7 @@
  * and bad files: wrong shape, missing and extra tensors, truncation, garbage headers,
  * overlapping offsets, NaN data. Every failed load must leave the model unchanged.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* memmem */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -576,6 +576,90 @@ static void test_files_and_arguments(void **state) {
   nn_model_destroy(m);
 }
 
+/* ---- optimizer state ------------------------------------------------------------------------ */
+
+/* Sets a fixed pseudo-gradient (the same for every model of this shape) and steps. */
+static void fake_step(nn_model *m, nn_optim *o, int t) {
+  size_t n;
+  float *g = nn_model_grads(m, &n);
+  for (size_t i = 0; i < n; i++) g[i] = sinf(0.37f * (float)i + (float)t);
+  assert_int_equal(nn_optim_step(o, NULL), 0);
+}
+
+static void test_optimizer_state_round_trip(void **state) {
+  nn_optim_kind kinds[4] = {NN_SGD, NN_ADAM, NN_ADAMW, NN_RMSPROP};
+  for (int k = 0; k < 4; k++) {
+    nn_optim_config c = nn_optim_defaults(kinds[k]);
+    c.momentum = kinds[k] == NN_SGD || kinds[k] == NN_RMSPROP ? 0.9f : 0.0f;
+    c.centered = kinds[k] == NN_RMSPROP;
+    nn_model *a = make_net(8, true, 1), *b = make_net(8, true, 2);
+    nn_optim *oa = nn_optim_create(a, &c, NULL), *ob = nn_optim_create(b, &c, NULL);
+    assert_non_null(oa);
+    assert_non_null(ob);
+    for (int t = 0; t < 5; t++) fake_step(a, oa, t);
+    char mp[512], op[512];
+    path_in_dir(mp, sizeof mp, "model.safetensors");
+    path_in_dir(op, sizeof op, "optim.safetensors");
+    shoal_error err = {0};
+    assert_int_equal(nn_model_save(a, mp, &err), 0);
+    assert_int_equal(nn_optim_save(oa, op, &err), 0);
+    assert_int_equal(nn_model_load(b, mp, &err), 0);
+    if (nn_optim_load(ob, op, &err)) fail_msg("optim load: %s", err.msg);
+    assert_int_equal(nn_optim_steps(ob), 5);
+    /* resumed training is the same training */
+    for (int t = 5; t < 8; t++) {
+      fake_step(a, oa, t);
+      fake_step(b, ob, t);
+    }
+    assert_same_tensors(a, b);
+    unlink(mp);
+    unlink(op);
+    nn_optim_destroy(oa);
+    nn_optim_destroy(ob);
+    nn_model_destroy(a);
+    nn_model_destroy(b);
+  }
+}
+
+static void test_optimizer_state_mismatch(void **state) {
+  nn_model *a = make_net(8, true, 1), *wide = make_net(7, true, 1);
+  nn_optim_config ac = nn_optim_defaults(NN_ADAM), rc = nn_optim_defaults(NN_RMSPROP);
+  nn_optim *adam = nn_optim_create(a, &ac, NULL), *rms = nn_optim_create(a, &rc, NULL);
+  nn_optim *adam_wide = nn_optim_create(wide, &ac, NULL);
+  for (int t = 0; t < 3; t++) fake_step(a, adam, t);
+  for (int t = 0; t < 2; t++) fake_step(a, rms, t);
+  uint8_t *buf;
+  size_t len;
+  shoal_error err = {0};
+  assert_int_equal(nn_optim_save_buffer(adam, &buf, &len, &err), 0);
+  assert_non_null(memmem(buf, len, "\"kind\":\"adam\"", 13));
+  /* another kind: its tensors have other names */
+  assert_int_equal(nn_optim_load_buffer(rms, buf, len, &err), SHOAL_ESHAPE);
+  assert_non_null(strstr(err.msg, "'exp_avg' is not in the optimizer"));
+  assert_int_equal(nn_optim_steps(rms), 2);
+  /* another model size */
+  assert_int_equal(nn_optim_load_buffer(adam_wide, buf, len, &err), SHOAL_ESHAPE);
+  assert_non_null(strstr(err.msg, "has shape"));
+  assert_int_equal(nn_optim_steps(adam_wide), 0);
+  /* a negative step count (the last 8 bytes: step is written last) */
+  memset(buf + len - 8, 0xff, 8);
+  nn_optim *fresh = nn_optim_create(a, &ac, NULL);
+  assert_int_equal(nn_optim_load_buffer(fresh, buf, len, &err), SHOAL_ERANGE);
+  assert_non_null(strstr(err.msg, "'step'"));
+  assert_int_equal(nn_optim_steps(fresh), 0);
+  free(buf);
+  /* a model checkpoint is not an optimizer checkpoint */
+  assert_int_equal(nn_model_save_buffer(a, &buf, &len, NULL), 0);
+  assert_int_equal(nn_optim_load_buffer(fresh, buf, len, &err), SHOAL_ESHAPE);
+  free(buf);
+  nn_optim_destroy(fresh);
+  nn_optim_destroy(adam);
+  nn_optim_destroy(rms);
+  nn_optim_destroy(adam_wide);
+  nn_model_destroy(a);
+  nn_model_destroy(wide);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip_file_with_batchnorm_state),
@@ -587,6 +671,8 @@ int main(void) {
       cmocka_unit_test(test_truncated_file),
       cmocka_unit_test(test_crafted_headers),
       cmocka_unit_test(test_files_and_arguments),
+      cmocka_unit_test(test_optimizer_state_round_trip),
+      cmocka_unit_test(test_optimizer_state_mismatch),
   };
   return cmocka_run_group_tests_name("nn_checkpoint", tests, setup, teardown);
 }
