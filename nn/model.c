@@ -673,7 +673,7 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
     const nn__tensor *t = &m->tensors[i];
     init_tensor((t->trainable ? m->params : m->state) + t->offset, t, &rng);
   }
-  memcpy(m->tensors, sorted, (size_t)m->n_tensors * sizeof *sorted);
+  if (m->n_tensors) memcpy(m->tensors, sorted, (size_t)m->n_tensors * sizeof *sorted);
   free(sorted);
   /* Dropout draws from its own stream, so masks do not depend on the init. */
   shoal_rng_seed(&m->rng, seed ^ 0x9e3779b97f4a7c15ull);
