@@ -50,7 +50,10 @@ static int act_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
       for (size_t i = 0; i < N; i++) y[i] = x[i] > 0 ? x[i] : 0.0f;
       break;
     case NN_LEAKY_RELU:
-      for (size_t i = 0; i < N; i++) y[i] = x[i] > 0 ? x[i] : a * x[i];
+      for (size_t i = 0; i < N; i++) {
+        float v = x[i], t = a * v; /* computed on both sides, so the select vectorises */
+        y[i] = v > 0 ? v : t;
+      }
       break;
     case NN_ELU: /* alpha (e^x - 1) for x <= 0 */
       for (size_t i = 0; i < N; i++) y[i] = x[i] > 0 ? x[i] : a * expm1f(x[i]);
