@@ -95,10 +95,12 @@ static void act_backward(nn_model *m, nn__node *n, int B) {
   size_t N = (size_t)B * n->F;
   float a = n->alpha;
   switch (n->act) {
-    case NN_RELU: NN__PUT_LOOP(acc, dx, N, i, y[i] > 0 ? dy[i] : 0.0f); break;
-    case NN_LEAKY_RELU: NN__PUT_LOOP(acc, dx, N, i, x[i] > 0 ? dy[i] : a * dy[i]); break;
+    /* nn__sel reads both sides, so the loads are unconditional and the loop becomes
+     * blends instead of a mispredicted branch per element. */
+    case NN_RELU: NN__PUT_LOOP(acc, dx, N, i, nn__sel(y[i] > 0, dy[i], 0.0f)); break;
+    case NN_LEAKY_RELU: NN__PUT_LOOP(acc, dx, N, i, nn__sel(x[i] > 0, dy[i], a * dy[i])); break;
     case NN_ELU: /* d/dx alpha (e^x - 1) = alpha e^x = y + alpha */
-      NN__PUT_LOOP(acc, dx, N, i, x[i] > 0 ? dy[i] : dy[i] * (y[i] + a));
+      NN__PUT_LOOP(acc, dx, N, i, nn__sel(x[i] > 0, dy[i], dy[i] * (y[i] + a)));
       break;
     case NN_TANH: NN__PUT_LOOP(acc, dx, N, i, dy[i] * (1.0f - y[i] * y[i])); break;
     case NN_SIGMOID: NN__PUT_LOOP(acc, dx, N, i, dy[i] * y[i] * (1.0f - y[i])); break;
