@@ -594,6 +594,13 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
   if (m->output < 0) m->output = m->n_nodes - 1;
   if (m->output == 0)
     return shoal_error_set(err, SHOAL_EINVAL, "nn: build: the output is the input node");
+  for (int i = 1; i < m->n_nodes; i++) {
+    const nn__node *n = &m->nodes[i];
+    const nn__layer_ops *ops = m->be->ops[n->kind];
+    if (!ops || !ops->forward || !ops->backward)
+      return shoal_error_set(err, SHOAL_ENOTSUP, "nn: layer '%s': the %s backend has no %s layer",
+                             n->name, m->be->name, kind_names[n->kind]);
+  }
 
   /* Live nodes: the output's ancestors. Consumers are counted among them. */
   for (int i = 0; i < m->n_nodes; i++) m->nodes[i].live = false, m->nodes[i].consumers = 0;
