@@ -549,6 +549,36 @@ int nn_concat(nn_model *m, const char *name, int a, int b) {
   return two_input(m, NN__CONCAT, name, a, b);
 }
 
+int nn_shared(nn_model *m, const char *name, int like) {
+  if (!m) return SHOAL_EINVAL;
+  if (like < 1 || like >= m->n_nodes)
+    return model_fail(m, SHOAL_ERANGE, "nn: layer '%s': shares node %d, but the layers are 1..%d",
+                      name ? name : "?", like, m->n_nodes - 1);
+  const nn__node *src = &m->nodes[like];
+  nn__node t;
+  int rc = node_begin(m, &t, src->kind, name);
+  if (rc) return rc;
+  if (src->n_in != 1)
+    return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': cannot share '%s', a two-input %s layer",
+                      t.name, src->name, kind_names[src->kind]);
+  const nn__node *x = cur(m, &t), *sx = &m->nodes[src->in[0]];
+  if (x->C != sx->C || x->H != sx->H || x->W != sx->W)
+    return model_fail(m, SHOAL_ESHAPE,
+                      "nn: layer '%s': input (%d, %d, %d) differs from the input (%d, %d, %d) of "
+                      "'%s', whose parameters it shares",
+                      t.name, x->C, x->H, x->W, sx->C, sx->H, sx->W, src->name);
+  /* Same kind, hyper-parameters and parameter offsets: gradients of both add up in
+   * the one gradient slot, as tied weights need. No tensors of its own. */
+  nn__node s = *src;
+  memcpy(s.name, t.name, sizeof s.name);
+  s.id = t.id;
+  s.in[0] = t.in[0];
+  s.in[1] = -1;
+  s.out = s.dout = s.dout_buf = s.cache = NULL;
+  s.idx = NULL;
+  return node_commit(m, &s);
+}
+
 int nn_model_set_output(nn_model *m, int node) {
   if (!m) return SHOAL_EINVAL;
   if (m->built) return model_fail(m, SHOAL_ESTATE, "nn: set_output: the model is already built");

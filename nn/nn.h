@@ -113,6 +113,12 @@ int nn_add(nn_model *m, const char *name, int a, int b);
 /* Concatenation of two nodes along C (same H, W). */
 int nn_concat(nn_model *m, const char *name, int a, int b);
 
+/* Applies layer `like` again, to the current node, with the same parameters (and
+ * state): tied weights whose gradients add up, for recurrent cells unrolled over time
+ * (backpropagation through time) and Siamese branches. The current node's shape must
+ * be like's input shape; like must be a one-input layer. Adds no tensors. */
+int nn_shared(nn_model *m, const char *name, int like);
+
 /* The message of the last failed call on m that took no shoal_error (the layer-adding
  * functions, select, set_output): "nn: layer 'fc1': ...". "" when none failed. Owned
  * by m. nn_model_build reports the first such failure. */

@@ -224,6 +224,31 @@ static void add_twice(nn_model *m) { /* one node read by both inputs of add */
   nn_add(m, "dbl", a, a);
 }
 
+/* [x1 x2 x3 | h0 | c0] (x_t: I features, hidden Hd) -> LSTM cell over 3 steps with
+ * tied weights -> [h2 c2 | h3 c3]. */
+static void add_unrolled_lstm(nn_model *m, int I, int Hd) {
+  int in = nn_model_current(m);
+  int st = nn_slice(m, "s0", 3 * I, 2 * Hd);
+  int cell = -1, outs[3];
+  char name[32];
+  for (int t = 0; t < 3; t++) {
+    nn_model_select(m, in);
+    snprintf(name, sizeof name, "x%d", t + 1);
+    int xt = nn_slice(m, name, t * I, I);
+    snprintf(name, sizeof name, "cat%d", t + 1);
+    nn_concat(m, name, xt, st);
+    if (t == 0)
+      st = cell = nn_lstm_cell(m, "cell", Hd);
+    else {
+      snprintf(name, sizeof name, "cell_t%d", t + 1);
+      st = nn_shared(m, name, cell);
+    }
+    outs[t] = st;
+  }
+  nn_concat(m, "out", outs[1], outs[2]);
+}
+static void add_unrolled_small(nn_model *m) { add_unrolled_lstm(m, 2, 3); }
+
 static void add_big_conv(nn_model *m) {
   nn_conv2d(m, "conv", 16, 3, 3, 1, 1, 1);
   nn_activation(m, "t", NN_TANH, 0);
@@ -270,6 +295,8 @@ GC(residual, "residual block", 3, 4, 4, 2, add_residual, true, 1e-2f, X_UNIFORM,
 GC(concat, "concat of two branches", 4, 1, 1, 3, add_concat, true, 1e-2f, X_UNIFORM, 0, true)
 GC(big, "conv-convT-dense through BLAS", 8, 10, 10, 3, add_big_conv, true, 1e-2f, X_UNIFORM, 0,
    true, true)
+GC(unrolled, "lstm cell unrolled x3, tied weights", 12, 1, 1, 2, add_unrolled_small, true, 1e-2f,
+   X_UNIFORM, 0, true)
 GC(add_same, "add(a, a)", 3, 1, 1, 2, add_twice, true, 1e-2f, X_UNIFORM, 0, true)
 
 /* ---- values against PyTorch ------------------------------------------------------ */
@@ -498,6 +525,9 @@ static void test_torch_activations(void **s) {
   }
 }
 static void test_torch_lstm(void **s) { value_check("lstm_cell", 13, 1, 1, 3, add_fx_lstm, true); }
+static void test_torch_lstm_unrolled(void **s) {
+  value_check("lstm_unrolled", 12, 1, 1, 2, add_unrolled_small, true);
+}
 static void test_torch_gru(void **s) { value_check("gru_cell", 9, 1, 1, 3, add_fx_gru, true); }
 static void test_torch_resblock(void **s) { value_check("resblock", 3, 5, 5, 2, add_fx_res, true); }
 static void test_torch_slice_concat(void **s) {
@@ -788,6 +818,30 @@ static void test_bad_forward_input(void **s) {
   nn_model_destroy(m);
 }
 
+static void test_shared_layers(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 12, 1, 1);
+  add_unrolled_small(m);
+  assert_int_equal(nn_model_build(m, 2, 1, &err), 0);
+  /* One set of tensors for the three steps. */
+  assert_int_equal(nn_model_tensor_count(m), 4);
+  assert_int_equal(nn_model_find_tensor(m, "cell_t2.weight_ih", NULL), SHOAL_ENOENT);
+  nn_model_destroy(m);
+  m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 4, 1, 1);
+  int a = nn_dense(m, "a", 4);
+  assert_int_equal(nn_shared(m, "a2", a), 2); /* (4) -> (4) again: fine */
+  nn_dense(m, "b", 3);
+  assert_int_equal(nn_shared(m, "a3", a), SHOAL_ESHAPE); /* (3) is not a's input (4) */
+  assert_non_null(strstr(nn_model_error(m), "layer 'a3'"));
+  assert_int_equal(nn_shared(m, "z", 99), SHOAL_ERANGE);
+  int c = nn_add(m, "sum", a, a);
+  nn_model_select(m, a);
+  assert_int_equal(nn_shared(m, "sum2", c), SHOAL_EINVAL);
+  nn_model_destroy(m);
+}
+
 static void test_no_cuda_backend(void **s) {
   shoal_error err = {0};
   assert_false(nn_cuda_available(&err));
@@ -892,6 +946,7 @@ int main(void) {
       cmocka_unit_test(test_grad_residual),
       cmocka_unit_test(test_grad_concat),
       cmocka_unit_test(test_grad_add_same),
+      cmocka_unit_test(test_grad_unrolled),
       cmocka_unit_test(test_grad_big),
       cmocka_unit_test(test_gemm_paths),
       cmocka_unit_test(test_torch_dense),
@@ -909,6 +964,7 @@ int main(void) {
       cmocka_unit_test(test_torch_embedding),
       cmocka_unit_test(test_torch_activations),
       cmocka_unit_test(test_torch_lstm),
+      cmocka_unit_test(test_torch_lstm_unrolled),
       cmocka_unit_test(test_torch_gru),
       cmocka_unit_test(test_torch_resblock),
       cmocka_unit_test(test_torch_slice_concat),
@@ -919,6 +975,7 @@ int main(void) {
       cmocka_unit_test(test_batch_sizes_agree),
       cmocka_unit_test(test_bad_shapes_name_the_layer),
       cmocka_unit_test(test_bad_forward_input),
+      cmocka_unit_test(test_shared_layers),
       cmocka_unit_test(test_no_cuda_backend),
       cmocka_unit_test(test_gradients_accumulate),
   };

@@ -74,6 +74,7 @@ def run(case, modules, x, forward, B, train=True, x_requires_grad=True, gen=None
 
 def main():
     os.makedirs(OUT, exist_ok=True)
+    torch.manual_seed(0)  # module inits (embedding, cells) draw from the global generator
     g = torch.Generator().manual_seed(1234)
 
     def rnd(*shape):
@@ -150,6 +151,22 @@ def main():
         return torch.cat([h, c], dim=1)
 
     run("lstm_cell", {"lstm": lstm}, rnd(3, 13, 1, 1), lstm_fwd, 3, gen=g)
+
+    # The LSTM cell unrolled over 3 steps with tied weights (backpropagation through
+    # time): input [x1 x2 x3 | h0 | c0] with x_t of 2 features, hidden 3; output
+    # [h2 c2 | h3 c3].
+    cell = nn.LSTMCell(2, 3)
+
+    def unrolled(x):
+        v = x.reshape(2, -1)
+        h, c = v[:, 6:9], v[:, 9:12]
+        outs = []
+        for t in range(3):
+            h, c = cell(v[:, 2 * t:2 * t + 2], (h, c))
+            outs.append(torch.cat([h, c], dim=1))
+        return torch.cat(outs[1:], dim=1)
+
+    run("lstm_unrolled", {"cell": cell}, rnd(2, 12, 1, 1), unrolled, 2, gen=g)
 
     gru = nn.GRUCell(5, 4)
     run("gru_cell", {"gru": gru}, rnd(3, 9, 1, 1),
