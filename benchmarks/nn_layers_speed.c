@@ -221,6 +221,24 @@ int main(int argc, char **argv) {
         "BENCH name=nn.layers.nature_gflops.%s value=%.1f unit=GFLOP/s baseline=%.1f ratio=%.2f\n",
         t, gf, sg, gf / sg);
 
+  /* Nature-DQN greedy action at batch 1 (an actor's step). */
+  if (want("nature")) {
+    nn_model *n1 = nature(1);
+    nn_model_set_training(n1, false);
+    float *x = rnd(4 * 84 * 84, 1, 21);
+    const float *y;
+    RATE(r, {
+      if (nn_model_forward(n1, x, 1, &y, &err)) die("nature act", &err);
+    });
+    printf("%-34s %14.0f %10s\n", "nature act b1", r, "samples/s");
+    printf(
+        "BENCH name=nn.layers.nature_act_b1.%s value=%.0f unit=samples/s baseline=none "
+        "ratio=none\n",
+        t, r);
+    free(x);
+    nn_model_destroy(n1);
+  }
+
   /* DCGAN: one D step (real + fake, batch 2x64) and one G step through D. */
   int B = 64;
   nn_model *g = dcgan_g(B), *d = dcgan_d(B);
