@@ -668,6 +668,7 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
     if (s > scratch) scratch = s;
   }
   m->arena = alloc_floats(total);
+  m->arena_n = total;
   m->scratch = alloc_floats(scratch);
   m->scratch_n = scratch;
   int rc = 0;
@@ -743,6 +744,12 @@ int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_
                            m->max_batch);
   nn__node *in = &m->nodes[0];
   size_t nx = (size_t)B * (size_t)in->F;
+  /* Layers write their outputs while reading x: x inside m's buffers (its own output
+   * fed back, as a recurrent step might) would be overwritten mid-pass. */
+  if ((uintptr_t)x < (uintptr_t)(m->arena + m->arena_n) &&
+      (uintptr_t)(x + nx) > (uintptr_t)m->arena)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "nn: forward: x points into the model's own buffers; copy it out first");
   for (size_t i = 0; i < nx; i++) {
     if (!isfinite(x[i]))
       return shoal_error_set(

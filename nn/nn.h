@@ -139,7 +139,8 @@ bool nn_model_training(const nn_model *m);
 int nn_model_max_batch(const nn_model *m);
 
 /* Forward pass of B samples (B <= max_batch). x: (B, C, H, W), borrowed and read again
- * by backward, so it must stay valid until then. *y points into the model's own
+ * by backward, so it must stay valid until then; it may not point into m's own buffers
+ * (copy m's output out before feeding it back). *y points into the model's own
  * buffer, valid until the next forward. Errors: B out of range, a NaN in x (ENAN). */
 int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_error *err);
 /* Backward of the last forward. dy: (B, output shape), borrowed. Adds parameter

@@ -798,6 +798,14 @@ static void test_bad_forward_input(void **s) {
   assert_non_null(strstr(err.msg, "input x[6]"));
   x[6] = INFINITY;
   assert_int_equal(nn_model_forward(m, x, 2, &y, &err), SHOAL_ENAN);
+  /* The model's own output fed back as input would be overwritten mid-pass. */
+  nn_model *sq = mlp(2, 3, 2, 2, 1);
+  float x2[2] = {0.5f, -0.5f};
+  const float *y2;
+  assert_int_equal(nn_model_forward(sq, x2, 1, &y2, &err), 0);
+  assert_int_equal(nn_model_forward(sq, y2, 1, &y2, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "own buffers"));
+  nn_model_destroy(sq);
   /* A failed forward leaves nothing to go back through. */
   assert_int_equal(nn_model_backward(m, x, NULL, &err), SHOAL_ESTATE);
   nn_model_destroy(m);
