@@ -435,7 +435,7 @@ static int parse_string(st_parser *ps, char **out) {
         rc = perr(ps, "bad escape");
         break;
       }
-      unsigned cp, lo;
+      unsigned cp = 0, lo = 0;
       if ((rc = hex4(ps, &cp))) break;
       if (cp >= 0xD800 && cp <= 0xDBFF) { /* a surrogate pair */
         if (ps->end - ps->p < 2 || ps->p[0] != '\\' || ps->p[1] != 'u') {

@@ -113,8 +113,10 @@ typedef struct nn__layer_ops {
   void (*backward)(nn_model *m, nn__node *n, int B);
 } nn__layer_ops;
 
-/* A backend: a name and a table of layer kernels. Buffers are host memory on the
- * CPU; a device backend allocates its own (alloc/free default to the CPU's). */
+/* A backend: a name and a table of layer kernels, indexed by nn__kind. The model's
+ * buffers are host memory, which is what the CPU kernels use; a device backend
+ * (nn/cuda) adds its buffer management here when it lands. A NULL entry means the
+ * backend lacks that layer, and nn_model_build says so. */
 typedef struct nn__backend {
   const char *name;
   const nn__layer_ops *ops[NN__KIND_COUNT];

@@ -549,6 +549,36 @@ int nn_concat(nn_model *m, const char *name, int a, int b) {
   return two_input(m, NN__CONCAT, name, a, b);
 }
 
+int nn_shared(nn_model *m, const char *name, int like) {
+  if (!m) return SHOAL_EINVAL;
+  if (like < 1 || like >= m->n_nodes)
+    return model_fail(m, SHOAL_ERANGE, "nn: layer '%s': shares node %d, but the layers are 1..%d",
+                      name ? name : "?", like, m->n_nodes - 1);
+  const nn__node *src = &m->nodes[like];
+  nn__node t;
+  int rc = node_begin(m, &t, src->kind, name);
+  if (rc) return rc;
+  if (src->n_in != 1)
+    return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': cannot share '%s', a two-input %s layer",
+                      t.name, src->name, kind_names[src->kind]);
+  const nn__node *x = cur(m, &t), *sx = &m->nodes[src->in[0]];
+  if (x->C != sx->C || x->H != sx->H || x->W != sx->W)
+    return model_fail(m, SHOAL_ESHAPE,
+                      "nn: layer '%s': input (%d, %d, %d) differs from the input (%d, %d, %d) of "
+                      "'%s', whose parameters it shares",
+                      t.name, x->C, x->H, x->W, sx->C, sx->H, sx->W, src->name);
+  /* Same kind, hyper-parameters and parameter offsets: gradients of both add up in
+   * the one gradient slot, as tied weights need. No tensors of its own. */
+  nn__node s = *src;
+  memcpy(s.name, t.name, sizeof s.name);
+  s.id = t.id;
+  s.in[0] = t.in[0];
+  s.in[1] = -1;
+  s.out = s.dout = s.dout_buf = s.cache = NULL;
+  s.idx = NULL;
+  return node_commit(m, &s);
+}
+
 int nn_model_set_output(nn_model *m, int node) {
   if (!m) return SHOAL_EINVAL;
   if (m->built) return model_fail(m, SHOAL_ESTATE, "nn: set_output: the model is already built");
@@ -594,6 +624,13 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
   if (m->output < 0) m->output = m->n_nodes - 1;
   if (m->output == 0)
     return shoal_error_set(err, SHOAL_EINVAL, "nn: build: the output is the input node");
+  for (int i = 1; i < m->n_nodes; i++) {
+    const nn__node *n = &m->nodes[i];
+    const nn__layer_ops *ops = m->be->ops[n->kind];
+    if (!ops || !ops->forward || !ops->backward)
+      return shoal_error_set(err, SHOAL_ENOTSUP, "nn: layer '%s': the %s backend has no %s layer",
+                             n->name, m->be->name, kind_names[n->kind]);
+  }
 
   /* Live nodes: the output's ancestors. Consumers are counted among them. */
   for (int i = 0; i < m->n_nodes; i++) m->nodes[i].live = false, m->nodes[i].consumers = 0;
@@ -631,6 +668,7 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
     if (s > scratch) scratch = s;
   }
   m->arena = alloc_floats(total);
+  m->arena_n = total;
   m->scratch = alloc_floats(scratch);
   m->scratch_n = scratch;
   int rc = 0;
@@ -673,7 +711,7 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
     const nn__tensor *t = &m->tensors[i];
     init_tensor((t->trainable ? m->params : m->state) + t->offset, t, &rng);
   }
-  memcpy(m->tensors, sorted, (size_t)m->n_tensors * sizeof *sorted);
+  if (m->n_tensors) memcpy(m->tensors, sorted, (size_t)m->n_tensors * sizeof *sorted);
   free(sorted);
   /* Dropout draws from its own stream, so masks do not depend on the init. */
   shoal_rng_seed(&m->rng, seed ^ 0x9e3779b97f4a7c15ull);
@@ -706,6 +744,12 @@ int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_
                            m->max_batch);
   nn__node *in = &m->nodes[0];
   size_t nx = (size_t)B * (size_t)in->F;
+  /* Layers write their outputs while reading x: x inside m's buffers (its own output
+   * fed back, as a recurrent step might) would be overwritten mid-pass. */
+  if ((uintptr_t)x < (uintptr_t)(m->arena + m->arena_n) &&
+      (uintptr_t)(x + nx) > (uintptr_t)m->arena)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "nn: forward: x points into the model's own buffers; copy it out first");
   for (size_t i = 0; i < nx; i++) {
     if (!isfinite(x[i]))
       return shoal_error_set(

@@ -51,8 +51,8 @@ typedef enum nn_device { NN_CPU = 0, NN_CUDA = 1 } nn_device;
 
 typedef enum nn_act {
   NN_RELU = 0,
-  NN_LEAKY_RELU = 1, /* alpha: negative slope (PyTorch default 0.01) */
-  NN_ELU = 2,        /* alpha (PyTorch default 1.0) */
+  NN_LEAKY_RELU = 1,  /* alpha: negative slope (PyTorch default 0.01) */
+  NN_ELU = 2,         /* alpha (PyTorch default 1.0) */
   NN_TANH = 3,
   NN_SIGMOID = 4,
   NN_SOFTMAX = 5,     /* over the C*H*W features of each sample */
@@ -113,6 +113,12 @@ int nn_add(nn_model *m, const char *name, int a, int b);
 /* Concatenation of two nodes along C (same H, W). */
 int nn_concat(nn_model *m, const char *name, int a, int b);
 
+/* Applies layer `like` again, to the current node, with the same parameters (and
+ * state): tied weights whose gradients add up, for recurrent cells unrolled over time
+ * (backpropagation through time) and Siamese branches. The current node's shape must
+ * be like's input shape; like must be a one-input layer. Adds no tensors. */
+int nn_shared(nn_model *m, const char *name, int like);
+
 /* The message of the last failed call on m that took no shoal_error (the layer-adding
  * functions, select, set_output): "nn: layer 'fc1': ...". "" when none failed. Owned
  * by m. nn_model_build reports the first such failure. */
@@ -133,7 +139,8 @@ bool nn_model_training(const nn_model *m);
 int nn_model_max_batch(const nn_model *m);
 
 /* Forward pass of B samples (B <= max_batch). x: (B, C, H, W), borrowed and read again
- * by backward, so it must stay valid until then. *y points into the model's own
+ * by backward, so it must stay valid until then; it may not point into m's own buffers
+ * (copy m's output out before feeding it back). *y points into the model's own
  * buffer, valid until the next forward. Errors: B out of range, a NaN in x (ENAN). */
 int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_error *err);
 /* Backward of the last forward. dy: (B, output shape), borrowed. Adds parameter
@@ -152,10 +159,10 @@ float *nn_model_state(nn_model *m, size_t *n);
 
 /* The model's tensors, parameters first then state, in layer order. */
 typedef struct nn_tensor_info {
-  const char *name; /* "fc1.weight"; owned by the model */
-  int ndim;         /* 0..4; 0 is a scalar (num_batches_tracked), numel 1 */
-  int shape[4];     /* PyTorch's layout: dense weight (out, in), conv (out, in, kh, kw) */
-  size_t offset;    /* in floats, into the params buffer (trainable) or the state buffer */
+  const char *name;  /* "fc1.weight"; owned by the model */
+  int ndim;          /* 0..4; 0 is a scalar (num_batches_tracked), numel 1 */
+  int shape[4];      /* PyTorch's layout: dense weight (out, in), conv (out, in, kh, kw) */
+  size_t offset;     /* in floats, into the params buffer (trainable) or the state buffer */
   size_t numel;
   bool trainable;
   /* fan_in, fan_out as torch.nn.init computes them, for the initialisers below; a
@@ -181,7 +188,8 @@ void nn_init_zeros(float *w, size_t n);
 void nn_init_uniform(float *w, size_t n, float lo, float hi, shoal_rng *rng);
 void nn_init_xavier_uniform(float *w, size_t n, int fan_in, int fan_out, float gain,
                             shoal_rng *rng);
-void nn_init_xavier_normal(float *w, size_t n, int fan_in, int fan_out, float gain, shoal_rng *rng);
+void nn_init_xavier_normal(float *w, size_t n, int fan_in, int fan_out, float gain,
+                           shoal_rng *rng);
 /* Kaiming/He with gain sqrt(2) (ReLU), fan_in mode. */
 void nn_init_kaiming_uniform(float *w, size_t n, int fan_in, shoal_rng *rng);
 void nn_init_kaiming_normal(float *w, size_t n, int fan_in, shoal_rng *rng);
@@ -193,20 +201,23 @@ int nn_init_orthogonal(float *w, int rows, int cols, float gain, shoal_rng *rng)
  * (overwriting it). Reduction is PyTorch's "mean"; w, when not NULL, holds B
  * per-sample weights (importance weights) and the loss is (1/(B*N)) sum_i w_i sum_j l_ij
  * (1/B for cross-entropy). A NaN or infinity in the inputs or the loss is SHOAL_ENAN. */
-int nn_mse_loss(float *loss, float *dpred, const float *pred, const float *target, const float *w,
-                int B, int N, shoal_error *err);
+int nn_mse_loss(float *loss, float *dpred, const float *pred, const float *target,
+                const float *w, int B, int N, shoal_error *err);
 /* Huber / smooth L1 with threshold delta (PyTorch's HuberLoss). */
-int nn_huber_loss(float *loss, float *dpred, const float *pred, const float *target, const float *w,
-                  int B, int N, float delta, shoal_error *err);
+int nn_huber_loss(float *loss, float *dpred, const float *pred, const float *target,
+                  const float *w, int B, int N, float delta, shoal_error *err);
 /* Cross-entropy over logits (B, C) with class indices in [0, C). */
-int nn_cross_entropy_loss(float *loss, float *dlogits, const float *logits, const int32_t *labels,
-                          const float *w, int B, int C, shoal_error *err);
+int nn_cross_entropy_loss(float *loss, float *dlogits, const float *logits,
+                          const int32_t *labels, const float *w, int B, int C,
+                          shoal_error *err);
 /* Cross-entropy over logits with soft targets (probabilities, each row sums to 1). */
-int nn_cross_entropy_soft_loss(float *loss, float *dlogits, const float *logits, const float *probs,
-                               const float *w, int B, int C, shoal_error *err);
+int nn_cross_entropy_soft_loss(float *loss, float *dlogits, const float *logits,
+                               const float *probs, const float *w, int B, int C,
+                               shoal_error *err);
 /* Binary cross-entropy with logits, targets in [0, 1]. */
-int nn_bce_with_logits_loss(float *loss, float *dlogits, const float *logits, const float *targets,
-                            const float *w, int B, int N, shoal_error *err);
+int nn_bce_with_logits_loss(float *loss, float *dlogits, const float *logits,
+                            const float *targets, const float *w, int B, int N,
+                            shoal_error *err);
 
 /* ---- optimizers ------------------------------------------------------------------ */
 

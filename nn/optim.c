@@ -198,7 +198,7 @@ static void step_sgd(nn_optim *o) {
   }
 }
 
-/* Branch-free over the buffer so that it vectorises (nn/CMakeLists.txt builds this file
+/* Branch-free over the buffer so that it vectorises (nn/CMakeLists.txt builds nn
  * with -O3 -fno-math-errno): Adam adds wd * p to the gradient, AdamW shrinks p by
  * 1 - lr wd first (Loshchilov & Hutter 2019); a zero factor changes nothing, exactly. */
 static void step_adam(nn_optim *o) {
