@@ -16,7 +16,9 @@
  *
  * Threads: shoal uses nn_set_threads(n) (OpenBLAS's pool is its pool); torch runs with
  * torch.set_num_threads(n) and OpenBLAS at 1 thread, one pool each, as the baselines
- * note advises. Each figure is the median of several time-bounded windows.
+ * note advises. Each figure is the median of several time-bounded windows; shoal's and
+ * torch's windows alternate (torch in a child process serving one window per request),
+ * so that load from other processes on a shared machine falls on both alike.
  *
  *   nn_cpu [--threads 1,2] [--window 0.3] [--repeats 5] [--rows mlp,minatar,nature,dcgan,act]
  *          [--no-torch]
@@ -24,9 +26,12 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "nn/nn.h"
 
@@ -47,21 +52,24 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Median calls/s over g_repeats windows of at least g_window seconds (and 2 calls). */
+/* Calls/s over one window of at least g_window seconds (and 2 calls). */
+static double window_rate(void (*fn)(void *), void *ctx) {
+  int n = 0;
+  double t0 = shoal_now_s(), dt;
+  do {
+    fn(ctx);
+    n++;
+    dt = shoal_now_s() - t0;
+  } while (dt < g_window || n < 2);
+  return n / dt;
+}
+
+/* Median calls/s over g_repeats windows, after a warm-up call. */
 static double timed(void (*fn)(void *), void *ctx) {
-  fn(ctx); /* warm-up */
+  fn(ctx);
   double rates[64];
   int k = g_repeats < 64 ? g_repeats : 64;
-  for (int r = 0; r < k; r++) {
-    int n = 0;
-    double t0 = shoal_now_s(), dt;
-    do {
-      fn(ctx);
-      n++;
-      dt = shoal_now_s() - t0;
-    } while (dt < g_window || n < 2);
-    rates[r] = n / dt;
-  }
+  for (int r = 0; r < k; r++) rates[r] = window_rate(fn, ctx);
   qsort(rates, (size_t)k, sizeof *rates, cmp_double);
   return rates[k / 2];
 }
@@ -327,12 +335,12 @@ static double sgemm_gflops(void) {
 static double sgemm_gflops(void) { return NAN; }
 #endif
 
-/* ---- PyTorch ------------------------------------------------------------------------------ */
+/* ---- PyTorch, in a child process serving one timing window per request ------------------ */
 
-typedef struct torch_figs {
-  bool ok;
-  double mlp, minatar, nature, dcgan, act[3];
-} torch_figs;
+typedef struct torch_proc {
+  pid_t pid;
+  FILE *in, *out; /* requests "<row> <window>\n"; replies "RATE <calls/s>\n" */
+} torch_proc;
 
 static void torch_script(char *out, size_t cap) {
   const char *src = getenv("SHOAL_SOURCE_DIR");
@@ -346,40 +354,92 @@ static void torch_script(char *out, size_t cap) {
   snprintf(slash ? slash + 1 : out, cap - (size_t)(slash ? slash + 1 - out : 0), "nn_cpu_torch.py");
 }
 
-static torch_figs run_torch(int threads, const char *rows) {
-  torch_figs f = {0};
-  f.mlp = f.minatar = f.nature = f.dcgan = f.act[0] = f.act[1] = f.act[2] = NAN;
+static void torch_stop(torch_proc *t) {
+  if (t->in) fclose(t->in); /* EOF ends the server */
+  if (t->out) fclose(t->out);
+  if (t->pid > 0) waitpid(t->pid, NULL, 0);
+  memset(t, 0, sizeof *t);
+}
+
+/* Starts nn_cpu_torch.py --serve with torch at `threads` threads and OpenBLAS at 1 (one
+ * pool). False when Python or torch is missing (the baselines are then none). */
+static bool torch_start(torch_proc *t, int threads) {
+  memset(t, 0, sizeof *t);
   const char *py = getenv("SHOAL_PYTHON");
   if (!py || !*py) py = "/usr/bin/python3";
-  char script[1024], cmd[4096];
+  char script[1024], th[16];
   torch_script(script, sizeof script);
-  snprintf(
-      cmd, sizeof cmd,
-      "env -u OMP_NUM_THREADS -u MKL_NUM_THREADS OPENBLAS_NUM_THREADS=1 '%s' '%s' --threads %d "
-      "--window %g --repeats %d --rows %s",
-      py, script, threads, g_window, g_repeats, rows);
-  FILE *p = popen(cmd, "r");
-  if (!p) {
-    fprintf(stderr, "nn_cpu: cannot run %s\n", cmd);
-    return f;
+  snprintf(th, sizeof th, "%d", threads);
+  int to[2], from[2];
+  if (pipe(to)) return false;
+  if (pipe(from)) {
+    close(to[0]), close(to[1]);
+    return false;
   }
-  char line[256], name[64];
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+    return false;
+  }
+  if (pid == 0) {
+    dup2(to[0], 0);
+    dup2(from[1], 1);
+    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+    unsetenv("OMP_NUM_THREADS"); /* libgomp's own pool setting slows torch here; see the .py */
+    unsetenv("MKL_NUM_THREADS");
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    execl(py, py, script, "--serve", "--threads", th, (char *)NULL);
+    fprintf(stderr, "nn_cpu: cannot run %s %s\n", py, script);
+    _exit(127);
+  }
+  close(to[0]), close(from[1]);
+  t->pid = pid;
+  t->in = fdopen(to[1], "w");
+  t->out = fdopen(from[0], "r");
+  char line[128];
+  if (!t->in || !t->out || !fgets(line, sizeof line, t->out) || strncmp(line, "READY", 5)) {
+    fprintf(stderr, "nn_cpu: the PyTorch side did not start (%s %s); baselines are none\n", py,
+            script);
+    torch_stop(t);
+    return false;
+  }
+  return true;
+}
+
+/* One window of row in the torch process: calls/s, or NAN when it failed. */
+static double torch_window(torch_proc *t, const char *row) {
+  if (!t->in) return NAN;
+  char line[128];
   double v;
-  while (fgets(line, sizeof line, p))
-    if (sscanf(line, "TORCH %63s %lf", name, &v) == 2) {
-      f.ok = true;
-      if (!strcmp(name, "mlp_train")) f.mlp = v;
-      if (!strcmp(name, "minatar_train")) f.minatar = v;
-      if (!strcmp(name, "nature_train")) f.nature = v;
-      if (!strcmp(name, "dcgan_train")) f.dcgan = v;
-      if (!strcmp(name, "act_b1")) f.act[0] = v;
-      if (!strcmp(name, "act_b16")) f.act[1] = v;
-      if (!strcmp(name, "act_b256")) f.act[2] = v;
-    }
-  int rc = pclose(p);
-  if (rc != 0 || !f.ok)
-    fprintf(stderr, "nn_cpu: the PyTorch side failed (%s, exit %d); baselines are none\n", cmd, rc);
-  return f;
+  if (fprintf(t->in, "%s %g\n", row, g_window) < 0 || fflush(t->in) ||
+      !fgets(line, sizeof line, t->out) || sscanf(line, "RATE %lf", &v) != 1) {
+    fprintf(stderr, "nn_cpu: the PyTorch side failed on %s; baselines are none from here\n", row);
+    torch_stop(t);
+    return NAN;
+  }
+  return v;
+}
+
+typedef struct pair {
+  double shoal, torch; /* calls/s, medians */
+} pair;
+
+/* Alternates windows of shoal and of torch, so that load from other processes on the
+ * shared machine falls on both alike; the median of each side. */
+static pair timed_pair(void (*fn)(void *), void *ctx, torch_proc *tp, const char *row) {
+  fn(ctx); /* warm-up; the torch side warms up on its first request */
+  double rs[64], rt[64];
+  int k = g_repeats < 64 ? g_repeats : 64;
+  for (int r = 0; r < k; r++) {
+    rs[r] = window_rate(fn, ctx);
+    rt[r] = tp ? torch_window(tp, row) : NAN;
+  }
+  qsort(rs, (size_t)k, sizeof *rs, cmp_double);
+  qsort(rt, (size_t)k, sizeof *rt, cmp_double);
+  pair p = {rs[k / 2], rt[k / 2]};
+  for (int r = 0; r < k; r++)
+    if (!isfinite(rt[r])) p.torch = NAN;
+  return p;
 }
 
 /* ---- output ------------------------------------------------------------------------------- */
@@ -411,6 +471,17 @@ static void bench(const char *name, int threads, double value, const char *unit,
            unit, b, r);
 }
 
+/* The 1-minute load average, so a reader can tell a quiet run from a busy one. */
+static double loadavg(void) {
+  double l = NAN;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &l) != 1) l = NAN;
+    fclose(f);
+  }
+  return l;
+}
+
 static bool has_row(const char *rows, const char *r) {
   char buf[256];
   snprintf(buf, sizeof buf, ",%s,", rows);
@@ -422,6 +493,7 @@ static bool has_row(const char *rows, const char *r) {
 int main(int argc, char **argv) {
   const char *threads_arg = "1,2", *rows = "mlp,minatar,nature,dcgan,act";
   bool with_torch = true;
+  signal(SIGPIPE, SIG_IGN); /* a dead torch process is reported, not fatal */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc)
       threads_arg = argv[++i];
@@ -444,8 +516,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "nn_cpu: --window must be > 0 and --repeats >= 1\n");
     return 2;
   }
-  printf("nn_cpu: shoal nn vs PyTorch (same run), median of %d windows of %.2f s\n", g_repeats,
-         g_window);
+  printf(
+      "nn_cpu: shoal nn vs PyTorch (same run), median of %d windows of %.2f s; load average "
+      "%.2f\n",
+      g_repeats, g_window, loadavg());
   printf("%-16s %2s %14s %14s %8s  %s\n", "row", "th", "shoal", "pytorch", "ratio", "unit");
 
   char tbuf[64];
@@ -455,24 +529,26 @@ int main(int argc, char **argv) {
     int th = atoi(tok);
     if (th < 1) continue;
     nn_set_threads(th);
-    double mlp = NAN, minatar = NAN, nature = NAN, dcgan = NAN, act[3] = {NAN, NAN, NAN};
+    torch_proc tproc, *tp = NULL;
+    if (with_torch && torch_start(&tproc, th)) tp = &tproc;
+    pair mlp = {NAN, NAN}, minatar = mlp, nature = mlp, dcgan = mlp, act[3] = {mlp, mlp, mlp};
     double nature_flops = 0, dcgan_flops = 0;
     if (has_row(rows, "mlp")) {
       dqn d;
       dqn_init(&d, make_mlp, 256);
-      mlp = timed(dqn_step, &d);
+      mlp = timed_pair(dqn_step, &d, tp, "mlp_train");
       dqn_free(&d);
     }
     if (has_row(rows, "minatar")) {
       dqn d;
       dqn_init(&d, make_minatar, 32);
-      minatar = timed(dqn_step, &d);
+      minatar = timed_pair(dqn_step, &d, tp, "minatar_train");
       dqn_free(&d);
     }
     if (has_row(rows, "nature")) {
       dqn d;
       dqn_init(&d, make_nature, 32);
-      nature = timed(dqn_step, &d);
+      nature = timed_pair(dqn_step, &d, tp, "nature_train");
       /* trained q: forward + backward = 3x forward; target: forward only */
       nature_flops = 32.0 * 4.0 * nn_model_flops_per_sample(d.q);
       dqn_free(&d);
@@ -480,7 +556,7 @@ int main(int argc, char **argv) {
     if (has_row(rows, "dcgan")) {
       gan t;
       gan_init(&t, 64);
-      dcgan = timed(gan_step, &t);
+      dcgan = timed_pair(gan_step, &t, tp, "dcgan_train");
       /* G: forward + backward (3x); D: three forwards and three backwards (9x) */
       dcgan_flops =
           64.0 * (3.0 * nn_model_flops_per_sample(t.g) + 9.0 * nn_model_flops_per_sample(t.d));
@@ -488,6 +564,7 @@ int main(int argc, char **argv) {
     }
     if (has_row(rows, "act")) {
       int bs[3] = {1, 16, 256};
+      const char *tnames[3] = {"act_b1", "act_b16", "act_b256"};
       for (int k = 0; k < 3; k++) {
         actor a = {make_mlp(bs[k]), bs[k], NULL, NULL};
         nn_model_set_training(a.q, false);
@@ -497,37 +574,36 @@ int main(int argc, char **argv) {
         shoal_rng r;
         shoal_rng_seed(&r, 3);
         fill_normal(a.x, (size_t)bs[k] * 4, &r);
-        act[k] = bs[k] * timed(act_step, &a);
+        act[k] = timed_pair(act_step, &a, tp, tnames[k]);
+        act[k].shoal *= bs[k], act[k].torch *= bs[k]; /* samples/s */
         free(a.x), free(a.act);
         nn_model_destroy(a.q);
       }
     }
+    if (tp) torch_stop(tp);
     double sgemm = (has_row(rows, "nature") || has_row(rows, "dcgan")) ? sgemm_gflops() : NAN;
-    torch_figs tf = {0};
-    tf.mlp = tf.minatar = tf.nature = tf.dcgan = tf.act[0] = tf.act[1] = tf.act[2] = NAN;
-    if (with_torch) tf = run_torch(th, rows);
 
     if (has_row(rows, "mlp")) {
-      row("mlp_train", th, mlp, tf.mlp, "steps/s");
-      bench("mlp_train", th, mlp, "steps/s", tf.mlp);
+      row("mlp_train", th, mlp.shoal, mlp.torch, "steps/s");
+      bench("mlp_train", th, mlp.shoal, "steps/s", mlp.torch);
     }
     if (has_row(rows, "minatar")) {
-      row("minatar_train", th, minatar, tf.minatar, "steps/s");
-      bench("minatar_train", th, minatar, "steps/s", tf.minatar);
+      row("minatar_train", th, minatar.shoal, minatar.torch, "steps/s");
+      bench("minatar_train", th, minatar.shoal, "steps/s", minatar.torch);
     }
     if (has_row(rows, "nature")) {
-      row("nature_train", th, nature, tf.nature, "steps/s");
-      bench("nature_train", th, nature, "steps/s", tf.nature);
-      double gs = nature * nature_flops / 1e9, gt = tf.nature * nature_flops / 1e9;
+      row("nature_train", th, nature.shoal, nature.torch, "steps/s");
+      bench("nature_train", th, nature.shoal, "steps/s", nature.torch);
+      double gs = nature.shoal * nature_flops / 1e9, gt = nature.torch * nature_flops / 1e9;
       row("  GFLOP/s", th, gs, gt, "GFLOP/s");
       printf("%-16s t%d %14.5g %14s %8.2f  GFLOP/s, shoal / sgemm 1024\n", "  sgemm", th, sgemm, "",
              gs / sgemm);
       bench("nature_train.gflops", th, gs, "GFLOP/s", sgemm);
     }
     if (has_row(rows, "dcgan")) {
-      row("dcgan_train", th, dcgan, tf.dcgan, "it/s");
-      bench("dcgan_train", th, dcgan, "it/s", tf.dcgan);
-      double gs = dcgan * dcgan_flops / 1e9, gt = tf.dcgan * dcgan_flops / 1e9;
+      row("dcgan_train", th, dcgan.shoal, dcgan.torch, "it/s");
+      bench("dcgan_train", th, dcgan.shoal, "it/s", dcgan.torch);
+      double gs = dcgan.shoal * dcgan_flops / 1e9, gt = dcgan.torch * dcgan_flops / 1e9;
       row("  GFLOP/s", th, gs, gt, "GFLOP/s");
       printf("%-16s t%d %14.5g %14s %8.2f  GFLOP/s, shoal / sgemm 1024\n", "  sgemm", th, sgemm, "",
              gs / sgemm);
@@ -536,14 +612,17 @@ int main(int argc, char **argv) {
     if (has_row(rows, "act")) {
       const char *names[3] = {"act_b1", "act_b16", "act_b256"};
       for (int k = 0; k < 3; k++) {
-        row(names[k], th, act[k], tf.act[k], "samples/s");
-        bench(names[k], th, act[k], "samples/s", tf.act[k]);
+        row(names[k], th, act[k].shoal, act[k].torch, "samples/s");
+        bench(names[k], th, act[k].shoal, "samples/s", act[k].torch);
       }
     }
     if (isfinite(sgemm)) bench("sgemm1024", th, sgemm, "GFLOP/s", NAN);
     fflush(stdout);
   }
-  printf("\n");
+  printf(
+      "load average at the end: %.2f (the machine is shared: above ~0.5, read the figures "
+      "as noisy)\n\n",
+      loadavg());
   for (int i = 0; i < g_nlines; i++) printf("%s\n", g_lines[i].text);
   return 0;
 }

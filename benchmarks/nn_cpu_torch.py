@@ -1,13 +1,18 @@
 #!/usr/bin/python3
 """PyTorch side of benchmarks/nn_cpu: the same models, batches and steps as shoal's,
-timed the same way (time-bounded windows, median). Run by bench nn_cpu through
-$SHOAL_PYTHON; prints one line per figure, "TORCH <name> <value>", that it parses.
+timed the same way (time-bounded windows, median).
 
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=n python3 nn_cpu_torch.py --threads n
+    OPENBLAS_NUM_THREADS=1 python3 nn_cpu_torch.py --threads n      # a table by itself
+    OPENBLAS_NUM_THREADS=1 python3 nn_cpu_torch.py --serve --threads n
+
+With --serve (how bench nn_cpu runs it, through $SHOAL_PYTHON) it prints READY, then
+answers each request line "<row> <window seconds>" with "RATE <calls/s>" for one window,
+so that the C side can alternate its windows with torch's.
 
 Threads: torch.set_num_threads(n) for torch's own pool and OpenBLAS held at 1 thread:
 two pools of n threads on 2 cores run small nets slower and erratically
-(shared/baselines/README.md), so torch owns the one pool.
+(shared/baselines/README.md), so torch owns the one pool. OMP_NUM_THREADS is left unset:
+set in the environment it made torch's 2-thread figures 2-4x worse here.
 """
 import argparse
 import statistics
@@ -138,8 +143,42 @@ def act_fn(B):
     return act
 
 
+ROWS = {
+    "mlp_train": lambda: dqn_step_fn(mlp, (4,), 2, 256),
+    "minatar_train": lambda: dqn_step_fn(minatar, (4, 10, 10), 6, 32),
+    "nature_train": lambda: dqn_step_fn(nature, (4, 84, 84), 6, 32),
+    "dcgan_train": lambda: dcgan_fn(64),
+    "act_b1": lambda: act_fn(1),
+    "act_b16": lambda: act_fn(16),
+    "act_b256": lambda: act_fn(256),
+}
+
+
+def serve():
+    cache = {}
+    print("READY", flush=True)
+    for line in sys.stdin:
+        parts = line.split()
+        if not parts or parts[0] == "quit":
+            break
+        name, window = parts[0], float(parts[1])
+        if name not in cache:
+            cache[name] = ROWS[name]()
+            cache[name]()  # warm-up
+        fn = cache[name]
+        n, t0 = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            dt = time.perf_counter() - t0
+            if dt >= window and n >= 2:
+                break
+        print(f"RATE {n / dt:.6g}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--serve", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--window", type=float, default=0.3)
     ap.add_argument("--repeats", type=int, default=5)
@@ -147,6 +186,9 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if args.serve:
+        serve()
+        return
     rows = args.rows.split(",")
     w, k = args.window, args.repeats
     out = []
