@@ -51,8 +51,8 @@ typedef enum nn_device { NN_CPU = 0, NN_CUDA = 1 } nn_device;
 
 typedef enum nn_act {
   NN_RELU = 0,
-  NN_LEAKY_RELU = 1,  /* alpha: negative slope (PyTorch default 0.01) */
-  NN_ELU = 2,         /* alpha (PyTorch default 1.0) */
+  NN_LEAKY_RELU = 1, /* alpha: negative slope (PyTorch default 0.01) */
+  NN_ELU = 2,        /* alpha (PyTorch default 1.0) */
   NN_TANH = 3,
   NN_SIGMOID = 4,
   NN_SOFTMAX = 5,     /* over the C*H*W features of each sample */
@@ -159,10 +159,10 @@ float *nn_model_state(nn_model *m, size_t *n);
 
 /* The model's tensors, parameters first then state, in layer order. */
 typedef struct nn_tensor_info {
-  const char *name;  /* "fc1.weight"; owned by the model */
-  int ndim;          /* 0..4; 0 is a scalar (num_batches_tracked), numel 1 */
-  int shape[4];      /* PyTorch's layout: dense weight (out, in), conv (out, in, kh, kw) */
-  size_t offset;     /* in floats, into the params buffer (trainable) or the state buffer */
+  const char *name; /* "fc1.weight"; owned by the model */
+  int ndim;         /* 0..4; 0 is a scalar (num_batches_tracked), numel 1 */
+  int shape[4];     /* PyTorch's layout: dense weight (out, in), conv (out, in, kh, kw) */
+  size_t offset;    /* in floats, into the params buffer (trainable) or the state buffer */
   size_t numel;
   bool trainable;
   /* fan_in, fan_out as torch.nn.init computes them, for the initialisers below; a
@@ -183,41 +183,53 @@ int nn_model_copy(nn_model *dst, const nn_model *src, shoal_error *err);
 double nn_model_flops_per_sample(const nn_model *m);
 
 /* ---- initialisers (torch.nn.init's formulas), on raw arrays --------------------- */
+/* Each fills w[0..n) from rng (borrowed; the same seed gives the same weights). fan_in
+ * and fan_out as nn_tensor_info gives them; they must be > 0 (checked by SHOAL_ASSERT:
+ * a caller's bug). These can't fail otherwise. */
 
 void nn_init_zeros(float *w, size_t n);
+/* U[lo, hi). */
 void nn_init_uniform(float *w, size_t n, float lo, float hi, shoal_rng *rng);
+/* Glorot: U(-a, a), a = gain sqrt(6 / (fan_in + fan_out)). */
 void nn_init_xavier_uniform(float *w, size_t n, int fan_in, int fan_out, float gain,
                             shoal_rng *rng);
-void nn_init_xavier_normal(float *w, size_t n, int fan_in, int fan_out, float gain,
-                           shoal_rng *rng);
-/* Kaiming/He with gain sqrt(2) (ReLU), fan_in mode. */
+/* Glorot: N(0, std^2), std = gain sqrt(2 / (fan_in + fan_out)). */
+void nn_init_xavier_normal(float *w, size_t n, int fan_in, int fan_out, float gain, shoal_rng *rng);
+/* Kaiming/He with gain sqrt(2) (ReLU), fan_in mode: U(-sqrt(6 / fan_in), +) and
+ * N(0, 2 / fan_in). */
 void nn_init_kaiming_uniform(float *w, size_t n, int fan_in, shoal_rng *rng);
 void nn_init_kaiming_normal(float *w, size_t n, int fan_in, shoal_rng *rng);
-/* Orthogonal rows (rows x cols) scaled by gain. Returns SHOAL_ENOMEM on failure. */
+/* Orthogonal (Saxe et al. 2013, as torch.nn.init.orthogonal_): w (rows x cols, row-major)
+ * gets W W^T = gain^2 I when rows <= cols, W^T W = gain^2 I otherwise; for a conv
+ * weight pass rows = out channels, cols = the rest. Returns 0, SHOAL_EINVAL for a
+ * non-positive size or SHOAL_ENOMEM (w untouched then). */
 int nn_init_orthogonal(float *w, int rows, int cols, float gain, shoal_rng *rng);
 
 /* ---- losses ------------------------------------------------------------------- */
 /* Each writes the loss to *loss and, when dpred is not NULL, d loss / d pred to dpred
- * (overwriting it). Reduction is PyTorch's "mean"; w, when not NULL, holds B
- * per-sample weights (importance weights) and the loss is (1/(B*N)) sum_i w_i sum_j l_ij
- * (1/B for cross-entropy). A NaN or infinity in the inputs or the loss is SHOAL_ENAN. */
-int nn_mse_loss(float *loss, float *dpred, const float *pred, const float *target,
-                const float *w, int B, int N, shoal_error *err);
-/* Huber / smooth L1 with threshold delta (PyTorch's HuberLoss). */
-int nn_huber_loss(float *loss, float *dpred, const float *pred, const float *target,
-                  const float *w, int B, int N, float delta, shoal_error *err);
-/* Cross-entropy over logits (B, C) with class indices in [0, C). */
-int nn_cross_entropy_loss(float *loss, float *dlogits, const float *logits,
-                          const int32_t *labels, const float *w, int B, int C,
-                          shoal_error *err);
-/* Cross-entropy over logits with soft targets (probabilities, each row sums to 1). */
-int nn_cross_entropy_soft_loss(float *loss, float *dlogits, const float *logits,
-                               const float *probs, const float *w, int B, int C,
-                               shoal_error *err);
-/* Binary cross-entropy with logits, targets in [0, 1]. */
-int nn_bce_with_logits_loss(float *loss, float *dlogits, const float *logits,
-                            const float *targets, const float *w, int B, int N,
-                            shoal_error *err);
+ * (overwriting it, not adding). Reduction is PyTorch's "mean"; w, when not NULL, holds
+ * B per-sample weights (importance weights) and the loss is (1/(B*N)) sum_i w_i
+ * sum_j l_ij (1/B for cross-entropy). Sums run in double. Errors, with nothing written:
+ * a NaN or infinity in the inputs or the loss (SHOAL_ENAN, naming the first bad entry),
+ * B or N < 1 or a NULL input (SHOAL_EINVAL). All arrays are borrowed for the call. */
+int nn_mse_loss(float *loss, float *dpred, const float *pred, const float *target, const float *w,
+                int B, int N, shoal_error *err);
+/* Huber / smooth L1 with threshold delta > 0 (PyTorch's HuberLoss): with d = pred -
+ * target, d^2 / 2 when |d| < delta, else delta (|d| - delta / 2). */
+int nn_huber_loss(float *loss, float *dpred, const float *pred, const float *target, const float *w,
+                  int B, int N, float delta, shoal_error *err);
+/* Cross-entropy over logits (B, C) with class indices in [0, C) (else SHOAL_ERANGE),
+ * through a shifted log-sum-exp, so large logits do not overflow. */
+int nn_cross_entropy_loss(float *loss, float *dlogits, const float *logits, const int32_t *labels,
+                          const float *w, int B, int C, shoal_error *err);
+/* Cross-entropy over logits with soft targets (probabilities, each row sums to 1):
+ * -sum_c p_c log_softmax(x)_c, PyTorch's cross_entropy with probability targets. */
+int nn_cross_entropy_soft_loss(float *loss, float *dlogits, const float *logits, const float *probs,
+                               const float *w, int B, int C, shoal_error *err);
+/* Binary cross-entropy with logits, targets in [0, 1], in the stable form
+ * max(x, 0) - x t + log(1 + exp(-|x|)). */
+int nn_bce_with_logits_loss(float *loss, float *dlogits, const float *logits, const float *targets,
+                            const float *w, int B, int N, shoal_error *err);
 
 /* ---- optimizers ------------------------------------------------------------------ */
 
@@ -299,13 +311,22 @@ typedef struct nn_schedule {
 float nn_schedule_value(const nn_schedule *s, long step);
 
 /* ---- checkpoints (safetensors: u64 header length, JSON header, raw LE data) ----- */
+/* The files are safetensors exactly (https://github.com/huggingface/safetensors): an
+ * 8-byte little-endian header length N, N bytes of JSON padded with spaces to a
+ * multiple of 8 ({"__metadata__": {"format": "pt", ...}, "fc1.weight": {"dtype": "F32",
+ * "shape": [64, 4], "data_offsets": [0, 1024]}, ...}), then the data, so PyTorch's
+ * safetensors loaders read them into the same architecture and shoal reads theirs. */
 
-/* Writes every tensor (parameters and state) under its name as F32; atomic (temporary
- * file, fsync, rename). */
+/* Writes every tensor (parameters and state) under its name as F32, shaped as PyTorch's
+ * state_dict shapes it; atomic (temporary file beside path, fsync, rename, fsync of the
+ * folder), so a crash leaves the old file or the new one. */
 int nn_model_save(const nn_model *m, const char *path, shoal_error *err);
-/* Reads a safetensors file into m. Every tensor of m must be present with the same
- * shape and dtype F32; a missing, extra or mis-shaped tensor, or a truncated or
- * malformed file, is an error naming it, and leaves m unchanged. */
+/* Reads a safetensors file into m. Every tensor of m must be present once, with the
+ * same shape and dtype F32 (state such as num_batches_tracked may also be I64, as
+ * torch writes it), and no other; offsets must tile the data exactly and values be
+ * finite. A missing, extra or mis-shaped tensor, a truncated or malformed file or a
+ * NaN is an error (SHOAL_ESHAPE, SHOAL_EFORMAT, SHOAL_ENAN, SHOAL_ENOENT, SHOAL_EIO)
+ * naming the tensor and the file, and leaves m unchanged. */
 int nn_model_load(nn_model *m, const char *path, shoal_error *err);
 /* The same to and from memory. save_buffer: caller frees *buf with free(). */
 int nn_model_save_buffer(const nn_model *m, uint8_t **buf, size_t *len, shoal_error *err);
