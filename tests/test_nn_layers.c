@@ -627,12 +627,17 @@ static void test_tensor_table_and_init(void **s) {
   nn_flatten(m, "flat");
   nn_dense(m, "fc", 300);
   nn_embedding(m, "emb", 50, 20);
-  assert_int_equal(nn_model_build(m, 2, 42, &err), 0);
   static const char *names[] = {"conv.weight",     "conv.bias",      "bn.weight",
                                 "bn.bias",         "up.weight",      "up.bias",
                                 "fc.weight",       "fc.bias",        "emb.weight",
                                 "bn.running_mean", "bn.running_var", "bn.num_batches_tracked"};
   assert_int_equal(nn_model_tensor_count(m), 12);
+  for (int i = 0; i < 12; i++) { /* the same table before build as after */
+    nn_tensor_info ti;
+    assert_int_equal(nn_model_tensor(m, i, &ti), 0);
+    assert_string_equal(ti.name, names[i]);
+  }
+  assert_int_equal(nn_model_build(m, 2, 42, &err), 0);
   size_t np, ns, off = 0;
   float *p = nn_model_params(m, &np);
   nn_model_state(m, &ns);
