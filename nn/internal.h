@@ -183,6 +183,11 @@ void nn__col2im(const float *col, int ldc, int C, int H, int W, int kh, int kw, 
 /* Sets OpenBLAS's thread count (no-op without OpenBLAS). */
 void nn__blas_set_threads(int n);
 
+/* Conv2d runs samples in groups whose im2col matrix (K x g*P floats) fits in about
+ * NN__COL_BUDGET floats; the group size for max_batch. */
+#define NN__COL_BUDGET ((size_t)256 * 1024)
+int nn__conv_group(int K, int P, int max_batch);
+
 /* y = accumulate ? y + x : x, n floats. */
 void nn__put(float *y, const float *x, size_t n, bool accumulate);
 

@@ -143,6 +143,21 @@ static int node_begin(nn_model *m, nn__node *t, nn__kind kind, const char *name)
     t->in[0] = m->current;
     t->n_in = 1;
   }
+  /* Room for the node and its tensors now, so that adding them cannot fail halfway. */
+  if (m->n_nodes == m->cap_nodes) {
+    int cap = m->cap_nodes ? 2 * m->cap_nodes : 16;
+    nn__node *nn = realloc(m->nodes, (size_t)cap * sizeof *nn);
+    if (!nn) return model_fail(m, SHOAL_ENOMEM, "nn: layer '%s': out of memory", t->name);
+    m->nodes = nn;
+    m->cap_nodes = cap;
+  }
+  if (m->n_tensors + NN__MAX_TENSORS + NN__MAX_STATE > m->cap_tensors) {
+    int cap = 2 * m->cap_tensors + NN__MAX_TENSORS + NN__MAX_STATE;
+    nn__tensor *nt = realloc(m->tensors, (size_t)cap * sizeof *nt);
+    if (!nt) return model_fail(m, SHOAL_ENOMEM, "nn: layer '%s': out of memory", t->name);
+    m->tensors = nt;
+    m->cap_tensors = cap;
+  }
   return 0;
 }
 
@@ -153,18 +168,20 @@ static void set_shape(nn__node *t, int C, int H, int W) {
   t->F = C * H * W;
 }
 
-/* Registers a tensor of node t ("<name>.<suffix>"). Offsets are assigned now, in
- * registration order; nn_model_build moves state tensors after the parameters. */
-static int add_tensor(nn_model *m, nn__node *t, const char *suffix, bool trainable, int ndim,
-                      const int *shape, int fan_in, int fan_out, nn__init init, float bound) {
-  if (m->n_tensors == m->cap_tensors) {
-    int cap = m->cap_tensors ? 2 * m->cap_tensors : 16;
-    nn__tensor *nt = realloc(m->tensors, (size_t)cap * sizeof *nt);
-    if (!nt) return model_fail(m, SHOAL_ENOMEM, "nn: layer '%s': out of memory", t->name);
-    m->tensors = nt;
-    m->cap_tensors = cap;
+/* Registers a tensor of node t ("<name>.<suffix>"), keeping the table as
+ * nn_model_tensor promises: parameters first, then state, each in layer order.
+ * Offsets come from the running counts. Can't fail: node_begin reserved the room. */
+static void add_tensor(nn_model *m, nn__node *t, const char *suffix, bool trainable, int ndim,
+                       const int *shape, int fan_in, int fan_out, nn__init init, float bound) {
+  SHOAL_ASSERT(m->n_tensors < m->cap_tensors);
+  int at = m->n_tensors;
+  if (trainable) {
+    at = 0;
+    while (at < m->n_tensors && m->tensors[at].trainable) at++;
+    memmove(&m->tensors[at + 1], &m->tensors[at], (size_t)(m->n_tensors - at) * sizeof *m->tensors);
   }
-  nn__tensor *s = &m->tensors[m->n_tensors++];
+  m->n_tensors++;
+  nn__tensor *s = &m->tensors[at];
   memset(s, 0, sizeof *s);
   snprintf(s->name, sizeof s->name, "%s.%s", t->name, suffix);
   s->ndim = ndim;
@@ -188,36 +205,18 @@ static int add_tensor(nn_model *m, nn__node *t, const char *suffix, bool trainab
     m->n_state += s->numel;
     t->soff[t->n_soff++] = s->offset;
   }
-  return 0;
 }
 
-/* Appends t to the graph; it becomes the current node. */
+/* Appends t to the graph; it becomes the current node. Can't fail (node_begin
+ * reserved the room). */
 static int node_commit(nn_model *m, nn__node *t) {
-  if (m->n_nodes == m->cap_nodes) {
-    int cap = m->cap_nodes ? 2 * m->cap_nodes : 16;
-    nn__node *nn = realloc(m->nodes, (size_t)cap * sizeof *nn);
-    if (!nn) return model_fail(m, SHOAL_ENOMEM, "nn: layer '%s': out of memory", t->name);
-    m->nodes = nn;
-    m->cap_nodes = cap;
-  }
+  SHOAL_ASSERT(m->n_nodes < m->cap_nodes);
   m->nodes[m->n_nodes] = *t;
   m->current = m->n_nodes;
   return m->n_nodes++;
 }
 
-/* Tensors are registered only once a layer's checks pass, so registration can
- * fail only on memory, and then the layer is not added (its tensors are dropped). */
-#define TENSOR(...)                                            \
-  do {                                                         \
-    int rc_ = add_tensor(m, &t, __VA_ARGS__);                  \
-    if (rc_) {                                                 \
-      m->n_tensors = nt0, m->n_params = np0, m->n_state = ns0; \
-      return rc_;                                              \
-    }                                                          \
-  } while (0)
-#define TENSORS_BEGIN     \
-  int nt0 = m->n_tensors; \
-  size_t np0 = m->n_params, ns0 = m->n_state
+#define TENSOR(...) add_tensor(m, &t, __VA_ARGS__)
 
 static const nn__node *cur(const nn_model *m, const nn__node *t) { return &m->nodes[t->in[0]]; }
 
@@ -264,7 +263,6 @@ int nn_dense(nn_model *m, const char *name, int out_features) {
   t.out_c = out_features;
   set_shape(&t, out_features, 1, 1);
   float bound = 1.0f / sqrtf((float)in);
-  TENSORS_BEGIN;
   TENSOR("weight", true, 2, (int[]){out_features, in}, in, out_features, NN__INIT_UNIFORM, bound);
   TENSOR("bias", true, 1, (int[]){out_features}, in, out_features, NN__INIT_UNIFORM, bound);
   return node_commit(m, &t);
@@ -299,7 +297,6 @@ int nn_conv2d(nn_model *m, const char *name, int out_c, int kh, int kw, int stri
   set_shape(&t, out_c, ho, wo);
   int fan_in = x->C * kh * kw, fan_out = out_c * kh * kw;
   float bound = 1.0f / sqrtf((float)fan_in);
-  TENSORS_BEGIN;
   TENSOR("weight", true, 4, (int[]){out_c, x->C, kh, kw}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
   TENSOR("bias", true, 1, (int[]){out_c}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
   return node_commit(m, &t);
@@ -328,7 +325,6 @@ int nn_conv_transpose2d(nn_model *m, const char *name, int out_c, int kh, int kw
   /* PyTorch's fan of a (in, out, kh, kw) weight: fan_in = size(1) * kh * kw. */
   int fan_in = out_c * kh * kw, fan_out = x->C * kh * kw;
   float bound = 1.0f / sqrtf((float)fan_in);
-  TENSORS_BEGIN;
   TENSOR("weight", true, 4, (int[]){x->C, out_c, kh, kw}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
   TENSOR("bias", true, 1, (int[]){out_c}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
   return node_commit(m, &t);
@@ -372,7 +368,6 @@ int nn_batchnorm(nn_model *m, const char *name, float eps, float momentum) {
   t.eps = eps, t.momentum = momentum;
   set_shape(&t, x->C, x->H, x->W);
   int C = x->C;
-  TENSORS_BEGIN;
   TENSOR("weight", true, 1, (int[]){C}, C, C, NN__INIT_ONES, 0);
   TENSOR("bias", true, 1, (int[]){C}, C, C, NN__INIT_ZEROS, 0);
   TENSOR("running_mean", false, 1, (int[]){C}, C, C, NN__INIT_ZEROS, 0);
@@ -394,7 +389,6 @@ int nn_layernorm(nn_model *m, const char *name, float eps) {
   int nd = (x->H == 1 && x->W == 1) ? 1 : 3;
   int shape[3] = {x->C, x->H, x->W};
   if (nd == 1) shape[0] = x->F;
-  TENSORS_BEGIN;
   TENSOR("weight", true, nd, shape, x->F, x->F, NN__INIT_ONES, 0);
   TENSOR("bias", true, nd, shape, x->F, x->F, NN__INIT_ZEROS, 0);
   return node_commit(m, &t);
@@ -446,7 +440,6 @@ int nn_embedding(nn_model *m, const char *name, int num, int dim) {
                       t.name, x->F, dim);
   t.num = num, t.dim = dim;
   set_shape(&t, x->F * dim, 1, 1);
-  TENSORS_BEGIN;
   TENSOR("weight", true, 2, (int[]){num, dim}, dim, num, NN__INIT_NORMAL, 0);
   return node_commit(m, &t);
 }
@@ -485,7 +478,6 @@ static int rnn_cell(nn_model *m, nn__kind kind, const char *name, int hidden) {
   t.num = I; /* input size */
   set_shape(&t, ns * hidden, 1, 1);
   float bound = 1.0f / sqrtf((float)hidden);
-  TENSORS_BEGIN;
   TENSOR("weight_ih", true, 2, (int[]){ng * hidden, I}, I, ng * hidden, NN__INIT_UNIFORM, bound);
   TENSOR("weight_hh", true, 2, (int[]){ng * hidden, hidden}, hidden, ng * hidden, NN__INIT_UNIFORM,
          bound);
@@ -644,14 +636,6 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
     }
   }
 
-  /* State tensors after the parameters, each group in layer order. */
-  nn__tensor *sorted = malloc((size_t)(m->n_tensors ? m->n_tensors : 1) * sizeof *sorted);
-  if (!sorted) return shoal_error_set(err, SHOAL_ENOMEM, "nn: build: out of memory");
-  int j = 0;
-  for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < m->n_tensors; i++)
-      if (m->tensors[i].trainable == (pass == 0)) sorted[j++] = m->tensors[i];
-
   m->params = alloc_floats(m->n_params);
   m->grads = alloc_floats(m->n_params);
   m->state = alloc_floats(m->n_state);
@@ -704,15 +688,14 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
     }
   }
 
-  /* Initialise in registration order (each layer's weight before its bias). */
+  /* Initialise in table order: the parameters layer by layer, each weight before its
+   * bias (state is constant-initialised, so its place does not change the draws). */
   shoal_rng rng;
   shoal_rng_seed(&rng, seed);
   for (int i = 0; i < m->n_tensors; i++) {
     const nn__tensor *t = &m->tensors[i];
     init_tensor((t->trainable ? m->params : m->state) + t->offset, t, &rng);
   }
-  if (m->n_tensors) memcpy(m->tensors, sorted, (size_t)m->n_tensors * sizeof *sorted);
-  free(sorted);
   /* Dropout draws from its own stream, so masks do not depend on the init. */
   shoal_rng_seed(&m->rng, seed ^ 0x9e3779b97f4a7c15ull);
   m->max_batch = max_batch;
@@ -720,7 +703,6 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
   return 0;
 
 fail:
-  free(sorted);
   for (int i = 0; i < m->n_nodes; i++) free(m->nodes[i].idx), m->nodes[i].idx = NULL;
   free(m->params), free(m->grads), free(m->state), free(m->arena), free(m->scratch);
   m->params = m->grads = m->state = m->arena = m->scratch = NULL;

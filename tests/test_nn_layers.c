@@ -249,6 +249,9 @@ static void add_unrolled_lstm(nn_model *m, int I, int Hd) {
 }
 static void add_unrolled_small(nn_model *m) { add_unrolled_lstm(m, 2, 3); }
 
+/* K*P = 144*576 floats per sample: conv2d runs 4 samples as a group of 3 and one of 1. */
+static void add_grouped_conv(nn_model *m) { nn_conv2d(m, "conv", 4, 3, 3, 1, 1, 1); }
+
 static void add_big_conv(nn_model *m) {
   nn_conv2d(m, "conv", 16, 3, 3, 1, 1, 1);
   nn_activation(m, "t", NN_TANH, 0);
@@ -297,6 +300,8 @@ GC(big, "conv-convT-dense through BLAS", 8, 10, 10, 3, add_big_conv, true, 1e-2f
    true, true)
 GC(unrolled, "lstm cell unrolled x3, tied weights", 12, 1, 1, 2, add_unrolled_small, true, 1e-2f,
    X_UNIFORM, 0, true)
+GC(grouped, "conv2d in sample groups (3 + 1)", 16, 24, 24, 4, add_grouped_conv, true, 1e-2f,
+   X_UNIFORM, 0, true, true)
 GC(add_same, "add(a, a)", 3, 1, 1, 2, add_twice, true, 1e-2f, X_UNIFORM, 0, true)
 
 /* ---- values against PyTorch ------------------------------------------------------ */
@@ -622,12 +627,17 @@ static void test_tensor_table_and_init(void **s) {
   nn_flatten(m, "flat");
   nn_dense(m, "fc", 300);
   nn_embedding(m, "emb", 50, 20);
-  assert_int_equal(nn_model_build(m, 2, 42, &err), 0);
   static const char *names[] = {"conv.weight",     "conv.bias",      "bn.weight",
                                 "bn.bias",         "up.weight",      "up.bias",
                                 "fc.weight",       "fc.bias",        "emb.weight",
                                 "bn.running_mean", "bn.running_var", "bn.num_batches_tracked"};
   assert_int_equal(nn_model_tensor_count(m), 12);
+  for (int i = 0; i < 12; i++) { /* the same table before build as after */
+    nn_tensor_info ti;
+    assert_int_equal(nn_model_tensor(m, i, &ti), 0);
+    assert_string_equal(ti.name, names[i]);
+  }
+  assert_int_equal(nn_model_build(m, 2, 42, &err), 0);
   size_t np, ns, off = 0;
   float *p = nn_model_params(m, &np);
   nn_model_state(m, &ns);
@@ -954,6 +964,7 @@ int main(void) {
       cmocka_unit_test(test_grad_residual),
       cmocka_unit_test(test_grad_concat),
       cmocka_unit_test(test_grad_add_same),
+      cmocka_unit_test(test_grad_grouped),
       cmocka_unit_test(test_grad_unrolled),
       cmocka_unit_test(test_grad_big),
       cmocka_unit_test(test_gemm_paths),
