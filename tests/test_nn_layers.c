@@ -860,6 +860,30 @@ static void test_shared_layers(void **s) {
   nn_model_destroy(m);
 }
 
+/* Two threads (OpenBLAS's pool) give the same results as one, to float rounding. */
+static void test_threads(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 8, 16, 16);
+  nn_conv2d(m, "c", 32, 3, 3, 1, 1, 1);
+  nn_flatten(m, "f");
+  nn_dense(m, "d", 64);
+  assert_int_equal(nn_model_build(m, 16, 1, &err), 0);
+  size_t nx = 16 * 8 * 16 * 16;
+  float *x = malloc(nx * sizeof *x), y1[16 * 64];
+  for (size_t i = 0; i < nx; i++) x[i] = (float)(i % 17) * 0.05f - 0.4f;
+  const float *y;
+  nn_set_threads(1);
+  assert_int_equal(nn_model_forward(m, x, 16, &y, &err), 0);
+  memcpy(y1, y, sizeof y1);
+  nn_set_threads(2);
+  assert_int_equal(nn_model_forward(m, x, 16, &y, &err), 0);
+  for (int i = 0; i < 16 * 64; i++) assert_float_equal(y[i], y1[i], 1e-4f * (1 + fabsf(y1[i])));
+  nn_set_threads(1);
+  free(x);
+  nn_model_destroy(m);
+}
+
 static void test_no_cuda_backend(void **s) {
   shoal_error err = {0};
   assert_false(nn_cuda_available(&err));
@@ -995,6 +1019,7 @@ int main(void) {
       cmocka_unit_test(test_bad_shapes_name_the_layer),
       cmocka_unit_test(test_bad_forward_input),
       cmocka_unit_test(test_shared_layers),
+      cmocka_unit_test(test_threads),
       cmocka_unit_test(test_no_cuda_backend),
       cmocka_unit_test(test_gradients_accumulate),
   };
