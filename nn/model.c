@@ -604,6 +604,9 @@ static void init_tensor(float *w, const nn__tensor *t, shoal_rng *rng) {
 
 static bool is_view(nn__kind k) { return k == NN__FLATTEN || k == NN__RESHAPE; }
 
+/* Arena buffers start on 64-byte boundaries (16 floats): aligned vector loads. */
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
 int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) {
   if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: build: model is NULL");
   if (m->built) return shoal_error_set(err, SHOAL_ESTATE, "nn: build: the model is already built");
@@ -647,7 +650,7 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
     size_t f = (size_t)max_batch * (size_t)n->F;
     size_t own = (i == 0 || is_view(n->kind)) ? 0 : f; /* input and views borrow their out */
     n->cache_n = nn__cpu_cache_floats(m, n, max_batch);
-    total += own + f + n->cache_n + 16; /* +16: keep each buffer 64-byte aligned */
+    total += round16(own) + round16(f) + round16(n->cache_n);
     size_t s = nn__cpu_scratch_floats(m, n, max_batch);
     if (s > scratch) scratch = s;
   }
@@ -662,15 +665,15 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
                          m->n_params, total);
     goto fail;
   }
-  float *p = m->arena;
+  float *p = m->arena; /* carved exactly as total was summed */
   for (int i = 0; i < m->n_nodes; i++) {
     nn__node *n = &m->nodes[i];
     if (!n->live) continue;
     size_t f = (size_t)max_batch * (size_t)n->F;
-#define TAKE(dst, cnt)               \
-  do {                               \
-    dst = p;                         \
-    p += ((cnt) + 15) & ~(size_t)15; \
+#define TAKE(dst, cnt) \
+  do {                 \
+    dst = p;           \
+    p += round16(cnt); \
   } while (0)
     if (!(i == 0 || is_view(n->kind))) TAKE(n->out, f);
     TAKE(n->dout_buf, f);
@@ -687,6 +690,8 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
       }
     }
   }
+
+  SHOAL_ASSERT(p == m->arena + total);
 
   /* Initialise in table order: the parameters layer by layer, each weight before its
    * bias (state is constant-initialised, so its place does not change the draws). */
