@@ -860,6 +860,61 @@ static void test_shared_layers(void **s) {
   nn_model_destroy(m);
 }
 
+/* D(G(z)) as two models: D's input gradient drives G's backward, and G's parameter
+ * gradients match finite differences of the composed loss. */
+static double dg_loss(nn_model *g, nn_model *d, const float *z, const float *r) {
+  shoal_error err = {0};
+  const float *x, *y;
+  if (nn_model_forward(g, z, 3, &x, &err) || nn_model_forward(d, x, 3, &y, &err))
+    fail_msg("%s", err.msg);
+  double L = 0;
+  for (int i = 0; i < 3; i++) L += (double)y[i] * r[i];
+  return L;
+}
+
+static void test_two_models_chain(void **s) {
+  shoal_error err = {0};
+  nn_model *g = nn_model_create(NN_CPU, &err), *d = nn_model_create(NN_CPU, &err);
+  nn_input(g, 3, 1, 1);
+  nn_dense(g, "fc", 8);
+  nn_batchnorm(g, "bn", 1e-5f, 0.1f);
+  nn_activation(g, "t", NN_TANH, 0);
+  nn_reshape(g, "rs", 2, 2, 2);
+  nn_conv_transpose2d(g, "up", 1, 2, 2, 2, 0, 0);
+  nn_input(d, 1, 4, 4);
+  nn_conv2d(d, "c", 2, 3, 3, 1, 0, 1);
+  nn_activation(d, "l", NN_LEAKY_RELU, 0.2f);
+  nn_dense(d, "out", 1);
+  assert_int_equal(nn_model_build(g, 3, 1, &err), 0);
+  assert_int_equal(nn_model_build(d, 3, 2, &err), 0);
+  float z[9] = {0.3f, -1, 0.5f, 1.2f, 0.1f, -0.4f, -0.8f, 0.9f, 0.2f}, r[3] = {1, -0.5f, 0.7f};
+  const float *x, *y, *dx;
+  nn_model_zero_grad(g);
+  nn_model_zero_grad(d);
+  assert_int_equal(nn_model_forward(g, z, 3, &x, &err), 0);
+  assert_int_equal(nn_model_forward(d, x, 3, &y, &err), 0);
+  assert_int_equal(nn_model_backward(d, r, &dx, &err), 0);
+  assert_int_equal(nn_model_backward(g, dx, NULL, &err), 0);
+  size_t np;
+  float *p = nn_model_params(g, &np), *gr = nn_model_grads(g, NULL);
+  float *ga = malloc(np * sizeof *ga);
+  memcpy(ga, gr, np * sizeof *ga);
+  const float eps = 1e-2f;
+  for (size_t i = 0; i < np; i++) {
+    float v = p[i];
+    p[i] = v + eps;
+    double lp = dg_loss(g, d, z, r);
+    p[i] = v - eps;
+    double lm = dg_loss(g, d, z, r);
+    p[i] = v;
+    double num = (lp - lm) / (2.0 * eps);
+    if (!close_enough(ga[i], num)) fail_msg("G param %zu: %g, numeric %g", i, ga[i], num);
+  }
+  free(ga);
+  nn_model_destroy(g);
+  nn_model_destroy(d);
+}
+
 /* Two threads (OpenBLAS's pool) give the same results as one, to float rounding. */
 static void test_threads(void **s) {
   shoal_error err = {0};
@@ -1019,6 +1074,7 @@ int main(void) {
       cmocka_unit_test(test_bad_shapes_name_the_layer),
       cmocka_unit_test(test_bad_forward_input),
       cmocka_unit_test(test_shared_layers),
+      cmocka_unit_test(test_two_models_chain),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_no_cuda_backend),
       cmocka_unit_test(test_gradients_accumulate),
