@@ -122,8 +122,11 @@ static int node_begin(nn_model *m, nn__node *t, nn__kind kind, const char *name)
     if (strlen(name) >= NN__NAME_MAX)
       return model_fail(m, SHOAL_EINVAL, "nn: layer '%.40s...': name longer than %d characters",
                         name, NN__NAME_MAX - 1);
-    if (strchr(name, '"') || strchr(name, '\\'))
-      return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': name may not contain '\"' or '\\'", name);
+    /* '.' separates layer and tensor in "fc1.weight"; quotes would need escaping in
+     * a safetensors header. */
+    if (strpbrk(name, ".\"\\"))
+      return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': name may not contain '.', '\"' or '\\'",
+                        name);
     snprintf(t->name, sizeof t->name, "%s", name);
   } else {
     snprintf(t->name, sizeof t->name, "%s%d", kind_names[kind], m->n_nodes);
@@ -905,3 +908,47 @@ double nn_model_flops_per_sample(const nn_model *m) {
 }
 
 const char *nn__kind_name(nn__kind k) { return kind_names[k]; }
+
+int nn_model_find_node(const nn_model *m, const char *name) {
+  if (!m || !name) return SHOAL_EINVAL;
+  for (int i = 0; i < m->n_nodes; i++)
+    if (!strcmp(m->nodes[i].name, name)) return i;
+  return SHOAL_ENOENT;
+}
+
+/* Parameters a node owns (a shared layer owns none: its tensors are its source's). */
+static size_t node_params(const nn_model *m, int id) {
+  size_t n = 0;
+  const nn__node *nd = &m->nodes[id];
+  for (int t = 0; t < m->n_tensors; t++) {
+    const nn__tensor *ts = &m->tensors[t];
+    size_t len = strlen(nd->name);
+    if (ts->trainable && !strncmp(ts->name, nd->name, len) && ts->name[len] == '.') n += ts->numel;
+  }
+  return n;
+}
+
+size_t nn_model_describe(const nn_model *m, char *buf, size_t n) {
+  if (!m) return 0;
+  size_t k = 0;
+#define PUT(...)                                                                           \
+  do {                                                                                     \
+    int w_ = snprintf(buf ? buf + (k < n ? k : n) : NULL, k < n ? n - k : 0, __VA_ARGS__); \
+    if (w_ > 0) k += (size_t)w_;                                                           \
+  } while (0)
+  PUT("%-4s %-18s %-20s %-16s %-16s %10s\n", "node", "layer", "name", "input", "output", "params");
+  for (int i = 0; i < m->n_nodes; i++) {
+    const nn__node *nd = &m->nodes[i];
+    char in[48] = "", out[24];
+    if (nd->n_in == 1) snprintf(in, sizeof in, "%d", nd->in[0]);
+    if (nd->n_in == 2) snprintf(in, sizeof in, "%d, %d", nd->in[0], nd->in[1]);
+    snprintf(out, sizeof out, "(%d, %d, %d)", nd->C, nd->H, nd->W);
+    PUT("%-4d %-18s %-20s %-16s %-16s %10zu%s\n", i, kind_names[nd->kind], nd->name, in, out,
+        node_params(m, i),
+        i == m->output || (m->output < 0 && i == m->n_nodes - 1) ? "  <- output" : "");
+  }
+  PUT("%zu parameters, %zu state values, %.3g MFLOP per sample forward\n", m->n_params, m->n_state,
+      nn_model_flops_per_sample(m) / 1e6);
+#undef PUT
+  return k;
+}

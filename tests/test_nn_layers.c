@@ -939,6 +939,31 @@ static void test_threads(void **s) {
   nn_model_destroy(m);
 }
 
+static void test_describe_and_find(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 4, 10, 10);
+  nn_conv2d(m, "conv", 16, 3, 3, 1, 0, 1);
+  nn_flatten(m, "flat");
+  int fc = nn_dense(m, "fc", 6);
+  assert_int_equal(nn_dense(m, "bad.name", 2), SHOAL_EINVAL);
+  assert_int_equal(nn_model_find_node(m, "fc"), fc);
+  assert_int_equal(nn_model_find_node(m, "input"), 0);
+  assert_int_equal(nn_model_find_node(m, "nope"), SHOAL_ENOENT);
+  char buf[2048];
+  size_t need = nn_model_describe(m, buf, sizeof buf);
+  assert_int_equal(need, strlen(buf));
+  assert_non_null(strstr(buf, "conv2d"));
+  assert_non_null(strstr(buf, "(16, 8, 8)"));
+  assert_non_null(strstr(buf, "6150"));            /* fc: 1024*6 + 6 */
+  assert_non_null(strstr(buf, "6742 parameters")); /* + conv 16*4*9 + 16 */
+  char small[16];
+  assert_int_equal(nn_model_describe(m, small, sizeof small), need);
+  assert_int_equal(strlen(small), sizeof small - 1);
+  assert_int_equal(nn_model_describe(m, NULL, 0), need);
+  nn_model_destroy(m);
+}
+
 static void test_no_cuda_backend(void **s) {
   shoal_error err = {0};
   assert_false(nn_cuda_available(&err));
@@ -1076,6 +1101,7 @@ int main(void) {
       cmocka_unit_test(test_shared_layers),
       cmocka_unit_test(test_two_models_chain),
       cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_describe_and_find),
       cmocka_unit_test(test_no_cuda_backend),
       cmocka_unit_test(test_gradients_accumulate),
   };
