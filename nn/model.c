@@ -630,16 +630,13 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
                              n->name, m->be->name, kind_names[n->kind]);
   }
 
-  /* Live nodes: the output's ancestors. Consumers are counted among them. */
-  for (int i = 0; i < m->n_nodes; i++) m->nodes[i].live = false, m->nodes[i].consumers = 0;
+  /* Live nodes: the output and its ancestors; forward and backward visit only them. */
+  for (int i = 0; i < m->n_nodes; i++) m->nodes[i].live = false;
   m->nodes[m->output].live = true;
   for (int i = m->output; i >= 0; i--) {
     nn__node *n = &m->nodes[i];
     if (!n->live) continue;
-    for (int k = 0; k < n->n_in; k++) {
-      m->nodes[n->in[k]].live = true;
-      m->nodes[n->in[k]].consumers++;
-    }
+    for (int k = 0; k < n->n_in; k++) m->nodes[n->in[k]].live = true;
   }
 
   m->params = alloc_floats(m->n_params);
