@@ -1034,6 +1034,8 @@ static void test_gemm_paths(void **s) {
     gemm_case(ta, tb, 1, 64, 64, 0.5f);
     gemm_case(ta, tb, 40, 70, 50, 0.0f); /* OpenBLAS when built with it */
     gemm_case(ta, tb, 64, 33, 129, 1.0f);
+    gemm_case(ta, tb, 1, 300, 200, 0.0f); /* sgemv, a row */
+    gemm_case(ta, tb, 300, 1, 200, 1.0f); /* sgemv, a column */
   }
 }
 
