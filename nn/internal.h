@@ -78,7 +78,7 @@ typedef struct nn__node {
 
   /* Hyper-parameters; which are used depends on kind. */
   int out_c, kh, kw, stride, pad, dil, opad; /* dense (out_c), conv, convT, pools */
-  int hidden, num, dim, start, count;        /* rnn cells, embedding, slice */
+  int hidden, num, dim, start, count;        /* cells (num: input size), embedding, slice */
   nn_act act;
   float alpha, eps, momentum, p;
 
@@ -99,11 +99,10 @@ typedef struct nn__node {
   int32_t *idx; /* max-pool argmax, (max_batch, F) */
 
   bool live;         /* an ancestor of the output (or the output) */
-  bool has_params;   /* owns trainable tensors */
+  bool has_params;   /* uses trainable tensors (its own or, shared, another's) */
   bool need_grad;    /* this backward needs the gradient of this node's output */
   bool written;      /* dout holds a value in this backward */
   bool fwd_training; /* the mode of the last forward (dropout, batch norm) */
-  int consumers;
 } nn__node;
 
 /* A layer kind's kernels on one backend. forward may fail (an index out of range,

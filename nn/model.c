@@ -122,8 +122,11 @@ static int node_begin(nn_model *m, nn__node *t, nn__kind kind, const char *name)
     if (strlen(name) >= NN__NAME_MAX)
       return model_fail(m, SHOAL_EINVAL, "nn: layer '%.40s...': name longer than %d characters",
                         name, NN__NAME_MAX - 1);
-    if (strchr(name, '"') || strchr(name, '\\'))
-      return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': name may not contain '\"' or '\\'", name);
+    /* '.' separates layer and tensor in "fc1.weight"; quotes would need escaping in
+     * a safetensors header. */
+    if (strpbrk(name, ".\"\\"))
+      return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': name may not contain '.', '\"' or '\\'",
+                        name);
     snprintf(t->name, sizeof t->name, "%s", name);
   } else {
     snprintf(t->name, sizeof t->name, "%s%d", kind_names[kind], m->n_nodes);
@@ -604,6 +607,9 @@ static void init_tensor(float *w, const nn__tensor *t, shoal_rng *rng) {
 
 static bool is_view(nn__kind k) { return k == NN__FLATTEN || k == NN__RESHAPE; }
 
+/* Arena buffers start on 64-byte boundaries (16 floats): aligned vector loads. */
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
 int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) {
   if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: build: model is NULL");
   if (m->built) return shoal_error_set(err, SHOAL_ESTATE, "nn: build: the model is already built");
@@ -624,16 +630,13 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
                              n->name, m->be->name, kind_names[n->kind]);
   }
 
-  /* Live nodes: the output's ancestors. Consumers are counted among them. */
-  for (int i = 0; i < m->n_nodes; i++) m->nodes[i].live = false, m->nodes[i].consumers = 0;
+  /* Live nodes: the output and its ancestors; forward and backward visit only them. */
+  for (int i = 0; i < m->n_nodes; i++) m->nodes[i].live = false;
   m->nodes[m->output].live = true;
   for (int i = m->output; i >= 0; i--) {
     nn__node *n = &m->nodes[i];
     if (!n->live) continue;
-    for (int k = 0; k < n->n_in; k++) {
-      m->nodes[n->in[k]].live = true;
-      m->nodes[n->in[k]].consumers++;
-    }
+    for (int k = 0; k < n->n_in; k++) m->nodes[n->in[k]].live = true;
   }
 
   m->params = alloc_floats(m->n_params);
@@ -647,7 +650,7 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
     size_t f = (size_t)max_batch * (size_t)n->F;
     size_t own = (i == 0 || is_view(n->kind)) ? 0 : f; /* input and views borrow their out */
     n->cache_n = nn__cpu_cache_floats(m, n, max_batch);
-    total += own + f + n->cache_n + 16; /* +16: keep each buffer 64-byte aligned */
+    total += round16(own) + round16(f) + round16(n->cache_n);
     size_t s = nn__cpu_scratch_floats(m, n, max_batch);
     if (s > scratch) scratch = s;
   }
@@ -662,15 +665,15 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
                          m->n_params, total);
     goto fail;
   }
-  float *p = m->arena;
+  float *p = m->arena; /* carved exactly as total was summed */
   for (int i = 0; i < m->n_nodes; i++) {
     nn__node *n = &m->nodes[i];
     if (!n->live) continue;
     size_t f = (size_t)max_batch * (size_t)n->F;
-#define TAKE(dst, cnt)               \
-  do {                               \
-    dst = p;                         \
-    p += ((cnt) + 15) & ~(size_t)15; \
+#define TAKE(dst, cnt) \
+  do {                 \
+    dst = p;           \
+    p += round16(cnt); \
   } while (0)
     if (!(i == 0 || is_view(n->kind))) TAKE(n->out, f);
     TAKE(n->dout_buf, f);
@@ -687,6 +690,8 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
       }
     }
   }
+
+  SHOAL_ASSERT(p == m->arena + total);
 
   /* Initialise in table order: the parameters layer by layer, each weight before its
    * bias (state is constant-initialised, so its place does not change the draws). */
@@ -900,3 +905,47 @@ double nn_model_flops_per_sample(const nn_model *m) {
 }
 
 const char *nn__kind_name(nn__kind k) { return kind_names[k]; }
+
+int nn_model_find_node(const nn_model *m, const char *name) {
+  if (!m || !name) return SHOAL_EINVAL;
+  for (int i = 0; i < m->n_nodes; i++)
+    if (!strcmp(m->nodes[i].name, name)) return i;
+  return SHOAL_ENOENT;
+}
+
+/* Parameters a node owns (a shared layer owns none: its tensors are its source's). */
+static size_t node_params(const nn_model *m, int id) {
+  size_t n = 0;
+  const nn__node *nd = &m->nodes[id];
+  for (int t = 0; t < m->n_tensors; t++) {
+    const nn__tensor *ts = &m->tensors[t];
+    size_t len = strlen(nd->name);
+    if (ts->trainable && !strncmp(ts->name, nd->name, len) && ts->name[len] == '.') n += ts->numel;
+  }
+  return n;
+}
+
+size_t nn_model_describe(const nn_model *m, char *buf, size_t n) {
+  if (!m) return 0;
+  size_t k = 0;
+#define PUT(...)                                                                           \
+  do {                                                                                     \
+    int w_ = snprintf(buf ? buf + (k < n ? k : n) : NULL, k < n ? n - k : 0, __VA_ARGS__); \
+    if (w_ > 0) k += (size_t)w_;                                                           \
+  } while (0)
+  PUT("%-4s %-18s %-20s %-16s %-16s %10s\n", "node", "layer", "name", "input", "output", "params");
+  for (int i = 0; i < m->n_nodes; i++) {
+    const nn__node *nd = &m->nodes[i];
+    char in[48] = "", out[24];
+    if (nd->n_in == 1) snprintf(in, sizeof in, "%d", nd->in[0]);
+    if (nd->n_in == 2) snprintf(in, sizeof in, "%d, %d", nd->in[0], nd->in[1]);
+    snprintf(out, sizeof out, "(%d, %d, %d)", nd->C, nd->H, nd->W);
+    PUT("%-4d %-18s %-20s %-16s %-16s %10zu%s\n", i, kind_names[nd->kind], nd->name, in, out,
+        node_params(m, i),
+        i == m->output || (m->output < 0 && i == m->n_nodes - 1) ? "  <- output" : "");
+  }
+  PUT("%zu parameters, %zu state values, %.3g MFLOP per sample forward\n", m->n_params, m->n_state,
+      nn_model_flops_per_sample(m) / 1e6);
+#undef PUT
+  return k;
+}

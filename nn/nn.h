@@ -181,6 +181,12 @@ int nn_model_find_tensor(const nn_model *m, const char *name, nn_tensor_info *in
 int nn_model_copy(nn_model *dst, const nn_model *src, shoal_error *err);
 /* Number of multiply-adds ×2 for a forward of one sample (for GFLOP/s reports). */
 double nn_model_flops_per_sample(const nn_model *m);
+/* The node named name, or SHOAL_ENOENT (SHOAL_EINVAL for NULL). */
+int nn_model_find_node(const nn_model *m, const char *name);
+/* Writes a table of the model (one line per node: kind, name, inputs, output shape,
+ * parameters; then the totals) into buf, snprintf-style: at most n bytes, always
+ * terminated when n > 0; returns the length the whole table needs. Can't fail. */
+size_t nn_model_describe(const nn_model *m, char *buf, size_t n);
 
 /* ---- initialisers (torch.nn.init's formulas), on raw arrays --------------------- */
 /* Each fills w[0..n) from rng (borrowed; the same seed gives the same weights). fan_in

@@ -860,6 +860,110 @@ static void test_shared_layers(void **s) {
   nn_model_destroy(m);
 }
 
+/* D(G(z)) as two models: D's input gradient drives G's backward, and G's parameter
+ * gradients match finite differences of the composed loss. */
+static double dg_loss(nn_model *g, nn_model *d, const float *z, const float *r) {
+  shoal_error err = {0};
+  const float *x, *y;
+  if (nn_model_forward(g, z, 3, &x, &err) || nn_model_forward(d, x, 3, &y, &err))
+    fail_msg("%s", err.msg);
+  double L = 0;
+  for (int i = 0; i < 3; i++) L += (double)y[i] * r[i];
+  return L;
+}
+
+static void test_two_models_chain(void **s) {
+  shoal_error err = {0};
+  nn_model *g = nn_model_create(NN_CPU, &err), *d = nn_model_create(NN_CPU, &err);
+  nn_input(g, 3, 1, 1);
+  nn_dense(g, "fc", 8);
+  nn_batchnorm(g, "bn", 1e-5f, 0.1f);
+  nn_activation(g, "t", NN_TANH, 0);
+  nn_reshape(g, "rs", 2, 2, 2);
+  nn_conv_transpose2d(g, "up", 1, 2, 2, 2, 0, 0);
+  nn_input(d, 1, 4, 4);
+  nn_conv2d(d, "c", 2, 3, 3, 1, 0, 1);
+  nn_activation(d, "l", NN_LEAKY_RELU, 0.2f);
+  nn_dense(d, "out", 1);
+  assert_int_equal(nn_model_build(g, 3, 1, &err), 0);
+  assert_int_equal(nn_model_build(d, 3, 2, &err), 0);
+  float z[9] = {0.3f, -1, 0.5f, 1.2f, 0.1f, -0.4f, -0.8f, 0.9f, 0.2f}, r[3] = {1, -0.5f, 0.7f};
+  const float *x, *y, *dx;
+  nn_model_zero_grad(g);
+  nn_model_zero_grad(d);
+  assert_int_equal(nn_model_forward(g, z, 3, &x, &err), 0);
+  assert_int_equal(nn_model_forward(d, x, 3, &y, &err), 0);
+  assert_int_equal(nn_model_backward(d, r, &dx, &err), 0);
+  assert_int_equal(nn_model_backward(g, dx, NULL, &err), 0);
+  size_t np;
+  float *p = nn_model_params(g, &np), *gr = nn_model_grads(g, NULL);
+  float *ga = malloc(np * sizeof *ga);
+  memcpy(ga, gr, np * sizeof *ga);
+  const float eps = 1e-2f;
+  for (size_t i = 0; i < np; i++) {
+    float v = p[i];
+    p[i] = v + eps;
+    double lp = dg_loss(g, d, z, r);
+    p[i] = v - eps;
+    double lm = dg_loss(g, d, z, r);
+    p[i] = v;
+    double num = (lp - lm) / (2.0 * eps);
+    if (!close_enough(ga[i], num)) fail_msg("G param %zu: %g, numeric %g", i, ga[i], num);
+  }
+  free(ga);
+  nn_model_destroy(g);
+  nn_model_destroy(d);
+}
+
+/* Two threads (OpenBLAS's pool) give the same results as one, to float rounding. */
+static void test_threads(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 8, 16, 16);
+  nn_conv2d(m, "c", 32, 3, 3, 1, 1, 1);
+  nn_flatten(m, "f");
+  nn_dense(m, "d", 64);
+  assert_int_equal(nn_model_build(m, 16, 1, &err), 0);
+  size_t nx = 16 * 8 * 16 * 16;
+  float *x = malloc(nx * sizeof *x), y1[16 * 64];
+  for (size_t i = 0; i < nx; i++) x[i] = (float)(i % 17) * 0.05f - 0.4f;
+  const float *y;
+  nn_set_threads(1);
+  assert_int_equal(nn_model_forward(m, x, 16, &y, &err), 0);
+  memcpy(y1, y, sizeof y1);
+  nn_set_threads(2);
+  assert_int_equal(nn_model_forward(m, x, 16, &y, &err), 0);
+  for (int i = 0; i < 16 * 64; i++) assert_float_equal(y[i], y1[i], 1e-4f * (1 + fabsf(y1[i])));
+  nn_set_threads(1);
+  free(x);
+  nn_model_destroy(m);
+}
+
+static void test_describe_and_find(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 4, 10, 10);
+  nn_conv2d(m, "conv", 16, 3, 3, 1, 0, 1);
+  nn_flatten(m, "flat");
+  int fc = nn_dense(m, "fc", 6);
+  assert_int_equal(nn_dense(m, "bad.name", 2), SHOAL_EINVAL);
+  assert_int_equal(nn_model_find_node(m, "fc"), fc);
+  assert_int_equal(nn_model_find_node(m, "input"), 0);
+  assert_int_equal(nn_model_find_node(m, "nope"), SHOAL_ENOENT);
+  char buf[2048];
+  size_t need = nn_model_describe(m, buf, sizeof buf);
+  assert_int_equal(need, strlen(buf));
+  assert_non_null(strstr(buf, "conv2d"));
+  assert_non_null(strstr(buf, "(16, 8, 8)"));
+  assert_non_null(strstr(buf, "6150"));            /* fc: 1024*6 + 6 */
+  assert_non_null(strstr(buf, "6742 parameters")); /* + conv 16*4*9 + 16 */
+  char small[16];
+  assert_int_equal(nn_model_describe(m, small, sizeof small), need);
+  assert_int_equal(strlen(small), sizeof small - 1);
+  assert_int_equal(nn_model_describe(m, NULL, 0), need);
+  nn_model_destroy(m);
+}
+
 static void test_no_cuda_backend(void **s) {
   shoal_error err = {0};
   assert_false(nn_cuda_available(&err));
@@ -930,6 +1034,8 @@ static void test_gemm_paths(void **s) {
     gemm_case(ta, tb, 1, 64, 64, 0.5f);
     gemm_case(ta, tb, 40, 70, 50, 0.0f); /* OpenBLAS when built with it */
     gemm_case(ta, tb, 64, 33, 129, 1.0f);
+    gemm_case(ta, tb, 1, 300, 200, 0.0f); /* sgemv, a row */
+    gemm_case(ta, tb, 300, 1, 200, 1.0f); /* sgemv, a column */
   }
 }
 
@@ -995,6 +1101,9 @@ int main(void) {
       cmocka_unit_test(test_bad_shapes_name_the_layer),
       cmocka_unit_test(test_bad_forward_input),
       cmocka_unit_test(test_shared_layers),
+      cmocka_unit_test(test_two_models_chain),
+      cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_describe_and_find),
       cmocka_unit_test(test_no_cuda_backend),
       cmocka_unit_test(test_gradients_accumulate),
   };

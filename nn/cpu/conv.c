@@ -1,11 +1,13 @@
 /*
- * nn/cpu/conv.c — conv2d and conv-transpose2d by im2col/col2im and one GEMM over the
- * whole batch, max-pool and avg-pool.
+ * nn/cpu/conv.c — conv2d and conv-transpose2d by im2col/col2im and GEMMs over many
+ * samples at once, max-pool and avg-pool.
  *
- * Layout: the im2col matrix of a batch is (K, B*P) with K = C_in*kh*kw and P = Ho*Wo,
- * sample s in columns [s*P, (s+1)*P), so one GEMM does the batch (a per-sample GEMM
- * with P = 49 columns, as in Nature-DQN's last conv, runs far below the sgemm rate).
- * The product comes out channel-major (C_out, B*P) and is scattered into NCHW.
+ * Layout: the im2col matrix of g samples is (K, g*P) with K = C_in*kh*kw and
+ * P = Ho*Wo, sample s in columns [s*P, (s+1)*P), so one GEMM does the g samples (a
+ * per-sample GEMM with P = 49 columns, as in Nature-DQN's last conv, runs far below
+ * the sgemm rate). The product comes out channel-major (C_out, g*P) and is scattered
+ * into NCHW. conv2d takes g as large as keeps the matrix in cache; conv-transpose2d
+ * does the whole batch.
  */
 #include <float.h>
 #include <string.h>
