@@ -15,10 +15,10 @@
  * OpenBLAS's cblas_sgemm rate on 1024x1024 measured in windows between those rows'.
  *
  * Threads: shoal uses nn_set_threads(n) (OpenBLAS's pool is its pool); torch runs with
- * torch.set_num_threads(n) and OpenBLAS at 1 thread, one pool each, as the baselines
- * note advises. Each figure is the median of several time-bounded windows; shoal's and
- * torch's windows alternate (torch in a child process serving one window per request),
- * so that load from other processes on a shared machine falls on both alike.
+ * torch.set_num_threads(n), OpenBLAS at 1 thread (one pool each, as the baselines note
+ * advises) and OMP_WAIT_POLICY=PASSIVE (see torch_start). Each figure is the median of several
+ * time-bounded windows; shoal's and torch's windows alternate (torch in a child process serving one
+ * window per request), so that load from other processes on a shared machine falls on both alike.
  *
  *   nn_cpu [--threads 1,2] [--window 0.3] [--repeats 5] [--rows mlp,minatar,nature,dcgan,act]
  *          [--no-torch]
@@ -378,6 +378,10 @@ static bool torch_start(torch_proc *t, int threads) {
     unsetenv("OMP_NUM_THREADS"); /* libgomp's own pool setting slows torch here; see the .py */
     unsetenv("MKL_NUM_THREADS");
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    /* Spinning OpenMP barriers made torch's 2-thread figures collapse 10-20x whenever the
+     * shared machine was busy (71 vs 1494 MLP steps/s in one minute); passive waiting is
+     * the kinder baseline for torch. */
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
     execl(py, py, script, "--serve", "--threads", th, (char *)NULL);
     fprintf(stderr, "nn_cpu: cannot run %s %s\n", py, script);
     _exit(127);

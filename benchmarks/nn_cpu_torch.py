@@ -2,8 +2,8 @@
 """PyTorch side of benchmarks/nn_cpu: the same models, batches and steps as shoal's,
 timed the same way (time-bounded windows, median).
 
-    OPENBLAS_NUM_THREADS=1 python3 nn_cpu_torch.py --threads n      # a table by itself
-    OPENBLAS_NUM_THREADS=1 python3 nn_cpu_torch.py --serve --threads n
+    OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=1 python3 nn_cpu_torch.py --threads n
+    OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=1 python3 nn_cpu_torch.py --serve --threads n
 
 With --serve (how bench nn_cpu runs it, through $SHOAL_PYTHON) it prints READY, then
 answers each request line "<row> <window seconds>" with "RATE <calls/s>" for one window,
@@ -12,7 +12,8 @@ so that the C side can alternate its windows with torch's.
 Threads: torch.set_num_threads(n) for torch's own pool and OpenBLAS held at 1 thread:
 two pools of n threads on 2 cores run small nets slower and erratically
 (shared/baselines/README.md), so torch owns the one pool. OMP_NUM_THREADS is left unset:
-set in the environment it made torch's 2-thread figures 2-4x worse here.
+set in the environment it made torch's 2-thread figures 2-4x worse here. Passive OpenMP
+waiting keeps torch's 2-thread figures from collapsing when the shared machine is busy.
 """
 import argparse
 import statistics
