@@ -553,6 +553,49 @@ static void test_crafted_headers(void **state) {
   nn_model_destroy(m);
 }
 
+/* Random byte mutations of a valid file: each load either succeeds or fails with a
+ * message and leaves the model as it was; never a crash (run under ASan in CI). */
+static void test_mutated_files(void **state) {
+  nn_model *a = make_net(8, true, 1), *m = make_net(8, true, 2);
+  uint8_t *good, *buf;
+  size_t len;
+  assert_int_equal(nn_model_save_buffer(a, &good, &len, NULL), 0);
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--) hlen = hlen << 8 | good[i];
+  buf = malloc(len);
+  assert_non_null(buf);
+  shoal_rng r;
+  shoal_rng_seed(&r, 99);
+  int ok = 0, failed = 0;
+  for (int k = 0; k < 600; k++) {
+    memcpy(buf, good, len);
+    int flips = 1 + (int)shoal_rng_below(&r, 3);
+    for (int f = 0; f < flips; f++) {
+      /* mostly the header, where the structure is */
+      size_t at = shoal_rng_below(&r, 4) ? shoal_rng_below(&r, 8 + hlen) : shoal_rng_below(&r, len);
+      buf[at] = (uint8_t)shoal_rng_next(&r);
+    }
+    snapshot s = snap(m);
+    shoal_error err = {0};
+    int rc = nn_model_load_buffer(m, buf, len, &err);
+    if (rc) {
+      failed++;
+      assert_true(err.msg[0] != 0);
+      assert_unchanged(m, &s);
+    } else {
+      ok++;
+      free(s.p);
+      free(s.s);
+    }
+  }
+  assert_true(failed > 300); /* most header mutations break something */
+  assert_true(ok > 0);       /* data mutations (finite values) load */
+  free(buf);
+  free(good);
+  nn_model_destroy(a);
+  nn_model_destroy(m);
+}
+
 static void test_files_and_arguments(void **state) {
   nn_model *m = make_tiny();
   shoal_error err = {0};
@@ -670,6 +713,7 @@ int main(void) {
       cmocka_unit_test(test_missing_and_extra_tensors),
       cmocka_unit_test(test_truncated_file),
       cmocka_unit_test(test_crafted_headers),
+      cmocka_unit_test(test_mutated_files),
       cmocka_unit_test(test_files_and_arguments),
       cmocka_unit_test(test_optimizer_state_round_trip),
       cmocka_unit_test(test_optimizer_state_mismatch),
