@@ -777,6 +777,7 @@ static void test_bad_shapes_name_the_layer(void **s) {
   assert_int_equal(nn_concat(m, "cat", d, 99), SHOAL_ERANGE);
   assert_int_equal(nn_conv_transpose2d(m, "ct", 2, 3, 3, 2, 0, 2), SHOAL_EINVAL);
   assert_int_equal(nn_model_select(m, 42), SHOAL_ERANGE);
+  assert_int_equal(nn_model_set_output(m, 42), SHOAL_ERANGE);
   assert_int_equal(nn_dropout(m, "dp", 1.5f), SHOAL_EINVAL);
   /* Build reports the first failure, naming its layer. */
   assert_int_not_equal(nn_model_build(m, 4, 1, &err), 0);
@@ -936,6 +937,33 @@ static void test_threads(void **s) {
   for (int i = 0; i < 16 * 64; i++) assert_float_equal(y[i], y1[i], 1e-4f * (1 + fabsf(y1[i])));
   nn_set_threads(1);
   free(x);
+  nn_model_destroy(m);
+}
+
+/* Two heads; the output is the first: the second head is not computed and gets no
+ * gradient. */
+static void test_set_output(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 3, 1, 1);
+  int trunk = nn_dense(m, "trunk", 4);
+  int h1 = nn_dense(m, "head1", 2);
+  nn_model_select(m, trunk);
+  nn_dense(m, "head2", 5);
+  assert_int_equal(nn_model_set_output(m, h1), 0);
+  assert_int_equal(nn_model_build(m, 2, 1, &err), 0);
+  float x[3] = {1, 2, 3}, dy[2] = {1, 1};
+  const float *y;
+  nn_model_zero_grad(m);
+  assert_int_equal(nn_model_forward(m, x, 1, &y, &err), 0);
+  assert_int_equal(nn_model_backward(m, dy, NULL, &err), 0);
+  nn_tensor_info t1, t2;
+  nn_model_find_tensor(m, "head1.bias", &t1);
+  nn_model_find_tensor(m, "head2.bias", &t2);
+  float *g = nn_model_grads(m, NULL);
+  assert_float_equal(g[t1.offset], 1.0f, 0);
+  for (int i = 0; i < 5; i++) assert_float_equal(g[t2.offset + i], 0.0f, 0);
+  assert_float_equal(nn_model_flops_per_sample(m), 2.0 * (3 * 4 + 4 * 2), 0);
   nn_model_destroy(m);
 }
 
@@ -1103,6 +1131,7 @@ int main(void) {
       cmocka_unit_test(test_shared_layers),
       cmocka_unit_test(test_two_models_chain),
       cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_set_output),
       cmocka_unit_test(test_describe_and_find),
       cmocka_unit_test(test_no_cuda_backend),
       cmocka_unit_test(test_gradients_accumulate),
