@@ -278,6 +278,43 @@ static void test_loads_torch_written_file(void **state) {
   load_torch_file("torch_net_i64.safetensors");
 }
 
+/* A conv model from torch: 4-D weights, batch norm 2-d, and a transposed convolution
+ * (torch's weight layout (in, out, kh, kw)); the outputs must match torch's. */
+static void test_loads_torch_conv_model(void **state) {
+  fx_file fx;
+  assert_int_equal(fx_load(&fx, "checkpoint.txt"), 0);
+  nn_model *m = nn_model_create(NN_CPU, NULL);
+  nn_input(m, 1, 6, 6);
+  nn_conv2d(m, "conv", 4, 3, 3, 1, 1, 1);
+  nn_batchnorm(m, "bn", 1e-5f, 0.1f);
+  nn_activation(m, "act", NN_RELU, 0);
+  nn_conv_transpose2d(m, "convt", 2, 4, 4, 2, 1, 0);
+  nn_dense(m, "fc", 3);
+  shoal_error err = {0};
+  if (nn_model_build(m, 2, 9, &err)) fail_msg("build: %s", err.msg);
+  char path[1024];
+  fx_path(path, sizeof path, "torch_convnet.safetensors");
+  if (nn_model_load(m, path, &err)) fail_msg("load: %s", err.msg);
+  nn_tensor_info t;
+  assert_int_equal(nn_model_find_tensor(m, "convt.weight", &t), 0);
+  assert_int_equal(t.ndim, 4);
+  assert_true(t.shape[0] == 4 && t.shape[1] == 2 && t.shape[2] == 4 && t.shape[3] == 4);
+  nn_model_set_training(m, false);
+  float *x = fx_floats(&fx, "cv.x", NULL);
+  int ny = 0;
+  const double *yref = fx_get(&fx, "cv.y", &ny);
+  assert_non_null(x);
+  assert_int_equal(ny, 2 * 3);
+  const float *y;
+  assert_int_equal(nn_model_forward(m, x, 2, &y, &err), 0);
+  for (int i = 0; i < ny; i++)
+    if (fabs(y[i] - yref[i]) > 1e-5 + 1e-4 * fabs(yref[i]))
+      fail_msg("y[%d] = %.7g, torch %.7g", i, y[i], yref[i]);
+  free(x);
+  fx_free(&fx);
+  nn_model_destroy(m);
+}
+
 /* Python (json + numpy, the format by its spec) reads shoal's file, compares every
  * value with a dump, and loads it into torch's Net. Skipped without /usr/bin/python3. */
 static void test_python_reads_shoal_file(void **state) {
@@ -708,6 +745,7 @@ int main(void) {
       cmocka_unit_test(test_round_trip_file_with_batchnorm_state),
       cmocka_unit_test(test_round_trip_buffer),
       cmocka_unit_test(test_loads_torch_written_file),
+      cmocka_unit_test(test_loads_torch_conv_model),
       cmocka_unit_test(test_python_reads_shoal_file),
       cmocka_unit_test(test_wrong_shape_names_tensor_and_file),
       cmocka_unit_test(test_missing_and_extra_tensors),
