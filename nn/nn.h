@@ -289,6 +289,8 @@ int nn_optim_save(const nn_optim *o, const char *path, shoal_error *err);
 int nn_optim_load(nn_optim *o, const char *path, shoal_error *err);
 int nn_optim_save_buffer(const nn_optim *o, uint8_t **buf, size_t *len, shoal_error *err);
 int nn_optim_load_buffer(nn_optim *o, const uint8_t *buf, size_t len, shoal_error *err);
+/* Sets the learning rate of the next steps (a schedule's value); a negative or
+ * non-finite lr makes nn_optim_step refuse (SHOAL_EINVAL) until it is fixed. */
 void nn_optim_set_lr(nn_optim *o, float lr);
 float nn_optim_lr(const nn_optim *o);
 /* Global L2 norm of the gradient before clipping, from the last step. */

@@ -278,6 +278,9 @@ NN__HOT static void step_rmsprop(nn_optim *o) {
 }
 
 int nn_optim_step(nn_optim *o, shoal_error *err) {
+  if (!(o->cfg.lr >= 0) || !isfinite(o->cfg.lr)) /* set_lr from a broken schedule */
+    return shoal_error_set(err, SHOAL_EINVAL, "nn: optimizer: lr %g must be finite and >= 0",
+                           (double)o->cfg.lr);
   float norm = (float)sqrt(sum_squares(o->grads, o->n));
   o->last_norm = norm;
   if (!isfinite(norm)) {

@@ -364,6 +364,11 @@ static void test_set_lr_and_reset(void **state) {
   nn_optim_set_lr(o, 2.0f);
   assert_int_equal(nn_optim_step(o, NULL), 0);
   assert_true(p[0] == 0.0f && p[1] == 3.0f);
+  nn_optim_set_lr(o, NAN);
+  shoal_error err = {0};
+  assert_int_equal(nn_optim_step(o, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "lr"));
+  assert_true(p[0] == 0.0f && p[1] == 3.0f);
   nn_optim_destroy(o);
   /* Adam's first step moves each parameter by lr (m / sqrt(v) = sign g), and again
    * after a reset, whatever came before */
