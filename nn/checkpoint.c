@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "nn/nn.h"
+#include "nn/safetensors.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */
 #define ST_MAX_DIMS 8
@@ -127,38 +128,32 @@ static void sb_json_string(sbuf *b, const char *s) {
 
 /* ---- saving --------------------------------------------------------------------------- */
 
-static float *tensor_base(nn_model *m, const nn_tensor_info *t) {
-  size_t n = 0;
-  return t->trainable ? nn_model_params(m, &n) : nn_model_state(m, &n);
-}
+static size_t elem_size(const nn__st_tensor *t) { return t->i64 ? 8 : 4; }
 
-int nn_model_save_buffer(const nn_model *cm, uint8_t **out, size_t *out_len, shoal_error *err) {
-  if (!cm || !out || !out_len)
-    return shoal_error_set(err, SHOAL_EINVAL, "nn: save: NULL model or output");
-  nn_model *m = (nn_model *)cm; /* only read: the buffer accessors are not const */
-  int count = nn_model_tensor_count(m);
-  if (count <= 0)
-    return shoal_error_set(err, SHOAL_ESTATE, "nn: save: the model has no tensors (not built?)");
+int nn__st_save_buffer(const nn__st_tensor *t, int count, const char *const *meta, int n_meta,
+                       uint8_t **out, size_t *out_len, shoal_error *err) {
   sbuf h = {0};
-  sb_str(&h, "{\"__metadata__\":{\"format\":\"pt\",\"producer\":\"shoal\"}");
+  sb_str(&h, "{\"__metadata__\":{");
+  for (int i = 0; i < n_meta; i++) {
+    if (i) sb_put(&h, ",", 1);
+    sb_json_string(&h, meta[2 * i]);
+    sb_put(&h, ":", 1);
+    sb_json_string(&h, meta[2 * i + 1]);
+  }
+  sb_put(&h, "}", 1);
   uint64_t off = 0;
   for (int i = 0; i < count; i++) {
-    nn_tensor_info t;
-    if (nn_model_tensor(m, i, &t) || !tensor_base(m, &t)) {
-      free(h.p);
-      return shoal_error_set(err, SHOAL_EINTERNAL, "nn: save: tensor %d has no data", i);
-    }
     sb_put(&h, ",", 1);
-    sb_json_string(&h, t.name);
-    sb_str(&h, ":{\"dtype\":\"F32\",\"shape\":[");
-    for (int d = 0; d < t.ndim; d++) {
+    sb_json_string(&h, t[i].name);
+    sb_str(&h, t[i].i64 ? ":{\"dtype\":\"I64\",\"shape\":[" : ":{\"dtype\":\"F32\",\"shape\":[");
+    for (int d = 0; d < t[i].ndim; d++) {
       if (d) sb_put(&h, ",", 1);
-      sb_fmt_u64(&h, (uint64_t)t.shape[d]);
+      sb_fmt_u64(&h, (uint64_t)t[i].shape[d]);
     }
     sb_str(&h, "],\"data_offsets\":[");
     sb_fmt_u64(&h, off);
     sb_put(&h, ",", 1);
-    off += (uint64_t)t.numel * 4;
+    off += (uint64_t)t[i].numel * elem_size(&t[i]);
     sb_fmt_u64(&h, off);
     sb_str(&h, "]}");
   }
@@ -176,18 +171,65 @@ int nn_model_save_buffer(const nn_model *cm, uint8_t **out, size_t *out_len, sho
   }
   write_u64le(buf, h.len);
   memcpy(buf + 8, h.p, h.len);
+  uint8_t *data = buf + 8 + h.len;
   free(h.p);
-  uint8_t *data = buf + 8 + (len - 8 - (size_t)off);
-  size_t pos = 0;
   for (int i = 0; i < count; i++) {
-    nn_tensor_info t;
-    nn_model_tensor(m, i, &t);
-    floats_to_le(data + pos, tensor_base(m, &t) + t.offset, t.numel);
-    pos += t.numel * 4;
+    if (t[i].i64)
+      for (size_t j = 0; j < t[i].numel; j++) write_u64le(data + 8 * j, (uint64_t)t[i].i64[j]);
+    else
+      floats_to_le(data, t[i].f32, t[i].numel);
+    data += t[i].numel * elem_size(&t[i]);
   }
   *out = buf;
   *out_len = len;
   return 0;
+}
+
+/* The model's tensor table; caller frees *out. */
+static int model_table(nn_model *m, nn__st_tensor **out, int *count, const char *what,
+                       shoal_error *err) {
+  int n = nn_model_tensor_count(m);
+  if (n <= 0)
+    return shoal_error_set(err, SHOAL_ESTATE, "nn: %s: the model has no tensors (not built?)",
+                           what);
+  nn__st_tensor *t = calloc((size_t)n, sizeof *t);
+  if (!t) return shoal_error_set(err, SHOAL_ENOMEM, "nn: %s: out of memory", what);
+  for (int i = 0; i < n; i++) {
+    nn_tensor_info info;
+    size_t cnt = 0;
+    float *base = NULL;
+    if (!nn_model_tensor(m, i, &info))
+      base = info.trainable ? nn_model_params(m, &cnt) : nn_model_state(m, &cnt);
+    if (!base || info.ndim < 0 || info.ndim > 4) {
+      free(t);
+      return shoal_error_set(err, SHOAL_EINTERNAL, "nn: %s: tensor %d has no data", what, i);
+    }
+    t[i].name = info.name;
+    t[i].ndim = info.ndim;
+    memcpy(t[i].shape, info.shape, sizeof t[i].shape);
+    t[i].numel = info.numel;
+    t[i].f32 = base + info.offset;
+    t[i].trainable = info.trainable;
+    /* torch keeps integer state (num_batches_tracked) as I64 */
+    t[i].i64_ok = !info.trainable;
+  }
+  *out = t;
+  *count = n;
+  return 0;
+}
+
+int nn_model_save_buffer(const nn_model *cm, uint8_t **out, size_t *out_len, shoal_error *err) {
+  if (!cm || !out || !out_len)
+    return shoal_error_set(err, SHOAL_EINVAL, "nn: save: NULL model or output");
+  nn__st_tensor *t;
+  int n;
+  /* only read: the buffer accessors are not const */
+  int rc = model_table((nn_model *)cm, &t, &n, "save", err);
+  if (rc) return rc;
+  static const char *const meta[] = {"format", "pt", "producer", "shoal"};
+  rc = nn__st_save_buffer(t, n, meta, 2, out, out_len, err);
+  free(t);
+  return rc;
 }
 
 static int write_all(int fd, const uint8_t *p, size_t n) {
@@ -204,18 +246,11 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
 
 /* Writes to a temporary file beside path, syncs it, renames it over path and syncs
  * the folder, so a crash leaves either the old file or the new one, never half. */
-int nn_model_save(const nn_model *m, const char *path, shoal_error *err) {
-  if (!path) return shoal_error_set(err, SHOAL_EINVAL, "nn: save: NULL path");
-  uint8_t *buf = NULL;
-  size_t len = 0;
-  int rc = nn_model_save_buffer(m, &buf, &len, err);
-  if (rc) return rc;
+int nn__st_write_file(const char *path, const uint8_t *buf, size_t len, shoal_error *err) {
   size_t plen = strlen(path);
   char *tmp = malloc(plen + 16);
-  if (!tmp) {
-    free(buf);
-    return shoal_error_set(err, SHOAL_ENOMEM, "nn: save '%s': out of memory", path);
-  }
+  int rc = 0;
+  if (!tmp) return shoal_error_set(err, SHOAL_ENOMEM, "nn: save '%s': out of memory", path);
   memcpy(tmp, path, plen);
   memcpy(tmp + plen, ".tmp.XXXXXX", 12);
   int fd = mkstemp(tmp);
@@ -247,6 +282,15 @@ int nn_model_save(const nn_model *m, const char *path, shoal_error *err) {
   }
 done:
   free(tmp);
+  return rc;
+}
+
+int nn_model_save(const nn_model *m, const char *path, shoal_error *err) {
+  if (!path) return shoal_error_set(err, SHOAL_EINVAL, "nn: save: NULL path");
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  int rc = nn_model_save_buffer(m, &buf, &len, err);
+  if (!rc) rc = nn__st_write_file(path, buf, len, err);
   free(buf);
   return rc;
 }
@@ -261,7 +305,7 @@ typedef struct st_entry {
   int ndim;
   uint64_t shape[ST_MAX_DIMS];
   uint64_t begin, end; /* bytes into the data section */
-  int model_index;     /* the model tensor it fills */
+  int model_index;     /* the table entry it fills */
 } st_entry;
 
 typedef struct st_parser {
@@ -391,7 +435,7 @@ static int parse_string(st_parser *ps, char **out) {
         rc = perr(ps, "bad escape");
         break;
       }
-      unsigned cp, lo;
+      unsigned cp = 0, lo = 0;
       if ((rc = hex4(ps, &cp))) break;
       if (cp >= 0xD800 && cp <= 0xDBFF) { /* a surrogate pair */
         if (ps->end - ps->p < 2 || ps->p[0] != '\\' || ps->p[1] != 'u') {
@@ -641,13 +685,9 @@ static int cmp_begin(const void *a, const void *b) {
   return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
 }
 
-static int load_impl(nn_model *m, const uint8_t *buf, size_t len, const char *src,
-                     shoal_error *err) {
-  if (!m || !buf) return shoal_error_set(err, SHOAL_EINVAL, "nn: load: NULL model or data");
-  int count = nn_model_tensor_count(m);
-  if (count <= 0)
-    return shoal_error_set(err, SHOAL_ESTATE,
-                           "nn: load '%s': the model has no tensors (not built?)", src);
+int nn__st_load_buffer(const nn__st_tensor *tab, int count, const char *owner, const uint8_t *buf,
+                       size_t len, const char *src, shoal_error *err) {
+  if (!buf) return shoal_error_set(err, SHOAL_EINVAL, "nn: load: NULL data");
   if (len < 8)
     return shoal_error_set(err, SHOAL_EFORMAT,
                            "nn: checkpoint '%s': %zu bytes, shorter than the 8-byte header length "
@@ -675,43 +715,43 @@ static int load_impl(nn_model *m, const uint8_t *buf, size_t len, const char *sr
   char fs[96], ms[96];
   for (int i = 0; i < ps.n; i++) {
     st_entry *e = &ps.e[i];
-    nn_tensor_info t;
     int found = -1;
     for (int k = 0; k < count && found < 0; k++)
-      if (!nn_model_tensor(m, k, &t) && !strcmp(t.name, e->name)) found = k;
+      if (!strcmp(tab[k].name, e->name)) found = k;
     if (found < 0) {
-      rc = shoal_error_set(err, SHOAL_ESHAPE,
-                           "nn: checkpoint '%s': tensor '%s' is not in the model", src, e->name);
+      rc = shoal_error_set(err, SHOAL_ESHAPE, "nn: checkpoint '%s': tensor '%s' is not in the %s",
+                           src, e->name, owner);
       goto done;
     }
     e->model_index = found;
+    const nn__st_tensor *t = &tab[found];
     uint64_t ms64[4];
-    for (int d = 0; d < t.ndim; d++) ms64[d] = (uint64_t)t.shape[d];
-    bool same = e->ndim == t.ndim;
-    for (int d = 0; same && d < t.ndim; d++) same = e->shape[d] == ms64[d];
+    for (int d = 0; d < t->ndim; d++) ms64[d] = (uint64_t)t->shape[d];
+    bool same = e->ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = e->shape[d] == ms64[d];
     if (!same) {
       shape_text(fs, sizeof fs, e->shape, e->ndim);
-      shape_text(ms, sizeof ms, ms64, t.ndim);
+      shape_text(ms, sizeof ms, ms64, t->ndim);
       rc = shoal_error_set(err, SHOAL_ESHAPE,
                            "nn: checkpoint '%s': tensor '%s' has shape %s in the file, %s in the "
-                           "model",
-                           src, e->name, fs, ms);
+                           "%s",
+                           src, e->name, fs, ms, owner);
       goto done;
     }
     /* torch writes integer state (num_batches_tracked) as I64; parameters must be F32 */
-    if (e->dtype == ST_I64 && t.trainable) {
-      rc =
-          shoal_error_set(err, SHOAL_EFORMAT,
-                          "nn: checkpoint '%s': parameter '%s' is I64; expected F32", src, e->name);
+    if ((e->dtype == ST_I64 && !t->i64 && !t->i64_ok) || (e->dtype == ST_F32 && !t->f32)) {
+      rc = shoal_error_set(err, SHOAL_EFORMAT, "nn: checkpoint '%s': %s '%s' is %s; expected %s",
+                           src, t->trainable ? "parameter" : "tensor", e->name,
+                           e->dtype == ST_I64 ? "I64" : "F32", t->i64 ? "I64" : "F32");
       goto done;
     }
     uint64_t size = e->dtype == ST_F32 ? 4 : 8;
-    if (e->end < e->begin || e->end - e->begin != (uint64_t)t.numel * size) {
+    if (e->end < e->begin || e->end - e->begin != (uint64_t)t->numel * size) {
       rc = shoal_error_set(err, SHOAL_EFORMAT,
                            "nn: checkpoint '%s': tensor '%s': data_offsets [%llu, %llu] do not "
                            "hold %zu values of %llu bytes",
                            src, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
-                           t.numel, (unsigned long long)size);
+                           t->numel, (unsigned long long)size);
       goto done;
     }
     if (e->end > dlen) {
@@ -723,14 +763,12 @@ static int load_impl(nn_model *m, const uint8_t *buf, size_t len, const char *sr
     }
   }
   for (int k = 0; k < count; k++) {
-    nn_tensor_info t;
-    nn_model_tensor(m, k, &t);
     bool present = false;
     for (int i = 0; i < ps.n && !present; i++) present = ps.e[i].model_index == k;
     if (!present) {
       rc = shoal_error_set(err, SHOAL_ESHAPE,
-                           "nn: checkpoint '%s': the model's tensor '%s' is missing from the file",
-                           src, t.name);
+                           "nn: checkpoint '%s': the %s's tensor '%s' is missing from the file",
+                           src, owner, tab[k].name);
       goto done;
     }
   }
@@ -743,18 +781,20 @@ static int load_impl(nn_model *m, const uint8_t *buf, size_t len, const char *sr
   }
   for (int i = 0; i < ps.n; i++) order[i] = &ps.e[i];
   qsort(order, (size_t)ps.n, sizeof *order, cmp_begin);
+  for (int i = 1; i < ps.n; i++)
+    if (order[i]->begin < order[i - 1]->end) {
+      rc = shoal_error_set(err, SHOAL_EFORMAT,
+                           "nn: checkpoint '%s': tensor '%s' [%llu, %llu) overlaps '%s'", src,
+                           order[i]->name, (unsigned long long)order[i]->begin,
+                           (unsigned long long)order[i]->end, order[i - 1]->name);
+      goto done;
+    }
   uint64_t at = 0;
   for (int i = 0; i < ps.n; i++) {
     if (order[i]->begin != at) {
-      if (order[i]->begin < at)
-        rc = shoal_error_set(err, SHOAL_EFORMAT,
-                             "nn: checkpoint '%s': tensor '%s' [%llu, %llu) overlaps '%s'", src,
-                             order[i]->name, (unsigned long long)order[i]->begin,
-                             (unsigned long long)order[i]->end, order[i - 1]->name);
-      else
-        rc = shoal_error_set(err, SHOAL_EFORMAT,
-                             "nn: checkpoint '%s': a gap of %llu bytes before tensor '%s'", src,
-                             (unsigned long long)(order[i]->begin - at), order[i]->name);
+      rc = shoal_error_set(err, SHOAL_EFORMAT,
+                           "nn: checkpoint '%s': a gap of %llu bytes before tensor '%s'", src,
+                           (unsigned long long)(order[i]->begin - at), order[i]->name);
       goto done;
     }
     at = order[i]->end;
@@ -779,6 +819,15 @@ static int load_impl(nn_model *m, const uint8_t *buf, size_t len, const char *sr
                                e->name, (unsigned long long)j, (double)v);
           goto done;
         }
+      } else if (tab[e->model_index].i64) {
+        int64_t v = (int64_t)read_u64le(p);
+        if (v < 0) {
+          rc = shoal_error_set(err, SHOAL_ERANGE,
+                               "nn: checkpoint '%s': tensor '%s'[%llu] = %lld; a count must be "
+                               ">= 0",
+                               src, e->name, (unsigned long long)j, (long long)v);
+          goto done;
+        }
       } else {
         int64_t v = (int64_t)read_u64le(p);
         if (v > (1 << 24) || v < -(1 << 24)) {
@@ -792,17 +841,18 @@ static int load_impl(nn_model *m, const uint8_t *buf, size_t len, const char *sr
     }
   }
 
-  /* all checked: now write the model */
+  /* all checked: now fill the destinations */
   for (int i = 0; i < ps.n; i++) {
     st_entry *e = &ps.e[i];
-    nn_tensor_info t;
-    nn_model_tensor(m, e->model_index, &t);
-    float *dst = tensor_base(m, &t) + t.offset;
+    const nn__st_tensor *t = &tab[e->model_index];
     if (e->dtype == ST_F32)
-      floats_from_le(dst, data + e->begin, t.numel);
+      floats_from_le(t->f32, data + e->begin, t->numel);
+    else if (t->i64)
+      for (size_t j = 0; j < t->numel; j++)
+        t->i64[j] = (int64_t)read_u64le(data + e->begin + 8 * j);
     else
-      for (size_t j = 0; j < t.numel; j++)
-        dst[j] = (float)(int64_t)read_u64le(data + e->begin + 8 * j);
+      for (size_t j = 0; j < t->numel; j++)
+        t->f32[j] = (float)(int64_t)read_u64le(data + e->begin + 8 * j);
   }
 done:
   free(order);
@@ -810,24 +860,47 @@ done:
   return rc;
 }
 
+static int model_load(nn_model *m, const uint8_t *buf, size_t len, const char *src,
+                      shoal_error *err) {
+  if (!m || !buf) return shoal_error_set(err, SHOAL_EINVAL, "nn: load: NULL model or data");
+  nn__st_tensor *t;
+  int n;
+  int rc = model_table(m, &t, &n, "load", err);
+  if (rc) return rc;
+  rc = nn__st_load_buffer(t, n, "model", buf, len, src, err);
+  free(t);
+  return rc;
+}
+
 int nn_model_load_buffer(nn_model *m, const uint8_t *buf, size_t len, shoal_error *err) {
-  return load_impl(m, buf, len, "buffer", err);
+  return model_load(m, buf, len, "buffer", err);
 }
 
 int nn_model_load(nn_model *m, const char *path, shoal_error *err) {
   if (!path) return shoal_error_set(err, SHOAL_EINVAL, "nn: load: NULL path");
+  if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: load: NULL model");
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  int rc = nn__st_read_file(path, &buf, &len, err);
+  if (!rc) rc = model_load(m, buf, len, path, err);
+  free(buf);
+  return rc;
+}
+
+int nn__st_read_file(const char *path, uint8_t **out, size_t *out_len, shoal_error *err) {
   int fd = open(path, O_RDONLY);
   if (fd < 0)
     return shoal_error_set(err, errno == ENOENT ? SHOAL_ENOENT : SHOAL_EIO, "nn: load '%s': %s",
                            path, strerror(errno));
   struct stat st;
   uint8_t *buf = NULL;
+  size_t len = 0, got = 0;
   int rc = 0;
   if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
     rc = shoal_error_set(err, SHOAL_EIO, "nn: load '%s': not a regular file", path);
     goto done;
   }
-  size_t len = (size_t)st.st_size, got = 0;
+  len = (size_t)st.st_size;
   buf = malloc(len ? len : 1);
   if (!buf) {
     rc = shoal_error_set(err, SHOAL_ENOMEM, "nn: load '%s': cannot allocate %zu bytes", path, len);
@@ -843,9 +916,13 @@ int nn_model_load(nn_model *m, const char *path, shoal_error *err) {
     }
     got += (size_t)k;
   }
-  rc = load_impl(m, buf, len, path, err);
 done:
-  free(buf);
   close(fd);
-  return rc;
+  if (rc) {
+    free(buf);
+    return rc;
+  }
+  *out = buf;
+  *out_len = len;
+  return 0;
 }

@@ -78,7 +78,7 @@ typedef struct nn__node {
 
   /* Hyper-parameters; which are used depends on kind. */
   int out_c, kh, kw, stride, pad, dil, opad; /* dense (out_c), conv, convT, pools */
-  int hidden, num, dim, start, count;        /* rnn cells, embedding, slice */
+  int hidden, num, dim, start, count;        /* cells (num: input size), embedding, slice */
   nn_act act;
   float alpha, eps, momentum, p;
 
@@ -99,11 +99,10 @@ typedef struct nn__node {
   int32_t *idx; /* max-pool argmax, (max_batch, F) */
 
   bool live;         /* an ancestor of the output (or the output) */
-  bool has_params;   /* owns trainable tensors */
+  bool has_params;   /* uses trainable tensors (its own or, shared, another's) */
   bool need_grad;    /* this backward needs the gradient of this node's output */
   bool written;      /* dout holds a value in this backward */
   bool fwd_training; /* the mode of the last forward (dropout, batch norm) */
-  int consumers;
 } nn__node;
 
 /* A layer kind's kernels on one backend. forward may fail (an index out of range,
@@ -113,8 +112,10 @@ typedef struct nn__layer_ops {
   void (*backward)(nn_model *m, nn__node *n, int B);
 } nn__layer_ops;
 
-/* A backend: a name and a table of layer kernels. Buffers are host memory on the
- * CPU; a device backend allocates its own (alloc/free default to the CPU's). */
+/* A backend: a name and a table of layer kernels, indexed by nn__kind. The model's
+ * buffers are host memory, which is what the CPU kernels use; a device backend
+ * (nn/cuda) adds its buffer management here when it lands. A NULL entry means the
+ * backend lacks that layer, and nn_model_build says so. */
 typedef struct nn__backend {
   const char *name;
   const nn__layer_ops *ops[NN__KIND_COUNT];
@@ -180,6 +181,11 @@ void nn__col2im(const float *col, int ldc, int C, int H, int W, int kh, int kw, 
 
 /* Sets OpenBLAS's thread count (no-op without OpenBLAS). */
 void nn__blas_set_threads(int n);
+
+/* Conv2d runs samples in groups whose im2col matrix (K x g*P floats) fits in about
+ * NN__COL_BUDGET floats; the group size for max_batch. */
+#define NN__COL_BUDGET ((size_t)256 * 1024)
+int nn__conv_group(int K, int P, int max_batch);
 
 /* y = accumulate ? y + x : x, n floats. */
 void nn__put(float *y, const float *x, size_t n, bool accumulate);

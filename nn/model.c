@@ -122,8 +122,11 @@ static int node_begin(nn_model *m, nn__node *t, nn__kind kind, const char *name)
     if (strlen(name) >= NN__NAME_MAX)
       return model_fail(m, SHOAL_EINVAL, "nn: layer '%.40s...': name longer than %d characters",
                         name, NN__NAME_MAX - 1);
-    if (strchr(name, '"') || strchr(name, '\\'))
-      return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': name may not contain '\"' or '\\'", name);
+    /* '.' separates layer and tensor in "fc1.weight"; quotes would need escaping in
+     * a safetensors header. */
+    if (strpbrk(name, ".\"\\"))
+      return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': name may not contain '.', '\"' or '\\'",
+                        name);
     snprintf(t->name, sizeof t->name, "%s", name);
   } else {
     snprintf(t->name, sizeof t->name, "%s%d", kind_names[kind], m->n_nodes);
@@ -143,6 +146,21 @@ static int node_begin(nn_model *m, nn__node *t, nn__kind kind, const char *name)
     t->in[0] = m->current;
     t->n_in = 1;
   }
+  /* Room for the node and its tensors now, so that adding them cannot fail halfway. */
+  if (m->n_nodes == m->cap_nodes) {
+    int cap = m->cap_nodes ? 2 * m->cap_nodes : 16;
+    nn__node *nn = realloc(m->nodes, (size_t)cap * sizeof *nn);
+    if (!nn) return model_fail(m, SHOAL_ENOMEM, "nn: layer '%s': out of memory", t->name);
+    m->nodes = nn;
+    m->cap_nodes = cap;
+  }
+  if (m->n_tensors + NN__MAX_TENSORS + NN__MAX_STATE > m->cap_tensors) {
+    int cap = 2 * m->cap_tensors + NN__MAX_TENSORS + NN__MAX_STATE;
+    nn__tensor *nt = realloc(m->tensors, (size_t)cap * sizeof *nt);
+    if (!nt) return model_fail(m, SHOAL_ENOMEM, "nn: layer '%s': out of memory", t->name);
+    m->tensors = nt;
+    m->cap_tensors = cap;
+  }
   return 0;
 }
 
@@ -153,18 +171,20 @@ static void set_shape(nn__node *t, int C, int H, int W) {
   t->F = C * H * W;
 }
 
-/* Registers a tensor of node t ("<name>.<suffix>"). Offsets are assigned now, in
- * registration order; nn_model_build moves state tensors after the parameters. */
-static int add_tensor(nn_model *m, nn__node *t, const char *suffix, bool trainable, int ndim,
-                      const int *shape, int fan_in, int fan_out, nn__init init, float bound) {
-  if (m->n_tensors == m->cap_tensors) {
-    int cap = m->cap_tensors ? 2 * m->cap_tensors : 16;
-    nn__tensor *nt = realloc(m->tensors, (size_t)cap * sizeof *nt);
-    if (!nt) return model_fail(m, SHOAL_ENOMEM, "nn: layer '%s': out of memory", t->name);
-    m->tensors = nt;
-    m->cap_tensors = cap;
+/* Registers a tensor of node t ("<name>.<suffix>"), keeping the table as
+ * nn_model_tensor promises: parameters first, then state, each in layer order.
+ * Offsets come from the running counts. Can't fail: node_begin reserved the room. */
+static void add_tensor(nn_model *m, nn__node *t, const char *suffix, bool trainable, int ndim,
+                       const int *shape, int fan_in, int fan_out, nn__init init, float bound) {
+  SHOAL_ASSERT(m->n_tensors < m->cap_tensors);
+  int at = m->n_tensors;
+  if (trainable) {
+    at = 0;
+    while (at < m->n_tensors && m->tensors[at].trainable) at++;
+    memmove(&m->tensors[at + 1], &m->tensors[at], (size_t)(m->n_tensors - at) * sizeof *m->tensors);
   }
-  nn__tensor *s = &m->tensors[m->n_tensors++];
+  m->n_tensors++;
+  nn__tensor *s = &m->tensors[at];
   memset(s, 0, sizeof *s);
   snprintf(s->name, sizeof s->name, "%s.%s", t->name, suffix);
   s->ndim = ndim;
@@ -188,36 +208,18 @@ static int add_tensor(nn_model *m, nn__node *t, const char *suffix, bool trainab
     m->n_state += s->numel;
     t->soff[t->n_soff++] = s->offset;
   }
-  return 0;
 }
 
-/* Appends t to the graph; it becomes the current node. */
+/* Appends t to the graph; it becomes the current node. Can't fail (node_begin
+ * reserved the room). */
 static int node_commit(nn_model *m, nn__node *t) {
-  if (m->n_nodes == m->cap_nodes) {
-    int cap = m->cap_nodes ? 2 * m->cap_nodes : 16;
-    nn__node *nn = realloc(m->nodes, (size_t)cap * sizeof *nn);
-    if (!nn) return model_fail(m, SHOAL_ENOMEM, "nn: layer '%s': out of memory", t->name);
-    m->nodes = nn;
-    m->cap_nodes = cap;
-  }
+  SHOAL_ASSERT(m->n_nodes < m->cap_nodes);
   m->nodes[m->n_nodes] = *t;
   m->current = m->n_nodes;
   return m->n_nodes++;
 }
 
-/* Tensors are registered only once a layer's checks pass, so registration can
- * fail only on memory, and then the layer is not added (its tensors are dropped). */
-#define TENSOR(...)                                            \
-  do {                                                         \
-    int rc_ = add_tensor(m, &t, __VA_ARGS__);                  \
-    if (rc_) {                                                 \
-      m->n_tensors = nt0, m->n_params = np0, m->n_state = ns0; \
-      return rc_;                                              \
-    }                                                          \
-  } while (0)
-#define TENSORS_BEGIN     \
-  int nt0 = m->n_tensors; \
-  size_t np0 = m->n_params, ns0 = m->n_state
+#define TENSOR(...) add_tensor(m, &t, __VA_ARGS__)
 
 static const nn__node *cur(const nn_model *m, const nn__node *t) { return &m->nodes[t->in[0]]; }
 
@@ -264,7 +266,6 @@ int nn_dense(nn_model *m, const char *name, int out_features) {
   t.out_c = out_features;
   set_shape(&t, out_features, 1, 1);
   float bound = 1.0f / sqrtf((float)in);
-  TENSORS_BEGIN;
   TENSOR("weight", true, 2, (int[]){out_features, in}, in, out_features, NN__INIT_UNIFORM, bound);
   TENSOR("bias", true, 1, (int[]){out_features}, in, out_features, NN__INIT_UNIFORM, bound);
   return node_commit(m, &t);
@@ -299,7 +300,6 @@ int nn_conv2d(nn_model *m, const char *name, int out_c, int kh, int kw, int stri
   set_shape(&t, out_c, ho, wo);
   int fan_in = x->C * kh * kw, fan_out = out_c * kh * kw;
   float bound = 1.0f / sqrtf((float)fan_in);
-  TENSORS_BEGIN;
   TENSOR("weight", true, 4, (int[]){out_c, x->C, kh, kw}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
   TENSOR("bias", true, 1, (int[]){out_c}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
   return node_commit(m, &t);
@@ -328,7 +328,6 @@ int nn_conv_transpose2d(nn_model *m, const char *name, int out_c, int kh, int kw
   /* PyTorch's fan of a (in, out, kh, kw) weight: fan_in = size(1) * kh * kw. */
   int fan_in = out_c * kh * kw, fan_out = x->C * kh * kw;
   float bound = 1.0f / sqrtf((float)fan_in);
-  TENSORS_BEGIN;
   TENSOR("weight", true, 4, (int[]){x->C, out_c, kh, kw}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
   TENSOR("bias", true, 1, (int[]){out_c}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
   return node_commit(m, &t);
@@ -372,7 +371,6 @@ int nn_batchnorm(nn_model *m, const char *name, float eps, float momentum) {
   t.eps = eps, t.momentum = momentum;
   set_shape(&t, x->C, x->H, x->W);
   int C = x->C;
-  TENSORS_BEGIN;
   TENSOR("weight", true, 1, (int[]){C}, C, C, NN__INIT_ONES, 0);
   TENSOR("bias", true, 1, (int[]){C}, C, C, NN__INIT_ZEROS, 0);
   TENSOR("running_mean", false, 1, (int[]){C}, C, C, NN__INIT_ZEROS, 0);
@@ -394,7 +392,6 @@ int nn_layernorm(nn_model *m, const char *name, float eps) {
   int nd = (x->H == 1 && x->W == 1) ? 1 : 3;
   int shape[3] = {x->C, x->H, x->W};
   if (nd == 1) shape[0] = x->F;
-  TENSORS_BEGIN;
   TENSOR("weight", true, nd, shape, x->F, x->F, NN__INIT_ONES, 0);
   TENSOR("bias", true, nd, shape, x->F, x->F, NN__INIT_ZEROS, 0);
   return node_commit(m, &t);
@@ -446,7 +443,6 @@ int nn_embedding(nn_model *m, const char *name, int num, int dim) {
                       t.name, x->F, dim);
   t.num = num, t.dim = dim;
   set_shape(&t, x->F * dim, 1, 1);
-  TENSORS_BEGIN;
   TENSOR("weight", true, 2, (int[]){num, dim}, dim, num, NN__INIT_NORMAL, 0);
   return node_commit(m, &t);
 }
@@ -485,7 +481,6 @@ static int rnn_cell(nn_model *m, nn__kind kind, const char *name, int hidden) {
   t.num = I; /* input size */
   set_shape(&t, ns * hidden, 1, 1);
   float bound = 1.0f / sqrtf((float)hidden);
-  TENSORS_BEGIN;
   TENSOR("weight_ih", true, 2, (int[]){ng * hidden, I}, I, ng * hidden, NN__INIT_UNIFORM, bound);
   TENSOR("weight_hh", true, 2, (int[]){ng * hidden, hidden}, hidden, ng * hidden, NN__INIT_UNIFORM,
          bound);
@@ -549,6 +544,36 @@ int nn_concat(nn_model *m, const char *name, int a, int b) {
   return two_input(m, NN__CONCAT, name, a, b);
 }
 
+int nn_shared(nn_model *m, const char *name, int like) {
+  if (!m) return SHOAL_EINVAL;
+  if (like < 1 || like >= m->n_nodes)
+    return model_fail(m, SHOAL_ERANGE, "nn: layer '%s': shares node %d, but the layers are 1..%d",
+                      name ? name : "?", like, m->n_nodes - 1);
+  const nn__node *src = &m->nodes[like];
+  nn__node t;
+  int rc = node_begin(m, &t, src->kind, name);
+  if (rc) return rc;
+  if (src->n_in != 1)
+    return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': cannot share '%s', a two-input %s layer",
+                      t.name, src->name, kind_names[src->kind]);
+  const nn__node *x = cur(m, &t), *sx = &m->nodes[src->in[0]];
+  if (x->C != sx->C || x->H != sx->H || x->W != sx->W)
+    return model_fail(m, SHOAL_ESHAPE,
+                      "nn: layer '%s': input (%d, %d, %d) differs from the input (%d, %d, %d) of "
+                      "'%s', whose parameters it shares",
+                      t.name, x->C, x->H, x->W, sx->C, sx->H, sx->W, src->name);
+  /* Same kind, hyper-parameters and parameter offsets: gradients of both add up in
+   * the one gradient slot, as tied weights need. No tensors of its own. */
+  nn__node s = *src;
+  memcpy(s.name, t.name, sizeof s.name);
+  s.id = t.id;
+  s.in[0] = t.in[0];
+  s.in[1] = -1;
+  s.out = s.dout = s.dout_buf = s.cache = NULL;
+  s.idx = NULL;
+  return node_commit(m, &s);
+}
+
 int nn_model_set_output(nn_model *m, int node) {
   if (!m) return SHOAL_EINVAL;
   if (m->built) return model_fail(m, SHOAL_ESTATE, "nn: set_output: the model is already built");
@@ -582,6 +607,9 @@ static void init_tensor(float *w, const nn__tensor *t, shoal_rng *rng) {
 
 static bool is_view(nn__kind k) { return k == NN__FLATTEN || k == NN__RESHAPE; }
 
+/* Arena buffers start on 64-byte boundaries (16 floats): aligned vector loads. */
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
 int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) {
   if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: build: model is NULL");
   if (m->built) return shoal_error_set(err, SHOAL_ESTATE, "nn: build: the model is already built");
@@ -594,26 +622,22 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
   if (m->output < 0) m->output = m->n_nodes - 1;
   if (m->output == 0)
     return shoal_error_set(err, SHOAL_EINVAL, "nn: build: the output is the input node");
+  for (int i = 1; i < m->n_nodes; i++) {
+    const nn__node *n = &m->nodes[i];
+    const nn__layer_ops *ops = m->be->ops[n->kind];
+    if (!ops || !ops->forward || !ops->backward)
+      return shoal_error_set(err, SHOAL_ENOTSUP, "nn: layer '%s': the %s backend has no %s layer",
+                             n->name, m->be->name, kind_names[n->kind]);
+  }
 
-  /* Live nodes: the output's ancestors. Consumers are counted among them. */
-  for (int i = 0; i < m->n_nodes; i++) m->nodes[i].live = false, m->nodes[i].consumers = 0;
+  /* Live nodes: the output and its ancestors; forward and backward visit only them. */
+  for (int i = 0; i < m->n_nodes; i++) m->nodes[i].live = false;
   m->nodes[m->output].live = true;
   for (int i = m->output; i >= 0; i--) {
     nn__node *n = &m->nodes[i];
     if (!n->live) continue;
-    for (int k = 0; k < n->n_in; k++) {
-      m->nodes[n->in[k]].live = true;
-      m->nodes[n->in[k]].consumers++;
-    }
+    for (int k = 0; k < n->n_in; k++) m->nodes[n->in[k]].live = true;
   }
-
-  /* State tensors after the parameters, each group in layer order. */
-  nn__tensor *sorted = malloc((size_t)(m->n_tensors ? m->n_tensors : 1) * sizeof *sorted);
-  if (!sorted) return shoal_error_set(err, SHOAL_ENOMEM, "nn: build: out of memory");
-  int j = 0;
-  for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < m->n_tensors; i++)
-      if (m->tensors[i].trainable == (pass == 0)) sorted[j++] = m->tensors[i];
 
   m->params = alloc_floats(m->n_params);
   m->grads = alloc_floats(m->n_params);
@@ -626,11 +650,12 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
     size_t f = (size_t)max_batch * (size_t)n->F;
     size_t own = (i == 0 || is_view(n->kind)) ? 0 : f; /* input and views borrow their out */
     n->cache_n = nn__cpu_cache_floats(m, n, max_batch);
-    total += own + f + n->cache_n + 16; /* +16: keep each buffer 64-byte aligned */
+    total += round16(own) + round16(f) + round16(n->cache_n);
     size_t s = nn__cpu_scratch_floats(m, n, max_batch);
     if (s > scratch) scratch = s;
   }
   m->arena = alloc_floats(total);
+  m->arena_n = total;
   m->scratch = alloc_floats(scratch);
   m->scratch_n = scratch;
   int rc = 0;
@@ -640,15 +665,15 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
                          m->n_params, total);
     goto fail;
   }
-  float *p = m->arena;
+  float *p = m->arena; /* carved exactly as total was summed */
   for (int i = 0; i < m->n_nodes; i++) {
     nn__node *n = &m->nodes[i];
     if (!n->live) continue;
     size_t f = (size_t)max_batch * (size_t)n->F;
-#define TAKE(dst, cnt)               \
-  do {                               \
-    dst = p;                         \
-    p += ((cnt) + 15) & ~(size_t)15; \
+#define TAKE(dst, cnt) \
+  do {                 \
+    dst = p;           \
+    p += round16(cnt); \
   } while (0)
     if (!(i == 0 || is_view(n->kind))) TAKE(n->out, f);
     TAKE(n->dout_buf, f);
@@ -666,15 +691,16 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
     }
   }
 
-  /* Initialise in registration order (each layer's weight before its bias). */
+  SHOAL_ASSERT(p == m->arena + total);
+
+  /* Initialise in table order: the parameters layer by layer, each weight before its
+   * bias (state is constant-initialised, so its place does not change the draws). */
   shoal_rng rng;
   shoal_rng_seed(&rng, seed);
   for (int i = 0; i < m->n_tensors; i++) {
     const nn__tensor *t = &m->tensors[i];
     init_tensor((t->trainable ? m->params : m->state) + t->offset, t, &rng);
   }
-  memcpy(m->tensors, sorted, (size_t)m->n_tensors * sizeof *sorted);
-  free(sorted);
   /* Dropout draws from its own stream, so masks do not depend on the init. */
   shoal_rng_seed(&m->rng, seed ^ 0x9e3779b97f4a7c15ull);
   m->max_batch = max_batch;
@@ -682,7 +708,6 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
   return 0;
 
 fail:
-  free(sorted);
   for (int i = 0; i < m->n_nodes; i++) free(m->nodes[i].idx), m->nodes[i].idx = NULL;
   free(m->params), free(m->grads), free(m->state), free(m->arena), free(m->scratch);
   m->params = m->grads = m->state = m->arena = m->scratch = NULL;
@@ -696,6 +721,18 @@ void nn_model_set_training(nn_model *m, bool training) {
 bool nn_model_training(const nn_model *m) { return m && m->training; }
 int nn_model_max_batch(const nn_model *m) { return m && m->built ? m->max_batch : 0; }
 
+/* True when no element is NaN or infinite: all exponent bits set marks both. An OR
+ * over integer tests vectorises; an early-exit isfinite loop does not. */
+static bool all_finite(const float *x, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], sizeof u);
+    bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+  }
+  return !bad;
+}
+
 /* ---- forward / backward ---------------------------------------------------------------- */
 
 int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_error *err) {
@@ -706,11 +743,18 @@ int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_
                            m->max_batch);
   nn__node *in = &m->nodes[0];
   size_t nx = (size_t)B * (size_t)in->F;
-  for (size_t i = 0; i < nx; i++) {
-    if (!isfinite(x[i]))
-      return shoal_error_set(
-          err, SHOAL_ENAN, "nn: forward: input x[%zu] (sample %zu, feature %zu) is %s", i,
-          i / (size_t)in->F, i % (size_t)in->F, isnan(x[i]) ? "NaN" : "infinite");
+  /* Layers write their outputs while reading x: x inside m's buffers (its own output
+   * fed back, as a recurrent step might) would be overwritten mid-pass. */
+  if ((uintptr_t)x < (uintptr_t)(m->arena + m->arena_n) &&
+      (uintptr_t)(x + nx) > (uintptr_t)m->arena)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "nn: forward: x points into the model's own buffers; copy it out first");
+  if (!all_finite(x, nx)) {
+    size_t i = 0;
+    while (isfinite(x[i])) i++;
+    return shoal_error_set(err, SHOAL_ENAN,
+                           "nn: forward: input x[%zu] (sample %zu, feature %zu) is %s", i,
+                           i / (size_t)in->F, i % (size_t)in->F, isnan(x[i]) ? "NaN" : "infinite");
   }
   m->B = 0; /* a failed forward leaves nothing for backward */
   m->x = x;
@@ -874,3 +918,47 @@ double nn_model_flops_per_sample(const nn_model *m) {
 }
 
 const char *nn__kind_name(nn__kind k) { return kind_names[k]; }
+
+int nn_model_find_node(const nn_model *m, const char *name) {
+  if (!m || !name) return SHOAL_EINVAL;
+  for (int i = 0; i < m->n_nodes; i++)
+    if (!strcmp(m->nodes[i].name, name)) return i;
+  return SHOAL_ENOENT;
+}
+
+/* Parameters a node owns (a shared layer owns none: its tensors are its source's). */
+static size_t node_params(const nn_model *m, int id) {
+  size_t n = 0;
+  const nn__node *nd = &m->nodes[id];
+  for (int t = 0; t < m->n_tensors; t++) {
+    const nn__tensor *ts = &m->tensors[t];
+    size_t len = strlen(nd->name);
+    if (ts->trainable && !strncmp(ts->name, nd->name, len) && ts->name[len] == '.') n += ts->numel;
+  }
+  return n;
+}
+
+size_t nn_model_describe(const nn_model *m, char *buf, size_t n) {
+  if (!m) return 0;
+  size_t k = 0;
+#define PUT(...)                                                                           \
+  do {                                                                                     \
+    int w_ = snprintf(buf ? buf + (k < n ? k : n) : NULL, k < n ? n - k : 0, __VA_ARGS__); \
+    if (w_ > 0) k += (size_t)w_;                                                           \
+  } while (0)
+  PUT("%-4s %-18s %-20s %-16s %-16s %10s\n", "node", "layer", "name", "input", "output", "params");
+  for (int i = 0; i < m->n_nodes; i++) {
+    const nn__node *nd = &m->nodes[i];
+    char in[48] = "", out[24];
+    if (nd->n_in == 1) snprintf(in, sizeof in, "%d", nd->in[0]);
+    if (nd->n_in == 2) snprintf(in, sizeof in, "%d, %d", nd->in[0], nd->in[1]);
+    snprintf(out, sizeof out, "(%d, %d, %d)", nd->C, nd->H, nd->W);
+    PUT("%-4d %-18s %-20s %-16s %-16s %10zu%s\n", i, kind_names[nd->kind], nd->name, in, out,
+        node_params(m, i),
+        i == m->output || (m->output < 0 && i == m->n_nodes - 1) ? "  <- output" : "");
+  }
+  PUT("%zu parameters, %zu state values, %.3g MFLOP per sample forward\n", m->n_params, m->n_state,
+      nn_model_flops_per_sample(m) / 1e6);
+#undef PUT
+  return k;
+}

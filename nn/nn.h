@@ -113,6 +113,12 @@ int nn_add(nn_model *m, const char *name, int a, int b);
 /* Concatenation of two nodes along C (same H, W). */
 int nn_concat(nn_model *m, const char *name, int a, int b);
 
+/* Applies layer `like` again, to the current node, with the same parameters (and
+ * state): tied weights whose gradients add up, for recurrent cells unrolled over time
+ * (backpropagation through time) and Siamese branches. The current node's shape must
+ * be like's input shape; like must be a one-input layer. Adds no tensors. */
+int nn_shared(nn_model *m, const char *name, int like);
+
 /* The message of the last failed call on m that took no shoal_error (the layer-adding
  * functions, select, set_output): "nn: layer 'fc1': ...". "" when none failed. Owned
  * by m. nn_model_build reports the first such failure. */
@@ -133,7 +139,8 @@ bool nn_model_training(const nn_model *m);
 int nn_model_max_batch(const nn_model *m);
 
 /* Forward pass of B samples (B <= max_batch). x: (B, C, H, W), borrowed and read again
- * by backward, so it must stay valid until then. *y points into the model's own
+ * by backward, so it must stay valid until then; it may not point into m's own buffers
+ * (copy m's output out before feeding it back). *y points into the model's own
  * buffer, valid until the next forward. Errors: B out of range, a NaN in x (ENAN). */
 int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_error *err);
 /* Backward of the last forward. dy: (B, output shape), borrowed. Adds parameter
@@ -174,37 +181,59 @@ int nn_model_find_tensor(const nn_model *m, const char *name, nn_tensor_info *in
 int nn_model_copy(nn_model *dst, const nn_model *src, shoal_error *err);
 /* Number of multiply-adds ×2 for a forward of one sample (for GFLOP/s reports). */
 double nn_model_flops_per_sample(const nn_model *m);
+/* The node named name, or SHOAL_ENOENT (SHOAL_EINVAL for NULL). */
+int nn_model_find_node(const nn_model *m, const char *name);
+/* Writes a table of the model (one line per node: kind, name, inputs, output shape,
+ * parameters; then the totals) into buf, snprintf-style: at most n bytes, always
+ * terminated when n > 0; returns the length the whole table needs. Can't fail. */
+size_t nn_model_describe(const nn_model *m, char *buf, size_t n);
 
 /* ---- initialisers (torch.nn.init's formulas), on raw arrays --------------------- */
+/* Each fills w[0..n) from rng (borrowed; the same seed gives the same weights). fan_in
+ * and fan_out as nn_tensor_info gives them; they must be > 0 (checked by SHOAL_ASSERT:
+ * a caller's bug). These can't fail otherwise. */
 
 void nn_init_zeros(float *w, size_t n);
+/* U[lo, hi). */
 void nn_init_uniform(float *w, size_t n, float lo, float hi, shoal_rng *rng);
+/* Glorot: U(-a, a), a = gain sqrt(6 / (fan_in + fan_out)). */
 void nn_init_xavier_uniform(float *w, size_t n, int fan_in, int fan_out, float gain,
                             shoal_rng *rng);
+/* Glorot: N(0, std^2), std = gain sqrt(2 / (fan_in + fan_out)). */
 void nn_init_xavier_normal(float *w, size_t n, int fan_in, int fan_out, float gain, shoal_rng *rng);
-/* Kaiming/He with gain sqrt(2) (ReLU), fan_in mode. */
+/* Kaiming/He with gain sqrt(2) (ReLU), fan_in mode: U(-sqrt(6 / fan_in), +) and
+ * N(0, 2 / fan_in). */
 void nn_init_kaiming_uniform(float *w, size_t n, int fan_in, shoal_rng *rng);
 void nn_init_kaiming_normal(float *w, size_t n, int fan_in, shoal_rng *rng);
-/* Orthogonal rows (rows x cols) scaled by gain. Returns SHOAL_ENOMEM on failure. */
+/* Orthogonal (Saxe et al. 2013, as torch.nn.init.orthogonal_): w (rows x cols, row-major)
+ * gets W W^T = gain^2 I when rows <= cols, W^T W = gain^2 I otherwise; for a conv
+ * weight pass rows = out channels, cols = the rest. Returns 0, SHOAL_EINVAL for a
+ * non-positive size or SHOAL_ENOMEM (w untouched then). */
 int nn_init_orthogonal(float *w, int rows, int cols, float gain, shoal_rng *rng);
 
 /* ---- losses ------------------------------------------------------------------- */
 /* Each writes the loss to *loss and, when dpred is not NULL, d loss / d pred to dpred
- * (overwriting it). Reduction is PyTorch's "mean"; w, when not NULL, holds B
- * per-sample weights (importance weights) and the loss is (1/(B*N)) sum_i w_i sum_j l_ij
- * (1/B for cross-entropy). A NaN or infinity in the inputs or the loss is SHOAL_ENAN. */
+ * (overwriting it, not adding). Reduction is PyTorch's "mean"; w, when not NULL, holds
+ * B per-sample weights (importance weights) and the loss is (1/(B*N)) sum_i w_i
+ * sum_j l_ij (1/B for cross-entropy). Sums run in double. Errors, with nothing written:
+ * a NaN or infinity in the inputs or the loss (SHOAL_ENAN, naming the first bad entry),
+ * B or N < 1 or a NULL input (SHOAL_EINVAL). All arrays are borrowed for the call. */
 int nn_mse_loss(float *loss, float *dpred, const float *pred, const float *target, const float *w,
                 int B, int N, shoal_error *err);
-/* Huber / smooth L1 with threshold delta (PyTorch's HuberLoss). */
+/* Huber / smooth L1 with threshold delta > 0 (PyTorch's HuberLoss): with d = pred -
+ * target, d^2 / 2 when |d| < delta, else delta (|d| - delta / 2). */
 int nn_huber_loss(float *loss, float *dpred, const float *pred, const float *target, const float *w,
                   int B, int N, float delta, shoal_error *err);
-/* Cross-entropy over logits (B, C) with class indices in [0, C). */
+/* Cross-entropy over logits (B, C) with class indices in [0, C) (else SHOAL_ERANGE),
+ * through a shifted log-sum-exp, so large logits do not overflow. */
 int nn_cross_entropy_loss(float *loss, float *dlogits, const float *logits, const int32_t *labels,
                           const float *w, int B, int C, shoal_error *err);
-/* Cross-entropy over logits with soft targets (probabilities, each row sums to 1). */
+/* Cross-entropy over logits with soft targets (probabilities, each row sums to 1):
+ * -sum_c p_c log_softmax(x)_c, PyTorch's cross_entropy with probability targets. */
 int nn_cross_entropy_soft_loss(float *loss, float *dlogits, const float *logits, const float *probs,
                                const float *w, int B, int C, shoal_error *err);
-/* Binary cross-entropy with logits, targets in [0, 1]. */
+/* Binary cross-entropy with logits, targets in [0, 1], in the stable form
+ * max(x, 0) - x t + log(1 + exp(-|x|)). */
 int nn_bce_with_logits_loss(float *loss, float *dlogits, const float *logits, const float *targets,
                             const float *w, int B, int N, shoal_error *err);
 
@@ -249,6 +278,19 @@ int nn_optim_step(nn_optim *o, shoal_error *err);
 long nn_optim_steps(const nn_optim *o);
 /* Zeroes the moments and the step count (a fresh optimizer on the same buffers). */
 void nn_optim_reset(nn_optim *o);
+/* The optimizer's state, to resume training: a safetensors file (or buffer) with
+ * torch.optim's state names, each a (n,) F32 tensor: "exp_avg", "exp_avg_sq" (adam,
+ * adamw), "momentum_buffer" (sgd and rmsprop with momentum), "square_avg", "grad_avg"
+ * (rmsprop, centered) and "step" (an I64 scalar); __metadata__ names the kind. Load
+ * checks every tensor against o (same parameter count and optimizer kind) and changes
+ * nothing on error; the config (lr, betas, ...) is o's own. save_buffer: caller frees
+ * *buf with free(). Saving is atomic as nn_model_save. */
+int nn_optim_save(const nn_optim *o, const char *path, shoal_error *err);
+int nn_optim_load(nn_optim *o, const char *path, shoal_error *err);
+int nn_optim_save_buffer(const nn_optim *o, uint8_t **buf, size_t *len, shoal_error *err);
+int nn_optim_load_buffer(nn_optim *o, const uint8_t *buf, size_t len, shoal_error *err);
+/* Sets the learning rate of the next steps (a schedule's value); a negative or
+ * non-finite lr makes nn_optim_step refuse (SHOAL_EINVAL) until it is fixed. */
 void nn_optim_set_lr(nn_optim *o, float lr);
 float nn_optim_lr(const nn_optim *o);
 /* Global L2 norm of the gradient before clipping, from the last step. */
@@ -277,13 +319,22 @@ typedef struct nn_schedule {
 float nn_schedule_value(const nn_schedule *s, long step);
 
 /* ---- checkpoints (safetensors: u64 header length, JSON header, raw LE data) ----- */
+/* The files are safetensors exactly (https://github.com/huggingface/safetensors): an
+ * 8-byte little-endian header length N, N bytes of JSON padded with spaces to a
+ * multiple of 8 ({"__metadata__": {"format": "pt", ...}, "fc1.weight": {"dtype": "F32",
+ * "shape": [64, 4], "data_offsets": [0, 1024]}, ...}), then the data, so PyTorch's
+ * safetensors loaders read them into the same architecture and shoal reads theirs. */
 
-/* Writes every tensor (parameters and state) under its name as F32; atomic (temporary
- * file, fsync, rename). */
+/* Writes every tensor (parameters and state) under its name as F32, shaped as PyTorch's
+ * state_dict shapes it; atomic (temporary file beside path, fsync, rename, fsync of the
+ * folder), so a crash leaves the old file or the new one. */
 int nn_model_save(const nn_model *m, const char *path, shoal_error *err);
-/* Reads a safetensors file into m. Every tensor of m must be present with the same
- * shape and dtype F32; a missing, extra or mis-shaped tensor, or a truncated or
- * malformed file, is an error naming it, and leaves m unchanged. */
+/* Reads a safetensors file into m. Every tensor of m must be present once, with the
+ * same shape and dtype F32 (state such as num_batches_tracked may also be I64, as
+ * torch writes it), and no other; offsets must tile the data exactly and values be
+ * finite. A missing, extra or mis-shaped tensor, a truncated or malformed file or a
+ * NaN is an error (SHOAL_ESHAPE, SHOAL_EFORMAT, SHOAL_ENAN, SHOAL_ENOENT, SHOAL_EIO)
+ * naming the tensor and the file, and leaves m unchanged. */
 int nn_model_load(nn_model *m, const char *path, shoal_error *err);
 /* The same to and from memory. save_buffer: caller frees *buf with free(). */
 int nn_model_save_buffer(const nn_model *m, uint8_t **buf, size_t *len, shoal_error *err);

@@ -12,6 +12,7 @@
  * Layers with kinks (relu, max-pool) get inputs kept away from the kink by more
  * than eps.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/internal.h" /* nn__sgemm, to check both GEMM paths */
 #include "nn/nn.h"
 
 #define GC_ATOL 1e-3
@@ -38,8 +40,9 @@ typedef struct gc_case {
   bool training;
   float eps;
   enum { X_UNIFORM, X_DISTINCT, X_INDEX } xkind;
-  int index_max; /* X_INDEX: indices in [0, index_max) */
-  bool check_x;  /* false: the input carries no gradient (indices) */
+  int index_max;  /* X_INDEX: indices in [0, index_max) */
+  bool check_x;   /* false: the input carries no gradient (indices) */
+  bool keep_init; /* true: PyTorch's init as built (deep stacks), else jittered by +-0.5 */
 } gc_case;
 
 static double loss_of(nn_model *m, const float *x, int B, const float *r, size_t ny) {
@@ -70,8 +73,12 @@ static void fill_x(const gc_case *c, float *x, size_t n, shoal_rng *rng) {
   }
 }
 
+static double g_worst; /* the largest |analytic - numeric| / tolerance of a check */
+
 static bool close_enough(double a, double n) {
-  return fabs(a - n) <= GC_ATOL + GC_RTOL * fmax(fabs(a), fabs(n));
+  double r = fabs(a - n) / (GC_ATOL + GC_RTOL * fmax(fabs(a), fabs(n)));
+  if (r > g_worst) g_worst = r;
+  return r <= 1.0;
 }
 
 static void gradcheck(const gc_case *c) {
@@ -94,7 +101,8 @@ static void gradcheck(const gc_case *c) {
   /* Parameters away from the defaults (batch norm's ones/zeros would hide errors). */
   size_t np;
   float *p = nn_model_params(m, &np);
-  for (size_t i = 0; i < np; i++) p[i] += 0.5f * (2.0f * shoal_rng_uniformf(&rng) - 1.0f);
+  if (!c->keep_init)
+    for (size_t i = 0; i < np; i++) p[i] += 0.5f * (2.0f * shoal_rng_uniformf(&rng) - 1.0f);
 
   nn_model_zero_grad(m);
   const float *y, *dx;
@@ -107,6 +115,7 @@ static void gradcheck(const gc_case *c) {
 
   int bad = 0, checked = 0;
   float eps = c->eps;
+  g_worst = 0;
   if (c->check_x) {
     size_t step = nx > GC_SAMPLES ? nx / GC_SAMPLES : 1;
     for (size_t i = 0; i < nx; i += step) {
@@ -147,6 +156,7 @@ static void gradcheck(const gc_case *c) {
     }
   }
   assert_true(checked > 0);
+  print_message("  %s: %d entries, worst error %.2f of the tolerance\n", c->what, checked, g_worst);
   if (bad)
     fail_msg("%s: %d of %d gradient entries differ from finite differences", c->what, bad, checked);
   free(x), free(r), free(dx_a), free(g);
@@ -214,6 +224,44 @@ static void add_twice(nn_model *m) { /* one node read by both inputs of add */
   nn_add(m, "dbl", a, a);
 }
 
+/* [x1 x2 x3 | h0 | c0] (x_t: I features, hidden Hd) -> LSTM cell over 3 steps with
+ * tied weights -> [h2 c2 | h3 c3]. */
+static void add_unrolled_lstm(nn_model *m, int I, int Hd) {
+  int in = nn_model_current(m);
+  int st = nn_slice(m, "s0", 3 * I, 2 * Hd);
+  int cell = -1, outs[3];
+  char name[32];
+  for (int t = 0; t < 3; t++) {
+    nn_model_select(m, in);
+    snprintf(name, sizeof name, "x%d", t + 1);
+    int xt = nn_slice(m, name, t * I, I);
+    snprintf(name, sizeof name, "cat%d", t + 1);
+    nn_concat(m, name, xt, st);
+    if (t == 0)
+      st = cell = nn_lstm_cell(m, "cell", Hd);
+    else {
+      snprintf(name, sizeof name, "cell_t%d", t + 1);
+      st = nn_shared(m, name, cell);
+    }
+    outs[t] = st;
+  }
+  nn_concat(m, "out", outs[1], outs[2]);
+}
+static void add_unrolled_small(nn_model *m) { add_unrolled_lstm(m, 2, 3); }
+
+/* K*P = 144*576 floats per sample: conv2d runs 4 samples as a group of 3 and one of 1. */
+static void add_grouped_conv(nn_model *m) { nn_conv2d(m, "conv", 4, 3, 3, 1, 1, 1); }
+
+static void add_big_conv(nn_model *m) {
+  nn_conv2d(m, "conv", 16, 3, 3, 1, 1, 1);
+  nn_activation(m, "t", NN_TANH, 0);
+  nn_conv_transpose2d(m, "up", 4, 4, 4, 2, 1, 0);
+  nn_flatten(m, "flat");
+  nn_dense(m, "fc", 64);
+  nn_activation(m, "s", NN_SIGMOID, 0);
+  nn_dense(m, "fc2", 64);
+}
+
 #define GC(fn, ...)                          \
   static void test_grad_##fn(void **state) { \
     gc_case c = {__VA_ARGS__};               \
@@ -248,25 +296,845 @@ GC(gru, "gru cell", 3 + 4, 1, 1, 3, add_gru, true, 1e-2f, X_UNIFORM, 0, true)
 GC(slice, "slice-dense", 5, 2, 1, 2, add_slice, true, 1e-2f, X_UNIFORM, 0, true)
 GC(residual, "residual block", 3, 4, 4, 2, add_residual, true, 1e-2f, X_UNIFORM, 0, true)
 GC(concat, "concat of two branches", 4, 1, 1, 3, add_concat, true, 1e-2f, X_UNIFORM, 0, true)
+GC(big, "conv-convT-dense through BLAS", 8, 10, 10, 3, add_big_conv, true, 1e-2f, X_UNIFORM, 0,
+   true, true)
+GC(unrolled, "lstm cell unrolled x3, tied weights", 12, 1, 1, 2, add_unrolled_small, true, 1e-2f,
+   X_UNIFORM, 0, true)
+GC(grouped, "conv2d in sample groups (3 + 1)", 16, 24, 24, 4, add_grouped_conv, true, 1e-2f,
+   X_UNIFORM, 0, true, true)
 GC(add_same, "add(a, a)", 3, 1, 1, 2, add_twice, true, 1e-2f, X_UNIFORM, 0, true)
+
+/* ---- values against PyTorch ------------------------------------------------------ */
+/* Fixtures: tests/reference/nn_layers/<case>.txt, one array a line (see the script).
+ * Float32 results are compared with PyTorch's float64 values:
+ * |ours - torch| <= 2e-5 + 1e-4 |torch|. */
+
+#define FX_ATOL 2e-5
+#define FX_RTOL 1e-4
+
+typedef struct fx_arr {
+  char name[128];
+  int ndim;
+  int shape[4];
+  size_t n;
+  float *v;
+  bool used;
+} fx_arr;
+
+typedef struct fixture {
+  fx_arr a[64];
+  int n;
+} fixture;
+
+static fixture *fx_load(const char *name) {
+  const char *dir = getenv("SHOAL_SOURCE_DIR");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/reference/nn_layers/%s.txt",
+           dir ? dir : SHOAL_SOURCE_DIR_DEFAULT, name);
+  FILE *f = fopen(path, "r");
+  if (!f) fail_msg("cannot open fixture %s", path);
+  fixture *fx = calloc(1, sizeof *fx);
+  char *line = NULL;
+  size_t cap = 0;
+  while (getline(&line, &cap, f) > 0) {
+    if (line[0] == '#' || line[0] == '\n') continue;
+    assert_true(fx->n < 64);
+    fx_arr *a = &fx->a[fx->n++];
+    char *p = line, *end;
+    int k = 0;
+    while (*p && *p != ' ' && k < (int)sizeof a->name - 1) a->name[k++] = *p++;
+    a->ndim = (int)strtol(p, &end, 10);
+    p = end;
+    a->n = 1;
+    for (int i = 0; i < a->ndim; i++) {
+      a->shape[i] = (int)strtol(p, &end, 10);
+      p = end;
+      a->n *= (size_t)a->shape[i];
+    }
+    a->v = malloc(a->n * sizeof(float));
+    for (size_t i = 0; i < a->n; i++) {
+      a->v[i] = (float)strtod(p, &end);
+      if (end == p) fail_msg("fixture %s: array %s is short", name, a->name);
+      p = end;
+    }
+  }
+  free(line);
+  fclose(f);
+  return fx;
+}
+
+static fx_arr *fx_get(fixture *fx, const char *name) {
+  for (int i = 0; i < fx->n; i++)
+    if (!strcmp(fx->a[i].name, name)) {
+      fx->a[i].used = true;
+      return &fx->a[i];
+    }
+  return NULL;
+}
+
+static void fx_free(fixture *fx) {
+  for (int i = 0; i < fx->n; i++) free(fx->a[i].v);
+  free(fx);
+}
+
+static void assert_close(const char *what, const char *arr, const float *got, const fx_arr *want) {
+  int bad = 0;
+  for (size_t i = 0; i < want->n; i++) {
+    double w = want->v[i], d = fabs((double)got[i] - w);
+    if (!(d <= FX_ATOL + FX_RTOL * fabs(w)) && bad++ < 5)
+      print_error("%s: %s[%zu] = %.8g, PyTorch %.8g\n", what, arr, i, got[i], w);
+  }
+  if (bad) fail_msg("%s: %d of %zu values of %s differ from PyTorch", what, bad, want->n, arr);
+}
+
+static void value_check(const char *name, int C, int H, int W, int B, add_layers_fn add,
+                        bool training) {
+  shoal_error err = {0};
+  fixture *fx = fx_load(name);
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  assert_non_null(m);
+  nn_input(m, C, H, W);
+  add(m);
+  if (nn_model_build(m, B + 2, 3, &err)) fail_msg("%s: build: %s", name, err.msg);
+  nn_model_set_training(m, training);
+  size_t np, ns;
+  float *params = nn_model_params(m, &np), *state = nn_model_state(m, &ns);
+  char key[160];
+  for (int t = 0; t < nn_model_tensor_count(m); t++) {
+    nn_tensor_info ti;
+    nn_model_tensor(m, t, &ti);
+    snprintf(key, sizeof key, "param.%s", ti.name);
+    fx_arr *a = fx_get(fx, key);
+    if (!a) fail_msg("%s: the fixture has no %s", name, key);
+    /* The layout must be PyTorch's, dimension by dimension. */
+    assert_int_equal(a->ndim, ti.ndim);
+    for (int i = 0; i < ti.ndim; i++) assert_int_equal(a->shape[i], ti.shape[i]);
+    memcpy((ti.trainable ? params : state) + ti.offset, a->v, ti.numel * sizeof(float));
+  }
+  fx_arr *x = fx_get(fx, "x"), *y = fx_get(fx, "y"), *dy = fx_get(fx, "dy"), *dx = fx_get(fx, "dx");
+  assert_non_null(x), assert_non_null(y), assert_non_null(dy);
+  const float *out, *din;
+  nn_model_zero_grad(m);
+  if (nn_model_forward(m, x->v, B, &out, &err)) fail_msg("%s: forward: %s", name, err.msg);
+  assert_close(name, "y", out, y);
+  if (nn_model_backward(m, dy->v, dx ? &din : NULL, &err))
+    fail_msg("%s: backward: %s", name, err.msg);
+  if (dx) assert_close(name, "dx", din, dx);
+  float *grads = nn_model_grads(m, NULL);
+  for (int t = 0; t < nn_model_tensor_count(m); t++) {
+    nn_tensor_info ti;
+    nn_model_tensor(m, t, &ti);
+    snprintf(key, sizeof key, "%s.%s", ti.trainable ? "grad" : "state", ti.name);
+    fx_arr *a = fx_get(fx, key);
+    if (!a) fail_msg("%s: the fixture has no %s", name, key);
+    assert_close(name, key, (ti.trainable ? grads : state) + ti.offset, a);
+  }
+  for (int i = 0; i < fx->n; i++)
+    if (!fx->a[i].used)
+      fail_msg("%s: fixture array %s matches nothing in the model", name, fx->a[i].name);
+  fx_free(fx);
+  nn_model_destroy(m);
+}
+
+static void add_fx_dense(nn_model *m) { nn_dense(m, "fc", 4); }
+static void add_fx_conv(nn_model *m) { nn_conv2d(m, "conv", 4, 3, 2, 2, 1, 2); }
+static void add_fx_conv_b1(nn_model *m) { nn_conv2d(m, "conv", 3, 3, 3, 1, 1, 1); }
+static void add_fx_convt(nn_model *m) { nn_conv_transpose2d(m, "convt", 2, 3, 3, 2, 1, 1); }
+static void add_fx_convt_b1(nn_model *m) { nn_conv_transpose2d(m, "convt", 2, 4, 4, 2, 1, 0); }
+static void add_fx_maxpool(nn_model *m) { nn_maxpool2d(m, "pool", 3, 2, 1); }
+static void add_fx_avgpool(nn_model *m) { nn_avgpool2d(m, "pool", 3, 2, 1); }
+static void add_fx_bn2d(nn_model *m) { nn_batchnorm(m, "bn", 1e-5f, 0.1f); }
+static void add_fx_bn1d(nn_model *m) { nn_batchnorm(m, "bn", 1e-3f, 0.3f); }
+static void add_fx_ln(nn_model *m) { nn_layernorm(m, "ln", 1e-5f); }
+static void add_fx_ln1d(nn_model *m) { nn_layernorm(m, "ln", 1e-4f); }
+static void add_fx_emb(nn_model *m) { nn_embedding(m, "emb", 10, 4); }
+static void add_fx_lstm(nn_model *m) { nn_lstm_cell(m, "lstm", 4); }
+static void add_fx_gru(nn_model *m) { nn_gru_cell(m, "gru", 4); }
+static void add_fx_res(nn_model *m) {
+  int x = nn_model_current(m);
+  nn_conv2d(m, "c1", 3, 3, 3, 1, 1, 1);
+  nn_batchnorm(m, "bn1", 1e-5f, 0.1f);
+  nn_activation(m, "r1", NN_RELU, 0);
+  int h = nn_conv2d(m, "c2", 3, 3, 3, 1, 1, 1);
+  nn_add(m, "sum", h, x);
+  nn_activation(m, "r2", NN_RELU, 0);
+  nn_flatten(m, "flat");
+  nn_dense(m, "fc", 2);
+}
+static void add_fx_slice_concat(nn_model *m) {
+  int x = nn_model_current(m);
+  int a = nn_slice(m, "sl", 1, 3);
+  nn_model_select(m, x);
+  int b = nn_conv2d(m, "cv", 2, 1, 1, 1, 0, 1);
+  nn_concat(m, "cat", a, b);
+  nn_activation(m, "t", NN_TANH, 0);
+  nn_reshape(m, "rs", 10, 2, 1);
+  nn_dense(m, "fc", 3);
+}
+static nn_act g_act;
+static float g_alpha;
+static void add_fx_act(nn_model *m) { nn_activation(m, "a", g_act, g_alpha); }
+
+static void test_torch_dense(void **s) { value_check("dense", 5, 1, 1, 3, add_fx_dense, true); }
+static void test_torch_conv2d(void **s) { value_check("conv2d", 3, 7, 6, 2, add_fx_conv, true); }
+static void test_torch_conv2d_b1(void **s) {
+  value_check("conv2d_b1", 2, 5, 5, 1, add_fx_conv_b1, true);
+}
+static void test_torch_convt2d(void **s) { value_check("convt2d", 3, 4, 5, 2, add_fx_convt, true); }
+static void test_torch_convt2d_b1(void **s) {
+  value_check("convt2d_b1", 4, 3, 3, 1, add_fx_convt_b1, true);
+}
+static void test_torch_maxpool(void **s) {
+  value_check("maxpool2d", 2, 5, 6, 2, add_fx_maxpool, true);
+}
+static void test_torch_avgpool(void **s) {
+  value_check("avgpool2d", 2, 5, 6, 2, add_fx_avgpool, true);
+}
+/* Training: batch statistics, and the running mean/var (unbiased) and
+ * num_batches_tracked after the step. Eval: running statistics, state unchanged. */
+static void test_torch_bn2d_train(void **s) {
+  value_check("bn2d_train", 3, 4, 5, 4, add_fx_bn2d, true);
+}
+static void test_torch_bn2d_eval(void **s) {
+  value_check("bn2d_eval", 3, 4, 5, 4, add_fx_bn2d, false);
+}
+static void test_torch_bn1d_train(void **s) {
+  value_check("bn1d_train", 6, 1, 1, 5, add_fx_bn1d, true);
+}
+static void test_torch_bn1d_eval(void **s) {
+  value_check("bn1d_eval", 6, 1, 1, 5, add_fx_bn1d, false);
+}
+static void test_torch_layernorm(void **s) {
+  value_check("layernorm", 2, 3, 4, 3, add_fx_ln, true);
+  value_check("layernorm1d", 7, 1, 1, 3, add_fx_ln1d, true);
+}
+static void test_torch_embedding(void **s) {
+  value_check("embedding", 3, 1, 1, 4, add_fx_emb, true);
+}
+static void test_torch_activations(void **s) {
+  static const struct {
+    const char *name;
+    nn_act act;
+    float alpha;
+  } acts[] = {{"act_relu", NN_RELU, 0},
+              {"act_leaky_relu", NN_LEAKY_RELU, 0.1f},
+              {"act_elu", NN_ELU, 0.7f},
+              {"act_tanh", NN_TANH, 0},
+              {"act_sigmoid", NN_SIGMOID, 0},
+              {"act_softmax", NN_SOFTMAX, 0},
+              {"act_log_softmax", NN_LOG_SOFTMAX, 0}};
+  for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+    g_act = acts[i].act;
+    g_alpha = acts[i].alpha;
+    value_check(acts[i].name, 2, 2, 3, 3, add_fx_act, true);
+  }
+}
+static void test_torch_lstm(void **s) { value_check("lstm_cell", 13, 1, 1, 3, add_fx_lstm, true); }
+static void test_torch_lstm_unrolled(void **s) {
+  value_check("lstm_unrolled", 12, 1, 1, 2, add_unrolled_small, true);
+}
+static void test_torch_gru(void **s) { value_check("gru_cell", 9, 1, 1, 3, add_fx_gru, true); }
+static void test_torch_resblock(void **s) { value_check("resblock", 3, 5, 5, 2, add_fx_res, true); }
+static void test_torch_slice_concat(void **s) {
+  value_check("slice_concat", 6, 2, 2, 2, add_fx_slice_concat, true);
+}
+
+/* ---- training/eval behaviour ------------------------------------------------------- */
+
+/* Inverted dropout: in training each value is kept with probability 1-p and scaled
+ * by 1/(1-p); in eval it is the identity; backward uses the forward's mask. */
+static void test_dropout_statistics(void **s) {
+  shoal_error err = {0};
+  const int B = 64, F = 1000;
+  const float p = 0.3f;
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, F, 1, 1);
+  nn_dropout(m, "drop", p);
+  assert_int_equal(nn_model_build(m, B, 5, &err), 0);
+  float *x = malloc((size_t)B * F * sizeof *x), *ones = malloc((size_t)B * F * sizeof *ones);
+  for (int i = 0; i < B * F; i++) x[i] = 1.0f + (float)(i % 7), ones[i] = 1.0f;
+  const float *y, *dx;
+  assert_int_equal(nn_model_forward(m, x, B, &y, &err), 0);
+  long dropped = 0;
+  for (int i = 0; i < B * F; i++) {
+    if (y[i] == 0.0f)
+      dropped++;
+    else
+      assert_float_equal(y[i], x[i] / (1.0f - p), 1e-5f * x[i]);
+  }
+  /* 64000 Bernoulli(0.3) draws: the rate is within 0.3 +- 0.009 (5 sigma). */
+  double rate = (double)dropped / (B * F);
+  assert_true(fabs(rate - p) < 0.009);
+  assert_int_equal(nn_model_backward(m, ones, &dx, &err), 0);
+  for (int i = 0; i < B * F; i++) assert_float_equal(dx[i], y[i] / x[i], 1e-6f);
+  /* A second forward draws a different mask. */
+  float *y1 = malloc((size_t)B * F * sizeof *y1);
+  memcpy(y1, y, (size_t)B * F * sizeof *y1);
+  assert_int_equal(nn_model_forward(m, x, B, &y, &err), 0);
+  assert_memory_not_equal(y, y1, (size_t)B * F * sizeof *y1);
+  /* Eval: identity. */
+  nn_model_set_training(m, false);
+  assert_false(nn_model_training(m));
+  assert_int_equal(nn_model_forward(m, x, B, &y, &err), 0);
+  assert_memory_equal(y, x, (size_t)B * F * sizeof *x);
+  free(x), free(ones), free(y1);
+  nn_model_destroy(m);
+}
+
+/* Batch norm in eval mode uses and keeps the running statistics; in training it
+ * moves them and counts batches. */
+static void test_batchnorm_modes(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 2, 1, 1);
+  nn_batchnorm(m, "bn", 1e-5f, 0.1f);
+  assert_int_equal(nn_model_build(m, 4, 1, &err), 0);
+  nn_tensor_info rm, rv, nb;
+  assert_int_equal(nn_model_find_tensor(m, "bn.running_mean", &rm), 0);
+  assert_int_equal(nn_model_find_tensor(m, "bn.running_var", &rv), 0);
+  assert_int_equal(nn_model_find_tensor(m, "bn.num_batches_tracked", &nb), 0);
+  assert_int_equal(nb.ndim, 0);
+  assert_int_equal(nb.numel, 1);
+  float *st = nn_model_state(m, NULL);
+  float x[8] = {1, 10, 2, 20, 3, 30, 4, 40};
+  const float *y;
+  nn_model_set_training(m, false);
+  assert_int_equal(nn_model_forward(m, x, 4, &y, &err), 0);
+  for (int i = 0; i < 8; i++) assert_float_equal(y[i], x[i] / sqrtf(1 + 1e-5f), 1e-5f);
+  assert_float_equal(st[nb.offset], 0.0f, 0);
+  assert_float_equal(st[rm.offset], 0.0f, 0);
+  nn_model_set_training(m, true);
+  assert_int_equal(nn_model_forward(m, x, 4, &y, &err), 0);
+  assert_float_equal(st[nb.offset], 1.0f, 0);
+  assert_float_equal(st[rm.offset], 0.1f * 2.5f, 1e-6f); /* mean of 1..4 */
+  assert_float_equal(st[rm.offset + 1], 0.1f * 25.0f, 1e-5f);
+  assert_float_equal(st[rv.offset], 0.9f + 0.1f * (5.0f / 3.0f), 1e-6f); /* unbiased var */
+  /* One value per channel cannot be normalised in training, as PyTorch says. */
+  assert_int_equal(nn_model_forward(m, x, 1, &y, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "'bn'"));
+  nn_model_destroy(m);
+}
+
+/* ---- the model: tensors, init, copy, graph ------------------------------------------- */
+
+static void test_tensor_table_and_init(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 4, 9, 9);
+  nn_conv2d(m, "conv", 16, 3, 3, 1, 0, 1);
+  nn_batchnorm(m, "bn", 1e-5f, 0.1f);
+  nn_conv_transpose2d(m, "up", 8, 4, 4, 2, 1, 0);
+  nn_flatten(m, "flat");
+  nn_dense(m, "fc", 300);
+  nn_embedding(m, "emb", 50, 20);
+  static const char *names[] = {"conv.weight",     "conv.bias",      "bn.weight",
+                                "bn.bias",         "up.weight",      "up.bias",
+                                "fc.weight",       "fc.bias",        "emb.weight",
+                                "bn.running_mean", "bn.running_var", "bn.num_batches_tracked"};
+  assert_int_equal(nn_model_tensor_count(m), 12);
+  for (int i = 0; i < 12; i++) { /* the same table before build as after */
+    nn_tensor_info ti;
+    assert_int_equal(nn_model_tensor(m, i, &ti), 0);
+    assert_string_equal(ti.name, names[i]);
+  }
+  assert_int_equal(nn_model_build(m, 2, 42, &err), 0);
+  size_t np, ns, off = 0;
+  float *p = nn_model_params(m, &np);
+  nn_model_state(m, &ns);
+  for (int i = 0; i < 12; i++) {
+    nn_tensor_info ti;
+    assert_int_equal(nn_model_tensor(m, i, &ti), 0);
+    assert_string_equal(ti.name, names[i]);
+    assert_int_equal(ti.trainable, i < 9);
+    if (i == 9) off = 0;
+    assert_int_equal(ti.offset, off); /* contiguous, in order */
+    off += ti.numel;
+  }
+  assert_int_equal(off, ns);
+  assert_int_equal(nn_model_tensor(m, 12, &(nn_tensor_info){0}), SHOAL_ERANGE);
+  assert_int_equal(nn_model_find_tensor(m, "fc.nope", NULL), SHOAL_ENOENT);
+  nn_tensor_info w;
+  /* conv (out, in, kh, kw), fan_in = in*kh*kw; init U(-1/sqrt(fan_in), +) */
+  nn_model_find_tensor(m, "conv.weight", &w);
+  assert_int_equal(w.ndim, 4);
+  assert_int_equal(w.shape[0], 16), assert_int_equal(w.shape[1], 4);
+  assert_int_equal(w.fan_in, 36), assert_int_equal(w.fan_out, 144);
+  /* conv-transpose (in, out, kh, kw); PyTorch's fan_in = out*kh*kw */
+  nn_model_find_tensor(m, "up.weight", &w);
+  assert_int_equal(w.shape[0], 16), assert_int_equal(w.shape[1], 8);
+  assert_int_equal(w.fan_in, 128), assert_int_equal(w.fan_out, 256);
+  double bound = 1.0 / sqrt(128.0), mx = 0;
+  for (size_t i = 0; i < w.numel; i++) mx = fmax(mx, fabs(p[w.offset + i]));
+  assert_true(mx <= bound && mx > 0.95 * bound);
+  nn_model_find_tensor(m, "fc.weight", &w);
+  assert_int_equal(w.shape[0], 300), assert_int_equal(w.shape[1], 8 * 14 * 14);
+  /* U(-b, b) has variance b^2/3 */
+  double b2 = 1.0 / (8 * 14 * 14), var = 0;
+  for (size_t i = 0; i < w.numel; i++) var += (double)p[w.offset + i] * p[w.offset + i];
+  var /= (double)w.numel;
+  assert_true(fabs(var / (b2 / 3) - 1) < 0.02);
+  nn_model_find_tensor(m, "bn.weight", &w);
+  for (size_t i = 0; i < w.numel; i++) assert_float_equal(p[w.offset + i], 1.0f, 0);
+  /* embedding N(0, 1) */
+  nn_model_find_tensor(m, "emb.weight", &w);
+  double mean = 0, sq = 0;
+  for (size_t i = 0; i < w.numel; i++)
+    mean += p[w.offset + i], sq += p[w.offset + i] * p[w.offset + i];
+  mean /= (double)w.numel, sq /= (double)w.numel;
+  assert_true(fabs(mean) < 0.1 && fabs(sq - 1) < 0.15);
+  /* Same seed, same parameters; another seed, others. */
+  nn_model *m2 = nn_model_create(NN_CPU, &err);
+  nn_input(m2, 4, 9, 9);
+  nn_conv2d(m2, "conv", 16, 3, 3, 1, 0, 1);
+  assert_int_equal(nn_model_build(m2, 1, 42, &err), 0);
+  assert_memory_equal(nn_model_params(m2, NULL), p, 16 * 36 * sizeof(float));
+  nn_model_destroy(m2);
+  /* FLOPs: 2 * multiply-adds */
+  double f = 2.0 * 16 * 7 * 7 * 36 + 2.0 * 16 * 7 * 7 * 8 * 16 + 2.0 * 1568 * 300;
+  assert_float_equal(nn_model_flops_per_sample(m), f, 1);
+  nn_model_destroy(m);
+}
+
+static nn_model *mlp(int in, int hidden, int out, int max_batch, uint64_t seed) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, in, 1, 1);
+  nn_dense(m, "fc1", hidden);
+  nn_activation(m, "act1", NN_RELU, 0);
+  nn_dense(m, "out", out);
+  if (nn_model_build(m, max_batch, seed, &err)) fail_msg("%s", err.msg);
+  return m;
+}
+
+static void test_copy_for_target_networks(void **s) {
+  shoal_error err = {0};
+  nn_model *a = mlp(4, 8, 2, 4, 1), *b = mlp(4, 8, 2, 2, 2), *c = mlp(4, 9, 2, 2, 2);
+  size_t n;
+  float *pa = nn_model_params(a, &n);
+  assert_memory_not_equal(pa, nn_model_params(b, NULL), n * sizeof(float));
+  assert_int_equal(nn_model_copy(b, a, &err), 0);
+  assert_memory_equal(pa, nn_model_params(b, NULL), n * sizeof(float));
+  float x[4] = {0.1f, -0.2f, 0.3f, 0.4f};
+  const float *ya, *yb;
+  float y0[2];
+  nn_model_forward(a, x, 1, &ya, &err);
+  memcpy(y0, ya, sizeof y0);
+  nn_model_forward(b, x, 1, &yb, &err);
+  assert_memory_equal(y0, yb, sizeof y0);
+  assert_int_equal(nn_model_copy(c, a, &err), SHOAL_ESHAPE);
+  assert_non_null(strstr(err.msg, "fc1.weight"));
+  nn_model_destroy(a), nn_model_destroy(b), nn_model_destroy(c);
+}
+
+/* Forward at B < max_batch and B = max_batch give each sample the same output. */
+static void test_batch_sizes_agree(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 3, 8, 8);
+  nn_conv2d(m, "c", 4, 3, 3, 2, 1, 1);
+  nn_activation(m, "r", NN_RELU, 0);
+  nn_conv_transpose2d(m, "t", 2, 4, 4, 2, 1, 0);
+  nn_flatten(m, "f");
+  nn_dense(m, "d", 5);
+  assert_int_equal(nn_model_build(m, 5, 3, &err), 0);
+  float x[5 * 192];
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 3);
+  for (int i = 0; i < 5 * 192; i++) x[i] = shoal_rng_uniformf(&rng) - 0.5f;
+  const float *y;
+  float all[25];
+  assert_int_equal(nn_model_forward(m, x, 5, &y, &err), 0);
+  memcpy(all, y, sizeof all);
+  for (int b = 0; b < 5; b++) {
+    assert_int_equal(nn_model_forward(m, x + b * 192, 1, &y, &err), 0);
+    for (int j = 0; j < 5; j++) assert_float_equal(y[j], all[b * 5 + j], 1e-5f);
+  }
+  nn_model_destroy(m);
+}
+
+/* ---- bad input ----------------------------------------------------------------------- */
+
+static void test_bad_shapes_name_the_layer(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  assert_true(nn_dense(m, "fc0", 3) < 0); /* no input yet */
+  assert_non_null(strstr(nn_model_error(m), "nn_input"));
+  assert_int_equal(nn_input(m, 3, 5, 5), 0);
+  assert_int_equal(nn_input(m, 3, 5, 5), SHOAL_ESTATE);
+  assert_int_equal(nn_conv2d(m, "big", 4, 7, 7, 1, 0, 1), SHOAL_ESHAPE);
+  assert_non_null(strstr(nn_model_error(m), "layer 'big'"));
+  assert_int_equal(nn_conv2d(m, "c", 4, 3, 3, 1, 0, 1), 1); /* the failed layer was not added */
+  assert_int_equal(nn_dense(m, "c", 3), SHOAL_EEXIST);      /* duplicate name */
+  assert_non_null(strstr(nn_model_error(m), "'c'"));
+  assert_int_equal(nn_reshape(m, "rs", 5, 5, 5), SHOAL_ESHAPE);
+  assert_non_null(strstr(nn_model_error(m), "layer 'rs'"));
+  assert_int_equal(nn_slice(m, "sl", 3, 2), SHOAL_ERANGE);
+  assert_int_equal(nn_lstm_cell(m, "lstm", 100), SHOAL_ESHAPE);
+  assert_non_null(strstr(nn_model_error(m), "layer 'lstm'"));
+  int d = nn_dense(m, "d", 6);
+  assert_int_equal(nn_add(m, "sum", d, 1), SHOAL_ESHAPE);
+  assert_non_null(strstr(nn_model_error(m), "layer 'sum'"));
+  assert_int_equal(nn_concat(m, "cat", d, 99), SHOAL_ERANGE);
+  assert_int_equal(nn_conv_transpose2d(m, "ct", 2, 3, 3, 2, 0, 2), SHOAL_EINVAL);
+  assert_int_equal(nn_model_select(m, 42), SHOAL_ERANGE);
+  assert_int_equal(nn_model_set_output(m, 42), SHOAL_ERANGE);
+  assert_int_equal(nn_dropout(m, "dp", 1.5f), SHOAL_EINVAL);
+  /* Build reports the first failure, naming its layer. */
+  assert_int_not_equal(nn_model_build(m, 4, 1, &err), 0);
+  assert_non_null(strstr(err.msg, "nn_input"));
+  nn_model_destroy(m);
+
+  m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 4, 1, 1);
+  nn_dense(m, "fc1", 2);
+  assert_int_equal(nn_model_build(m, 0, 1, &err), SHOAL_EINVAL);
+  assert_int_equal(nn_model_build(m, 8, 1, &err), 0);
+  assert_int_equal(nn_dense(m, "late", 2), SHOAL_ESTATE); /* after build */
+  assert_non_null(strstr(nn_model_error(m), "already built"));
+  assert_int_equal(nn_model_build(m, 8, 1, &err), SHOAL_ESTATE);
+  nn_model_destroy(m);
+}
+
+static void test_bad_forward_input(void **s) {
+  shoal_error err = {0};
+  nn_model *m = mlp(4, 8, 2, 8, 1);
+  float x[9 * 4] = {0};
+  const float *y;
+  assert_int_equal(nn_model_backward(m, x, NULL, &err), SHOAL_ESTATE); /* no forward */
+  assert_int_equal(nn_model_forward(m, x, 9, &y, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "batch 9"));
+  assert_int_equal(nn_model_forward(m, x, 0, &y, &err), SHOAL_EINVAL);
+  x[6] = NAN;
+  assert_int_equal(nn_model_forward(m, x, 2, &y, &err), SHOAL_ENAN);
+  assert_non_null(strstr(err.msg, "input x[6]"));
+  x[6] = INFINITY;
+  assert_int_equal(nn_model_forward(m, x, 2, &y, &err), SHOAL_ENAN);
+  /* The model's own output fed back as input would be overwritten mid-pass. */
+  nn_model *sq = mlp(2, 3, 2, 2, 1);
+  float x2[2] = {0.5f, -0.5f};
+  const float *y2;
+  assert_int_equal(nn_model_forward(sq, x2, 1, &y2, &err), 0);
+  assert_int_equal(nn_model_forward(sq, y2, 1, &y2, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "own buffers"));
+  nn_model_destroy(sq);
+  /* A failed forward leaves nothing to go back through. */
+  assert_int_equal(nn_model_backward(m, x, NULL, &err), SHOAL_ESTATE);
+  nn_model_destroy(m);
+
+  m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 2, 1, 1);
+  nn_embedding(m, "emb", 5, 3);
+  assert_int_equal(nn_model_build(m, 2, 1, &err), 0);
+  float idx[4] = {0, 4, 5, 1};
+  assert_int_equal(nn_model_forward(m, idx, 2, &y, &err), SHOAL_ERANGE);
+  assert_non_null(strstr(err.msg, "layer 'emb'"));
+  idx[2] = -1;
+  assert_int_equal(nn_model_forward(m, idx, 2, &y, &err), SHOAL_ERANGE);
+  idx[2] = 1.5f;
+  assert_int_equal(nn_model_forward(m, idx, 2, &y, &err), SHOAL_ERANGE);
+  idx[2] = 2;
+  assert_int_equal(nn_model_forward(m, idx, 2, &y, &err), 0);
+  nn_model_destroy(m);
+}
+
+static void test_shared_layers(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 12, 1, 1);
+  add_unrolled_small(m);
+  assert_int_equal(nn_model_build(m, 2, 1, &err), 0);
+  /* One set of tensors for the three steps. */
+  assert_int_equal(nn_model_tensor_count(m), 4);
+  assert_int_equal(nn_model_find_tensor(m, "cell_t2.weight_ih", NULL), SHOAL_ENOENT);
+  nn_model_destroy(m);
+  m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 4, 1, 1);
+  int a = nn_dense(m, "a", 4);
+  assert_int_equal(nn_shared(m, "a2", a), 2); /* (4) -> (4) again: fine */
+  nn_dense(m, "b", 3);
+  assert_int_equal(nn_shared(m, "a3", a), SHOAL_ESHAPE); /* (3) is not a's input (4) */
+  assert_non_null(strstr(nn_model_error(m), "layer 'a3'"));
+  assert_int_equal(nn_shared(m, "z", 99), SHOAL_ERANGE);
+  int c = nn_add(m, "sum", a, a);
+  nn_model_select(m, a);
+  assert_int_equal(nn_shared(m, "sum2", c), SHOAL_EINVAL);
+  nn_model_destroy(m);
+}
+
+/* D(G(z)) as two models: D's input gradient drives G's backward, and G's parameter
+ * gradients match finite differences of the composed loss. */
+static double dg_loss(nn_model *g, nn_model *d, const float *z, const float *r) {
+  shoal_error err = {0};
+  const float *x, *y;
+  if (nn_model_forward(g, z, 3, &x, &err) || nn_model_forward(d, x, 3, &y, &err))
+    fail_msg("%s", err.msg);
+  double L = 0;
+  for (int i = 0; i < 3; i++) L += (double)y[i] * r[i];
+  return L;
+}
+
+static void test_two_models_chain(void **s) {
+  shoal_error err = {0};
+  nn_model *g = nn_model_create(NN_CPU, &err), *d = nn_model_create(NN_CPU, &err);
+  nn_input(g, 3, 1, 1);
+  nn_dense(g, "fc", 8);
+  nn_batchnorm(g, "bn", 1e-5f, 0.1f);
+  nn_activation(g, "t", NN_TANH, 0);
+  nn_reshape(g, "rs", 2, 2, 2);
+  nn_conv_transpose2d(g, "up", 1, 2, 2, 2, 0, 0);
+  nn_input(d, 1, 4, 4);
+  nn_conv2d(d, "c", 2, 3, 3, 1, 0, 1);
+  nn_activation(d, "l", NN_LEAKY_RELU, 0.2f);
+  nn_dense(d, "out", 1);
+  assert_int_equal(nn_model_build(g, 3, 1, &err), 0);
+  assert_int_equal(nn_model_build(d, 3, 2, &err), 0);
+  float z[9] = {0.3f, -1, 0.5f, 1.2f, 0.1f, -0.4f, -0.8f, 0.9f, 0.2f}, r[3] = {1, -0.5f, 0.7f};
+  const float *x, *y, *dx;
+  nn_model_zero_grad(g);
+  nn_model_zero_grad(d);
+  assert_int_equal(nn_model_forward(g, z, 3, &x, &err), 0);
+  assert_int_equal(nn_model_forward(d, x, 3, &y, &err), 0);
+  assert_int_equal(nn_model_backward(d, r, &dx, &err), 0);
+  assert_int_equal(nn_model_backward(g, dx, NULL, &err), 0);
+  size_t np;
+  float *p = nn_model_params(g, &np), *gr = nn_model_grads(g, NULL);
+  float *ga = malloc(np * sizeof *ga);
+  memcpy(ga, gr, np * sizeof *ga);
+  const float eps = 1e-2f;
+  for (size_t i = 0; i < np; i++) {
+    float v = p[i];
+    p[i] = v + eps;
+    double lp = dg_loss(g, d, z, r);
+    p[i] = v - eps;
+    double lm = dg_loss(g, d, z, r);
+    p[i] = v;
+    double num = (lp - lm) / (2.0 * eps);
+    if (!close_enough(ga[i], num)) fail_msg("G param %zu: %g, numeric %g", i, ga[i], num);
+  }
+  free(ga);
+  nn_model_destroy(g);
+  nn_model_destroy(d);
+}
+
+/* Two threads (OpenBLAS's pool) give the same results as one, to float rounding. */
+static void test_threads(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 8, 16, 16);
+  nn_conv2d(m, "c", 32, 3, 3, 1, 1, 1);
+  nn_flatten(m, "f");
+  nn_dense(m, "d", 64);
+  assert_int_equal(nn_model_build(m, 16, 1, &err), 0);
+  size_t nx = 16 * 8 * 16 * 16;
+  float *x = malloc(nx * sizeof *x), y1[16 * 64];
+  for (size_t i = 0; i < nx; i++) x[i] = (float)(i % 17) * 0.05f - 0.4f;
+  const float *y;
+  nn_set_threads(1);
+  assert_int_equal(nn_model_forward(m, x, 16, &y, &err), 0);
+  memcpy(y1, y, sizeof y1);
+  nn_set_threads(2);
+  assert_int_equal(nn_model_forward(m, x, 16, &y, &err), 0);
+  for (int i = 0; i < 16 * 64; i++) assert_float_equal(y[i], y1[i], 1e-4f * (1 + fabsf(y1[i])));
+  nn_set_threads(1);
+  free(x);
+  nn_model_destroy(m);
+}
+
+/* Two heads; the output is the first: the second head is not computed and gets no
+ * gradient. */
+static void test_set_output(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 3, 1, 1);
+  int trunk = nn_dense(m, "trunk", 4);
+  int h1 = nn_dense(m, "head1", 2);
+  nn_model_select(m, trunk);
+  nn_dense(m, "head2", 5);
+  assert_int_equal(nn_model_set_output(m, h1), 0);
+  assert_int_equal(nn_model_build(m, 2, 1, &err), 0);
+  float x[3] = {1, 2, 3}, dy[2] = {1, 1};
+  const float *y;
+  nn_model_zero_grad(m);
+  assert_int_equal(nn_model_forward(m, x, 1, &y, &err), 0);
+  assert_int_equal(nn_model_backward(m, dy, NULL, &err), 0);
+  nn_tensor_info t1, t2;
+  nn_model_find_tensor(m, "head1.bias", &t1);
+  nn_model_find_tensor(m, "head2.bias", &t2);
+  float *g = nn_model_grads(m, NULL);
+  assert_float_equal(g[t1.offset], 1.0f, 0);
+  for (int i = 0; i < 5; i++) assert_float_equal(g[t2.offset + i], 0.0f, 0);
+  assert_float_equal(nn_model_flops_per_sample(m), 2.0 * (3 * 4 + 4 * 2), 0);
+  nn_model_destroy(m);
+}
+
+static void test_describe_and_find(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 4, 10, 10);
+  nn_conv2d(m, "conv", 16, 3, 3, 1, 0, 1);
+  nn_flatten(m, "flat");
+  int fc = nn_dense(m, "fc", 6);
+  assert_int_equal(nn_dense(m, "bad.name", 2), SHOAL_EINVAL);
+  assert_int_equal(nn_model_find_node(m, "fc"), fc);
+  assert_int_equal(nn_model_find_node(m, "input"), 0);
+  assert_int_equal(nn_model_find_node(m, "nope"), SHOAL_ENOENT);
+  char buf[2048];
+  size_t need = nn_model_describe(m, buf, sizeof buf);
+  assert_int_equal(need, strlen(buf));
+  assert_non_null(strstr(buf, "conv2d"));
+  assert_non_null(strstr(buf, "(16, 8, 8)"));
+  assert_non_null(strstr(buf, "6150"));            /* fc: 1024*6 + 6 */
+  assert_non_null(strstr(buf, "6742 parameters")); /* + conv 16*4*9 + 16 */
+  char small[16];
+  assert_int_equal(nn_model_describe(m, small, sizeof small), need);
+  assert_int_equal(strlen(small), sizeof small - 1);
+  assert_int_equal(nn_model_describe(m, NULL, 0), need);
+  nn_model_destroy(m);
+}
+
+static void test_no_cuda_backend(void **s) {
+  shoal_error err = {0};
+  assert_false(nn_cuda_available(&err));
+  assert_non_null(strstr(err.msg, "without the CUDA backend"));
+  memset(&err, 0, sizeof err);
+  assert_null(nn_model_create(NN_CUDA, &err));
+  assert_int_equal(err.code, SHOAL_ENOTSUP);
+  assert_non_null(strstr(err.msg, "without the CUDA backend"));
+}
+
+/* Gradients accumulate across backward calls until zero_grad. */
+static void test_gradients_accumulate(void **s) {
+  shoal_error err = {0};
+  nn_model *m = mlp(3, 5, 2, 2, 9);
+  float x[6] = {0.5f, -1, 2, 1, 0.3f, -0.7f}, dy[4] = {1, -1, 0.5f, 2};
+  const float *y;
+  size_t n;
+  float *g = nn_model_grads(m, &n);
+  nn_model_zero_grad(m);
+  nn_model_forward(m, x, 2, &y, &err);
+  nn_model_backward(m, dy, NULL, &err);
+  float *g1 = malloc(n * sizeof *g1);
+  memcpy(g1, g, n * sizeof *g1);
+  nn_model_forward(m, x, 2, &y, &err);
+  nn_model_backward(m, dy, NULL, &err);
+  for (size_t i = 0; i < n; i++) assert_float_equal(g[i], 2 * g1[i], 1e-6f);
+  nn_model_zero_grad(m);
+  for (size_t i = 0; i < n; i++) assert_float_equal(g[i], 0, 0);
+  free(g1);
+  nn_model_destroy(m);
+}
+
+/* ---- GEMM: OpenBLAS for big products, nn's loops for small ones ------------------- */
+
+static void gemm_case(bool ta, bool tb, int M, int N, int K, float beta) {
+  int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1; /* strided views */
+  int ar = ta ? K : M, br = tb ? N : K;
+  float *A = malloc((size_t)ar * lda * sizeof *A), *Bm = malloc((size_t)br * ldb * sizeof *Bm);
+  float *C = malloc((size_t)M * ldc * sizeof *C), *C0 = malloc((size_t)M * ldc * sizeof *C0);
+  shoal_rng rng;
+  shoal_rng_seed(&rng, (uint64_t)(M * 131 + N * 7 + K));
+  for (int i = 0; i < ar * lda; i++) A[i] = shoal_rng_uniformf(&rng) - 0.5f;
+  for (int i = 0; i < br * ldb; i++) Bm[i] = shoal_rng_uniformf(&rng) - 0.5f;
+  for (int i = 0; i < M * ldc; i++) C[i] = C0[i] = shoal_rng_uniformf(&rng) - 0.5f;
+  nn__sgemm(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, beta, C, ldc);
+  for (int i = 0; i < M; i++) {
+    for (int j = 0; j < N; j++) {
+      double s = 0;
+      for (int k = 0; k < K; k++)
+        s += (double)(ta ? A[k * lda + i] : A[i * lda + k]) *
+             (tb ? Bm[j * ldb + k] : Bm[k * ldb + j]);
+      double want = 0.75 * s + beta * C0[i * ldc + j];
+      if (fabs(C[i * ldc + j] - want) > 1e-4 * (1 + sqrt((double)K)))
+        fail_msg("gemm ta=%d tb=%d %dx%dx%d: C[%d,%d] = %g, want %g", ta, tb, M, N, K, i, j,
+                 C[i * ldc + j], want);
+    }
+    /* Padding columns of C are left alone. */
+    assert_true(C[i * ldc + N] == C0[i * ldc + N]);
+  }
+  free(A), free(Bm), free(C), free(C0);
+}
+
+static void test_gemm_paths(void **s) {
+  for (int t = 0; t < 4; t++) {
+    bool ta = t & 1, tb = t & 2;
+    gemm_case(ta, tb, 3, 5, 4, 0.0f); /* nn's loops */
+    gemm_case(ta, tb, 7, 9, 13, 1.0f);
+    gemm_case(ta, tb, 1, 64, 64, 0.5f);
+    gemm_case(ta, tb, 40, 70, 50, 0.0f); /* OpenBLAS when built with it */
+    gemm_case(ta, tb, 64, 33, 129, 1.0f);
+    gemm_case(ta, tb, 1, 300, 200, 0.0f); /* sgemv, a row */
+    gemm_case(ta, tb, 300, 1, 200, 1.0f); /* sgemv, a column */
+  }
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_grad_dense),        cmocka_unit_test(test_grad_mlp),
-      cmocka_unit_test(test_grad_conv),         cmocka_unit_test(test_grad_conv1),
-      cmocka_unit_test(test_grad_convt),        cmocka_unit_test(test_grad_convt2),
-      cmocka_unit_test(test_grad_maxpool),      cmocka_unit_test(test_grad_avgpool),
-      cmocka_unit_test(test_grad_bn2d_train),   cmocka_unit_test(test_grad_bn2d_eval),
-      cmocka_unit_test(test_grad_bn1d_train),   cmocka_unit_test(test_grad_ln),
-      cmocka_unit_test(test_grad_dropout_eval), cmocka_unit_test(test_grad_flatten),
-      cmocka_unit_test(test_grad_reshape),      cmocka_unit_test(test_grad_embedding),
-      cmocka_unit_test(test_grad_relu),         cmocka_unit_test(test_grad_leaky),
-      cmocka_unit_test(test_grad_elu),          cmocka_unit_test(test_grad_tanh),
-      cmocka_unit_test(test_grad_sigmoid),      cmocka_unit_test(test_grad_softmax),
-      cmocka_unit_test(test_grad_logsoftmax),   cmocka_unit_test(test_grad_lstm),
-      cmocka_unit_test(test_grad_gru),          cmocka_unit_test(test_grad_slice),
-      cmocka_unit_test(test_grad_residual),     cmocka_unit_test(test_grad_concat),
+      cmocka_unit_test(test_grad_dense),
+      cmocka_unit_test(test_grad_mlp),
+      cmocka_unit_test(test_grad_conv),
+      cmocka_unit_test(test_grad_conv1),
+      cmocka_unit_test(test_grad_convt),
+      cmocka_unit_test(test_grad_convt2),
+      cmocka_unit_test(test_grad_maxpool),
+      cmocka_unit_test(test_grad_avgpool),
+      cmocka_unit_test(test_grad_bn2d_train),
+      cmocka_unit_test(test_grad_bn2d_eval),
+      cmocka_unit_test(test_grad_bn1d_train),
+      cmocka_unit_test(test_grad_ln),
+      cmocka_unit_test(test_grad_dropout_eval),
+      cmocka_unit_test(test_grad_flatten),
+      cmocka_unit_test(test_grad_reshape),
+      cmocka_unit_test(test_grad_embedding),
+      cmocka_unit_test(test_grad_relu),
+      cmocka_unit_test(test_grad_leaky),
+      cmocka_unit_test(test_grad_elu),
+      cmocka_unit_test(test_grad_tanh),
+      cmocka_unit_test(test_grad_sigmoid),
+      cmocka_unit_test(test_grad_softmax),
+      cmocka_unit_test(test_grad_logsoftmax),
+      cmocka_unit_test(test_grad_lstm),
+      cmocka_unit_test(test_grad_gru),
+      cmocka_unit_test(test_grad_slice),
+      cmocka_unit_test(test_grad_residual),
+      cmocka_unit_test(test_grad_concat),
       cmocka_unit_test(test_grad_add_same),
+      cmocka_unit_test(test_grad_grouped),
+      cmocka_unit_test(test_grad_unrolled),
+      cmocka_unit_test(test_grad_big),
+      cmocka_unit_test(test_gemm_paths),
+      cmocka_unit_test(test_torch_dense),
+      cmocka_unit_test(test_torch_conv2d),
+      cmocka_unit_test(test_torch_conv2d_b1),
+      cmocka_unit_test(test_torch_convt2d),
+      cmocka_unit_test(test_torch_convt2d_b1),
+      cmocka_unit_test(test_torch_maxpool),
+      cmocka_unit_test(test_torch_avgpool),
+      cmocka_unit_test(test_torch_bn2d_train),
+      cmocka_unit_test(test_torch_bn2d_eval),
+      cmocka_unit_test(test_torch_bn1d_train),
+      cmocka_unit_test(test_torch_bn1d_eval),
+      cmocka_unit_test(test_torch_layernorm),
+      cmocka_unit_test(test_torch_embedding),
+      cmocka_unit_test(test_torch_activations),
+      cmocka_unit_test(test_torch_lstm),
+      cmocka_unit_test(test_torch_lstm_unrolled),
+      cmocka_unit_test(test_torch_gru),
+      cmocka_unit_test(test_torch_resblock),
+      cmocka_unit_test(test_torch_slice_concat),
+      cmocka_unit_test(test_dropout_statistics),
+      cmocka_unit_test(test_batchnorm_modes),
+      cmocka_unit_test(test_tensor_table_and_init),
+      cmocka_unit_test(test_copy_for_target_networks),
+      cmocka_unit_test(test_batch_sizes_agree),
+      cmocka_unit_test(test_bad_shapes_name_the_layer),
+      cmocka_unit_test(test_bad_forward_input),
+      cmocka_unit_test(test_shared_layers),
+      cmocka_unit_test(test_two_models_chain),
+      cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_set_output),
+      cmocka_unit_test(test_describe_and_find),
+      cmocka_unit_test(test_no_cuda_backend),
+      cmocka_unit_test(test_gradients_accumulate),
   };
   return cmocka_run_group_tests_name("nn_layers", tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
  * tests/test_nn_train.c — losses, optimizers, gradient clipping, schedules and
  * initialisers. Reference values come from PyTorch 1.13 through the fixtures that
  * tests/reference/nn_train.py writes; gradients are also checked by central differences.
+ * Two end-to-end tests train small models (spirals, a sine) to a stated accuracy.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -363,6 +364,11 @@ static void test_set_lr_and_reset(void **state) {
   nn_optim_set_lr(o, 2.0f);
   assert_int_equal(nn_optim_step(o, NULL), 0);
   assert_true(p[0] == 0.0f && p[1] == 3.0f);
+  nn_optim_set_lr(o, NAN);
+  shoal_error err = {0};
+  assert_int_equal(nn_optim_step(o, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "lr"));
+  assert_true(p[0] == 0.0f && p[1] == 3.0f);
   nn_optim_destroy(o);
   /* Adam's first step moves each parameter by lr (m / sqrt(v) = sign g), and again
    * after a reset, whatever came before */
@@ -563,6 +569,119 @@ static void test_init_orthogonal(void **state) {
   assert_true(tiny < 64);
 }
 
+/* ---- end to end: a model, a loss and an optimizer learn ------------------------------- */
+
+/* Two interleaved spirals (a classic non-linear 2-class problem), 2 x 100 points. */
+static void spirals(float *x, int32_t *y, float *t, int n_per_class) {
+  for (int c = 0; c < 2; c++)
+    for (int i = 0; i < n_per_class; i++) {
+      double r = 0.2 + 0.8 * i / n_per_class,
+             a = 1.75 * 3.14159265 * i / n_per_class + c * 3.14159265;
+      int k = c * n_per_class + i;
+      x[2 * k] = (float)(r * cos(a));
+      x[2 * k + 1] = (float)(r * sin(a));
+      y[k] = c;
+      t[k] = (float)c;
+    }
+}
+
+static nn_model *spiral_net(int out, uint64_t seed) {
+  nn_model *m = nn_model_create(NN_CPU, NULL);
+  assert_non_null(m);
+  nn_input(m, 2, 1, 1);
+  nn_dense(m, "fc1", 64);
+  nn_activation(m, "act1", NN_TANH, 0);
+  nn_dense(m, "fc2", 64);
+  nn_activation(m, "act2", NN_TANH, 0);
+  nn_dense(m, "out", out);
+  shoal_error err = {0};
+  if (nn_model_build(m, 200, seed, &err)) fail_msg("build: %s", err.msg);
+  return m;
+}
+
+static void test_training_converges(void **state) {
+  enum { NPC = 100, NB = 2 * NPC, STEPS_E2E = 600 };
+  static float x[2 * NB], t[NB], dy[2 * NB];
+  static int32_t y[NB];
+  spirals(x, y, t, NPC);
+  nn_optim_kind kinds[3] = {NN_ADAM, NN_ADAMW, NN_RMSPROP};
+  for (int k = 0; k < 3; k++)
+    for (int bce = 0; bce < 2; bce++) {
+      nn_model *m = spiral_net(bce ? 1 : 2, 7);
+      nn_optim_config c = nn_optim_defaults(kinds[k]);
+      c.lr = kinds[k] == NN_RMSPROP ? 3e-3f : 1e-2f;
+      c.clip_norm = 5.0f;
+      shoal_error err = {0};
+      nn_optim *o = nn_optim_create(m, &c, &err);
+      if (!o) fail_msg("optim: %s", err.msg);
+      float first = 0, loss = 0;
+      for (int s = 0; s < STEPS_E2E; s++) {
+        const float *out;
+        assert_int_equal(nn_model_forward(m, x, NB, &out, &err), 0);
+        int rc = bce ? nn_bce_with_logits_loss(&loss, dy, out, t, NULL, NB, 1, &err)
+                     : nn_cross_entropy_loss(&loss, dy, out, y, NULL, NB, 2, &err);
+        if (rc) fail_msg("loss: %s", err.msg);
+        if (s == 0) first = loss;
+        nn_model_zero_grad(m);
+        assert_int_equal(nn_model_backward(m, dy, NULL, &err), 0);
+        assert_int_equal(nn_optim_step(o, &err), 0);
+      }
+      const float *out;
+      assert_int_equal(nn_model_forward(m, x, NB, &out, &err), 0);
+      int correct = 0;
+      for (int i = 0; i < NB; i++) {
+        int pred = bce ? out[i] > 0 : out[2 * i + 1] > out[2 * i];
+        correct += pred == y[i];
+      }
+      if (correct < 0.97 * NB || !(loss < 0.2f * first))
+        fail_msg("kind %d %s: %d/%d correct, loss %g -> %g", kinds[k], bce ? "bce" : "ce", correct,
+                 NB, first, loss);
+      nn_optim_destroy(o);
+      nn_model_destroy(m);
+    }
+}
+
+/* Regression with MSE and Huber under SGD with Nesterov momentum and a cosine schedule. */
+static void test_regression_with_schedule(void **state) {
+  enum { NR = 128 };
+  static float x[NR], yv[NR], dy[NR];
+  for (int i = 0; i < NR; i++) {
+    x[i] = -3.0f + 6.0f * i / (NR - 1);
+    yv[i] = sinf(x[i]);
+  }
+  for (int huber = 0; huber < 2; huber++) {
+    nn_model *m = nn_model_create(NN_CPU, NULL);
+    nn_input(m, 1, 1, 1);
+    nn_dense(m, "fc1", 32);
+    nn_activation(m, "act1", NN_TANH, 0);
+    nn_dense(m, "out", 1);
+    assert_int_equal(nn_model_build(m, NR, 3, NULL), 0);
+    nn_optim_config c = nn_optim_defaults(NN_SGD);
+    c.momentum = 0.9f, c.nesterov = true, c.clip_norm = 1.0f;
+    nn_optim *o = nn_optim_create(m, &c, NULL);
+    assert_non_null(o);
+    nn_schedule sched = {NN_SCHED_COSINE, 0.05f, 0.001f, 3000, 100};
+    float loss = 0, first = 0;
+    for (int s = 0; s < 3000; s++) {
+      nn_optim_set_lr(o, nn_schedule_value(&sched, s));
+      const float *out;
+      assert_int_equal(nn_model_forward(m, x, NR, &out, NULL), 0);
+      int rc = huber ? nn_huber_loss(&loss, dy, out, yv, NULL, NR, 1, 1.0f, NULL)
+                     : nn_mse_loss(&loss, dy, out, yv, NULL, NR, 1, NULL);
+      assert_int_equal(rc, 0);
+      if (s == 0) first = loss;
+      nn_model_zero_grad(m);
+      assert_int_equal(nn_model_backward(m, dy, NULL, NULL), 0);
+      assert_int_equal(nn_optim_step(o, NULL), 0);
+    }
+    if (!(loss < 2e-3f && loss < 0.01f * first))
+      fail_msg("%s: loss %g -> %g", huber ? "huber" : "mse", first, loss);
+    assert_true(fabsf(nn_optim_lr(o) - 0.001f) < 1e-4f);
+    nn_optim_destroy(o);
+    nn_model_destroy(m);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_losses_match_torch),
@@ -581,6 +700,8 @@ int main(void) {
       cmocka_unit_test(test_init_normal_family),
       cmocka_unit_test(test_init_is_seeded),
       cmocka_unit_test(test_init_orthogonal),
+      cmocka_unit_test(test_training_converges),
+      cmocka_unit_test(test_regression_with_schedule),
   };
   return cmocka_run_group_tests_name("nn_train", tests, setup, teardown);
 }

@@ -27,15 +27,12 @@ const nn__backend nn__cpu_backend = {
 
 size_t nn__cpu_cache_floats(const nn_model *m, const nn__node *n, int max_batch) {
   size_t mb = (size_t)max_batch, F = (size_t)n->F, Hd = (size_t)n->hidden;
-  const nn__node *x = n->n_in ? &m->nodes[n->in[0]] : NULL;
   switch (n->kind) {
     case NN__DROPOUT: return mb * F;                  /* mask */
     case NN__BATCHNORM: return mb * F + (size_t)n->C; /* xhat, rstd */
     case NN__LAYERNORM: return mb * F + mb;           /* xhat, rstd */
     case NN__LSTM: return mb * 5 * Hd;                /* gates, tanh(c') */
     case NN__GRU: return mb * 4 * Hd;                 /* r, z, n, W_hn h + b_hn */
-    case NN__CONV:                                    /* the batch's im2col matrix, kept for dW */
-      return (size_t)x->C * n->kh * n->kw * mb * (size_t)n->H * n->W;
     default: return 0;
   }
 }
@@ -44,9 +41,10 @@ size_t nn__cpu_scratch_floats(const nn_model *m, const nn__node *n, int max_batc
   size_t mb = (size_t)max_batch, Hd = (size_t)n->hidden;
   const nn__node *x = n->n_in ? &m->nodes[n->in[0]] : NULL;
   switch (n->kind) {
-    case NN__CONV: { /* channel-major output or gradient, and dcol */
-      size_t N = mb * (size_t)n->H * n->W;
-      return (size_t)n->C * N + (size_t)x->C * n->kh * n->kw * N;
+    case NN__CONV: { /* a group's im2col matrix, its channel-major gradient and dcol */
+      int K = x->C * n->kh * n->kw, P = n->H * n->W;
+      size_t N = (size_t)nn__conv_group(K, P, max_batch) * P;
+      return (2 * (size_t)K + (size_t)n->C) * N;
     }
     case NN__CONVT: { /* col or dcol, the channel-major input and its gradient */
       size_t N = mb * (size_t)x->H * x->W;

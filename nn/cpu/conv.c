@@ -1,11 +1,13 @@
 /*
- * nn/cpu/conv.c — conv2d and conv-transpose2d by im2col/col2im and one GEMM over the
- * whole batch, max-pool and avg-pool.
+ * nn/cpu/conv.c — conv2d and conv-transpose2d by im2col/col2im and GEMMs over many
+ * samples at once, max-pool and avg-pool.
  *
- * Layout: the im2col matrix of a batch is (K, B*P) with K = C_in*kh*kw and P = Ho*Wo,
- * sample s in columns [s*P, (s+1)*P), so one GEMM does the batch (a per-sample GEMM
- * with P = 49 columns, as in Nature-DQN's last conv, runs far below the sgemm rate).
- * The product comes out channel-major (C_out, B*P) and is scattered into NCHW.
+ * Layout: the im2col matrix of g samples is (K, g*P) with K = C_in*kh*kw and
+ * P = Ho*Wo, sample s in columns [s*P, (s+1)*P), so one GEMM does the g samples (a
+ * per-sample GEMM with P = 49 columns, as in Nature-DQN's last conv, runs far below
+ * the sgemm rate). The product comes out channel-major (C_out, g*P) and is scattered
+ * into NCHW. conv2d takes g as large as keeps the matrix in cache; conv-transpose2d
+ * does the whole batch.
  */
 #include <float.h>
 #include <string.h>
@@ -83,22 +85,41 @@ static void to_cm(const float *x, int B, int C, int P, float *y) {
 }
 
 /* ---- conv2d: y = W * x + b; W (C_out, C_in, kh, kw) ------------------------------ */
+/* Samples go through in groups whose im2col matrix stays in cache (about 1 MB): one
+ * GEMM per group, N = g*P columns. Backward rebuilds the group's matrix rather than
+ * keep the whole batch's, which would stream tens of MB through memory twice. */
+
+int nn__conv_group(int K, int P, int max_batch) {
+  int g = (int)(NN__COL_BUDGET / ((size_t)K * P));
+  if (g < 1) g = 1;
+  return g < max_batch ? g : max_batch;
+}
+
+static void im2col_group(const nn__node *xn, const nn__node *n, int s0, int gb, float *col) {
+  int P = n->H * n->W, N = gb * P;
+  for (int s = 0; s < gb; s++)
+    nn__im2col(xn->out + (size_t)(s0 + s) * xn->F, xn->C, xn->H, xn->W, n->kh, n->kw, n->stride,
+               n->pad, n->dil, n->H, n->W, col + (size_t)s * P, N);
+}
 
 static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   const nn__node *xn = nn__input(m, n, 0);
-  int P = n->H * n->W, N = B * P, K = xn->C * n->kh * n->kw, Co = n->C;
+  int P = n->H * n->W, K = xn->C * n->kh * n->kw, Co = n->C;
+  int g = nn__conv_group(K, P, m->max_batch);
   const float *w = m->params + n->poff[0], *b = m->params + n->poff[1];
-  float *col = n->cache;
-  for (int s = 0; s < B; s++)
-    nn__im2col(xn->out + (size_t)s * xn->F, xn->C, xn->H, xn->W, n->kh, n->kw, n->stride, n->pad,
-               n->dil, n->H, n->W, col + (size_t)s * P, N);
-  float *y = B == 1 ? n->out : m->scratch; /* one sample: (C_out, P) is already NCHW */
-  nn__sgemm(false, false, Co, N, K, 1.0f, w, K, col, N, 0.0f, y, N);
-  for (int s = 0; s < B; s++) {
-    for (int c = 0; c < Co; c++) {
-      float *o = n->out + ((size_t)s * Co + c) * P;
-      const float *t = y + ((size_t)c * B + s) * P;
-      for (int p = 0; p < P; p++) o[p] = t[p] + b[c];
+  float *col = m->scratch, *tmp = m->scratch + (size_t)K * g * P;
+  for (int s0 = 0; s0 < B; s0 += g) {
+    int gb = B - s0 < g ? B - s0 : g, N = gb * P;
+    im2col_group(xn, n, s0, gb, col);
+    float *out = n->out + (size_t)s0 * n->F;
+    float *y = gb == 1 ? out : tmp; /* one sample: (C_out, P) is already NCHW */
+    nn__sgemm(false, false, Co, N, K, 1.0f, w, K, col, N, 0.0f, y, N);
+    for (int s = 0; s < gb; s++) {
+      for (int c = 0; c < Co; c++) {
+        float *o = out + ((size_t)s * Co + c) * P;
+        const float *t = y + ((size_t)c * gb + s) * P;
+        for (int p = 0; p < P; p++) o[p] = t[p] + b[c];
+      }
     }
   }
   return 0;
@@ -106,30 +127,36 @@ static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
 
 static void conv_backward(nn_model *m, nn__node *n, int B) {
   const nn__node *xn = nn__input(m, n, 0);
-  int P = n->H * n->W, N = B * P, K = xn->C * n->kh * n->kw, Co = n->C;
+  int P = n->H * n->W, K = xn->C * n->kh * n->kw, Co = n->C;
+  int g = nn__conv_group(K, P, m->max_batch);
   const float *w = m->params + n->poff[0];
   float *dw = m->grads + n->poff[0], *db = m->grads + n->poff[1];
-  const float *g = n->dout;
-  if (B > 1) {
-    to_cm(n->dout, B, Co, P, m->scratch);
-    g = m->scratch;
-  }
-  for (int c = 0; c < Co; c++) {
-    const float *r = g + (size_t)c * N;
-    float s = 0;
-    for (int i = 0; i < N; i++) s += r[i];
-    db[c] += s;
-  }
-  nn__sgemm(false, true, Co, K, N, 1.0f, g, N, n->cache, N, 1.0f, dw, K); /* dW += g col^T */
   bool acc;
   float *dx = nn__dinput(m, n, 0, &acc);
-  if (!dx) return;
-  float *dcol = m->scratch + (size_t)Co * N;
-  nn__sgemm(true, false, K, N, Co, 1.0f, w, K, g, N, 0.0f, dcol, N); /* dcol = W^T g */
-  if (!acc) memset(dx, 0, (size_t)B * xn->F * sizeof(float));
-  for (int s = 0; s < B; s++)
-    nn__col2im(dcol + (size_t)s * P, N, xn->C, xn->H, xn->W, n->kh, n->kw, n->stride, n->pad,
-               n->dil, n->H, n->W, dx + (size_t)s * xn->F);
+  float *col = m->scratch, *gcm = col + (size_t)K * g * P, *dcol = gcm + (size_t)Co * g * P;
+  for (int s0 = 0; s0 < B; s0 += g) {
+    int gb = B - s0 < g ? B - s0 : g, N = gb * P;
+    im2col_group(xn, n, s0, gb, col);
+    const float *dy = n->dout + (size_t)s0 * n->F, *gr = dy;
+    if (gb > 1) {
+      to_cm(dy, gb, Co, P, gcm);
+      gr = gcm;
+    }
+    for (int c = 0; c < Co; c++) {
+      const float *r = gr + (size_t)c * N;
+      float t = 0;
+      for (int i = 0; i < N; i++) t += r[i];
+      db[c] += t;
+    }
+    nn__sgemm(false, true, Co, K, N, 1.0f, gr, N, col, N, 1.0f, dw, K); /* dW += g col^T */
+    if (!dx) continue;
+    nn__sgemm(true, false, K, N, Co, 1.0f, w, K, gr, N, 0.0f, dcol, N); /* dcol = W^T g */
+    float *d = dx + (size_t)s0 * xn->F;
+    if (!acc) memset(d, 0, (size_t)gb * xn->F * sizeof(float));
+    for (int s = 0; s < gb; s++)
+      nn__col2im(dcol + (size_t)s * P, N, xn->C, xn->H, xn->W, n->kh, n->kw, n->stride, n->pad,
+                 n->dil, n->H, n->W, d + (size_t)s * xn->F);
+  }
 }
 
 const nn__layer_ops nn__cpu_conv = {conv_forward, conv_backward};

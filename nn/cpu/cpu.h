@@ -15,6 +15,8 @@
     }                                                           \
   } while (0)
 
+static inline float nn__sel(bool c, float a, float b) { return c ? a : b; }
+
 static inline const float *nn__in_out(nn_model *m, nn__node *n, int k) {
   return m->nodes[n->in[k]].out;
 }

@@ -91,6 +91,21 @@ void nn__sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *
     return;
   }
 #ifdef SHOAL_HAVE_OPENBLAS
+  /* A single row or column is a matrix-vector product: sgemv streams the matrix once,
+   * where sgemm would pack it first (a batch-1 action through a 3136x512 layer). */
+  if (M == 1 && (double)N * K > NN__SMALL_GEMM) {
+    /* c (1,N) = alpha a op(B): c^T = alpha op(B)^T a^T; a's elements are lda apart when A is
+     * stored transposed (K,1). */
+    cblas_sgemv(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, tb ? N : K, tb ? K : N, alpha, B,
+                ldb, A, ta ? lda : 1, beta, C, 1);
+    return;
+  }
+  if (N == 1 && (double)M * K > NN__SMALL_GEMM) {
+    /* c (M,1) = alpha op(A) b, b's elements ldb apart unless B is stored transposed (1,K). */
+    cblas_sgemv(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, ta ? K : M, ta ? M : K, alpha, A,
+                lda, B, tb ? 1 : ldb, beta, C, ldc);
+    return;
+  }
   if ((double)M * N * K > NN__SMALL_GEMM) {
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
                 K, alpha, A, lda, B, ldb, beta, C, ldc);

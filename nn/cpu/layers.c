@@ -50,7 +50,10 @@ static int act_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
       for (size_t i = 0; i < N; i++) y[i] = x[i] > 0 ? x[i] : 0.0f;
       break;
     case NN_LEAKY_RELU:
-      for (size_t i = 0; i < N; i++) y[i] = x[i] > 0 ? x[i] : a * x[i];
+      for (size_t i = 0; i < N; i++) {
+        float v = x[i], t = a * v; /* computed on both sides, so the select vectorises */
+        y[i] = v > 0 ? v : t;
+      }
       break;
     case NN_ELU: /* alpha (e^x - 1) for x <= 0 */
       for (size_t i = 0; i < N; i++) y[i] = x[i] > 0 ? x[i] : a * expm1f(x[i]);
@@ -92,10 +95,12 @@ static void act_backward(nn_model *m, nn__node *n, int B) {
   size_t N = (size_t)B * n->F;
   float a = n->alpha;
   switch (n->act) {
-    case NN_RELU: NN__PUT_LOOP(acc, dx, N, i, y[i] > 0 ? dy[i] : 0.0f); break;
-    case NN_LEAKY_RELU: NN__PUT_LOOP(acc, dx, N, i, x[i] > 0 ? dy[i] : a * dy[i]); break;
+    /* nn__sel reads both sides, so the loads are unconditional and the loop becomes
+     * blends instead of a mispredicted branch per element. */
+    case NN_RELU: NN__PUT_LOOP(acc, dx, N, i, nn__sel(y[i] > 0, dy[i], 0.0f)); break;
+    case NN_LEAKY_RELU: NN__PUT_LOOP(acc, dx, N, i, nn__sel(x[i] > 0, dy[i], a * dy[i])); break;
     case NN_ELU: /* d/dx alpha (e^x - 1) = alpha e^x = y + alpha */
-      NN__PUT_LOOP(acc, dx, N, i, x[i] > 0 ? dy[i] : dy[i] * (y[i] + a));
+      NN__PUT_LOOP(acc, dx, N, i, nn__sel(x[i] > 0, dy[i], dy[i] * (y[i] + a)));
       break;
     case NN_TANH: NN__PUT_LOOP(acc, dx, N, i, dy[i] * (1.0f - y[i] * y[i])); break;
     case NN_SIGMOID: NN__PUT_LOOP(acc, dx, N, i, dy[i] * y[i] * (1.0f - y[i])); break;

@@ -188,7 +188,8 @@ def st_write(path, tensors, metadata=None, order=None):
         header["__metadata__"] = metadata
     for name in names:
         a = np.asarray(tensors[name])
-        a = np.ascontiguousarray(a, dtype="<i8" if a.dtype == np.int64 else "<f4")
+        # (np.ascontiguousarray would turn a scalar into shape (1,))
+        a = np.array(a, dtype="<i8" if a.dtype == np.int64 else "<f4", order="C")
         header[name] = {"dtype": "I64" if a.dtype == np.int64 else "F32", "shape": list(a.shape),
                         "data_offsets": [off, off + a.nbytes]}
         blobs.append(a.tobytes())
@@ -240,6 +241,37 @@ def checkpoint_fixture(fx):
     st_write(os.path.join(OUT, "torch_net_i64.safetensors"), sd64, metadata={"format": "pt"})
 
 
+class ConvNet(torch.nn.Module):
+    """test_nn_checkpoint.c's conv model: 4-D weights, batch norm 2-d and a transposed
+    convolution, whose weight torch lays out as (in, out, kh, kw)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3, 1, 1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.convt = torch.nn.ConvTranspose2d(4, 2, 4, 2, 1)
+        self.fc = torch.nn.Linear(2 * 12 * 12, 3)
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.conv(x)))
+        return self.fc(self.convt(x).flatten(1))
+
+
+def conv_fixture(fx):
+    torch.manual_seed(4)
+    net = ConvNet()
+    net.train()
+    for _ in range(2):
+        net(torch.randn(8, 1, 6, 6) + 0.5)
+    net.eval()
+    x = torch.randn(2, 1, 6, 6)
+    y = net(x)
+    sd = {k: v.float().numpy() for k, v in net.state_dict().items()}
+    st_write(os.path.join(OUT, "torch_convnet.safetensors"), sd, metadata={"format": "pt"})
+    fx.put("cv.x", x)
+    fx.put("cv.y", y)
+
+
 def check(path, expected=None):
     """Reads a shoal-written file; prints the names and shapes, and, when a fixture
     written by test_nn_checkpoint.c is given, compares every value exactly."""
@@ -277,6 +309,7 @@ def main():
     fx.write()
     fx = Fixture(os.path.join(OUT, "checkpoint.txt"))
     checkpoint_fixture(fx)
+    conv_fixture(fx)
     fx.write()
 
 

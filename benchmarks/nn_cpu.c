@@ -1,0 +1,641 @@
+/*
+ * benchmarks/nn_cpu.c — training and acting speed of nn on the CPU against PyTorch 1.13,
+ * measured in the same run (benchmarks/nn_cpu_torch.py through $SHOAL_PYTHON, default
+ * /usr/bin/python3), at 1 and 2 threads:
+ *
+ *   (a) DQN MLP 4-64-64-2, b256: target forward, Q(s, a), Huber, backward, Adam
+ *   (b) MinAtar conv net 4x10x10 -> conv16 3x3 -> dense 128 -> 6, b32, the same step
+ *   (c) Nature-DQN 4x84x84 (conv32 8x8/4, conv64 4x4/2, conv64 3x3/1, dense 512, 6), b32
+ *   (d) DCGAN 28x28 (shared/baselines/README.md), b64: one D step (real and fake), one
+ *       G step through D
+ *   (e) greedy action from the MLP at b1, b16, b256 (samples/s)
+ *
+ * For (c) and (d) it prints the achieved GFLOP/s (nominal: a training step counts 3x
+ * the forward multiply-adds of the trained model, 1x for a forward only) beside
+ * OpenBLAS's cblas_sgemm rate on 1024x1024 measured in windows between those rows'.
+ *
+ * Threads: shoal uses nn_set_threads(n) (OpenBLAS's pool is its pool); torch runs with
+ * torch.set_num_threads(n), OpenBLAS at 1 thread (one pool each, as the baselines note
+ * advises) and OMP_WAIT_POLICY=PASSIVE (see torch_start). Each figure is the median of several
+ * time-bounded windows; shoal's and torch's windows alternate (torch in a child process serving one
+ * window per request), so that load from other processes on a shared machine falls on both alike.
+ *
+ *   nn_cpu [--threads 1,2] [--window 0.3] [--repeats 5] [--rows mlp,minatar,nature,dcgan,act]
+ *          [--no-torch]
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nn/nn.h"
+
+#ifdef SHOAL_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+static double g_window = 0.3;
+static int g_repeats = 5;
+
+static void die(const char *what, const shoal_error *err) {
+  fprintf(stderr, "nn_cpu: %s: %s\n", what, err && err->msg[0] ? err->msg : "failed");
+  exit(1);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Calls/s over one window of at least g_window seconds (and 2 calls). */
+static double window_rate(void (*fn)(void *), void *ctx) {
+  int n = 0;
+  double t0 = shoal_now_s(), dt;
+  do {
+    fn(ctx);
+    n++;
+    dt = shoal_now_s() - t0;
+  } while (dt < g_window || n < 2);
+  return n / dt;
+}
+
+static void fill_normal(float *x, size_t n, shoal_rng *r) {
+  for (size_t i = 0; i < n; i++) x[i] = (float)shoal_rng_normal(r);
+}
+
+/* ---- (a)-(c): a DQN learner step ------------------------------------------------------- */
+
+typedef nn_model *(*make_fn)(int B);
+
+typedef struct dqn {
+  nn_model *q, *target;
+  nn_optim *opt;
+  int B, A, in;
+  float *s, *s2, *r, *done, *y, *pred, *dpred, *dy;
+  int *a;
+} dqn;
+
+static nn_model *finish(nn_model *m, int B, const char *what) {
+  shoal_error err = {0};
+  if (nn_model_build(m, B, 1, &err)) die(what, &err);
+  return m;
+}
+
+static nn_model *make_mlp(int B) {
+  nn_model *m = nn_model_create(NN_CPU, NULL);
+  nn_input(m, 4, 1, 1);
+  nn_dense(m, "fc1", 64);
+  nn_activation(m, "act1", NN_RELU, 0);
+  nn_dense(m, "fc2", 64);
+  nn_activation(m, "act2", NN_RELU, 0);
+  nn_dense(m, "out", 2);
+  return finish(m, B, "mlp");
+}
+
+static nn_model *make_minatar(int B) {
+  nn_model *m = nn_model_create(NN_CPU, NULL);
+  nn_input(m, 4, 10, 10);
+  nn_conv2d(m, "conv", 16, 3, 3, 1, 0, 1);
+  nn_activation(m, "act1", NN_RELU, 0);
+  nn_dense(m, "fc", 128);
+  nn_activation(m, "act2", NN_RELU, 0);
+  nn_dense(m, "out", 6);
+  return finish(m, B, "minatar");
+}
+
+static nn_model *make_nature(int B) {
+  nn_model *m = nn_model_create(NN_CPU, NULL);
+  nn_input(m, 4, 84, 84);
+  nn_conv2d(m, "conv1", 32, 8, 8, 4, 0, 1);
+  nn_activation(m, "act1", NN_RELU, 0);
+  nn_conv2d(m, "conv2", 64, 4, 4, 2, 0, 1);
+  nn_activation(m, "act2", NN_RELU, 0);
+  nn_conv2d(m, "conv3", 64, 3, 3, 1, 0, 1);
+  nn_activation(m, "act3", NN_RELU, 0);
+  nn_dense(m, "fc", 512);
+  nn_activation(m, "act4", NN_RELU, 0);
+  nn_dense(m, "out", 6);
+  return finish(m, B, "nature");
+}
+
+static void dqn_init(dqn *d, make_fn make, int B) {
+  memset(d, 0, sizeof *d);
+  shoal_error err = {0};
+  d->q = make(B);
+  d->target = make(B);
+  if (nn_model_copy(d->target, d->q, &err)) die("target copy", &err);
+  nn_optim_config oc = nn_optim_defaults(NN_ADAM);
+  oc.lr = 1e-4f;
+  d->opt = nn_optim_create(d->q, &oc, &err);
+  if (!d->opt) die("optimizer", &err);
+  int C, H, W;
+  nn_node_shape(d->q, 0, &C, &H, &W);
+  d->in = C * H * W;
+  nn_node_shape(d->q, nn_model_current(d->q), &C, &H, &W);
+  d->A = C * H * W;
+  d->B = B;
+  size_t nx = (size_t)B * d->in;
+  d->s = malloc(nx * sizeof(float));
+  d->s2 = malloc(nx * sizeof(float));
+  d->r = malloc(B * sizeof(float));
+  d->done = malloc(B * sizeof(float));
+  d->y = malloc(B * sizeof(float));
+  d->pred = malloc(B * sizeof(float));
+  d->dpred = malloc(B * sizeof(float));
+  d->dy = malloc((size_t)B * d->A * sizeof(float));
+  d->a = malloc(B * sizeof(int));
+  if (!d->s || !d->s2 || !d->r || !d->done || !d->y || !d->pred || !d->dpred || !d->dy || !d->a)
+    die("alloc", NULL);
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 0);
+  fill_normal(d->s, nx, &rng);
+  fill_normal(d->s2, nx, &rng);
+  fill_normal(d->r, B, &rng);
+  for (int i = 0; i < B; i++) {
+    d->done[i] = shoal_rng_uniform(&rng) < 0.1 ? 1.0f : 0.0f;
+    d->a[i] = (int)shoal_rng_below(&rng, (uint64_t)d->A);
+  }
+}
+
+static void dqn_free(dqn *d) {
+  nn_optim_destroy(d->opt);
+  nn_model_destroy(d->q);
+  nn_model_destroy(d->target);
+  free(d->s), free(d->s2), free(d->r), free(d->done), free(d->y), free(d->pred);
+  free(d->dpred), free(d->dy), free(d->a);
+}
+
+/* y = r + 0.99 (1 - done) max_a' Q_target(s', a'); loss = Huber(Q(s, a), y); Adam. */
+static void dqn_step(void *ctx) {
+  dqn *d = ctx;
+  shoal_error err = {0};
+  const float *yt, *yq;
+  int B = d->B, A = d->A;
+  if (nn_model_forward(d->target, d->s2, B, &yt, &err)) die("target forward", &err);
+  for (int i = 0; i < B; i++) {
+    float mx = yt[i * A];
+    for (int j = 1; j < A; j++) mx = yt[i * A + j] > mx ? yt[i * A + j] : mx;
+    d->y[i] = d->r[i] + 0.99f * (1.0f - d->done[i]) * mx;
+  }
+  if (nn_model_forward(d->q, d->s, B, &yq, &err)) die("forward", &err);
+  for (int i = 0; i < B; i++) d->pred[i] = yq[i * A + d->a[i]];
+  float loss;
+  if (nn_huber_loss(&loss, d->dpred, d->pred, d->y, NULL, B, 1, 1.0f, &err)) die("loss", &err);
+  memset(d->dy, 0, (size_t)B * A * sizeof(float));
+  for (int i = 0; i < B; i++) d->dy[i * A + d->a[i]] = d->dpred[i];
+  nn_model_zero_grad(d->q);
+  if (nn_model_backward(d->q, d->dy, NULL, &err)) die("backward", &err);
+  if (nn_optim_step(d->opt, &err)) die("adam", &err);
+}
+
+/* ---- (d): DCGAN ---------------------------------------------------------------------------- */
+
+typedef struct gan {
+  nn_model *g, *d;
+  nn_optim *og, *od;
+  int B;
+  float *z, *real, *ones, *zeros, *dl;
+} gan;
+
+static void gan_init(gan *t, int B) {
+  memset(t, 0, sizeof *t);
+  shoal_error err = {0};
+  nn_model *g = nn_model_create(NN_CPU, NULL);
+  nn_input(g, 100, 1, 1);
+  nn_dense(g, "fc", 7 * 7 * 128);
+  nn_reshape(g, "view", 128, 7, 7);
+  nn_batchnorm(g, "bn0", 1e-5f, 0.1f);
+  nn_activation(g, "act0", NN_RELU, 0);
+  nn_conv_transpose2d(g, "ct1", 64, 4, 4, 2, 1, 0);
+  nn_batchnorm(g, "bn1", 1e-5f, 0.1f);
+  nn_activation(g, "act1", NN_RELU, 0);
+  nn_conv_transpose2d(g, "ct2", 1, 4, 4, 2, 1, 0);
+  nn_activation(g, "tanh", NN_TANH, 0);
+  t->g = finish(g, B, "generator");
+  nn_model *d = nn_model_create(NN_CPU, NULL);
+  nn_input(d, 1, 28, 28);
+  nn_conv2d(d, "c1", 64, 4, 4, 2, 1, 1);
+  nn_activation(d, "act1", NN_LEAKY_RELU, 0.2f);
+  nn_conv2d(d, "c2", 128, 4, 4, 2, 1, 1);
+  nn_batchnorm(d, "bn2", 1e-5f, 0.1f);
+  nn_activation(d, "act2", NN_LEAKY_RELU, 0.2f);
+  nn_dense(d, "fc", 1);
+  t->d = finish(d, B, "discriminator");
+  nn_optim_config oc = nn_optim_defaults(NN_ADAM);
+  oc.lr = 2e-4f, oc.beta1 = 0.5f;
+  t->og = nn_optim_create(t->g, &oc, &err);
+  t->od = nn_optim_create(t->d, &oc, &err);
+  if (!t->og || !t->od) die("optimizer", &err);
+  t->B = B;
+  t->z = malloc((size_t)B * 100 * sizeof(float));
+  t->real = malloc((size_t)B * 784 * sizeof(float));
+  t->ones = malloc(B * sizeof(float));
+  t->zeros = malloc(B * sizeof(float));
+  t->dl = malloc(B * sizeof(float));
+  if (!t->z || !t->real || !t->ones || !t->zeros || !t->dl) die("alloc", NULL);
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 0);
+  fill_normal(t->z, (size_t)B * 100, &rng);
+  for (int i = 0; i < B * 784; i++) t->real[i] = 2 * shoal_rng_uniformf(&rng) - 1;
+  for (int i = 0; i < B; i++) t->ones[i] = 1, t->zeros[i] = 0;
+}
+
+static void gan_free(gan *t) {
+  nn_optim_destroy(t->og), nn_optim_destroy(t->od);
+  nn_model_destroy(t->g), nn_model_destroy(t->d);
+  free(t->z), free(t->real), free(t->ones), free(t->zeros), free(t->dl);
+}
+
+static void gan_step(void *ctx) {
+  gan *t = ctx;
+  shoal_error err = {0};
+  const float *fake, *logit, *dx;
+  float loss;
+  int B = t->B;
+  if (nn_model_forward(t->g, t->z, B, &fake, &err)) die("G forward", &err);
+  /* D step: real -> 1, G(z) -> 0, gradients of both summed, then Adam */
+  nn_model_zero_grad(t->d);
+  if (nn_model_forward(t->d, t->real, B, &logit, &err)) die("D forward", &err);
+  if (nn_bce_with_logits_loss(&loss, t->dl, logit, t->ones, NULL, B, 1, &err)) die("bce", &err);
+  if (nn_model_backward(t->d, t->dl, NULL, &err)) die("D backward", &err);
+  if (nn_model_forward(t->d, fake, B, &logit, &err)) die("D forward", &err);
+  if (nn_bce_with_logits_loss(&loss, t->dl, logit, t->zeros, NULL, B, 1, &err)) die("bce", &err);
+  if (nn_model_backward(t->d, t->dl, NULL, &err)) die("D backward", &err);
+  if (nn_optim_step(t->od, &err)) die("D adam", &err);
+  /* G step: D(G(z)) -> 1, through D's input gradient into G */
+  nn_model_zero_grad(t->g);
+  if (nn_model_forward(t->d, fake, B, &logit, &err)) die("D forward", &err);
+  if (nn_bce_with_logits_loss(&loss, t->dl, logit, t->ones, NULL, B, 1, &err)) die("bce", &err);
+  if (nn_model_backward(t->d, t->dl, &dx, &err)) die("D backward", &err);
+  if (nn_model_backward(t->g, dx, NULL, &err)) die("G backward", &err);
+  if (nn_optim_step(t->og, &err)) die("G adam", &err);
+}
+
+/* ---- (e): greedy action ------------------------------------------------------------------- */
+
+typedef struct actor {
+  nn_model *q;
+  int B;
+  float *x;
+  int *act;
+} actor;
+
+static void act_step(void *ctx) {
+  actor *a = ctx;
+  const float *y;
+  shoal_error err = {0};
+  if (nn_model_forward(a->q, a->x, a->B, &y, &err)) die("act forward", &err);
+  for (int i = 0; i < a->B; i++) a->act[i] = y[2 * i + 1] > y[2 * i] ? 1 : 0;
+}
+
+/* ---- sgemm ceiling ------------------------------------------------------------------------ */
+
+typedef struct gemm {
+  int n;
+  float *a, *b, *c;
+} gemm;
+
+#ifdef SHOAL_HAVE_OPENBLAS
+static void gemm_step(void *ctx) {
+  gemm *g = ctx;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->n, g->n, g->n, 1.0f, g->a, g->n, g->b,
+              g->n, 0.0f, g->c, g->n);
+}
+
+static void gemm_init(gemm *g) {
+  g->n = 1024;
+  size_t nn2 = (size_t)g->n * g->n;
+  g->a = malloc(nn2 * sizeof(float)), g->b = malloc(nn2 * sizeof(float));
+  g->c = malloc(nn2 * sizeof(float));
+  if (!g->a || !g->b || !g->c) die("alloc", NULL);
+  shoal_rng r;
+  shoal_rng_seed(&r, 1);
+  fill_normal(g->a, nn2, &r);
+  fill_normal(g->b, nn2, &r);
+}
+
+static void gemm_free(gemm *g) { free(g->a), free(g->b), free(g->c); }
+static double gemm_gflops(const gemm *g, double calls_per_s) {
+  return calls_per_s * 2.0 * g->n * g->n * g->n / 1e9;
+}
+#endif
+
+/* ---- PyTorch, in a child process serving one timing window per request ------------------ */
+
+typedef struct torch_proc {
+  pid_t pid;
+  FILE *in, *out; /* requests "<row> <window>\n"; replies "RATE <calls/s>\n" */
+} torch_proc;
+
+static void torch_script(char *out, size_t cap) {
+  const char *src = getenv("SHOAL_SOURCE_DIR");
+  if (src) {
+    snprintf(out, cap, "%s/benchmarks/nn_cpu_torch.py", src);
+    return;
+  }
+  /* beside this source file (CMake compiles it by its absolute path) */
+  snprintf(out, cap, "%s", __FILE__);
+  char *slash = strrchr(out, '/');
+  snprintf(slash ? slash + 1 : out, cap - (size_t)(slash ? slash + 1 - out : 0), "nn_cpu_torch.py");
+}
+
+static void torch_stop(torch_proc *t) {
+  if (t->in) fclose(t->in); /* EOF ends the server */
+  if (t->out) fclose(t->out);
+  if (t->pid > 0) waitpid(t->pid, NULL, 0);
+  memset(t, 0, sizeof *t);
+}
+
+/* Starts nn_cpu_torch.py --serve with torch at `threads` threads and OpenBLAS at 1 (one
+ * pool). False when Python or torch is missing (the baselines are then none). */
+static bool torch_start(torch_proc *t, int threads) {
+  memset(t, 0, sizeof *t);
+  const char *py = getenv("SHOAL_PYTHON");
+  if (!py || !*py) py = "/usr/bin/python3";
+  char script[1024], th[16];
+  torch_script(script, sizeof script);
+  snprintf(th, sizeof th, "%d", threads);
+  int to[2], from[2];
+  if (pipe(to)) return false;
+  if (pipe(from)) {
+    close(to[0]), close(to[1]);
+    return false;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+    return false;
+  }
+  if (pid == 0) {
+    dup2(to[0], 0);
+    dup2(from[1], 1);
+    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+    unsetenv("OMP_NUM_THREADS"); /* libgomp's own pool setting slows torch here; see the .py */
+    unsetenv("MKL_NUM_THREADS");
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    /* Spinning OpenMP barriers made torch's 2-thread figures collapse 10-20x whenever the
+     * shared machine was busy (71 vs 1494 MLP steps/s in one minute); passive waiting is
+     * the kinder baseline for torch. */
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execl(py, py, script, "--serve", "--threads", th, (char *)NULL);
+    fprintf(stderr, "nn_cpu: cannot run %s %s\n", py, script);
+    _exit(127);
+  }
+  close(to[0]), close(from[1]);
+  t->pid = pid;
+  t->in = fdopen(to[1], "w");
+  t->out = fdopen(from[0], "r");
+  char line[128];
+  if (!t->in || !t->out || !fgets(line, sizeof line, t->out) || strncmp(line, "READY", 5)) {
+    fprintf(stderr, "nn_cpu: the PyTorch side did not start (%s %s); baselines are none\n", py,
+            script);
+    torch_stop(t);
+    return false;
+  }
+  return true;
+}
+
+/* One window of row in the torch process: calls/s, or NAN when it failed. */
+static double torch_window(torch_proc *t, const char *row) {
+  if (!t->in) return NAN;
+  char line[128];
+  double v;
+  if (fprintf(t->in, "%s %g\n", row, g_window) < 0 || fflush(t->in) ||
+      !fgets(line, sizeof line, t->out) || sscanf(line, "RATE %lf", &v) != 1) {
+    fprintf(stderr, "nn_cpu: the PyTorch side failed on %s; baselines are none from here\n", row);
+    torch_stop(t);
+    return NAN;
+  }
+  return v;
+}
+
+typedef struct pair {
+  double shoal, torch; /* calls/s, medians */
+  double sgemm;        /* GFLOP/s of cblas_sgemm 1024 in windows between them, or NAN */
+} pair;
+
+/* Alternates windows of shoal, of torch and (when g is given) of sgemm, so that load
+ * from other processes on the shared machine falls on all alike; the median of each. */
+static pair timed_pair(void (*fn)(void *), void *ctx, torch_proc *tp, const char *row, gemm *g) {
+  fn(ctx); /* warm-up; the torch side warms up on its first request */
+  double rs[64], rt[64], rg[64];
+  int k = g_repeats < 64 ? g_repeats : 64;
+  for (int r = 0; r < k; r++) {
+    rs[r] = window_rate(fn, ctx);
+    rt[r] = tp ? torch_window(tp, row) : NAN;
+    rg[r] = NAN;
+#ifdef SHOAL_HAVE_OPENBLAS
+    if (g) rg[r] = gemm_gflops(g, window_rate(gemm_step, g));
+#endif
+  }
+  qsort(rs, (size_t)k, sizeof *rs, cmp_double);
+  qsort(rt, (size_t)k, sizeof *rt, cmp_double);
+  qsort(rg, (size_t)k, sizeof *rg, cmp_double);
+  pair p = {rs[k / 2], rt[k / 2], rg[k / 2]};
+  for (int r = 0; r < k; r++) {
+    if (!isfinite(rt[r])) p.torch = NAN;
+    if (!isfinite(rg[r])) p.sgemm = NAN;
+  }
+  return p;
+}
+
+/* ---- output ------------------------------------------------------------------------------- */
+
+static void row(const char *name, int threads, double shoal, double torch, const char *unit) {
+  double ratio = shoal / torch;
+  printf("%-16s t%d %14.5g %14.5g %8.2f  %s\n", name, threads, shoal, torch, ratio, unit);
+}
+
+typedef struct bench_line {
+  char text[256];
+} bench_line;
+
+static bench_line g_lines[64];
+static int g_nlines;
+
+static void bench(const char *name, int threads, double value, const char *unit, double baseline) {
+  if (g_nlines == 64) return;
+  char b[32], r[32];
+  if (isfinite(baseline) && baseline > 0) {
+    snprintf(b, sizeof b, "%.5g", baseline);
+    snprintf(r, sizeof r, "%.3f", value / baseline);
+  } else {
+    snprintf(b, sizeof b, "none");
+    snprintf(r, sizeof r, "none");
+  }
+  snprintf(g_lines[g_nlines++].text, sizeof g_lines[0].text,
+           "BENCH name=nn.%s.t%d value=%.5g unit=%s baseline=%s ratio=%s", name, threads, value,
+           unit, b, r);
+}
+
+/* The 1-minute load average, so a reader can tell a quiet run from a busy one. */
+static double loadavg(void) {
+  double l = NAN;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &l) != 1) l = NAN;
+    fclose(f);
+  }
+  return l;
+}
+
+static bool has_row(const char *rows, const char *r) {
+  char buf[256];
+  snprintf(buf, sizeof buf, ",%s,", rows);
+  char key[64];
+  snprintf(key, sizeof key, ",%s,", r);
+  return strstr(buf, key) != NULL;
+}
+
+int main(int argc, char **argv) {
+  const char *threads_arg = "1,2", *rows = "mlp,minatar,nature,dcgan,act";
+  bool with_torch = true;
+  signal(SIGPIPE, SIG_IGN); /* a dead torch process is reported, not fatal */
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads_arg = argv[++i];
+    else if (!strcmp(argv[i], "--window") && i + 1 < argc)
+      g_window = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--repeats") && i + 1 < argc)
+      g_repeats = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--rows") && i + 1 < argc)
+      rows = argv[++i];
+    else if (!strcmp(argv[i], "--no-torch"))
+      with_torch = false;
+    else {
+      fprintf(stderr,
+              "usage: nn_cpu [--threads 1,2] [--window s] [--repeats n] [--rows "
+              "mlp,minatar,nature,dcgan,act] [--no-torch]\n");
+      return 2;
+    }
+  }
+  if (!(g_window > 0) || g_repeats < 1) {
+    fprintf(stderr, "nn_cpu: --window must be > 0 and --repeats >= 1\n");
+    return 2;
+  }
+  printf(
+      "nn_cpu: shoal nn vs PyTorch (same run), median of %d windows of %.2f s; load average "
+      "%.2f\n",
+      g_repeats, g_window, loadavg());
+  printf("%-16s %2s %14s %14s %8s  %s\n", "row", "th", "shoal", "pytorch", "ratio", "unit");
+
+  char tbuf[64];
+  snprintf(tbuf, sizeof tbuf, "%s", threads_arg);
+  for (char *save = NULL, *tok = strtok_r(tbuf, ",", &save); tok;
+       tok = strtok_r(NULL, ",", &save)) {
+    int th = atoi(tok);
+    if (th < 1) continue;
+    nn_set_threads(th);
+    torch_proc tproc, *tp = NULL;
+    if (with_torch && torch_start(&tproc, th)) tp = &tproc;
+    gemm *gp = NULL;
+#ifdef SHOAL_HAVE_OPENBLAS
+    gemm gm;
+    if (has_row(rows, "nature") || has_row(rows, "dcgan")) {
+      gemm_init(&gm);
+      gp = &gm;
+    }
+#endif
+    pair mlp = {NAN, NAN, NAN}, minatar = mlp, nature = mlp, dcgan = mlp, act[3] = {mlp, mlp, mlp};
+    double nature_flops = 0, dcgan_flops = 0;
+    if (has_row(rows, "mlp")) {
+      dqn d;
+      dqn_init(&d, make_mlp, 256);
+      mlp = timed_pair(dqn_step, &d, tp, "mlp_train", NULL);
+      dqn_free(&d);
+    }
+    if (has_row(rows, "minatar")) {
+      dqn d;
+      dqn_init(&d, make_minatar, 32);
+      minatar = timed_pair(dqn_step, &d, tp, "minatar_train", NULL);
+      dqn_free(&d);
+    }
+    if (has_row(rows, "nature")) {
+      dqn d;
+      dqn_init(&d, make_nature, 32);
+      nature = timed_pair(dqn_step, &d, tp, "nature_train", gp);
+      /* trained q: forward + backward = 3x forward; target: forward only */
+      nature_flops = 32.0 * 4.0 * nn_model_flops_per_sample(d.q);
+      dqn_free(&d);
+    }
+    if (has_row(rows, "dcgan")) {
+      gan t;
+      gan_init(&t, 64);
+      dcgan = timed_pair(gan_step, &t, tp, "dcgan_train", gp);
+      /* G: forward + backward (3x); D: three forwards and three backwards (9x) */
+      dcgan_flops =
+          64.0 * (3.0 * nn_model_flops_per_sample(t.g) + 9.0 * nn_model_flops_per_sample(t.d));
+      gan_free(&t);
+    }
+    if (has_row(rows, "act")) {
+      int bs[3] = {1, 16, 256};
+      const char *tnames[3] = {"act_b1", "act_b16", "act_b256"};
+      for (int k = 0; k < 3; k++) {
+        actor a = {make_mlp(bs[k]), bs[k], NULL, NULL};
+        nn_model_set_training(a.q, false);
+        a.x = malloc((size_t)bs[k] * 4 * sizeof(float));
+        a.act = malloc((size_t)bs[k] * sizeof(int));
+        if (!a.x || !a.act) die("alloc", NULL);
+        shoal_rng r;
+        shoal_rng_seed(&r, 3);
+        fill_normal(a.x, (size_t)bs[k] * 4, &r);
+        act[k] = timed_pair(act_step, &a, tp, tnames[k], NULL);
+        act[k].shoal *= bs[k], act[k].torch *= bs[k]; /* samples/s */
+        free(a.x), free(a.act);
+        nn_model_destroy(a.q);
+      }
+    }
+    if (tp) torch_stop(tp);
+#ifdef SHOAL_HAVE_OPENBLAS
+    if (gp) gemm_free(gp);
+#endif
+
+    if (has_row(rows, "mlp")) {
+      row("mlp_train", th, mlp.shoal, mlp.torch, "steps/s");
+      bench("mlp_train", th, mlp.shoal, "steps/s", mlp.torch);
+    }
+    if (has_row(rows, "minatar")) {
+      row("minatar_train", th, minatar.shoal, minatar.torch, "steps/s");
+      bench("minatar_train", th, minatar.shoal, "steps/s", minatar.torch);
+    }
+    if (has_row(rows, "nature")) {
+      row("nature_train", th, nature.shoal, nature.torch, "steps/s");
+      bench("nature_train", th, nature.shoal, "steps/s", nature.torch);
+      double gs = nature.shoal * nature_flops / 1e9, gt = nature.torch * nature_flops / 1e9;
+      row("  GFLOP/s", th, gs, gt, "GFLOP/s");
+      printf("%-16s t%d %14.5g %14s %8.2f  GFLOP/s, shoal / sgemm 1024\n", "  sgemm", th,
+             nature.sgemm, "", gs / nature.sgemm);
+      bench("nature_train.gflops", th, gs, "GFLOP/s", nature.sgemm);
+    }
+    if (has_row(rows, "dcgan")) {
+      row("dcgan_train", th, dcgan.shoal, dcgan.torch, "it/s");
+      bench("dcgan_train", th, dcgan.shoal, "it/s", dcgan.torch);
+      double gs = dcgan.shoal * dcgan_flops / 1e9, gt = dcgan.torch * dcgan_flops / 1e9;
+      row("  GFLOP/s", th, gs, gt, "GFLOP/s");
+      printf("%-16s t%d %14.5g %14s %8.2f  GFLOP/s, shoal / sgemm 1024\n", "  sgemm", th,
+             dcgan.sgemm, "", gs / dcgan.sgemm);
+      bench("dcgan_train.gflops", th, gs, "GFLOP/s", dcgan.sgemm);
+    }
+    if (has_row(rows, "act")) {
+      const char *names[3] = {"act_b1", "act_b16", "act_b256"};
+      for (int k = 0; k < 3; k++) {
+        row(names[k], th, act[k].shoal, act[k].torch, "samples/s");
+        bench(names[k], th, act[k].shoal, "samples/s", act[k].torch);
+      }
+    }
+    double sg = isfinite(nature.sgemm) ? nature.sgemm : dcgan.sgemm;
+    if (isfinite(sg)) bench("sgemm1024", th, sg, "GFLOP/s", NAN);
+    fflush(stdout);
+  }
+  printf(
+      "load average at the end: %.2f (the machine is shared: above ~0.5, read the figures "
+      "as noisy)\n\n",
+      loadavg());
+  for (int i = 0; i < g_nlines; i++) printf("%s\n", g_lines[i].text);
+  return 0;
+}

@@ -1,0 +1,277 @@
+/*
+ * benchmarks/nn_layers_speed.c — how fast nn's CPU layers run the models of the nn_cpu
+ * benchmark, forward and backward only (no loss or optimizer: those are measured by
+ * nn_cpu against PyTorch). For the conv nets it prints the achieved GFLOP/s beside
+ * OpenBLAS's sgemm rate measured in the same run (the ceiling im2col + GEMM can reach).
+ *
+ *   nn_layers_speed [threads [figure]]   (default 1 thread; figure: mlp, act, minatar,
+ *                                         nature or dcgan, for profiling one)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/internal.h"
+#include "nn/nn.h"
+
+static double g_min_s = 0.5; /* each figure runs at least this long */
+static const char *g_only;   /* run only this figure */
+
+static int want(const char *f) { return !g_only || !strcmp(g_only, f); }
+
+static void die(const char *what, const shoal_error *err) {
+  fprintf(stderr, "nn_layers_speed: %s: %s\n", what, err->msg);
+  exit(1);
+}
+
+static float *rnd(size_t n, float scale, uint64_t seed) {
+  shoal_rng rng;
+  shoal_rng_seed(&rng, seed);
+  float *x = malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++) x[i] = scale * (2.0f * shoal_rng_uniformf(&rng) - 1.0f);
+  return x;
+}
+
+/* A plain SGD step over the flat buffers: what every optimizer's update costs at least. */
+static void sgd(nn_model *m, float lr) {
+  size_t n;
+  float *p = nn_model_params(m, &n), *g = nn_model_grads(m, NULL);
+  for (size_t i = 0; i < n; i++) p[i] -= lr * g[i];
+}
+
+/* Runs fn until g_min_s has passed; returns calls per second. */
+#define RATE(rate, body)               \
+  do {                                 \
+    for (int w_ = 0; w_ < 3; w_++) {   \
+      body;                            \
+    }                                  \
+    long it_ = 0;                      \
+    double t0_ = shoal_now_s(), t_;    \
+    do {                               \
+      for (int k_ = 0; k_ < 8; k_++) { \
+        body;                          \
+      }                                \
+      it_ += 8;                        \
+      t_ = shoal_now_s() - t0_;        \
+    } while (t_ < g_min_s);            \
+    rate = (double)it_ / t_;           \
+  } while (0)
+
+static nn_model *mlp(int B) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 4, 1, 1);
+  nn_dense(m, "fc1", 64);
+  nn_activation(m, "act1", NN_RELU, 0);
+  nn_dense(m, "fc2", 64);
+  nn_activation(m, "act2", NN_RELU, 0);
+  nn_dense(m, "out", 2);
+  if (nn_model_build(m, B, 1, &err)) die("mlp", &err);
+  return m;
+}
+
+static nn_model *nature(int B) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 4, 84, 84);
+  nn_conv2d(m, "conv1", 32, 8, 8, 4, 0, 1);
+  nn_activation(m, "r1", NN_RELU, 0);
+  nn_conv2d(m, "conv2", 64, 4, 4, 2, 0, 1);
+  nn_activation(m, "r2", NN_RELU, 0);
+  nn_conv2d(m, "conv3", 64, 3, 3, 1, 0, 1);
+  nn_activation(m, "r3", NN_RELU, 0);
+  nn_flatten(m, "flat");
+  nn_dense(m, "fc1", 512);
+  nn_activation(m, "r4", NN_RELU, 0);
+  nn_dense(m, "out", 6);
+  if (nn_model_build(m, B, 1, &err)) die("nature", &err);
+  return m;
+}
+
+static nn_model *minatar(int B) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 4, 10, 10);
+  nn_conv2d(m, "conv", 16, 3, 3, 1, 0, 1);
+  nn_activation(m, "r1", NN_RELU, 0);
+  nn_flatten(m, "flat");
+  nn_dense(m, "fc", 128);
+  nn_activation(m, "r2", NN_RELU, 0);
+  nn_dense(m, "out", 6);
+  if (nn_model_build(m, B, 1, &err)) die("minatar", &err);
+  return m;
+}
+
+/* The DCGAN of shared/baselines: G 100 -> 7*7*128 BN ReLU -> convT 64 BN ReLU -> convT 1
+ * tanh; D conv 64 lrelu -> conv 128 BN lrelu -> 1. */
+static nn_model *dcgan_g(int B) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 100, 1, 1);
+  nn_dense(m, "fc", 7 * 7 * 128);
+  nn_batchnorm(m, "bn0", 1e-5f, 0.1f);
+  nn_activation(m, "r0", NN_RELU, 0);
+  nn_reshape(m, "rs", 128, 7, 7);
+  nn_conv_transpose2d(m, "up1", 64, 4, 4, 2, 1, 0);
+  nn_batchnorm(m, "bn1", 1e-5f, 0.1f);
+  nn_activation(m, "r1", NN_RELU, 0);
+  nn_conv_transpose2d(m, "up2", 1, 4, 4, 2, 1, 0);
+  nn_activation(m, "t", NN_TANH, 0);
+  if (nn_model_build(m, B, 1, &err)) die("dcgan G", &err);
+  return m;
+}
+
+static nn_model *dcgan_d(int B) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 1, 28, 28);
+  nn_conv2d(m, "c1", 64, 4, 4, 2, 1, 1);
+  nn_activation(m, "l1", NN_LEAKY_RELU, 0.2f);
+  nn_conv2d(m, "c2", 128, 4, 4, 2, 1, 1);
+  nn_batchnorm(m, "bn2", 1e-5f, 0.1f);
+  nn_activation(m, "l2", NN_LEAKY_RELU, 0.2f);
+  nn_flatten(m, "flat");
+  nn_dense(m, "out", 1);
+  if (nn_model_build(m, 2 * B, 1, &err)) die("dcgan D", &err);
+  return m;
+}
+
+static double sgemm_gflops(int n) {
+  float *a = rnd((size_t)n * n, 1, 1), *b = rnd((size_t)n * n, 1, 2), *c = rnd((size_t)n * n, 1, 3);
+  double r;
+  RATE(r, nn__sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n));
+  free(a), free(b), free(c);
+  return r * 2.0 * n * n * n / 1e9;
+}
+
+/* One training step's forward and backward (plus SGD) of model m at batch B. */
+static double train_rate(nn_model *m, int B, int in_f, int out_f, nn_model *target) {
+  shoal_error err = {0};
+  float *x = rnd((size_t)B * in_f, 1, 5), *dy = rnd((size_t)B * out_f, 0.01f, 6);
+  const float *y;
+  double r;
+  RATE(r, {
+    if (target && nn_model_forward(target, x, B, &y, &err)) die("target forward", &err);
+    nn_model_zero_grad(m);
+    if (nn_model_forward(m, x, B, &y, &err)) die("forward", &err);
+    if (nn_model_backward(m, dy, NULL, &err)) die("backward", &err);
+    sgd(m, 1e-6f);
+  });
+  free(x), free(dy);
+  return r;
+}
+
+int main(int argc, char **argv) {
+  int threads = argc > 1 ? atoi(argv[1]) : 1;
+  if (argc > 2) g_only = argv[2], g_min_s = 3;
+  nn_set_threads(threads);
+  shoal_error err = {0};
+  const char *t = threads == 1 ? "t1" : "t2";
+  printf("nn_layers_speed: nn's CPU layers, %d thread(s); forward + backward + SGD\n", threads);
+  printf("%-34s %14s %10s\n", "figure", "value", "unit");
+  double sg = g_only ? 1 : sgemm_gflops(512);
+  printf("%-34s %14.1f %10s\n", "OpenBLAS sgemm 512^3", sg, "GFLOP/s");
+
+  /* (a) DQN MLP 4-64-64-2 at batch 256, with a target-network forward. */
+  nn_model *q = mlp(256), *qt = mlp(256);
+  double r = 0;
+  if (want("mlp")) r = train_rate(q, 256, 4, 2, qt);
+  if (want("mlp")) printf("%-34s %14.0f %10s\n", "mlp train b256 (+target fwd)", r, "steps/s");
+  if (want("mlp"))
+    printf("BENCH name=nn.layers.mlp_train.%s value=%.0f unit=steps/s baseline=none ratio=none\n",
+           t, r);
+
+  /* (e) greedy action from the MLP. */
+  nn_model_set_training(q, false);
+  int bs[3] = {1, 16, 256};
+  for (int i = 0; i < 3 && want("act"); i++) {
+    int B = bs[i];
+    float *x = rnd((size_t)B * 4, 1, 9);
+    const float *y;
+    long greedy = 0; /* the argmax is part of acting; printed so it is not optimised out */
+    RATE(r, {
+      if (nn_model_forward(q, x, B, &y, &err)) die("act", &err);
+      for (int s = 0; s < B; s++) greedy += y[2 * s + 1] > y[2 * s];
+    });
+    printf("%-28s b%-4d %14.0f %10s  (%ld picks of action 1)\n", "mlp act", B, r * B, "samples/s",
+           greedy);
+    printf("BENCH name=nn.layers.act_b%d.%s value=%.0f unit=samples/s baseline=none ratio=none\n",
+           B, t, r * B);
+    free(x);
+  }
+
+  nn_model *mn = minatar(32);
+  if (want("minatar")) r = train_rate(mn, 32, 400, 6, NULL);
+  if (want("minatar")) printf("%-34s %14.0f %10s\n", "minatar conv train b32", r, "steps/s");
+  if (want("minatar"))
+    printf(
+        "BENCH name=nn.layers.minatar_train.%s value=%.0f unit=steps/s baseline=none ratio=none\n",
+        t, r);
+
+  /* Nature-DQN: FLOPs of a training step ~ 3x the forward's (dx of the first layer is
+   * skipped, so slightly less). */
+  nn_model *na = nature(32);
+  if (want("nature")) r = train_rate(na, 32, 4 * 84 * 84, 6, NULL);
+  double gf = r * 3 * nn_model_flops_per_sample(na) * 32 / 1e9;
+  if (want("nature"))
+    printf("%-34s %14.2f %10s  %.1f GFLOP/s (%.0f%% of sgemm)\n", "nature conv train b32", r,
+           "steps/s", gf, 100 * gf / sg);
+  if (want("nature"))
+    printf(
+        "BENCH name=nn.layers.nature_gflops.%s value=%.1f unit=GFLOP/s baseline=%.1f ratio=%.2f\n",
+        t, gf, sg, gf / sg);
+
+  /* Nature-DQN greedy action at batch 1 (an actor's step). */
+  if (want("nature")) {
+    nn_model *n1 = nature(1);
+    nn_model_set_training(n1, false);
+    float *x = rnd(4 * 84 * 84, 1, 21);
+    const float *y;
+    RATE(r, {
+      if (nn_model_forward(n1, x, 1, &y, &err)) die("nature act", &err);
+    });
+    printf("%-34s %14.0f %10s\n", "nature act b1", r, "samples/s");
+    printf(
+        "BENCH name=nn.layers.nature_act_b1.%s value=%.0f unit=samples/s baseline=none "
+        "ratio=none\n",
+        t, r);
+    free(x);
+    nn_model_destroy(n1);
+  }
+
+  /* DCGAN: one D step (real + fake, batch 2x64) and one G step through D. */
+  int B = 64;
+  nn_model *g = dcgan_g(B), *d = dcgan_d(B);
+  float *z = rnd((size_t)B * 100, 1, 11), *real = rnd((size_t)B * 784, 1, 12);
+  float *dd = rnd((size_t)2 * B, 0.01f, 13), *both = malloc((size_t)2 * B * 784 * sizeof *both);
+  const float *fake, *dout, *dx;
+  if (want("dcgan"))
+    RATE(r, {
+      nn_model_zero_grad(d);
+      if (nn_model_forward(g, z, B, &fake, &err)) die("G", &err);
+      memcpy(both, real, (size_t)B * 784 * sizeof *both);
+      memcpy(both + (size_t)B * 784, fake, (size_t)B * 784 * sizeof *both);
+      if (nn_model_forward(d, both, 2 * B, &dout, &err)) die("D", &err);
+      if (nn_model_backward(d, dd, NULL, &err)) die("D back", &err);
+      sgd(d, 1e-6f);
+      nn_model_zero_grad(g);
+      nn_model_zero_grad(d);
+      if (nn_model_forward(d, fake, B, &dout, &err)) die("D(G)", &err);
+      if (nn_model_backward(d, dd, &dx, &err)) die("D(G) back", &err);
+      if (nn_model_backward(g, dx, NULL, &err)) die("G back", &err);
+      sgd(g, 1e-6f);
+    });
+  double fg = nn_model_flops_per_sample(g), fd = nn_model_flops_per_sample(d);
+  gf = r * (3 * fg * B + 3 * fd * 2 * B + 3 * fd * B) / 1e9;
+  if (want("dcgan"))
+    printf("%-34s %14.2f %10s  %.1f GFLOP/s (%.0f%% of sgemm)\n", "dcgan D+G step b64", r, "it/s",
+           gf, 100 * gf / sg);
+  if (want("dcgan"))
+    printf(
+        "BENCH name=nn.layers.dcgan_gflops.%s value=%.1f unit=GFLOP/s baseline=%.1f ratio=%.2f\n",
+        t, gf, sg, gf / sg);
+  free(z), free(real), free(dd), free(both);
+  nn_model_destroy(q), nn_model_destroy(qt), nn_model_destroy(mn), nn_model_destroy(na);
+  nn_model_destroy(g), nn_model_destroy(d);
+  return 0;
+}
