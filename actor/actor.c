@@ -159,6 +159,7 @@ int main(int argc, char **argv) {
   if (!cfg || config_load_file(cfg, cfg_path, &err)) die("config", &err);
   for (int i = 0; i < nsets; i++)
     if (config_set(cfg, sets[i], &err)) die("config", &err);
+  if (apex_check(cfg, &err)) die("config", &err);
   const int actors = (int)config_int(cfg, "actors");
   if (idx_arg >= actors) {
     fprintf(stderr, "shoal-actor: --index %d but the run has %d actors\n", idx_arg, actors);
@@ -183,17 +184,7 @@ int main(int argc, char **argv) {
   const size_t F = (size_t)sp->obs.size, ob = env_space_bytes(&sp->obs);
   const int A = sp->act.n;
 
-  dqn_config dc = dqn_defaults();
-  dc.obs_c = sp->obs.ndim >= 1 ? sp->obs.shape[0] : 1;
-  dc.obs_h = sp->obs.ndim >= 2 ? sp->obs.shape[1] : 1;
-  dc.obs_w = sp->obs.ndim >= 3 ? sp->obs.shape[2] : 1;
-  dc.num_actions = A;
-  dc.net = strcmp(config_string(cfg, "dqn.net"), "minatar") == 0 ? DQN_NET_MINATAR : DQN_NET_MLP;
-  dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
-  dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
-  dc.dueling = config_bool(cfg, "dqn.dueling");
-  dc.n_step = (int)config_int(cfg, "dqn.n_step");
-  dc.gamma = (float)config_float(cfg, "dqn.gamma");
+  dqn_config dc = apex_dqn_config(cfg, sp->obs.ndim, sp->obs.shape, A);
   dc.max_batch = B;
   dqn *q = dqn_create(&dc, NN_CPU, false, &err);
   if (!q) die("network", &err);

@@ -117,6 +117,15 @@ int dqn_load_params(dqn *d, const float *params, size_t n, shoal_error *err);
  * `shoal run`, the learner and the actors. Static; can't fail. */
 const cfg_key *apex_schema(int *n);
 
+/* Checks what the schema's types and bounds cannot: the choice keys (dqn.net: mlp or
+ * minatar; learner.device: cpu, cuda or auto). SHOAL_EINVAL naming the key and value. */
+int apex_check(const config *cfg, shoal_error *err);
+
+/* The DQN of a run: dqn.* keys of an Ape-X config (see apex_schema), for observations of
+ * per-sample shape (ndim 1..3: C[, H[, W]]) and num_actions actions; max_batch is left
+ * at its default for the caller to set. Can't fail (the schema bounds every value). */
+dqn_config apex_dqn_config(const config *cfg, int obs_ndim, const int *obs_shape, int num_actions);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,9 @@
 /* The keys of an Ape-X run's config: one schema shared by `shoal run` (which checks
  * the file and stores the resolved config), the learner and the actors (which read the
  * resolved file). */
+#include <stdio.h>
+#include <string.h>
+
 #include "algos/algos.h"
 
 static const cfg_key apex_keys[] = {
@@ -63,4 +66,46 @@ static const cfg_key apex_keys[] = {
 const cfg_key *apex_schema(int *n) {
   *n = (int)(sizeof apex_keys / sizeof *apex_keys);
   return apex_keys;
+}
+
+static int one_of(const config *cfg, const char *key, const char *const *choices, int n,
+                  shoal_error *err) {
+  const char *v = config_string(cfg, key);
+  for (int i = 0; i < n; i++)
+    if (!strcmp(v, choices[i])) return 0;
+  char list[128] = "";
+  for (int i = 0; i < n; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", choices[i]);
+  return shoal_error_set(err, SHOAL_EINVAL, "config: key '%s' (from %s): '%s' is not one of: %s",
+                         key, config_origin(cfg, key), v, list);
+}
+
+int apex_check(const config *cfg, shoal_error *err) {
+  static const char *const nets[] = {"mlp", "minatar"};
+  static const char *const devices[] = {"auto", "cpu", "cuda"};
+  int rc = one_of(cfg, "dqn.net", nets, 2, err);
+  if (!rc) rc = one_of(cfg, "learner.device", devices, 3, err);
+  return rc;
+}
+
+dqn_config apex_dqn_config(const config *cfg, int obs_ndim, const int *obs_shape, int num_actions) {
+  dqn_config dc = dqn_defaults();
+  dc.obs_c = obs_ndim >= 1 ? obs_shape[0] : 1;
+  dc.obs_h = obs_ndim >= 2 ? obs_shape[1] : 1;
+  dc.obs_w = obs_ndim >= 3 ? obs_shape[2] : 1;
+  dc.num_actions = num_actions;
+  dc.net = strcmp(config_string(cfg, "dqn.net"), "minatar") == 0 ? DQN_NET_MINATAR : DQN_NET_MLP;
+  dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
+  dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
+  dc.dueling = config_bool(cfg, "dqn.dueling");
+  dc.double_q = config_bool(cfg, "dqn.double");
+  dc.n_step = (int)config_int(cfg, "dqn.n_step");
+  dc.gamma = (float)config_float(cfg, "dqn.gamma");
+  dc.lr = (float)config_float(cfg, "dqn.lr");
+  dc.adam_eps = (float)config_float(cfg, "dqn.adam_eps");
+  dc.clip_norm = (float)config_float(cfg, "dqn.clip_norm");
+  dc.huber_delta = (float)config_float(cfg, "dqn.huber_delta");
+  dc.target_period = (int)config_int(cfg, "dqn.target_period");
+  dc.seed = (uint64_t)config_int(cfg, "run.seed");
+  return dc;
 }

@@ -193,6 +193,37 @@ static void test_bad_input(void **state) {
   assert_null(dqn_create(&c, NN_CPU, true, &err));
 }
 
+/* The Ape-X config: the schema's defaults make a valid DQN; choice keys are checked. */
+static void test_apex_config(void **state) {
+  shoal_error err = {0};
+  int n;
+  const cfg_key *keys = apex_schema(&n);
+  config *c = config_create(keys, n, &err);
+  assert_non_null(c);
+  assert_int_equal(apex_check(c, &err), 0);
+  int shape[3] = {4, 10, 10};
+  assert_int_equal(config_set(c, "dqn.net=minatar", &err), 0);
+  assert_int_equal(config_set(c, "dqn.n_step=5", &err), 0);
+  dqn_config dc = apex_dqn_config(c, 3, shape, 6);
+  assert_int_equal(dc.net, DQN_NET_MINATAR);
+  assert_int_equal(dc.obs_c, 4);
+  assert_int_equal(dc.obs_w, 10);
+  assert_int_equal(dc.num_actions, 6);
+  assert_int_equal(dc.n_step, 5);
+  dc.max_batch = 8;
+  dqn *d = dqn_create(&dc, NN_CPU, true, &err);
+  assert_non_null(d);
+  dqn_destroy(d);
+  assert_int_equal(config_set(c, "dqn.net=mpl", &err), 0);
+  assert_int_equal(apex_check(c, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "'mpl' is not one of: mlp, minatar"));
+  assert_int_equal(config_set(c, "dqn.net=mlp", &err), 0);
+  assert_int_equal(config_set(c, "learner.device=gpu", &err), 0);
+  assert_int_equal(apex_check(c, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "learner.device"));
+  config_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_targets_and_priorities_by_hand),
@@ -200,6 +231,7 @@ int main(void) {
       cmocka_unit_test(test_bootstraps_through_the_target),
       cmocka_unit_test(test_act_and_exploration),
       cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_apex_config),
   };
   return cmocka_run_group_tests_name("dqn", tests, NULL, NULL);
 }
