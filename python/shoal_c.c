@@ -110,8 +110,8 @@ struct shoal_c_vec {
   uint8_t *done;
 };
 
-int shoal_c_vec_create(shoal_c_vec **out, const char *id, int B, int threads,
-                       int max_episode_steps, const char *options) {
+int shoal_c_vec_create(shoal_c_vec **out, const char *id, int B, int threads, int max_episode_steps,
+                       const char *options) {
   if (!out) return fail(SHOAL_EINVAL, "shoal_c_vec_create: out is NULL");
   if (!id || !env_find(id)) return unknown_env(id);
   shoal_error err = {0};
@@ -186,8 +186,9 @@ int shoal_c_vec_bind(shoal_c_vec *v, const void *actions, void *obs, float *rewa
                      uint8_t *terminated, uint8_t *truncated, void *final_obs, uint8_t *done) {
   if (!v) return fail(SHOAL_EINVAL, "shoal_c_vec_bind: NULL env");
   if (!actions || !obs || !reward || !terminated || !truncated)
-    return fail(SHOAL_EINVAL, "shoal_c_vec_bind: actions, obs, reward, terminated and truncated "
-                              "buffers are required");
+    return fail(SHOAL_EINVAL,
+                "shoal_c_vec_bind: actions, obs, reward, terminated and truncated "
+                "buffers are required");
   if (final_obs && final_obs == obs)
     return fail(SHOAL_EINVAL, "shoal_c_vec_bind: final_obs must not be the obs buffer");
   v->actions = actions;
@@ -230,8 +231,7 @@ int shoal_c_vec_stats(const shoal_c_vec *v, shoal_c_stats *out) {
   if (!v || !out) return fail(SHOAL_EINVAL, "shoal_c_vec_stats: NULL argument");
   env_vec_stats st;
   env_vec_get_stats(v->v, &st);
-  *out = (shoal_c_stats){st.steps, st.episodes, st.dropped, st.mean_return_100,
-                         st.mean_length_100};
+  *out = (shoal_c_stats){st.steps, st.episodes, st.dropped, st.mean_return_100, st.mean_length_100};
   ok();
   return 0;
 }
@@ -447,8 +447,8 @@ int shoal_c_policy_info_get(const shoal_c_policy *p, shoal_c_policy_info *out) {
   return 0;
 }
 
-int shoal_c_policy_act(shoal_c_policy *p, const void *obs, int obs_dtype, int B,
-                       int32_t *actions, float *q) {
+int shoal_c_policy_act(shoal_c_policy *p, const void *obs, int obs_dtype, int B, int32_t *actions,
+                       float *q) {
   if (!p || !obs || !actions) return fail(SHOAL_EINVAL, "policy act: NULL argument");
   if (B < 1) return fail(SHOAL_EINVAL, "policy act: batch %d, need >= 1", B);
   if (obs_dtype != SHOAL_C_FLOAT32 && obs_dtype != SHOAL_C_UINT8)

@@ -66,8 +66,8 @@ typedef struct shoal_c_space {
 typedef struct shoal_c_spec {
   const char *id; /* static */
   shoal_c_space obs, act;
-  int32_t max_episode_steps; /* the time limit in force (0: none) */
-  int32_t num_envs;          /* B (0 for a spec looked up by id) */
+  int32_t max_episode_steps;  /* the time limit in force (0: none) */
+  int32_t num_envs;           /* B (0 for a spec looked up by id) */
   int32_t render_w, render_h; /* frame size of shoal_c_vec_render; 0 if not renderable */
   double reward_threshold;    /* NaN when none */
 } shoal_c_spec;
@@ -147,8 +147,8 @@ typedef struct shoal_c_policy_info {
 /* Loads snapshot `which` (a version, SHOAL_C_LATEST or SHOAL_C_BEST) of run from the
  * store at uri, and builds the network from the run's resolved config as `shoal eval`
  * and the actor do. Caller owns *out (shoal_c_policy_destroy). */
-SHOAL_C_EXPORT int shoal_c_policy_load_store(shoal_c_policy **out, const char *uri,
-                                             const char *run, int64_t which);
+SHOAL_C_EXPORT int shoal_c_policy_load_store(shoal_c_policy **out, const char *uri, const char *run,
+                                             int64_t which);
 /* Loads a safetensors snapshot file; config_path is the run's YAML config (NULL: the
  * file store's layout, <run>/config.yaml beside <run>/snapshots/<v>.safetensors). */
 SHOAL_C_EXPORT int shoal_c_policy_load_file(shoal_c_policy **out, const char *snapshot_path,

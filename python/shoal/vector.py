@@ -202,7 +202,7 @@ class VectorEnv:
             return ValueError(f"{self.env_id}: the env is closed")
         if rc == _lib.ESTATE and not self._was_reset:
             return _lib.ShoalStateError(f"{self.env_id}: step() before reset()", rc)
-        return _lib.error(rc, f"{self.env_id}: step")
+        return _lib.error(rc, "step")
 
     def _convert_actions(self, a):
         """The slow path: checks and converts actions that are not already an array of
