@@ -288,3 +288,24 @@ def test_create_destroy_cycles_do_not_leak():
         pytest.skip("RSS is not meaningful under AddressSanitizer (quarantine); cycles ran")
     # A leak of one CartPole-64 env per cycle would be > 10 MB here.
     assert grown < 2 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB over {n + 500} cycles"
+
+
+@pytest.mark.skipif(SANITIZED, reason="the installed library is the normal build's concern")
+def test_install_into_venv(tmp_path):
+    """`make python PREFIX=<venv>` (python/install.sh) gives an importable package there."""
+    src = os.environ.get("SHOAL_SOURCE_DIR")
+    lib = os.environ.get("SHOAL_LIB")
+    if not src or not lib:
+        pytest.skip("SHOAL_SOURCE_DIR / SHOAL_LIB not given")
+    venv = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True)
+    build = os.path.dirname(os.path.dirname(os.path.abspath(lib)))
+    subprocess.run([os.path.join(src, "python", "install.sh"), build, str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("SHOAL_LIB", "PYTHONPATH")}
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c",
+         "import shoal, numpy as np; e = shoal.make_vec('CartPole-v1', 3); e.reset(seed=1);"
+         "o = e.step(np.zeros(3, np.int32))[0]; print(shoal.__file__, o.shape)"],
+        check=True, capture_output=True, text=True, env=env).stdout
+    assert str(venv) in out and "(3, 4)" in out
