@@ -1,7 +1,6 @@
 """shoal's C vector envs with Gymnasium's vector-env API shape."""
 
 import ctypes
-import os
 import weakref
 
 import numpy as np
@@ -81,6 +80,8 @@ class VectorEnv:
         self.observation_space = _spaces.batch(self.single_observation_space, B)
         self.action_space = _spaces.batch(self.single_action_space, B)
         self.copy = bool(copy)
+        self.metadata = {"autoreset_mode": "same_step",
+                         "render_modes": ["rgb_array"] if spec.render_w > 0 else []}
 
         osp, asp = self.single_observation_space, self.single_action_space
         self._discrete = isinstance(asp, _spaces.Discrete)
@@ -154,6 +155,10 @@ class VectorEnv:
 
     def __exit__(self, *exc):
         self.close()
+
+    def __repr__(self):
+        state = "closed" if self._h is None else f"{self.num_envs} envs"
+        return f"VectorEnv({self.env_id}, {state})"
 
     # ---- beyond Gymnasium -------------------------------------------------------------
 
