@@ -4,6 +4,8 @@
 #   make demo    deps + build + the main job
 #   make test    deps + build + ctest, in the normal build and the sanitizer build
 #   make bench   deps + build + every benchmark (BENCH=name for one)
+#   make python PREFIX=DIR  build libshoal.so and install the Python package shoal
+#                into a virtual environment or an install prefix (python/install.sh)
 #   make format / make format-check
 BUILD     ?= build
 SAN_BUILD ?= build-san
@@ -16,7 +18,7 @@ SAN_CTEST_ARGS ?= -LE slow
 
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
-.PHONY: deps build build-san demo test test-normal test-san bench format format-check clean
+.PHONY: deps build build-san demo test test-normal test-san bench python format format-check clean
 
 deps:
 	@scripts/deps.sh
@@ -47,6 +49,9 @@ test-san: build-san
 
 bench: build
 	@scripts/bench.sh $(BUILD) $(BENCH)
+
+python: build
+	@python/install.sh $(BUILD) "$(PREFIX)"
 
 format:
 	clang-format -i $(SOURCES)

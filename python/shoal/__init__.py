@@ -1,0 +1,24 @@
+"""shoal from Python: C-speed vector envs with Gymnasium's API, and the policies shoal
+trains. A thin ctypes layer over libshoal.so (python/shoal_c.h); no compiled extension.
+
+    import numpy as np, shoal
+    env = shoal.make_vec("CartPole-v1", num_envs=256)
+    obs, info = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(1000):
+        obs, rew, term, trunc, info = env.step(rng.integers(0, 2, 256, dtype=np.int32))
+
+    policy = shoal.load_policy("file:///data/runs", run="cartpole-1", best=True)
+    actions = policy(obs)          # greedy, as shoal's actor acts with ε = 0
+"""
+
+from ._lib import (ShoalError, ShoalIOError, ShoalNotFoundError, ShoalStateError,
+                   ShoalValueError)
+from .policy import Policy, load_policy
+from .spaces import Box, Discrete, MultiDiscrete
+from .vector import VectorEnv, list_envs, make_vec
+
+__version__ = "0.1.0"
+__all__ = ["VectorEnv", "make_vec", "list_envs", "Policy", "load_policy", "Box", "Discrete",
+           "MultiDiscrete", "ShoalError", "ShoalValueError", "ShoalNotFoundError",
+           "ShoalIOError", "ShoalStateError"]

@@ -1,0 +1,129 @@
+"""Policies trained by shoal, loaded from a snapshot, acting on numpy batches in C."""
+
+import ctypes
+import os
+import weakref
+
+import numpy as np
+
+from . import _lib
+from . import spaces as _spaces
+from ._lib import check, lib
+
+
+class Policy:
+    """A greedy DQN policy: ``policy(obs)`` returns argmax_a Q(obs, a) (lowest index on
+    ties), computed by the same C code and network construction as shoal's actor with
+    ε = 0 and ``shoal eval``.
+
+    ``obs`` is one observation (the env's observation shape) or a batch
+    ``(B, *shape)``, float32 or uint8 (other numeric dtypes are converted to float32).
+    ``policy.q(obs)`` returns the Q-values ``(B, num_actions)``.
+    """
+
+    def __init__(self, handle, source):
+        self._h = handle
+        self._finalizer = weakref.finalize(self, lib.shoal_c_policy_destroy, handle)
+        info = _lib.PolicyInfo()
+        check(lib.shoal_c_policy_info_get(handle, ctypes.byref(info)))
+        self.source = source
+        self.env_id = info.env_id.decode()
+        self.observation_space = _spaces.from_c(info.obs)
+        self.action_space = _spaces.Discrete(info.num_actions)
+        self.num_actions = int(info.num_actions)
+        self.net = "minatar" if info.net == 1 else "mlp"
+        self.version = None if info.version < 0 else int(info.version)
+        self.env_steps = None if info.env_steps < 0 else int(info.env_steps)
+        self.score = None if np.isnan(info.score) else float(info.score)
+        self._shape = self.observation_space.shape
+
+    def _batch(self, obs):
+        if self._h is None:
+            raise ValueError("the policy is closed")
+        x = np.asarray(obs)
+        single = x.shape == self._shape
+        if single:
+            x = x[None]
+        elif x.ndim != len(self._shape) + 1 or x.shape[1:] != self._shape or x.shape[0] < 1:
+            raise ValueError(f"{self.env_id} policy: observations must have shape "
+                             f"{self._shape} or (B, *{self._shape}), got {x.shape}")
+        if x.dtype == np.uint8:
+            dt = 2
+        elif x.dtype == np.float32:
+            dt = 1
+        elif x.dtype.kind in "fiub":
+            x, dt = x.astype(np.float32), 1
+        else:
+            raise TypeError(f"{self.env_id} policy: observations must be numbers, got {x.dtype}")
+        return np.ascontiguousarray(x), dt, single
+
+    def act(self, obs, return_q=False):
+        """Greedy actions (int32, (B,) or a scalar for one observation) and, with
+        ``return_q``, the Q-values as well."""
+        x, dt, single = self._batch(obs)
+        B = x.shape[0]
+        actions = np.empty(B, np.int32)
+        q = np.empty((B, self.num_actions), np.float32) if return_q else None
+        check(lib.shoal_c_policy_act(self._h, x.ctypes.data, dt, B, actions.ctypes.data,
+                                     q.ctypes.data if return_q else None),
+              f"{self.env_id} policy")
+        if single:
+            actions, q = actions[0], (q[0] if return_q else None)
+        return (actions, q) if return_q else actions
+
+    __call__ = act
+
+    def q(self, obs):
+        """Q-values, (B, num_actions) float32 (or (num_actions,) for one observation)."""
+        return self.act(obs, return_q=True)[1]
+
+    def close(self):
+        self._finalizer()
+        self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"Policy({self.env_id}, {self.net}, {self.num_actions} actions, "
+                f"version={self.version}, from {self.source})")
+
+
+def load_policy(path_or_uri, run=None, best=False, version=None, config=None):
+    """Loads a policy trained by shoal.
+
+    - ``load_policy("file:///data/runs", run="cartpole-1")``: the latest snapshot of a
+      run in a store (any store URI or folder ``shoal run`` takes; ``mongodb://`` too);
+      ``best=True`` the one with the best evaluation score, ``version=`` a given one.
+    - ``load_policy("runs/cartpole-1/snapshots/12.safetensors")``: a snapshot file; the
+      run's config is found beside it (the file store's layout) or given as ``config=``
+      (a YAML file path).
+
+    The network is built from the run's resolved config, as the actor builds it.
+    Errors (no such run or snapshot, a damaged file) raise with the C message.
+    """
+    h = ctypes.c_void_p()
+    target = os.fspath(path_or_uri)
+    if run is not None:
+        if best and version is not None:
+            raise ValueError("load_policy: best=True and version= exclude each other")
+        which = -2 if best else (-1 if version is None else int(version))
+        if which < -2 or (version is not None and int(version) < 0):
+            raise ValueError(f"load_policy: version={version}: needs >= 0")
+        check(lib.shoal_c_policy_load_store(ctypes.byref(h), target.encode(), str(run).encode(),
+                                            which),
+              f"load_policy({target!r}, run={run!r})")
+        src = f"{target} run {run} ({'best' if best else version if version is not None else 'latest'})"
+    else:
+        if best or version is not None:
+            raise ValueError("load_policy: best= and version= pick a snapshot of a run: pass run=")
+        if "://" in target or os.path.isdir(target):
+            raise ValueError(f"load_policy({target!r}): a store: pass run= to pick the run")
+        cfg = None if config is None else os.fspath(config).encode()
+        check(lib.shoal_c_policy_load_file(ctypes.byref(h), target.encode(), cfg),
+              f"load_policy({target!r})")
+        src = target
+    return Policy(h.value, src)

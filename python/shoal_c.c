@@ -1,0 +1,483 @@
+/*
+ * python/shoal_c.c — libshoal.so's stable C API (shoal_c.h) over envs/, algos/, nn/ and
+ * store/. Policies are built from a run's resolved config exactly as `shoal eval`
+ * (cli/shoal.c) and the actor (actor/actor.c) build theirs, so they act the same.
+ */
+#define _GNU_SOURCE
+#include "python/shoal_c.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algos/algos.h"
+#include "common/shoal.h"
+#include "config/config.h"
+#include "envs/envs.h"
+#include "nn/nn.h"
+#include "store/store.h"
+
+/* The largest batch one network call takes; larger ones run in chunks, so the policy's
+ * buffers are sized once at load. */
+enum { POLICY_CHUNK = 256 };
+
+static _Thread_local shoal_error last_err;
+
+/* Records err as the thread's last error and returns its code. */
+static int keep(const shoal_error *err, int rc) {
+  last_err = *err;
+  last_err.code = rc;
+  if (!last_err.msg[0]) snprintf(last_err.msg, sizeof last_err.msg, "%s", shoal_strerror(rc));
+  return rc;
+}
+
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  shoal_error_vset(&last_err, code, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+static void ok(void) {
+  last_err.code = 0;
+  last_err.msg[0] = 0;
+}
+
+int shoal_c_abi_version(void) { return SHOAL_C_ABI; }
+const char *shoal_c_last_error(void) { return last_err.msg; }
+int shoal_c_last_error_code(void) { return last_err.code; }
+
+int shoal_c_env_list(const char **names, int cap) { return env_list(names, cap < 0 ? 0 : cap); }
+
+static void space_out(const env_space *s, shoal_c_space *o) {
+  memset(o, 0, sizeof *o);
+  o->dtype = (int32_t)s->dtype;
+  o->ndim = s->ndim;
+  for (int i = 0; i < s->ndim && i < 4; i++) o->shape[i] = s->shape[i];
+  o->size = s->size;
+  o->n = s->n;
+  o->low = s->low;
+  o->high = s->high;
+}
+
+static void spec_out(const env_spec *sp, int B, int max_steps, shoal_c_spec *o) {
+  memset(o, 0, sizeof *o);
+  o->id = sp->id;
+  space_out(&sp->obs, &o->obs);
+  space_out(&sp->act, &o->act);
+  o->max_episode_steps = max_steps;
+  o->num_envs = B;
+  o->render_w = sp->render_w;
+  o->render_h = sp->render_h;
+  o->reward_threshold = sp->reward_threshold;
+}
+
+/* SHOAL_ENOENT listing the known ids. */
+static int unknown_env(const char *id) {
+  const char *names[64];
+  int n = env_list(names, 64);
+  char list[400] = "";
+  size_t at = 0;
+  for (int i = 0; i < n && i < 64 && at < sizeof list; i++)
+    at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", i ? ", " : "", names[i]);
+  return fail(SHOAL_ENOENT, "unknown env '%s' (known: %s)", id ? id : "(null)", list);
+}
+
+int shoal_c_env_spec(const char *id, shoal_c_spec *out) {
+  if (!out) return fail(SHOAL_EINVAL, "shoal_c_env_spec: out is NULL");
+  const env_type *t = id ? env_find(id) : NULL;
+  if (!t) return unknown_env(id);
+  spec_out(&t->spec, 0, t->spec.max_episode_steps, out);
+  ok();
+  return 0;
+}
+
+/* ---- Vector envs ----------------------------------------------------------------- */
+
+struct shoal_c_vec {
+  env_vec *v;
+  int B, max_steps;
+  /* Bound buffers (shoal_c_vec_bind). */
+  const void *actions;
+  env_vec_out out;
+  uint8_t *done;
+};
+
+int shoal_c_vec_create(shoal_c_vec **out, const char *id, int B, int threads, int max_episode_steps,
+                       const char *options) {
+  if (!out) return fail(SHOAL_EINVAL, "shoal_c_vec_create: out is NULL");
+  if (!id || !env_find(id)) return unknown_env(id);
+  shoal_error err = {0};
+  shoal_c_vec *h = calloc(1, sizeof *h);
+  if (!h) return fail(SHOAL_ENOMEM, "shoal_c_vec_create: out of memory");
+  env_vec_config cfg = {.threads = threads,
+                        .max_episode_steps = max_episode_steps,
+                        .options = options && options[0] ? options : NULL};
+  int rc = env_vec_create(&h->v, id, B, &cfg, &err);
+  if (rc) {
+    free(h);
+    return keep(&err, rc);
+  }
+  h->B = B;
+  const env_spec *sp = env_vec_spec(h->v);
+  h->max_steps = max_episode_steps > 0   ? max_episode_steps
+                 : max_episode_steps < 0 ? 0
+                                         : sp->max_episode_steps;
+  *out = h;
+  ok();
+  return 0;
+}
+
+void shoal_c_vec_destroy(shoal_c_vec *v) {
+  if (!v) return;
+  env_vec_destroy(v->v);
+  free(v);
+}
+
+int shoal_c_vec_spec(const shoal_c_vec *v, shoal_c_spec *out) {
+  if (!v || !out) return fail(SHOAL_EINVAL, "shoal_c_vec_spec: NULL argument");
+  spec_out(env_vec_spec(v->v), v->B, v->max_steps, out);
+  ok();
+  return 0;
+}
+
+int shoal_c_vec_reset(shoal_c_vec *v, uint64_t seed, void *obs) {
+  if (!v) return fail(SHOAL_EINVAL, "shoal_c_vec_reset: NULL env");
+  if (!obs) obs = v->out.obs;
+  if (!obs) return fail(SHOAL_EINVAL, "shoal_c_vec_reset: no obs buffer given or bound");
+  env_vec_reset(v->v, seed, obs);
+  ok();
+  return 0;
+}
+
+/* Counts the copies that ended and fills done when given. */
+static int count_ended(int B, const uint8_t *term, const uint8_t *trunc, uint8_t *done) {
+  int n = 0;
+  if (done) {
+    for (int i = 0; i < B; i++) {
+      done[i] = (uint8_t)(term[i] | trunc[i]);
+      n += done[i];
+    }
+  } else {
+    for (int i = 0; i < B; i++) n += (term[i] | trunc[i]) != 0;
+  }
+  return n;
+}
+
+int shoal_c_vec_step_into(shoal_c_vec *v, const void *actions, void *obs, float *reward,
+                          uint8_t *terminated, uint8_t *truncated, void *final_obs) {
+  if (!v) return fail(SHOAL_EINVAL, "shoal_c_vec_step: NULL env");
+  if (!actions) return fail(SHOAL_EINVAL, "shoal_c_vec_step: actions is NULL");
+  shoal_error err = {0};
+  env_vec_out o = {obs, reward, terminated, truncated, final_obs};
+  int rc = env_vec_step(v->v, actions, &o, &err);
+  if (rc) return keep(&err, rc);
+  return count_ended(v->B, terminated, truncated, NULL);
+}
+
+int shoal_c_vec_bind(shoal_c_vec *v, const void *actions, void *obs, float *reward,
+                     uint8_t *terminated, uint8_t *truncated, void *final_obs, uint8_t *done) {
+  if (!v) return fail(SHOAL_EINVAL, "shoal_c_vec_bind: NULL env");
+  if (!actions || !obs || !reward || !terminated || !truncated)
+    return fail(SHOAL_EINVAL,
+                "shoal_c_vec_bind: actions, obs, reward, terminated and truncated "
+                "buffers are required");
+  if (final_obs && final_obs == obs)
+    return fail(SHOAL_EINVAL, "shoal_c_vec_bind: final_obs must not be the obs buffer");
+  v->actions = actions;
+  v->out = (env_vec_out){obs, reward, terminated, truncated, final_obs};
+  v->done = done;
+  ok();
+  return 0;
+}
+
+int shoal_c_vec_step(shoal_c_vec *v) {
+  if (!v) return fail(SHOAL_EINVAL, "shoal_c_vec_step: NULL env");
+  if (!v->actions) return fail(SHOAL_ESTATE, "shoal_c_vec_step: no buffers bound");
+  shoal_error err = {0};
+  int rc = env_vec_step(v->v, v->actions, &v->out, &err);
+  if (rc) return keep(&err, rc);
+  return count_ended(v->B, v->out.terminated, v->out.truncated, v->done);
+}
+
+int shoal_c_vec_episodes(shoal_c_vec *v, int32_t *index, int32_t *length, double *ret,
+                         uint8_t *truncated, int cap) {
+  if (!v) return fail(SHOAL_EINVAL, "shoal_c_vec_episodes: NULL env");
+  env_episode ep[64];
+  int got = 0;
+  while (got < cap) {
+    int want = cap - got < 64 ? cap - got : 64;
+    int n = env_vec_episodes(v->v, ep, want);
+    for (int i = 0; i < n; i++, got++) {
+      if (index) index[got] = ep[i].index;
+      if (length) length[got] = ep[i].length;
+      if (ret) ret[got] = ep[i].ret;
+      if (truncated) truncated[got] = (uint8_t)ep[i].truncated;
+    }
+    if (n < want) break;
+  }
+  ok();
+  return got;
+}
+
+int shoal_c_vec_stats(const shoal_c_vec *v, shoal_c_stats *out) {
+  if (!v || !out) return fail(SHOAL_EINVAL, "shoal_c_vec_stats: NULL argument");
+  env_vec_stats st;
+  env_vec_get_stats(v->v, &st);
+  *out = (shoal_c_stats){st.steps, st.episodes, st.dropped, st.mean_return_100, st.mean_length_100};
+  ok();
+  return 0;
+}
+
+int shoal_c_vec_render(const shoal_c_vec *v, int i, uint8_t *rgb) {
+  if (!v || !rgb) return fail(SHOAL_EINVAL, "shoal_c_vec_render: NULL argument");
+  shoal_error err = {0};
+  int rc = env_vec_render(v->v, i, rgb, &err);
+  if (rc) return keep(&err, rc);
+  ok();
+  return 0;
+}
+
+/* ---- Trained policies ------------------------------------------------------------ */
+
+struct shoal_c_policy {
+  dqn *q;
+  const env_type *env;
+  int F, A;
+  float *obs_f; /* (POLICY_CHUNK, F) for uint8 observations */
+  shoal_rng rng;
+  shoal_c_policy_info info;
+};
+
+void shoal_c_policy_destroy(shoal_c_policy *p) {
+  if (!p) return;
+  dqn_destroy(p->q);
+  free(p->obs_f);
+  free(p);
+}
+
+/* Builds the network from the run's config text and loads the snapshot bytes into it:
+ * the dqn_config is filled in as cmd_eval and the actor fill theirs. */
+static int policy_build(shoal_c_policy **out, const char *yaml, const char *origin,
+                        const uint8_t *bytes, size_t len, const store_snapshot_meta *meta) {
+  shoal_error err = {0};
+  int nkeys, rc;
+  const cfg_key *keys = apex_schema(&nkeys);
+  config *cfg = config_create(keys, nkeys, &err);
+  if (!cfg) return keep(&err, err.code ? err.code : SHOAL_ENOMEM);
+  if ((rc = config_load_string(cfg, yaml, origin, &err))) {
+    config_destroy(cfg);
+    return keep(&err, rc);
+  }
+  const char *id = config_string(cfg, "env.id");
+  const env_type *t = env_find(id);
+  if (!t) {
+    rc = unknown_env(id);
+    config_destroy(cfg);
+    return rc;
+  }
+  const env_spec *sp = &t->spec;
+  if (sp->act.n <= 0) {
+    config_destroy(cfg);
+    return fail(SHOAL_ENOTSUP, "policy: env '%s' has continuous actions; DQN needs discrete ones",
+                sp->id);
+  }
+  dqn_config dc = dqn_defaults();
+  dc.obs_c = sp->obs.ndim >= 1 ? sp->obs.shape[0] : 1;
+  dc.obs_h = sp->obs.ndim >= 2 ? sp->obs.shape[1] : 1;
+  dc.obs_w = sp->obs.ndim >= 3 ? sp->obs.shape[2] : 1;
+  dc.num_actions = sp->act.n;
+  dc.net = strcmp(config_string(cfg, "dqn.net"), "minatar") == 0 ? DQN_NET_MINATAR : DQN_NET_MLP;
+  dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
+  dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
+  dc.dueling = config_bool(cfg, "dqn.dueling");
+  dc.n_step = (int)config_int(cfg, "dqn.n_step");
+  dc.gamma = (float)config_float(cfg, "dqn.gamma");
+  dc.max_batch = POLICY_CHUNK;
+  config_destroy(cfg);
+
+  shoal_c_policy *p = calloc(1, sizeof *p);
+  if (!p) return fail(SHOAL_ENOMEM, "policy: out of memory");
+  p->env = t;
+  p->F = sp->obs.size;
+  p->A = sp->act.n;
+  p->q = dqn_create(&dc, NN_CPU, false, &err);
+  if (!p->q) {
+    shoal_c_policy_destroy(p);
+    return keep(&err, err.code ? err.code : SHOAL_ENOMEM);
+  }
+  if ((rc = nn_model_load_buffer(dqn_model(p->q), bytes, len, &err))) {
+    shoal_c_policy_destroy(p);
+    return keep(&err, rc);
+  }
+  p->obs_f = malloc((size_t)POLICY_CHUNK * (size_t)p->F * sizeof(float));
+  if (!p->obs_f) {
+    shoal_c_policy_destroy(p);
+    return fail(SHOAL_ENOMEM, "policy: out of memory");
+  }
+  shoal_rng_seed(&p->rng, 0);
+  p->info.env_id = sp->id;
+  space_out(&sp->obs, &p->info.obs);
+  p->info.num_actions = p->A;
+  p->info.net = (int32_t)dc.net;
+  p->info.version = meta ? meta->version : -1;
+  p->info.env_steps = meta ? meta->env_steps : -1;
+  p->info.updates = meta ? meta->updates : -1;
+  p->info.score = meta ? meta->score : NAN;
+  *out = p;
+  ok();
+  return 0;
+}
+
+int shoal_c_policy_load_store(shoal_c_policy **out, const char *uri, const char *run,
+                              int64_t which) {
+  if (!out || !run) return fail(SHOAL_EINVAL, "policy: out and run are required");
+  if (which < SHOAL_C_BEST)
+    return fail(SHOAL_EINVAL, "policy: snapshot %lld: a version >= 0, LATEST or BEST",
+                (long long)which);
+  shoal_error err = {0};
+  store *st;
+  int rc = store_open(&st, uri, &err);
+  if (rc) return keep(&err, rc);
+  store_run r = {0};
+  if ((rc = store_run_find(st, run, &r, &err))) {
+    store_close(st);
+    return keep(&err, rc);
+  }
+  store_snapshot_meta meta;
+  void *bytes = NULL;
+  size_t len = 0;
+  rc = store_snapshot_get(st, run, which, &meta, &bytes, &len, &err);
+  store_close(st);
+  if (rc) {
+    store_run_clear(&r);
+    return keep(&err, rc);
+  }
+  char origin[128];
+  snprintf(origin, sizeof origin, "run %s", run);
+  rc = policy_build(out, r.config ? r.config : "", origin, bytes, len, &meta);
+  free(bytes);
+  store_run_clear(&r);
+  return rc;
+}
+
+/* Reads a whole file into a new buffer (caller frees it); NUL-terminated. */
+static int slurp(const char *path, char **buf, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return fail(SHOAL_ENOENT, "cannot open '%s': %s", path, strerror(errno));
+  char *b = NULL;
+  size_t n = 0, cap = 0;
+  for (;;) {
+    if (n + 65536 + 1 > cap) {
+      cap = cap ? 2 * cap : 1 << 17;
+      char *nb = realloc(b, cap);
+      if (!nb) {
+        free(b), fclose(f);
+        return fail(SHOAL_ENOMEM, "reading '%s': out of memory", path);
+      }
+      b = nb;
+    }
+    size_t got = fread(b + n, 1, 65536, f);
+    n += got;
+    if (got < 65536) break;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    free(b);
+    return fail(SHOAL_EIO, "reading '%s' failed", path);
+  }
+  b[n] = 0;
+  *buf = b;
+  *len = n;
+  return 0;
+}
+
+int shoal_c_policy_load_file(shoal_c_policy **out, const char *snapshot_path,
+                             const char *config_path) {
+  if (!out || !snapshot_path) return fail(SHOAL_EINVAL, "policy: out and path are required");
+  char guess[PATH_MAX];
+  if (!config_path || !config_path[0]) {
+    /* The file store's layout: <run>/snapshots/<v>.safetensors, <run>/config.yaml. */
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", snapshot_path);
+    char *dir = dirname(tmp); /* <run>/snapshots */
+    snprintf(guess, sizeof guess, "%s/../config.yaml", dir);
+    FILE *f = fopen(guess, "rb");
+    if (!f)
+      return fail(SHOAL_ENOENT,
+                  "policy: no config for '%s': '%s' does not exist (pass the run's config)",
+                  snapshot_path, guess);
+    fclose(f);
+    config_path = guess;
+  }
+  char *yaml, *bytes;
+  size_t ylen, blen;
+  int rc = slurp(config_path, &yaml, &ylen);
+  if (rc) return rc;
+  if ((rc = slurp(snapshot_path, &bytes, &blen))) {
+    free(yaml);
+    return rc;
+  }
+  rc = policy_build(out, yaml, config_path, (const uint8_t *)bytes, blen, NULL);
+  if (rc) {
+    /* Say which file the network's tensors came from. */
+    char msg[sizeof last_err.msg];
+    memcpy(msg, last_err.msg, sizeof msg);
+    size_t at = (size_t)snprintf(last_err.msg, sizeof last_err.msg, "%.200s: ", snapshot_path);
+    if (at < sizeof last_err.msg) memcpy(last_err.msg + at, msg, sizeof msg - at - 1);
+    last_err.msg[sizeof last_err.msg - 1] = 0;
+  }
+  free(yaml);
+  free(bytes);
+  return rc;
+}
+
+int shoal_c_policy_info_get(const shoal_c_policy *p, shoal_c_policy_info *out) {
+  if (!p || !out) return fail(SHOAL_EINVAL, "shoal_c_policy_info_get: NULL argument");
+  *out = p->info;
+  ok();
+  return 0;
+}
+
+int shoal_c_policy_act(shoal_c_policy *p, const void *obs, int obs_dtype, int B, int32_t *actions,
+                       float *q) {
+  if (!p || !obs || !actions) return fail(SHOAL_EINVAL, "policy act: NULL argument");
+  if (B < 1) return fail(SHOAL_EINVAL, "policy act: batch %d, need >= 1", B);
+  if (obs_dtype != SHOAL_C_FLOAT32 && obs_dtype != SHOAL_C_UINT8)
+    return fail(SHOAL_EINVAL, "policy act: observation dtype %d: float32 (1) or uint8 (2)",
+                obs_dtype);
+  const size_t F = (size_t)p->F;
+  if (obs_dtype == SHOAL_C_FLOAT32) {
+    const float *o = obs;
+    for (size_t i = 0; i < (size_t)B * F; i++)
+      if (!isfinite(o[i]))
+        return fail(SHOAL_ENAN, "policy act: observation %zu, element %zu is %g", i / F, i % F,
+                    (double)o[i]);
+  }
+  shoal_error err = {0};
+  for (int lo = 0; lo < B; lo += POLICY_CHUNK) {
+    int n = B - lo < POLICY_CHUNK ? B - lo : POLICY_CHUNK;
+    const float *x;
+    if (obs_dtype == SHOAL_C_UINT8) {
+      const uint8_t *u = (const uint8_t *)obs + (size_t)lo * F;
+      for (size_t i = 0; i < (size_t)n * F; i++) p->obs_f[i] = u[i];
+      x = p->obs_f;
+    } else {
+      x = (const float *)obs + (size_t)lo * F;
+    }
+    const float *qv;
+    int rc = dqn_act(p->q, x, n, 0.0f, &p->rng, actions + lo, q ? &qv : NULL, &err);
+    if (rc) return keep(&err, rc);
+    if (q) memcpy(q + (size_t)lo * (size_t)p->A, qv, (size_t)n * (size_t)p->A * sizeof(float));
+  }
+  ok();
+  return 0;
+}

@@ -1,0 +1,170 @@
+/*
+ * python/shoal_c.h — libshoal.so: a small, stable C API over shoal's vector envs and
+ * trained policies, for foreign-function callers (the Python package python/shoal uses
+ * it through ctypes). Only the shoal_c_* symbols are exported; everything else of shoal
+ * is linked in statically and hidden.
+ *
+ *   shoal_c_vec *v;
+ *   if (shoal_c_vec_create(&v, "CartPole-v1", 256, 1, 0, NULL))
+ *     fprintf(stderr, "%s\n", shoal_c_last_error());
+ *   float obs[256 * 4], rew[256];
+ *   uint8_t term[256], trunc[256];
+ *   int32_t act[256];
+ *   shoal_c_vec_reset(v, 42, obs);
+ *   int ended = shoal_c_vec_step_into(v, act, obs, rew, term, trunc, NULL);  // >= 0 or code
+ *   shoal_c_vec_destroy(v);
+ *
+ *   shoal_c_policy *p;
+ *   shoal_c_policy_load_store(&p, "file:///data/runs", "cartpole-1", SHOAL_C_LATEST);
+ *   shoal_c_policy_act(p, obs, SHOAL_C_FLOAT32, 256, act, NULL);   // greedy, as the actor
+ *   shoal_c_policy_destroy(p);
+ *
+ * Errors: every fallible function returns 0 (or a count) or a negative SHOAL_E... code
+ * (common/shoal.h), and stores a message saying what and where for the calling thread:
+ * shoal_c_last_error() / shoal_c_last_error_code(). Handles are not thread-safe; use one
+ * per thread.
+ *
+ * Stability: SHOAL_C_ABI is bumped whenever a function or a struct below changes shape;
+ * callers check shoal_c_abi_version() before using the structs.
+ */
+#ifndef SHOAL_PYTHON_SHOAL_C_H
+#define SHOAL_PYTHON_SHOAL_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SHOAL_C_ABI 1
+
+#if defined(__GNUC__)
+#define SHOAL_C_EXPORT __attribute__((visibility("default")))
+#else
+#define SHOAL_C_EXPORT
+#endif
+
+/* Element types of observations and actions (the values of envs/envs.h's env_dtype). */
+enum { SHOAL_C_FLOAT32 = 1, SHOAL_C_UINT8 = 2, SHOAL_C_INT32 = 3 };
+
+/* Which snapshot of a run: a version >= 0, or one of these. */
+enum { SHOAL_C_LATEST = -1, SHOAL_C_BEST = -2 };
+
+/* A Box or Discrete space. Discrete: dtype INT32, ndim 0, size 1, n actions, low/high
+ * NULL. Box: n 0, low/high point at size floats (static, may be +-inf). */
+typedef struct shoal_c_space {
+  int32_t dtype;
+  int32_t ndim;
+  int32_t shape[4];
+  int32_t size;
+  int32_t n;
+  const float *low;
+  const float *high;
+} shoal_c_space;
+
+typedef struct shoal_c_spec {
+  const char *id; /* static */
+  shoal_c_space obs, act;
+  int32_t max_episode_steps;  /* the time limit in force (0: none) */
+  int32_t num_envs;           /* B (0 for a spec looked up by id) */
+  int32_t render_w, render_h; /* frame size of shoal_c_vec_render; 0 if not renderable */
+  double reward_threshold;    /* NaN when none */
+} shoal_c_spec;
+
+typedef struct shoal_c_stats {
+  uint64_t steps, episodes, dropped;
+  double mean_return_100, mean_length_100; /* NaN before the first finished episode */
+} shoal_c_stats;
+
+SHOAL_C_EXPORT int shoal_c_abi_version(void);
+/* The message / code of the calling thread's last failure ("" / 0 if none). */
+SHOAL_C_EXPORT const char *shoal_c_last_error(void);
+SHOAL_C_EXPORT int shoal_c_last_error_code(void);
+
+/* Writes up to cap registered env ids (static strings); returns how many exist. */
+SHOAL_C_EXPORT int shoal_c_env_list(const char **names, int cap);
+/* The spec of a registered id (num_envs 0). SHOAL_ENOENT naming the known ids. */
+SHOAL_C_EXPORT int shoal_c_env_spec(const char *id, shoal_c_spec *out);
+
+/* ---- Vector envs ----------------------------------------------------------------- */
+
+typedef struct shoal_c_vec shoal_c_vec;
+
+/* B copies of env id stepped by `threads` threads (<= 1: the caller's). max_episode_steps:
+ * 0 the registered limit, > 0 another, < 0 none. options: env_make_opts's "k=v,..." or
+ * NULL. Caller owns *out (shoal_c_vec_destroy). */
+SHOAL_C_EXPORT int shoal_c_vec_create(shoal_c_vec **out, const char *id, int B, int threads,
+                                      int max_episode_steps, const char *options);
+SHOAL_C_EXPORT void shoal_c_vec_destroy(shoal_c_vec *v); /* NULL is fine */
+SHOAL_C_EXPORT int shoal_c_vec_spec(const shoal_c_vec *v, shoal_c_spec *out);
+
+/* Seeds copy i with seed + i, resets every copy and writes B first observations to obs
+ * (NULL: the bound obs buffer, see shoal_c_vec_bind). */
+SHOAL_C_EXPORT int shoal_c_vec_reset(shoal_c_vec *v, uint64_t seed, void *obs);
+
+/* Steps all copies with actions (B int32, or B x act.size floats) into caller-owned
+ * buffers of B rows: obs, reward, terminated, truncated, and final_obs (may be NULL;
+ * see envs.h env_vec_out: copies whose episode ended are reset in the same step, obs
+ * gets their new first observation and final_obs the last one of the old episode).
+ * Returns how many copies' episodes ended (>= 0), or a code with nothing stepped:
+ * SHOAL_ERANGE / SHOAL_ENAN naming the first bad copy, SHOAL_ESTATE before a reset. */
+SHOAL_C_EXPORT int shoal_c_vec_step_into(shoal_c_vec *v, const void *actions, void *obs,
+                                         float *reward, uint8_t *terminated, uint8_t *truncated,
+                                         void *final_obs);
+
+/* Binds caller-owned buffers once, for shoal_c_vec_step (fewest arguments per call:
+ * what a foreign-function caller wants). actions, obs, reward, terminated and truncated
+ * are required; final_obs and done (B bytes, set to terminated | truncated) may be NULL.
+ * The buffers must outlive the binding (until the next bind or destroy). */
+SHOAL_C_EXPORT int shoal_c_vec_bind(shoal_c_vec *v, const void *actions, void *obs, float *reward,
+                                    uint8_t *terminated, uint8_t *truncated, void *final_obs,
+                                    uint8_t *done);
+/* One step with the bound buffers; returns as shoal_c_vec_step_into. */
+SHOAL_C_EXPORT int shoal_c_vec_step(shoal_c_vec *v);
+
+/* Moves up to cap finished episodes (oldest first) into the arrays (any may be NULL)
+ * and returns how many. */
+SHOAL_C_EXPORT int shoal_c_vec_episodes(shoal_c_vec *v, int32_t *index, int32_t *length,
+                                        double *ret, uint8_t *truncated, int cap);
+SHOAL_C_EXPORT int shoal_c_vec_stats(const shoal_c_vec *v, shoal_c_stats *out);
+/* Draws copy i as (render_h, render_w, 3) RGB into rgb. */
+SHOAL_C_EXPORT int shoal_c_vec_render(const shoal_c_vec *v, int i, uint8_t *rgb);
+
+/* ---- Trained policies ------------------------------------------------------------ */
+
+typedef struct shoal_c_policy shoal_c_policy;
+
+typedef struct shoal_c_policy_info {
+  const char *env_id;  /* owned by the policy */
+  shoal_c_space obs;   /* the env's observation space */
+  int32_t num_actions; /* A */
+  int32_t net;         /* 0 MLP, 1 MinAtar conv (algos.h dqn_net) */
+  int64_t version, env_steps, updates;
+  double score; /* the snapshot's evaluation score; NaN if none (or loaded from a file) */
+} shoal_c_policy_info;
+
+/* Loads snapshot `which` (a version, SHOAL_C_LATEST or SHOAL_C_BEST) of run from the
+ * store at uri, and builds the network from the run's resolved config as `shoal eval`
+ * and the actor do. Caller owns *out (shoal_c_policy_destroy). */
+SHOAL_C_EXPORT int shoal_c_policy_load_store(shoal_c_policy **out, const char *uri, const char *run,
+                                             int64_t which);
+/* Loads a safetensors snapshot file; config_path is the run's YAML config (NULL: the
+ * file store's layout, <run>/config.yaml beside <run>/snapshots/<v>.safetensors). */
+SHOAL_C_EXPORT int shoal_c_policy_load_file(shoal_c_policy **out, const char *snapshot_path,
+                                            const char *config_path);
+SHOAL_C_EXPORT void shoal_c_policy_destroy(shoal_c_policy *p); /* NULL is fine */
+SHOAL_C_EXPORT int shoal_c_policy_info_get(const shoal_c_policy *p, shoal_c_policy_info *out);
+
+/* Greedy actions (argmax Q, lowest index on ties: the actor's ε = 0 choice) of B
+ * observations (B x obs.size, dtype SHOAL_C_FLOAT32 or SHOAL_C_UINT8) into actions (B),
+ * and, when q is not NULL, the Q-values into q (B x A). Any B >= 1 (large batches run
+ * in chunks). SHOAL_ENAN for a NaN or infinite observation (naming the row), nothing
+ * written then. */
+SHOAL_C_EXPORT int shoal_c_policy_act(shoal_c_policy *p, const void *obs, int obs_dtype, int B,
+                                      int32_t *actions, float *q);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,201 @@
+/*
+ * tests/python_ref.c — references for tests/test_python_*.py, computed with the part
+ * libraries directly (not through libshoal.so), the way the C programs use them:
+ *
+ *   python_ref traj ENV B SEED T ACTIONS OUT [OPTIONS]
+ *       env_vec_create + env_vec_reset(SEED) + T env_vec_step with the actions in the
+ *       raw file ACTIONS (T x B actions in the spec's dtype); OUT gets the first
+ *       observations, then per step obs, reward, terminated, truncated and the whole
+ *       final_obs buffer (zero-filled before the first step), all raw.
+ *   python_ref mkrun DIR RUN CONFIG
+ *       a run in the file store DIR with CONFIG's text and two snapshots of freshly
+ *       initialised networks: version 1 (seed 11, score 10) and 2 (seed 22, score 5).
+ *   python_ref act URI RUN latest|best|VERSION OBS B OUT
+ *       builds the network as `shoal eval` does (cli/shoal.c cmd_eval), converts B raw
+ *       observations from OBS to float as it does and writes dqn_act's greedy actions
+ *       (B int32) and Q-values (B x A float) to OUT.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algos/algos.h"
+#include "config/config.h"
+#include "envs/envs.h"
+#include "nn/nn.h"
+#include "store/store.h"
+
+static int die(const char *what, const shoal_error *err) {
+  fprintf(stderr, "python_ref: %s: %s\n", what, err ? err->msg : "");
+  return 1;
+}
+
+static void *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+    free(b);
+    b = NULL;
+  }
+  fclose(f);
+  if (b) b[n] = 0, *len = (size_t)n;
+  return b;
+}
+
+static int traj(int argc, char **argv) {
+  if (argc < 6) return die("usage: traj ENV B SEED T ACTIONS OUT [OPTIONS]", NULL);
+  const char *id = argv[0];
+  int B = atoi(argv[1]), T = atoi(argv[3]);
+  uint64_t seed = strtoull(argv[2], NULL, 10);
+  shoal_error err = {0};
+  env_vec *v;
+  env_vec_config cfg = {.options = argc > 6 ? argv[6] : NULL};
+  if (env_vec_create(&v, id, B, &cfg, &err)) return die("env", &err);
+  const env_spec *sp = env_vec_spec(v);
+  size_t ob = env_space_bytes(&sp->obs), ab = env_space_bytes(&sp->act);
+  size_t alen;
+  uint8_t *acts = read_all(argv[4], &alen);
+  if (!acts || alen != (size_t)T * B * ab) return die("actions file has the wrong size", NULL);
+  uint8_t *obs = malloc(B * ob), *fin = calloc(B, ob), *term = malloc(B), *trunc = malloc(B);
+  float *rew = malloc(B * sizeof(float));
+  FILE *out = fopen(argv[5], "wb");
+  if (!out) return die("cannot write OUT", NULL);
+  env_vec_reset(v, seed, obs);
+  fwrite(obs, ob, B, out);
+  env_vec_out o = {obs, rew, term, trunc, fin};
+  for (int t = 0; t < T; t++) {
+    if (env_vec_step(v, acts + (size_t)t * B * ab, &o, &err)) return die("step", &err);
+    fwrite(obs, ob, B, out);
+    fwrite(rew, sizeof(float), B, out);
+    fwrite(term, 1, B, out);
+    fwrite(trunc, 1, B, out);
+    fwrite(fin, ob, B, out);
+  }
+  fclose(out);
+  free(acts), free(obs), free(fin), free(term), free(trunc), free(rew);
+  env_vec_destroy(v);
+  return 0;
+}
+
+static int mkrun(int argc, char **argv) {
+  if (argc < 3) return die("usage: mkrun DIR RUN CONFIG", NULL);
+  shoal_error err = {0};
+  size_t ylen;
+  char *yaml = read_all(argv[2], &ylen);
+  if (!yaml) return die("cannot read CONFIG", NULL);
+  int nkeys;
+  const cfg_key *keys = apex_schema(&nkeys);
+  config *cfg = config_create(keys, nkeys, &err);
+  if (!cfg || config_load_string(cfg, yaml, argv[2], &err)) return die("config", &err);
+  const env_type *t = env_find(config_string(cfg, "env.id"));
+  if (!t) return die("unknown env", NULL);
+  const env_spec *sp = &t->spec;
+  store *st;
+  if (store_open(&st, argv[0], &err)) return die("store", &err);
+  if (store_run_create(st, argv[1], yaml, STORE_RUN_FINISHED, &err)) return die("run", &err);
+  const uint64_t seeds[2] = {11, 22};
+  const double scores[2] = {10, 5};
+  for (int k = 0; k < 2; k++) {
+    dqn_config dc = dqn_defaults();
+    dc.obs_c = sp->obs.ndim >= 1 ? sp->obs.shape[0] : 1;
+    dc.obs_h = sp->obs.ndim >= 2 ? sp->obs.shape[1] : 1;
+    dc.obs_w = sp->obs.ndim >= 3 ? sp->obs.shape[2] : 1;
+    dc.num_actions = sp->act.n;
+    dc.net = strcmp(config_string(cfg, "dqn.net"), "minatar") == 0 ? DQN_NET_MINATAR : DQN_NET_MLP;
+    dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
+    dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
+    dc.dueling = config_bool(cfg, "dqn.dueling");
+    dc.seed = seeds[k];
+    dqn *q = dqn_create(&dc, NN_CPU, false, &err);
+    if (!q) return die("network", &err);
+    uint8_t *bytes;
+    size_t len;
+    if (nn_model_save_buffer(dqn_model(q), &bytes, &len, &err)) return die("save", &err);
+    store_snapshot_meta m = {.version = k + 1, .env_steps = 1000 * (k + 1), .score = scores[k]};
+    snprintf(m.run, sizeof m.run, "%s", argv[1]);
+    if (store_snapshot_put(st, &m, bytes, len, &err)) return die("snapshot", &err);
+    free(bytes);
+    dqn_destroy(q);
+  }
+  store_close(st);
+  config_destroy(cfg);
+  free(yaml);
+  return 0;
+}
+
+/* cmd_eval's construction, step for step. */
+static int act(int argc, char **argv) {
+  if (argc < 6) return die("usage: act URI RUN latest|best|V OBS B OUT", NULL);
+  const char *uri = argv[0], *run = argv[1], *which = argv[2];
+  int B = atoi(argv[4]);
+  int64_t version = !strcmp(which, "latest") ? STORE_LATEST
+                    : !strcmp(which, "best") ? STORE_BEST
+                                             : strtoll(which, NULL, 10);
+  shoal_error err = {0};
+  store *st;
+  if (store_open(&st, uri, &err)) return die("store", &err);
+  store_run r = {0};
+  if (store_run_find(st, run, &r, &err)) return die("run", &err);
+  int nkeys;
+  const cfg_key *keys = apex_schema(&nkeys);
+  config *cfg = config_create(keys, nkeys, &err);
+  if (!cfg || config_load_string(cfg, r.config ? r.config : "", run, &err))
+    return die("config", &err);
+  store_run_clear(&r);
+  store_snapshot_meta meta;
+  void *bytes;
+  size_t len;
+  if (store_snapshot_get(st, run, version, &meta, &bytes, &len, &err)) return die("snap", &err);
+  env_vec *ev;
+  if (env_vec_create(&ev, config_string(cfg, "env.id"), 1, NULL, &err)) return die("env", &err);
+  const env_spec *sp = env_vec_spec(ev);
+  dqn_config dc = dqn_defaults();
+  dc.obs_c = sp->obs.ndim >= 1 ? sp->obs.shape[0] : 1;
+  dc.obs_h = sp->obs.ndim >= 2 ? sp->obs.shape[1] : 1;
+  dc.obs_w = sp->obs.ndim >= 3 ? sp->obs.shape[2] : 1;
+  dc.num_actions = sp->act.n;
+  dc.net = strcmp(config_string(cfg, "dqn.net"), "minatar") == 0 ? DQN_NET_MINATAR : DQN_NET_MLP;
+  dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
+  dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
+  dc.dueling = config_bool(cfg, "dqn.dueling");
+  dc.max_batch = B;
+  dqn *q = dqn_create(&dc, NN_CPU, false, &err);
+  if (!q) return die("network", &err);
+  if (nn_model_load_buffer(dqn_model(q), bytes, len, &err)) return die("load", &err);
+  free(bytes);
+  size_t F = (size_t)sp->obs.size, olen;
+  bool u8 = sp->obs.dtype == ENV_UINT8;
+  void *obs = read_all(argv[3], &olen);
+  if (!obs || olen != (size_t)B * env_space_bytes(&sp->obs)) return die("OBS size", NULL);
+  float *obs_f = malloc((size_t)B * F * sizeof(float));
+  for (size_t i = 0; i < (size_t)B * F; i++)
+    obs_f[i] = u8 ? ((uint8_t *)obs)[i] : ((float *)obs)[i];
+  int32_t *a = malloc((size_t)B * sizeof(int32_t));
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 1);
+  const float *qv;
+  if (dqn_act(q, obs_f, B, 0.0f, &rng, a, &qv, &err)) return die("act", &err);
+  FILE *out = fopen(argv[5], "wb");
+  if (!out) return die("cannot write OUT", NULL);
+  fwrite(a, sizeof(int32_t), B, out);
+  fwrite(qv, sizeof(float), (size_t)B * sp->act.n, out);
+  fclose(out);
+  free(obs), free(obs_f), free(a);
+  dqn_destroy(q);
+  env_vec_destroy(ev);
+  config_destroy(cfg);
+  store_close(st);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "traj")) return traj(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "mkrun")) return mkrun(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "act")) return act(argc - 2, argv + 2);
+  fprintf(stderr, "usage: python_ref traj|mkrun|act ...\n");
+  return 2;
+}
