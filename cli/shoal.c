@@ -3,6 +3,7 @@
  *   shoal run CONFIG [--set key=value ...] [--quiet] [--log-json]
  *   shoal run --resume RUN [--store URI] [--set key=value ...]
  *   shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]
+ *   shoal status | set | plot | sweep | worker | tboard   (cli/commands.h)
  *
  * `run` resolves the config, records the run in the store, and supervises one learner
  * and N actors (cli/supervise.h): the learner first, the actors once it listens; a
@@ -22,13 +23,14 @@
 #include <unistd.h>
 
 #include "algos/algos.h"
+#include "cli/commands.h"
 #include "cli/supervise.h"
 #include "config/config.h"
 #include "envs/envs.h"
 #include "nn/nn.h"
 #include "store/store.h"
 
-static char bindir[PATH_MAX];
+char shoal_bindir[PATH_MAX];
 
 static int fail(const char *what, const shoal_error *err) {
   fprintf(stderr, "shoal: %s: %s\n", what, err->msg[0] ? err->msg : shoal_strerror(err->code));
@@ -36,15 +38,15 @@ static int fail(const char *what, const shoal_error *err) {
 }
 
 /* The folder of this executable: shoal-learner and shoal-actor live beside it. */
-static void find_bindir(void) {
+static void find_shoal_bindir(void) {
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) {
-    snprintf(bindir, sizeof bindir, ".");
+    snprintf(shoal_bindir, sizeof shoal_bindir, ".");
     return;
   }
   self[n] = 0;
-  snprintf(bindir, sizeof bindir, "%s", dirname(self));
+  snprintf(shoal_bindir, sizeof shoal_bindir, "%s", dirname(self));
 }
 
 /* Reads "key":<number> from a flat JSON line; NAN when absent. */
@@ -120,13 +122,13 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
       /* A restarted learner must come back on the same port, where the actors look. */
       snprintf(listen_set, sizeof listen_set, "learner.listen=%s", addr);
       char learner_bin[PATH_MAX + 32];
-      snprintf(learner_bin, sizeof learner_bin, "%s/shoal-learner", bindir);
+      snprintf(learner_bin, sizeof learner_bin, "%s/shoal-learner", shoal_bindir);
       char *largv[] = {learner_bin, "--config", (char *)r->cfg_path, "--run", (char *)r->run,
                        "--resume",  "--set",    listen_set,          NULL};
       if (sup_set_argv(r->s, r->learner_idx, largv, &err)) fprintf(stderr, "shoal: %s\n", err.msg);
       for (int i = 0; i < r->actors; i++) {
         char actor_bin[PATH_MAX + 32], idx[16];
-        snprintf(actor_bin, sizeof actor_bin, "%s/shoal-actor", bindir);
+        snprintf(actor_bin, sizeof actor_bin, "%s/shoal-actor", shoal_bindir);
         snprintf(idx, sizeof idx, "%d", i);
         char *aargv[] = {actor_bin, "--config", (char *)r->cfg_path, "--run", (char *)r->run,
                          "--index", idx,        "--learner",         addr,    NULL};
@@ -159,6 +161,12 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
         "eval %s  v%.0f\n",
         json_num(line, "t"), steps, sps, smp, upd, ups, rep, ret, ev, json_num(line, "version"));
     fflush(stdout);
+  } else if (!strcmp(event, "hparam")) {
+    char key[64] = "?";
+    json_str(line, "key", key, sizeof key);
+    if (!r->quiet && !r->json)
+      printf("shoal: live change: %s %g -> %g at %.0f env steps\n", key, json_num(line, "old"),
+             json_num(line, "value"), json_num(line, "env_steps"));
   } else if (!strcmp(event, "done")) {
     snprintf(r->done_line, sizeof r->done_line, "%s", line);
   }
@@ -279,7 +287,7 @@ static int cmd_run(int argc, char **argv) {
   if (!s) return fail("supervisor", &err);
   ctx.s = s;
   char learner_bin[PATH_MAX + 32];
-  snprintf(learner_bin, sizeof learner_bin, "%s/shoal-learner", bindir);
+  snprintf(learner_bin, sizeof learner_bin, "%s/shoal-learner", shoal_bindir);
   char *largv[] = {learner_bin, "--config", cfg_path, "--run", run, "--resume", NULL};
   sup_child_spec ls = {"learner", largv, true, true, 1, 20, false};
   ctx.learner_idx = sup_add(s, &ls, &err);
@@ -287,7 +295,7 @@ static int cmd_run(int argc, char **argv) {
     char name[32];
     snprintf(name, sizeof name, "actor-%d", i);
     char actor_bin[PATH_MAX + 32];
-    snprintf(actor_bin, sizeof actor_bin, "%s/shoal-actor", bindir);
+    snprintf(actor_bin, sizeof actor_bin, "%s/shoal-actor", shoal_bindir);
     char *aargv[] = {actor_bin, NULL};
     sup_child_spec as = {name, aargv, true, false, 0, 0, true};
     int idx = sup_add(s, &as, &err);
@@ -448,17 +456,25 @@ static void usage(void) {
           "  run CONFIG [--set key=value ...] [--quiet] [--log-json]   train (Ape-X)\n"
           "  run --resume RUN [--store URI]                            continue a run\n"
           "  eval RUN [--store URI] [--episodes K] [--best]            play a snapshot\n"
+          "  status HOST:PORT [--interval S] [--json]                 a running learner\n"
+          "  set HOST:PORT key=value ...                              live tuning\n"
+          "  plot RUN... [--metric NAME] [--x steps|time] [--mean] [--out F.png]\n"
+          "  sweep SWEEP.yaml [--store URI] | sweep --report NAME     hyperparameter search\n"
+          "  worker --sweep NAME [--store URI]                        run a sweep's trials\n"
+          "  tboard RUN... [--store URI] [--out DIR]                  TensorBoard event files\n"
           "  envs                                                     list environments\n");
 }
 
 int main(int argc, char **argv) {
-  find_bindir();
+  find_shoal_bindir();
   if (argc < 2) {
     usage();
     return 2;
   }
   if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
   if (!strcmp(argv[1], "eval")) return cmd_eval(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "status")) return cmd_status(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "set")) return cmd_set(argc - 2, argv + 2);
   if (!strcmp(argv[1], "envs")) {
     const char *names[256];
     int n = env_list(names, 256);

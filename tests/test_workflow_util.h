@@ -1,0 +1,115 @@
+/* tests/test_workflow_util.h — helpers the workflow tests share: child processes with
+ * their output in a file and a bounded wait, reading files, finding text. Include
+ * after cmocka.h. */
+#ifndef SHOAL_TEST_WORKFLOW_UTIL_H
+#define SHOAL_TEST_WORKFLOW_UTIL_H
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/shoal.h"
+
+static char wf_shoal[4096], wf_src[4096], wf_dir[256];
+
+typedef struct wf_proc {
+  pid_t pid;
+  char out[512];
+} wf_proc;
+
+/* Starts argv in its own process group, stdout and stderr into a file in wf_dir. */
+static void wf_start(wf_proc *p, char *const argv[]) {
+  static int counter;
+  snprintf(p->out, sizeof p->out, "%s/out-%d-%d.txt", wf_dir, getpid(), counter++);
+  fflush(stdout);
+  p->pid = fork();
+  assert_true(p->pid >= 0);
+  if (p->pid == 0) {
+    int fd = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    setpgid(0, 0);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  setpgid(p->pid, p->pid);
+}
+
+/* Waits up to timeout_s; on timeout kills the group and fails. Returns the exit status
+ * (128 + signal when killed). */
+static int wf_wait(wf_proc *p, double timeout_s) {
+  double t0 = shoal_now_s();
+  for (;;) {
+    int st;
+    pid_t r = waitpid(p->pid, &st, WNOHANG);
+    if (r == p->pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (shoal_now_s() - t0 > timeout_s) {
+      kill(-p->pid, SIGKILL);
+      waitpid(p->pid, &st, 0);
+      fail_msg("%s did not finish within %.0f s", p->out, timeout_s);
+    }
+    usleep(20000);
+  }
+}
+
+static char *wf_slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    if (len) *len = 0;
+    return strdup("");
+  }
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  size_t got = fread(s, 1, (size_t)n, f);
+  s[got] = 0;
+  fclose(f);
+  if (len) *len = got;
+  return s;
+}
+
+/* Waits until text appears in the file; returns a copy of the file then. */
+static char *wf_wait_text(const char *path, const char *text, double timeout_s) {
+  double t0 = shoal_now_s();
+  for (;;) {
+    char *s = wf_slurp(path, NULL);
+    if (strstr(s, text)) return s;
+    free(s);
+    if (shoal_now_s() - t0 > timeout_s) fail_msg("'%s' did not appear in %s", text, path);
+    usleep(50000);
+  }
+}
+
+/* Runs argv to completion (bounded) and returns its output; *rc its status. */
+static char *wf_run(char *const argv[], double timeout_s, int *rc) {
+  wf_proc p;
+  wf_start(&p, argv);
+  *rc = wf_wait(&p, timeout_s);
+  return wf_slurp(p.out, NULL);
+}
+
+static int wf_setup(const char *name) {
+  const char *bin = getenv("SHOAL_BINARY_DIR"), *src = getenv("SHOAL_SOURCE_DIR");
+  if (!bin || !src) {
+    fprintf(stderr, "SHOAL_BINARY_DIR and SHOAL_SOURCE_DIR must be set (ctest sets them)\n");
+    return -1;
+  }
+  snprintf(wf_shoal, sizeof wf_shoal, "%s/bin/shoal", bin);
+  snprintf(wf_src, sizeof wf_src, "%s", src);
+  snprintf(wf_dir, sizeof wf_dir, "/tmp/shoal-test-%s-XXXXXX", name);
+  return mkdtemp(wf_dir) ? 0 : -1;
+}
+
+static int wf_teardown(void) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", wf_dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+#endif
