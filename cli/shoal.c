@@ -475,6 +475,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "eval")) return cmd_eval(argc - 2, argv + 2);
   if (!strcmp(argv[1], "status")) return cmd_status(argc - 2, argv + 2);
   if (!strcmp(argv[1], "set")) return cmd_set(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "plot")) return cmd_plot(argc - 2, argv + 2);
   if (!strcmp(argv[1], "envs")) {
     const char *names[256];
     int n = env_list(names, 256);

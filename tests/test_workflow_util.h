@@ -23,7 +23,7 @@ typedef struct wf_proc {
 } wf_proc;
 
 /* Starts argv in its own process group, stdout and stderr into a file in wf_dir. */
-static void wf_start(wf_proc *p, char *const argv[]) {
+static inline void wf_start(wf_proc *p, char *const argv[]) {
   static int counter;
   snprintf(p->out, sizeof p->out, "%s/out-%d-%d.txt", wf_dir, getpid(), counter++);
   fflush(stdout);
@@ -42,7 +42,7 @@ static void wf_start(wf_proc *p, char *const argv[]) {
 
 /* Waits up to timeout_s; on timeout kills the group and fails. Returns the exit status
  * (128 + signal when killed). */
-static int wf_wait(wf_proc *p, double timeout_s) {
+static inline int wf_wait(wf_proc *p, double timeout_s) {
   double t0 = shoal_now_s();
   for (;;) {
     int st;
@@ -57,7 +57,7 @@ static int wf_wait(wf_proc *p, double timeout_s) {
   }
 }
 
-static char *wf_slurp(const char *path, size_t *len) {
+static inline char *wf_slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     if (len) *len = 0;
@@ -75,7 +75,7 @@ static char *wf_slurp(const char *path, size_t *len) {
 }
 
 /* Waits until text appears in the file; returns a copy of the file then. */
-static char *wf_wait_text(const char *path, const char *text, double timeout_s) {
+static inline char *wf_wait_text(const char *path, const char *text, double timeout_s) {
   double t0 = shoal_now_s();
   for (;;) {
     char *s = wf_slurp(path, NULL);
@@ -87,14 +87,14 @@ static char *wf_wait_text(const char *path, const char *text, double timeout_s) 
 }
 
 /* Runs argv to completion (bounded) and returns its output; *rc its status. */
-static char *wf_run(char *const argv[], double timeout_s, int *rc) {
+static inline char *wf_run(char *const argv[], double timeout_s, int *rc) {
   wf_proc p;
   wf_start(&p, argv);
   *rc = wf_wait(&p, timeout_s);
   return wf_slurp(p.out, NULL);
 }
 
-static int wf_setup(const char *name) {
+static inline int wf_setup(const char *name) {
   const char *bin = getenv("SHOAL_BINARY_DIR"), *src = getenv("SHOAL_SOURCE_DIR");
   if (!bin || !src) {
     fprintf(stderr, "SHOAL_BINARY_DIR and SHOAL_SOURCE_DIR must be set (ctest sets them)\n");
@@ -106,7 +106,12 @@ static int wf_setup(const char *name) {
   return mkdtemp(wf_dir) ? 0 : -1;
 }
 
-static int wf_teardown(void) {
+/* Removes the test's folder; SHOAL_TEST_KEEP=1 keeps it (and says where) for a look. */
+static inline int wf_teardown(void) {
+  if (getenv("SHOAL_TEST_KEEP")) {
+    printf("kept %s\n", wf_dir);
+    return 0;
+  }
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", wf_dir);
   return system(cmd) == 0 ? 0 : -1;
