@@ -17,6 +17,13 @@ int cmd_sweep(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 int cmd_tboard(int argc, char **argv);
 
+/* Flat JSON lines (the learner's events): "key":<number> (NAN when absent or null) and
+ * "key":"<text>" into out (false when absent). Defined in shoal.c. */
+#include <stdbool.h>
+#include <stddef.h>
+double json_num(const char *line, const char *key);
+bool json_str(const char *line, const char *key, char *out, size_t cap);
+
 /* The folder of the running shoal executable (shoal-learner and shoal-actor live
  * beside it), set by main. */
 extern char shoal_bindir[];

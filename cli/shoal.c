@@ -50,7 +50,7 @@ static void find_shoal_bindir(void) {
 }
 
 /* Reads "key":<number> from a flat JSON line; NAN when absent. */
-static double json_num(const char *line, const char *key) {
+double json_num(const char *line, const char *key) {
   char pat[64];
   snprintf(pat, sizeof pat, "\"%s\":", key);
   const char *p = strstr(line, pat);
@@ -63,7 +63,7 @@ static double json_num(const char *line, const char *key) {
 }
 
 /* Reads "key":"<text>" into out; false when absent. */
-static bool json_str(const char *line, const char *key, char *out, size_t cap) {
+bool json_str(const char *line, const char *key, char *out, size_t cap) {
   char pat[64];
   snprintf(pat, sizeof pat, "\"%s\":\"", key);
   const char *p = strstr(line, pat);
@@ -224,7 +224,11 @@ static int cmd_run(int argc, char **argv) {
   }
   for (int i = 0; i < nsets; i++)
     if (config_set(cfg, sets[i], &err)) return fail("config", &err);
-  if (store_uri && !resume && config_set(cfg, "store.uri", &err)) return fail("config", &err);
+  if (store_uri && !resume) {
+    char set_uri[2048];
+    snprintf(set_uri, sizeof set_uri, "store.uri=%s", store_uri);
+    if (config_set(cfg, set_uri, &err)) return fail("config", &err);
+  }
   if (config_check(cfg, &err)) return fail("config", &err);
   /* Validate what children would only find later: the env and the device. */
   env *probe;
@@ -476,6 +480,8 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "status")) return cmd_status(argc - 2, argv + 2);
   if (!strcmp(argv[1], "set")) return cmd_set(argc - 2, argv + 2);
   if (!strcmp(argv[1], "plot")) return cmd_plot(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "worker")) return cmd_worker(argc - 2, argv + 2);
   if (!strcmp(argv[1], "envs")) {
     const char *names[256];
     int n = env_list(names, 256);
