@@ -1,6 +1,6 @@
 /*
  * shoal: the command line.
- *   shoal run CONFIG [--set key=value ...] [--quiet] [--log-json]
+ *   shoal run CONFIG [--set key=value ...] [--quiet] [--log-json] [--no-tensorboard]
  *   shoal run --resume RUN [--store URI] [--set key=value ...]
  *   shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]
  *   shoal status | set | plot | sweep | worker | tboard   (cli/commands.h)
@@ -25,6 +25,7 @@
 #include "algos/algos.h"
 #include "cli/commands.h"
 #include "cli/supervise.h"
+#include "cli/tboard.h"
 #include "config/config.h"
 #include "envs/envs.h"
 #include "nn/nn.h"
@@ -93,6 +94,7 @@ typedef struct run_ctx {
   const char *run, *cfg_path, *host;
   int actors, learner_idx, first_actor;
   bool quiet, json, launched;
+  tb_mirror *tb; /* the run's metrics as TensorBoard events (file stores) */
   char done_line[2048];
   char last_progress[2048];
   int port;
@@ -172,13 +174,28 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
   }
 }
 
+/* Once a second: new metric rows into the TensorBoard file. A failure is reported once
+ * and ends the mirroring; the run goes on. */
+static void on_tick(void *ud) {
+  run_ctx *r = ud;
+  if (!r->tb) return;
+  shoal_error err = {0};
+  if (tb_mirror_sync(r->tb, NULL, &err)) {
+    fprintf(stderr, "shoal: tensorboard events stopped: %s\n", err.msg);
+    tb_mirror_destroy(r->tb);
+    r->tb = NULL;
+  }
+}
+
 static int cmd_run(int argc, char **argv) {
   const char *cfg_file = NULL, *resume = NULL, *store_uri = NULL;
   const char *sets[128];
   int nsets = 0;
-  bool quiet = false, json = false;
+  bool quiet = false, json = false, tb = true;
   for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--set") && i + 1 < argc && nsets < 128)
+    if (!strcmp(argv[i], "--no-tensorboard"))
+      tb = false;
+    else if (!strcmp(argv[i], "--set") && i + 1 < argc && nsets < 128)
       sets[nsets++] = argv[++i];
     else if (!strncmp(argv[i], "--set=", 6) && nsets < 128)
       sets[nsets++] = argv[i] + 6;
@@ -199,7 +216,8 @@ static int cmd_run(int argc, char **argv) {
   }
   if (!cfg_file && !resume) {
     fprintf(stderr,
-            "usage: shoal run CONFIG [--set key=value ...] [--quiet] [--log-json]\n"
+            "usage: shoal run CONFIG [--set key=value ...] [--quiet] [--log-json] "
+            "[--no-tensorboard]\n"
             "       shoal run --resume RUN [--store URI] [--set key=value ...]\n");
     return 2;
   }
@@ -306,7 +324,19 @@ static int cmd_run(int argc, char **argv) {
     if (idx < 0) return fail("supervisor", &err);
     if (i == 0) ctx.first_actor = idx;
   }
-  sup_set_callbacks(s, on_line, NULL, 0, &ctx);
+  char tb_dir[PATH_MAX];
+  if (tb && tb_store_folder(config_string(cfg, "store.uri"), tb_dir, sizeof tb_dir - 80) == 0) {
+    /* File stores get <dir>/<run>/tb/events.out.tfevents.*: `tensorboard --logdir DIR`. */
+    snprintf(tb_dir + strlen(tb_dir), 80, "/%s/tb", run);
+    if (tb_mirror_create(&ctx.tb, st, run, tb_dir, &err) ||
+        (resume && tb_mirror_skip_existing(ctx.tb, &err))) {
+      fprintf(stderr, "shoal: no tensorboard events: %s\n", err.msg);
+      tb_mirror_destroy(ctx.tb);
+      ctx.tb = NULL;
+      err = (shoal_error){0};
+    }
+  }
+  sup_set_callbacks(s, on_line, on_tick, 1.0, &ctx);
   sup_set_grace(s, 30);
   double t0 = shoal_now_s();
   int rc = sup_run(s, &err);
@@ -321,6 +351,8 @@ static int cmd_run(int argc, char **argv) {
   }
   sup_destroy(s);
   unlink(cfg_path);
+  on_tick(&ctx); /* the last rows */
+  tb_mirror_destroy(ctx.tb);
 
   if (ctx.done_line[0]) {
     char reason[32] = "?", evs[96] = "";
@@ -482,6 +514,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "plot")) return cmd_plot(argc - 2, argv + 2);
   if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc - 2, argv + 2);
   if (!strcmp(argv[1], "worker")) return cmd_worker(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "tboard")) return cmd_tboard(argc - 2, argv + 2);
   if (!strcmp(argv[1], "envs")) {
     const char *names[256];
     int n = env_list(names, 256);
