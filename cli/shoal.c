@@ -3,6 +3,7 @@
  *   shoal run CONFIG [--set key=value ...] [--quiet] [--log-json] [--no-tensorboard]
  *   shoal run --resume RUN [--store URI] [--set key=value ...]
  *   shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]
+ *   shoal init CONFIG --set run.name=RUN [--set ...] [--out RESOLVED.yaml]
  *   shoal status | set | plot | sweep | worker | tboard   (cli/commands.h)
  *
  * `run` resolves the config, records the run in the store, and supervises one learner
@@ -376,6 +377,73 @@ static int cmd_run(int argc, char **argv) {
   return rc ? 1 : 0;
 }
 
+/* ---- shoal init ----------------------------------------------------------------- */
+
+/* Records a run in the store for programs started by something else than `shoal run`
+ * (Kubernetes, Slurm: deploy/): resolves and checks the config as run does, creates the
+ * run (an existing run is left as it is, so a restarted job resumes it) and writes the
+ * resolved config to --out for the learner and actors. */
+static int cmd_init(int argc, char **argv) {
+  const char *cfg_file = NULL, *out = NULL, *sets[128];
+  int nsets = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--set") && i + 1 < argc && nsets < 128)
+      sets[nsets++] = argv[++i];
+    else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+      out = argv[++i];
+    else if (argv[i][0] != '-' && !cfg_file)
+      cfg_file = argv[i];
+    else {
+      fprintf(stderr, "shoal init: unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!cfg_file) {
+    fprintf(stderr,
+            "usage: shoal init CONFIG --set run.name=RUN [--set key=value ...] "
+            "[--out RESOLVED.yaml]\n");
+    return 2;
+  }
+  shoal_error err = {0};
+  int nkeys;
+  const cfg_key *keys = apex_schema(&nkeys);
+  config *cfg = config_create(keys, nkeys, &err);
+  if (!cfg || config_load_file(cfg, cfg_file, &err)) return fail("config", &err);
+  for (int i = 0; i < nsets; i++)
+    if (config_set(cfg, sets[i], &err)) return fail("config", &err);
+  if (config_check(cfg, &err)) return fail("config", &err);
+  const char *run = config_string(cfg, "run.name");
+  if (!store_name_valid(run)) {
+    fprintf(stderr, "shoal init: run.name '%s' is not valid (1-63 of [A-Za-z0-9._-])\n", run);
+    return 1;
+  }
+  env *probe;
+  if (env_make(&probe, config_string(cfg, "env.id"), &err)) return fail("config: env.id", &err);
+  env_destroy(probe);
+  char *yaml = NULL;
+  if (config_dump(cfg, &yaml, &err)) return fail("config", &err);
+  store *st;
+  if (store_open(&st, config_string(cfg, "store.uri"), &err)) return fail("store", &err);
+  int rc = store_run_create(st, run, yaml, STORE_RUN_CREATED, &err);
+  if (rc == SHOAL_EEXIST)
+    printf("shoal init: run %s exists in %s; its programs resume it\n", run, store_uri(st));
+  else if (rc)
+    return fail("store: creating the run", &err);
+  else
+    printf("shoal init: run %s recorded in %s\n", run, store_uri(st));
+  if (out) {
+    FILE *f = fopen(out, "w");
+    if (!f || fputs(yaml, f) < 0 || fclose(f)) {
+      fprintf(stderr, "shoal init: writing %s: %s\n", out, strerror(errno));
+      return 1;
+    }
+  }
+  free(yaml);
+  store_close(st);
+  config_destroy(cfg);
+  return 0;
+}
+
 /* ---- shoal eval ----------------------------------------------------------------- */
 
 static int cmd_eval(int argc, char **argv) {
@@ -492,6 +560,7 @@ static void usage(void) {
           "  run CONFIG [--set key=value ...] [--quiet] [--log-json]   train (Ape-X)\n"
           "  run --resume RUN [--store URI]                            continue a run\n"
           "  eval RUN [--store URI] [--episodes K] [--best]            play a snapshot\n"
+          "  init CONFIG --set run.name=RUN [--out FILE]              record a run (deploy/)\n"
           "  status HOST:PORT [--interval S] [--json]                 a running learner\n"
           "  set HOST:PORT key=value ...                              live tuning\n"
           "  plot RUN... [--metric NAME] [--x steps|time] [--mean] [--out F.png]\n"
@@ -509,6 +578,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
   if (!strcmp(argv[1], "eval")) return cmd_eval(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "init")) return cmd_init(argc - 2, argv + 2);
   if (!strcmp(argv[1], "status")) return cmd_status(argc - 2, argv + 2);
   if (!strcmp(argv[1], "set")) return cmd_set(argc - 2, argv + 2);
   if (!strcmp(argv[1], "plot")) return cmd_plot(argc - 2, argv + 2);
