@@ -259,7 +259,7 @@ int tb_mirror_sync(tb_mirror *m, size_t *written, shoal_error *err) {
   for (size_t i = 0; i < n; i++)
     if (rows[i].time > m->last_time || (rows[i].time == m->last_time && !seen(m, rows[i].name)))
       fresh[k++] = &rows[i];
-  qsort(fresh, k, sizeof *fresh, by_time);
+  if (k > 1) qsort(fresh, k, sizeof *fresh, by_time);
   for (size_t i = 0; i < k && !rc; i++) {
     const store_metric *r = fresh[i];
     rc = tb_writer_scalar(m->w, r->name, r->step, r->time, (float)r->value, err);
