@@ -2,7 +2,7 @@
  * shoal: the command line.
  *   shoal run CONFIG [--set key=value ...] [--quiet] [--log-json] [--no-tensorboard]
  *   shoal run --resume RUN [--store URI] [--set key=value ...]
- *   shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]
+ *   shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S] [--render STRIP.png]
  *   shoal init CONFIG --set run.name=RUN [--set ...] [--out RESOLVED.yaml]
  *   shoal status | set | plot | sweep | worker | tboard   (cli/commands.h)
  *
@@ -447,8 +447,8 @@ static int cmd_init(int argc, char **argv) {
 /* ---- shoal eval ----------------------------------------------------------------- */
 
 static int cmd_eval(int argc, char **argv) {
-  const char *run = NULL, *uri = "file://runs";
-  int episodes = 100;
+  const char *run = NULL, *uri = "file://runs", *render = NULL;
+  int episodes = 100, frames_max = 12;
   bool best = false;
   uint64_t seed = 12345;
   for (int i = 0; i < argc; i++) {
@@ -460,6 +460,10 @@ static int cmd_eval(int argc, char **argv) {
       seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--best"))
       best = true;
+    else if (!strcmp(argv[i], "--render") && i + 1 < argc)
+      render = argv[++i];
+    else if (!strcmp(argv[i], "--frames") && i + 1 < argc)
+      frames_max = atoi(argv[++i]);
     else if (argv[i][0] != '-' && !run)
       run = argv[i];
     else {
@@ -467,8 +471,11 @@ static int cmd_eval(int argc, char **argv) {
       return 2;
     }
   }
-  if (!run || episodes < 1 || episodes > 100000) {
-    fprintf(stderr, "usage: shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]\n");
+  if (!run || episodes < 1 || episodes > 100000 || frames_max < 2 || frames_max > 64 ||
+      frames_max % 2) {
+    fprintf(stderr,
+            "usage: shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]\n"
+            "                  [--render STRIP.png [--frames N (even, 2..64; 12)]]\n");
     return 2;
   }
   shoal_error err = {0};
@@ -507,6 +514,22 @@ static int cmd_eval(int argc, char **argv) {
   if (nn_model_load_buffer(dqn_model(q), bytes, len, &err)) return fail("eval: snapshot", &err);
   free(bytes);
 
+  /* --render: frames of the first episode, evenly spaced over it, as one PNG strip. At
+   * most frames_max are kept: when full, every other one is dropped and the spacing
+   * doubles, so memory stays bounded whatever the episode's length. */
+  uint8_t *strip = NULL;
+  size_t fbytes = (size_t)sp->render_w * (size_t)sp->render_h * 3;
+  int nframes = 0, every = 1;
+  if (render) {
+    if (sp->render_w <= 0 || sp->render_h <= 0) {
+      fprintf(stderr, "shoal eval: --render: %s cannot be rendered\n", sp->id);
+      return 1;
+    }
+    if (!(strip = malloc((size_t)frames_max * fbytes))) {
+      fprintf(stderr, "shoal eval: --render: out of memory\n");
+      return 1;
+    }
+  }
   size_t F = (size_t)sp->obs.size, ob = env_space_bytes(&sp->obs);
   bool u8 = sp->obs.dtype == ENV_UINT8;
   void *obs = malloc((size_t)episodes * ob), *fin = malloc((size_t)episodes * ob);
@@ -522,6 +545,19 @@ static int cmd_eval(int argc, char **argv) {
   shoal_rng_seed(&rng, seed);
   int left = episodes, max_steps = sp->max_episode_steps > 0 ? sp->max_episode_steps : 27000;
   for (int t = 0; t < max_steps && left > 0; t++) {
+    if (strip && !done[0] && t % every == 0) {
+      if (nframes == frames_max) {
+        for (int j = 0; j < frames_max / 2; j++)
+          memmove(strip + (size_t)j * fbytes, strip + (size_t)(2 * j) * fbytes, fbytes);
+        nframes = frames_max / 2;
+        every *= 2;
+      }
+      if (t % every == 0) {
+        if (env_vec_render(ev, 0, strip + (size_t)nframes * fbytes, &err))
+          return fail("eval: render", &err);
+        nframes++;
+      }
+    }
     for (size_t i = 0; i < (size_t)episodes * F; i++)
       obs_f[i] = u8 ? ((uint8_t *)obs)[i] : ((float *)obs)[i];
     if (dqn_act(q, obs_f, episodes, 0.0f, &rng, act, NULL, &err)) return fail("eval: act", &err);
@@ -545,6 +581,13 @@ static int cmd_eval(int argc, char **argv) {
       "eval %s (%s, snapshot v%lld, %lld env steps): return %.2f ± %.2f over %d episodes "
       "(min %.1f, max %.1f)\n",
       run, sp->id, (long long)meta.version, (long long)meta.env_steps, mean, sd, episodes, lo, hi);
+  if (strip) {
+    if (env_png_strip(render, strip, nframes, sp->render_w, sp->render_h, 6, &err))
+      return fail("eval: render", &err);
+    printf("eval %s: %d frames of episode 1 (return %.1f), one every %d steps: %s\n", run, nframes,
+           ret[0], every, render);
+    free(strip);
+  }
   free(obs), free(fin), free(obs_f), free(rew), free(term), free(trunc), free(done), free(act);
   free(ret);
   dqn_destroy(q);

@@ -443,9 +443,14 @@ static void init_hparams(learner *L, const char *cfg_path, int64_t env_steps, bo
       store_metric *rows = NULL;
       size_t n = 0;
       shoal_error err = {0};
-      if (store_metrics_query(L->st, L->run, name, 0, INT64_MAX, &rows, &n, &err) == 0 && n &&
-          rows[n - 1].time > cfg_time && rows[n - 1].value != L->hp[k]) {
-        L->hp_pending[k] = rows[n - 1].value;
+      /* The newest row by time: a resumed learner may have counted steps from an
+       * older snapshot, so the last by step need not be the last written. */
+      size_t last = 0;
+      int qrc = store_metrics_query(L->st, L->run, name, INT64_MIN, INT64_MAX, &rows, &n, &err);
+      for (size_t i = 1; qrc == 0 && i < n; i++)
+        if (rows[i].time >= rows[last].time) last = i;
+      if (qrc == 0 && n && rows[last].time > cfg_time && rows[last].value != L->hp[k]) {
+        L->hp_pending[k] = rows[last].value;
         L->hp_has[k] = true;
         L->hp_requested = 1;
       }

@@ -45,6 +45,8 @@ static void test_set_changes_learning_rate(void **state) {
                   "run.max_seconds=10",
                   "--set",
                   "learner.warmup=500",
+                  "--set",
+                  "learner.snapshot_every_s=0.5",
                   NULL};
   wf_proc run;
   wf_start(&run, argv);
@@ -104,10 +106,32 @@ static void test_set_changes_learning_rate(void **state) {
   assert_true(json_field(out, "hparam_changes") == 2);
   free(out);
 
+  /* A learner that crashes is restarted by `shoal run` with the run's config file; it
+   * takes the live changes back from the store. */
+  pid_t learner = wf_find_pid("shoal-learner", "live1");
+  assert_true(learner > 0);
+  assert_int_equal(kill(learner, SIGKILL), 0);
+  free(wf_wait_text(run.out, "learner restarted on", 60));
+  double t0 = shoal_now_s();
+  for (;;) {
+    out = wf_run(a3, 30, &rc);
+    bool up = rc == 0 && json_field(out, "hparam_changes") >= 2;
+    if (up) {
+      printf("%s", out);
+      assert_true(fabs(json_field(out, "hparam/dqn.lr") - 0.0001) < 1e-12);
+      assert_true(json_field(out, "hparam/dqn.target_period") == 100);
+    }
+    free(out);
+    if (up) break;
+    assert_true(shoal_now_s() - t0 < 60);
+    usleep(200000);
+  }
+
   assert_int_equal(wf_wait(&run, 120), 0);
   out = wf_slurp(run.out, NULL);
   printf("%s", out);
   assert_non_null(strstr(out, "live change: dqn.lr 0.0005 -> 0.0001"));
+  assert_non_null(strstr(out, "restarts: learner 1"));
   free(out);
 
   /* The metrics: the starting value, then the change at a later env step. */
@@ -118,13 +142,50 @@ static void test_set_changes_learning_rate(void **state) {
   size_t n;
   assert_int_equal(store_metrics_query(st, "live1", "hparam/dqn.lr", 0, INT64_MAX, &rows, &n, &err),
                    0);
-  assert_int_equal(n, 2);
-  assert_true(fabs(rows[0].value - 0.0005) < 1e-12);
-  assert_true(fabs(rows[1].value - 0.0001) < 1e-12);
-  assert_true(rows[1].step > rows[0].step);
-  assert_true(rows[1].time > rows[0].time);
+  /* start 0.0005, change 0.0001; after the restart: the config's value, then the
+   * change again at the resumed step. */
+  assert_int_equal(n, 4);
+  size_t first = 0, change = 0, newest = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (rows[i].time < rows[first].time) first = i;
+    if (rows[i].time >= rows[newest].time) newest = i;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (i != first && (change == first || rows[i].time < rows[change].time)) change = i;
+  assert_true(fabs(rows[first].value - 0.0005) < 1e-12);
+  assert_true(fabs(rows[change].value - 0.0001) < 1e-12);
+  assert_true(rows[change].step > rows[first].step);
+  assert_true(fabs(rows[newest].value - 0.0001) < 1e-12);
   free(rows);
   store_close(st);
+}
+
+/* `shoal eval --render`: frames of the first greedy episode of the run trained above,
+ * as one PNG strip (CartPole frames are 600x400, 6 a row, 2-pixel borders). */
+static void test_eval_render_strip(void **state) {
+  char uri[400], png[400];
+  snprintf(uri, sizeof uri, "file://%s", wf_dir);
+  snprintf(png, sizeof png, "%s/strip.png", wf_dir);
+  char *a[] = {wf_shoal, "eval", "live1", "--store", uri, "--episodes", "3", "--render", png, NULL};
+  int rc;
+  char *out = wf_run(a, 60, &rc);
+  printf("%s", out);
+  assert_int_equal(rc, 0);
+  const char *p = strstr(out, "eval live1: ");
+  assert_non_null(p);
+  int frames = atoi(p + strlen("eval live1: "));
+  assert_true(frames >= 6 && frames <= 12);
+  free(out);
+  size_t len;
+  unsigned char *b = (unsigned char *)wf_slurp(png, &len);
+  assert_true(len > 24);
+  assert_memory_equal(b, "\x89PNG\r\n\x1a\n", 8);
+  uint32_t w = (uint32_t)b[16] << 24 | (uint32_t)b[17] << 16 | (uint32_t)b[18] << 8 | b[19];
+  uint32_t h = (uint32_t)b[20] << 24 | (uint32_t)b[21] << 16 | (uint32_t)b[22] << 8 | b[23];
+  free(b);
+  int rows = (frames + 5) / 6;
+  assert_int_equal(w, 6 * 600 + 7 * 2);
+  assert_int_equal(h, rows * 400 + (rows + 1) * 2);
 }
 
 static void test_unreachable_learner_is_an_error(void **state) {
@@ -144,6 +205,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unreachable_learner_is_an_error),
       cmocka_unit_test(test_set_changes_learning_rate),
+      cmocka_unit_test(test_eval_render_strip),
   };
   return cmocka_run_group_tests_name("workflow_live", tests, setup, teardown);
 }

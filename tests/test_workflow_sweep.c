@@ -11,7 +11,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <math.h>
 
 #include "store/store.h"
@@ -39,31 +38,6 @@ static int setup(void **state) {
   return 0;
 }
 static int teardown(void **state) { return wf_teardown(); }
-
-/* True when a live process's command line holds text. */
-static bool process_with(const char *text) {
-  DIR *d = opendir("/proc");
-  struct dirent *e;
-  bool found = false;
-  while (d && (e = readdir(d)) && !found) {
-    char *end;
-    long pid = strtol(e->d_name, &end, 10);
-    if (*end || pid <= 0) continue;
-    char path[64], buf[8192];
-    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) continue;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) continue;
-    for (ssize_t i = 0; i < n; i++)
-      if (!buf[i]) buf[i] = ' ';
-    buf[n] = 0;
-    found = strstr(buf, text) != NULL;
-  }
-  if (d) closedir(d);
-  return found;
-}
 
 static void test_killed_worker_trial_completes(void **state) {
   write_sweep(sweep_file, "grid4", "");
@@ -132,7 +106,7 @@ static void test_killed_worker_trial_completes(void **state) {
   assert_int_not_equal(r.status, STORE_RUN_RUNNING);
   store_run_clear(&r);
   store_close(st);
-  assert_false(process_with(run1));
+  assert_int_equal(wf_find_pid(run1, NULL), 0);
 
   char *a2[] = {wf_shoal, "sweep", "--report", "grid4", "--store", uri, NULL};
   out = wf_run(a2, 30, &rc);

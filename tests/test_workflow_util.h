@@ -4,6 +4,7 @@
 #ifndef SHOAL_TEST_WORKFLOW_UTIL_H
 #define SHOAL_TEST_WORKFLOW_UTIL_H
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -92,6 +93,32 @@ static inline char *wf_run(char *const argv[], double timeout_s, int *rc) {
   wf_start(&p, argv);
   *rc = wf_wait(&p, timeout_s);
   return wf_slurp(p.out, NULL);
+}
+
+/* The pid of a live process whose command line holds w1 and (when not NULL) w2; 0 if
+ * none. */
+static inline pid_t wf_find_pid(const char *w1, const char *w2) {
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  pid_t found = 0;
+  while (d && (e = readdir(d)) && !found) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0 || pid == getpid()) continue;
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) continue;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) continue;
+    for (ssize_t i = 0; i < n; i++)
+      if (!buf[i]) buf[i] = ' ';
+    buf[n] = 0;
+    if (strstr(buf, w1) && (!w2 || strstr(buf, w2))) found = (pid_t)pid;
+  }
+  if (d) closedir(d);
+  return found;
 }
 
 static inline int wf_setup(const char *name) {
