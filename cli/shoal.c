@@ -371,6 +371,9 @@ static int cmd_run(int argc, char **argv) {
   if (rc) {
     fprintf(stderr, "shoal: run %s failed: %s\n", run, err.msg);
     store_run_set_status(st, run, STORE_RUN_FAILED, NULL);
+  } else if (!ctx.done_line[0]) {
+    /* Stopped before the learner could record it (a signal during its start-up). */
+    store_run_set_status(st, run, STORE_RUN_STOPPED, NULL);
   }
   store_close(st);
   config_destroy(cfg);
