@@ -6,9 +6,9 @@
  * PNG: one line per run, or with --mean the mean across the runs with a band from
  * their minimum to their maximum (runs are resampled onto a common x grid over the
  * range they all cover, linearly). x is env steps (the metrics' step) or wall time
- * since each run's first row. Live changes (hparam/<key> rows after a run's first
- * value) are drawn as dashed vertical lines labelled key=value, so a curve shows when
- * a person changed the run. $SHOAL_GNUPLOT names another gnuplot.
+ * since each run's first row. Live changes (hparam/<key> rows whose value differs from
+ * the key's previous one) are drawn as dashed vertical lines labelled key=value, so a curve shows
+ * when a person changed the run. $SHOAL_GNUPLOT names another gnuplot.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -68,23 +68,40 @@ static int load_series(store *st, const char *run, const char *metric, bool by_t
   for (size_t i = 0; i < n; i++) t0 = rows[i].time < t0 ? rows[i].time : t0;
   /* hparam/<key>: the first row of each key is the starting value, later ones changes. */
   char seen[64][STORE_NAME_MAX];
+  double seen_v[64];
   int nseen = 0;
+  double x_end = -INFINITY;
   for (size_t i = 0; i < n; i++) {
     double x = by_time ? rows[i].time - t0 : (double)rows[i].step;
+    x_end = fmax(x_end, x);
     if (!strcmp(rows[i].name, metric) && isfinite(rows[i].value)) {
       s->x[s->n] = x;
       s->y[s->n++] = rows[i].value;
     }
     if (strncmp(rows[i].name, "hparam/", 7) || !strcmp(rows[i].name, metric)) continue;
-    bool first = true;
-    for (int j = 0; j < nseen && first; j++) first = strcmp(seen[j], rows[i].name) != 0;
-    if (first) {
-      if (nseen < 64) snprintf(seen[nseen++], STORE_NAME_MAX, "%s", rows[i].name);
+    /* A change is a value that differs from the key's previous one (a restarted
+     * learner records its starting values again; those are not changes). */
+    int j = 0;
+    while (j < nseen && strcmp(seen[j], rows[i].name)) j++;
+    if (j == nseen) {
+      if (nseen < 64) {
+        snprintf(seen[nseen], STORE_NAME_MAX, "%s", rows[i].name);
+        seen_v[nseen++] = rows[i].value;
+      }
       continue;
     }
+    if (rows[i].value == seen_v[j]) continue;
+    seen_v[j] = rows[i].value;
     s->cx[s->nchanges] = x;
     snprintf(s->ckey[s->nchanges], STORE_NAME_MAX, "%s", rows[i].name + 7);
     s->cv[s->nchanges++] = rows[i].value;
+  }
+  /* A setting holds until it changes: carry its last value to the run's last x, so a
+   * change near the end still shows as a step. */
+  if (s->n && !strncmp(metric, "hparam/", 7) && s->x[s->n - 1] < x_end) {
+    s->x[s->n] = x_end;
+    s->y[s->n] = s->y[s->n - 1];
+    s->n++;
   }
   if (s->n == 0) {
     /* Say what the run does have. */
