@@ -215,9 +215,13 @@ int cmd_plot(int argc, char **argv) {
       if (*p == '/' || *p == ':') *p = '_';
     out = out_buf;
   }
-  for (const char *p = out; *p; p++)
-    if (*p == '"' || *p == '\n') {
-      fprintf(stderr, "shoal plot: --out '%s' holds a quote or newline\n", out);
+  /* Text that goes into the gnuplot script inside double quotes: no way out of them. */
+  const char *texts[] = {out, title ? title : "", metric};
+  const char *what[] = {"--out", "--title", "--metric"};
+  for (int t = 0; t < 3; t++)
+    if (strpbrk(texts[t], "\"\\\n\r`")) {
+      fprintf(stderr, "shoal plot: %s '%s' holds a quote, backslash, backtick or newline\n",
+              what[t], texts[t]);
       return 2;
     }
 

@@ -121,6 +121,13 @@ static void test_errors_are_clear(void **state) {
   out = wf_run(b, 30, &rc);
   assert_int_equal(rc, 1);
   free(out);
+  /* Text reaches gnuplot's script only where it cannot end its quotes. */
+  char *d[] = {wf_shoal, "plot", "seed-0", "--store", uri, "--title", "x\"; system(\"id\")",
+               "--out",  png,    NULL};
+  out = wf_run(d, 30, &rc);
+  assert_int_equal(rc, 2);
+  assert_non_null(strstr(out, "holds a quote"));
+  free(out);
   char *c[] = {wf_shoal, "plot", "seed-0", "--store", uri, "--x", "updates", NULL};
   out = wf_run(c, 30, &rc);
   assert_int_equal(rc, 2);
