@@ -28,12 +28,12 @@ static void write_exec(const char *path, const char *text) {
 }
 
 static void test_slurm_script_runs_learner_and_actors(void **state) {
-  char stub[400], path[8192], p[500];
-  snprintf(stub, sizeof stub, "%s/stub", wf_dir);
-  assert_int_equal(mkdir(stub, 0755), 0);
-  snprintf(p, sizeof p, "%s/scontrol", stub);
+  char fake[400], path[8192], p[500];
+  snprintf(fake, sizeof fake, "%s/fake-slurm", wf_dir);
+  assert_int_equal(mkdir(fake, 0755), 0);
+  snprintf(p, sizeof p, "%s/scontrol", fake);
   write_exec(p, "#!/bin/sh\n[ \"$1 $2\" = \"show hostnames\" ] && echo localhost\n");
-  snprintf(p, sizeof p, "%s/srun", stub);
+  snprintf(p, sizeof p, "%s/srun", fake);
   write_exec(p,
              "#!/bin/bash\n"
              "n=1\n"
@@ -47,7 +47,7 @@ static void test_slurm_script_runs_learner_and_actors(void **state) {
              "  wait $p 2>/dev/null; r=$?; [[ $r != 127 && $r != 0 ]] && st=$r\n"
              "done\n"
              "exit $st\n");
-  snprintf(path, sizeof path, "%s:%s", stub, getenv("PATH"));
+  snprintf(path, sizeof path, "%s:%s", fake, getenv("PATH"));
   char bin[4200], store_uri[400], port[16];
   snprintf(bin, sizeof bin, "%s/bin", getenv("SHOAL_BINARY_DIR"));
   snprintf(store_uri, sizeof store_uri, "file://%s/runs", wf_dir);
