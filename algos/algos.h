@@ -109,6 +109,16 @@ int dqn_learn(dqn *d, const dqn_batch *b, float *priorities, dqn_stats *stats, s
  * target_period updates; call it after loading parameters, e.g. on resume). */
 int dqn_sync_target(dqn *d, shoal_error *err);
 
+/* Live tuning on a learner-side dqn (between learn() calls, on the trainer's thread).
+ * dqn_set_lr: Adam's learning rate from the next update on (lr > 0 and finite).
+ * dqn_set_target_period: updates between target syncs (>= 1), counted from update 0 as
+ * before. Return 0, SHOAL_EINVAL for a bad value, SHOAL_ESTATE on an actor-side dqn;
+ * d is unchanged on error. */
+int dqn_set_lr(dqn *d, float lr, shoal_error *err);
+int dqn_set_target_period(dqn *d, int period, shoal_error *err);
+/* The learning rate in use (the config's, or the last dqn_set_lr). Can't fail. */
+float dqn_lr(const dqn *d);
+
 /* The actor side of parameter sync: copies n floats into the network's parameters
  * (n must equal the network's parameter count). */
 int dqn_load_params(dqn *d, const float *params, size_t n, shoal_error *err);

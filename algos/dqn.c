@@ -304,3 +304,21 @@ int dqn_load_params(dqn *d, const float *params, size_t n, shoal_error *err) {
   memcpy(p, params, n * sizeof *p);
   return 0;
 }
+
+int dqn_set_lr(dqn *d, float lr, shoal_error *err) {
+  if (!d->opt) return shoal_error_set(err, SHOAL_ESTATE, "dqn: set_lr on an actor-side dqn");
+  if (!(lr > 0) || !isfinite(lr))
+    return shoal_error_set(err, SHOAL_EINVAL, "dqn: learning rate %g is not positive", lr);
+  nn_optim_set_lr(d->opt, lr);
+  d->cfg.lr = lr;
+  return 0;
+}
+
+int dqn_set_target_period(dqn *d, int period, shoal_error *err) {
+  if (!d->target) return shoal_error_set(err, SHOAL_ESTATE, "dqn: target period on an actor");
+  if (period < 1) return shoal_error_set(err, SHOAL_EINVAL, "dqn: target_period %d < 1", period);
+  d->cfg.target_period = period;
+  return 0;
+}
+
+float dqn_lr(const dqn *d) { return d->opt ? nn_optim_lr(d->opt) : d->cfg.lr; }

@@ -1,8 +1,10 @@
 /*
  * shoal: the command line.
- *   shoal run CONFIG [--set key=value ...] [--quiet] [--log-json]
+ *   shoal run CONFIG [--set key=value ...] [--quiet] [--log-json] [--no-tensorboard]
  *   shoal run --resume RUN [--store URI] [--set key=value ...]
- *   shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]
+ *   shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S] [--render STRIP.png]
+ *   shoal init CONFIG --set run.name=RUN [--set ...] [--out RESOLVED.yaml]
+ *   shoal status | set | plot | sweep | worker | tboard   (cli/commands.h)
  *
  * `run` resolves the config, records the run in the store, and supervises one learner
  * and N actors (cli/supervise.h): the learner first, the actors once it listens; a
@@ -22,13 +24,15 @@
 #include <unistd.h>
 
 #include "algos/algos.h"
+#include "cli/commands.h"
 #include "cli/supervise.h"
+#include "cli/tboard.h"
 #include "config/config.h"
 #include "envs/envs.h"
 #include "nn/nn.h"
 #include "store/store.h"
 
-static char bindir[PATH_MAX];
+char shoal_bindir[PATH_MAX];
 
 static int fail(const char *what, const shoal_error *err) {
   fprintf(stderr, "shoal: %s: %s\n", what, err->msg[0] ? err->msg : shoal_strerror(err->code));
@@ -36,19 +40,19 @@ static int fail(const char *what, const shoal_error *err) {
 }
 
 /* The folder of this executable: shoal-learner and shoal-actor live beside it. */
-static void find_bindir(void) {
+static void find_shoal_bindir(void) {
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) {
-    snprintf(bindir, sizeof bindir, ".");
+    snprintf(shoal_bindir, sizeof shoal_bindir, ".");
     return;
   }
   self[n] = 0;
-  snprintf(bindir, sizeof bindir, "%s", dirname(self));
+  snprintf(shoal_bindir, sizeof shoal_bindir, "%s", dirname(self));
 }
 
 /* Reads "key":<number> from a flat JSON line; NAN when absent. */
-static double json_num(const char *line, const char *key) {
+double json_num(const char *line, const char *key) {
   char pat[64];
   snprintf(pat, sizeof pat, "\"%s\":", key);
   const char *p = strstr(line, pat);
@@ -61,7 +65,7 @@ static double json_num(const char *line, const char *key) {
 }
 
 /* Reads "key":"<text>" into out; false when absent. */
-static bool json_str(const char *line, const char *key, char *out, size_t cap) {
+bool json_str(const char *line, const char *key, char *out, size_t cap) {
   char pat[64];
   snprintf(pat, sizeof pat, "\"%s\":\"", key);
   const char *p = strstr(line, pat);
@@ -91,6 +95,7 @@ typedef struct run_ctx {
   const char *run, *cfg_path, *host;
   int actors, learner_idx, first_actor;
   bool quiet, json, launched;
+  tb_mirror *tb; /* the run's metrics as TensorBoard events (file stores) */
   char done_line[2048];
   char last_progress[2048];
   int port;
@@ -120,13 +125,13 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
       /* A restarted learner must come back on the same port, where the actors look. */
       snprintf(listen_set, sizeof listen_set, "learner.listen=%s", addr);
       char learner_bin[PATH_MAX + 32];
-      snprintf(learner_bin, sizeof learner_bin, "%s/shoal-learner", bindir);
+      snprintf(learner_bin, sizeof learner_bin, "%s/shoal-learner", shoal_bindir);
       char *largv[] = {learner_bin, "--config", (char *)r->cfg_path, "--run", (char *)r->run,
                        "--resume",  "--set",    listen_set,          NULL};
       if (sup_set_argv(r->s, r->learner_idx, largv, &err)) fprintf(stderr, "shoal: %s\n", err.msg);
       for (int i = 0; i < r->actors; i++) {
         char actor_bin[PATH_MAX + 32], idx[16];
-        snprintf(actor_bin, sizeof actor_bin, "%s/shoal-actor", bindir);
+        snprintf(actor_bin, sizeof actor_bin, "%s/shoal-actor", shoal_bindir);
         snprintf(idx, sizeof idx, "%d", i);
         char *aargv[] = {actor_bin, "--config", (char *)r->cfg_path, "--run", (char *)r->run,
                          "--index", idx,        "--learner",         addr,    NULL};
@@ -159,8 +164,27 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
         "eval %s  v%.0f\n",
         json_num(line, "t"), steps, sps, smp, upd, ups, rep, ret, ev, json_num(line, "version"));
     fflush(stdout);
+  } else if (!strcmp(event, "hparam")) {
+    char key[64] = "?";
+    json_str(line, "key", key, sizeof key);
+    if (!r->quiet && !r->json)
+      printf("shoal: live change: %s %g -> %g at %.0f env steps\n", key, json_num(line, "old"),
+             json_num(line, "value"), json_num(line, "env_steps"));
   } else if (!strcmp(event, "done")) {
     snprintf(r->done_line, sizeof r->done_line, "%s", line);
+  }
+}
+
+/* Once a second: new metric rows into the TensorBoard file. A failure is reported once
+ * and ends the mirroring; the run goes on. */
+static void on_tick(void *ud) {
+  run_ctx *r = ud;
+  if (!r->tb) return;
+  shoal_error err = {0};
+  if (tb_mirror_sync(r->tb, NULL, &err)) {
+    fprintf(stderr, "shoal: tensorboard events stopped: %s\n", err.msg);
+    tb_mirror_destroy(r->tb);
+    r->tb = NULL;
   }
 }
 
@@ -168,9 +192,11 @@ static int cmd_run(int argc, char **argv) {
   const char *cfg_file = NULL, *resume = NULL, *store_uri = NULL;
   const char *sets[128];
   int nsets = 0;
-  bool quiet = false, json = false;
+  bool quiet = false, json = false, tb = true;
   for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--set") && i + 1 < argc && nsets < 128)
+    if (!strcmp(argv[i], "--no-tensorboard"))
+      tb = false;
+    else if (!strcmp(argv[i], "--set") && i + 1 < argc && nsets < 128)
       sets[nsets++] = argv[++i];
     else if (!strncmp(argv[i], "--set=", 6) && nsets < 128)
       sets[nsets++] = argv[i] + 6;
@@ -191,7 +217,8 @@ static int cmd_run(int argc, char **argv) {
   }
   if (!cfg_file && !resume) {
     fprintf(stderr,
-            "usage: shoal run CONFIG [--set key=value ...] [--quiet] [--log-json]\n"
+            "usage: shoal run CONFIG [--set key=value ...] [--quiet] [--log-json] "
+            "[--no-tensorboard]\n"
             "       shoal run --resume RUN [--store URI] [--set key=value ...]\n");
     return 2;
   }
@@ -216,7 +243,11 @@ static int cmd_run(int argc, char **argv) {
   }
   for (int i = 0; i < nsets; i++)
     if (config_set(cfg, sets[i], &err)) return fail("config", &err);
-  if (store_uri && !resume && config_set(cfg, "store.uri", &err)) return fail("config", &err);
+  if (store_uri && !resume) {
+    char set_uri[2048];
+    snprintf(set_uri, sizeof set_uri, "store.uri=%s", store_uri);
+    if (config_set(cfg, set_uri, &err)) return fail("config", &err);
+  }
   if (config_check(cfg, &err)) return fail("config", &err);
   /* Validate what children would only find later: the env and the device. */
   env *probe;
@@ -279,7 +310,7 @@ static int cmd_run(int argc, char **argv) {
   if (!s) return fail("supervisor", &err);
   ctx.s = s;
   char learner_bin[PATH_MAX + 32];
-  snprintf(learner_bin, sizeof learner_bin, "%s/shoal-learner", bindir);
+  snprintf(learner_bin, sizeof learner_bin, "%s/shoal-learner", shoal_bindir);
   char *largv[] = {learner_bin, "--config", cfg_path, "--run", run, "--resume", NULL};
   sup_child_spec ls = {"learner", largv, true, true, 1, 20, false};
   ctx.learner_idx = sup_add(s, &ls, &err);
@@ -287,14 +318,26 @@ static int cmd_run(int argc, char **argv) {
     char name[32];
     snprintf(name, sizeof name, "actor-%d", i);
     char actor_bin[PATH_MAX + 32];
-    snprintf(actor_bin, sizeof actor_bin, "%s/shoal-actor", bindir);
+    snprintf(actor_bin, sizeof actor_bin, "%s/shoal-actor", shoal_bindir);
     char *aargv[] = {actor_bin, NULL};
     sup_child_spec as = {name, aargv, true, false, 0, 0, true};
     int idx = sup_add(s, &as, &err);
     if (idx < 0) return fail("supervisor", &err);
     if (i == 0) ctx.first_actor = idx;
   }
-  sup_set_callbacks(s, on_line, NULL, 0, &ctx);
+  char tb_dir[PATH_MAX];
+  if (tb && tb_store_folder(config_string(cfg, "store.uri"), tb_dir, sizeof tb_dir - 80) == 0) {
+    /* File stores get <dir>/<run>/tb/events.out.tfevents.*: `tensorboard --logdir DIR`. */
+    snprintf(tb_dir + strlen(tb_dir), 80, "/%s/tb", run);
+    if (tb_mirror_create(&ctx.tb, st, run, tb_dir, &err) ||
+        (resume && tb_mirror_skip_existing(ctx.tb, &err))) {
+      fprintf(stderr, "shoal: no tensorboard events: %s\n", err.msg);
+      tb_mirror_destroy(ctx.tb);
+      ctx.tb = NULL;
+      err = (shoal_error){0};
+    }
+  }
+  sup_set_callbacks(s, on_line, on_tick, 1.0, &ctx);
   sup_set_grace(s, 30);
   double t0 = shoal_now_s();
   int rc = sup_run(s, &err);
@@ -309,6 +352,8 @@ static int cmd_run(int argc, char **argv) {
   }
   sup_destroy(s);
   unlink(cfg_path);
+  on_tick(&ctx); /* the last rows */
+  tb_mirror_destroy(ctx.tb);
 
   if (ctx.done_line[0]) {
     char reason[32] = "?", evs[96] = "";
@@ -326,17 +371,87 @@ static int cmd_run(int argc, char **argv) {
   if (rc) {
     fprintf(stderr, "shoal: run %s failed: %s\n", run, err.msg);
     store_run_set_status(st, run, STORE_RUN_FAILED, NULL);
+  } else if (!ctx.done_line[0]) {
+    /* Stopped before the learner could record it (a signal during its start-up). */
+    store_run_set_status(st, run, STORE_RUN_STOPPED, NULL);
   }
   store_close(st);
   config_destroy(cfg);
   return rc ? 1 : 0;
 }
 
+/* ---- shoal init ----------------------------------------------------------------- */
+
+/* Records a run in the store for programs started by something else than `shoal run`
+ * (Kubernetes, Slurm: deploy/): resolves and checks the config as run does, creates the
+ * run (an existing run is left as it is, so a restarted job resumes it) and writes the
+ * resolved config to --out for the learner and actors. */
+static int cmd_init(int argc, char **argv) {
+  const char *cfg_file = NULL, *out = NULL, *sets[128];
+  int nsets = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--set") && i + 1 < argc && nsets < 128)
+      sets[nsets++] = argv[++i];
+    else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+      out = argv[++i];
+    else if (argv[i][0] != '-' && !cfg_file)
+      cfg_file = argv[i];
+    else {
+      fprintf(stderr, "shoal init: unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!cfg_file) {
+    fprintf(stderr,
+            "usage: shoal init CONFIG --set run.name=RUN [--set key=value ...] "
+            "[--out RESOLVED.yaml]\n");
+    return 2;
+  }
+  shoal_error err = {0};
+  int nkeys;
+  const cfg_key *keys = apex_schema(&nkeys);
+  config *cfg = config_create(keys, nkeys, &err);
+  if (!cfg || config_load_file(cfg, cfg_file, &err)) return fail("config", &err);
+  for (int i = 0; i < nsets; i++)
+    if (config_set(cfg, sets[i], &err)) return fail("config", &err);
+  if (config_check(cfg, &err)) return fail("config", &err);
+  const char *run = config_string(cfg, "run.name");
+  if (!store_name_valid(run)) {
+    fprintf(stderr, "shoal init: run.name '%s' is not valid (1-63 of [A-Za-z0-9._-])\n", run);
+    return 1;
+  }
+  env *probe;
+  if (env_make(&probe, config_string(cfg, "env.id"), &err)) return fail("config: env.id", &err);
+  env_destroy(probe);
+  char *yaml = NULL;
+  if (config_dump(cfg, &yaml, &err)) return fail("config", &err);
+  store *st;
+  if (store_open(&st, config_string(cfg, "store.uri"), &err)) return fail("store", &err);
+  int rc = store_run_create(st, run, yaml, STORE_RUN_CREATED, &err);
+  if (rc == SHOAL_EEXIST)
+    printf("shoal init: run %s exists in %s; its programs resume it\n", run, store_uri(st));
+  else if (rc)
+    return fail("store: creating the run", &err);
+  else
+    printf("shoal init: run %s recorded in %s\n", run, store_uri(st));
+  if (out) {
+    FILE *f = fopen(out, "w");
+    if (!f || fputs(yaml, f) < 0 || fclose(f)) {
+      fprintf(stderr, "shoal init: writing %s: %s\n", out, strerror(errno));
+      return 1;
+    }
+  }
+  free(yaml);
+  store_close(st);
+  config_destroy(cfg);
+  return 0;
+}
+
 /* ---- shoal eval ----------------------------------------------------------------- */
 
 static int cmd_eval(int argc, char **argv) {
-  const char *run = NULL, *uri = "file://runs";
-  int episodes = 100;
+  const char *run = NULL, *uri = "file://runs", *render = NULL;
+  int episodes = 100, frames_max = 12;
   bool best = false;
   uint64_t seed = 12345;
   for (int i = 0; i < argc; i++) {
@@ -348,6 +463,10 @@ static int cmd_eval(int argc, char **argv) {
       seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--best"))
       best = true;
+    else if (!strcmp(argv[i], "--render") && i + 1 < argc)
+      render = argv[++i];
+    else if (!strcmp(argv[i], "--frames") && i + 1 < argc)
+      frames_max = atoi(argv[++i]);
     else if (argv[i][0] != '-' && !run)
       run = argv[i];
     else {
@@ -355,8 +474,11 @@ static int cmd_eval(int argc, char **argv) {
       return 2;
     }
   }
-  if (!run || episodes < 1 || episodes > 100000) {
-    fprintf(stderr, "usage: shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]\n");
+  if (!run || episodes < 1 || episodes > 100000 || frames_max < 2 || frames_max > 64 ||
+      frames_max % 2) {
+    fprintf(stderr,
+            "usage: shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]\n"
+            "                  [--render STRIP.png [--frames N (even, 2..64; 12)]]\n");
     return 2;
   }
   shoal_error err = {0};
@@ -395,6 +517,22 @@ static int cmd_eval(int argc, char **argv) {
   if (nn_model_load_buffer(dqn_model(q), bytes, len, &err)) return fail("eval: snapshot", &err);
   free(bytes);
 
+  /* --render: frames of the first episode, evenly spaced over it, as one PNG strip. At
+   * most frames_max are kept: when full, every other one is dropped and the spacing
+   * doubles, so memory stays bounded whatever the episode's length. */
+  uint8_t *strip = NULL;
+  size_t fbytes = (size_t)sp->render_w * (size_t)sp->render_h * 3;
+  int nframes = 0, every = 1;
+  if (render) {
+    if (sp->render_w <= 0 || sp->render_h <= 0) {
+      fprintf(stderr, "shoal eval: --render: %s cannot be rendered\n", sp->id);
+      return 1;
+    }
+    if (!(strip = malloc((size_t)frames_max * fbytes))) {
+      fprintf(stderr, "shoal eval: --render: out of memory\n");
+      return 1;
+    }
+  }
   size_t F = (size_t)sp->obs.size, ob = env_space_bytes(&sp->obs);
   bool u8 = sp->obs.dtype == ENV_UINT8;
   void *obs = malloc((size_t)episodes * ob), *fin = malloc((size_t)episodes * ob);
@@ -410,6 +548,19 @@ static int cmd_eval(int argc, char **argv) {
   shoal_rng_seed(&rng, seed);
   int left = episodes, max_steps = sp->max_episode_steps > 0 ? sp->max_episode_steps : 27000;
   for (int t = 0; t < max_steps && left > 0; t++) {
+    if (strip && !done[0] && t % every == 0) {
+      if (nframes == frames_max) {
+        for (int j = 0; j < frames_max / 2; j++)
+          memmove(strip + (size_t)j * fbytes, strip + (size_t)(2 * j) * fbytes, fbytes);
+        nframes = frames_max / 2;
+        every *= 2;
+      }
+      if (t % every == 0) {
+        if (env_vec_render(ev, 0, strip + (size_t)nframes * fbytes, &err))
+          return fail("eval: render", &err);
+        nframes++;
+      }
+    }
     for (size_t i = 0; i < (size_t)episodes * F; i++)
       obs_f[i] = u8 ? ((uint8_t *)obs)[i] : ((float *)obs)[i];
     if (dqn_act(q, obs_f, episodes, 0.0f, &rng, act, NULL, &err)) return fail("eval: act", &err);
@@ -433,6 +584,13 @@ static int cmd_eval(int argc, char **argv) {
       "eval %s (%s, snapshot v%lld, %lld env steps): return %.2f ± %.2f over %d episodes "
       "(min %.1f, max %.1f)\n",
       run, sp->id, (long long)meta.version, (long long)meta.env_steps, mean, sd, episodes, lo, hi);
+  if (strip) {
+    if (env_png_strip(render, strip, nframes, sp->render_w, sp->render_h, 6, &err))
+      return fail("eval: render", &err);
+    printf("eval %s: %d frames of episode 1 (return %.1f), one every %d steps: %s\n", run, nframes,
+           ret[0], every, render);
+    free(strip);
+  }
   free(obs), free(fin), free(obs_f), free(rew), free(term), free(trunc), free(done), free(act);
   free(ret);
   dqn_destroy(q);
@@ -448,17 +606,31 @@ static void usage(void) {
           "  run CONFIG [--set key=value ...] [--quiet] [--log-json]   train (Ape-X)\n"
           "  run --resume RUN [--store URI]                            continue a run\n"
           "  eval RUN [--store URI] [--episodes K] [--best]            play a snapshot\n"
+          "  init CONFIG --set run.name=RUN [--out FILE]              record a run (deploy/)\n"
+          "  status HOST:PORT [--interval S] [--json]                 a running learner\n"
+          "  set HOST:PORT key=value ...                              live tuning\n"
+          "  plot RUN... [--metric NAME] [--x steps|time] [--mean] [--out F.png]\n"
+          "  sweep SWEEP.yaml [--store URI] | sweep --report NAME     hyperparameter search\n"
+          "  worker --sweep NAME [--store URI]                        run a sweep's trials\n"
+          "  tboard RUN... [--store URI] [--out DIR]                  TensorBoard event files\n"
           "  envs                                                     list environments\n");
 }
 
 int main(int argc, char **argv) {
-  find_bindir();
+  find_shoal_bindir();
   if (argc < 2) {
     usage();
     return 2;
   }
   if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
   if (!strcmp(argv[1], "eval")) return cmd_eval(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "init")) return cmd_init(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "status")) return cmd_status(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "set")) return cmd_set(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "plot")) return cmd_plot(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "worker")) return cmd_worker(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "tboard")) return cmd_tboard(argc - 2, argv + 2);
   if (!strcmp(argv[1], "envs")) {
     const char *names[256];
     int n = env_list(names, 256);

@@ -1,0 +1,945 @@
+/*
+ * Hyperparameter sweeps as jobs in the store (TensorLayer's workflow idea):
+ *
+ *   shoal sweep SWEEP.yaml [--store URI] [--dry-run] [--workers N]
+ *   shoal sweep --report NAME [--store URI]
+ *   shoal worker --sweep NAME [--store URI] [--name W] [--heartbeat S] [--stale S]
+ *                [--max-trials N]
+ *
+ * `sweep` expands a grid or random search over config keys of a base config into
+ * trials, each stored with store_trial_create as the trial's complete resolved config
+ * (so a worker on any machine needs nothing but the store), after checking every trial's
+ * config against the schema. Workers, any number on any machine, claim trials atomically
+ * (store_trial_claim), heartbeat on a thread while the trial runs as `shoal run` (run
+ * name <sweep>-<trial>-<attempt>), and record the result: the learner's final counters
+ * and the score. A worker re-queues trials whose heartbeat lapsed (a dead worker's) and
+ * waits while other workers' trials may still come back, so the sweep completes. A
+ * worker that dies takes its `shoal run` with it (the parent-death signal), so a
+ * re-run trial never races an orphan.
+ *
+ * SWEEP.yaml (keys are the config's dotted keys):
+ *   sweep:
+ *     name: cartpole-lr            # the sweep id in the store
+ *     base: cartpole-apex.yaml     # relative to this file
+ *     method: grid                 # grid | random
+ *     trials: 8                    # random: how many draws
+ *     repeats: 1                   # each point this many times, run.seed + 0, 1, ...
+ *     seed: 1                      # random: the draw's seed
+ *     metric: best_eval            # best_eval | eval | return100 (from the run's end)
+ *     mode: max                    # max | min
+ *   set:                           # for every trial
+ *     run.max_seconds: 60
+ *   params:
+ *     dqn.lr: [0.001, 0.0005]               # a list: grid axis or random choice
+ *     dqn.target_period: {min: 100, max: 1000, int: true}          # random: uniform
+ *     learner.replay_ratio: {min: 1, max: 16, log: true, num: 5}   # grid: num points
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "algos/algos.h"
+#include "cli/commands.h"
+#include "config/config.h"
+#include "store/store.h"
+
+extern char **environ;
+
+enum { MAX_PARAMS = 32, MAX_VALUES = 256, MAX_SETS = 128, MAX_TRIALS = 10000 };
+
+typedef struct sw_param {
+  char key[128];
+  bool range;
+  int nvalues;
+  char *values[MAX_VALUES]; /* a list's scalars (grid points of a range once expanded) */
+  double min, max;
+  bool log, integer;
+  int num; /* grid points of a range; 0: none given */
+} sw_param;
+
+typedef struct sw_spec {
+  char name[STORE_NAME_MAX];
+  char base[PATH_MAX];
+  bool random;
+  int trials, repeats;
+  uint64_t seed;
+  char metric[32];
+  bool minimize;
+  int nsets;
+  char *sets[MAX_SETS];
+  int nparams;
+  sw_param params[MAX_PARAMS];
+} sw_spec;
+
+static void spec_free(sw_spec *s) {
+  for (int i = 0; i < s->nsets; i++) free(s->sets[i]);
+  for (int p = 0; p < s->nparams; p++)
+    for (int v = 0; v < s->params[p].nvalues; v++) free(s->params[p].values[v]);
+}
+
+/* ---- reading SWEEP.yaml (libyaml's document API) ------------------------------- */
+
+static const char *scalar(yaml_document_t *d, yaml_node_t *n) {
+  return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+static int where(shoal_error *err, const char *path, yaml_node_t *n, const char *fmt,
+                 const char *a) {
+  return shoal_error_set(err, SHOAL_EINVAL, "%s:%zu: %s%s", path,
+                         n ? n->start_mark.line + 1 : (size_t)0, fmt, a ? a : "");
+}
+
+static int parse_number(const char *path, yaml_node_t *n, const char *v, double *out,
+                        shoal_error *err) {
+  char *end;
+  *out = v ? strtod(v, &end) : NAN;
+  if (!v || end == v || *end || !isfinite(*out))
+    return where(err, path, n, "expected a finite number, got ", v ? v : "a collection");
+  return 0;
+}
+
+static bool truthy(const char *v) {
+  return v && (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on") || !strcmp(v, "1"));
+}
+
+static int read_param(yaml_document_t *d, const char *path, const char *key, yaml_node_t *n,
+                      sw_param *p, shoal_error *err) {
+  memset(p, 0, sizeof *p);
+  snprintf(p->key, sizeof p->key, "%s", key);
+  if (n->type == YAML_SCALAR_NODE) {
+    p->values[p->nvalues++] = strdup(scalar(d, n));
+  } else if (n->type == YAML_SEQUENCE_NODE) {
+    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+         it++) {
+      yaml_node_t *v = yaml_document_get_node(d, *it);
+      if (!scalar(d, v)) return where(err, path, v, "a list of plain values for ", key);
+      if (p->nvalues == MAX_VALUES) return where(err, path, v, "more than 256 values for ", key);
+      p->values[p->nvalues++] = strdup(scalar(d, v));
+    }
+    if (p->nvalues == 0) return where(err, path, n, "an empty list for ", key);
+  } else {
+    p->range = true;
+    bool has_min = false, has_max = false;
+    for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top; pr++) {
+      yaml_node_t *kn = yaml_document_get_node(d, pr->key),
+                  *vn = yaml_document_get_node(d, pr->value);
+      const char *k = scalar(d, kn), *v = scalar(d, vn);
+      double x;
+      if (!k) return where(err, path, kn, "a plain key in the range of ", key);
+      if (!strcmp(k, "min")) {
+        if (parse_number(path, vn, v, &p->min, err)) return SHOAL_EINVAL;
+        has_min = true;
+      } else if (!strcmp(k, "max")) {
+        if (parse_number(path, vn, v, &p->max, err)) return SHOAL_EINVAL;
+        has_max = true;
+      } else if (!strcmp(k, "log")) {
+        p->log = truthy(v);
+      } else if (!strcmp(k, "int")) {
+        p->integer = truthy(v);
+      } else if (!strcmp(k, "num")) {
+        if (parse_number(path, vn, v, &x, err)) return SHOAL_EINVAL;
+        if (x < 2 || x > MAX_VALUES || x != floor(x))
+          return where(err, path, vn, "num must be a whole number in [2, 256] for ", key);
+        p->num = (int)x;
+      } else {
+        return where(err, path, kn, "a range takes min, max, log, int and num, not ", k);
+      }
+    }
+    if (!has_min || !has_max) return where(err, path, n, "a range needs min and max: ", key);
+    if (!(p->max >= p->min)) return where(err, path, n, "max < min in the range of ", key);
+    if (p->log && !(p->min > 0)) return where(err, path, n, "a log range needs min > 0: ", key);
+  }
+  return 0;
+}
+
+static int load_spec(const char *path, sw_spec *s, shoal_error *err) {
+  memset(s, 0, sizeof *s);
+  s->repeats = 1;
+  s->seed = 1;
+  snprintf(s->metric, sizeof s->metric, "best_eval");
+  FILE *f = fopen(path, "rb");
+  if (!f) return shoal_error_set(err, SHOAL_ENOENT, "cannot open '%s': %s", path, strerror(errno));
+  yaml_parser_t parser;
+  yaml_document_t doc;
+  yaml_parser_initialize(&parser);
+  yaml_parser_set_input_file(&parser, f);
+  int rc = 0;
+  if (!yaml_parser_load(&parser, &doc)) {
+    rc = shoal_error_set(err, SHOAL_EFORMAT, "%s:%zu: YAML: %s", path, parser.problem_mark.line + 1,
+                         parser.problem ? parser.problem : "error");
+    yaml_parser_delete(&parser);
+    fclose(f);
+    return rc;
+  }
+  yaml_parser_delete(&parser);
+  fclose(f);
+  yaml_node_t *root = yaml_document_get_root_node(&doc);
+  if (!root || root->type != YAML_MAPPING_NODE) {
+    rc = where(err, path, root, "expected a mapping with sweep, set and params", NULL);
+    goto done;
+  }
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *dn = dirname(dir);
+  for (yaml_node_pair_t *pr = root->data.mapping.pairs.start; pr < root->data.mapping.pairs.top;
+       pr++) {
+    yaml_node_t *kn = yaml_document_get_node(&doc, pr->key),
+                *vn = yaml_document_get_node(&doc, pr->value);
+    const char *section = scalar(&doc, kn);
+    if (!section ||
+        (strcmp(section, "sweep") && strcmp(section, "set") && strcmp(section, "params"))) {
+      rc = where(err, path, kn, "sections are sweep, set and params, not ",
+                 section ? section : "a collection");
+      goto done;
+    }
+    if (vn->type != YAML_MAPPING_NODE) {
+      rc = where(err, path, vn, "expected a mapping under ", section);
+      goto done;
+    }
+    for (yaml_node_pair_t *q = vn->data.mapping.pairs.start; q < vn->data.mapping.pairs.top; q++) {
+      yaml_node_t *k2 = yaml_document_get_node(&doc, q->key),
+                  *v2 = yaml_document_get_node(&doc, q->value);
+      const char *key = scalar(&doc, k2), *val = scalar(&doc, v2);
+      if (!key) {
+        rc = where(err, path, k2, "a plain key expected in ", section);
+        goto done;
+      }
+      if (!strcmp(section, "params")) {
+        if (s->nparams == MAX_PARAMS) {
+          rc = where(err, path, k2, "more than 32 params", NULL);
+          goto done;
+        }
+        if ((rc = read_param(&doc, path, key, v2, &s->params[s->nparams++], err))) goto done;
+        continue;
+      }
+      if (!val) {
+        rc = where(err, path, v2, "a plain value expected for ", key);
+        goto done;
+      }
+      if (!strcmp(section, "set")) {
+        if (s->nsets == MAX_SETS) {
+          rc = where(err, path, k2, "more than 128 keys under set", NULL);
+          goto done;
+        }
+        if (asprintf(&s->sets[s->nsets], "%s=%s", key, val) < 0) {
+          rc = shoal_error_set(err, SHOAL_ENOMEM, "out of memory");
+          goto done;
+        }
+        s->nsets++;
+        continue;
+      }
+      double x;
+      if (!strcmp(key, "name")) {
+        if (!store_name_valid(val) || strlen(val) > 40) {
+          rc = where(err, path, v2, "sweep.name must be 1-40 of [A-Za-z0-9._-], not ", val);
+          goto done;
+        }
+        snprintf(s->name, sizeof s->name, "%s", val);
+      } else if (!strcmp(key, "base")) {
+        if (val[0] == '/')
+          snprintf(s->base, sizeof s->base, "%s", val);
+        else
+          snprintf(s->base, sizeof s->base, "%s/%s", dn, val);
+      } else if (!strcmp(key, "method")) {
+        if (strcmp(val, "grid") && strcmp(val, "random")) {
+          rc = where(err, path, v2, "sweep.method is grid or random, not ", val);
+          goto done;
+        }
+        s->random = !strcmp(val, "random");
+      } else if (!strcmp(key, "trials") || !strcmp(key, "repeats") || !strcmp(key, "seed")) {
+        if ((rc = parse_number(path, v2, val, &x, err))) goto done;
+        if (x < (strcmp(key, "seed") ? 1 : 0) || x > 1e15 || x != floor(x)) {
+          rc = where(err, path, v2, "expected a whole number >= 1 for sweep.", key);
+          goto done;
+        }
+        if (!strcmp(key, "trials")) s->trials = x > MAX_TRIALS ? MAX_TRIALS + 1 : (int)x;
+        if (!strcmp(key, "repeats")) s->repeats = x > MAX_TRIALS ? MAX_TRIALS + 1 : (int)x;
+        if (!strcmp(key, "seed")) s->seed = (uint64_t)x;
+      } else if (!strcmp(key, "metric")) {
+        if (strcmp(val, "best_eval") && strcmp(val, "eval") && strcmp(val, "return100")) {
+          rc = where(err, path, v2, "sweep.metric is best_eval, eval or return100, not ", val);
+          goto done;
+        }
+        snprintf(s->metric, sizeof s->metric, "%s", val);
+      } else if (!strcmp(key, "mode")) {
+        if (strcmp(val, "max") && strcmp(val, "min")) {
+          rc = where(err, path, v2, "sweep.mode is max or min, not ", val);
+          goto done;
+        }
+        s->minimize = !strcmp(val, "min");
+      } else {
+        rc = where(err, path, k2,
+                   "sweep takes name, base, method, trials, repeats, seed, metric and mode, "
+                   "not ",
+                   key);
+        goto done;
+      }
+    }
+  }
+  if (!s->name[0])
+    rc = shoal_error_set(err, SHOAL_EINVAL, "%s: sweep.name is required", path);
+  else if (!s->base[0])
+    rc = shoal_error_set(err, SHOAL_EINVAL, "%s: sweep.base is required", path);
+  else if (s->nparams == 0)
+    rc = shoal_error_set(err, SHOAL_EINVAL, "%s: params is empty", path);
+  else if (s->random && s->trials < 1)
+    rc = shoal_error_set(err, SHOAL_EINVAL, "%s: a random sweep needs sweep.trials", path);
+done:
+  yaml_document_delete(&doc);
+  return rc;
+}
+
+/* A range's grid: num points, even in value or (log) in its logarithm. */
+static int expand_grid(sw_spec *s, shoal_error *err) {
+  for (int p = 0; p < s->nparams; p++) {
+    sw_param *q = &s->params[p];
+    if (!q->range) continue;
+    if (!q->num)
+      return shoal_error_set(err, SHOAL_EINVAL,
+                             "param %s: a grid needs a list or a range with num (points)", q->key);
+    for (int i = 0; i < q->num; i++) {
+      double f = (double)i / (q->num - 1), x;
+      x = q->log ? exp(log(q->min) + f * (log(q->max) - log(q->min)))
+                 : q->min + f * (q->max - q->min);
+      char buf[64];
+      if (q->integer)
+        snprintf(buf, sizeof buf, "%.0f", round(x));
+      else
+        snprintf(buf, sizeof buf, "%.6g", x);
+      q->values[q->nvalues++] = strdup(buf);
+    }
+    q->range = false;
+  }
+  return 0;
+}
+
+/* ---- creating the trials ------------------------------------------------------- */
+
+/* The trial's text: a header a report reads, then the complete resolved config. */
+static int trial_text(const sw_spec *s, const char *uri, char *const *assign, int nassign,
+                      int repeat, char **out, shoal_error *err) {
+  int nkeys;
+  const cfg_key *keys = apex_schema(&nkeys);
+  config *cfg = config_create(keys, nkeys, err);
+  if (!cfg) return err->code;
+  int rc = config_load_file(cfg, s->base, err);
+  for (int i = 0; !rc && i < s->nsets; i++) rc = config_set(cfg, s->sets[i], err);
+  for (int i = 0; !rc && i < nassign; i++) rc = config_set(cfg, assign[i], err);
+  char seed[64];
+  if (!rc && s->repeats > 1) {
+    snprintf(seed, sizeof seed, "run.seed=%lld", (long long)config_int(cfg, "run.seed") + repeat);
+    rc = config_set(cfg, seed, err);
+  }
+  if (!rc && uri) {
+    char su[2048];
+    snprintf(su, sizeof su, "store.uri=%s", uri);
+    rc = config_set(cfg, su, err);
+  }
+  if (!rc) rc = config_check(cfg, err);
+  if (!rc && strcmp(s->metric, "return100") && config_float(cfg, "run.solve_return") == 0)
+    rc = shoal_error_set(err, SHOAL_EINVAL,
+                         "metric %s needs evaluations, which run only with run.solve_return set "
+                         "(e.g. 475 for CartPole-v1): set it, or use metric return100",
+                         s->metric);
+  char *yaml = NULL;
+  if (!rc) rc = config_dump(cfg, &yaml, err);
+  if (!rc) {
+    char params[2048] = "";
+    for (int i = 0; i < nassign; i++)
+      snprintf(params + strlen(params), sizeof params - strlen(params), "%s%s", i ? " " : "",
+               assign[i]);
+    if (s->repeats > 1)
+      snprintf(params + strlen(params), sizeof params - strlen(params), " %s", seed);
+    if (asprintf(out, "# shoal-trial 1\n# params: %s\n# score: %s %s\n%s", params, s->metric,
+                 s->minimize ? "min" : "max", yaml) < 0)
+      rc = shoal_error_set(err, SHOAL_ENOMEM, "out of memory");
+  }
+  free(yaml);
+  config_destroy(cfg);
+  return rc;
+}
+
+static const char *header(const char *text, const char *tag, char *out, size_t cap) {
+  out[0] = 0;
+  const char *p = text ? strstr(text, tag) : NULL;
+  if (!p) return out;
+  p += strlen(tag);
+  size_t n = strcspn(p, "\n");
+  snprintf(out, cap, "%.*s", (int)n, p);
+  return out;
+}
+
+static int cmd_report(const char *sweep, const char *uri);
+
+static int run_local_workers(const char *sweep, const char *uri, int n) {
+  char self[PATH_MAX + 16];
+  snprintf(self, sizeof self, "%s/shoal", shoal_bindir);
+  pid_t pids[64];
+  int started = 0;
+  for (int i = 0; i < n && i < 64; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "local-%d-%d", (int)getpid(), i);
+    char *argv[] = {self,        "worker", "--sweep", (char *)sweep, "--store",
+                    (char *)uri, "--name", name,      NULL};
+    if (posix_spawn(&pids[started], self, NULL, NULL, argv, environ) == 0) started++;
+  }
+  int bad = 0;
+  for (int i = 0; i < started; i++) {
+    int st;
+    while (waitpid(pids[i], &st, 0) < 0 && errno == EINTR) {
+    }
+    bad += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  return bad || started < n ? 1 : 0;
+}
+
+int cmd_sweep(int argc, char **argv) {
+  const char *file = NULL, *uri = NULL, *report = NULL;
+  bool dry = false;
+  int workers = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--store") && i + 1 < argc)
+      uri = argv[++i];
+    else if (!strcmp(argv[i], "--report") && i + 1 < argc)
+      report = argv[++i];
+    else if (!strcmp(argv[i], "--dry-run"))
+      dry = true;
+    else if (!strcmp(argv[i], "--workers") && i + 1 < argc)
+      workers = atoi(argv[++i]);
+    else if (argv[i][0] != '-' && !file)
+      file = argv[i];
+    else {
+      fprintf(stderr, "shoal sweep: unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  if (report) return cmd_report(report, uri);
+  if (!file || workers < 0 || workers > 64) {
+    fprintf(stderr,
+            "usage: shoal sweep SWEEP.yaml [--store URI] [--dry-run] [--workers N]\n"
+            "       shoal sweep --report NAME [--store URI]\n");
+    return 2;
+  }
+  shoal_error err = {0};
+  sw_spec s;
+  if (load_spec(file, &s, &err)) {
+    fprintf(stderr, "shoal sweep: %s\n", err.msg);
+    spec_free(&s);
+    return 1;
+  }
+  int rc = 1;
+  store *st = NULL;
+  char **texts = NULL;
+  char(*labels)[256] = NULL;
+  int ntrials = 0;
+  if (!s.random && expand_grid(&s, &err)) {
+    fprintf(stderr, "shoal sweep: %s\n", err.msg);
+    goto done;
+  }
+  /* How many points, then trials (points × repeats). */
+  long points = 1;
+  if (s.random) {
+    points = s.trials;
+  } else {
+    for (int p = 0; p < s.nparams && points <= MAX_TRIALS; p++) points *= s.params[p].nvalues;
+  }
+  long total = points * s.repeats;
+  if (total > MAX_TRIALS) {
+    fprintf(stderr, "shoal sweep: %ld trials; at most %d\n", total, MAX_TRIALS);
+    goto done;
+  }
+  texts = calloc((size_t)total, sizeof *texts);
+  labels = calloc((size_t)total, sizeof *labels);
+  if (!texts || !labels) goto done;
+  shoal_rng rng;
+  shoal_rng_seed(&rng, s.seed);
+  for (long pt = 0; pt < points; pt++) {
+    char *assign[MAX_PARAMS];
+    char bufs[MAX_PARAMS][256];
+    long rest = pt;
+    for (int p = 0; p < s.nparams; p++) {
+      sw_param *q = &s.params[p];
+      const char *val;
+      char num[64];
+      if (!s.random) {
+        val = q->values[rest % q->nvalues];
+        rest /= q->nvalues;
+      } else if (!q->range) {
+        val = q->values[shoal_rng_below(&rng, (uint64_t)q->nvalues)];
+      } else {
+        double u = shoal_rng_uniform(&rng), x;
+        x = q->log ? exp(log(q->min) + u * (log(q->max) - log(q->min)))
+                   : q->min + u * (q->max - q->min);
+        if (q->integer)
+          snprintf(num, sizeof num, "%.0f", round(x));
+        else
+          snprintf(num, sizeof num, "%.6g", x);
+        val = num;
+      }
+      snprintf(bufs[p], sizeof bufs[p], "%s=%s", q->key, val);
+      assign[p] = bufs[p];
+    }
+    for (int r = 0; r < s.repeats; r++) {
+      if (trial_text(&s, uri, assign, s.nparams, r, &texts[ntrials], &err)) {
+        fprintf(stderr, "shoal sweep: trial %ld (%s%s): %s\n", pt, bufs[0],
+                s.nparams > 1 ? " ..." : "", err.msg);
+        goto done;
+      }
+      header(texts[ntrials], "# params: ", labels[ntrials], sizeof labels[ntrials]);
+      ntrials++;
+    }
+  }
+  if (dry) {
+    for (int i = 0; i < ntrials; i++) printf("t%03d  %s\n", i, labels[i]);
+    printf("shoal sweep: %s: %d trials (dry run: nothing stored)\n", s.name, ntrials);
+    rc = 0;
+    goto done;
+  }
+  if (store_open(&st, uri, &err)) {
+    fprintf(stderr, "shoal sweep: store: %s\n", err.msg);
+    goto done;
+  }
+  store_trial *have = NULL;
+  size_t nhave = 0;
+  if (store_trial_list(st, s.name, &have, &nhave, &err)) {
+    fprintf(stderr, "shoal sweep: %s\n", err.msg);
+    goto done;
+  }
+  store_trials_free(have, nhave);
+  if (nhave) {
+    fprintf(stderr,
+            "shoal sweep: sweep %s exists already with %zu trials in %s: pick another "
+            "sweep.name (see `shoal sweep --report %s`)\n",
+            s.name, nhave, store_uri(st), s.name);
+    goto done;
+  }
+  for (int i = 0; i < ntrials; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "t%03d", i);
+    if (store_trial_create(st, s.name, id, texts[i], &err)) {
+      fprintf(stderr, "shoal sweep: trial %s: %s\n", id, err.msg);
+      goto done;
+    }
+  }
+  printf("shoal sweep: %s: %d trials (%s) in %s\n", s.name, ntrials, s.random ? "random" : "grid",
+         store_uri(st));
+  char uri_copy[2048];
+  snprintf(uri_copy, sizeof uri_copy, "%s", uri ? uri : store_uri(st));
+  if (workers > 0) {
+    printf("shoal sweep: running %d local workers\n", workers);
+    fflush(stdout);
+    int wrc = run_local_workers(s.name, uri_copy, workers);
+    rc = cmd_report(s.name, uri_copy) || wrc;
+  } else {
+    printf(
+        "start workers (any number, any machine that reaches the store):\n"
+        "  shoal worker --sweep %s --store %s\n"
+        "then: shoal sweep --report %s --store %s\n",
+        s.name, uri_copy, s.name, uri_copy);
+    rc = 0;
+  }
+done:
+  for (int i = 0; i < ntrials; i++) free(texts[i]);
+  free(texts);
+  free(labels);
+  store_close(st);
+  spec_free(&s);
+  return rc;
+}
+
+/* ---- the report ---------------------------------------------------------------- */
+
+typedef struct row {
+  store_trial *t;
+  double score;
+  int rank_class; /* 0 scored, 1 done without a score, 2 running, 3 pending, 4 failed */
+} row;
+
+static bool sort_min;
+
+static int row_cmp(const void *a, const void *b) {
+  const row *x = a, *y = b;
+  if (x->rank_class != y->rank_class) return x->rank_class - y->rank_class;
+  if (x->rank_class == 0 && x->score != y->score) return (x->score > y->score) ^ sort_min ? -1 : 1;
+  return strcmp(x->t->id, y->t->id);
+}
+
+static int cmd_report(const char *sweep, const char *uri) {
+  shoal_error err = {0};
+  store *st;
+  if (store_open(&st, uri, &err)) {
+    fprintf(stderr, "shoal sweep: store: %s\n", err.msg);
+    return 1;
+  }
+  store_trial *t = NULL;
+  size_t n = 0;
+  if (store_trial_list(st, sweep, &t, &n, &err)) {
+    fprintf(stderr, "shoal sweep: %s\n", err.msg);
+    store_close(st);
+    return 1;
+  }
+  if (n == 0) {
+    fprintf(stderr, "shoal sweep: no sweep %s in %s\n", sweep, store_uri(st));
+    store_close(st);
+    return 1;
+  }
+  row *rows = calloc(n, sizeof *rows);
+  int count[5] = {0};
+  char metric[64];
+  header(t[0].params, "# score: ", metric, sizeof metric);
+  sort_min = strstr(metric, " min") != NULL;
+  for (size_t i = 0; i < n; i++) {
+    rows[i].t = &t[i];
+    rows[i].score = t[i].result ? json_num(t[i].result, "score") : NAN;
+    switch (t[i].status) {
+      case STORE_TRIAL_DONE: rows[i].rank_class = isfinite(rows[i].score) ? 0 : 1; break;
+      case STORE_TRIAL_RUNNING: rows[i].rank_class = 2; break;
+      case STORE_TRIAL_PENDING: rows[i].rank_class = 3; break;
+      default: rows[i].rank_class = 4; break;
+    }
+    count[rows[i].rank_class]++;
+  }
+  qsort(rows, n, sizeof *rows, row_cmp);
+  printf("sweep %s: %zu trials: %d done, %d running, %d pending, %d failed; score = %s\n", sweep, n,
+         count[0] + count[1], count[2], count[3], count[4], metric[0] ? metric : "?");
+  printf("%4s  %-6s %-8s %10s %10s %8s %4s  %-22s %s\n", "rank", "trial", "status", "score",
+         "env steps", "wall s", "try", "worker", "params");
+  for (size_t i = 0; i < n; i++) {
+    const store_trial *x = rows[i].t;
+    char score[32] = "-", steps[32] = "-", wall[32] = "-", params[512], rank[24] = "";
+    if (isfinite(rows[i].score)) snprintf(score, sizeof score, "%.2f", rows[i].score);
+    if (x->result) {
+      double es = json_num(x->result, "env_steps"), ws = json_num(x->result, "wall_s");
+      if (isfinite(es)) snprintf(steps, sizeof steps, "%.0f", es);
+      if (isfinite(ws)) snprintf(wall, sizeof wall, "%.1f", ws);
+    }
+    if (rows[i].rank_class == 0) snprintf(rank, sizeof rank, "%zu", i + 1);
+    header(x->params, "# params: ", params, sizeof params);
+    printf("%4s  %-6s %-8s %10s %10s %8s %4lld  %-22s %s\n", rank, x->id,
+           store_trial_status_name(x->status), score, steps, wall, (long long)x->attempt,
+           x->worker[0] ? x->worker : "-", params);
+    if (x->status == STORE_TRIAL_FAILED && x->result) {
+      char why[256] = "";
+      json_str(x->result, "error", why, sizeof why);
+      if (why[0]) printf("        %s\n", why);
+    }
+  }
+  free(rows);
+  store_trials_free(t, n);
+  store_close(st);
+  return 0;
+}
+
+/* ---- the worker ---------------------------------------------------------------- */
+
+static volatile sig_atomic_t worker_stop;
+static volatile pid_t worker_child;
+static void on_worker_signal(int sig) {
+  worker_stop = sig;
+  if (worker_child > 0) kill(-worker_child, SIGTERM);
+}
+
+typedef struct beat {
+  store *st;
+  const char *sweep, *trial, *worker;
+  double every_s;
+  pid_t child;
+  atomic_bool done, lost;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+} beat;
+
+/* Heartbeats while the trial runs. When the claim is gone (requeued as stale, taken by
+ * another worker), stops the run: someone else has the trial now. */
+static void *heartbeat_thread(void *arg) {
+  beat *b = arg;
+  pthread_mutex_lock(&b->mu);
+  while (!atomic_load(&b->done)) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double t = (double)until.tv_sec + until.tv_nsec * 1e-9 + b->every_s;
+    until.tv_sec = (time_t)t;
+    until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+    pthread_cond_timedwait(&b->cv, &b->mu, &until);
+    if (atomic_load(&b->done)) break;
+    shoal_error err = {0};
+    int rc = store_trial_heartbeat(b->st, b->sweep, b->trial, b->worker, &err);
+    if (rc == SHOAL_EPERM || rc == SHOAL_ENOENT) {
+      fprintf(stderr, "shoal worker %s: lost trial %s (%s); stopping its run\n", b->worker,
+              b->trial, err.msg);
+      atomic_store(&b->lost, true);
+      kill(-b->child, SIGTERM);
+      break;
+    } else if (rc) {
+      fprintf(stderr, "shoal worker %s: heartbeat: %s\n", b->worker, err.msg);
+    }
+  }
+  pthread_mutex_unlock(&b->mu);
+  return NULL;
+}
+
+/* Runs one claimed trial as `shoal run`, heartbeating; fills result (JSON). Returns the
+ * trial status to record, or -1 when the claim was lost (record nothing). */
+static int run_trial(store *st, const char *sweep, const store_trial *t, const char *worker,
+                     const char *uri, double hb_s, char *result, size_t cap) {
+  char run[STORE_NAME_MAX], metric[64] = "best_eval max";
+  snprintf(run, sizeof run, "%.40s-%.12s-%lld", sweep, t->id, (long long)t->attempt);
+  header(t->params, "# score: ", metric, sizeof metric);
+  metric[strcspn(metric, " ")] = 0;
+  const char *tmp = getenv("TMPDIR");
+  char cfg_path[PATH_MAX];
+  snprintf(cfg_path, sizeof cfg_path, "%s/shoal-trial-%s-XXXXXX.yaml", tmp && tmp[0] ? tmp : "/tmp",
+           run);
+  int fd = mkstemps(cfg_path, 5);
+  size_t len = t->params ? strlen(t->params) : 0;
+  if (fd < 0 || write(fd, t->params, len) != (ssize_t)len || close(fd)) {
+    snprintf(result, cap, "{\"error\":\"cannot write %s: %s\"}", cfg_path, strerror(errno));
+    return STORE_TRIAL_FAILED;
+  }
+  char self[PATH_MAX + 16], set_run[128], set_uri[2100];
+  snprintf(self, sizeof self, "%s/shoal", shoal_bindir);
+  snprintf(set_run, sizeof set_run, "run.name=%s", run);
+  snprintf(set_uri, sizeof set_uri, "store.uri=%s", uri);
+  char *argv[] = {self,    "run",   cfg_path,  "--set",      set_run,
+                  "--set", set_uri, "--quiet", "--log-json", NULL};
+  int pipefd[2];
+  if (pipe(pipefd)) {
+    unlink(cfg_path);
+    snprintf(result, cap, "{\"error\":\"pipe: %s\"}", strerror(errno));
+    return STORE_TRIAL_FAILED;
+  }
+  pid_t parent = getpid();
+  double t0 = shoal_now_s();
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* The run dies with its worker, so a requeued trial never races an orphan: SIGTERM
+     * stops it in order (its learner records the stop). Its stdout (this pipe) breaks
+     * at the same moment, so SIGPIPE must not kill it first. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    signal(SIGPIPE, SIG_IGN);
+    if (getppid() != parent) _exit(1);
+    setpgid(0, 0);
+    dup2(pipefd[1], 1);
+    close(pipefd[0]), close(pipefd[1]);
+    execv(self, argv);
+    _exit(127);
+  }
+  close(pipefd[1]);
+  if (pid < 0) {
+    close(pipefd[0]);
+    unlink(cfg_path);
+    snprintf(result, cap, "{\"error\":\"fork: %s\"}", strerror(errno));
+    return STORE_TRIAL_FAILED;
+  }
+  setpgid(pid, pid);
+  worker_child = pid;
+  printf("shoal worker %s: trial %s (attempt %lld) as run %s\n", worker, t->id,
+         (long long)t->attempt, run);
+  fflush(stdout);
+  beat b = {
+      .st = st, .sweep = sweep, .trial = t->id, .worker = worker, .every_s = hb_s, .child = pid};
+  pthread_mutex_init(&b.mu, NULL);
+  pthread_cond_init(&b.cv, NULL);
+  pthread_t thr;
+  bool thr_ok = pthread_create(&thr, NULL, heartbeat_thread, &b) == 0;
+
+  /* The run's JSON lines: keep the last progress and the done line. */
+  char done_line[4096] = "", progress[4096] = "", line[4096];
+  size_t ll = 0;
+  char buf[4096];
+  for (;;) {
+    ssize_t k = read(pipefd[0], buf, sizeof buf);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    for (ssize_t i = 0; i < k; i++) {
+      if (buf[i] != '\n') {
+        if (ll + 1 < sizeof line) line[ll++] = buf[i];
+        continue;
+      }
+      line[ll] = 0;
+      ll = 0;
+      char ev[32] = "";
+      json_str(line, "event", ev, sizeof ev);
+      if (!strcmp(ev, "progress")) snprintf(progress, sizeof progress, "%s", line);
+      if (!strcmp(ev, "done")) snprintf(done_line, sizeof done_line, "%s", line);
+    }
+  }
+  close(pipefd[0]);
+  int wst = 0;
+  while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
+  }
+  worker_child = 0;
+  double wall = shoal_now_s() - t0;
+  pthread_mutex_lock(&b.mu);
+  atomic_store(&b.done, true);
+  pthread_cond_broadcast(&b.cv);
+  pthread_mutex_unlock(&b.mu);
+  if (thr_ok) pthread_join(thr, NULL);
+  unlink(cfg_path);
+  if (atomic_load(&b.lost)) return -1;
+
+  bool ok = WIFEXITED(wst) && WEXITSTATUS(wst) == 0 && done_line[0];
+  char reason[32] = "";
+  json_str(done_line, "reason", reason, sizeof reason);
+  double eval = json_num(done_line, "eval"), best = json_num(done_line, "best_eval");
+  double r100 = json_num(progress, "return100");
+  double score = !strcmp(metric, "eval") ? eval : !strcmp(metric, "return100") ? r100 : best;
+  char s1[32] = "null", s2[32] = "null", s3[32] = "null", s4[32] = "null";
+  if (isfinite(score)) snprintf(s1, sizeof s1, "%.6g", score);
+  if (isfinite(eval)) snprintf(s2, sizeof s2, "%.6g", eval);
+  if (isfinite(best)) snprintf(s3, sizeof s3, "%.6g", best);
+  if (isfinite(r100)) snprintf(s4, sizeof s4, "%.6g", r100);
+  if (!ok) {
+    char why[128];
+    if (WIFSIGNALED(wst))
+      snprintf(why, sizeof why, "shoal run killed by signal %d", WTERMSIG(wst));
+    else
+      snprintf(why, sizeof why, "shoal run exited with status %d%s", WEXITSTATUS(wst),
+               done_line[0] ? "" : " before the learner finished");
+    snprintf(result, cap, "{\"run\":\"%s\",\"error\":\"%s\",\"wall_s\":%.2f}", run, why, wall);
+    return STORE_TRIAL_FAILED;
+  }
+  snprintf(result, cap,
+           "{\"run\":\"%s\",\"score\":%s,\"metric\":\"%s\",\"reason\":\"%s\",\"eval\":%s,"
+           "\"best_eval\":%s,\"return100\":%s,\"env_steps\":%.0f,\"updates\":%.0f,"
+           "\"wall_s\":%.2f}",
+           run, s1, metric, reason, s2, s3, s4, json_num(done_line, "env_steps"),
+           json_num(done_line, "updates"), wall);
+  printf("shoal worker %s: trial %s %s: score %s (%s), %.0f env steps, %.1f s\n", worker, t->id,
+         reason, s1, metric, json_num(done_line, "env_steps"), wall);
+  fflush(stdout);
+  return STORE_TRIAL_DONE;
+}
+
+int cmd_worker(int argc, char **argv) {
+  const char *sweep = NULL, *uri = NULL, *name = NULL;
+  double hb = 5, stale = 30;
+  long max_trials = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--sweep") && i + 1 < argc)
+      sweep = argv[++i];
+    else if (!strcmp(argv[i], "--store") && i + 1 < argc)
+      uri = argv[++i];
+    else if (!strcmp(argv[i], "--name") && i + 1 < argc)
+      name = argv[++i];
+    else if (!strcmp(argv[i], "--heartbeat") && i + 1 < argc)
+      hb = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--stale") && i + 1 < argc)
+      stale = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--max-trials") && i + 1 < argc)
+      max_trials = atol(argv[++i]);
+    else {
+      fprintf(stderr, "shoal worker: unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!sweep || !(hb >= 0.05 && hb <= 3600) || !(stale > hb) || max_trials < 0) {
+    fprintf(stderr,
+            "usage: shoal worker --sweep NAME [--store URI] [--name W] [--heartbeat S]\n"
+            "                    [--stale S] [--max-trials N]\n"
+            "  (heartbeat every S s, default 5; trials whose heartbeat is older than\n"
+            "  --stale, default 30, are requeued; --stale must exceed --heartbeat)\n");
+    return 2;
+  }
+  char wname[STORE_NAME_MAX];
+  if (name) {
+    snprintf(wname, sizeof wname, "%s", name);
+  } else {
+    char host[48] = "host";
+    gethostname(host, sizeof host - 1);
+    host[strcspn(host, ".")] = 0;
+    snprintf(wname, sizeof wname, "%s:%d", host, (int)getpid());
+  }
+  shoal_error err = {0};
+  store *st;
+  if (store_open(&st, uri, &err)) {
+    fprintf(stderr, "shoal worker: store: %s\n", err.msg);
+    return 1;
+  }
+  char uri_buf[2048];
+  snprintf(uri_buf, sizeof uri_buf, "%s", uri ? uri : store_uri(st));
+  struct sigaction sa = {0};
+  sa.sa_handler = on_worker_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  long ran = 0;
+  int failed = 0, rc = 0;
+  bool waiting_said = false;
+  while (!worker_stop && (!max_trials || ran < max_trials)) {
+    size_t nreq = 0;
+    if (store_trial_requeue_stale(st, sweep, stale, &nreq, &err))
+      fprintf(stderr, "shoal worker %s: requeue: %s\n", wname, err.msg);
+    else if (nreq)
+      printf("shoal worker %s: requeued %zu trial%s whose heartbeat lapsed\n", wname, nreq,
+             nreq == 1 ? "" : "s");
+    store_trial t = {0};
+    int crc = store_trial_claim(st, sweep, wname, &t, &err);
+    if (crc == SHOAL_ENOENT) {
+      /* Nothing pending. Trials still running elsewhere may come back if their worker
+       * died: wait for them; when none is left, the sweep is complete. */
+      store_trial *all = NULL;
+      size_t n = 0, running = 0;
+      if (store_trial_list(st, sweep, &all, &n, &err)) {
+        fprintf(stderr, "shoal worker %s: %s\n", wname, err.msg);
+        rc = 1;
+        break;
+      }
+      for (size_t i = 0; i < n; i++) running += all[i].status == STORE_TRIAL_RUNNING;
+      store_trials_free(all, n);
+      if (n == 0) {
+        fprintf(stderr, "shoal worker %s: no sweep %s in %s\n", wname, sweep, uri_buf);
+        rc = 1;
+        break;
+      }
+      if (running == 0) break;
+      if (!waiting_said)
+        printf("shoal worker %s: no pending trials; %zu running elsewhere, watching them\n", wname,
+               running);
+      waiting_said = true;
+      fflush(stdout);
+      usleep((useconds_t)(hb * 1e6));
+      continue;
+    } else if (crc) {
+      fprintf(stderr, "shoal worker %s: claim: %s\n", wname, err.msg);
+      rc = 1;
+      break;
+    }
+    waiting_said = false;
+    char result[8192];
+    int status = run_trial(st, sweep, &t, wname, uri_buf, hb, result, sizeof result);
+    if (status >= 0 && !worker_stop) {
+      int c = store_trial_complete(st, sweep, t.id, wname, status, result, &err);
+      if (c == SHOAL_EPERM || c == SHOAL_EEXIST)
+        printf("shoal worker %s: trial %s was taken over meanwhile: %s\n", wname, t.id, err.msg);
+      else if (c)
+        fprintf(stderr, "shoal worker %s: recording trial %s: %s\n", wname, t.id, err.msg);
+      if (status == STORE_TRIAL_FAILED) {
+        failed++;
+        printf("shoal worker %s: trial %s failed: %s\n", wname, t.id, result);
+      }
+    } else if (worker_stop) {
+      printf(
+          "shoal worker %s: stopped; trial %s goes back to the queue once its heartbeat "
+          "lapses (%.0f s)\n",
+          wname, t.id, stale);
+    }
+    ran++;
+    store_trial_clear(&t);
+  }
+  printf("shoal worker %s: %ld trial%s run, %d failed\n", wname, ran, ran == 1 ? "" : "s", failed);
+  store_close(st);
+  return rc;
+}

@@ -1,0 +1,177 @@
+/* tests/test_workflow_sweep.c — hyperparameter sweeps as jobs in the store: a grid of
+ * 4 tiny trials (run.max_seconds 3) and 2 workers, one killed with SIGKILL mid-trial.
+ * Its trial's heartbeat lapses, the other worker requeues and completes it, the dead
+ * worker's `shoal run` went with it (no orphan), and the report ranks all 4 by score.
+ * Also: a sweep file with a bad key, a grid range without points, and a sweep name
+ * used twice are clear errors. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+
+#include "store/store.h"
+#include "test_workflow_util.h"
+
+static char uri[400], sweep_file[400];
+
+static void write_sweep(const char *path, const char *name, const char *extra) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "sweep:\n  name: %s\n  base: %s/configs/cartpole-apex.yaml\n  method: grid\n"
+          "  metric: return100\n"
+          "set:\n  run.max_seconds: 3\n  actors: 1\n  env.num_envs: 4\n  learner.warmup: 200\n"
+          "  run.eval_episodes: 10\n%s"
+          "params:\n  dqn.lr: [0.001, 0.0005]\n  dqn.target_period: [100, 250]\n",
+          name, wf_src, extra);
+  fclose(f);
+}
+
+static int setup(void **state) {
+  if (wf_setup("sweep")) return -1;
+  snprintf(uri, sizeof uri, "file://%s/store", wf_dir);
+  snprintf(sweep_file, sizeof sweep_file, "%s/sweep.yaml", wf_dir);
+  return 0;
+}
+static int teardown(void **state) { return wf_teardown(); }
+
+static void test_killed_worker_trial_completes(void **state) {
+  write_sweep(sweep_file, "grid4", "");
+  int rc;
+  char *a1[] = {wf_shoal, "sweep", sweep_file, "--store", uri, NULL};
+  char *out = wf_run(a1, 60, &rc);
+  printf("%s", out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "grid4: 4 trials (grid)"));
+  free(out);
+
+  /* The same sweep name again: refused, nothing added. */
+  out = wf_run(a1, 60, &rc);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out, "exists already with 4 trials"));
+  free(out);
+
+  char *wa[] = {wf_shoal, "worker",      "--sweep", "grid4",   "--store", uri, "--name",
+                "wa",     "--heartbeat", "0.5",     "--stale", "3",       NULL};
+  char *wb[] = {wf_shoal, "worker",      "--sweep", "grid4",   "--store", uri, "--name",
+                "wb",     "--heartbeat", "0.5",     "--stale", "3",       NULL};
+  wf_proc pa, pb;
+  wf_start(&pa, wa);
+  out = wf_wait_text(pa.out, " as run ", 60);
+  char tid[16] = "";
+  const char *p = strstr(out, "trial ");
+  assert_non_null(p);
+  sscanf(p, "trial %15s", tid);
+  free(out);
+  wf_start(&pb, wb);
+  usleep(1500000); /* worker A's trial is under way */
+  assert_int_equal(kill(pa.pid, SIGKILL), 0);
+  assert_int_equal(wf_wait(&pa, 30), 128 + SIGKILL);
+  printf("killed worker wa during trial %s\n", tid);
+
+  assert_int_equal(wf_wait(&pb, 240), 0);
+  out = wf_slurp(pb.out, NULL);
+  printf("%s", out);
+  assert_non_null(strstr(out, "requeued 1 trial whose heartbeat lapsed"));
+  free(out);
+
+  /* Every trial is done; the killed one on its second attempt, by wb. */
+  shoal_error err = {0};
+  store *st;
+  assert_int_equal(store_open(&st, uri, &err), 0);
+  store_trial *t;
+  size_t n;
+  assert_int_equal(store_trial_list(st, "grid4", &t, &n, &err), 0);
+  assert_int_equal(n, 4);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(t[i].status, STORE_TRIAL_DONE);
+    assert_non_null(t[i].result);
+    assert_non_null(strstr(t[i].result, "\"env_steps\":"));
+    if (!strcmp(t[i].id, tid)) {
+      assert_int_equal(t[i].attempt, 2);
+      assert_string_equal(t[i].worker, "wb");
+    }
+  }
+  store_trials_free(t, n);
+  /* The dead worker's run stopped with it (the learner recorded a clean stop) and no
+   * process of it is left. */
+  char run1[96];
+  snprintf(run1, sizeof run1, "grid4-%s-1", tid);
+  store_run r;
+  assert_int_equal(store_run_find(st, run1, &r, &err), 0);
+  assert_int_not_equal(r.status, STORE_RUN_RUNNING);
+  store_run_clear(&r);
+  store_close(st);
+  assert_int_equal(wf_find_pid(run1, NULL), 0);
+
+  char *a2[] = {wf_shoal, "sweep", "--report", "grid4", "--store", uri, NULL};
+  out = wf_run(a2, 30, &rc);
+  printf("%s", out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "4 trials: 4 done, 0 running, 0 pending, 0 failed"));
+  /* Ranked by score, best first. */
+  double prev = INFINITY;
+  int ranked = 0;
+  for (char *line = strchr(out, '\n'); line; line = strchr(line + 1, '\n')) {
+    int rank;
+    char id[16], status[16];
+    double score;
+    if (sscanf(line + 1, "%d %15s %15s %lf", &rank, id, status, &score) == 4) {
+      assert_int_equal(rank, ++ranked);
+      assert_true(score <= prev);
+      prev = score;
+    }
+  }
+  assert_int_equal(ranked, 4);
+  free(out);
+}
+
+static void test_bad_sweeps_are_clear(void **state) {
+  char path[512];
+  int rc;
+  snprintf(path, sizeof path, "%s/bad1.yaml", wf_dir);
+  write_sweep(path, "bad1", "  dqn.lrr: 3\n");
+  char *a[] = {wf_shoal, "sweep", path, "--store", uri, NULL};
+  char *out = wf_run(a, 30, &rc);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out, "unknown key 'dqn.lrr'"));
+  free(out);
+
+  snprintf(path, sizeof path, "%s/bad2.yaml", wf_dir);
+  FILE *f = fopen(path, "w");
+  fprintf(f,
+          "sweep:\n  name: bad2\n  base: %s/configs/cartpole-apex.yaml\n"
+          "params:\n  dqn.lr: {min: 0.0001, max: 0.01, log: true}\n",
+          wf_src);
+  fclose(f);
+  out = wf_run(a, 30, &rc);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out, "a grid needs a list or a range with num"));
+  free(out);
+
+  f = fopen(path, "w");
+  fprintf(f, "sweep:\n  name: bad3\n  base: x.yaml\n  metod: grid\nparams:\n  dqn.lr: [1]\n");
+  fclose(f);
+  out = wf_run(a, 30, &rc);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out, "bad2.yaml:4: sweep takes name, base"));
+  free(out);
+
+  char *b[] = {wf_shoal, "sweep", "--report", "no-such-sweep", "--store", uri, NULL};
+  out = wf_run(b, 30, &rc);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out, "no sweep no-such-sweep"));
+  free(out);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bad_sweeps_are_clear),
+      cmocka_unit_test(test_killed_worker_trial_completes),
+  };
+  return cmocka_run_group_tests_name("workflow_sweep", tests, setup, teardown);
+}
