@@ -34,8 +34,13 @@
 
 char shoal_bindir[PATH_MAX];
 
+/* Prints "shoal: [what: ]message" and returns the exit status 1. */
 static int fail(const char *what, const shoal_error *err) {
-  fprintf(stderr, "shoal: %s: %s\n", what, err->msg[0] ? err->msg : shoal_strerror(err->code));
+  const char *msg = err->msg[0] ? err->msg : shoal_strerror(err->code);
+  if (what)
+    fprintf(stderr, "shoal: %s: %s\n", what, msg);
+  else
+    fprintf(stderr, "shoal: %s\n", msg);
   return 1;
 }
 
@@ -226,7 +231,7 @@ static int cmd_run(int argc, char **argv) {
   int nkeys;
   const cfg_key *keys = apex_schema(&nkeys);
   config *cfg = config_create(keys, nkeys, &err);
-  if (!cfg) return fail("config", &err);
+  if (!cfg) return fail(NULL, &err);
   store *st = NULL;
   char run[64];
   if (resume) {
@@ -239,16 +244,16 @@ static int cmd_run(int argc, char **argv) {
     if (rc) return fail("resume: stored config", &err);
     snprintf(run, sizeof run, "%s", resume);
   } else if (config_load_file(cfg, cfg_file, &err)) {
-    return fail("config", &err);
+    return fail(NULL, &err);
   }
   for (int i = 0; i < nsets; i++)
-    if (config_set(cfg, sets[i], &err)) return fail("config", &err);
+    if (config_set(cfg, sets[i], &err)) return fail(NULL, &err);
   if (store_uri && !resume) {
     char set_uri[2048];
     snprintf(set_uri, sizeof set_uri, "store.uri=%s", store_uri);
-    if (config_set(cfg, set_uri, &err)) return fail("config", &err);
+    if (config_set(cfg, set_uri, &err)) return fail(NULL, &err);
   }
-  if (config_check(cfg, &err)) return fail("config", &err);
+  if (config_check(cfg, &err) || apex_check(cfg, &err)) return fail(NULL, &err);
   /* Validate what children would only find later: the env and the device. */
   env *probe;
   if (env_make(&probe, config_string(cfg, "env.id"), &err)) return fail("config: env.id", &err);
@@ -277,7 +282,7 @@ static int cmd_run(int argc, char **argv) {
     if (store_open(&st, config_string(cfg, "store.uri"), &err)) return fail("store", &err);
   }
   char *yaml = NULL;
-  if (config_dump(cfg, &yaml, &err)) return fail("config", &err);
+  if (config_dump(cfg, &yaml, &err)) return fail(NULL, &err);
   if (!resume && store_run_create(st, run, yaml, STORE_RUN_RUNNING, &err))
     return fail("store: creating the run", &err);
   if (resume) store_run_set_status(st, run, STORE_RUN_RUNNING, NULL);
@@ -411,10 +416,10 @@ static int cmd_init(int argc, char **argv) {
   int nkeys;
   const cfg_key *keys = apex_schema(&nkeys);
   config *cfg = config_create(keys, nkeys, &err);
-  if (!cfg || config_load_file(cfg, cfg_file, &err)) return fail("config", &err);
+  if (!cfg || config_load_file(cfg, cfg_file, &err)) return fail(NULL, &err);
   for (int i = 0; i < nsets; i++)
-    if (config_set(cfg, sets[i], &err)) return fail("config", &err);
-  if (config_check(cfg, &err)) return fail("config", &err);
+    if (config_set(cfg, sets[i], &err)) return fail(NULL, &err);
+  if (config_check(cfg, &err)) return fail(NULL, &err);
   const char *run = config_string(cfg, "run.name");
   if (!store_name_valid(run)) {
     fprintf(stderr, "shoal init: run.name '%s' is not valid (1-63 of [A-Za-z0-9._-])\n", run);
@@ -424,7 +429,7 @@ static int cmd_init(int argc, char **argv) {
   if (env_make(&probe, config_string(cfg, "env.id"), &err)) return fail("config: env.id", &err);
   env_destroy(probe);
   char *yaml = NULL;
-  if (config_dump(cfg, &yaml, &err)) return fail("config", &err);
+  if (config_dump(cfg, &yaml, &err)) return fail(NULL, &err);
   store *st;
   if (store_open(&st, config_string(cfg, "store.uri"), &err)) return fail("store", &err);
   int rc = store_run_create(st, run, yaml, STORE_RUN_CREATED, &err);
@@ -502,15 +507,7 @@ static int cmd_eval(int argc, char **argv) {
   if (env_vec_create(&ev, config_string(cfg, "env.id"), episodes, NULL, &err))
     return fail("eval: env", &err);
   const env_spec *sp = env_vec_spec(ev);
-  dqn_config dc = dqn_defaults();
-  dc.obs_c = sp->obs.ndim >= 1 ? sp->obs.shape[0] : 1;
-  dc.obs_h = sp->obs.ndim >= 2 ? sp->obs.shape[1] : 1;
-  dc.obs_w = sp->obs.ndim >= 3 ? sp->obs.shape[2] : 1;
-  dc.num_actions = sp->act.n;
-  dc.net = strcmp(config_string(cfg, "dqn.net"), "minatar") == 0 ? DQN_NET_MINATAR : DQN_NET_MLP;
-  dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
-  dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
-  dc.dueling = config_bool(cfg, "dqn.dueling");
+  dqn_config dc = apex_dqn_config(cfg, sp->obs.ndim, sp->obs.shape, sp->act.n);
   dc.max_batch = episodes;
   dqn *q = dqn_create(&dc, NN_CPU, false, &err);
   if (!q) return fail("eval: network", &err);

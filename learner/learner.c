@@ -591,29 +591,6 @@ static void fill_spec(const learner *L, rpc_spec *sp, uint32_t max_items) {
   c[COL_TAIL] = (rpc_column_spec){.name = "tail", .dtype = RPC_U8};
 }
 
-static dqn_config dqn_from_config(const config *cfg, const env_spec *sp) {
-  dqn_config dc = dqn_defaults();
-  int nd = sp->obs.ndim;
-  dc.obs_c = nd >= 1 ? sp->obs.shape[0] : 1;
-  dc.obs_h = nd >= 2 ? sp->obs.shape[1] : 1;
-  dc.obs_w = nd >= 3 ? sp->obs.shape[2] : 1;
-  dc.num_actions = sp->act.n;
-  dc.net = strcmp(config_string(cfg, "dqn.net"), "minatar") == 0 ? DQN_NET_MINATAR : DQN_NET_MLP;
-  dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
-  dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
-  dc.dueling = config_bool(cfg, "dqn.dueling");
-  dc.double_q = config_bool(cfg, "dqn.double");
-  dc.n_step = (int)config_int(cfg, "dqn.n_step");
-  dc.gamma = (float)config_float(cfg, "dqn.gamma");
-  dc.lr = (float)config_float(cfg, "dqn.lr");
-  dc.adam_eps = (float)config_float(cfg, "dqn.adam_eps");
-  dc.clip_norm = (float)config_float(cfg, "dqn.clip_norm");
-  dc.huber_delta = (float)config_float(cfg, "dqn.huber_delta");
-  dc.target_period = (int)config_int(cfg, "dqn.target_period");
-  dc.seed = (uint64_t)config_int(cfg, "run.seed");
-  return dc;
-}
-
 /* A file store keeps the replay beside the run's folder; other stores do not. */
 static void replay_path_for(learner *L) {
   L->replay_path[0] = 0;
@@ -659,6 +636,7 @@ int main(int argc, char **argv) {
   if (config_load_file(L.cfg, cfg_path, &err)) die("config", &err);
   for (int i = 0; i < nsets; i++)
     if (config_set(L.cfg, sets[i], &err)) die("config", &err);
+  if (apex_check(L.cfg, &err)) die("config", &err);
   L.run = run;
   L.actors = (int)config_int(L.cfg, "actors");
   L.num_envs = (int)config_int(L.cfg, "env.num_envs");
@@ -678,15 +656,11 @@ int main(int argc, char **argv) {
 
   const char *dev = config_string(L.cfg, "learner.device");
   nn_device device = NN_CPU;
-  if (!strcmp(dev, "cuda") || (!strcmp(dev, "auto") && nn_cuda_available(NULL)))
-    device = NN_CUDA;
-  else if (strcmp(dev, "cpu") && strcmp(dev, "auto")) {
-    fprintf(stderr, "shoal-learner: learner.device '%s': expected cpu, cuda or auto\n", dev);
-    return 1;
-  }
+  /* apex_check accepted it: cpu, cuda or auto. */
+  if (!strcmp(dev, "cuda") || (!strcmp(dev, "auto") && nn_cuda_available(NULL))) device = NN_CUDA;
   int B = (int)config_int(L.cfg, "learner.batch");
   int E = (int)config_int(L.cfg, "run.eval_episodes");
-  dqn_config dc = dqn_from_config(L.cfg, L.spec);
+  dqn_config dc = apex_dqn_config(L.cfg, L.spec->obs.ndim, L.spec->obs.shape, L.spec->act.n);
   dc.max_batch = B > E ? B : E;
   if (!(L.q = dqn_create(&dc, device, true, &err))) die("network", &err);
   if (!(L.mem = make_replay(&L, &err))) die("replay", &err);
