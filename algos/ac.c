@@ -28,8 +28,8 @@ ac_config ac_defaults(void) {
 
 int ac__check(const ac_config *c, const char *who, shoal_error *err) {
   if (c->obs_c < 1 || c->obs_h < 1 || c->obs_w < 1)
-    return shoal_error_set(err, SHOAL_EINVAL, "%s: observation shape %dx%dx%d is not positive",
-                           who, c->obs_c, c->obs_h, c->obs_w);
+    return shoal_error_set(err, SHOAL_EINVAL, "%s: observation shape %dx%dx%d is not positive", who,
+                           c->obs_c, c->obs_h, c->obs_w);
   if ((c->num_actions > 0) == (c->act_dim > 0) || c->num_actions < 0 || c->act_dim < 0)
     return shoal_error_set(err, SHOAL_EINVAL,
                            "%s: exactly one of num_actions (%d) and act_dim (%d) must be "
@@ -40,8 +40,8 @@ int ac__check(const ac_config *c, const char *who, shoal_error *err) {
                            AC_MAX_ACT_DIM);
   for (int j = 0; j < c->act_dim; j++)
     if (isnan(c->act_low[j]) || isnan(c->act_high[j]) || c->act_low[j] > c->act_high[j])
-      return shoal_error_set(err, SHOAL_EINVAL, "%s: action bounds [%g, %g] of dim %d are bad",
-                             who, c->act_low[j], c->act_high[j], j);
+      return shoal_error_set(err, SHOAL_EINVAL, "%s: action bounds [%g, %g] of dim %d are bad", who,
+                             c->act_low[j], c->act_high[j], j);
   if (c->max_batch < 1)
     return shoal_error_set(err, SHOAL_EINVAL, "%s: max_batch %d < 1", who, c->max_batch);
   if (c->torso == AC_TORSO_MINATAR && (c->obs_h < 3 || c->obs_w < 3))
@@ -107,8 +107,7 @@ static int ortho_init(ac__net *n, shoal_error *err) {
   return 0;
 }
 
-int ac__create(ac__net *n, const ac_config *c, nn_device device, int max_batch,
-               shoal_error *err) {
+int ac__create(ac__net *n, const ac_config *c, nn_device device, int max_batch, shoal_error *err) {
   n->cfg = *c;
   n->P = c->num_actions > 0 ? c->num_actions : 2 * c->act_dim;
   n->out_dim = n->P + 1;
@@ -136,8 +135,7 @@ int ac__create(ac__net *n, const ac_config *c, nn_device device, int max_batch,
   if (rc >= 0 && c->separate) rc = torso(c, m, "critic_");
   if (rc >= 0) rc = val = nn_dense(m, "value", 1);
   if (rc >= 0) rc = nn_concat(m, "out", pol, val);
-  if (rc < 0)
-    return shoal_error_set(err, rc, "ac: building the network: %s", nn_model_error(m));
+  if (rc < 0) return shoal_error_set(err, rc, "ac: building the network: %s", nn_model_error(m));
   if ((rc = nn_model_build(m, max_batch, c->seed, err))) return rc;
   if (c->ortho_init && (rc = ortho_init(n, err))) return rc;
   if (c->act_dim > 0) {
@@ -297,8 +295,7 @@ void ppo_loss(const ppo_loss_in *in, const float *out, float *dout, onpolicy_sta
     float *g = dout + (size_t)i * od;
     float h;
     float lp = A > 0 ? ac_logp_discrete(o, A, ((const int32_t *)in->action)[i], &h)
-                     : ac_logp_gaussian(o, o + D, D, (const float *)in->action + (size_t)i * D,
-                                        &h);
+                     : ac_logp_gaussian(o, o + D, D, (const float *)in->action + (size_t)i * D, &h);
     double log_r = (double)lp - in->old_logp[i], r = exp(log_r);
     double adv = in->adv[i];
     double rc = fmin(fmax(r, 1.0 - in->clip), 1.0 + in->clip);

@@ -17,8 +17,7 @@ typedef struct ac__net {
 /* Checks cfg; SHOAL_EINVAL naming the field. */
 int ac__check(const ac_config *cfg, const char *who, shoal_error *err);
 /* Builds the network for batches up to max_batch into n (zeroed by the caller). */
-int ac__create(ac__net *n, const ac_config *cfg, nn_device device, int max_batch,
-               shoal_error *err);
+int ac__create(ac__net *n, const ac_config *cfg, nn_device device, int max_batch, shoal_error *err);
 void ac__destroy(ac__net *n);
 /* Forward of B rows in chunks of the model's max batch, copying the values (column P)
  * into value (B). For values only: the activations are not kept for a backward. */

@@ -126,7 +126,6 @@ int apex_check(const config *cfg, shoal_error *err);
  * at its default for the caller to set. Can't fail (the schema bounds every value). */
 dqn_config apex_dqn_config(const config *cfg, int obs_ndim, const int *obs_shape, int num_actions);
 
-
 /* ==== On-policy actor-critic: V-trace, GAE, IMPALA and PPO ==========================
  *
  * Both algorithms learn from time-major batches of unrolls (onpolicy_batch): T steps of
@@ -228,8 +227,8 @@ typedef struct impala_config {
   float baseline_coef;  /* weight of 0.5 (v_s − V)² (0.5, torchbeast's) */
   float entropy_coef;   /* entropy bonus */
   onpolicy_optim optim;
-  float lr, eps, alpha;  /* Adam ε / RMSprop ε and smoothing α */
-  float clip_norm;       /* global gradient-norm clip (0: none) */
+  float lr, eps, alpha; /* Adam ε / RMSprop ε and smoothing α */
+  float clip_norm;      /* global gradient-norm clip (0: none) */
 } impala_config;
 
 /* T 20, B 16, γ 0.99, ρ̄ = c̄ = 1, baseline 0.5, entropy 0.01, Adam lr 1e-3 ε 1e-8,
@@ -241,8 +240,8 @@ typedef struct impala impala;
 /* Creates the network (and, when learner is true, the optimizer and the buffers of a
  * learn() over T x B). Caller owns the result; NULL on error (err says which field).
  * IMPALA's policy is discrete (num_actions >= 1). */
-impala *impala_create(const ac_config *ac, const impala_config *ic, nn_device device,
-                      bool learner, shoal_error *err);
+impala *impala_create(const ac_config *ac, const impala_config *ic, nn_device device, bool learner,
+                      shoal_error *err);
 void impala_destroy(impala *l); /* NULL is fine */
 /* The network, owned by l: its parameter buffer is what the learner publishes. */
 nn_model *impala_model(impala *l);
@@ -253,13 +252,13 @@ int impala_act(impala *l, const float *obs, int B, shoal_rng *rng, bool greedy, 
                float *logp, shoal_error *err);
 
 typedef struct onpolicy_stats {
-  float loss;         /* total loss of the (last mini)batch */
-  float pg_loss;      /* policy-gradient loss (PPO: the clipped surrogate, mean) */
-  float value_loss;   /* 0.5 · mean squared error of the baseline (unweighted) */
-  float entropy;      /* mean policy entropy */
-  float grad_norm;    /* before clipping (last step) */
-  float approx_kl;    /* PPO: mean (r − 1) − log r (Schulman's k3) of the last epoch */
-  float clip_frac;    /* PPO: share of |r − 1| > ε; IMPALA: share of ρ clipped at ρ̄ */
+  float loss;          /* total loss of the (last mini)batch */
+  float pg_loss;       /* policy-gradient loss (PPO: the clipped surrogate, mean) */
+  float value_loss;    /* 0.5 · mean squared error of the baseline (unweighted) */
+  float entropy;       /* mean policy entropy */
+  float grad_norm;     /* before clipping (last step) */
+  float approx_kl;     /* PPO: mean (r − 1) − log r (Schulman's k3) of the last epoch */
+  float clip_frac;     /* PPO: share of |r − 1| > ε; IMPALA: share of ρ clipped at ρ̄ */
   float explained_var; /* 1 − Var(R − V) / Var(R) of the value targets */
   float mean_rho;      /* mean importance ratio π/μ over the batch (1 on-policy) */
   int64_t updates;     /* optimizer steps so far */
@@ -278,18 +277,18 @@ void impala_set_lr(impala *l, float lr); /* a schedule's value for the next step
 /* ---- PPO (Schulman et al. 2017), as CleanRL's ppo.py and ppo_continuous_action.py ---- */
 
 typedef struct ppo_config {
-  int T, B;             /* rollout steps per env and envs (the batch is T·B) */
-  int minibatches;      /* minibatches per epoch (T·B must divide evenly) */
-  int epochs;           /* passes over the batch per learn() */
-  float gamma, lambda;  /* discount, GAE λ */
-  float clip;           /* ε of the clipped ratio */
-  bool clip_value;      /* clip V to V_old ± ε in the value loss */
-  bool norm_adv;        /* normalise advantages per minibatch */
+  int T, B;            /* rollout steps per env and envs (the batch is T·B) */
+  int minibatches;     /* minibatches per epoch (T·B must divide evenly) */
+  int epochs;          /* passes over the batch per learn() */
+  float gamma, lambda; /* discount, GAE λ */
+  float clip;          /* ε of the clipped ratio */
+  bool clip_value;     /* clip V to V_old ± ε in the value loss */
+  bool norm_adv;       /* normalise advantages per minibatch */
   float entropy_coef, value_coef;
-  float lr, adam_eps;   /* Adam */
-  float clip_norm;      /* global gradient-norm clip (0: none) */
-  float target_kl;      /* > 0: stop the epochs once approx KL exceeds it */
-  uint64_t seed;        /* minibatch shuffling */
+  float lr, adam_eps; /* Adam */
+  float clip_norm;    /* global gradient-norm clip (0: none) */
+  float target_kl;    /* > 0: stop the epochs once approx KL exceeds it */
+  uint64_t seed;      /* minibatch shuffling */
 } ppo_config;
 
 /* CleanRL's ppo.py: T 128, B 4, 4 minibatches, 4 epochs, γ 0.99, λ 0.95, ε 0.2, value
@@ -338,12 +337,12 @@ float ac_logp_gaussian(const float *mean, const float *log_std, int D, const flo
  * second term only with clip_value). dout (N, P + 1) is overwritten. Writes the parts
  * into stats (loss, pg_loss, value_loss, entropy, approx_kl, clip_frac). */
 typedef struct ppo_loss_in {
-  int N, A, D;               /* A > 0 discrete, else D > 0 Gaussian */
-  const void *action;        /* (N) int32 or (N, D) float */
-  const float *old_logp;     /* (N) */
-  const float *adv;          /* (N), already normalised if wanted */
-  const float *ret;          /* (N) value targets */
-  const float *old_value;    /* (N) for value clipping */
+  int N, A, D;            /* A > 0 discrete, else D > 0 Gaussian */
+  const void *action;     /* (N) int32 or (N, D) float */
+  const float *old_logp;  /* (N) */
+  const float *adv;       /* (N), already normalised if wanted */
+  const float *ret;       /* (N) value targets */
+  const float *old_value; /* (N) for value clipping */
   float clip, entropy_coef, value_coef;
   bool clip_value;
 } ppo_loss_in;
@@ -366,8 +365,8 @@ const cfg_key *onpolicy_schema(int *n);
 int onpolicy_check(const config *cfg, shoal_error *err);
 /* The parts of a resolved config, for observations of shape obs_shape (ndim 1..3) and
  * either num_actions discrete actions or a Box of act_dim with bounds low/high. */
-ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_shape,
-                             int num_actions, int act_dim, const float *low, const float *high);
+ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_shape, int num_actions,
+                             int act_dim, const float *low, const float *high);
 impala_config onpolicy_impala_config(const config *cfg);
 ppo_config onpolicy_ppo_config(const config *cfg);
 

@@ -4,9 +4,8 @@
 #include "algos/algos.h"
 
 int onpolicy__check_returns_input(const char *who, int T, int B, const float *discount,
-                                  const float *reward, const float *value,
-                                  const uint8_t *truncated, const float *final_value,
-                                  shoal_error *err);
+                                  const float *reward, const float *value, const uint8_t *truncated,
+                                  const float *final_value, shoal_error *err);
 
 int gae(int T, int B, const float *discount, const float *reward, const float *value,
         const uint8_t *truncated, const float *final_value, float lambda, float *adv, float *ret,

@@ -13,15 +13,15 @@ struct impala {
   nn_optim *opt;
   int64_t updates;
   /* learner buffers, sized for T x B at create */
-  float *value;     /* (T+1, B) V(x_t) from the current network */
-  float *final_v;   /* (T, B) V(final observation) where truncated */
-  float *fobs;      /* (T·B, obs) gathered final observations */
-  int *fidx;        /* (T·B) their rows */
-  float *log_rho;   /* (T, B) log π − log μ */
-  float *discount;  /* (T, B) */
-  float *vs;        /* (T, B) */
-  float *pg_adv;    /* (T, B) */
-  float *dout;      /* ((T+1)·B, A + 1) */
+  float *value;    /* (T+1, B) V(x_t) from the current network */
+  float *final_v;  /* (T, B) V(final observation) where truncated */
+  float *fobs;     /* (T·B, obs) gathered final observations */
+  int *fidx;       /* (T·B) their rows */
+  float *log_rho;  /* (T, B) log π − log μ */
+  float *discount; /* (T, B) */
+  float *vs;       /* (T, B) */
+  float *pg_adv;   /* (T, B) */
+  float *dout;     /* ((T+1)·B, A + 1) */
 };
 
 impala_config impala_defaults(void) {
@@ -59,8 +59,8 @@ static int check(const ac_config *ac, const impala_config *c, shoal_error *err) 
   return 0;
 }
 
-impala *impala_create(const ac_config *ac, const impala_config *ic, nn_device device,
-                      bool learner, shoal_error *err) {
+impala *impala_create(const ac_config *ac, const impala_config *ic, nn_device device, bool learner,
+                      shoal_error *err) {
   if (check(ac, ic, err)) return NULL;
   impala *l = calloc(1, sizeof *l);
   if (!l) {
@@ -84,8 +84,8 @@ impala *impala_create(const ac_config *ac, const impala_config *ic, nn_device de
     l->vs = malloc(TB * sizeof *l->vs);
     l->pg_adv = malloc(TB * sizeof *l->pg_adv);
     l->dout = malloc((TB + ic->B) * od * sizeof *l->dout);
-    if (!l->value || !l->final_v || !l->fobs || !l->fidx || !l->log_rho || !l->discount ||
-        !l->vs || !l->pg_adv || !l->dout) {
+    if (!l->value || !l->final_v || !l->fobs || !l->fidx || !l->log_rho || !l->discount || !l->vs ||
+        !l->pg_adv || !l->dout) {
       shoal_error_set(err, SHOAL_ENOMEM, "impala: out of memory");
       goto fail;
     }
@@ -153,15 +153,17 @@ int onpolicy__check_batch(const ac__net *n, const onpolicy_batch *b, int maxT, i
     return shoal_error_set(err, SHOAL_EINVAL, "%s: batch T %d x B %d outside [1, %d] x [1, %d]",
                            who, b->T, b->B, maxT, maxB);
   if (!b->obs || !b->action || !b->logp || !b->reward || !b->terminated)
-    return shoal_error_set(err, SHOAL_EINVAL, "%s: obs, action, logp, reward and terminated "
-                           "are required", who);
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "%s: obs, action, logp, reward and terminated "
+                           "are required",
+                           who);
   size_t TB = (size_t)b->T * b->B;
   int rc = ac__check_actions(n, b->action, TB, who, err);
   if (rc) return rc;
   for (size_t i = 0; i < TB; i++)
     if (!isfinite(b->logp[i]) || !isfinite(b->reward[i]))
-      return shoal_error_set(err, SHOAL_ENAN, "%s: non-finite logp or reward at t=%zu, b=%zu",
-                             who, i / (size_t)b->B, i % (size_t)b->B);
+      return shoal_error_set(err, SHOAL_ENAN, "%s: non-finite logp or reward at t=%zu, b=%zu", who,
+                             i / (size_t)b->B, i % (size_t)b->B);
   return 0;
 }
 
@@ -171,7 +173,8 @@ int impala_learn(impala *l, const onpolicy_batch *b, onpolicy_stats *stats, shoa
   int rc = onpolicy__check_batch(&l->net, b, l->ic.T, l->ic.B, "impala", err);
   if (rc) return rc;
   int T = b->T, B = b->B, TB = T * B, A = l->net.cfg.num_actions, od = l->net.out_dim;
-  if ((rc = onpolicy__final_values(&l->net, b, l->fobs, l->fidx, l->vs, l->final_v, err))) return rc;
+  if ((rc = onpolicy__final_values(&l->net, b, l->fobs, l->fidx, l->vs, l->final_v, err)))
+    return rc;
   /* One forward over o_0 .. o_T; its activations serve the backward. */
   const float *out;
   if ((rc = nn_model_forward(l->net.m, b->obs, TB + B, &out, err))) return rc;
@@ -190,12 +193,12 @@ int impala_learn(impala *l, const onpolicy_batch *b, onpolicy_stats *stats, shoa
   if (!b->final_obs && b->truncated) /* no final observation: a truncation ends the return */
     for (int i = 0; i < TB; i++)
       if (b->truncated[i]) l->discount[i] = 0;
-  rc = vtrace(T, B, l->log_rho, l->discount, b->reward, l->value, trunc, l->final_v,
-              l->ic.rho_bar, l->ic.c_bar, l->ic.pg_rho_bar, l->vs, l->pg_adv, err);
+  rc = vtrace(T, B, l->log_rho, l->discount, b->reward, l->value, trunc, l->final_v, l->ic.rho_bar,
+              l->ic.c_bar, l->ic.pg_rho_bar, l->vs, l->pg_adv, err);
   if (rc) return rc;
   onpolicy_stats st = {0};
-  impala_loss(TB, A, act, l->vs, l->pg_adv, l->ic.baseline_coef, l->ic.entropy_coef, out,
-              l->dout, &st);
+  impala_loss(TB, A, act, l->vs, l->pg_adv, l->ic.baseline_coef, l->ic.entropy_coef, out, l->dout,
+              &st);
   memset(l->dout + (size_t)TB * od, 0, (size_t)B * od * sizeof *l->dout);
   if (!isfinite(st.loss)) return shoal_error_set(err, SHOAL_ENAN, "impala: the loss is not finite");
   nn_model_zero_grad(l->net.m);

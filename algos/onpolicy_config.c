@@ -124,8 +124,8 @@ int onpolicy_check(const config *cfg, shoal_error *err) {
   return rc;
 }
 
-ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_shape,
-                             int num_actions, int act_dim, const float *low, const float *high) {
+ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_shape, int num_actions,
+                             int act_dim, const float *low, const float *high) {
   ac_config c = ac_defaults();
   c.obs_c = obs_ndim >= 1 ? obs_shape[0] : 1;
   c.obs_h = obs_ndim >= 2 ? obs_shape[1] : 1;
@@ -136,8 +136,8 @@ ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_sha
     c.act_low[j] = low ? low[j] : -1e30f;
     c.act_high[j] = high ? high[j] : 1e30f;
   }
-  c.torso = strcmp(config_string(cfg, "ac.torso"), "minatar") == 0 ? AC_TORSO_MINATAR
-                                                                  : AC_TORSO_MLP;
+  c.torso =
+      strcmp(config_string(cfg, "ac.torso"), "minatar") == 0 ? AC_TORSO_MINATAR : AC_TORSO_MLP;
   c.hidden[0] = (int)config_int(cfg, "ac.hidden0");
   c.hidden[1] = (int)config_int(cfg, "ac.hidden1");
   c.tanh = config_bool(cfg, "ac.tanh");
@@ -158,8 +158,8 @@ impala_config onpolicy_impala_config(const config *cfg) {
   c.pg_rho_bar = (float)config_float(cfg, "impala.pg_rho_bar");
   c.baseline_coef = (float)config_float(cfg, "impala.baseline_coef");
   c.entropy_coef = (float)config_float(cfg, "impala.entropy_coef");
-  c.optim = strcmp(config_string(cfg, "impala.optim"), "rmsprop") == 0 ? ONPOLICY_RMSPROP
-                                                                      : ONPOLICY_ADAM;
+  c.optim =
+      strcmp(config_string(cfg, "impala.optim"), "rmsprop") == 0 ? ONPOLICY_RMSPROP : ONPOLICY_ADAM;
   c.lr = (float)config_float(cfg, "impala.lr");
   c.eps = (float)config_float(cfg, "impala.eps");
   c.alpha = (float)config_float(cfg, "impala.alpha");

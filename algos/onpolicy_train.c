@@ -107,10 +107,10 @@ typedef struct run {
   int B, T, E;
   size_t obs_n, act_n; /* floats per observation, action elements per step */
   bool u8;
-  void *raw, *raw_final, *eraw;   /* env-dtype observations (B), final ones (B), eval (E) */
-  float *cur, *fin, *ecur;        /* float observations */
-  float *obs, *final_obs;         /* (T+1, B, obs), (T, B, obs) */
-  void *act;                      /* (T, B, act_n) int32 or float */
+  void *raw, *raw_final, *eraw; /* env-dtype observations (B), final ones (B), eval (E) */
+  float *cur, *fin, *ecur;      /* float observations */
+  float *obs, *final_obs;       /* (T+1, B, obs), (T, B, obs) */
+  void *act;                    /* (T, B, act_n) int32 or float */
   void *env_act, *eact, *eenv_act;
   float *logp, *reward, *erew, *elogp;
   uint8_t *term, *trunc, *eterm, *etrunc;
@@ -175,10 +175,10 @@ static void run_free(run *r) {
   env_vec_destroy(r->ev);
   ppo_destroy(r->ag.p);
   impala_destroy(r->ag.l);
-  void *bufs[] = {r->raw, r->raw_final, r->eraw, r->cur, r->fin, r->ecur, r->obs, r->final_obs,
-                  r->act, r->env_act, r->eact, r->eenv_act, r->logp, r->reward, r->erew,
-                  r->elogp, r->term, r->trunc, r->eterm, r->etrunc, r->disc_ret, r->eret,
-                  r->edone, r->ereturns};
+  void *bufs[] = {r->raw,   r->raw_final, r->eraw,     r->cur,     r->fin,   r->ecur,
+                  r->obs,   r->final_obs, r->act,      r->env_act, r->eact,  r->eenv_act,
+                  r->logp,  r->reward,    r->erew,     r->elogp,   r->term,  r->trunc,
+                  r->eterm, r->etrunc,    r->disc_ret, r->eret,    r->edone, r->ereturns};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
   rms_free(&r->obs_rms);
   rms_free(&r->ret_rms);
@@ -200,15 +200,16 @@ static int run_init(run *r, const onpolicy_train_config *tc, shoal_error *err) {
   r->sp = env_vec_spec(r->v);
   const env_space *os = &r->sp->obs, *as = &r->sp->act;
   if (os->dtype != ENV_FLOAT32 && os->dtype != ENV_UINT8)
-    return shoal_error_set(err, SHOAL_EINVAL, "train: %s observations are neither float32 nor "
-                           "uint8", tc->env_id);
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "train: %s observations are neither float32 nor "
+                           "uint8",
+                           tc->env_id);
   r->u8 = os->dtype == ENV_UINT8;
   r->obs_n = (size_t)os->size;
   ac_config ac = tc->ac;
   int shape[3] = {1, 1, 1};
   for (int d = 0; d < os->ndim && d < 3; d++) shape[d] = os->shape[d];
-  if (os->ndim > 3)
-    return shoal_error_set(err, SHOAL_EINVAL, "train: %d-d observations", os->ndim);
+  if (os->ndim > 3) return shoal_error_set(err, SHOAL_EINVAL, "train: %d-d observations", os->ndim);
   ac.obs_c = shape[0];
   ac.obs_h = shape[1];
   ac.obs_w = shape[2];
@@ -270,10 +271,10 @@ static int run_init(run *r, const onpolicy_train_config *tc, shoal_error *err) {
   r->ereturns = calloc((size_t)tc->eval_episodes, sizeof(double));
   int rms_rc = rms_init(&r->obs_rms, (int)r->obs_n);
   if (!rms_rc) rms_rc = rms_init(&r->ret_rms, 1);
-  if (rms_rc || !r->raw || !r->raw_final || !r->eraw || !r->cur || !r->fin || !r->ecur ||
-      !r->obs || !r->final_obs || !r->act || !r->env_act || !r->eact || !r->eenv_act ||
-      !r->logp || !r->reward || !r->erew || !r->elogp || !r->term || !r->trunc || !r->eterm ||
-      !r->etrunc || !r->disc_ret || !r->eret || !r->edone || !r->ereturns)
+  if (rms_rc || !r->raw || !r->raw_final || !r->eraw || !r->cur || !r->fin || !r->ecur || !r->obs ||
+      !r->final_obs || !r->act || !r->env_act || !r->eact || !r->eenv_act || !r->logp ||
+      !r->reward || !r->erew || !r->elogp || !r->term || !r->trunc || !r->eterm || !r->etrunc ||
+      !r->disc_ret || !r->eret || !r->edone || !r->ereturns)
     return shoal_error_set(err, SHOAL_ENOMEM, "train: out of memory");
   shoal_rng_seed(&r->rng, tc->seed * 2 + 1);
   shoal_rng_seed(&r->erng, tc->seed * 2 + 2);
@@ -313,8 +314,10 @@ int onpolicy_train_sync(const onpolicy_train_config *tc, onpolicy_train_result *
     if (tc->anneal_lr) {
       float lr = lr0 * (1.0f - (float)it / (float)iters);
       if (lr < lr0 * 1e-3f) lr = lr0 * 1e-3f;
-      if (r.ag.p) ppo_set_lr(r.ag.p, lr);
-      else impala_set_lr(r.ag.l, lr);
+      if (r.ag.p)
+        ppo_set_lr(r.ag.p, lr);
+      else
+        impala_set_lr(r.ag.l, lr);
     }
     for (int t = 0; t < T; t++) {
       size_t row = (size_t)t * B;
@@ -353,9 +356,11 @@ int onpolicy_train_sync(const onpolicy_train_config *tc, onpolicy_train_result *
       }
     }
     memcpy(r.obs + TB * on, r.cur, (size_t)B * on * sizeof(float));
-    onpolicy_batch b = {T, B, r.obs, r.act, r.logp, r.reward, r.term,
-                        r.trunc, tc->bootstrap_truncation ? r.final_obs : NULL};
-    rc = r.ag.p ? ppo_learn(r.ag.p, &b, &res->last, err) : impala_learn(r.ag.l, &b, &res->last, err);
+    onpolicy_batch b = {T,      B,       r.obs,
+                        r.act,  r.logp,  r.reward,
+                        r.term, r.trunc, tc->bootstrap_truncation ? r.final_obs : NULL};
+    rc =
+        r.ag.p ? ppo_learn(r.ag.p, &b, &res->last, err) : impala_learn(r.ag.l, &b, &res->last, err);
     if (rc) goto done;
     it++;
     res->env_steps += (int64_t)TB;
@@ -374,8 +379,8 @@ int onpolicy_train_sync(const onpolicy_train_config *tc, onpolicy_train_result *
               res->last.approx_kl, res->last.clip_frac, res->last.explained_var);
       fflush(tc->log);
     }
-    bool last = res->env_steps >= tc->max_env_steps ||
-                (tc->max_seconds > 0 && now - t0 > tc->max_seconds);
+    bool last =
+        res->env_steps >= tc->max_env_steps || (tc->max_seconds > 0 && now - t0 > tc->max_seconds);
     /* Check for a solve when the training return says it may be there, or on schedule. */
     bool due = res->env_steps >= next_eval ||
                (!isnan(tc->solve_return) && vs.mean_return_100 >= tc->solve_return) || last;

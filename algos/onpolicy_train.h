@@ -23,38 +23,38 @@ extern "C" {
 #endif
 
 typedef struct onpolicy_train_config {
-  bool use_impala;         /* IMPALA (V-trace) instead of PPO */
+  bool use_impala; /* IMPALA (V-trace) instead of PPO */
   char env_id[64];
   char env_options[256];
-  int num_envs;            /* B */
-  ac_config ac;            /* network options; shapes and bounds come from the env */
-  ppo_config ppo;          /* its B is num_envs */
-  impala_config impala;    /* its B is num_envs (one unroll per env per update) */
-  bool anneal_lr;          /* lr falls linearly to 0 over max_env_steps (CleanRL) */
-  bool norm_obs;           /* Gymnasium's NormalizeObservation, then clip ±10 */
-  bool norm_reward;        /* Gymnasium's NormalizeReward(γ), then clip ±10 */
+  int num_envs;              /* B */
+  ac_config ac;              /* network options; shapes and bounds come from the env */
+  ppo_config ppo;            /* its B is num_envs */
+  impala_config impala;      /* its B is num_envs (one unroll per env per update) */
+  bool anneal_lr;            /* lr falls linearly to 0 over max_env_steps (CleanRL) */
+  bool norm_obs;             /* Gymnasium's NormalizeObservation, then clip ±10 */
+  bool norm_reward;          /* Gymnasium's NormalizeReward(γ), then clip ±10 */
   bool bootstrap_truncation; /* bootstrap truncated episodes (false: CleanRL's ppo.py) */
   int64_t max_env_steps;
-  double max_seconds;      /* 0: no limit */
-  double solve_return;     /* stop once the evaluation mean reaches it; NAN: never */
+  double max_seconds;  /* 0: no limit */
+  double solve_return; /* stop once the evaluation mean reaches it; NAN: never */
   int eval_episodes;
   int64_t eval_every_steps;
-  bool eval_greedy;        /* argmax / Gaussian mean; else sampled */
+  bool eval_greedy; /* argmax / Gaussian mean; else sampled */
   uint64_t seed;
-  FILE *log;               /* a progress line per log_every_s seconds; NULL: quiet */
+  FILE *log; /* a progress line per log_every_s seconds; NULL: quiet */
   double log_every_s;
 } onpolicy_train_config;
 
 typedef struct onpolicy_train_result {
   int64_t env_steps, updates;
-  double seconds;          /* wall time of the whole run, evaluations included */
-  double train_return100;  /* mean return of the last 100 training episodes (raw rewards) */
+  double seconds;               /* wall time of the whole run, evaluations included */
+  double train_return100;       /* mean return of the last 100 training episodes (raw rewards) */
   double eval_return, eval_std; /* the last evaluation; NAN if none ran */
   int eval_count;
   bool solved;
   int64_t solved_env_steps;
   double solved_seconds;
-  onpolicy_stats last;     /* the last learn()'s statistics */
+  onpolicy_stats last; /* the last learn()'s statistics */
 } onpolicy_train_result;
 
 /* Fills tc from a resolved on-policy config (onpolicy_schema; checked with

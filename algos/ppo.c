@@ -16,19 +16,19 @@ struct ppo {
   shoal_rng rng; /* minibatch shuffling */
   int64_t updates;
   /* learner buffers, sized for T x B at create */
-  float *value;    /* (T+1, B) */
-  float *final_v;  /* (T, B) */
-  float *fobs;     /* (T·B, obs) */
-  int *fidx;       /* (T·B) */
-  float *scratch;  /* (T·B) */
-  float *discount; /* (T, B) */
-  float *adv;      /* (T, B) */
-  float *ret;      /* (T, B) */
-  int *perm;       /* (T·B) */
-  float *mb_obs;   /* (M, obs) */
-  float *mb_act;   /* (M, D) floats or (M) int32 */
+  float *value;                            /* (T+1, B) */
+  float *final_v;                          /* (T, B) */
+  float *fobs;                             /* (T·B, obs) */
+  int *fidx;                               /* (T·B) */
+  float *scratch;                          /* (T·B) */
+  float *discount;                         /* (T, B) */
+  float *adv;                              /* (T, B) */
+  float *ret;                              /* (T, B) */
+  int *perm;                               /* (T·B) */
+  float *mb_obs;                           /* (M, obs) */
+  float *mb_act;                           /* (M, D) floats or (M) int32 */
   float *mb_logp, *mb_adv, *mb_ret, *mb_v; /* (M) */
-  float *dout;     /* (M, P + 1) */
+  float *dout;                             /* (M, P + 1) */
 };
 
 ppo_config ppo_defaults(void) {
@@ -62,11 +62,12 @@ static int check(const ac_config *ac, const ppo_config *c, shoal_error *err) {
     return shoal_error_set(err, SHOAL_EINVAL, "ppo: T·B = %d does not divide into %d minibatches",
                            c->T * c->B, c->minibatches);
   if (!(c->gamma >= 0 && c->gamma <= 1) || !(c->lambda >= 0 && c->lambda <= 1))
-    return shoal_error_set(err, SHOAL_EINVAL, "ppo: gamma %g or lambda %g outside [0, 1]",
-                           c->gamma, c->lambda);
+    return shoal_error_set(err, SHOAL_EINVAL, "ppo: gamma %g or lambda %g outside [0, 1]", c->gamma,
+                           c->lambda);
   if (!(c->clip > 0) || !(c->lr > 0) || !(c->adam_eps > 0) || !(c->entropy_coef >= 0) ||
       !(c->value_coef >= 0) || !(c->clip_norm >= 0) || !(c->target_kl >= 0))
-    return shoal_error_set(err, SHOAL_EINVAL, "ppo: clip, lr and adam_eps must be > 0, "
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "ppo: clip, lr and adam_eps must be > 0, "
                            "coefficients, clip_norm and target_kl >= 0");
   return 0;
 }
@@ -106,8 +107,8 @@ ppo *ppo_create(const ac_config *ac, const ppo_config *pc, nn_device device, boo
     p->mb_v = malloc(M * sizeof *p->mb_v);
     p->dout = malloc(M * od * sizeof *p->dout);
     if (!p->value || !p->final_v || !p->fobs || !p->fidx || !p->scratch || !p->discount ||
-        !p->adv || !p->ret || !p->perm || !p->mb_obs || !p->mb_act || !p->mb_logp ||
-        !p->mb_adv || !p->mb_ret || !p->mb_v || !p->dout) {
+        !p->adv || !p->ret || !p->perm || !p->mb_obs || !p->mb_act || !p->mb_logp || !p->mb_adv ||
+        !p->mb_ret || !p->mb_v || !p->dout) {
       shoal_error_set(err, SHOAL_ENOMEM, "ppo: out of memory");
       goto fail;
     }
@@ -234,8 +235,9 @@ int ppo_learn(ppo *p, const onpolicy_batch *b, onpolicy_stats *stats, shoal_erro
       }
       const float *out;
       if ((rc = nn_model_forward(p->net.m, p->mb_obs, M, &out, err))) return rc;
-      ppo_loss_in in = {M, A, D, p->mb_act, p->mb_logp, p->mb_adv, p->mb_ret, p->mb_v,
-                        p->pc.clip, p->pc.entropy_coef, p->pc.value_coef, p->pc.clip_value};
+      ppo_loss_in in = {
+          M,         A,       D,          p->mb_act,          p->mb_logp,       p->mb_adv,
+          p->mb_ret, p->mb_v, p->pc.clip, p->pc.entropy_coef, p->pc.value_coef, p->pc.clip_value};
       ppo_loss(&in, out, p->dout, &st);
       if (!isfinite(st.loss))
         return shoal_error_set(err, SHOAL_ENAN, "ppo: the loss is not finite (epoch %d)", epoch);

@@ -5,9 +5,8 @@
 
 /* Shared checks of vtrace() and gae(): sizes and finiteness of every input. */
 int onpolicy__check_returns_input(const char *who, int T, int B, const float *discount,
-                                  const float *reward, const float *value,
-                                  const uint8_t *truncated, const float *final_value,
-                                  shoal_error *err) {
+                                  const float *reward, const float *value, const uint8_t *truncated,
+                                  const float *final_value, shoal_error *err) {
   if (T < 1 || B < 1)
     return shoal_error_set(err, SHOAL_EINVAL, "%s: T %d and B %d must be >= 1", who, T, B);
   if (!discount || !reward || !value)
@@ -44,8 +43,8 @@ int vtrace(int T, int B, const float *log_rho, const float *discount, const floa
                            rho_bar, c_bar, pg_rho_bar);
   for (size_t i = 0; i < (size_t)T * (size_t)B; i++)
     if (isnan(log_rho[i]))
-      return shoal_error_set(err, SHOAL_ENAN, "vtrace: NaN log_rho at t=%zu, b=%zu",
-                             i / (size_t)B, i % (size_t)B);
+      return shoal_error_set(err, SHOAL_ENAN, "vtrace: NaN log_rho at t=%zu, b=%zu", i / (size_t)B,
+                             i % (size_t)B);
   for (int b = 0; b < B; b++) {
     /* acc = v_{t+1} − V(x_{t+1}), 0 past the end of the unroll (v_T = V(x_T)). */
     double acc = 0;

@@ -177,8 +177,10 @@ static void test_bad_input(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_vtrace_by_hand),        cmocka_unit_test(test_vtrace_matches_eq1),
-      cmocka_unit_test(test_vtrace_on_policy_limit), cmocka_unit_test(test_gae_by_hand),
+      cmocka_unit_test(test_vtrace_by_hand),
+      cmocka_unit_test(test_vtrace_matches_eq1),
+      cmocka_unit_test(test_vtrace_on_policy_limit),
+      cmocka_unit_test(test_gae_by_hand),
       cmocka_unit_test(test_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
