@@ -287,7 +287,7 @@ typedef struct ppo_config {
   float entropy_coef, value_coef;
   float lr, adam_eps; /* Adam */
   float clip_norm;    /* global gradient-norm clip (0: none) */
-  float target_kl;    /* > 0: stop the epochs once approx KL exceeds it */
+  float target_kl;    /* > 0: stop the epochs once the last minibatch's approx KL exceeds it */
   uint64_t seed;      /* minibatch shuffling */
 } ppo_config;
 

@@ -186,7 +186,7 @@ int impala_learn(impala *l, const onpolicy_batch *b, onpolicy_stats *stats, shoa
     l->log_rho[i] = lp - b->logp[i];
     double r = exp((double)l->log_rho[i]);
     rho_sum += r;
-    if (r > l->ic.rho_bar) clipped++;
+    if (r > l->ic.rho_bar * (1 + 1e-4)) clipped++; /* above float noise */
     l->discount[i] = b->terminated[i] ? 0.0f : l->ic.gamma;
   }
   const uint8_t *trunc = b->final_obs ? b->truncated : NULL;

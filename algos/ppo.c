@@ -249,7 +249,8 @@ int ppo_learn(ppo *p, const onpolicy_batch *b, onpolicy_stats *stats, shoal_erro
       kl_sum += st.approx_kl;
       kl_n++;
     }
-    if (p->pc.target_kl > 0 && kl_sum / kl_n > p->pc.target_kl) break;
+    /* CleanRL's early stop: the last minibatch's approximate KL. */
+    if (p->pc.target_kl > 0 && st.approx_kl > p->pc.target_kl) break;
   }
   if (stats) {
     double my = 0, md = 0, vy = 0, vd = 0;

@@ -378,6 +378,87 @@ static void test_log_std_state_independent(void **state) {
   ppo_destroy(p);
 }
 
+/* The MinAtar torso (conv 16 3x3 -> dense 128) on (4, 10, 10) grids: IMPALA learns, with
+ * truncations bootstrapped from final observations, and its loss falls on a fixed batch. */
+static void test_minatar_torso(void **state) {
+  shoal_error err = {0};
+  enum { T = 5, B = 4, OBS = 4 * 10 * 10 };
+  ac_config ac = ac_defaults();
+  ac.obs_c = 4;
+  ac.obs_h = ac.obs_w = 10;
+  ac.num_actions = 3;
+  ac.torso = AC_TORSO_MINATAR;
+  ac.separate = false;
+  ac.ortho_init = false;
+  impala_config ic = impala_defaults();
+  ic.T = T;
+  ic.B = B;
+  ic.optim = ONPOLICY_RMSPROP;
+  ic.lr = 1e-3f;
+  ic.eps = 0.01f;
+  impala *l = impala_create(&ac, &ic, NN_CPU, true, &err);
+  assert_non_null(l);
+  assert_true(nn_model_find_node(impala_model(l), "conv1") >= 0);
+  static float obs[(T + 1) * B * OBS], fin[T * B * OBS], logp[T * B], rew[T * B];
+  static int32_t act[T * B];
+  static uint8_t term[T * B], trunc[T * B];
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 6);
+  for (int i = 0; i < (T + 1) * B * OBS; i++) obs[i] = shoal_rng_uniform(&rng) < 0.1 ? 1.0f : 0;
+  for (int i = 0; i < T * B * OBS; i++) fin[i] = shoal_rng_uniform(&rng) < 0.1 ? 1.0f : 0;
+  for (int t = 0; t < T; t++)
+    assert_int_equal(impala_act(l, obs + t * B * OBS, B, &rng, false, act + t * B, logp + t * B,
+                                &err),
+                     0);
+  for (int i = 0; i < T * B; i++) {
+    rew[i] = act[i] == 1 ? 1.0f : 0.0f;
+    term[i] = i == 9;
+    trunc[i] = i == 13;
+  }
+  onpolicy_batch b = {T, B, obs, act, logp, rew, term, trunc, fin};
+  onpolicy_stats first, st;
+  assert_int_equal(impala_learn(l, &b, &first, &err), 0);
+  assert_float_equal(first.mean_rho, 1.0f, 1e-4); /* on-policy: π = μ before the step */
+  for (int k = 0; k < 30; k++) assert_int_equal(impala_learn(l, &b, &st, &err), 0);
+  assert_true(st.value_loss < first.value_loss);
+  assert_true(st.mean_rho != 1.0f); /* the policy moved away from the behaviour */
+  impala_destroy(l);
+}
+
+/* target_kl stops the epochs early: with a huge learning rate the first epoch's KL
+ * exceeds a tiny target and only its minibatches are taken. */
+static void test_target_kl(void **state) {
+  shoal_error err = {0};
+  enum { T = 8, B = 4 };
+  ac_config ac = ac_defaults();
+  ac.obs_c = 2;
+  ppo_config pc = ppo_defaults();
+  pc.T = T;
+  pc.B = B;
+  pc.minibatches = 2;
+  pc.epochs = 10;
+  pc.lr = 0.05f;
+  pc.target_kl = 1e-6f;
+  ppo *p = ppo_create(&ac, &pc, NN_CPU, true, &err);
+  assert_non_null(p);
+  static float obs[(T + 1) * B * 2], logp[T * B], rew[T * B];
+  static int32_t act[T * B];
+  static uint8_t term[T * B];
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 12);
+  for (int i = 0; i < (T + 1) * B * 2; i++) obs[i] = (float)shoal_rng_normal(&rng);
+  for (int t = 0; t < T; t++)
+    assert_int_equal(
+        ppo_act(p, obs + t * B * 2, B, &rng, false, act + t * B, NULL, logp + t * B, NULL, &err),
+        0);
+  for (int i = 0; i < T * B; i++) rew[i] = (float)act[i];
+  onpolicy_batch b = {T, B, obs, act, logp, rew, term, NULL, NULL};
+  onpolicy_stats st;
+  assert_int_equal(ppo_learn(p, &b, &st, &err), 0);
+  assert_int_equal(st.updates, 2); /* one epoch of 2 minibatches */
+  ppo_destroy(p);
+}
+
 static void test_bad_input(void **state) {
   shoal_error err = {0};
   ac_config ac = ac_defaults();
@@ -448,6 +529,8 @@ int main(void) {
       cmocka_unit_test(test_act_continuous),
       cmocka_unit_test(test_learns_a_bandit),
       cmocka_unit_test(test_log_std_state_independent),
+      cmocka_unit_test(test_minatar_torso),
+      cmocka_unit_test(test_target_kl),
       cmocka_unit_test(test_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
