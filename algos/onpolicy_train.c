@@ -81,6 +81,7 @@ int onpolicy_train_from_config(const config *cfg, onpolicy_train_config *tc, sho
   tc->eval_every_steps = config_int(cfg, "run.eval_every_steps");
   tc->eval_greedy = config_bool(cfg, "run.eval_greedy");
   tc->seed = (uint64_t)config_int(cfg, "run.seed");
+  tc->report_return = NAN;
   tc->log_every_s = config_float(cfg, "learner.log_every_s");
   return 0;
 }
@@ -295,6 +296,7 @@ int onpolicy_train_sync(const onpolicy_train_config *tc, onpolicy_train_result *
   memset(res, 0, sizeof *res);
   res->eval_return = res->eval_std = NAN;
   res->train_return100 = NAN;
+  res->report_steps = -1;
   run r;
   double t0 = shoal_now_s(), last_log = t0;
   int rc = run_init(&r, tc, err);
@@ -368,6 +370,8 @@ int onpolicy_train_sync(const onpolicy_train_config *tc, onpolicy_train_result *
     env_vec_stats vs;
     env_vec_get_stats(r.v, &vs);
     res->train_return100 = vs.mean_return_100;
+    if (res->report_steps < 0 && vs.episodes >= 100 && vs.mean_return_100 >= tc->report_return)
+      res->report_steps = res->env_steps;
     double now = shoal_now_s();
     if (tc->log && now - last_log >= tc->log_every_s) {
       last_log = now;

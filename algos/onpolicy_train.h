@@ -39,7 +39,9 @@ typedef struct onpolicy_train_config {
   double solve_return; /* stop once the evaluation mean reaches it; NAN: never */
   int eval_episodes;
   int64_t eval_every_steps;
-  bool eval_greedy; /* argmax / Gaussian mean; else sampled */
+  bool eval_greedy;     /* argmax / Gaussian mean; else sampled */
+  double report_return; /* result.report_steps: when the training return100 first
+                           reached this (NAN: not tracked) */
   uint64_t seed;
   FILE *log; /* a progress line per log_every_s seconds; NULL: quiet */
   double log_every_s;
@@ -54,7 +56,8 @@ typedef struct onpolicy_train_result {
   bool solved;
   int64_t solved_env_steps;
   double solved_seconds;
-  onpolicy_stats last; /* the last learn()'s statistics */
+  int64_t report_steps; /* env steps when return100 first reached report_return; -1 */
+  onpolicy_stats last;  /* the last learn()'s statistics */
 } onpolicy_train_result;
 
 /* Fills tc from a resolved on-policy config (onpolicy_schema; checked with

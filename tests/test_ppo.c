@@ -407,9 +407,8 @@ static void test_minatar_torso(void **state) {
   for (int i = 0; i < (T + 1) * B * OBS; i++) obs[i] = shoal_rng_uniform(&rng) < 0.1 ? 1.0f : 0;
   for (int i = 0; i < T * B * OBS; i++) fin[i] = shoal_rng_uniform(&rng) < 0.1 ? 1.0f : 0;
   for (int t = 0; t < T; t++)
-    assert_int_equal(impala_act(l, obs + t * B * OBS, B, &rng, false, act + t * B, logp + t * B,
-                                &err),
-                     0);
+    assert_int_equal(
+        impala_act(l, obs + t * B * OBS, B, &rng, false, act + t * B, logp + t * B, &err), 0);
   for (int i = 0; i < T * B; i++) {
     rew[i] = act[i] == 1 ? 1.0f : 0.0f;
     term[i] = i == 9;
