@@ -136,6 +136,250 @@ int apex_check(const config *cfg, shoal_error *err);
  * at its default for the caller to set. Can't fail (the schema bounds every value). */
 dqn_config apex_dqn_config(const config *cfg, int obs_ndim, const int *obs_shape, int num_actions);
 
+/* ==== On-policy actor-critic: V-trace, GAE, IMPALA and PPO ==========================
+ *
+ * Both algorithms learn from time-major batches of unrolls (onpolicy_batch): T steps of
+ * B envs, with the observation after the last step as a (T+1)-th row to bootstrap from,
+ * the behaviour policy's log-probabilities, rewards and Gymnasium's two end flags.
+ * Terminated steps do not bootstrap (discount 0); truncated ones bootstrap from the
+ * value of the episode's final observation (final_obs) and cut the trace there, since
+ * the next row already belongs to the new episode (env_vec resets in the same step).
+ *
+ *   ac_config ac = ac_defaults();  ac.obs_c = 4;  ac.num_actions = 2;
+ *   ppo_config pc = ppo_defaults();  pc.T = 128;  pc.B = 4;     // CleanRL's ppo.py
+ *   ppo *p = ppo_create(&ac, &pc, NN_CPU, true, &err);
+ *   ppo_act(p, obs, 4, &rng, false, actions, env_actions, logp, &err);  // per step
+ *   ppo_learn(p, &batch, &stats, &err);                                 // per rollout
+ *
+ *   impala_config ic = impala_defaults();
+ *   impala *l = impala_create(&ac, &ic, NN_CPU, true, &err);
+ *   impala_learn(l, &batch, &stats, &err);   // one update from B unrolls of length T
+ */
+
+/* V-trace (Espeholt et al. 2018, eq. 1) over T steps of B sequences, time-major,
+ * computed backwards: with ρ_t = min(ρ̄, π/μ), c_t = min(c̄, π/μ),
+ *   δ_t = ρ_t (r_t + γ_t V'_t − V(x_t)),   v_t − V(x_t) = δ_t + γ_t c_t (v_{t+1} − V(x_{t+1})),
+ * and the policy-gradient advantage ρ^pg_t (r_t + γ_t v'_{t+1} − V(x_t)), ρ^pg_t =
+ * min(pg_rho_bar, π/μ). γ_t = discount (0 where the episode terminated). V'_t is
+ * value[t+1], or final_value[t] where truncated[t] is set (the trace is cut there and
+ * v'_{t+1} = final_value[t]). Arrays: log_rho = log π − log μ, discount, reward,
+ * truncated (may be NULL), final_value (read where truncated; may be NULL only with
+ * truncated NULL) and the outputs vs, pg_adv are (T, B); value is (T+1, B), row T the
+ * bootstrap V(x_T). All borrowed for the call. SHOAL_EINVAL for bad sizes or bars,
+ * SHOAL_ENAN for a non-finite input (nothing written then is not promised). */
+int vtrace(int T, int B, const float *log_rho, const float *discount, const float *reward,
+           const float *value, const uint8_t *truncated, const float *final_value, float rho_bar,
+           float c_bar, float pg_rho_bar, float *vs, float *pg_adv, shoal_error *err);
+
+/* GAE(λ) (Schulman et al. 2016) over the same layout: δ_t = r_t + γ_t V'_t − V(x_t),
+ * A_t = δ_t + γ_t λ (1 − truncated_t) A_{t+1}, returns R_t = A_t + V(x_t). Bootstraps
+ * truncated steps from final_value as vtrace() does (CleanRL's ppo.py instead treats a
+ * truncation as a termination: pass truncated = NULL and fold it into discount for
+ * that). adv and ret are (T, B); ret may be NULL. Errors as vtrace(). */
+int gae(int T, int B, const float *discount, const float *reward, const float *value,
+        const uint8_t *truncated, const float *final_value, float lambda, float *adv, float *ret,
+        shoal_error *err);
+
+enum { AC_MAX_ACT_DIM = 16 };
+
+typedef enum ac_torso {
+  AC_TORSO_MLP = 0,     /* flattened observation -> hidden[0] -> hidden[1] */
+  AC_TORSO_MINATAR = 1, /* conv 16 3x3 stride 1 -> ReLU -> dense 128 -> ReLU (MinAtar's) */
+} ac_torso;
+
+/* The actor-critic network, shared by IMPALA and PPO. Its one output row per sample is
+ * [policy | value]: discrete policies give A logits; Box policies a Gaussian mean (D)
+ * and a state-independent log-std (D), held as the bias of a dense layer whose weight
+ * stays zero, so it lives in the model's one parameter buffer and travels with
+ * published parameters and checkpoints. */
+typedef struct ac_config {
+  int obs_c, obs_h, obs_w; /* per-sample observation shape (a vector: N, 1, 1) */
+  int num_actions;         /* discrete: A >= 1; 0 for a Box */
+  int act_dim;             /* Box: D in [1, AC_MAX_ACT_DIM]; 0 for discrete */
+  float act_low[AC_MAX_ACT_DIM], act_high[AC_MAX_ACT_DIM]; /* Box bounds (clip for the env) */
+  ac_torso torso;
+  int hidden[2];      /* MLP widths (0 ends the list early) */
+  bool tanh;          /* tanh activations in the MLP (CleanRL's PPO); else ReLU */
+  bool separate;      /* separate actor and critic torsos (CleanRL's PPO); else shared */
+  bool ortho_init;    /* orthogonal weights, gain √2, policy head 0.01, value head 1, zero
+                         biases (CleanRL's layer_init); else PyTorch's default init */
+  float log_std_init; /* Box: initial log-std */
+  int max_batch;      /* the largest act() batch (learners size their own batches) */
+  uint64_t seed;      /* network initialisation */
+} ac_config;
+
+/* MLP 64-64 tanh, separate torsos, orthogonal init, log-std 0, batch up to 256:
+ * CleanRL's PPO agent. The caller sets the shapes. */
+ac_config ac_defaults(void);
+
+/* One time-major batch of B unrolls of T steps for learn(), all arrays borrowed. */
+typedef struct onpolicy_batch {
+  int T, B;
+  const float *obs;          /* (T+1, B, obs): o_0 .. o_T, row T the bootstrap observation */
+  const void *action;        /* (T, B) int32, or (T, B, D) float: the action sampled (unclipped) */
+  const float *logp;         /* (T, B) log μ(a_t | o_t) of the behaviour policy */
+  const float *reward;       /* (T, B) */
+  const uint8_t *terminated; /* (T, B) 0/1 */
+  const uint8_t *truncated;  /* (T, B) 0/1, or NULL: no truncations */
+  const float *final_obs;    /* (T, B, obs) read where truncated; NULL: truncation is treated
+                                as termination (no bootstrap), as CleanRL's ppo.py does */
+} onpolicy_batch;
+
+/* ---- IMPALA (Espeholt et al. 2018) ---- */
+
+typedef enum onpolicy_optim { ONPOLICY_ADAM = 0, ONPOLICY_RMSPROP = 1 } onpolicy_optim;
+
+typedef struct impala_config {
+  int T, B;             /* unroll length and unrolls per update (the largest learn() batch) */
+  float gamma;          /* discount */
+  float rho_bar, c_bar; /* V-trace truncation levels (1, 1) */
+  float pg_rho_bar;     /* ρ̄ of the policy-gradient advantage (1) */
+  float baseline_coef;  /* weight of 0.5 (v_s − V)² (0.5, torchbeast's) */
+  float entropy_coef;   /* entropy bonus */
+  onpolicy_optim optim;
+  float lr, eps, alpha; /* Adam ε / RMSprop ε and smoothing α */
+  float clip_norm;      /* global gradient-norm clip (0: none) */
+} impala_config;
+
+/* T 20, B 16, γ 0.99, ρ̄ = c̄ = 1, baseline 0.5, entropy 0.01, Adam lr 1e-3 ε 1e-8,
+ * clip 40. */
+impala_config impala_defaults(void);
+
+typedef struct impala impala;
+
+/* Creates the network (and, when learner is true, the optimizer and the buffers of a
+ * learn() over T x B). Caller owns the result; NULL on error (err says which field).
+ * IMPALA's policy is discrete (num_actions >= 1). */
+impala *impala_create(const ac_config *ac, const impala_config *ic, nn_device device, bool learner,
+                      shoal_error *err);
+void impala_destroy(impala *l); /* NULL is fine */
+/* The network, owned by l: its parameter buffer is what the learner publishes. */
+nn_model *impala_model(impala *l);
+/* Samples actions for B observations from softmax(logits) (greedy: argmax, lowest
+ * index on ties) and writes the behaviour log-probabilities to logp (B; may be NULL).
+ * Errors: B outside [1, max_batch], a NaN observation. */
+int impala_act(impala *l, const float *obs, int B, shoal_rng *rng, bool greedy, int32_t *actions,
+               float *logp, shoal_error *err);
+
+typedef struct onpolicy_stats {
+  float loss;          /* total loss of the (last mini)batch */
+  float pg_loss;       /* policy-gradient loss (PPO: the clipped surrogate, mean) */
+  float value_loss;    /* 0.5 · mean squared error of the baseline (unweighted) */
+  float entropy;       /* mean policy entropy */
+  float grad_norm;     /* before clipping (last step) */
+  float approx_kl;     /* PPO: mean (r − 1) − log r (Schulman's k3) of the last epoch */
+  float clip_frac;     /* PPO: share of |r − 1| > ε; IMPALA: share of ρ clipped at ρ̄ */
+  float explained_var; /* 1 − Var(R − V) / Var(R) of the value targets */
+  float mean_rho;      /* mean importance ratio π/μ over the batch (1 on-policy) */
+  int64_t updates;     /* optimizer steps so far */
+} onpolicy_stats;
+
+/* One update from b (T <= config T, B <= config B): V-trace targets v_s and advantages
+ * from the current network's values (stop-gradient), loss = −mean(ρ^pg A log π(a|x)) +
+ * baseline_coef · 0.5 · mean((v_s − V(x))²) − entropy_coef · mean(H(π(·|x))), one
+ * clipped optimizer step. Errors (the network unchanged): an action out of range, a
+ * non-finite input (SHOAL_ENAN), a batch larger than the config's. */
+int impala_learn(impala *l, const onpolicy_batch *b, onpolicy_stats *stats, shoal_error *err);
+/* Copies n floats into the network's parameters (n must be its parameter count). */
+int impala_load_params(impala *l, const float *params, size_t n, shoal_error *err);
+void impala_set_lr(impala *l, float lr); /* a schedule's value for the next steps */
+
+/* ---- PPO (Schulman et al. 2017), as CleanRL's ppo.py and ppo_continuous_action.py ---- */
+
+typedef struct ppo_config {
+  int T, B;            /* rollout steps per env and envs (the batch is T·B) */
+  int minibatches;     /* minibatches per epoch (T·B must divide evenly) */
+  int epochs;          /* passes over the batch per learn() */
+  float gamma, lambda; /* discount, GAE λ */
+  float clip;          /* ε of the clipped ratio */
+  bool clip_value;     /* clip V to V_old ± ε in the value loss */
+  bool norm_adv;       /* normalise advantages per minibatch */
+  float entropy_coef, value_coef;
+  float lr, adam_eps; /* Adam */
+  float clip_norm;    /* global gradient-norm clip (0: none) */
+  float target_kl;    /* > 0: stop the epochs once the last minibatch's approx KL exceeds it */
+  uint64_t seed;      /* minibatch shuffling */
+} ppo_config;
+
+/* CleanRL's ppo.py: T 128, B 4, 4 minibatches, 4 epochs, γ 0.99, λ 0.95, ε 0.2, value
+ * clipping, normalised advantages, entropy 0.01, value 0.5, Adam lr 2.5e-4 ε 1e-5,
+ * clip 0.5, no target KL. */
+ppo_config ppo_defaults(void);
+
+typedef struct ppo ppo;
+
+/* Creates the network (and, when learner is true, Adam and the buffers of a learn()
+ * over T x B). Caller owns the result; NULL on error. */
+ppo *ppo_create(const ac_config *ac, const ppo_config *pc, nn_device device, bool learner,
+                shoal_error *err);
+void ppo_destroy(ppo *p); /* NULL is fine */
+nn_model *ppo_model(ppo *p);
+const ac_config *ppo_ac_config(const ppo *p);
+/* Acts on B observations: samples (greedy: argmax or the Gaussian mean). actions gets
+ * what learn() needs (B int32, or B x D floats unclipped); env_actions (may be NULL)
+ * the same clipped to the Box for the env (CleanRL's ClipAction; for discrete actions
+ * a copy). logp (B; may be NULL) the log-probability of actions; value (B; may be
+ * NULL) V(o). Errors: B outside [1, max_batch], a NaN observation. */
+int ppo_act(ppo *p, const float *obs, int B, shoal_rng *rng, bool greedy, void *actions,
+            void *env_actions, float *logp, float *value, shoal_error *err);
+/* One PPO update over b (T, B equal to the config's): values and GAE from the current
+ * network, then `epochs` passes of shuffled minibatches of the clipped surrogate
+ * −min(r A, clip(r, 1 ± ε) A), the (optionally clipped) value loss 0.5 (V − R)² weighted
+ * by value_coef and the entropy bonus, each a clipped Adam step. Errors: bad shapes,
+ * an action out of range, a non-finite input or loss (SHOAL_ENAN; parameters may have
+ * taken the earlier minibatches' steps). */
+int ppo_learn(ppo *p, const onpolicy_batch *b, onpolicy_stats *stats, shoal_error *err);
+int ppo_load_params(ppo *p, const float *params, size_t n, shoal_error *err);
+void ppo_set_lr(ppo *p, float lr);
+
+/* ---- losses over policy outputs, for learn() and its tests ---- */
+
+/* Per-sample policy quantities of a discrete (A logits) or Gaussian (D means, D
+ * log-stds) head: log π(a | ·) and the entropy. Can't fail (a is in range). */
+float ac_logp_discrete(const float *logits, int A, int32_t a, float *entropy);
+float ac_logp_gaussian(const float *mean, const float *log_std, int D, const float *a,
+                       float *entropy);
+
+/* The PPO loss of N samples and its gradient w.r.t. the network's outputs. out is
+ * (N, P + 1): P policy outputs (A logits, or D means then D log-stds) and the value.
+ * Loss = mean(max(−A_i r_i, −A_i clip(r_i, 1 ± clip))) − entropy_coef · mean(H_i) +
+ * value_coef · 0.5 · mean(max((V − R)², (V_old + clip(V − V_old, ±clip) − R)²)) (the
+ * second term only with clip_value). dout (N, P + 1) is overwritten. Writes the parts
+ * into stats (loss, pg_loss, value_loss, entropy, approx_kl, clip_frac). */
+typedef struct ppo_loss_in {
+  int N, A, D;            /* A > 0 discrete, else D > 0 Gaussian */
+  const void *action;     /* (N) int32 or (N, D) float */
+  const float *old_logp;  /* (N) */
+  const float *adv;       /* (N), already normalised if wanted */
+  const float *ret;       /* (N) value targets */
+  const float *old_value; /* (N) for value clipping */
+  float clip, entropy_coef, value_coef;
+  bool clip_value;
+} ppo_loss_in;
+void ppo_loss(const ppo_loss_in *in, const float *out, float *dout, onpolicy_stats *stats);
+
+/* The IMPALA loss of N samples: out (N, A + 1) = [logits | V]; loss = −mean(pg_adv ·
+ * log π(a)) + baseline_coef · 0.5 · mean((vs − V)²) − entropy_coef · mean(H); dout (N,
+ * A + 1) overwritten with its gradient (vs, pg_adv held constant). Writes loss,
+ * pg_loss, value_loss, entropy into stats. */
+void impala_loss(int N, int A, const int32_t *action, const float *vs, const float *pg_adv,
+                 float baseline_coef, float entropy_coef, const float *out, float *dout,
+                 onpolicy_stats *stats);
+
+/* ---- configs of on-policy runs (configs/<name>-impala.yaml, -ppo.yaml) ---- */
+
+/* The keys of an IMPALA or PPO run (algo: impala or ppo; the env, run and actor keys
+ * as the Ape-X schema names them, plus ac.*, impala.*, ppo.*, train.*). Static. */
+const cfg_key *onpolicy_schema(int *n);
+/* Checks the choice keys (algo, ac.torso, impala.optim, learner.device). */
+int onpolicy_check(const config *cfg, shoal_error *err);
+/* The parts of a resolved config, for observations of shape obs_shape (ndim 1..3) and
+ * either num_actions discrete actions or a Box of act_dim with bounds low/high. */
+ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_shape, int num_actions,
+                             int act_dim, const float *low, const float *high);
+impala_config onpolicy_impala_config(const config *cfg);
+ppo_config onpolicy_ppo_config(const config *cfg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,189 @@
+/* The keys of an IMPALA or PPO run's config, shared by `shoal-train-sync` and, once
+ * wired, by `shoal run`, the learner and the actors. */
+#include <stdio.h>
+#include <string.h>
+
+#include "algos/algos.h"
+
+static const cfg_key onpolicy_keys[] = {
+    {"algo", CFG_STRING, "ppo", 0, -1, "impala or ppo"},
+    /* run */
+    {"run.name", CFG_STRING, "", 0, -1, "run id; empty: <config name>-<time>"},
+    {"run.seed", CFG_INT, "1", 0, 1e15, "seed of networks, envs and sampling"},
+    {"run.max_env_steps", CFG_INT, "500000", 0, 1e15, "stop after this many env steps"},
+    {"run.max_seconds", CFG_FLOAT, "0", 0, 1e9, "stop after this wall time (0: no limit)"},
+    {"run.solve_return", CFG_FLOAT, "0", -1e12, 1e12,
+     "stop once the mean evaluation return reaches this (0: never)"},
+    {"run.eval_episodes", CFG_INT, "100", 1, 100000, "episodes of each solve check and eval"},
+    {"run.eval_every_steps", CFG_INT, "20000", 1, 1e15, "env steps between solve checks"},
+    {"run.eval_greedy", CFG_BOOL, "true", 0, -1,
+     "evaluate the mode of the policy (argmax / Gaussian mean); false: sample it"},
+    {"store.uri", CFG_STRING, "file://runs", 0, -1, "where runs live: file://DIR or mongodb://"},
+    /* environment and actors */
+    {"env.id", CFG_STRING, "CartPole-v1", 0, -1, "environment (envs registry name)"},
+    {"env.options", CFG_STRING, "", 0, -1, "env_make_opts options, key=value,..."},
+    {"env.num_envs", CFG_INT, "4", 1, 4096, "envs per actor (PPO: B of the rollout)"},
+    {"env.norm_obs", CFG_BOOL, "false", 0, -1,
+     "normalise observations by running mean and variance, clipped to ±10 (Gymnasium's "
+     "NormalizeObservation)"},
+    {"env.norm_reward", CFG_BOOL, "false", 0, -1,
+     "scale rewards by the running std of the discounted return, clipped to ±10 "
+     "(Gymnasium's NormalizeReward)"},
+    {"env.bootstrap_truncation", CFG_BOOL, "true", 0, -1,
+     "bootstrap truncated episodes from V(final observation); false: CleanRL's ppo.py"},
+    {"actors", CFG_INT, "2", 1, 1024, "actor processes (distributed runs)"},
+    {"actor.pull_steps", CFG_INT, "1", 1, 1e9, "unrolls between parameter pulls"},
+    {"actor.queue_batches", CFG_INT, "64", 1, 1e6, "batches an actor holds when the learner lags"},
+    /* learner */
+    {"learner.listen", CFG_STRING, "127.0.0.1:0", 0, -1, "gRPC address; port 0 picks one"},
+    {"learner.device", CFG_STRING, "auto", 0, -1, "cpu, cuda or auto"},
+    {"learner.threads", CFG_INT, "1", 1, 256, "nn threads of the trainer"},
+    {"learner.publish_every", CFG_INT, "1", 1, 1e9, "updates between parameter versions"},
+    {"learner.snapshot_every_s", CFG_FLOAT, "30", 0.1, 1e9, "seconds between snapshots"},
+    {"learner.log_every_s", CFG_FLOAT, "1", 0.05, 3600, "seconds between progress lines"},
+    {"learner.token", CFG_STRING, "", 0, -1, "shared token actors must present (empty: none)"},
+    {"replay.capacity", CFG_INT, "256", 1, 1e9, "unrolls the trajectory FIFO holds"},
+    {"replay.max_staleness", CFG_INT, "-1", -1, 1e12,
+     "drop unrolls older than this many policy versions (-1: no bound)"},
+    /* network */
+    {"ac.torso", CFG_STRING, "mlp", 0, -1, "mlp or minatar"},
+    {"ac.hidden0", CFG_INT, "64", 0, 65536, "first hidden width (mlp)"},
+    {"ac.hidden1", CFG_INT, "64", 0, 65536, "second hidden width (mlp; 0: none)"},
+    {"ac.tanh", CFG_BOOL, "true", 0, -1, "tanh activations in the MLP (else ReLU)"},
+    {"ac.separate", CFG_BOOL, "true", 0, -1, "separate actor and critic torsos"},
+    {"ac.ortho_init", CFG_BOOL, "true", 0, -1, "CleanRL's orthogonal init"},
+    {"ac.log_std_init", CFG_FLOAT, "0", -20, 5, "initial log-std of a Gaussian policy"},
+    /* IMPALA */
+    {"impala.unroll", CFG_INT, "20", 1, 100000, "T: steps per unroll"},
+    {"impala.batch", CFG_INT, "16", 1, 65536, "B: unrolls per update"},
+    {"impala.gamma", CFG_FLOAT, "0.99", 0, 1, "discount"},
+    {"impala.rho_bar", CFG_FLOAT, "1", 1e-6, 1e6, "V-trace ρ̄"},
+    {"impala.c_bar", CFG_FLOAT, "1", 1e-6, 1e6, "V-trace c̄"},
+    {"impala.pg_rho_bar", CFG_FLOAT, "1", 1e-6, 1e6, "ρ̄ of the policy-gradient advantage"},
+    {"impala.baseline_coef", CFG_FLOAT, "0.5", 0, 1e6, "weight of the baseline loss"},
+    {"impala.entropy_coef", CFG_FLOAT, "0.01", 0, 1e6, "entropy bonus"},
+    {"impala.optim", CFG_STRING, "adam", 0, -1, "adam or rmsprop"},
+    {"impala.lr", CFG_FLOAT, "1e-3", 1e-9, 10, "learning rate"},
+    {"impala.eps", CFG_FLOAT, "1e-8", 1e-12, 1, "Adam / RMSprop ε"},
+    {"impala.alpha", CFG_FLOAT, "0.99", 0, 1, "RMSprop smoothing"},
+    {"impala.clip_norm", CFG_FLOAT, "40", 0, 1e9, "global gradient-norm clip (0: none)"},
+    {"impala.anneal_lr", CFG_BOOL, "false", 0, -1, "anneal lr linearly to 0 over max_env_steps"},
+    /* PPO */
+    {"ppo.steps", CFG_INT, "128", 1, 1000000, "T: rollout steps per env"},
+    {"ppo.minibatches", CFG_INT, "4", 1, 1000000, "minibatches per epoch"},
+    {"ppo.epochs", CFG_INT, "4", 1, 10000, "epochs per rollout"},
+    {"ppo.gamma", CFG_FLOAT, "0.99", 0, 1, "discount"},
+    {"ppo.lambda", CFG_FLOAT, "0.95", 0, 1, "GAE λ"},
+    {"ppo.clip", CFG_FLOAT, "0.2", 1e-6, 10, "ε of the clipped ratio"},
+    {"ppo.clip_value", CFG_BOOL, "true", 0, -1, "clip the value loss"},
+    {"ppo.norm_adv", CFG_BOOL, "true", 0, -1, "normalise advantages per minibatch"},
+    {"ppo.entropy_coef", CFG_FLOAT, "0.01", 0, 1e6, "entropy bonus"},
+    {"ppo.value_coef", CFG_FLOAT, "0.5", 0, 1e6, "weight of the value loss"},
+    {"ppo.lr", CFG_FLOAT, "2.5e-4", 1e-9, 10, "Adam learning rate"},
+    {"ppo.adam_eps", CFG_FLOAT, "1e-5", 1e-12, 1, "Adam ε"},
+    {"ppo.clip_norm", CFG_FLOAT, "0.5", 0, 1e9, "global gradient-norm clip (0: none)"},
+    {"ppo.target_kl", CFG_FLOAT, "0", 0, 1e6, "stop the epochs above this KL (0: never)"},
+    {"ppo.anneal_lr", CFG_BOOL, "true", 0, -1, "anneal lr linearly to 0 over max_env_steps"},
+};
+
+const cfg_key *onpolicy_schema(int *n) {
+  *n = (int)(sizeof onpolicy_keys / sizeof *onpolicy_keys);
+  return onpolicy_keys;
+}
+
+static int one_of(const config *cfg, const char *key, const char *const *choices, int n,
+                  shoal_error *err) {
+  const char *v = config_string(cfg, key);
+  for (int i = 0; i < n; i++)
+    if (!strcmp(v, choices[i])) return 0;
+  char list[128] = "";
+  for (int i = 0; i < n; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", choices[i]);
+  return shoal_error_set(err, SHOAL_EINVAL, "config: key '%s' (from %s): '%s' is not one of: %s",
+                         key, config_origin(cfg, key), v, list);
+}
+
+int onpolicy_check(const config *cfg, shoal_error *err) {
+  static const char *const algos[] = {"impala", "ppo"};
+  static const char *const torsos[] = {"mlp", "minatar"};
+  static const char *const optims[] = {"adam", "rmsprop"};
+  static const char *const devices[] = {"auto", "cpu", "cuda"};
+  int rc = one_of(cfg, "algo", algos, 2, err);
+  if (!rc) rc = one_of(cfg, "ac.torso", torsos, 2, err);
+  if (!rc) rc = one_of(cfg, "impala.optim", optims, 2, err);
+  if (!rc) rc = one_of(cfg, "learner.device", devices, 3, err);
+  if (!rc && !strcmp(config_string(cfg, "algo"), "ppo")) {
+    int64_t TB = config_int(cfg, "ppo.steps") * config_int(cfg, "env.num_envs");
+    int64_t mb = config_int(cfg, "ppo.minibatches");
+    if (TB % mb)
+      rc = shoal_error_set(err, SHOAL_EINVAL,
+                           "config: ppo.steps x env.num_envs = %lld does not divide into "
+                           "ppo.minibatches = %lld (from %s)",
+                           (long long)TB, (long long)mb, config_origin(cfg, "ppo.minibatches"));
+  }
+  return rc;
+}
+
+ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_shape, int num_actions,
+                             int act_dim, const float *low, const float *high) {
+  ac_config c = ac_defaults();
+  c.obs_c = obs_ndim >= 1 ? obs_shape[0] : 1;
+  c.obs_h = obs_ndim >= 2 ? obs_shape[1] : 1;
+  c.obs_w = obs_ndim >= 3 ? obs_shape[2] : 1;
+  c.num_actions = num_actions;
+  c.act_dim = act_dim;
+  for (int j = 0; j < act_dim && j < AC_MAX_ACT_DIM; j++) {
+    c.act_low[j] = low ? low[j] : -1e30f;
+    c.act_high[j] = high ? high[j] : 1e30f;
+  }
+  c.torso =
+      strcmp(config_string(cfg, "ac.torso"), "minatar") == 0 ? AC_TORSO_MINATAR : AC_TORSO_MLP;
+  c.hidden[0] = (int)config_int(cfg, "ac.hidden0");
+  c.hidden[1] = (int)config_int(cfg, "ac.hidden1");
+  c.tanh = config_bool(cfg, "ac.tanh");
+  c.separate = config_bool(cfg, "ac.separate");
+  c.ortho_init = config_bool(cfg, "ac.ortho_init");
+  c.log_std_init = (float)config_float(cfg, "ac.log_std_init");
+  c.seed = (uint64_t)config_int(cfg, "run.seed");
+  return c;
+}
+
+impala_config onpolicy_impala_config(const config *cfg) {
+  impala_config c = impala_defaults();
+  c.T = (int)config_int(cfg, "impala.unroll");
+  c.B = (int)config_int(cfg, "impala.batch");
+  c.gamma = (float)config_float(cfg, "impala.gamma");
+  c.rho_bar = (float)config_float(cfg, "impala.rho_bar");
+  c.c_bar = (float)config_float(cfg, "impala.c_bar");
+  c.pg_rho_bar = (float)config_float(cfg, "impala.pg_rho_bar");
+  c.baseline_coef = (float)config_float(cfg, "impala.baseline_coef");
+  c.entropy_coef = (float)config_float(cfg, "impala.entropy_coef");
+  c.optim =
+      strcmp(config_string(cfg, "impala.optim"), "rmsprop") == 0 ? ONPOLICY_RMSPROP : ONPOLICY_ADAM;
+  c.lr = (float)config_float(cfg, "impala.lr");
+  c.eps = (float)config_float(cfg, "impala.eps");
+  c.alpha = (float)config_float(cfg, "impala.alpha");
+  c.clip_norm = (float)config_float(cfg, "impala.clip_norm");
+  return c;
+}
+
+ppo_config onpolicy_ppo_config(const config *cfg) {
+  ppo_config c = ppo_defaults();
+  c.T = (int)config_int(cfg, "ppo.steps");
+  c.B = (int)config_int(cfg, "env.num_envs");
+  c.minibatches = (int)config_int(cfg, "ppo.minibatches");
+  c.epochs = (int)config_int(cfg, "ppo.epochs");
+  c.gamma = (float)config_float(cfg, "ppo.gamma");
+  c.lambda = (float)config_float(cfg, "ppo.lambda");
+  c.clip = (float)config_float(cfg, "ppo.clip");
+  c.clip_value = config_bool(cfg, "ppo.clip_value");
+  c.norm_adv = config_bool(cfg, "ppo.norm_adv");
+  c.entropy_coef = (float)config_float(cfg, "ppo.entropy_coef");
+  c.value_coef = (float)config_float(cfg, "ppo.value_coef");
+  c.lr = (float)config_float(cfg, "ppo.lr");
+  c.adam_eps = (float)config_float(cfg, "ppo.adam_eps");
+  c.clip_norm = (float)config_float(cfg, "ppo.clip_norm");
+  c.target_kl = (float)config_float(cfg, "ppo.target_kl");
+  c.seed = (uint64_t)config_int(cfg, "run.seed");
+  return c;
+}
