@@ -101,6 +101,7 @@ nn_model *nn_model_create(nn_device device, shoal_error *err) {
   if (device == NN_CUDA) {
     m->be = &nn__cuda_backend;
     if (nn__cuda_create(m, err)) {
+      nn__cuda_destroy(m);
       free(m);
       return NULL;
     }

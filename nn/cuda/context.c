@@ -33,7 +33,7 @@ int nn__cuda_fail(nn__cuda *c, const char *layer, const char *call, const char *
   char msg[512];
   snprintf(msg, sizeof msg, "nn: cuda: layer '%s': %.200s failed (%s:%d): %s", layer ? layer : "-",
            call, file, line, what ? what : "?");
-  if (c && !c->err_code) {
+  if (c && c->sticky && !c->err_code) {
     c->err_code = SHOAL_ECUDA;
     memcpy(c->err_msg, msg, sizeof c->err_msg);
   }
@@ -392,10 +392,7 @@ static int build(nn_model *m, shoal_error *err) {
 
 int nn__cuda_build(nn_model *m, shoal_error *err) {
   int rc = build(m, err);
-  if (rc) {
-    free_buffers(m);
-    m->cuda->err_code = 0; /* reported through err */
-  }
+  if (rc) free_buffers(m);
   return rc;
 }
 
@@ -405,8 +402,10 @@ void nn__cuda_zero(nn_model *m, float *dev, size_t n) {
   nn__cuda *c = m->cuda;
   shoal_error *err = NULL;
   cudaError_t e = cudaMemsetAsync(dev ? dev : c->d_grads, 0, n * sizeof(float), c->stream);
+  c->sticky = true;
   if (e != cudaSuccess)
     NN__CU_FAIL(c, dev ? "backward" : "zero_grad", "cudaMemsetAsync", cudaGetErrorString(e));
+  c->sticky = false;
 }
 
 int nn__cuda_pull(nn_model *m, bool grads, shoal_error *err) {

@@ -9,9 +9,9 @@
  * nn/model.c hand device pointers to the layer kernels unchanged.
  *
  * Errors: every CUDA, cuBLAS and cuDNN call goes through NN_CU / NN_CUBLAS / NN_CUDNN,
- * which record the call, file, line and layer in the context (the first failure is
- * kept: backward cannot return a code, so nn_model_backward reports it after the
- * pass) and return SHOAL_ECUDA with the library's error string.
+ * which name the call, file, line and layer and return SHOAL_ECUDA with the library's
+ * error string. Layer backward cannot return a code: there the first failure is kept
+ * in the context and nn_model_backward reports it after the pass.
  */
 #ifndef SHOAL_NN_CUDA_H
 #define SHOAL_NN_CUDA_H
@@ -77,7 +77,8 @@ struct nn__cuda {
   int stage_next;
   nn__cuda_node *nodes; /* (n_nodes) */
   uint64_t drop_calls;  /* dropout masks: one counter per forward */
-  int err_code;         /* the first failure (sticky until reported) */
+  bool sticky;          /* in a call that cannot return a code (backward, zero_grad) */
+  int err_code;         /* the first failure of such a call (kept until reported) */
   char err_msg[512];
 };
 
@@ -87,7 +88,8 @@ int nn__cuda_shape(nn_model *m, nn__node *n, int B, shoal_error *err);
  * error. */
 const nn__conv_algos *nn__cuda_algos(nn_model *m, nn__node *n, int B, shoal_error *err);
 
-/* Records a failure (the first one is kept) and fills err; returns SHOAL_ECUDA. */
+/* Fills err and returns SHOAL_ECUDA; inside a call that cannot return a code
+ * (c->sticky), also keeps the first such failure for nn__cuda_status. */
 int nn__cuda_fail(nn__cuda *c, const char *layer, const char *call, const char *file, int line,
                   const char *what, shoal_error *err);
 

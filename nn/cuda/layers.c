@@ -23,8 +23,12 @@ static const float ONE = 1.0f, ZERO = 0.0f;
 #define G(k) (c->d_grads + n->poff[k])
 #define ST(k) (c->d_state + n->soff[k])
 /* A backward that can't fail outwardly: its checked body records any failure. */
-#define BACKWARD(name) \
-  static void name##_backward(nn_model *m, nn__node *n, int B) { (void)name##_bwd(m, n, B, NULL); }
+#define BACKWARD(name)                                           \
+  static void name##_backward(nn_model *m, nn__node *n, int B) { \
+    m->cuda->sticky = true;                                      \
+    (void)name##_bwd(m, n, B, NULL);                             \
+    m->cuda->sticky = false;                                     \
+  }
 
 static inline const nn__node *in0(nn_model *m, nn__node *n) { return &m->nodes[n->in[0]]; }
 
