@@ -984,7 +984,7 @@ int nn_model_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, con
                   const float *target, const float *w, int B, int N, float delta,
                   shoal_error *err) {
   if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: loss: model is NULL");
-  if ((unsigned)kind > NN_LOSS_BCE_LOGITS)
+  if ((unsigned)kind > NN_LOSS_CROSS_ENTROPY)
     return shoal_error_set(err, SHOAL_EINVAL, "nn: loss: unknown kind %d", (int)kind);
 #ifdef SHOAL_HAVE_CUDA
   if (m->cuda) return nn__cuda_loss(m, kind, loss, dpred, pred, target, w, B, N, delta, err);
@@ -996,6 +996,9 @@ int nn_model_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, con
     case NN_LOSS_HUBER: rc = nn_huber_loss(&l, dpred, pred, target, w, B, N, delta, err); break;
     case NN_LOSS_BCE_LOGITS:
       rc = nn_bce_with_logits_loss(&l, dpred, pred, target, w, B, N, err);
+      break;
+    case NN_LOSS_CROSS_ENTROPY:
+      rc = nn_cross_entropy_soft_loss(&l, dpred, pred, target, w, B, N, err);
       break;
   }
   if (!rc && loss) *loss = l;

@@ -233,9 +233,13 @@ typedef enum nn_loss_kind {
   NN_LOSS_MSE = 0,
   NN_LOSS_HUBER = 1,      /* threshold delta */
   NN_LOSS_BCE_LOGITS = 2, /* binary cross-entropy with logits */
+  /* cross-entropy over logits (B, N) with target (B, N) class probabilities (one-hot
+   * rows for hard labels): nn_cross_entropy_soft_loss, mean over B */
+  NN_LOSS_CROSS_ENTROPY = 3,
 } nn_loss_kind;
 /* A loss on m's device, with the formulas, weights and "mean" reduction of
- * nn_mse_loss, nn_huber_loss and nn_bce_with_logits_loss below; pred, target, w and
+ * nn_mse_loss, nn_huber_loss, nn_bce_with_logits_loss and nn_cross_entropy_soft_loss
+ * below; pred, target, w and
  * dpred are in m's memory (device pointers on a CUDA model; w and dpred may be NULL).
  * On a CUDA model, loss may be NULL: then nothing waits and nothing checks for NaN
  * (launch-bound training loops); else it waits and a non-finite loss or input is

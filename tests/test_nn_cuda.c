@@ -278,9 +278,11 @@ static void test_losses(void **s) {
   for (int i = 0; i < B; i++) w[i] = 0.5f + (float)(i % 5) / 4.0f;
   float *pd = dev_copy(g, p, n), *wd = dev_copy(g, w, B), *dd = nn_model_alloc(g, n, &err);
   assert_non_null(dd);
-  for (int kind = NN_LOSS_MSE; kind <= NN_LOSS_BCE_LOGITS; kind++) {
+  for (int kind = NN_LOSS_MSE; kind <= NN_LOSS_CROSS_ENTROPY; kind++) {
     if (kind == NN_LOSS_BCE_LOGITS)
       for (size_t i = 0; i < n; i++) t[i] = (float)(i % 7) / 6.0f; /* targets in [0, 1] */
+    if (kind == NN_LOSS_CROSS_ENTROPY) /* class probabilities, rows summing to 1 */
+      for (size_t i = 0; i < n; i++) t[i] = (int)(i % N) == (int)(i / N) % N ? 0.7f : 0.15f;
     float *td = dev_copy(g, t, n);
     for (int weighted = 0; weighted < 2; weighted++) {
       float lc = 0, lg = 0;

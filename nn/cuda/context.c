@@ -516,7 +516,7 @@ int nn__cuda_to_host(nn_model *m, float *dst, const float *src, size_t n, shoal_
 int nn__cuda_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, const float *pred,
                   const float *target, const float *w, int B, int N, float delta,
                   shoal_error *err) {
-  static const char *names[] = {"mse", "huber", "bce_with_logits"};
+  static const char *names[] = {"mse", "huber", "bce_with_logits", "cross_entropy"};
   nn__cuda *c = m->cuda;
   if (!pred || !target || B < 1 || N < 1)
     return shoal_error_set(err, SHOAL_EINVAL, "nn: %s loss: NULL input or B %d, N %d < 1",
@@ -525,7 +525,8 @@ int nn__cuda_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, con
     return shoal_error_set(err, SHOAL_EINVAL, "nn: huber loss: delta %g must be > 0",
                            (double)delta);
   if (!c->d_acc) return shoal_error_set(err, SHOAL_ESTATE, "nn: loss: the model is not built");
-  double scale = 1.0 / ((double)B * (double)N);
+  /* mean over every term; cross-entropy's over the B samples */
+  double scale = 1.0 / ((double)B * (kind == NN_LOSS_CROSS_ENTROPY ? 1.0 : (double)N));
   NN_CU(c, names[kind], cudaMemsetAsync(c->d_acc, 0, sizeof *c->d_acc, c->stream));
   NN_CU(c, names[kind],
         nn__k_loss(c->stream, (int)kind, c->d_acc, dpred, pred, target, w, B, N, delta,

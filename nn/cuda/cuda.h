@@ -160,9 +160,9 @@ cudaError_t nn__k_ln_bwd(cudaStream_t s, float *dx, float *dgamma, float *dbeta,
 /* num_batches_tracked += 1 (a scalar in device memory). */
 cudaError_t nn__k_inc(cudaStream_t s, float *v);
 
-/* Losses (nn.h's formulas): acc->sum += sum_i w_i sum_j l_ij, acc->bad += non-finite
- * terms; dpred (when not NULL) = w_i dl_ij * scale. kind: nn_loss_kind. acc must be
- * zeroed before. */
+/* Losses (nn.h's formulas): acc->sum += sum_i w_i sum_j l_ij (cross-entropy: the
+ * per-sample l_i), acc->bad += non-finite terms; dpred (when not NULL) = w_i dl_ij *
+ * scale. kind: nn_loss_kind. acc must be zeroed before. */
 cudaError_t nn__k_loss(cudaStream_t s, int kind, nn__cuda_acc *acc, float *dpred, const float *pred,
                        const float *target, const float *w, int B, int N, float delta, float scale);
 

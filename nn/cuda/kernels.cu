@@ -342,6 +342,40 @@ __global__ void k_loss(int kind, nn__cuda_acc *acc, float *dpred, const float *p
   }
 }
 
+/* Soft-target cross-entropy, one block per sample (nn_cross_entropy_soft_loss):
+ * l = -sum_k p_k (x_k - lse), dl/dx_k = softmax_k sum_c p_c - p_k. */
+__global__ void k_cross_entropy(nn__cuda_acc *acc, float *dpred, const float *x, const float *p,
+                                const float *w, int N, float scale) {
+  size_t o = (size_t)blockIdx.x * N;
+  float mx = -INFINITY;
+  for (int k = threadIdx.x; k < N; k += blockDim.x) mx = fmaxf(mx, x[o + k]);
+  mx = block_max(mx);
+  double se = 0, sp = 0, spx = 0, bad = 0;
+  for (int k = threadIdx.x; k < N; k += blockDim.x) {
+    float xk = x[o + k], pk = p[o + k];
+    if (!finite(xk) || !finite(pk)) bad += 1;
+    se += exp((double)(xk - mx));
+    sp += pk;
+    spx += (double)pk * xk;
+  }
+  se = block_sum(se);
+  sp = block_sum(sp);
+  spx = block_sum(spx);
+  bad = block_sum(bad);
+  double lse = mx + log(se);
+  float wi = w ? w[blockIdx.x] : 1.0f;
+  if (threadIdx.x == 0) {
+    double l = lse * sp - spx;
+    if (!finite(wi) || !isfinite(l)) bad += 1;
+    atomicAdd(&acc->sum, (double)wi * l);
+    if (bad > 0) atomicAdd(&acc->bad, bad);
+  }
+  if (!dpred) return;
+  float c = wi * scale;
+  for (int k = threadIdx.x; k < N; k += blockDim.x)
+    dpred[o + k] = (float)(c * (exp((double)x[o + k] - lse) * sp - p[o + k]));
+}
+
 /* ---- optimizer ---------------------------------------------------------------------- */
 
 __global__ void k_sumsq(nn__cuda_acc *acc, const float *g, size_t n) {
@@ -536,6 +570,10 @@ cudaError_t nn__k_inc(cudaStream_t s, float *v) {
 cudaError_t nn__k_loss(cudaStream_t s, int kind, nn__cuda_acc *acc, float *dpred, const float *pred,
                        const float *target, const float *w, int B, int N, float delta,
                        float scale) {
+  if (kind == NN_LOSS_CROSS_ENTROPY) {
+    k_cross_entropy<<<B, row_threads(N), 0, s>>>(acc, dpred, pred, target, w, N, scale);
+    return cudaGetLastError();
+  }
   size_t t = (size_t)B * N;
   k_loss<<<blocks_for(t), kThreads, 0, s>>>(kind, acc, dpred, pred, target, w, N, t, delta, scale);
   return cudaGetLastError();
