@@ -229,6 +229,21 @@ static void test_graph(void **s) {
   compare("add/concat/slice/views", a_graph, 6, 1, 1, 10, true, TOL_GEMM);
 }
 
+/* Recurrent cells: LSTM input [x (4) | h (5) | c (5)], GRU [x (4) | h (5)]. */
+static void a_lstm(nn_model *m) {
+  nn_lstm_cell(m, "cell", 5);
+  nn_dense(m, "out", 3);
+}
+static void a_gru(nn_model *m) {
+  nn_gru_cell(m, "cell", 5);
+  nn_dense(m, "out", 3);
+}
+
+static void test_rnn_cells(void **s) {
+  compare("lstm_cell", a_lstm, 14, 1, 1, 7, true, TOL_GEMM);
+  compare("gru_cell", a_gru, 9, 1, 1, 7, true, TOL_GEMM);
+}
+
 static void a_dropout(nn_model *m) { nn_dropout(m, "drop", 0.5f); }
 
 /* Masks differ from the CPU's (another generator): their statistics and the backward's
@@ -634,9 +649,9 @@ static void test_refusals(void **s) {
   nn_model *m = nn_model_create(NN_CUDA, &err);
   assert_non_null(m);
   nn_input(m, 10, 1, 1);
-  nn_lstm_cell(m, "cell", 3);
+  nn_embedding(m, "emb", 7, 3);
   assert_int_equal(nn_model_build(m, 4, 1, &err), SHOAL_ENOTSUP);
-  assert_non_null(strstr(err.msg, "cell"));
+  assert_non_null(strstr(err.msg, "emb"));
   assert_non_null(strstr(err.msg, "cuda"));
   nn_model_destroy(m);
   nn_model *g = make(NN_CUDA, a_mlp, 9, 1, 1, 4);
@@ -662,6 +677,7 @@ int main(void) {
       cmocka_unit_test(test_conv),
       cmocka_unit_test(test_norms),
       cmocka_unit_test(test_graph),
+      cmocka_unit_test(test_rnn_cells),
       cmocka_unit_test(test_dropout),
       cmocka_unit_test(test_losses),
       cmocka_unit_test(test_optimizers),

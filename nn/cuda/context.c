@@ -143,7 +143,12 @@ static size_t cache_floats(const nn__node *n, int max_batch) {
   switch (n->kind) {
     case NN__DROPOUT: return mb * F;                      /* mask */
     case NN__BATCHNORM: return mb * F + 2 * (size_t)n->C; /* xhat, rstd, mean */
-    case NN__LAYERNORM: return mb * F + mb;               /* xhat, rstd */
+    case NN__LAYERNORM:
+      return mb * F + mb; /* xhat, rstd */
+    /* LSTM: gates (4Hd), tanh(c') (Hd), then the backward's dg (4Hd) and dc (Hd);
+     * GRU: [r | z | n | hn] (4Hd), then gi, gh or their gradients (3Hd each) */
+    case NN__LSTM:
+    case NN__GRU: return mb * 10 * (size_t)n->hidden;
     default: return 0;
   }
 }

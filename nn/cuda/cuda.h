@@ -157,6 +157,26 @@ cudaError_t nn__k_ln_fwd(cudaStream_t s, float *y, float *xhat, float *rstd, con
 cudaError_t nn__k_ln_bwd(cudaStream_t s, float *dx, float *dgamma, float *dbeta, const float *dy,
                          const float *xhat, const float *rstd, const float *gamma, int B, int F,
                          bool acc);
+/* Recurrent cells (nn/cpu/rnn.c's equations and cache layouts), per (sample, unit):
+ * y (B, N) = b1 + b2 (b2 may be NULL);
+ * lstm_fwd: gates (B, 4Hd) pre-activations in, activations out; tc = tanh(c'),
+ *   out = [h' | c'] from in = [x | h | c] (row stride I + 2Hd);
+ * lstm_bwd: dg (B, 4Hd) and dcp = d c (B, Hd) from dout;
+ * gru_fwd: cache (B, 4Hd) = [r | z | n | W_hn h + b_hn], out = h' from gi, gh (B, 3Hd);
+ * gru_bwd: dgi, dgh (B, 3Hd) from dout; gru_dh: dx_h += dh' z. */
+cudaError_t nn__k_bias_set(cudaStream_t s, float *y, const float *b1, const float *b2, int B,
+                           int N);
+cudaError_t nn__k_lstm_fwd(cudaStream_t s, float *gates, float *tc, float *out, const float *in,
+                           int B, int I, int Hd);
+cudaError_t nn__k_lstm_bwd(cudaStream_t s, float *dg, float *dcp, const float *gates,
+                           const float *tc, const float *in, const float *dout, int B, int I,
+                           int Hd);
+cudaError_t nn__k_gru_fwd(cudaStream_t s, float *cache, float *out, const float *gi,
+                          const float *gh, const float *in, int B, int I, int Hd);
+cudaError_t nn__k_gru_bwd(cudaStream_t s, float *dgi, float *dgh, const float *cache,
+                          const float *in, const float *dout, int B, int I, int Hd);
+cudaError_t nn__k_gru_dh(cudaStream_t s, float *dx, const float *cache, const float *dout, int B,
+                         int I, int Hd);
 /* num_batches_tracked += 1 (a scalar in device memory). */
 cudaError_t nn__k_inc(cudaStream_t s, float *v);
 

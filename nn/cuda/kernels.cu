@@ -214,6 +214,91 @@ __global__ void k_bn_fwd(float *y, float *xhat, float *rstd, const float *x, con
 
 __global__ void k_inc(float *v) { v[0] += 1.0f; }
 
+/* ---- LSTM and GRU cells (nn/cpu/rnn.c) ---------------------------------------------- */
+
+__device__ inline float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+__global__ void k_bias_set(float *y, const float *b1, const float *b2, size_t total, int N) {
+  GRID_LOOP(i, total) {
+    size_t j = i % (size_t)N;
+    y[i] = b2 ? b1[j] + b2[j] : b1[j];
+  }
+}
+
+/* (i, f, g, o) = (s, s, tanh, s)(pre); c' = f c + i g; h' = o tanh(c'). */
+__global__ void k_lstm_fwd(float *gates, float *tc, float *out, const float *in, size_t total,
+                           int I, int Hd) {
+  GRID_LOOP(k, total) {
+    size_t s = k / (size_t)Hd, j = k % (size_t)Hd, G = 4 * (size_t)Hd;
+    float *g = gates + s * G;
+    float c = in[s * (I + 2 * (size_t)Hd) + I + Hd + j];
+    float ig = sigm(g[j]), fg = sigm(g[Hd + j]), gg = tanhf(g[2 * Hd + j]),
+          og = sigm(g[3 * Hd + j]);
+    g[j] = ig, g[Hd + j] = fg, g[2 * Hd + j] = gg, g[3 * Hd + j] = og;
+    float c1 = fg * c + ig * gg, t = tanhf(c1);
+    tc[s * Hd + j] = t;
+    out[s * 2 * Hd + j] = og * t;
+    out[s * 2 * Hd + Hd + j] = c1;
+  }
+}
+
+__global__ void k_lstm_bwd(float *dg, float *dcp, const float *gates, const float *tc,
+                           const float *in, const float *dout, size_t total, int I, int Hd) {
+  GRID_LOOP(k, total) {
+    size_t s = k / (size_t)Hd, j = k % (size_t)Hd, G = 4 * (size_t)Hd;
+    const float *g = gates + s * G;
+    float ig = g[j], fg = g[Hd + j], gg = g[2 * Hd + j], og = g[3 * Hd + j];
+    float t = tc[s * Hd + j], c = in[s * (I + 2 * (size_t)Hd) + I + Hd + j];
+    float dh1 = dout[s * 2 * Hd + j], dc1 = dout[s * 2 * Hd + Hd + j];
+    float dct = dc1 + dh1 * og * (1.0f - t * t);
+    float *d = dg + s * G;
+    d[j] = dct * gg * ig * (1.0f - ig);
+    d[Hd + j] = dct * c * fg * (1.0f - fg);
+    d[2 * Hd + j] = dct * ig * (1.0f - gg * gg);
+    d[3 * Hd + j] = dh1 * t * og * (1.0f - og);
+    dcp[s * Hd + j] = dct * fg;
+  }
+}
+
+/* r = s(a_r + b_r), z = s(a_z + b_z), n = tanh(a_n + r b_n), h' = (1 - z) n + z h. */
+__global__ void k_gru_fwd(float *cache, float *out, const float *gi, const float *gh,
+                          const float *in, size_t total, int I, int Hd) {
+  GRID_LOOP(k, total) {
+    size_t s = k / (size_t)Hd, j = k % (size_t)Hd, G = 3 * (size_t)Hd;
+    const float *a = gi + s * G, *b = gh + s * G;
+    float h = in[s * (I + (size_t)Hd) + I + j];
+    float r = sigm(a[j] + b[j]), z = sigm(a[Hd + j] + b[Hd + j]);
+    float nn_ = tanhf(a[2 * Hd + j] + r * b[2 * Hd + j]);
+    float *c = cache + s * 4 * Hd;
+    c[j] = r, c[Hd + j] = z, c[2 * Hd + j] = nn_, c[3 * Hd + j] = b[2 * Hd + j];
+    out[s * Hd + j] = (1.0f - z) * nn_ + z * h;
+  }
+}
+
+__global__ void k_gru_bwd(float *dgi, float *dgh, const float *cache, const float *in,
+                          const float *dout, size_t total, int I, int Hd) {
+  GRID_LOOP(k, total) {
+    size_t s = k / (size_t)Hd, j = k % (size_t)Hd, G = 3 * (size_t)Hd;
+    const float *c = cache + s * 4 * Hd;
+    float r = c[j], z = c[Hd + j], nn_ = c[2 * Hd + j], hn = c[3 * Hd + j];
+    float h = in[s * (I + (size_t)Hd) + I + j], dh1 = dout[s * Hd + j];
+    float dan = dh1 * (1.0f - z) * (1.0f - nn_ * nn_);
+    float daz = dh1 * (h - nn_) * z * (1.0f - z);
+    float dar = dan * hn * r * (1.0f - r);
+    float *di = dgi + s * G, *dh = dgh + s * G;
+    di[j] = dar, di[Hd + j] = daz, di[2 * Hd + j] = dan;
+    dh[j] = dar, dh[Hd + j] = daz, dh[2 * Hd + j] = dan * r;
+  }
+}
+
+__global__ void k_gru_dh(float *dx, const float *cache, const float *dout, size_t total, int I,
+                         int Hd) {
+  GRID_LOOP(k, total) {
+    size_t s = k / (size_t)Hd, j = k % (size_t)Hd;
+    dx[s * (I + (size_t)Hd) + I + j] += dout[s * Hd + j] * cache[s * 4 * Hd + Hd + j];
+  }
+}
+
 /* training: dx = gamma rstd / M (M dy - sum dy - xhat sum(dy xhat)); eval:
  * dx = gamma rstd dy. dgamma += sum dy xhat, dbeta += sum dy. */
 __global__ void k_bn_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *xhat,
@@ -559,6 +644,49 @@ cudaError_t nn__k_ln_bwd(cudaStream_t s, float *dx, float *dgamma, float *dbeta,
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || !dx) return e;
   k_ln_bwd_dx<<<B, row_threads(F), 0, s>>>(dx, dy, xhat, rstd, gamma, F, acc);
+  return cudaGetLastError();
+}
+
+cudaError_t nn__k_bias_set(cudaStream_t s, float *y, const float *b1, const float *b2, int B,
+                           int N) {
+  size_t t = (size_t)B * N;
+  k_bias_set<<<blocks_for(t), kThreads, 0, s>>>(y, b1, b2, t, N);
+  return cudaGetLastError();
+}
+
+cudaError_t nn__k_lstm_fwd(cudaStream_t s, float *gates, float *tc, float *out, const float *in,
+                           int B, int I, int Hd) {
+  size_t t = (size_t)B * Hd;
+  k_lstm_fwd<<<blocks_for(t), kThreads, 0, s>>>(gates, tc, out, in, t, I, Hd);
+  return cudaGetLastError();
+}
+
+cudaError_t nn__k_lstm_bwd(cudaStream_t s, float *dg, float *dcp, const float *gates,
+                           const float *tc, const float *in, const float *dout, int B, int I,
+                           int Hd) {
+  size_t t = (size_t)B * Hd;
+  k_lstm_bwd<<<blocks_for(t), kThreads, 0, s>>>(dg, dcp, gates, tc, in, dout, t, I, Hd);
+  return cudaGetLastError();
+}
+
+cudaError_t nn__k_gru_fwd(cudaStream_t s, float *cache, float *out, const float *gi,
+                          const float *gh, const float *in, int B, int I, int Hd) {
+  size_t t = (size_t)B * Hd;
+  k_gru_fwd<<<blocks_for(t), kThreads, 0, s>>>(cache, out, gi, gh, in, t, I, Hd);
+  return cudaGetLastError();
+}
+
+cudaError_t nn__k_gru_bwd(cudaStream_t s, float *dgi, float *dgh, const float *cache,
+                          const float *in, const float *dout, int B, int I, int Hd) {
+  size_t t = (size_t)B * Hd;
+  k_gru_bwd<<<blocks_for(t), kThreads, 0, s>>>(dgi, dgh, cache, in, dout, t, I, Hd);
+  return cudaGetLastError();
+}
+
+cudaError_t nn__k_gru_dh(cudaStream_t s, float *dx, const float *cache, const float *dout, int B,
+                         int I, int Hd) {
+  size_t t = (size_t)B * Hd;
+  k_gru_dh<<<blocks_for(t), kThreads, 0, s>>>(dx, cache, dout, t, I, Hd);
   return cudaGetLastError();
 }
 

@@ -8,8 +8,8 @@
  * Backward cannot return a code: a failure is recorded in the context by the checking
  * macros and nn_model_backward reports it after the pass.
  *
- * LSTM/GRU cells and embeddings have no CUDA kernels yet: nn_model_build refuses a
- * CUDA model that uses them, naming the layer.
+ * Embeddings have no CUDA kernel yet: nn_model_build refuses a CUDA model that uses
+ * one, naming the layer.
  */
 #include <string.h>
 
@@ -265,6 +265,105 @@ static int dropout_bwd(nn_model *m, nn__node *n, int B, shoal_error *err) {
 }
 BACKWARD(dropout)
 
+/* ---- LSTM and GRU cells (nn/cpu/rnn.c's equations and cache layout) -----------------
+ * GEMMs on row-major matrices with row strides: C (M, N) = op(A) op(B) is cuBLAS's
+ * column-major C^T = op(B)^T op(A)^T, the same transpose flags with A and B swapped. */
+
+static int gemm_rm(nn__cuda *c, const nn__node *n, bool ta, bool tb, int M, int N, int K,
+                   const float *A, int lda, const float *Bm, int ldb, float beta, float *C, int ldc,
+                   shoal_error *err) {
+  NN_CUBLAS(c, n->name,
+            cublasSgemm(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N,
+                        M, K, &ONE, Bm, ldb, A, lda, &beta, C, ldc));
+  return 0;
+}
+
+/* db (N) += sum over the B rows of d (B, N). */
+static int bias_grad(nn__cuda *c, const nn__node *n, float *db, const float *d, int B, int N,
+                     shoal_error *err) {
+  NN_CUBLAS(c, n->name,
+            cublasSgemv(c->blas, CUBLAS_OP_N, N, B, &ONE, d, N, c->ones, 1, &ONE, db, 1));
+  return 0;
+}
+
+static int lstm_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  CTX;
+  const float *in = in0(m, n)->out;
+  int I = n->num, Hd = n->hidden, NG = 4 * Hd, Fin = I + 2 * Hd;
+  float *gates = n->cache, *tc = n->cache + (size_t)m->max_batch * NG;
+  NN_CU(c, n->name, nn__k_bias_set(S, gates, P(2), P(3), B, NG));
+  int rc = gemm_rm(c, n, false, true, B, NG, I, in, Fin, P(0), I, 1.0f, gates, NG, err);
+  if (!rc) rc = gemm_rm(c, n, false, true, B, NG, Hd, in + I, Fin, P(1), Hd, 1.0f, gates, NG, err);
+  if (rc) return rc;
+  NN_CU(c, n->name, nn__k_lstm_fwd(S, gates, tc, n->out, in, B, I, Hd));
+  return 0;
+}
+
+static int lstm_bwd(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  CTX;
+  const float *in = in0(m, n)->out;
+  int I = n->num, Hd = n->hidden, NG = 4 * Hd, Fin = I + 2 * Hd;
+  size_t mb = (size_t)m->max_batch;
+  const float *gates = n->cache, *tc = n->cache + mb * NG;
+  float *dg = n->cache + mb * 5 * Hd, *dcp = n->cache + mb * 9 * Hd;
+  NN_CU(c, n->name, nn__k_lstm_bwd(S, dg, dcp, gates, tc, in, n->dout, B, I, Hd));
+  int rc = bias_grad(c, n, G(2), dg, B, NG, err);
+  if (!rc) rc = bias_grad(c, n, G(3), dg, B, NG, err);
+  if (!rc) rc = gemm_rm(c, n, true, false, NG, I, B, dg, NG, in, Fin, 1.0f, G(0), I, err);
+  if (!rc) rc = gemm_rm(c, n, true, false, NG, Hd, B, dg, NG, in + I, Fin, 1.0f, G(1), Hd, err);
+  if (rc) return rc;
+  bool acc;
+  float *dx = nn__dinput(m, n, 0, &acc);
+  if (!dx) return 0;
+  float beta = acc ? 1.0f : 0.0f;
+  rc = gemm_rm(c, n, false, false, B, I, NG, dg, NG, P(0), I, beta, dx, Fin, err);
+  if (!rc) rc = gemm_rm(c, n, false, false, B, Hd, NG, dg, NG, P(1), Hd, beta, dx + I, Fin, err);
+  if (rc) return rc;
+  NN_CU(c, n->name, nn__k_rows(S, dx + I + Hd, Fin, dcp, Hd, B, Hd, acc));
+  return 0;
+}
+BACKWARD(lstm)
+
+static int gru_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  CTX;
+  const float *in = in0(m, n)->out;
+  int I = n->num, Hd = n->hidden, NG = 3 * Hd, Fin = I + Hd;
+  size_t mb = (size_t)m->max_batch;
+  float *gi = n->cache + mb * 4 * Hd, *gh = gi + mb * NG;
+  NN_CU(c, n->name, nn__k_bias_set(S, gi, P(2), NULL, B, NG));
+  NN_CU(c, n->name, nn__k_bias_set(S, gh, P(3), NULL, B, NG));
+  int rc = gemm_rm(c, n, false, true, B, NG, I, in, Fin, P(0), I, 1.0f, gi, NG, err);
+  if (!rc) rc = gemm_rm(c, n, false, true, B, NG, Hd, in + I, Fin, P(1), Hd, 1.0f, gh, NG, err);
+  if (rc) return rc;
+  NN_CU(c, n->name, nn__k_gru_fwd(S, n->cache, n->out, gi, gh, in, B, I, Hd));
+  return 0;
+}
+
+static int gru_bwd(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  CTX;
+  const float *in = in0(m, n)->out;
+  int I = n->num, Hd = n->hidden, NG = 3 * Hd, Fin = I + Hd;
+  size_t mb = (size_t)m->max_batch;
+  float *dgi = n->cache + mb * 4 * Hd, *dgh = dgi + mb * NG;
+  NN_CU(c, n->name, nn__k_gru_bwd(S, dgi, dgh, n->cache, in, n->dout, B, I, Hd));
+  int rc = bias_grad(c, n, G(2), dgi, B, NG, err);
+  if (!rc) rc = bias_grad(c, n, G(3), dgh, B, NG, err);
+  if (!rc) rc = gemm_rm(c, n, true, false, NG, I, B, dgi, NG, in, Fin, 1.0f, G(0), I, err);
+  if (!rc) rc = gemm_rm(c, n, true, false, NG, Hd, B, dgh, NG, in + I, Fin, 1.0f, G(1), Hd, err);
+  if (rc) return rc;
+  bool acc;
+  float *dx = nn__dinput(m, n, 0, &acc);
+  if (!dx) return 0;
+  float beta = acc ? 1.0f : 0.0f;
+  rc = gemm_rm(c, n, false, false, B, I, NG, dgi, NG, P(0), I, beta, dx, Fin, err);
+  if (!rc) rc = gemm_rm(c, n, false, false, B, Hd, NG, dgh, NG, P(1), Hd, beta, dx + I, Fin, err);
+  if (rc) return rc;
+  /* h reaches h' directly too: dh += dh' z */
+  NN_CU(c, n->name, nn__k_gru_dh(S, dx, n->cache, n->dout, B, I, Hd));
+  return 0;
+}
+BACKWARD(gru)
+
 /* ---- views, slice, add, concat ----------------------------------------------------- */
 
 static int view_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
@@ -355,6 +454,8 @@ static const nn__layer_ops cuda_view = {view_forward, view_backward};
 static const nn__layer_ops cuda_slice = {slice_forward, slice_backward};
 static const nn__layer_ops cuda_add = {add_forward, add_backward};
 static const nn__layer_ops cuda_concat = {concat_forward, concat_backward};
+static const nn__layer_ops cuda_lstm = {lstm_forward, lstm_backward};
+static const nn__layer_ops cuda_gru = {gru_forward, gru_backward};
 
 const nn__backend nn__cuda_backend = {
     .name = "cuda",
@@ -374,5 +475,7 @@ const nn__backend nn__cuda_backend = {
             [NN__SLICE] = &cuda_slice,
             [NN__ADD] = &cuda_add,
             [NN__CONCAT] = &cuda_concat,
+            [NN__LSTM] = &cuda_lstm,
+            [NN__GRU] = &cuda_gru,
         },
 };
