@@ -267,10 +267,17 @@ static int node_descriptors(nn_model *m, nn__node *n, shoal_error *err) {
   nn__cuda_node *d = &c->nodes[n->id];
   const nn__node *x = &m->nodes[n->in[0]];
   if (n->kind != NN__CONV && n->kind != NN__CONVT && n->kind != NN__MAXPOOL &&
-      n->kind != NN__AVGPOOL)
+      n->kind != NN__AVGPOOL && n->kind != NN__BATCHNORM)
     return 0;
   NN_CUDNN(c, n->name, cudnnCreateTensorDescriptor(&d->x));
   NN_CUDNN(c, n->name, cudnnCreateTensorDescriptor(&d->y));
+  if (n->kind == NN__BATCHNORM) { /* scale, bias, means and variances: (1, C, 1, 1) */
+    NN_CUDNN(c, n->name, cudnnCreateTensorDescriptor(&d->bias));
+    NN_CUDNN(
+        c, n->name,
+        cudnnSetTensor4dDescriptor(d->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, n->C, 1, 1));
+    return 0;
+  }
   if (n->kind == NN__MAXPOOL || n->kind == NN__AVGPOOL) {
     NN_CUDNN(c, n->name, cudnnCreatePoolingDescriptor(&d->pool));
     /* PyTorch's: max pads with -inf and passes NaN on; avg counts the padding. */

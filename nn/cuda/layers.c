@@ -156,7 +156,11 @@ static int pool_bwd(nn_model *m, nn__node *n, int B, shoal_error *err) {
 }
 BACKWARD(pool)
 
-/* ---- batch norm and layer norm (nn/cpu/norm.c's algebra, own kernels) ------------- */
+/* ---- batch norm and layer norm (nn/cpu/norm.c's algebra) ----------------------------
+ * Batch norm in training mode goes through cuDNN (spatial mode: per channel over
+ * N, H, W; the running variance takes the unbiased batch variance, as PyTorch's);
+ * its saved mean and 1/sqrt(var + eps) sit in the node's cache. Evaluation mode, and
+ * layer norm, use shoal's kernels. cache: xhat (max_batch * F), rstd (C), mean (C). */
 
 static int bn_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   CTX;
@@ -167,9 +171,21 @@ static int bn_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
                            "channel (batch %d of %d)",
                            n->name, B, P_);
   float *rstd = n->cache + (size_t)m->max_batch * n->F;
-  NN_CU(c, n->name,
-        nn__k_bn_fwd(S, n->out, n->cache, rstd, in0(m, n)->out, P(0), P(1), ST(0), ST(1), ST(2), B,
-                     n->C, P_, n->eps, n->momentum, n->fwd_training));
+  const float *x = in0(m, n)->out;
+  if (!n->fwd_training) {
+    NN_CU(c, n->name,
+          nn__k_bn_fwd(S, n->out, n->cache, rstd, x, P(0), P(1), ST(0), ST(1), ST(2), B, n->C, P_,
+                       n->eps, n->momentum, false));
+    return 0;
+  }
+  nn__cuda_node *d = &c->nodes[n->id];
+  int rc = nn__cuda_shape(m, n, B, err);
+  if (rc) return rc;
+  NN_CUDNN(c, n->name,
+           cudnnBatchNormalizationForwardTraining(
+               c->dnn, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, d->x, x, d->y, n->out, d->bias, P(0),
+               P(1), (double)n->momentum, ST(0), ST(1), (double)n->eps, rstd + n->C, rstd));
+  NN_CU(c, n->name, nn__k_inc(S, ST(2)));
   return 0;
 }
 
@@ -178,9 +194,23 @@ static int bn_bwd(nn_model *m, nn__node *n, int B, shoal_error *err) {
   bool acc = false;
   float *dx = nn__dinput(m, n, 0, &acc);
   const float *rstd = n->cache + (size_t)m->max_batch * n->F;
-  NN_CU(c, n->name,
-        nn__k_bn_bwd(S, dx, G(0), G(1), n->dout, n->cache, rstd, P(0), B, n->C, n->H * n->W,
-                     n->fwd_training, acc));
+  if (!n->fwd_training) {
+    NN_CU(c, n->name,
+          nn__k_bn_bwd(S, dx, G(0), G(1), n->dout, n->cache, rstd, P(0), B, n->C, n->H * n->W,
+                       false, acc));
+    return 0;
+  }
+  nn__cuda_node *d = &c->nodes[n->id];
+  nn__node *x = &m->nodes[n->in[0]];
+  int rc = nn__cuda_shape(m, n, B, err);
+  if (rc) return rc;
+  /* cuDNN always writes dx: without a consumer, into the input's unused gradient buffer */
+  if (!dx) dx = x->dout_buf, acc = false;
+  NN_CUDNN(
+      c, n->name,
+      cudnnBatchNormalizationBackward(c->dnn, CUDNN_BATCHNORM_SPATIAL, &ONE, acc ? &ONE : &ZERO,
+                                      &ONE, &ONE, d->x, x->out, d->y, n->dout, d->x, dx, d->bias,
+                                      P(0), G(0), G(1), (double)n->eps, rstd + n->C, rstd));
   return 0;
 }
 BACKWARD(bn)
