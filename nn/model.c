@@ -114,18 +114,18 @@ nn_model *nn_model_create(nn_device device, shoal_error *err) {
 
 void nn_model_destroy(nn_model *m) {
   if (!m) return;
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda) { /* first: it unpins the host mirrors; the arena is the device's */
+    nn__cuda_destroy(m);
+    m->arena = NULL;
+  }
+#endif
   for (int i = 0; i < m->n_nodes; i++) free(m->nodes[i].idx);
   free(m->nodes);
   free(m->tensors);
   free(m->params);
   free(m->grads);
   free(m->state);
-#ifdef SHOAL_HAVE_CUDA
-  if (m->cuda) { /* the arena is the device's, freed there */
-    nn__cuda_destroy(m);
-    m->arena = NULL;
-  }
-#endif
   free(m->arena);
   free(m->scratch);
   free(m);

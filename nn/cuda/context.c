@@ -108,6 +108,11 @@ static void free_node(nn__cuda_node *d) {
 /* Frees the device buffers of a build (the handles stay). */
 static void free_buffers(nn_model *m) {
   nn__cuda *c = m->cuda;
+  if (c->pinned) {
+    cudaHostUnregister(m->params), cudaHostUnregister(m->grads);
+    if (m->n_state) cudaHostUnregister(m->state);
+    c->pinned = false;
+  }
   if (c->nodes)
     for (int i = 0; i < m->n_nodes; i++) free_node(&c->nodes[i]);
   free(c->nodes);
@@ -399,6 +404,20 @@ static int build(nn_model *m, shoal_error *err) {
     NN_CU(c, "build", cudaStreamSynchronize(c->stream));
     done += k;
   }
+  /* Page-locked host mirrors: parameter downloads (to actors, checkpoints) at full
+   * speed. Best effort: where the system refuses, they stay pageable and work alike. */
+  size_t pb = (m->n_params ? m->n_params : 1) * sizeof(float);
+  if (cudaHostRegister(m->params, pb, cudaHostRegisterDefault) == cudaSuccess) {
+    if (cudaHostRegister(m->grads, pb, cudaHostRegisterDefault) == cudaSuccess &&
+        (!m->n_state || cudaHostRegister(m->state, m->n_state * sizeof(float),
+                                         cudaHostRegisterDefault) == cudaSuccess)) {
+      c->pinned = true;
+    } else {
+      cudaHostUnregister(m->params);
+      cudaHostUnregister(m->grads); /* an error when it was not registered; cleared below */
+    }
+  }
+  (void)cudaGetLastError(); /* a refused registration is no failure of the model */
   return upload(m, err);
 }
 

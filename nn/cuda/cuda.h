@@ -76,7 +76,7 @@ struct nn__cuda {
   cudaEvent_t stage_ev[2];
   int stage_next;
   nn__cuda_node *nodes; /* (n_nodes) */
-  uint64_t drop_calls;  /* dropout masks: one counter per forward */
+  bool pinned;          /* the host mirrors are page-locked (cudaHostRegister) */
   bool sticky;          /* in a call that cannot return a code (backward, zero_grad) */
   int err_code;         /* the first failure of such a call (kept until reported) */
   char err_msg[512];
