@@ -244,6 +244,40 @@ static void test_rnn_cells(void **s) {
   compare("gru_cell", a_gru, 9, 1, 1, 7, true, TOL_GEMM);
 }
 
+static void a_embed(nn_model *m) {
+  nn_embedding(m, "emb", 7, 4);
+  nn_dense(m, "out", 2);
+}
+
+/* Indices stored as floats: the same rows gathered, the same scatter-added gradient,
+ * zeros for the indices' gradient, and an index out of range refused with its place. */
+static void test_embedding(void **s) {
+  shoal_error err = {0};
+  int B = 5;
+  nn_model *c = make(NN_CPU, a_embed, 3, 1, 1, B), *g = make(NN_CUDA, a_embed, 3, 1, 1, B);
+  float x[15], dy[10], hy[10], hdx[15];
+  for (int i = 0; i < 15; i++) x[i] = (float)((i * 5) % 7); /* repeats: the adds collide */
+  fill(dy, 10, 3, 1.0f);
+  float *xd = dev_copy(g, x, 15), *dyd = dev_copy(g, dy, 10);
+  const float *yc, *yg, *dxc, *dxg;
+  CHECK(nn_model_forward(c, x, B, &yc, &err));
+  CHECK(nn_model_forward(g, xd, B, &yg, &err));
+  CHECK(nn_model_to_host(g, hy, yg, 10, &err));
+  expect_close("embedding: y", hy, yc, 10, TOL_GEMM);
+  CHECK(nn_model_backward(c, dy, &dxc, &err));
+  CHECK(nn_model_backward(g, dyd, &dxg, &err));
+  CHECK(nn_model_to_host(g, hdx, dxg, 15, &err));
+  for (int i = 0; i < 15; i++) assert_true(hdx[i] == 0.0f);
+  size_t n;
+  expect_close("embedding: gradients", nn_model_grads(g, NULL), nn_model_grads(c, &n), n, TOL_GEMM);
+  x[5] = 7.0f; /* sample 1, position 2: one past the table */
+  CHECK(nn_model_to_device(g, xd, x, 15, &err));
+  assert_int_equal(nn_model_forward(g, xd, B, &yg, &err), SHOAL_ERANGE);
+  assert_non_null(strstr(err.msg, "sample 1, position 2"));
+  nn_model_free(g, xd), nn_model_free(g, dyd);
+  nn_model_destroy(c), nn_model_destroy(g);
+}
+
 static void a_dropout(nn_model *m) { nn_dropout(m, "drop", 0.5f); }
 
 /* Masks differ from the CPU's (another generator): their statistics and the backward's
@@ -646,18 +680,14 @@ static void test_checkpoint_cross_device(void **s) {
 
 static void test_refusals(void **s) {
   shoal_error err = {0};
-  nn_model *m = nn_model_create(NN_CUDA, &err);
-  assert_non_null(m);
-  nn_input(m, 10, 1, 1);
-  nn_embedding(m, "emb", 7, 3);
-  assert_int_equal(nn_model_build(m, 4, 1, &err), SHOAL_ENOTSUP);
-  assert_non_null(strstr(err.msg, "emb"));
-  assert_non_null(strstr(err.msg, "cuda"));
-  nn_model_destroy(m);
   nn_model *g = make(NN_CUDA, a_mlp, 9, 1, 1, 4);
   const float *y;
   float *xd = nn_model_alloc(g, 9 * 8, &err);
   assert_int_equal(nn_model_forward(g, xd, 5, &y, &err), SHOAL_EINVAL); /* over max_batch */
+  CHECK(nn_model_forward(g, xd, 4, &y, &err));
+  /* its own output fed back as input would be overwritten mid-pass */
+  assert_int_equal(nn_model_forward(g, y, 1, &y, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "own buffers"));
   const float *dx;
   nn_model *g2 = make(NN_CUDA, a_mlp, 9, 1, 1, 4);
   assert_int_equal(nn_model_backward(g2, xd, &dx, &err), SHOAL_ESTATE); /* no forward */
@@ -678,6 +708,7 @@ int main(void) {
       cmocka_unit_test(test_norms),
       cmocka_unit_test(test_graph),
       cmocka_unit_test(test_rnn_cells),
+      cmocka_unit_test(test_embedding),
       cmocka_unit_test(test_dropout),
       cmocka_unit_test(test_losses),
       cmocka_unit_test(test_optimizers),

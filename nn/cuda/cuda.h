@@ -177,6 +177,14 @@ cudaError_t nn__k_gru_bwd(cudaStream_t s, float *dgi, float *dgh, const float *c
                           const float *in, const float *dout, int B, int I, int Hd);
 cudaError_t nn__k_gru_dh(cudaStream_t s, float *dx, const float *cache, const float *dout, int B,
                          int I, int Hd);
+/* Embedding: y[s, j*dim + k] = W[x[s, j], k] for B*Fx indices. An index that is not
+ * an integer in [0, num) gives zeros, counts in acc->bad, and its position goes to
+ * acc->pad[0] read as an unsigned 64-bit minimum (acc zeroed, pad[0] all ones before).
+ * Backward: dW[x[i]] += dy[i] (atomic adds). */
+cudaError_t nn__k_embed_fwd(cudaStream_t s, nn__cuda_acc *acc, float *y, const float *x,
+                            const float *w, int B, int Fx, int dim, int num);
+cudaError_t nn__k_embed_bwd(cudaStream_t s, float *dw, const float *x, const float *dy, int B,
+                            int Fx, int dim);
 /* num_batches_tracked += 1 (a scalar in device memory). */
 cudaError_t nn__k_inc(cudaStream_t s, float *v);
 

@@ -214,6 +214,32 @@ __global__ void k_bn_fwd(float *y, float *xhat, float *rstd, const float *x, con
 
 __global__ void k_inc(float *v) { v[0] += 1.0f; }
 
+/* ---- embedding --------------------------------------------------------------------- */
+
+__global__ void k_embed_fwd(nn__cuda_acc *acc, float *y, const float *x, const float *w,
+                            size_t total, int dim, int num) {
+  GRID_LOOP(i, total) {
+    size_t pos = i / (size_t)dim, k = i % (size_t)dim;
+    float v = x[pos];
+    if (v >= 0 && v < (float)num && v == floorf(v)) {
+      y[i] = w[(size_t)v * dim + k];
+    } else {
+      y[i] = 0.0f;
+      if (k == 0) {
+        atomicAdd(&acc->bad, 1.0);
+        atomicMin((unsigned long long *)&acc->pad[0], (unsigned long long)pos);
+      }
+    }
+  }
+}
+
+__global__ void k_embed_bwd(float *dw, const float *x, const float *dy, size_t total, int dim) {
+  GRID_LOOP(i, total) {
+    size_t pos = i / (size_t)dim, k = i % (size_t)dim;
+    atomicAdd(&dw[(size_t)x[pos] * dim + k], dy[i]);
+  }
+}
+
 /* ---- LSTM and GRU cells (nn/cpu/rnn.c) ---------------------------------------------- */
 
 __device__ inline float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
@@ -687,6 +713,20 @@ cudaError_t nn__k_gru_dh(cudaStream_t s, float *dx, const float *cache, const fl
                          int I, int Hd) {
   size_t t = (size_t)B * Hd;
   k_gru_dh<<<blocks_for(t), kThreads, 0, s>>>(dx, cache, dout, t, I, Hd);
+  return cudaGetLastError();
+}
+
+cudaError_t nn__k_embed_fwd(cudaStream_t s, nn__cuda_acc *acc, float *y, const float *x,
+                            const float *w, int B, int Fx, int dim, int num) {
+  size_t t = (size_t)B * Fx * dim;
+  k_embed_fwd<<<blocks_for(t), kThreads, 0, s>>>(acc, y, x, w, t, dim, num);
+  return cudaGetLastError();
+}
+
+cudaError_t nn__k_embed_bwd(cudaStream_t s, float *dw, const float *x, const float *dy, int B,
+                            int Fx, int dim) {
+  size_t t = (size_t)B * Fx * dim;
+  k_embed_bwd<<<blocks_for(t), kThreads, 0, s>>>(dw, x, dy, t, dim);
   return cudaGetLastError();
 }
 

@@ -8,8 +8,8 @@
  * Backward cannot return a code: a failure is recorded in the context by the checking
  * macros and nn_model_backward reports it after the pass.
  *
- * Embeddings have no CUDA kernel yet: nn_model_build refuses a CUDA model that uses
- * one, naming the layer.
+ * The embedding's forward waits for the device once, to report an index out of range
+ * as the CPU backend does (SHOAL_ERANGE naming the sample and position).
  */
 #include <string.h>
 
@@ -394,6 +394,44 @@ static int gru_bwd(nn_model *m, nn__node *n, int B, shoal_error *err) {
 }
 BACKWARD(gru)
 
+/* ---- embedding: y[s, j*dim ..] = W[x[s, j]]; W (num, dim) ---------------------------- */
+
+static int embedding_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  CTX;
+  const nn__node *x = in0(m, n);
+  int Fx = x->F;
+  NN_CU(c, n->name, cudaMemsetAsync(c->d_acc, 0, sizeof *c->d_acc, S));
+  NN_CU(c, n->name, cudaMemsetAsync(&c->d_acc->pad[0], 0xff, sizeof c->d_acc->pad[0], S));
+  NN_CU(c, n->name, nn__k_embed_fwd(S, c->d_acc, n->out, x->out, P(0), B, Fx, n->dim, n->num));
+  NN_CU(c, n->name,
+        cudaMemcpyAsync(c->h_acc, c->d_acc, sizeof *c->h_acc, cudaMemcpyDeviceToHost, S));
+  NN_CU(c, n->name, cudaStreamSynchronize(S));
+  if (c->h_acc->bad > 0) {
+    unsigned long long pos;
+    memcpy(&pos, &c->h_acc->pad[0], sizeof pos);
+    float v = 0;
+    NN_CU(c, n->name, cudaMemcpy(&v, x->out + pos, sizeof v, cudaMemcpyDeviceToHost));
+    return shoal_error_set(err, SHOAL_ERANGE,
+                           "nn: layer '%s': index %g (sample %llu, position %llu) is not an "
+                           "integer in [0, %d)",
+                           n->name, (double)v, pos / (unsigned long long)Fx,
+                           pos % (unsigned long long)Fx, n->num);
+  }
+  return 0;
+}
+
+static int embedding_bwd(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  CTX;
+  const nn__node *x = in0(m, n);
+  NN_CU(c, n->name, nn__k_embed_bwd(S, G(0), x->out, n->dout, B, x->F, n->dim));
+  /* Indices have no gradient; a caller asking for dx gets zeros there. */
+  bool acc;
+  float *dx = nn__dinput(m, n, 0, &acc);
+  if (dx && !acc) NN_CU(c, n->name, cudaMemsetAsync(dx, 0, (size_t)B * x->F * sizeof(float), S));
+  return 0;
+}
+BACKWARD(embedding)
+
 /* ---- views, slice, add, concat ----------------------------------------------------- */
 
 static int view_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
@@ -485,6 +523,7 @@ static const nn__layer_ops cuda_slice = {slice_forward, slice_backward};
 static const nn__layer_ops cuda_add = {add_forward, add_backward};
 static const nn__layer_ops cuda_concat = {concat_forward, concat_backward};
 static const nn__layer_ops cuda_lstm = {lstm_forward, lstm_backward};
+static const nn__layer_ops cuda_embedding = {embedding_forward, embedding_backward};
 static const nn__layer_ops cuda_gru = {gru_forward, gru_backward};
 
 const nn__backend nn__cuda_backend = {
@@ -506,6 +545,7 @@ const nn__backend nn__cuda_backend = {
             [NN__ADD] = &cuda_add,
             [NN__CONCAT] = &cuda_concat,
             [NN__LSTM] = &cuda_lstm,
+            [NN__EMBEDDING] = &cuda_embedding,
             [NN__GRU] = &cuda_gru,
         },
 };
