@@ -151,6 +151,9 @@ int nn__cuda_to_device(nn_model *m, float *dst, const float *src, size_t n, shoa
 int nn__cuda_to_host(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err);
 int nn__cuda_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, const float *pred,
                   const float *target, const float *w, int B, int N, float delta, shoal_error *err);
+/* prio (host, B floats) from pred and target on the device (nn_model_priorities). */
+int nn__cuda_priorities(nn_model *m, float *prio, const float *pred, const float *target, int B,
+                        int N, float alpha, float eps, shoal_error *err);
 /* The optimizer's device half (nn/optim.c calls these for a CUDA model): moments
  * (nbuf * n floats, laid out as the host's), the step, and moving them. */
 typedef struct nn__cuda_optim nn__cuda_optim;

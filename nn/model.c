@@ -980,6 +980,35 @@ int nn_model_params_changed(nn_model *m, shoal_error *err) {
   return 0;
 }
 
+int nn_model_priorities(nn_model *m, float *prio, const float *pred, const float *target, int B,
+                        int N, float alpha, float eps, shoal_error *err) {
+  if (!m || !prio || !pred || !target)
+    return shoal_error_set(err, SHOAL_EINVAL, "nn: priorities: NULL argument");
+  if (!m->built || B < 1 || B > m->max_batch || N < 1 || !(alpha >= 0) || !(eps >= 0))
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "nn: priorities: B %d (max_batch %d), N %d, alpha %g, eps %g: need a "
+                           "built model, 1 <= B <= max_batch, N >= 1, alpha, eps >= 0",
+                           B, m->max_batch, N, (double)alpha, (double)eps);
+  int rc = 0;
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda)
+    rc = nn__cuda_priorities(m, prio, pred, target, B, N, alpha, eps, err);
+  else
+#endif
+    for (int i = 0; i < B; i++) {
+      double s = 0;
+      for (int j = 0; j < N; j++)
+        s += fabs((double)pred[(size_t)i * N + j] - target[(size_t)i * N + j]);
+      prio[i] = (float)pow(s + eps, alpha);
+    }
+  if (rc) return rc;
+  for (int i = 0; i < B; i++)
+    if (!isfinite(prio[i]))
+      return shoal_error_set(err, SHOAL_ENAN, "nn: priorities: sample %d's priority is %g", i,
+                             (double)prio[i]);
+  return 0;
+}
+
 int nn_model_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, const float *pred,
                   const float *target, const float *w, int B, int N, float delta,
                   shoal_error *err) {

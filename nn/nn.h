@@ -247,6 +247,16 @@ typedef enum nn_loss_kind {
 int nn_model_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, const float *pred,
                   const float *target, const float *w, int B, int N, float delta, shoal_error *err);
 
+/* Priorities for proportional prioritized replay (Schaul et al. 2016), computed where
+ * pred lives, so a CUDA learner downloads B floats instead of its outputs:
+ * prio[i] = (sum_j |pred_ij - target_ij| + eps)^alpha. With a DQN target that differs
+ * from pred only in the taken action's column, the sum is |TD error|. pred and target
+ * (B, N) are in m's memory; prio is host memory, written after m's queued work.
+ * Errors: B outside [1, max_batch], N < 1, alpha < 0, eps < 0 (SHOAL_EINVAL); a NaN
+ * or infinite priority (SHOAL_ENAN, naming the sample). */
+int nn_model_priorities(nn_model *m, float *prio, const float *pred, const float *target, int B,
+                        int N, float alpha, float eps, shoal_error *err);
+
 /* ---- initialisers (torch.nn.init's formulas), on raw arrays --------------------- */
 /* Each fills w[0..n) from rng (borrowed; the same seed gives the same weights). fan_in
  * and fan_out as nn_tensor_info gives them; they must be > 0 (checked by SHOAL_ASSERT:

@@ -347,6 +347,15 @@ static void test_losses(void **s) {
     }
     nn_model_free(g, td);
   }
+  /* replay priorities from the same pred and target */
+  {
+    float pc[37], pg[37];
+    CHECK(nn_model_priorities(c, pc, p, t, B, N, 0.6f, 1e-3f, &err));
+    float *td = dev_copy(g, t, n);
+    CHECK(nn_model_priorities(g, pg, pd, td, B, N, 0.6f, 1e-3f, &err));
+    expect_close("priorities", pg, pc, (size_t)B, TOL_ELEM);
+    nn_model_free(g, td);
+  }
   /* A NaN on its way to the device is refused, naming its index. */
   float nanw[37];
   for (int i = 0; i < B; i++) nanw[i] = 1.0f;

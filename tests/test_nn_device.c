@@ -81,10 +81,30 @@ static void test_loss_dispatch(void **s) {
   nn_model_destroy(m);
 }
 
+/* Proportional priorities, hand-worked: (sum_j |pred - target| + eps)^alpha. */
+static void test_priorities(void **s) {
+  shoal_error err = {0};
+  nn_model *m = small(); /* max_batch 4 */
+  float pred[6] = {1, 2, 0, 0, -1, 5}, target[6] = {1, 0, 0, 0.5f, 1, 5}, prio[3];
+  assert_int_equal(nn_model_priorities(m, prio, pred, target, 3, 2, 0.6f, 0.01f, &err), 0);
+  assert_true(fabs(prio[0] - pow(2.01, 0.6)) < 1e-6);
+  assert_true(fabs(prio[1] - pow(0.51, 0.6)) < 1e-6);
+  assert_true(fabs(prio[2] - pow(2.01, 0.6)) < 1e-6);
+  assert_int_equal(nn_model_priorities(m, prio, pred, target, 5, 2, 0.6f, 0.01f, &err),
+                   SHOAL_EINVAL); /* over max_batch */
+  assert_int_equal(nn_model_priorities(m, prio, pred, target, 3, 2, -1.0f, 0.01f, &err),
+                   SHOAL_EINVAL);
+  pred[3] = INFINITY;
+  assert_int_equal(nn_model_priorities(m, prio, pred, target, 3, 2, 0.6f, 0.01f, &err), SHOAL_ENAN);
+  assert_non_null(strstr(err.msg, "sample 1"));
+  nn_model_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_memory),
       cmocka_unit_test(test_loss_dispatch),
+      cmocka_unit_test(test_priorities),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -118,9 +118,9 @@ static void free_buffers(nn_model *m) {
   free(c->nodes);
   c->nodes = NULL;
   cudaFree(c->d_params), cudaFree(c->d_grads), cudaFree(c->d_state), cudaFree(c->d_arena);
-  cudaFree(c->ws), cudaFree(c->ones), cudaFree(c->d_acc);
+  cudaFree(c->ws), cudaFree(c->ones), cudaFree(c->d_prio), cudaFree(c->d_acc);
   cudaFreeHost(c->h_acc), cudaFreeHost(c->stage[0]);
-  c->d_params = c->d_grads = c->d_state = c->d_arena = c->ones = NULL;
+  c->d_params = c->d_grads = c->d_state = c->d_arena = c->ones = c->d_prio = NULL;
   c->ws = NULL, c->d_acc = NULL, c->h_acc = NULL, c->stage[0] = c->stage[1] = NULL;
 }
 
@@ -365,6 +365,7 @@ static int build(nn_model *m, shoal_error *err) {
   NN_CU(c, "build", cudaMalloc((void **)&c->d_state, (m->n_state ? m->n_state : 1) * 4));
   NN_CU(c, "build", cudaMalloc((void **)&c->d_arena, (total ? total : 1) * sizeof(float)));
   NN_CU(c, "build", cudaMalloc((void **)&c->ones, (size_t)mb * sizeof(float)));
+  NN_CU(c, "build", cudaMalloc((void **)&c->d_prio, (size_t)mb * sizeof(float)));
   NN_CU(c, "build", cudaMalloc((void **)&c->d_acc, sizeof *c->d_acc));
   NN_CU(c, "build", cudaMallocHost((void **)&c->h_acc, sizeof *c->h_acc));
   NN_CU(c, "build", cudaMemsetAsync(c->d_grads, 0, (m->n_params ? m->n_params : 1) * 4, c->stream));
@@ -576,6 +577,13 @@ int nn__cuda_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, con
                            names[kind], c->h_acc->bad, l);
   *loss = (float)l;
   return 0;
+}
+
+int nn__cuda_priorities(nn_model *m, float *prio, const float *pred, const float *target, int B,
+                        int N, float alpha, float eps, shoal_error *err) {
+  nn__cuda *c = m->cuda;
+  NN_CU(c, "priorities", nn__k_priorities(c->stream, c->d_prio, pred, target, B, N, alpha, eps));
+  return nn__cuda_to_host(m, prio, c->d_prio, (size_t)B, err);
 }
 
 /* ---- the optimizer's device half ----------------------------------------------------- */

@@ -69,6 +69,7 @@ struct nn__cuda {
   void *ws; /* cuDNN workspace, ws_bytes, sized at build for max_batch */
   size_t ws_bytes;
   float *ones;         /* (max_batch) ones: bias gradients as a GEMV */
+  float *d_prio;       /* (max_batch) replay priorities on their way out */
   nn__cuda_acc *d_acc; /* loss reductions */
   nn__cuda_acc *h_acc; /* pinned */
   float *stage[2];     /* pinned staging for host -> device copies, stage_n floats each */
@@ -185,6 +186,9 @@ cudaError_t nn__k_embed_fwd(cudaStream_t s, nn__cuda_acc *acc, float *y, const f
                             const float *w, int B, int Fx, int dim, int num);
 cudaError_t nn__k_embed_bwd(cudaStream_t s, float *dw, const float *x, const float *dy, int B,
                             int Fx, int dim);
+/* prio (device, B) = (sum_j |pred_ij - target_ij| + eps)^alpha, one thread a sample. */
+cudaError_t nn__k_priorities(cudaStream_t s, float *prio, const float *pred, const float *target,
+                             int B, int N, float alpha, float eps);
 /* num_batches_tracked += 1 (a scalar in device memory). */
 cudaError_t nn__k_inc(cudaStream_t s, float *v);
 

@@ -214,6 +214,17 @@ __global__ void k_bn_fwd(float *y, float *xhat, float *rstd, const float *x, con
 
 __global__ void k_inc(float *v) { v[0] += 1.0f; }
 
+/* ---- replay priorities -------------------------------------------------------------- */
+
+__global__ void k_priorities(float *prio, const float *pred, const float *target, int B, int N,
+                             float alpha, float eps) {
+  GRID_LOOP(i, (size_t)B) {
+    double s = 0;
+    for (int j = 0; j < N; j++) s += fabs((double)pred[i * N + j] - target[i * N + j]);
+    prio[i] = (float)pow(s + eps, (double)alpha);
+  }
+}
+
 /* ---- embedding --------------------------------------------------------------------- */
 
 __global__ void k_embed_fwd(nn__cuda_acc *acc, float *y, const float *x, const float *w,
@@ -727,6 +738,12 @@ cudaError_t nn__k_embed_bwd(cudaStream_t s, float *dw, const float *x, const flo
                             int Fx, int dim) {
   size_t t = (size_t)B * Fx * dim;
   k_embed_bwd<<<blocks_for(t), kThreads, 0, s>>>(dw, x, dy, t, dim);
+  return cudaGetLastError();
+}
+
+cudaError_t nn__k_priorities(cudaStream_t s, float *prio, const float *pred, const float *target,
+                             int B, int N, float alpha, float eps) {
+  k_priorities<<<blocks_for((size_t)B), kThreads, 0, s>>>(prio, pred, target, B, N, alpha, eps);
   return cudaGetLastError();
 }
 
