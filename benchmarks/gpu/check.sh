@@ -21,13 +21,22 @@ window=${BENCH_WINDOW:-1.0}
 cd "$root"
 mkdir -p "$out"
 
-# cuDNN: an explicit root, else the pip package's folder (include/ and lib/ inside).
+# cuDNN: an explicit root, else the folder holding cudnn.h in the pip packages
+# (nvidia-cudnn-cu13: .../site-packages/nvidia/cudnn/{include,lib}), else the toolkit's.
 cudnn=${SHOAL_CUDNN_ROOT:-}
 if [ -z "$cudnn" ]; then
-  cudnn=$("$py" -c 'import nvidia.cudnn as c; print(list(c.__path__)[0])' 2>/dev/null || true)
+  for d in $("$py" -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null || true); do
+    h=$(find "$d" -name cudnn.h -path '*include*' 2>/dev/null | head -n 1)
+    if [ -n "$h" ]; then
+      cudnn=$(dirname "$(dirname "$h")")
+      break
+    fi
+  done
 fi
 echo "== check.sh: $(date -u +%FT%TZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
+echo "== nvcc: $(command -v nvcc || echo 'not on PATH') $(nvcc --version 2>/dev/null | tail -n 1)"
 echo "== cuDNN root: ${cudnn:-not found (relying on the toolkit folders)}"
+[ -n "$cudnn" ] && ls "$cudnn"/lib* 2>/dev/null | head -n 20
 cmake_args=(-DSHOAL_ONLY_NN=ON -DSHOAL_CUDA=ON -DCMAKE_BUILD_TYPE=Release)
 if [ -n "$cudnn" ]; then
   cmake_args+=(-DSHOAL_CUDNN_ROOT="$cudnn")
@@ -41,6 +50,7 @@ echo "== build"
 t0=$(date +%s)
 cmake -S . -B "$build" "${gen[@]}" "${cmake_args[@]}" >"$out/cmake.log" 2>&1 ||
   { cat "$out/cmake.log"; exit 1; }
+grep -E "^-- nn:" "$out/cmake.log" || true
 cmake --build "$build" -j "$(nproc)" 2>&1 | tail -n 5
 echo "   built in $(($(date +%s) - t0)) s"
 

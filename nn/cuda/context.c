@@ -74,8 +74,10 @@ bool nn__cuda_available(shoal_error *err) {
 
 int nn__cuda_create(nn_model *m, shoal_error *err) {
   shoal_error why = {0};
-  if (!nn__cuda_available(&why))
-    return shoal_error_set(err, SHOAL_ENOTSUP, "nn: cannot create a CUDA model: %s", why.msg);
+  if (!nn__cuda_available(&why)) {
+    const char *w = strncmp(why.msg, "nn: ", 4) ? why.msg : why.msg + 4;
+    return shoal_error_set(err, SHOAL_ENOTSUP, "nn: cannot create a CUDA model: %s", w);
+  }
   nn__cuda *c = calloc(1, sizeof *c);
   if (!c) return shoal_error_set(err, SHOAL_ENOMEM, "nn: cuda: out of memory");
   m->cuda = c;
