@@ -136,6 +136,9 @@ void nn__cuda_destroy(nn_model *m); /* frees everything of m->cuda; NULL is fine
  * descriptors, algorithm choices for max_batch, then the upload. Sets every node's
  * out, dout_buf and cache, and m->arena / arena_n to the device arena. */
 int nn__cuda_build(nn_model *m, shoal_error *err);
+/* SHOAL_EINVAL when p is ordinary host memory, which the device cannot read (a host
+ * array passed where a CUDA model wants device memory); what names the argument. */
+int nn__cuda_check_ptr(nn_model *m, const void *p, const char *what, shoal_error *err);
 /* Reports (and clears) the first failure recorded since the last report. */
 int nn__cuda_status(nn_model *m, shoal_error *err);
 int nn__cuda_sync(nn_model *m, shoal_error *err);

@@ -797,6 +797,12 @@ int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_
                            "nn: forward: input x[%zu] (sample %zu, feature %zu) is %s", i,
                            i / (size_t)in->F, i % (size_t)in->F, isnan(x[i]) ? "NaN" : "infinite");
   }
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda) {
+    int rc = nn__cuda_check_ptr(m, x, "forward: x", err);
+    if (rc) return rc;
+  }
+#endif
   m->B = 0; /* a failed forward leaves nothing for backward */
   m->x = x;
   in->out = (float *)x;
@@ -832,6 +838,12 @@ int nn_model_backward(nn_model *m, const float *dy, const float **dx, shoal_erro
   if (!m->built || m->B < 1)
     return shoal_error_set(err, SHOAL_ESTATE, "nn: backward: no forward to go back through");
   int B = m->B;
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda) {
+    int rc = nn__cuda_check_ptr(m, dy, "backward: dy", err);
+    if (rc) return rc;
+  }
+#endif
   /* A node's output gradient is needed when it or an ancestor has parameters, or
    * when the caller wants the input gradient. */
   for (int i = 0; i < m->n_nodes; i++) {

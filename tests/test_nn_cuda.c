@@ -697,6 +697,10 @@ static void test_refusals(void **s) {
   /* its own output fed back as input would be overwritten mid-pass */
   assert_int_equal(nn_model_forward(g, y, 1, &y, &err), SHOAL_EINVAL);
   assert_non_null(strstr(err.msg, "own buffers"));
+  /* a host array where device memory belongs is refused before any kernel reads it */
+  float host_x[36] = {0};
+  assert_int_equal(nn_model_forward(g, host_x, 4, &y, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "host memory"));
   const float *dx;
   nn_model *g2 = make(NN_CUDA, a_mlp, 9, 1, 1, 4);
   assert_int_equal(nn_model_backward(g2, xd, &dx, &err), SHOAL_ESTATE); /* no forward */

@@ -48,6 +48,22 @@ int nn__cuda_status(nn_model *m, shoal_error *err) {
   return rc;
 }
 
+int nn__cuda_check_ptr(nn_model *m, const void *p, const char *what, shoal_error *err) {
+  struct cudaPointerAttributes a;
+  cudaError_t e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return shoal_error_set(err, SHOAL_EINVAL, "nn: %s: cannot tell where %p lives: %s", what, p,
+                           cudaGetErrorString(e));
+  }
+  if (a.type == cudaMemoryTypeUnregistered)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "nn: %s is host memory; a CUDA model takes device memory (copy it "
+                           "with nn_model_to_device)",
+                           what);
+  return 0;
+}
+
 int nn__cuda_sync(nn_model *m, shoal_error *err) {
   nn__cuda *c = m->cuda;
   int rc = nn__cuda_status(m, err);
@@ -559,6 +575,11 @@ int nn__cuda_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, con
     return shoal_error_set(err, SHOAL_EINVAL, "nn: huber loss: delta %g must be > 0",
                            (double)delta);
   if (!c->d_acc) return shoal_error_set(err, SHOAL_ESTATE, "nn: loss: the model is not built");
+  int rc = nn__cuda_check_ptr(m, pred, "loss: pred", err);
+  if (!rc) rc = nn__cuda_check_ptr(m, target, "loss: target", err);
+  if (!rc && w) rc = nn__cuda_check_ptr(m, w, "loss: w", err);
+  if (!rc && dpred) rc = nn__cuda_check_ptr(m, dpred, "loss: dpred", err);
+  if (rc) return rc;
   /* mean over every term; cross-entropy's over the B samples */
   double scale = 1.0 / ((double)B * (kind == NN_LOSS_CROSS_ENTROPY ? 1.0 : (double)N));
   NN_CU(c, names[kind], cudaMemsetAsync(c->d_acc, 0, sizeof *c->d_acc, c->stream));
@@ -569,7 +590,7 @@ int nn__cuda_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, con
   NN_CU(c, names[kind],
         cudaMemcpyAsync(c->h_acc, c->d_acc, sizeof *c->h_acc, cudaMemcpyDeviceToHost, c->stream));
   NN_CU(c, names[kind], cudaStreamSynchronize(c->stream));
-  int rc = nn__cuda_status(m, err);
+  rc = nn__cuda_status(m, err);
   if (rc) return rc;
   double l = c->h_acc->sum * scale;
   if (c->h_acc->bad > 0 || !isfinite(l))
@@ -584,6 +605,9 @@ int nn__cuda_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, con
 int nn__cuda_priorities(nn_model *m, float *prio, const float *pred, const float *target, int B,
                         int N, float alpha, float eps, shoal_error *err) {
   nn__cuda *c = m->cuda;
+  int rc = nn__cuda_check_ptr(m, pred, "priorities: pred", err);
+  if (!rc) rc = nn__cuda_check_ptr(m, target, "priorities: target", err);
+  if (rc) return rc;
   NN_CU(c, "priorities", nn__k_priorities(c->stream, c->d_prio, pred, target, B, N, alpha, eps));
   return nn__cuda_to_host(m, prio, c->d_prio, (size_t)B, err);
 }
