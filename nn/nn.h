@@ -206,7 +206,10 @@ size_t nn_model_describe(const nn_model *m, char *buf, size_t n);
  *    parameters or state, call nn_model_params_changed to upload them. Checkpoints,
  *    nn_model_copy (across devices too) and nn_optim_* handle this themselves.
  *  - nn_optim_create over it keeps the moments on the device and steps there (fused
- *    kernels over the flat buffer; clipping and the NaN skip decided on the device).
+ *    kernels over the flat buffer; clipping and the NaN skip decided on the device;
+ *    each step waits once, for that decision).
+ *  - A host array passed where device memory belongs (x, dy, a loss's arrays) is
+ *    refused with SHOAL_EINVAL before any kernel reads it.
  * On a CPU model the helpers below are plain memory operations, so an algorithm is
  * written once for both. */
 
@@ -239,8 +242,8 @@ typedef enum nn_loss_kind {
 } nn_loss_kind;
 /* A loss on m's device, with the formulas, weights and "mean" reduction of
  * nn_mse_loss, nn_huber_loss, nn_bce_with_logits_loss and nn_cross_entropy_soft_loss
- * below; pred, target, w and
- * dpred are in m's memory (device pointers on a CUDA model; w and dpred may be NULL).
+ * below; pred, target, w (B per-sample weights) and dpred (B, N) are in m's memory
+ * (device pointers on a CUDA model; w and dpred may be NULL; dpred is overwritten).
  * On a CUDA model, loss may be NULL: then nothing waits and nothing checks for NaN
  * (launch-bound training loops); else it waits and a non-finite loss or input is
  * SHOAL_ENAN. On a CPU model it calls the functions below. */
