@@ -869,6 +869,7 @@ static int model_load(nn_model *m, const uint8_t *buf, size_t len, const char *s
   if (rc) return rc;
   rc = nn__st_load_buffer(t, n, "model", buf, len, src, err);
   free(t);
+  if (!rc) rc = nn_model_params_changed(m, err); /* a CUDA model's device copy */
   return rc;
 }
 

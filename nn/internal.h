@@ -123,6 +123,55 @@ typedef struct nn__backend {
 
 extern const nn__backend nn__cpu_backend;
 
+/* The CUDA backend (nn/cuda), compiled in when SHOAL_HAVE_CUDA is defined. A CUDA
+ * model's context: stream, handles and device buffers (nn/cuda/cuda.h). */
+typedef struct nn__cuda nn__cuda;
+#ifdef SHOAL_HAVE_CUDA
+extern const nn__backend nn__cuda_backend;
+bool nn__cuda_available(shoal_error *err);
+/* At create: a stream and handles on the current device (m->cuda). */
+int nn__cuda_create(nn_model *m, shoal_error *err);
+void nn__cuda_destroy(nn_model *m); /* frees everything of m->cuda; NULL is fine */
+/* At build, after the host parameters and state are initialised: device buffers,
+ * descriptors, algorithm choices for max_batch, then the upload. Sets every node's
+ * out, dout_buf and cache, and m->arena / arena_n to the device arena. */
+int nn__cuda_build(nn_model *m, shoal_error *err);
+/* SHOAL_EINVAL when p is ordinary host memory, which the device cannot read (a host
+ * array passed where a CUDA model wants device memory); what names the argument. */
+int nn__cuda_check_ptr(nn_model *m, const void *p, const char *what, shoal_error *err);
+/* Reports (and clears) the first failure recorded since the last report. */
+int nn__cuda_status(nn_model *m, shoal_error *err);
+int nn__cuda_sync(nn_model *m, shoal_error *err);
+void nn__cuda_zero(nn_model *m, float *dev, size_t n); /* queued memset; failures recorded */
+/* Host mirrors <-> device: params and state (pull also grads when grads). */
+int nn__cuda_pull(nn_model *m, bool grads, shoal_error *err);
+int nn__cuda_push(nn_model *m, shoal_error *err);
+/* dst (device of dst_m) <- src model's params and state, both CUDA models. */
+int nn__cuda_copy_model(nn_model *dst, const nn_model *src, shoal_error *err);
+float *nn__cuda_alloc(nn_model *m, size_t n, shoal_error *err);
+void nn__cuda_free(nn_model *m, float *p);
+int nn__cuda_to_device(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err);
+int nn__cuda_to_host(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err);
+int nn__cuda_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, const float *pred,
+                  const float *target, const float *w, int B, int N, float delta, shoal_error *err);
+/* prio (host, B floats) from pred and target on the device (nn_model_priorities). */
+int nn__cuda_priorities(nn_model *m, float *prio, const float *pred, const float *target, int B,
+                        int N, float alpha, float eps, shoal_error *err);
+/* The optimizer's device half (nn/optim.c calls these for a CUDA model): moments
+ * (nbuf * n floats, laid out as the host's), the step, and moving them. */
+typedef struct nn__cuda_optim nn__cuda_optim;
+nn__cuda_optim *nn__cuda_optim_create(nn_model *m, size_t nbuf, shoal_error *err);
+void nn__cuda_optim_destroy(nn__cuda_optim *o);
+/* One step number step + 1 over slots ibuf, iavg, isq of the moments (-1: unused);
+ * waits for the device's decision and fills *norm and *skipped (a non-finite norm:
+ * nothing changed). */
+int nn__cuda_optim_step(nn__cuda_optim *o, const nn_optim_config *cfg, long step, int ibuf,
+                        int iavg, int isq, float *norm, bool *skipped, shoal_error *err);
+/* Host moments (nbuf * n floats) and step <-> device. */
+int nn__cuda_optim_get(nn__cuda_optim *o, float *mom, long *step, shoal_error *err);
+int nn__cuda_optim_set(nn__cuda_optim *o, const float *mom, long step, shoal_error *err);
+#endif
+
 struct nn_model {
   nn_device device;
   const nn__backend *be;
@@ -149,6 +198,9 @@ struct nn_model {
   const float *x; /* the last forward's input, borrowed */
   int B;          /* the last forward's batch; 0 before any */
   shoal_rng rng;  /* dropout masks */
+
+  nn__cuda *cuda;  /* the CUDA context (device == NN_CUDA), else NULL */
+  bool host_stale; /* CUDA: the device's params or state are newer than the host's */
 
   int err_code;       /* the first failed layer-adding call, reported by build */
   char err_msg[512];  /* its message */

@@ -47,8 +47,12 @@ void nn_set_threads(int n) {
 }
 
 bool nn_cuda_available(shoal_error *err) {
+#ifdef SHOAL_HAVE_CUDA
+  return nn__cuda_available(err);
+#else
   shoal_error_set(err, SHOAL_ENOTSUP, "nn: shoal was built without the CUDA backend");
   return false;
+#endif
 }
 
 /* ---- errors ------------------------------------------------------------------- */
@@ -73,12 +77,14 @@ const char *nn_model_error(const nn_model *m) { return m ? m->last_msg : ""; }
 /* ---- create / destroy ----------------------------------------------------------- */
 
 nn_model *nn_model_create(nn_device device, shoal_error *err) {
+#ifndef SHOAL_HAVE_CUDA
   if (device == NN_CUDA) {
     shoal_error_set(err, SHOAL_ENOTSUP,
                     "nn: cannot create a CUDA model: shoal was built without the CUDA backend");
     return NULL;
   }
-  if (device != NN_CPU) {
+#endif
+  if (device != NN_CPU && device != NN_CUDA) {
     shoal_error_set(err, SHOAL_EINVAL, "nn: unknown device %d", (int)device);
     return NULL;
   }
@@ -91,12 +97,29 @@ nn_model *nn_model_create(nn_device device, shoal_error *err) {
   m->be = &nn__cpu_backend;
   m->output = -1;
   m->training = true;
+#ifdef SHOAL_HAVE_CUDA
+  if (device == NN_CUDA) {
+    m->be = &nn__cuda_backend;
+    if (nn__cuda_create(m, err)) {
+      nn__cuda_destroy(m);
+      free(m);
+      return NULL;
+    }
+    return m;
+  }
+#endif
   nn__blas_set_threads(g_threads);
   return m;
 }
 
 void nn_model_destroy(nn_model *m) {
   if (!m) return;
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda) { /* first: it unpins the host mirrors; the arena is the device's */
+    nn__cuda_destroy(m);
+    m->arena = NULL;
+  }
+#endif
   for (int i = 0; i < m->n_nodes; i++) free(m->nodes[i].idx);
   free(m->nodes);
   free(m->tensors);
@@ -642,6 +665,9 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
   m->params = alloc_floats(m->n_params);
   m->grads = alloc_floats(m->n_params);
   m->state = alloc_floats(m->n_state);
+  int rc = 0;
+  shoal_rng rng;
+  if (m->device == NN_CUDA) goto init; /* activations live on the device */
 
   size_t total = 0, scratch = 0;
   for (int i = 0; i < m->n_nodes; i++) {
@@ -658,7 +684,6 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
   m->arena_n = total;
   m->scratch = alloc_floats(scratch);
   m->scratch_n = scratch;
-  int rc = 0;
   if (!m->params || !m->grads || !m->state || !m->arena || !m->scratch) {
     rc = shoal_error_set(err, SHOAL_ENOMEM,
                          "nn: build: out of memory for %zu parameters and %zu activation floats",
@@ -693,14 +718,27 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
 
   SHOAL_ASSERT(p == m->arena + total);
 
+init:
+  if (!m->params || !m->grads || !m->state) {
+    rc = shoal_error_set(err, SHOAL_ENOMEM, "nn: build: out of memory for %zu parameters",
+                         m->n_params);
+    goto fail;
+  }
   /* Initialise in table order: the parameters layer by layer, each weight before its
-   * bias (state is constant-initialised, so its place does not change the draws). */
-  shoal_rng rng;
+   * bias (state is constant-initialised, so its place does not change the draws). The
+   * same draws on both devices: a CUDA model starts from the CPU model's weights. */
   shoal_rng_seed(&rng, seed);
   for (int i = 0; i < m->n_tensors; i++) {
     const nn__tensor *t = &m->tensors[i];
     init_tensor((t->trainable ? m->params : m->state) + t->offset, t, &rng);
   }
+  m->max_batch = max_batch;
+#ifdef SHOAL_HAVE_CUDA
+  if (m->device == NN_CUDA) {
+    rc = nn__cuda_build(m, err);
+    if (rc) goto fail;
+  }
+#endif
   /* Dropout draws from its own stream, so masks do not depend on the init. */
   shoal_rng_seed(&m->rng, seed ^ 0x9e3779b97f4a7c15ull);
   m->max_batch = max_batch;
@@ -709,8 +747,10 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
 
 fail:
   for (int i = 0; i < m->n_nodes; i++) free(m->nodes[i].idx), m->nodes[i].idx = NULL;
+  if (m->device == NN_CUDA) m->arena = NULL; /* the device's; nn__cuda_build freed it */
   free(m->params), free(m->grads), free(m->state), free(m->arena), free(m->scratch);
   m->params = m->grads = m->state = m->arena = m->scratch = NULL;
+  m->max_batch = 0;
   return rc;
 }
 
@@ -749,13 +789,20 @@ int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_
       (uintptr_t)(x + nx) > (uintptr_t)m->arena)
     return shoal_error_set(err, SHOAL_EINVAL,
                            "nn: forward: x points into the model's own buffers; copy it out first");
-  if (!all_finite(x, nx)) {
+  /* A device's x was scanned by nn_model_to_device on its way in. */
+  if (m->device == NN_CPU && !all_finite(x, nx)) {
     size_t i = 0;
     while (isfinite(x[i])) i++;
     return shoal_error_set(err, SHOAL_ENAN,
                            "nn: forward: input x[%zu] (sample %zu, feature %zu) is %s", i,
                            i / (size_t)in->F, i % (size_t)in->F, isnan(x[i]) ? "NaN" : "infinite");
   }
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda) {
+    int rc = nn__cuda_check_ptr(m, x, "forward: x", err);
+    if (rc) return rc;
+  }
+#endif
   m->B = 0; /* a failed forward leaves nothing for backward */
   m->x = x;
   in->out = (float *)x;
@@ -766,6 +813,13 @@ int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_
     int rc = m->be->ops[n->kind]->forward(m, n, B, err);
     if (rc) return rc;
   }
+#ifdef SHOAL_HAVE_CUDA
+  if (m->device == NN_CUDA) {
+    int rc = nn__cuda_status(m, err);
+    if (rc) return rc;
+    if (m->training) m->host_stale = true; /* batch norm's running statistics moved */
+  }
+#endif
   m->B = B;
   if (y) *y = m->nodes[m->output].out;
   return 0;
@@ -784,6 +838,12 @@ int nn_model_backward(nn_model *m, const float *dy, const float **dx, shoal_erro
   if (!m->built || m->B < 1)
     return shoal_error_set(err, SHOAL_ESTATE, "nn: backward: no forward to go back through");
   int B = m->B;
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda) {
+    int rc = nn__cuda_check_ptr(m, dy, "backward: dy", err);
+    if (rc) return rc;
+  }
+#endif
   /* A node's output gradient is needed when it or an ancestor has parameters, or
    * when the caller wants the input gradient. */
   for (int i = 0; i < m->n_nodes; i++) {
@@ -808,27 +868,182 @@ int nn_model_backward(nn_model *m, const float *dy, const float **dx, shoal_erro
   if (dx) {
     nn__node *in = &m->nodes[0];
     /* An input no path reaches (it cannot happen in a built graph, but keep dx sane). */
-    if (!in->written) memset(in->dout_buf, 0, (size_t)B * (size_t)in->F * sizeof(float));
+    if (!in->written) {
+#ifdef SHOAL_HAVE_CUDA
+      if (m->device == NN_CUDA)
+        nn__cuda_zero(m, in->dout_buf, (size_t)B * (size_t)in->F);
+      else
+#endif
+        memset(in->dout_buf, 0, (size_t)B * (size_t)in->F * sizeof(float));
+    }
     *dx = in->dout_buf;
   }
+#ifdef SHOAL_HAVE_CUDA
+  if (m->device == NN_CUDA) return nn__cuda_status(m, err);
+#endif
   return 0;
 }
 
 void nn_model_zero_grad(nn_model *m) {
+#ifdef SHOAL_HAVE_CUDA
+  if (m && m->cuda) {
+    if (m->built) nn__cuda_zero(m, NULL, m->n_params); /* NULL: the gradient buffer */
+    return;
+  }
+#endif
   if (m && m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
+}
+
+/* A CUDA model's host mirrors are brought up to date on access. */
+static float *host_view(nn_model *m, float *buf, bool grads) {
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda && m->built && (grads || m->host_stale)) {
+    if (nn__cuda_pull(m, grads, NULL)) return NULL;
+    m->host_stale = false;
+  }
+#endif
+  return buf;
 }
 
 float *nn_model_params(nn_model *m, size_t *n) {
   if (n) *n = m ? m->n_params : 0;
-  return m ? m->params : NULL;
+  return m ? host_view(m, m->params, false) : NULL;
 }
 float *nn_model_grads(nn_model *m, size_t *n) {
   if (n) *n = m ? m->n_params : 0;
-  return m ? m->grads : NULL;
+  return m ? host_view(m, m->grads, true) : NULL;
 }
 float *nn_model_state(nn_model *m, size_t *n) {
   if (n) *n = m ? m->n_state : 0;
-  return m ? m->state : NULL;
+  return m ? host_view(m, m->state, false) : NULL;
+}
+
+/* ---- devices ----------------------------------------------------------------------------- */
+
+nn_device nn_model_device(const nn_model *m) { return m ? m->device : NN_CPU; }
+
+float *nn_model_alloc(nn_model *m, size_t n, shoal_error *err) {
+  if (!m) {
+    shoal_error_set(err, SHOAL_EINVAL, "nn: alloc: model is NULL");
+    return NULL;
+  }
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda) return nn__cuda_alloc(m, n, err);
+#endif
+  float *p = alloc_floats(n);
+  if (!p) shoal_error_set(err, SHOAL_ENOMEM, "nn: alloc: out of memory for %zu floats", n);
+  return p;
+}
+
+void nn_model_free(nn_model *m, float *p) {
+  if (!m || !p) return;
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda) {
+    nn__cuda_free(m, p);
+    return;
+  }
+#endif
+  free(p);
+}
+
+int nn_model_to_device(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err) {
+  if (!m || (n && (!dst || !src)))
+    return shoal_error_set(err, SHOAL_EINVAL, "nn: to_device: NULL argument");
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda) return nn__cuda_to_device(m, dst, src, n, err);
+#endif
+  if (!all_finite(src, n)) {
+    size_t i = 0;
+    while (isfinite(src[i])) i++;
+    return shoal_error_set(err, SHOAL_ENAN, "nn: to_device: src[%zu] is %s", i,
+                           isnan(src[i]) ? "NaN" : "infinite");
+  }
+  if (n) memmove(dst, src, n * sizeof(float));
+  return 0;
+}
+
+int nn_model_to_host(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err) {
+  if (!m || (n && (!dst || !src)))
+    return shoal_error_set(err, SHOAL_EINVAL, "nn: to_host: NULL argument");
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda) return nn__cuda_to_host(m, dst, src, n, err);
+#endif
+  if (n) memmove(dst, src, n * sizeof(float));
+  return 0;
+}
+
+int nn_model_sync(nn_model *m, shoal_error *err) {
+  if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: sync: model is NULL");
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda) return nn__cuda_sync(m, err);
+#endif
+  return 0;
+}
+
+int nn_model_params_changed(nn_model *m, shoal_error *err) {
+  if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: params_changed: model is NULL");
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda && m->built) {
+    int rc = nn__cuda_push(m, err);
+    if (!rc) m->host_stale = false;
+    return rc;
+  }
+#endif
+  return 0;
+}
+
+int nn_model_priorities(nn_model *m, float *prio, const float *pred, const float *target, int B,
+                        int N, float alpha, float eps, shoal_error *err) {
+  if (!m || !prio || !pred || !target)
+    return shoal_error_set(err, SHOAL_EINVAL, "nn: priorities: NULL argument");
+  if (!m->built || B < 1 || B > m->max_batch || N < 1 || !(alpha >= 0) || !(eps >= 0))
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "nn: priorities: B %d (max_batch %d), N %d, alpha %g, eps %g: need a "
+                           "built model, 1 <= B <= max_batch, N >= 1, alpha, eps >= 0",
+                           B, m->max_batch, N, (double)alpha, (double)eps);
+  int rc = 0;
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda)
+    rc = nn__cuda_priorities(m, prio, pred, target, B, N, alpha, eps, err);
+  else
+#endif
+    for (int i = 0; i < B; i++) {
+      double s = 0;
+      for (int j = 0; j < N; j++)
+        s += fabs((double)pred[(size_t)i * N + j] - target[(size_t)i * N + j]);
+      prio[i] = (float)pow(s + eps, alpha);
+    }
+  if (rc) return rc;
+  for (int i = 0; i < B; i++)
+    if (!isfinite(prio[i]))
+      return shoal_error_set(err, SHOAL_ENAN, "nn: priorities: sample %d's priority is %g", i,
+                             (double)prio[i]);
+  return 0;
+}
+
+int nn_model_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, const float *pred,
+                  const float *target, const float *w, int B, int N, float delta,
+                  shoal_error *err) {
+  if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: loss: model is NULL");
+  if ((unsigned)kind > NN_LOSS_CROSS_ENTROPY)
+    return shoal_error_set(err, SHOAL_EINVAL, "nn: loss: unknown kind %d", (int)kind);
+#ifdef SHOAL_HAVE_CUDA
+  if (m->cuda) return nn__cuda_loss(m, kind, loss, dpred, pred, target, w, B, N, delta, err);
+#endif
+  float l = 0;
+  int rc = 0;
+  switch (kind) {
+    case NN_LOSS_MSE: rc = nn_mse_loss(&l, dpred, pred, target, w, B, N, err); break;
+    case NN_LOSS_HUBER: rc = nn_huber_loss(&l, dpred, pred, target, w, B, N, delta, err); break;
+    case NN_LOSS_BCE_LOGITS:
+      rc = nn_bce_with_logits_loss(&l, dpred, pred, target, w, B, N, err);
+      break;
+    case NN_LOSS_CROSS_ENTROPY:
+      rc = nn_cross_entropy_soft_loss(&l, dpred, pred, target, w, B, N, err);
+      break;
+  }
+  if (!rc && loss) *loss = l;
+  return rc;
 }
 
 /* ---- the tensor table ------------------------------------------------------------------ */
@@ -893,9 +1108,21 @@ int nn_model_copy(nn_model *dst, const nn_model *src, shoal_error *err) {
     }
   }
   if (dst == src) return 0;
-  memcpy(dst->params, src->params, src->n_params * sizeof(float));
-  memcpy(dst->state, src->state, src->n_state * sizeof(float));
-  return 0;
+#ifdef SHOAL_HAVE_CUDA
+  if (dst->cuda && src->cuda) {
+    int rc = nn__cuda_copy_model(dst, src, err);
+    if (!rc) dst->host_stale = true;
+    return rc;
+  }
+#endif
+  /* Across devices: through the host copies (a CUDA source's are downloaded first). */
+  const float *sp = nn_model_params((nn_model *)src, NULL);
+  const float *ss = nn_model_state((nn_model *)src, NULL);
+  if (!sp || !ss)
+    return shoal_error_set(err, SHOAL_ECUDA, "nn: copy: cannot download the source's parameters");
+  memcpy(dst->params, sp, src->n_params * sizeof(float));
+  memcpy(dst->state, ss, src->n_state * sizeof(float));
+  return nn_model_params_changed(dst, err);
 }
 
 double nn_model_flops_per_sample(const nn_model *m) {

@@ -61,7 +61,8 @@ typedef enum nn_act {
 
 /* Sets the threads nn uses (OpenBLAS's pool included). n <= 0: one per core. */
 void nn_set_threads(int n);
-/* True when a CUDA device is usable; else false and, if err, the reason. */
+/* True when a CUDA device is usable; else false and, if err, the reason ("no CUDA
+ * device", or "shoal was built without the CUDA backend"). */
 bool nn_cuda_available(shoal_error *err);
 
 /* ---- models ------------------------------------------------------------------ */
@@ -187,6 +188,77 @@ int nn_model_find_node(const nn_model *m, const char *name);
  * parameters; then the totals) into buf, snprintf-style: at most n bytes, always
  * terminated when n > 0; returns the length the whole table needs. Can't fail. */
 size_t nn_model_describe(const nn_model *m, char *buf, size_t n);
+
+/* ---- devices: the same calls on a CPU or a CUDA model ------------------------------ */
+/* A model created on NN_CUDA (when shoal is built with the CUDA backend and a device
+ * is present) keeps its parameters, gradients, state and activations in device memory
+ * and queues its work on the calling thread's own CUDA stream (cudaStreamPerThread), so
+ * the models one thread uses run in call order (G's output fed to D needs nothing
+ * more) and other threads' models do not wait on them. A model is used by one thread
+ * at a time.
+ *  - nn_model_forward takes x in device memory; *y, backward's dy and *dx are device
+ *    pointers. The calls return before the device finishes; a kernel's failure shows at
+ *    the next call that waits (nn_model_sync, nn_model_to_host, nn_optim_step, a loss
+ *    with loss != NULL). forward does not scan x for NaN: nn_model_to_device does, on
+ *    the way in.
+ *  - nn_model_params, _state and _grads return host copies, downloaded when the
+ *    device's are newer (a wait); NULL on a CUDA failure. After writing into the host
+ *    parameters or state, call nn_model_params_changed to upload them. Checkpoints,
+ *    nn_model_copy (across devices too) and nn_optim_* handle this themselves.
+ *  - nn_optim_create over it keeps the moments on the device and steps there (fused
+ *    kernels over the flat buffer; clipping and the NaN skip decided on the device;
+ *    each step waits once, for that decision).
+ *  - A host array passed where device memory belongs (x, dy, a loss's arrays) is
+ *    refused with SHOAL_EINVAL before any kernel reads it.
+ * On a CPU model the helpers below are plain memory operations, so an algorithm is
+ * written once for both. */
+
+nn_device nn_model_device(const nn_model *m);
+/* n zeroed floats in m's memory (the device's for a CUDA model). Caller frees with
+ * nn_model_free. NULL on error. */
+float *nn_model_alloc(nn_model *m, size_t n, shoal_error *err);
+void nn_model_free(nn_model *m, float *p); /* NULL is fine */
+/* Copies n floats from host src into dst in m's memory. On a CUDA model it goes
+ * through the model's pinned staging buffers asynchronously on its stream: src may be
+ * reused as soon as this returns. A NaN or infinity in src is SHOAL_ENAN naming the
+ * first one (dst may then hold a prefix of src). Borrows both for the call. */
+int nn_model_to_device(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err);
+/* Copies n floats from src in m's memory to host dst, after m's queued work. */
+int nn_model_to_host(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err);
+/* Waits for m's queued work; returns the first CUDA failure not yet reported
+ * (SHOAL_ECUDA, naming the layer and the call). 0 at once on a CPU model. */
+int nn_model_sync(nn_model *m, shoal_error *err);
+/* Uploads the host parameters and state of a CUDA model after the caller wrote into
+ * them (no-op on a CPU model). */
+int nn_model_params_changed(nn_model *m, shoal_error *err);
+
+typedef enum nn_loss_kind {
+  NN_LOSS_MSE = 0,
+  NN_LOSS_HUBER = 1,      /* threshold delta */
+  NN_LOSS_BCE_LOGITS = 2, /* binary cross-entropy with logits */
+  /* cross-entropy over logits (B, N) with target (B, N) class probabilities (one-hot
+   * rows for hard labels): nn_cross_entropy_soft_loss, mean over B */
+  NN_LOSS_CROSS_ENTROPY = 3,
+} nn_loss_kind;
+/* A loss on m's device, with the formulas, weights and "mean" reduction of
+ * nn_mse_loss, nn_huber_loss, nn_bce_with_logits_loss and nn_cross_entropy_soft_loss
+ * below; pred, target, w (B per-sample weights) and dpred (B, N) are in m's memory
+ * (device pointers on a CUDA model; w and dpred may be NULL; dpred is overwritten).
+ * On a CUDA model, loss may be NULL: then nothing waits and nothing checks for NaN
+ * (launch-bound training loops); else it waits and a non-finite loss or input is
+ * SHOAL_ENAN. On a CPU model it calls the functions below. */
+int nn_model_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, const float *pred,
+                  const float *target, const float *w, int B, int N, float delta, shoal_error *err);
+
+/* Priorities for proportional prioritized replay (Schaul et al. 2016), computed where
+ * pred lives, so a CUDA learner downloads B floats instead of its outputs:
+ * prio[i] = (sum_j |pred_ij - target_ij| + eps)^alpha. With a DQN target that differs
+ * from pred only in the taken action's column, the sum is |TD error|. pred and target
+ * (B, N) are in m's memory; prio is host memory, written after m's queued work.
+ * Errors: B outside [1, max_batch], N < 1, alpha < 0, eps < 0 (SHOAL_EINVAL); a NaN
+ * or infinite priority (SHOAL_ENAN, naming the sample). */
+int nn_model_priorities(nn_model *m, float *prio, const float *pred, const float *target, int B,
+                        int N, float alpha, float eps, shoal_error *err);
 
 /* ---- initialisers (torch.nn.init's formulas), on raw arrays --------------------- */
 /* Each fills w[0..n) from rng (borrowed; the same seed gives the same weights). fan_in
