@@ -22,6 +22,13 @@ struct dqn {
   float *pred;     /* (B) Q(s, a) */
   float *dpred;    /* (B) d loss / d Q(s, a) */
   float *dout;     /* (B, out_dim) d loss / d network output */
+  /* On a CUDA model, forward and backward take device memory: batches go up through
+   * these buffers (allocated in the model's memory) and outputs come back to h_out.
+   * The loss is small (B values), so it is computed on the host either way. */
+  bool on_gpu;
+  size_t obs_floats;
+  float *d_obs, *d_nobs, *d_dout; /* device: (B, obs), (B, obs), (B, out_dim) */
+  float *h_out;                   /* host: (B, out_dim) */
 };
 
 dqn_config dqn_defaults(void) {
@@ -131,6 +138,19 @@ dqn *dqn_create(const dqn_config *cfg, nn_device device, bool learner, shoal_err
     oc.clip_norm = cfg->clip_norm;
     if (!(d->opt = nn_optim_create(d->online, &oc, err))) goto fail;
   }
+  d->on_gpu = nn_model_device(d->online) != NN_CPU;
+  d->obs_floats = (size_t)cfg->obs_c * cfg->obs_h * cfg->obs_w;
+  if (d->on_gpu) {
+    size_t Bo = B * d->obs_floats, Bd = B * (size_t)d->out_dim;
+    if (!(d->d_obs = nn_model_alloc(d->online, Bo, err)) ||
+        !(d->d_nobs = nn_model_alloc(d->online, Bo, err)) ||
+        !(d->d_dout = nn_model_alloc(d->online, Bd, err)))
+      goto fail;
+    if (!(d->h_out = malloc(Bd * sizeof *d->h_out))) {
+      shoal_error_set(err, SHOAL_ENOMEM, "dqn: out of memory");
+      goto fail;
+    }
+  }
   nn_model_set_training(d->online, learner);
   if (d->target) nn_model_set_training(d->target, false);
   return d;
@@ -141,6 +161,12 @@ fail:
 
 void dqn_destroy(dqn *d) {
   if (!d) return;
+  if (d->online) {
+    nn_model_free(d->online, d->d_obs);
+    nn_model_free(d->online, d->d_nobs);
+    nn_model_free(d->online, d->d_dout);
+  }
+  free(d->h_out);
   nn_optim_destroy(d->opt);
   nn_model_destroy(d->target);
   nn_model_destroy(d->online);
@@ -181,25 +207,40 @@ static int argmax(const float *x, int n) {
   return best;
 }
 
-static int q_of(dqn *d, nn_model *m, const float *obs, int B, float *q, shoal_error *err) {
+/* Forward of B host observations through m (the online or target network), using
+ * device buffer dbuf on a GPU; *out gets the network output in host memory. */
+static int forward(dqn *d, nn_model *m, const float *obs, float *dbuf, int B, const float **out,
+                   shoal_error *err) {
   if (B < 1 || B > d->cfg.max_batch)
     return shoal_error_set(err, SHOAL_EINVAL, "dqn: batch %d outside [1, %d]", B, d->cfg.max_batch);
+  if (!d->on_gpu) return nn_model_forward(m, obs, B, out, err);
+  size_t n = (size_t)B * d->obs_floats;
+  const float *y;
+  int rc = nn_model_to_device(m, dbuf, obs, n, err);
+  if (!rc) rc = nn_model_forward(m, dbuf, B, &y, err);
+  if (!rc) rc = nn_model_to_host(m, d->h_out, y, (size_t)B * d->out_dim, err);
+  if (!rc) *out = d->h_out;
+  return rc;
+}
+
+static int q_of(dqn *d, nn_model *m, const float *obs, float *dbuf, int B, float *q,
+                shoal_error *err) {
   const float *out;
-  int rc = nn_model_forward(m, obs, B, &out, err);
+  int rc = forward(d, m, obs, dbuf, B, &out, err);
   if (rc) return rc;
   heads_to_q(d, out, B, q);
   return 0;
 }
 
 int dqn_q(dqn *d, const float *obs, int B, const float **q, shoal_error *err) {
-  int rc = q_of(d, d->online, obs, B, d->q, err);
+  int rc = q_of(d, d->online, obs, d->d_obs, B, d->q, err);
   if (!rc) *q = d->q;
   return rc;
 }
 
 int dqn_act(dqn *d, const float *obs, int B, float eps, shoal_rng *rng, int32_t *actions,
             const float **q, shoal_error *err) {
-  int rc = q_of(d, d->online, obs, B, d->q, err);
+  int rc = q_of(d, d->online, obs, d->d_obs, B, d->q, err);
   if (rc) return rc;
   int A = d->cfg.num_actions;
   for (int i = 0; i < B; i++) {
@@ -235,10 +276,10 @@ int dqn_learn(dqn *d, const dqn_batch *b, float *priorities, dqn_stats *stats, s
   int rc;
   /* Targets. Double Q: the online net picks a*, the target net values it. */
   if (d->cfg.double_q) {
-    if ((rc = q_of(d, d->online, b->next_obs, B, d->q_next, err))) return rc;
+    if ((rc = q_of(d, d->online, b->next_obs, d->d_nobs, B, d->q_next, err))) return rc;
     for (int i = 0; i < B; i++) d->a_next[i] = argmax(d->q_next + (size_t)i * A, A);
   }
-  if ((rc = q_of(d, d->target, b->next_obs, B, d->q_next, err))) return rc;
+  if ((rc = q_of(d, d->target, b->next_obs, d->d_nobs, B, d->q_next, err))) return rc;
   for (int i = 0; i < B; i++) {
     const float *qn = d->q_next + (size_t)i * A;
     float boot = d->cfg.double_q ? qn[d->a_next[i]] : qn[argmax(qn, A)];
@@ -246,7 +287,7 @@ int dqn_learn(dqn *d, const dqn_batch *b, float *priorities, dqn_stats *stats, s
   }
   /* Prediction: the forward whose activations backward uses comes last. */
   const float *out;
-  if ((rc = nn_model_forward(d->online, b->obs, B, &out, err))) return rc;
+  if ((rc = forward(d, d->online, b->obs, d->d_obs, B, &out, err))) return rc;
   heads_to_q(d, out, B, d->q);
   double qsum = 0;
   for (int i = 0; i < B; i++) {
@@ -271,7 +312,13 @@ int dqn_learn(dqn *d, const dqn_batch *b, float *priorities, dqn_stats *stats, s
     }
   }
   nn_model_zero_grad(d->online);
-  if ((rc = nn_model_backward(d->online, d->dout, NULL, err))) return rc;
+  const float *dy = d->dout;
+  if (d->on_gpu) {
+    if ((rc = nn_model_to_device(d->online, d->d_dout, d->dout, (size_t)B * d->out_dim, err)))
+      return rc;
+    dy = d->d_dout;
+  }
+  if ((rc = nn_model_backward(d->online, dy, NULL, err))) return rc;
   if ((rc = nn_optim_step(d->opt, err))) return rc;
   d->updates++;
   if (d->updates % d->cfg.target_period == 0 && (rc = nn_model_copy(d->target, d->online, err)))
@@ -295,6 +342,8 @@ int dqn_sync_target(dqn *d, shoal_error *err) {
 int dqn_load_params(dqn *d, const float *params, size_t n, shoal_error *err) {
   size_t have;
   float *p = nn_model_params(d->online, &have);
+  if (!p)
+    return shoal_error_set(err, SHOAL_ECUDA, "dqn: the network's parameters are not readable");
   if (n != have)
     return shoal_error_set(err, SHOAL_ESHAPE, "dqn: %zu parameters received, the network has %zu",
                            n, have);
@@ -302,7 +351,7 @@ int dqn_load_params(dqn *d, const float *params, size_t n, shoal_error *err) {
     if (!isfinite(params[i]))
       return shoal_error_set(err, SHOAL_ENAN, "dqn: parameter %zu is not finite", i);
   memcpy(p, params, n * sizeof *p);
-  return 0;
+  return nn_model_params_changed(d->online, err); /* uploads them on a GPU */
 }
 
 int dqn_set_lr(dqn *d, float lr, shoal_error *err) {

@@ -866,8 +866,9 @@ static void test_killed_mid_write_keeps_previous(void **state) {
     next = latest + 1;
   }
   assert_true(killed_mid_write >= 3); /* the polling above makes it 4 but for a rare race */
-  /* The next put removes what the killed writers left. */
-  assert_true(count_tmp(snapdir) > 0);
+  /* The next put removes what the killed writers left. (Whether the last kill left a
+   * temporary file depends on where it landed; under load it may have landed just after
+   * a rename, so only the sweep itself is asserted.) */
   put_snap(st, run, next, 1.0, 1000);
   assert_int_equal(count_tmp(snapdir), 0);
   check_snap(st, run, STORE_LATEST, next, 1000);
