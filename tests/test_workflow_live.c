@@ -42,7 +42,7 @@ static void test_set_changes_learning_rate(void **state) {
                   "--set",
                   "run.max_env_steps=0",
                   "--set",
-                  "run.max_seconds=10",
+                  "run.max_seconds=120",
                   "--set",
                   "learner.warmup=500",
                   "--set",
@@ -127,6 +127,9 @@ static void test_set_changes_learning_rate(void **state) {
     usleep(200000);
   }
 
+  /* The run is bounded by time only as a backstop (120 s): a loaded machine must not
+   * end it before the kill above. Stop it as a person would, with SIGTERM. */
+  assert_int_equal(kill(run.pid, SIGTERM), 0);
   assert_int_equal(wf_wait(&run, 120), 0);
   out = wf_slurp(run.out, NULL);
   printf("%s", out);

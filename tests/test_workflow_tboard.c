@@ -290,7 +290,7 @@ static void test_shoal_run_writes_events(void **state) {
                   "--set",
                   "run.name=tb1",
                   "--set",
-                  "run.max_seconds=3",
+                  "run.max_seconds=8",
                   "--set",
                   "learner.warmup=500",
                   "--set",
