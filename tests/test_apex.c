@@ -234,14 +234,26 @@ static void test_learner_killed_resumes(void **state) {
                   "--set",
                   "run.max_env_steps=0",
                   "--set",
-                  "run.max_seconds=12",
+                  "run.max_seconds=15",
                   "--set",
                   "learner.snapshot_every_s=0.5",
                   NULL};
   proc p;
   start(&p, argv);
-  wait_for_text(p.out, "steps ", 60);
-  usleep(1500000); /* a few snapshots */
+  /* Wait until the policy has moved past version 10 (training is under way), then for
+   * two snapshot periods, so the latest snapshot holds trained parameters. */
+  double t0 = shoal_now_s();
+  for (;;) {
+    char *s = slurp(p.out);
+    const char *v = NULL;
+    for (const char *q = strstr(s, "  v"); q; q = strstr(q + 1, "  v")) v = q;
+    double version = v ? strtod(v + 3, NULL) : 0;
+    free(s);
+    if (version >= 10) break;
+    if (shoal_now_s() - t0 > 120) fail_msg("the learner published no version 10 in 120 s");
+    usleep(50000);
+  }
+  usleep(1200000);
   pid_t learner = find_proc("shoal-learner", run, NULL);
   assert_true(learner > 0);
   assert_int_equal(kill(learner, SIGKILL), 0);
