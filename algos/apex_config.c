@@ -68,23 +68,11 @@ const cfg_key *apex_schema(int *n) {
   return apex_keys;
 }
 
-static int one_of(const config *cfg, const char *key, const char *const *choices, int n,
-                  shoal_error *err) {
-  const char *v = config_string(cfg, key);
-  for (int i = 0; i < n; i++)
-    if (!strcmp(v, choices[i])) return 0;
-  char list[128] = "";
-  for (int i = 0; i < n; i++)
-    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", choices[i]);
-  return shoal_error_set(err, SHOAL_EINVAL, "config: key '%s' (from %s): '%s' is not one of: %s",
-                         key, config_origin(cfg, key), v, list);
-}
-
 int apex_check(const config *cfg, shoal_error *err) {
   static const char *const nets[] = {"mlp", "minatar"};
   static const char *const devices[] = {"auto", "cpu", "cuda"};
-  int rc = one_of(cfg, "dqn.net", nets, 2, err);
-  if (!rc) rc = one_of(cfg, "learner.device", devices, 3, err);
+  int rc = config_check_choice(cfg, "dqn.net", nets, 2, err);
+  if (!rc) rc = config_check_choice(cfg, "learner.device", devices, 3, err);
   return rc;
 }
 

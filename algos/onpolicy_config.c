@@ -91,27 +91,15 @@ const cfg_key *onpolicy_schema(int *n) {
   return onpolicy_keys;
 }
 
-static int one_of(const config *cfg, const char *key, const char *const *choices, int n,
-                  shoal_error *err) {
-  const char *v = config_string(cfg, key);
-  for (int i = 0; i < n; i++)
-    if (!strcmp(v, choices[i])) return 0;
-  char list[128] = "";
-  for (int i = 0; i < n; i++)
-    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", choices[i]);
-  return shoal_error_set(err, SHOAL_EINVAL, "config: key '%s' (from %s): '%s' is not one of: %s",
-                         key, config_origin(cfg, key), v, list);
-}
-
 int onpolicy_check(const config *cfg, shoal_error *err) {
   static const char *const algos[] = {"impala", "ppo"};
   static const char *const torsos[] = {"mlp", "minatar"};
   static const char *const optims[] = {"adam", "rmsprop"};
   static const char *const devices[] = {"auto", "cpu", "cuda"};
-  int rc = one_of(cfg, "algo", algos, 2, err);
-  if (!rc) rc = one_of(cfg, "ac.torso", torsos, 2, err);
-  if (!rc) rc = one_of(cfg, "impala.optim", optims, 2, err);
-  if (!rc) rc = one_of(cfg, "learner.device", devices, 3, err);
+  int rc = config_check_choice(cfg, "algo", algos, 2, err);
+  if (!rc) rc = config_check_choice(cfg, "ac.torso", torsos, 2, err);
+  if (!rc) rc = config_check_choice(cfg, "impala.optim", optims, 2, err);
+  if (!rc) rc = config_check_choice(cfg, "learner.device", devices, 3, err);
   if (!rc && !strcmp(config_string(cfg, "algo"), "ppo")) {
     int64_t TB = config_int(cfg, "ppo.steps") * config_int(cfg, "env.num_envs");
     int64_t mb = config_int(cfg, "ppo.minibatches");

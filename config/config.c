@@ -369,6 +369,18 @@ int config_set(config *c, const char *assignment, shoal_error *err) {
   return rc;
 }
 
+int config_check_choice(const config *c, const char *key, const char *const *choices, int n,
+                        shoal_error *err) {
+  const char *v = config_string(c, key);
+  for (int i = 0; i < n; i++)
+    if (!strcmp(v, choices[i])) return 0;
+  char list[256] = "";
+  for (int i = 0; i < n; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", choices[i]);
+  return shoal_error_set(err, SHOAL_EINVAL, "config: key '%s' (from %s): '%s' is not one of: %s",
+                         key, config_origin(c, key), v, list);
+}
+
 int config_check(const config *c, shoal_error *err) {
   for (int i = 0; i < c->n; i++)
     if (!c->e[i].given)

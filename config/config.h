@@ -70,6 +70,12 @@ const char *config_origin(const config *c, const char *key);
 /* True when key is in the schema. */
 bool config_has(const config *c, const char *key);
 
+/* Checks that string key holds one of n choices; SHOAL_EINVAL naming the key, where
+ * its value came from, and the choices. (The schema types no enums: callers check
+ * their choice keys with this after loading.) */
+int config_check_choice(const config *c, const char *key, const char *const *choices, int n,
+                        shoal_error *err);
+
 /* Writes the resolved config as nested YAML. Caller frees *yaml with free(). */
 int config_dump(const config *c, char **yaml, shoal_error *err);
 

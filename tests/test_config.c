@@ -141,6 +141,19 @@ static void test_dump_round_trips_through_a_file(void **state) {
   config_destroy(d);
 }
 
+static void test_choice_keys(void **state) {
+  shoal_error err = {0};
+  config *c = config_create(schema, NKEYS, &err);
+  static const char *const envs[] = {"CartPole-v1", "Acrobot-v1"};
+  assert_int_equal(config_check_choice(c, "env.id", envs, 2, &err), 0);
+  assert_int_equal(config_set(c, "env.id=Pong", &err), 0);
+  assert_int_equal(config_check_choice(c, "env.id", envs, 2, &err), SHOAL_EINVAL);
+  assert_string_equal(err.msg,
+                      "config: key 'env.id' (from --set): 'Pong' is not one of: CartPole-v1, "
+                      "Acrobot-v1");
+  config_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_and_file_values),
@@ -148,6 +161,7 @@ int main(void) {
       cmocka_unit_test(test_file_errors_name_key_and_line_and_change_nothing),
       cmocka_unit_test(test_bad_schema),
       cmocka_unit_test(test_dump_round_trips_through_a_file),
+      cmocka_unit_test(test_choice_keys),
   };
   return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
