@@ -31,94 +31,12 @@
 #include <unistd.h>
 
 #include "common/shoal.h"
+#include "tests/proc_util.h"
 
-static char shoal_bin[4096], config_path[4096], store_dir[256];
-
-/* A child running argv with stdout and stderr in a file. */
-typedef struct proc {
-  pid_t pid;
-  char out[512];
-} proc;
-
-static void start(proc *p, char *const argv[]) {
-  snprintf(p->out, sizeof p->out, "%s/out-%d-%ld.txt", store_dir, getpid(), (long)random());
-  p->pid = fork();
-  assert_true(p->pid >= 0);
-  if (p->pid == 0) {
-    int fd = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    setpgid(0, 0); /* so a timeout can kill the whole tree */
-    execv(argv[0], argv);
-    _exit(127);
-  }
-}
-
-/* Waits up to timeout_s; on timeout kills the process group and fails. Returns the
- * exit status. */
-static int wait_for(proc *p, double timeout_s) {
-  double t0 = shoal_now_s();
-  for (;;) {
-    int st;
-    pid_t r = waitpid(p->pid, &st, WNOHANG);
-    if (r == p->pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (shoal_now_s() - t0 > timeout_s) {
-      kill(-p->pid, SIGKILL);
-      waitpid(p->pid, &st, 0);
-      fail_msg("%s did not finish within %.0f s", p->out, timeout_s);
-    }
-    usleep(20000);
-  }
-}
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  size_t got = fread(s, 1, (size_t)n, f);
-  s[got] = 0;
-  fclose(f);
-  return s;
-}
-
-/* The pid of a running process whose command line holds all of the given words. */
-static pid_t find_proc(const char *w1, const char *w2, const char *w3) {
-  DIR *d = opendir("/proc");
-  struct dirent *e;
-  pid_t found = 0;
-  while (d && (e = readdir(d)) && !found) {
-    char *end;
-    long pid = strtol(e->d_name, &end, 10);
-    if (*end || pid <= 0) continue;
-    char path[64], buf[8192];
-    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) continue;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) continue;
-    for (ssize_t i = 0; i < n; i++)
-      if (!buf[i]) buf[i] = ' ';
-    buf[n] = 0;
-    if (strstr(buf, w1) && (!w2 || strstr(buf, w2)) && (!w3 || strstr(buf, w3))) found = (pid_t)pid;
-  }
-  if (d) closedir(d);
-  return found;
-}
+static char config_path[4200];
 
 static void wait_for_text(const char *path, const char *text, double timeout_s) {
-  double t0 = shoal_now_s();
-  for (;;) {
-    char *s = slurp(path);
-    bool ok = strstr(s, text) != NULL;
-    free(s);
-    if (ok) return;
-    if (shoal_now_s() - t0 > timeout_s) fail_msg("'%s' did not appear in %s", text, path);
-    usleep(50000);
-  }
+  free(wf_wait_text(path, text, timeout_s));
 }
 
 static double number_after(const char *s, const char *key) {
@@ -128,39 +46,27 @@ static double number_after(const char *s, const char *key) {
 }
 
 static int setup(void **state) {
-  const char *bin = getenv("SHOAL_BINARY_DIR"), *src = getenv("SHOAL_SOURCE_DIR");
-  if (!bin || !src) {
-    fprintf(stderr, "SHOAL_BINARY_DIR and SHOAL_SOURCE_DIR must be set (ctest sets them)\n");
-    return -1;
-  }
-  snprintf(shoal_bin, sizeof shoal_bin, "%s/bin/shoal", bin);
-  snprintf(config_path, sizeof config_path, "%s/configs/cartpole-apex.yaml", src);
-  snprintf(store_dir, sizeof store_dir, "/tmp/shoal-test-apex-XXXXXX");
-  if (!mkdtemp(store_dir)) return -1;
-  srandom((unsigned)getpid());
+  if (wf_setup("apex")) return -1;
+  snprintf(config_path, sizeof config_path, "%s/configs/cartpole-apex.yaml", wf_src);
   return 0;
 }
 
-static int teardown(void **state) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", store_dir);
-  return system(cmd) == 0 ? 0 : -1;
-}
+static int teardown(void **state) { return wf_teardown(); }
 
 static void test_solves_cartpole(void **state) {
   char store_set[400], run[64];
-  snprintf(store_set, sizeof store_set, "store.uri=file://%s", store_dir);
+  snprintf(store_set, sizeof store_set, "store.uri=file://%s", wf_dir);
   snprintf(run, sizeof run, "solve-%d", getpid());
   char run_set[96];
   snprintf(run_set, sizeof run_set, "run.name=%s", run);
-  char *argv[] = {shoal_bin, "run",     config_path,
-                  "--set",   store_set, "--set",
-                  run_set,   "--set",   "run.max_env_steps=600000",
+  char *argv[] = {wf_shoal, "run",     config_path,
+                  "--set",  store_set, "--set",
+                  run_set,  "--set",   "run.max_env_steps=600000",
                   NULL};
-  proc p;
-  start(&p, argv);
-  int rc = wait_for(&p, 240);
-  char *out = slurp(p.out);
+  wf_proc p;
+  wf_start(&p, argv);
+  int rc = wf_wait(&p, 240);
+  char *out = wf_slurp(p.out, NULL);
   printf("%s", out);
   assert_int_equal(rc, 0);
   assert_non_null(strstr(out, " solved after "));
@@ -170,23 +76,30 @@ static void test_solves_cartpole(void **state) {
   free(out);
 
   char store_uri[400];
-  snprintf(store_uri, sizeof store_uri, "file://%s", store_dir);
-  char *eargv[] = {shoal_bin, "eval", run, "--store", store_uri, "--episodes", "100", NULL};
-  start(&p, eargv);
-  assert_int_equal(wait_for(&p, 60), 0);
-  out = slurp(p.out);
+  snprintf(store_uri, sizeof store_uri, "file://%s", wf_dir);
+  char *eargv[] = {wf_shoal, "eval", run, "--store", store_uri, "--episodes", "100", NULL};
+  wf_start(&p, eargv);
+  assert_int_equal(wf_wait(&p, 60), 0);
+  out = wf_slurp(p.out, NULL);
   printf("%s", out);
   /* Another 100 episodes from other seeds: the stored policy plays well there too. */
   assert_true(number_after(out, ": return ") >= 400.0);
   free(out);
 }
 
+/* Actor 1 of a run: its command line holds "--run RUN --index 1". */
+static pid_t find_actor1(const char *run) {
+  char words[128];
+  snprintf(words, sizeof words, "--run %s --index 1 ", run);
+  return wf_find_pid("shoal-actor", words);
+}
+
 static void test_actor_killed_is_restarted(void **state) {
   char store_set[400], run[64], run_set[96];
-  snprintf(store_set, sizeof store_set, "store.uri=file://%s", store_dir);
+  snprintf(store_set, sizeof store_set, "store.uri=file://%s", wf_dir);
   snprintf(run, sizeof run, "crash-%d", getpid());
   snprintf(run_set, sizeof run_set, "run.name=%s", run);
-  char *argv[] = {shoal_bin,
+  char *argv[] = {wf_shoal,
                   "run",
                   config_path,
                   "--set",
@@ -200,14 +113,14 @@ static void test_actor_killed_is_restarted(void **state) {
                   "--set",
                   "run.max_seconds=10",
                   NULL};
-  proc p;
-  start(&p, argv);
+  wf_proc p;
+  wf_start(&p, argv);
   wait_for_text(p.out, "steps ", 60); /* training is under way */
-  pid_t actor = find_proc("shoal-actor", run, "--index 1");
+  pid_t actor = find_actor1(run);
   assert_true(actor > 0);
   assert_int_equal(kill(actor, SIGKILL), 0);
-  int rc = wait_for(&p, 180);
-  char *out = slurp(p.out);
+  int rc = wf_wait(&p, 180);
+  char *out = wf_slurp(p.out, NULL);
   printf("%s", out);
   assert_int_equal(rc, 0);
   assert_non_null(strstr(out, "actor-1 (pid"));
@@ -219,10 +132,10 @@ static void test_actor_killed_is_restarted(void **state) {
 
 static void test_learner_killed_resumes(void **state) {
   char store_set[400], run[64], run_set[96];
-  snprintf(store_set, sizeof store_set, "store.uri=file://%s", store_dir);
+  snprintf(store_set, sizeof store_set, "store.uri=file://%s", wf_dir);
   snprintf(run, sizeof run, "resume-%d", getpid());
   snprintf(run_set, sizeof run_set, "run.name=%s", run);
-  char *argv[] = {shoal_bin,
+  char *argv[] = {wf_shoal,
                   "run",
                   config_path,
                   "--set",
@@ -238,13 +151,13 @@ static void test_learner_killed_resumes(void **state) {
                   "--set",
                   "learner.snapshot_every_s=0.5",
                   NULL};
-  proc p;
-  start(&p, argv);
+  wf_proc p;
+  wf_start(&p, argv);
   /* Wait until the policy has moved past version 10 (training is under way), then for
    * two snapshot periods, so the latest snapshot holds trained parameters. */
   double t0 = shoal_now_s();
   for (;;) {
-    char *s = slurp(p.out);
+    char *s = wf_slurp(p.out, NULL);
     const char *v = NULL;
     for (const char *q = strstr(s, "  v"); q; q = strstr(q + 1, "  v")) v = q;
     double version = v ? strtod(v + 3, NULL) : 0;
@@ -254,11 +167,11 @@ static void test_learner_killed_resumes(void **state) {
     usleep(50000);
   }
   usleep(1200000);
-  pid_t learner = find_proc("shoal-learner", run, NULL);
+  pid_t learner = wf_find_pid("shoal-learner", run);
   assert_true(learner > 0);
   assert_int_equal(kill(learner, SIGKILL), 0);
-  int rc = wait_for(&p, 180);
-  char *out = slurp(p.out);
+  int rc = wf_wait(&p, 180);
+  char *out = wf_slurp(p.out, NULL);
   printf("%s", out);
   assert_int_equal(rc, 0);
   assert_non_null(strstr(out, "learner (pid"));
@@ -278,10 +191,10 @@ static void test_learner_killed_resumes(void **state) {
 }
 
 static void expect_config_error(const char *what, char *const argv[], const char *message) {
-  proc p;
-  start(&p, argv);
-  int rc = wait_for(&p, 30);
-  char *out = slurp(p.out);
+  wf_proc p;
+  wf_start(&p, argv);
+  int rc = wf_wait(&p, 30);
+  char *out = wf_slurp(p.out, NULL);
   if (rc == 0 || !strstr(out, message))
     fail_msg("%s: exit %d, output:\n%s\n(expected a failure naming '%s')", what, rc, out, message);
   free(out);
@@ -289,18 +202,18 @@ static void expect_config_error(const char *what, char *const argv[], const char
 
 static void test_config_errors_are_clear(void **state) {
   char store_set[400];
-  snprintf(store_set, sizeof store_set, "store.uri=file://%s", store_dir);
-  char *a1[] = {shoal_bin, "run", config_path, "--set", "dqn.lrr=0.1", NULL};
+  snprintf(store_set, sizeof store_set, "store.uri=file://%s", wf_dir);
+  char *a1[] = {wf_shoal, "run", config_path, "--set", "dqn.lrr=0.1", NULL};
   expect_config_error("unknown key", a1, "unknown key 'dqn.lrr'");
-  char *a2[] = {shoal_bin, "run", config_path, "--set", "actors=0", NULL};
+  char *a2[] = {wf_shoal, "run", config_path, "--set", "actors=0", NULL};
   expect_config_error("out of range", a2, "key 'actors': 0 is outside");
-  char *a3[] = {shoal_bin, "run", "/nonexistent/apex.yaml", NULL};
+  char *a3[] = {wf_shoal, "run", "/nonexistent/apex.yaml", NULL};
   expect_config_error("missing file", a3, "cannot open '/nonexistent/apex.yaml'");
-  char *a4[] = {shoal_bin, "run", config_path, "--set", "env.id=CartPole-v9", NULL};
+  char *a4[] = {wf_shoal, "run", config_path, "--set", "env.id=CartPole-v9", NULL};
   expect_config_error("unknown env", a4, "CartPole-v9");
-  char *a5[] = {shoal_bin, "run", config_path, "--set", "dqn.gamma=lots", NULL};
+  char *a5[] = {wf_shoal, "run", config_path, "--set", "dqn.gamma=lots", NULL};
   expect_config_error("bad value", a5, "'lots' is not a number");
-  char *a6[] = {shoal_bin, "eval", "no-such-run", "--store", store_set + 10, NULL};
+  char *a6[] = {wf_shoal, "eval", "no-such-run", "--store", store_set + 10, NULL};
   expect_config_error("missing run", a6, "no-such-run");
 }
 

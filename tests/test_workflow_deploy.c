@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 
 #include "store/store.h"
-#include "test_workflow_util.h"
+#include "proc_util.h"
 
 static int setup(void **state) { return wf_setup("deploy"); }
 static int teardown(void **state) { return wf_teardown(); }

@@ -13,7 +13,7 @@
 #include <math.h>
 
 #include "store/store.h"
-#include "test_workflow_util.h"
+#include "proc_util.h"
 
 static int setup(void **state) { return wf_setup("live"); }
 static int teardown(void **state) { return wf_teardown(); }

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 #include "store/store.h"
-#include "test_workflow_util.h"
+#include "proc_util.h"
 
 static char uri[400];
 

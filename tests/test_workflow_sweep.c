@@ -14,7 +14,7 @@
 #include <math.h>
 
 #include "store/store.h"
-#include "test_workflow_util.h"
+#include "proc_util.h"
 
 static char uri[400], sweep_file[400];
 

@@ -17,7 +17,7 @@
 
 #include "cli/tboard.h"
 #include "store/store.h"
-#include "test_workflow_util.h"
+#include "proc_util.h"
 
 static int setup(void **state) { return wf_setup("tboard"); }
 static int teardown(void **state) { return wf_teardown(); }

@@ -1,8 +1,8 @@
-/* tests/test_workflow_util.h — helpers the workflow tests share: child processes with
+/* tests/proc_util.h — helpers the process-level tests share: child processes with
  * their output in a file and a bounded wait, reading files, finding text. Include
  * after cmocka.h. */
-#ifndef SHOAL_TEST_WORKFLOW_UTIL_H
-#define SHOAL_TEST_WORKFLOW_UTIL_H
+#ifndef SHOAL_TEST_PROC_UTIL_H
+#define SHOAL_TEST_PROC_UTIL_H
 
 #include <dirent.h>
 #include <fcntl.h>
