@@ -295,6 +295,10 @@ static void test_shoal_run_writes_events(void **state) {
                   "learner.warmup=500",
                   "--set",
                   "run.eval_every_s=1",
+                  /* A return CartPole cannot reach: evaluations every second, and the run
+                   * lasts its 8 s however fast it learns. */
+                  "--set",
+                  "run.solve_return=1000",
                   "--quiet",
                   NULL};
   int rc;
