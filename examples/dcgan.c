@@ -11,7 +11,7 @@
  * samples of a fixed z to DIR/dcgan_epoch<N>.png and, given classify's checkpoint, scores
  * 1,000 samples with that classifier: the Inception score exp(E KL(p(y|x) || p(y))) (1 to
  * 10: sure and varied classes score high) and the mean top-class confidence, beside the
- * figures of 1,000 real test images.
+ * figures of 1,000 real test images. At the end: G and D in DIR/dcgan_{g,d}.safetensors.
  */
 #include <math.h>
 #include <stdio.h>
@@ -176,6 +176,8 @@ int main(int argc, char **argv) {
   }
   snprintf(path, sizeof path, "%s/dcgan_g.safetensors", out);
   if (nn_model_save(g, path, &err)) die("save", &err);
+  snprintf(path, sizeof path, "%s/dcgan_d.safetensors", out);
+  if (nn_model_save(d, path, &err)) die("save", &err);
   nn_optim_destroy(og), nn_optim_destroy(od), data_loader_destroy(ld);
   nn_model_destroy(g), nn_model_destroy(d), nn_model_destroy(c);
   data_set_destroy(train), data_set_destroy(test);
