@@ -34,7 +34,7 @@
 static double g_window = 3;
 static int g_repeats = 3;
 
-static void die(const char *what, const shoal_error *err) {
+static _Noreturn void die(const char *what, const shoal_error *err) {
   fprintf(stderr, "examples_speed: %s: %s\n", what, err && err->msg[0] ? err->msg : "failed");
   exit(1);
 }

@@ -25,7 +25,7 @@
 #define Z 100
 #define NS 1000 /* samples scored */
 
-static void die(const char *what, const shoal_error *err) {
+static _Noreturn void die(const char *what, const shoal_error *err) {
   fprintf(stderr, "dcgan: %s: %s\n", what, err && err->msg[0] ? err->msg : "failed");
   exit(1);
 }

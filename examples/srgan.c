@@ -28,7 +28,7 @@
 #include "envs/envs.h"
 #include "nn/nn.h"
 
-static void die(const char *what, const shoal_error *err) {
+static _Noreturn void die(const char *what, const shoal_error *err) {
   fprintf(stderr, "srgan: %s: %s\n", what, err && err->msg[0] ? err->msg : "failed");
   exit(1);
 }
