@@ -164,6 +164,10 @@ int data_set_create(const uint8_t *images, const int32_t *labels, int n, int C, 
   if (!images || !out || n < 1 || C < 1 || H < 1 || W < 1 || (size_t)C * H * W > (1u << 24))
     return shoal_error_set(err, SHOAL_EINVAL, "data_set_create: bad arguments (n %d, %dx%dx%d)", n,
                            C, H, W);
+  for (int i = 0; labels && i < n; i++)
+    if (labels[i] < 0)
+      return shoal_error_set(err, SHOAL_EINVAL,
+                             "data_set_create: label %d of sample %d is negative", labels[i], i);
   size_t per = (size_t)C * H * W;
   data_set *ds = calloc(1, sizeof *ds);
   if (ds) ds->images = malloc((size_t)n * per), ds->labels = calloc((size_t)n, sizeof(int32_t));
@@ -292,8 +296,7 @@ void data_set_stats(const data_set *ds, double *mean, double *std) {
 }
 
 void data_normalize(float *x, const uint8_t *u, size_t n, float mean, float std) {
-  float a = 1.0f / (255.0f * std), b = -mean / std;
-  for (size_t i = 0; i < n; i++) x[i] = (float)u[i] * a + b;
+  for (size_t i = 0; i < n; i++) x[i] = ((float)u[i] / 255.0f - mean) / std;
 }
 
 /* ---- the loader ----------------------------------------------------------------- */

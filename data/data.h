@@ -76,7 +76,7 @@ const char *data_fashion_mnist_dir(void);
 const char *data_fashion_mnist_class(int c);
 
 /* A dataset from caller's arrays (copied): images (n, C, H, W) bytes, labels (n) (NULL:
- * all 0). SHOAL_EINVAL for a non-positive size. */
+ * all 0). SHOAL_EINVAL for a non-positive size or a negative label. */
 int data_set_create(const uint8_t *images, const int32_t *labels, int n, int C, int H, int W,
                     data_set **out, shoal_error *err);
 void data_set_destroy(data_set *ds); /* NULL is fine */

@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
     if (!strcmp(a, "--data")) dir = v, k++;
     if (!k) argc = 0; /* an unknown flag: usage below */
   }
-  if (argc % 2 == 0 || epochs < 1 || B < 2 || B > 1024 || limit < 0 || threads < 1) {
+  if (argc % 2 == 0 || epochs < 1 || B < 2 || B > NS || limit < 0 || threads < 1) {
     fprintf(stderr,
             "usage: dcgan [--epochs N] [--batch N] [--limit N] [--seed N] [--threads N] "
             "[--out DIR] [--classifier FILE] [--data DIR]\n");

@@ -285,6 +285,15 @@ static void test_loader_batches(void **state) {
     assert_null(data_loader_create(ds, &c, &err));
     assert_int_equal(err.code, SHOAL_EINVAL);
   }
+  int32_t neg[2] = {1, -1};
+  uint8_t px[2 * 24] = {0};
+  data_set *bad_ds = (data_set *)0x1;
+  assert_int_equal(data_set_create(px, neg, 2, 1, 4, 6, &bad_ds, &err), SHOAL_EINVAL);
+  assert_ptr_equal(bad_ds, (data_set *)0x1);
+  /* data_normalize is the loader's formula */
+  float xs[3];
+  data_normalize(xs, (const uint8_t[]){0, 51, 255}, 3, 0.5f, 0.25f);
+  assert_true(fabsf(xs[0] + 2) < 1e-6f && fabsf(xs[1] + 1.2f) < 1e-5f && fabsf(xs[2] - 2) < 1e-5f);
   c = data_loader_defaults(), c.std = 0;
   assert_null(data_loader_create(ds, &c, &err));
   data_set_destroy(ds);
