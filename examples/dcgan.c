@@ -158,14 +158,13 @@ int main(int argc, char **argv) {
       sd += (ld_real + ld_fake) / n, sg += lg / (double)n;
     }
     double rate = n / (shoal_now_s() - t0);
-    /* Samples in evaluation mode (batch norm's running statistics); z fixed for the grid. */
+    /* 1,000 samples of a fixed z with batch statistics in G's batch norm, as in training
+     * (PyTorch's DCGAN example samples so; running averages lag a fast-moving G) */
     const float *x;
     shoal_rng zr;
     shoal_rng_seed(&zr, 7);
     for (int i = 0; i < NS * Z; i++) zs[i] = (float)shoal_rng_normal(&zr);
-    nn_model_set_training(g, false);
     if (nn_model_forward(g, zs, NS, &x, &err)) die("sample", &err);
-    nn_model_set_training(g, true);
     for (int i = 0; i < 64 * 784 * 3; i++) rgb[i] = (uint8_t)lrintf((x[i / 3] + 1) * 127.5f);
     snprintf(path, sizeof path, "%s/dcgan_epoch%d.png", out, e);
     if (env_png_strip(path, rgb, 64, 28, 28, 8, &err)) die("png", &err);
