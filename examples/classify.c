@@ -1,0 +1,196 @@
+/*
+ * examples/classify.c — a CNN on Fashion-MNIST with shoal's layer library and data loader.
+ *
+ *   classify [--epochs 3] [--batch 64] [--lr 1e-3] [--augment] [--threads 2] [--seed 0]
+ *            [--out classify.safetensors] [--data DIR] [--limit N] [--test-limit N]
+ *
+ * The net: conv32 3x3 BN ReLU, maxpool 2, conv64 3x3 BN ReLU, maxpool 2, dense 256 ReLU,
+ * dropout 0.3, dense 10 (the baselines' conv32-pool-conv64-pool-128-10 with batch norm, a
+ * wider head and dropout). Adam with a cosine learning-rate decay to lr/100 over the run.
+ * --augment adds a random 28x28 crop of the image zero-padded by 2 and a horizontal flip.
+ * After each epoch it prints the training loss, the test loss and accuracy, and saves a
+ * safetensors checkpoint (dcgan.c scores its samples with it; PyTorch loads it too).
+ * Inputs are normalised with the training split's mean and std (0.2860, 0.3530).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/data.h"
+#include "nn/nn.h"
+
+static _Noreturn void die(const char *what, const shoal_error *err) {
+  fprintf(stderr, "classify: %s: %s\n", what, err && err->msg[0] ? err->msg : "failed");
+  exit(1);
+}
+
+/* The classifier; dcgan.c builds the same layers to load its checkpoint. */
+static nn_model *make_classifier(int max_batch, uint64_t seed, shoal_error *err) {
+  nn_model *m = nn_model_create(NN_CPU, err);
+  if (!m) return NULL;
+  nn_input(m, 1, 28, 28);
+  nn_conv2d(m, "conv1", 32, 3, 3, 1, 1, 1);
+  nn_batchnorm(m, "bn1", 1e-5f, 0.1f);
+  nn_activation(m, "relu1", NN_RELU, 0);
+  nn_maxpool2d(m, "pool1", 2, 2, 0);
+  nn_conv2d(m, "conv2", 64, 3, 3, 1, 1, 1);
+  nn_batchnorm(m, "bn2", 1e-5f, 0.1f);
+  nn_activation(m, "relu2", NN_RELU, 0);
+  nn_maxpool2d(m, "pool2", 2, 2, 0);
+  nn_dense(m, "fc1", 256);
+  nn_activation(m, "relu3", NN_RELU, 0);
+  nn_dropout(m, "drop", 0.3f);
+  nn_dense(m, "fc2", 10);
+  if (nn_model_build(m, max_batch, seed, err)) {
+    nn_model_destroy(m);
+    return NULL;
+  }
+  return m;
+}
+
+/* Test loss and accuracy over the whole loader's epoch, in evaluation mode. */
+static void evaluate(nn_model *m, data_loader *ld, double *loss, double *acc) {
+  shoal_error err = {0};
+  double sum = 0;
+  long correct = 0, n = 0;
+  nn_model_set_training(m, false);
+  for (long i = 0; i < data_loader_batches(ld); i++) {
+    data_batch b;
+    const float *y;
+    float l;
+    if (data_loader_next(ld, &b, &err) || nn_model_forward(m, b.x, b.n, &y, &err) ||
+        nn_cross_entropy_loss(&l, NULL, y, b.labels, NULL, b.n, 10, &err))
+      die("evaluate", &err);
+    sum += (double)l * b.n;
+    for (int k = 0; k < b.n; k++) {
+      int best = 0;
+      for (int c = 1; c < 10; c++)
+        if (y[k * 10 + c] > y[k * 10 + best]) best = c;
+      correct += best == b.labels[k];
+    }
+    n += b.n;
+  }
+  nn_model_set_training(m, true);
+  *loss = sum / (double)n, *acc = (double)correct / (double)n;
+}
+
+static void progress(long i, long n, double loss, double t) {
+  int w = 30, done = (int)(w * (i + 1) / n);
+  fprintf(stderr, "\r  [%.*s%*s] %5ld/%ld loss %.4f %.1fs", done,
+          "==============================", w - done, "", i + 1, n, loss, t);
+  if (i + 1 == n) fputc('\n', stderr);
+}
+
+int main(int argc, char **argv) {
+  int epochs = 3, batch = 64, threads = 2, limit = 0, test_limit = 0;
+  float lr = 1e-3f;
+  bool augment = false;
+  uint64_t seed = 0;
+  const char *out = "classify.safetensors", *dir = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--augment"))
+      augment = true;
+    else if (!v)
+      goto usage;
+    else if (!strcmp(a, "--epochs"))
+      epochs = atoi(v), i++;
+    else if (!strcmp(a, "--batch"))
+      batch = atoi(v), i++;
+    else if (!strcmp(a, "--lr"))
+      lr = strtof(v, NULL), i++;
+    else if (!strcmp(a, "--threads"))
+      threads = atoi(v), i++;
+    else if (!strcmp(a, "--seed"))
+      seed = strtoull(v, NULL, 10), i++;
+    else if (!strcmp(a, "--out"))
+      out = v, i++;
+    else if (!strcmp(a, "--data"))
+      dir = v, i++;
+    else if (!strcmp(a, "--limit"))
+      limit = atoi(v), i++;
+    else if (!strcmp(a, "--test-limit"))
+      test_limit = atoi(v), i++;
+    else
+      goto usage;
+  }
+  if (epochs < 1 || batch < 1 || !(lr > 0) || threads < 1 || limit < 0 || test_limit < 0) {
+  usage:
+    fprintf(stderr,
+            "usage: classify [--epochs N] [--batch N] [--lr X] [--augment] [--threads N] "
+            "[--seed N] [--out FILE] [--data DIR] [--limit N] [--test-limit N]\n");
+    return 2;
+  }
+  nn_set_threads(threads);
+  shoal_error err = {0};
+  data_set *train, *test;
+  if (data_fashion_mnist_load(dir, true, &train, &err)) die("training set", &err);
+  if (data_fashion_mnist_load(dir, false, &test, &err)) die("test set", &err);
+
+  data_loader_config lc = data_loader_defaults();
+  lc.batch = batch, lc.seed = seed, lc.mean = 0.2860f, lc.std = 0.3530f, lc.limit = limit;
+  if (augment) lc.crop_pad = 2, lc.hflip = true;
+  data_loader *tl = data_loader_create(train, &lc, &err);
+  lc.shuffle = false, lc.crop_pad = 0, lc.hflip = false, lc.limit = test_limit;
+  data_loader *vl = tl ? data_loader_create(test, &lc, &err) : NULL;
+  if (!vl) die("loader", &err);
+  nn_model *m = make_classifier(batch, seed, &err);
+  if (!m) die("model", &err);
+  nn_optim_config oc = nn_optim_defaults(NN_ADAM);
+  oc.lr = lr;
+  nn_optim *opt = nn_optim_create(m, &oc, &err);
+  if (!opt) die("optimizer", &err);
+  long per_epoch = data_loader_batches(tl), total = per_epoch * epochs;
+  nn_schedule sched = {NN_SCHED_COSINE, lr, lr / 100, total, 0};
+  float *dlogits = malloc((size_t)batch * 10 * sizeof(float));
+  if (!dlogits) die("alloc", NULL);
+  bool tty = isatty(2);
+  printf("classify: %d train / %d test images, %ld steps of %d per epoch, %d epochs, lr %g%s\n",
+         limit && limit < data_set_count(train) ? limit : data_set_count(train),
+         data_set_count(test), per_epoch, batch, epochs, (double)lr, augment ? ", augmented" : "");
+
+  for (int e = 0; e < epochs; e++) {
+    double t0 = shoal_now_s(), sum = 0;
+    long correct = 0, seen = 0;
+    for (long i = 0; i < per_epoch; i++) {
+      data_batch b;
+      const float *y;
+      float loss;
+      nn_optim_set_lr(opt, nn_schedule_value(&sched, e * per_epoch + i));
+      nn_model_zero_grad(m);
+      if (data_loader_next(tl, &b, &err) || nn_model_forward(m, b.x, b.n, &y, &err) ||
+          nn_cross_entropy_loss(&loss, dlogits, y, b.labels, NULL, b.n, 10, &err) ||
+          nn_model_backward(m, dlogits, NULL, &err) || nn_optim_step(opt, &err))
+        die("training step", &err);
+      sum += (double)loss * b.n, seen += b.n;
+      for (int k = 0; k < b.n; k++) {
+        int best = 0;
+        for (int c = 1; c < 10; c++)
+          if (y[k * 10 + c] > y[k * 10 + best]) best = c;
+        correct += best == b.labels[k];
+      }
+      if (tty && (i % 20 == 0 || i + 1 == per_epoch))
+        progress(i, per_epoch, sum / (double)seen, shoal_now_s() - t0);
+    }
+    double train_s = shoal_now_s() - t0, test_loss, test_acc;
+    evaluate(m, vl, &test_loss, &test_acc);
+    printf(
+        "epoch %d/%d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f time %.1fs "
+        "(loader wait %.2fs)\n",
+        e + 1, epochs, sum / (double)seen, (double)correct / (double)seen, test_loss, test_acc,
+        train_s, data_loader_wait_s(tl));
+    fflush(stdout);
+    if (nn_model_save(m, out, &err)) die("checkpoint", &err);
+  }
+  printf("saved %s\n", out);
+  free(dlogits);
+  nn_optim_destroy(opt);
+  nn_model_destroy(m);
+  data_loader_destroy(vl);
+  data_loader_destroy(tl);
+  data_set_destroy(test);
+  data_set_destroy(train);
+  return 0;
+}
