@@ -282,25 +282,11 @@ static void test_shoal_run_writes_events(void **state) {
   snprintf(cfg, sizeof cfg, "%s/configs/cartpole-apex.yaml", wf_src);
   snprintf(store_set, sizeof store_set, "store.uri=file://%s/runs", wf_dir);
   snprintf(uri, sizeof uri, "file://%s/runs", wf_dir);
-  char *argv[] = {wf_shoal,
-                  "run",
-                  cfg,
-                  "--set",
-                  store_set,
-                  "--set",
-                  "run.name=tb1",
-                  "--set",
-                  "run.max_seconds=8",
-                  "--set",
-                  "learner.warmup=500",
-                  "--set",
-                  "run.eval_every_s=1",
+  char *argv[] = {wf_shoal, "run", cfg, "--set", store_set, "--set", "run.name=tb1", "--set",
+                  "run.max_seconds=8", "--set", "learner.warmup=500", "--set", "run.eval_every_s=1",
                   /* A return CartPole cannot reach: evaluations every second, and the run
                    * lasts its 8 s however fast it learns. */
-                  "--set",
-                  "run.solve_return=1000",
-                  "--quiet",
-                  NULL};
+                  "--set", "run.solve_return=1000", "--quiet", NULL};
   int rc;
   char *out = wf_run(argv, 120, &rc);
   printf("%s", out);
