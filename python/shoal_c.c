@@ -289,17 +289,7 @@ static int policy_build(shoal_c_policy **out, const char *yaml, const char *orig
     return fail(SHOAL_ENOTSUP, "policy: env '%s' has continuous actions; DQN needs discrete ones",
                 sp->id);
   }
-  dqn_config dc = dqn_defaults();
-  dc.obs_c = sp->obs.ndim >= 1 ? sp->obs.shape[0] : 1;
-  dc.obs_h = sp->obs.ndim >= 2 ? sp->obs.shape[1] : 1;
-  dc.obs_w = sp->obs.ndim >= 3 ? sp->obs.shape[2] : 1;
-  dc.num_actions = sp->act.n;
-  dc.net = strcmp(config_string(cfg, "dqn.net"), "minatar") == 0 ? DQN_NET_MINATAR : DQN_NET_MLP;
-  dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
-  dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
-  dc.dueling = config_bool(cfg, "dqn.dueling");
-  dc.n_step = (int)config_int(cfg, "dqn.n_step");
-  dc.gamma = (float)config_float(cfg, "dqn.gamma");
+  dqn_config dc = apex_dqn_config(cfg, sp->obs.ndim, sp->obs.shape, sp->act.n);
   dc.max_batch = POLICY_CHUNK;
   config_destroy(cfg);
 

@@ -100,15 +100,7 @@ static int mkrun(int argc, char **argv) {
   const uint64_t seeds[2] = {11, 22};
   const double scores[2] = {10, 5};
   for (int k = 0; k < 2; k++) {
-    dqn_config dc = dqn_defaults();
-    dc.obs_c = sp->obs.ndim >= 1 ? sp->obs.shape[0] : 1;
-    dc.obs_h = sp->obs.ndim >= 2 ? sp->obs.shape[1] : 1;
-    dc.obs_w = sp->obs.ndim >= 3 ? sp->obs.shape[2] : 1;
-    dc.num_actions = sp->act.n;
-    dc.net = strcmp(config_string(cfg, "dqn.net"), "minatar") == 0 ? DQN_NET_MINATAR : DQN_NET_MLP;
-    dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
-    dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
-    dc.dueling = config_bool(cfg, "dqn.dueling");
+    dqn_config dc = apex_dqn_config(cfg, sp->obs.ndim, sp->obs.shape, sp->act.n);
     dc.seed = seeds[k];
     dqn *q = dqn_create(&dc, NN_CPU, false, &err);
     if (!q) return die("network", &err);
@@ -153,15 +145,7 @@ static int act(int argc, char **argv) {
   env_vec *ev;
   if (env_vec_create(&ev, config_string(cfg, "env.id"), 1, NULL, &err)) return die("env", &err);
   const env_spec *sp = env_vec_spec(ev);
-  dqn_config dc = dqn_defaults();
-  dc.obs_c = sp->obs.ndim >= 1 ? sp->obs.shape[0] : 1;
-  dc.obs_h = sp->obs.ndim >= 2 ? sp->obs.shape[1] : 1;
-  dc.obs_w = sp->obs.ndim >= 3 ? sp->obs.shape[2] : 1;
-  dc.num_actions = sp->act.n;
-  dc.net = strcmp(config_string(cfg, "dqn.net"), "minatar") == 0 ? DQN_NET_MINATAR : DQN_NET_MLP;
-  dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
-  dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
-  dc.dueling = config_bool(cfg, "dqn.dueling");
+  dqn_config dc = apex_dqn_config(cfg, sp->obs.ndim, sp->obs.shape, sp->act.n);
   dc.max_batch = B;
   dqn *q = dqn_create(&dc, NN_CPU, false, &err);
   if (!q) return die("network", &err);
