@@ -30,6 +30,7 @@
 
 #include "data/data.h"
 #include "nn/nn.h"
+#include "benchmarks/torch_child.h"
 
 static double g_window = 3;
 static int g_repeats = 3;
@@ -161,76 +162,6 @@ static double window_rate(bench_ctx *c, bool gan) {
   return n / dt;
 }
 
-/* ---- the torch process (as benchmarks/nn_cpu) ------------------------------------------- */
-
-typedef struct torch_proc {
-  pid_t pid;
-  FILE *in, *out;
-} torch_proc;
-
-static void torch_stop(torch_proc *t) {
-  if (t->in) fclose(t->in); /* EOF ends the server */
-  if (t->out) fclose(t->out);
-  if (t->pid > 0) waitpid(t->pid, NULL, 0);
-  memset(t, 0, sizeof *t);
-}
-
-static bool torch_start(torch_proc *t, int threads) {
-  memset(t, 0, sizeof *t);
-  const char *py = getenv("SHOAL_PYTHON");
-  if (!py || !*py) py = "/usr/bin/python3";
-  char script[1024], th[16];
-  snprintf(script, sizeof script, "%s", __FILE__); /* beside this source file */
-  char *slash = strrchr(script, '/');
-  snprintf(slash ? slash + 1 : script, sizeof script - (size_t)(slash ? slash + 1 - script : 0),
-           "examples_speed_torch.py");
-  snprintf(th, sizeof th, "%d", threads);
-  int to[2], from[2];
-  if (pipe(to)) return false;
-  if (pipe(from)) {
-    close(to[0]), close(to[1]);
-    return false;
-  }
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
-    return false;
-  }
-  if (pid == 0) {
-    dup2(to[0], 0), dup2(from[1], 1);
-    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
-    unsetenv("OMP_NUM_THREADS");
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execl(py, py, script, "--threads", th, (char *)NULL);
-    fprintf(stderr, "examples_speed: cannot run %s %s\n", py, script);
-    _exit(127);
-  }
-  close(to[0]), close(from[1]);
-  t->pid = pid, t->in = fdopen(to[1], "w"), t->out = fdopen(from[0], "r");
-  char line[128];
-  if (!t->in || !t->out || !fgets(line, sizeof line, t->out) || strncmp(line, "READY", 5)) {
-    fprintf(stderr, "examples_speed: the PyTorch side did not start (%s %s); baselines are none\n",
-            py, script);
-    torch_stop(t);
-    return false;
-  }
-  return true;
-}
-
-static double torch_window(torch_proc *t, const char *row) {
-  if (!t->in) return NAN;
-  char line[128];
-  double v;
-  if (fprintf(t->in, "%s %g\n", row, g_window) < 0 || fflush(t->in) ||
-      !fgets(line, sizeof line, t->out) || sscanf(line, "RATE %lf", &v) != 1) {
-    fprintf(stderr, "examples_speed: the PyTorch side failed on %s; baselines are none\n", row);
-    torch_stop(t);
-    return NAN;
-  }
-  return v;
-}
-
 /* Median steps/s of shoal and torch over alternating windows. */
 static void timed_pair(const data_set *train, bool gan, torch_proc *tp, double *s, double *t) {
   bench_ctx c;
@@ -240,7 +171,7 @@ static void timed_pair(const data_set *train, bool gan, torch_proc *tp, double *
   int k = g_repeats < 16 ? g_repeats : 16;
   for (int r = 0; r < k; r++) {
     rs[r] = window_rate(&c, gan);
-    rt[r] = tp->in ? torch_window(tp, gan ? "dcgan" : "classify") : NAN;
+    rt[r] = tp->in ? torch_window(tp, gan ? "dcgan" : "classify", g_window) : NAN;
   }
   teardown(&c);
   qsort(rs, (size_t)k, sizeof *rs, cmp_double);
@@ -295,7 +226,7 @@ int main(int argc, char **argv) {
     if (th < 1) die("bad --threads", NULL);
     nn_set_threads(th);
     torch_proc tp = {0};
-    if (with_torch) torch_start(&tp, th);
+    if (with_torch) torch_start(&tp, "examples_speed", "examples_speed_torch.py", NULL, th);
     double cs, ct, gs, gt;
     timed_pair(train, false, &tp, &cs, &ct);
     timed_pair(train, true, &tp, &gs, &gt);

@@ -33,6 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "benchmarks/torch_child.h"
 #include "nn/nn.h"
 
 #ifdef SHOAL_HAVE_OPENBLAS
@@ -325,95 +326,6 @@ static double gemm_gflops(const gemm *g, double calls_per_s) {
 }
 #endif
 
-/* ---- PyTorch, in a child process serving one timing window per request ------------------ */
-
-typedef struct torch_proc {
-  pid_t pid;
-  FILE *in, *out; /* requests "<row> <window>\n"; replies "RATE <calls/s>\n" */
-} torch_proc;
-
-static void torch_script(char *out, size_t cap) {
-  const char *src = getenv("SHOAL_SOURCE_DIR");
-  if (src) {
-    snprintf(out, cap, "%s/benchmarks/nn_cpu_torch.py", src);
-    return;
-  }
-  /* beside this source file (CMake compiles it by its absolute path) */
-  snprintf(out, cap, "%s", __FILE__);
-  char *slash = strrchr(out, '/');
-  snprintf(slash ? slash + 1 : out, cap - (size_t)(slash ? slash + 1 - out : 0), "nn_cpu_torch.py");
-}
-
-static void torch_stop(torch_proc *t) {
-  if (t->in) fclose(t->in); /* EOF ends the server */
-  if (t->out) fclose(t->out);
-  if (t->pid > 0) waitpid(t->pid, NULL, 0);
-  memset(t, 0, sizeof *t);
-}
-
-/* Starts nn_cpu_torch.py --serve with torch at `threads` threads and OpenBLAS at 1 (one
- * pool). False when Python or torch is missing (the baselines are then none). */
-static bool torch_start(torch_proc *t, int threads) {
-  memset(t, 0, sizeof *t);
-  const char *py = getenv("SHOAL_PYTHON");
-  if (!py || !*py) py = "/usr/bin/python3";
-  char script[1024], th[16];
-  torch_script(script, sizeof script);
-  snprintf(th, sizeof th, "%d", threads);
-  int to[2], from[2];
-  if (pipe(to)) return false;
-  if (pipe(from)) {
-    close(to[0]), close(to[1]);
-    return false;
-  }
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
-    return false;
-  }
-  if (pid == 0) {
-    dup2(to[0], 0);
-    dup2(from[1], 1);
-    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
-    unsetenv("OMP_NUM_THREADS"); /* libgomp's own pool setting slows torch here; see the .py */
-    unsetenv("MKL_NUM_THREADS");
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    /* Spinning OpenMP barriers made torch's 2-thread figures collapse 10-20x whenever the
-     * shared machine was busy (71 vs 1494 MLP steps/s in one minute); passive waiting is
-     * the kinder baseline for torch. */
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execl(py, py, script, "--serve", "--threads", th, (char *)NULL);
-    fprintf(stderr, "nn_cpu: cannot run %s %s\n", py, script);
-    _exit(127);
-  }
-  close(to[0]), close(from[1]);
-  t->pid = pid;
-  t->in = fdopen(to[1], "w");
-  t->out = fdopen(from[0], "r");
-  char line[128];
-  if (!t->in || !t->out || !fgets(line, sizeof line, t->out) || strncmp(line, "READY", 5)) {
-    fprintf(stderr, "nn_cpu: the PyTorch side did not start (%s %s); baselines are none\n", py,
-            script);
-    torch_stop(t);
-    return false;
-  }
-  return true;
-}
-
-/* One window of row in the torch process: calls/s, or NAN when it failed. */
-static double torch_window(torch_proc *t, const char *row) {
-  if (!t->in) return NAN;
-  char line[128];
-  double v;
-  if (fprintf(t->in, "%s %g\n", row, g_window) < 0 || fflush(t->in) ||
-      !fgets(line, sizeof line, t->out) || sscanf(line, "RATE %lf", &v) != 1) {
-    fprintf(stderr, "nn_cpu: the PyTorch side failed on %s; baselines are none from here\n", row);
-    torch_stop(t);
-    return NAN;
-  }
-  return v;
-}
-
 typedef struct pair {
   double shoal, torch; /* calls/s, medians */
   double sgemm;        /* GFLOP/s of cblas_sgemm 1024 in windows between them, or NAN */
@@ -427,7 +339,7 @@ static pair timed_pair(void (*fn)(void *), void *ctx, torch_proc *tp, const char
   int k = g_repeats < 64 ? g_repeats : 64;
   for (int r = 0; r < k; r++) {
     rs[r] = window_rate(fn, ctx);
-    rt[r] = tp ? torch_window(tp, row) : NAN;
+    rt[r] = tp ? torch_window(tp, row, g_window) : NAN;
     rg[r] = NAN;
 #ifdef SHOAL_HAVE_OPENBLAS
     if (g) rg[r] = gemm_gflops(g, window_rate(gemm_step, g));
@@ -532,7 +444,7 @@ int main(int argc, char **argv) {
     if (th < 1) continue;
     nn_set_threads(th);
     torch_proc tproc, *tp = NULL;
-    if (with_torch && torch_start(&tproc, th)) tp = &tproc;
+    if (with_torch && torch_start(&tproc, "nn_cpu", "nn_cpu_torch.py", "--serve", th)) tp = &tproc;
     gemm *gp = NULL;
 #ifdef SHOAL_HAVE_OPENBLAS
     gemm gm;
