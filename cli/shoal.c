@@ -29,6 +29,7 @@
 #include "cli/tboard.h"
 #include "config/config.h"
 #include "envs/envs.h"
+#include "learner/onpolicy_common.h"
 #include "nn/nn.h"
 #include "store/store.h"
 
@@ -93,6 +94,59 @@ static void human(char *buf, size_t cap, double v) {
     snprintf(buf, cap, "%.0f", v);
 }
 
+/* ---- which algorithm: the config's `algo:` key ------------------------------------- */
+
+/* An IMPALA / PPO config names its algorithm at the top level (`algo: impala`); an
+ * Ape-X config has no `algo:` key. text is the YAML (or NULL), sets the --set list.
+ * The schemas differ, so this decides which one loads the file, and which learner and
+ * actor programs run. */
+static bool yaml_is_onpolicy(const char *text, const char *const *sets, int nsets) {
+  for (int i = 0; i < nsets; i++)
+    if (!strncmp(sets[i], "algo=", 5)) return true;
+  for (const char *p = text; p && *p;) {
+    if (!strncmp(p, "algo:", 5)) return true;
+    p = strchr(p, '\n');
+    if (p) p++;
+  }
+  return false;
+}
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len + 4096 + 1 > cap) {
+      cap = cap ? 2 * cap : 8192;
+      char *nb = realloc(buf, cap);
+      if (!nb) break;
+      buf = nb;
+    }
+    size_t got = fread(buf + len, 1, 4096, f);
+    len += got;
+    if (got < 4096) break;
+  }
+  fclose(f);
+  if (buf) buf[len] = 0;
+  return buf;
+}
+
+static bool file_is_onpolicy(const char *path, const char *const *sets, int nsets) {
+  char *text = read_text(path);
+  bool r = yaml_is_onpolicy(text, sets, nsets);
+  free(text);
+  return r;
+}
+
+/* The schema and the choice check of a run's kind. */
+static const cfg_key *run_schema(bool onpolicy, int *n) {
+  return onpolicy ? onpolicy_schema(n) : apex_schema(n);
+}
+static int run_check(bool onpolicy, const config *cfg, shoal_error *err) {
+  return onpolicy ? onpolicy_check(cfg, err) : apex_check(cfg, err);
+}
+
 /* ---- shoal run ------------------------------------------------------------------ */
 
 typedef struct run_ctx {
@@ -100,7 +154,8 @@ typedef struct run_ctx {
   const char *run, *cfg_path, *host;
   int actors, learner_idx, first_actor;
   bool quiet, json, launched;
-  tb_mirror *tb; /* the run's metrics as TensorBoard events (file stores) */
+  const char *learner_prog, *actor_prog; /* shoal-learner / shoal-onpolicy-learner, ... */
+  tb_mirror *tb;                         /* the run's metrics as TensorBoard events (file stores) */
   char done_line[2048];
   char last_progress[2048];
   int port;
@@ -130,13 +185,13 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
       /* A restarted learner must come back on the same port, where the actors look. */
       snprintf(listen_set, sizeof listen_set, "learner.listen=%s", addr);
       char learner_bin[PATH_MAX + 32];
-      snprintf(learner_bin, sizeof learner_bin, "%s/shoal-learner", shoal_bindir);
+      snprintf(learner_bin, sizeof learner_bin, "%s/%s", shoal_bindir, r->learner_prog);
       char *largv[] = {learner_bin, "--config", (char *)r->cfg_path, "--run", (char *)r->run,
                        "--resume",  "--set",    listen_set,          NULL};
       if (sup_set_argv(r->s, r->learner_idx, largv, &err)) fprintf(stderr, "shoal: %s\n", err.msg);
       for (int i = 0; i < r->actors; i++) {
         char actor_bin[PATH_MAX + 32], idx[16];
-        snprintf(actor_bin, sizeof actor_bin, "%s/shoal-actor", shoal_bindir);
+        snprintf(actor_bin, sizeof actor_bin, "%s/%s", shoal_bindir, r->actor_prog);
         snprintf(idx, sizeof idx, "%d", i);
         char *aargv[] = {actor_bin, "--config", (char *)r->cfg_path, "--run", (char *)r->run,
                          "--index", idx,        "--learner",         addr,    NULL};
@@ -164,10 +219,16 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
     double r100 = json_num(line, "return100"), e = json_num(line, "eval");
     if (!isnan(r100)) snprintf(ret, sizeof ret, "%.1f", r100);
     if (!isnan(e)) snprintf(ev, sizeof ev, "%.1f", e);
+    /* On-policy learners add the policy lag of the unrolls they trained on. */
+    double lag = json_num(line, "lag_mean");
+    char lags[64] = "";
+    if (!isnan(lag))
+      snprintf(lags, sizeof lags, "  lag %.1f (max %.0f)", lag, json_num(line, "lag_max"));
     printf(
         "%6.0fs  steps %s (%s/s)  ingest %s/s  updates %s (%s/s)  replay %s  return100 %s  "
-        "eval %s  v%.0f\n",
-        json_num(line, "t"), steps, sps, smp, upd, ups, rep, ret, ev, json_num(line, "version"));
+        "eval %s  v%.0f%s\n",
+        json_num(line, "t"), steps, sps, smp, upd, ups, rep, ret, ev, json_num(line, "version"),
+        lags);
     fflush(stdout);
   } else if (!strcmp(event, "hparam")) {
     char key[64] = "?";
@@ -229,16 +290,22 @@ static int cmd_run(int argc, char **argv) {
   }
   shoal_error err = {0};
   int nkeys;
-  const cfg_key *keys = apex_schema(&nkeys);
-  config *cfg = config_create(keys, nkeys, &err);
-  if (!cfg) return fail(NULL, &err);
   store *st = NULL;
   char run[64];
+  store_run r = {0};
+  bool onpolicy;
+  if (resume) {
+    if (store_open(&st, store_uri ? store_uri : "file://runs", &err)) return fail("store", &err);
+    if (store_run_find(st, resume, &r, &err)) return fail("resume", &err);
+    onpolicy = yaml_is_onpolicy(r.config, sets, nsets);
+  } else {
+    onpolicy = file_is_onpolicy(cfg_file, sets, nsets);
+  }
+  const cfg_key *keys = run_schema(onpolicy, &nkeys);
+  config *cfg = config_create(keys, nkeys, &err);
+  if (!cfg) return fail(NULL, &err);
   if (resume) {
     /* The run's stored config, with any new overrides on top. */
-    if (store_open(&st, store_uri ? store_uri : "file://runs", &err)) return fail("store", &err);
-    store_run r = {0};
-    if (store_run_find(st, resume, &r, &err)) return fail("resume", &err);
     int rc = config_load_string(cfg, r.config ? r.config : "", resume, &err);
     store_run_clear(&r);
     if (rc) return fail("resume: stored config", &err);
@@ -253,7 +320,11 @@ static int cmd_run(int argc, char **argv) {
     snprintf(set_uri, sizeof set_uri, "store.uri=%s", store_uri);
     if (config_set(cfg, set_uri, &err)) return fail(NULL, &err);
   }
-  if (config_check(cfg, &err) || apex_check(cfg, &err)) return fail(NULL, &err);
+  if (config_check(cfg, &err) || run_check(onpolicy, cfg, &err)) return fail(NULL, &err);
+  if (onpolicy) {
+    op_spec ops; /* the env's spaces against the algorithm (IMPALA: discrete) */
+    if (op_spec_from_config(cfg, &ops, &err)) return fail("config", &err);
+  }
   /* Validate what children would only find later: the env and the device. */
   env *probe;
   if (env_make(&probe, config_string(cfg, "env.id"), &err)) return fail("config: env.id", &err);
@@ -304,6 +375,8 @@ static int cmd_run(int argc, char **argv) {
   ctx.actors = (int)config_int(cfg, "actors");
   ctx.quiet = quiet;
   ctx.json = json;
+  ctx.learner_prog = onpolicy ? "shoal-onpolicy-learner" : "shoal-learner";
+  ctx.actor_prog = onpolicy ? "shoal-onpolicy-actor" : "shoal-actor";
   static char host[256];
   snprintf(host, sizeof host, "%s", config_string(cfg, "learner.listen"));
   char *colon = strrchr(host, ':');
@@ -315,7 +388,7 @@ static int cmd_run(int argc, char **argv) {
   if (!s) return fail("supervisor", &err);
   ctx.s = s;
   char learner_bin[PATH_MAX + 32];
-  snprintf(learner_bin, sizeof learner_bin, "%s/shoal-learner", shoal_bindir);
+  snprintf(learner_bin, sizeof learner_bin, "%s/%s", shoal_bindir, ctx.learner_prog);
   char *largv[] = {learner_bin, "--config", cfg_path, "--run", run, "--resume", NULL};
   sup_child_spec ls = {"learner", largv, true, true, 1, 20, false};
   ctx.learner_idx = sup_add(s, &ls, &err);
@@ -323,7 +396,7 @@ static int cmd_run(int argc, char **argv) {
     char name[32];
     snprintf(name, sizeof name, "actor-%d", i);
     char actor_bin[PATH_MAX + 32];
-    snprintf(actor_bin, sizeof actor_bin, "%s/shoal-actor", shoal_bindir);
+    snprintf(actor_bin, sizeof actor_bin, "%s/%s", shoal_bindir, ctx.actor_prog);
     char *aargv[] = {actor_bin, NULL};
     sup_child_spec as = {name, aargv, true, false, 0, 0, true};
     int idx = sup_add(s, &as, &err);
@@ -414,12 +487,13 @@ static int cmd_init(int argc, char **argv) {
   }
   shoal_error err = {0};
   int nkeys;
-  const cfg_key *keys = apex_schema(&nkeys);
+  bool onpolicy = file_is_onpolicy(cfg_file, sets, nsets);
+  const cfg_key *keys = run_schema(onpolicy, &nkeys);
   config *cfg = config_create(keys, nkeys, &err);
   if (!cfg || config_load_file(cfg, cfg_file, &err)) return fail(NULL, &err);
   for (int i = 0; i < nsets; i++)
     if (config_set(cfg, sets[i], &err)) return fail(NULL, &err);
-  if (config_check(cfg, &err)) return fail(NULL, &err);
+  if (config_check(cfg, &err) || run_check(onpolicy, cfg, &err)) return fail(NULL, &err);
   const char *run = config_string(cfg, "run.name");
   if (!store_name_valid(run)) {
     fprintf(stderr, "shoal init: run.name '%s' is not valid (1-63 of [A-Za-z0-9._-])\n", run);
@@ -453,6 +527,52 @@ static int cmd_init(int argc, char **argv) {
 }
 
 /* ---- shoal eval ----------------------------------------------------------------- */
+
+/* `shoal eval` of an IMPALA / PPO run: the policy's mode (or samples, with
+ * run.eval_greedy false) on `episodes` episodes, observations normalised with the
+ * statistics stored in the snapshot. */
+static int eval_onpolicy(store *st, const config *cfg, const char *run, bool best, int episodes,
+                         uint64_t seed) {
+  shoal_error err = {0};
+  op_spec s;
+  if (op_spec_from_config(cfg, &s, &err)) return fail("eval: config", &err);
+  store_snapshot_meta meta;
+  void *bytes;
+  size_t len;
+  if (store_snapshot_get(st, run, best ? STORE_BEST : STORE_LATEST, &meta, &bytes, &len, &err))
+    return fail("eval: snapshot", &err);
+  op_agent a;
+  op_norm z = {0};
+  op_eval *ev = NULL;
+  int E = episodes < 16 ? episodes : 16, rc = 1;
+  if (op_agent_create(cfg, &s, E, false, NN_CPU, &a, &err)) {
+    free(bytes);
+    return fail("eval: network", &err);
+  }
+  double mean, sd, lo, hi;
+  if (s.norm_obs && op_norm_init(&z, (int)s.obs_n, &err))
+    fail("eval", &err);
+  else if (op_snapshot_decode(&a, &s, s.norm_obs ? &z : NULL, bytes, len, &err))
+    fail("eval: snapshot", &err);
+  else if (!(ev = op_eval_create(&s, episodes, &err)))
+    fail("eval: env", &err);
+  else if (op_eval_run(ev, &a, s.norm_obs ? &z : NULL, config_bool(cfg, "run.eval_greedy"), seed,
+                       &mean, &sd, &lo, &hi, &err))
+    fail("eval", &err);
+  else {
+    printf(
+        "eval %s (%s, snapshot v%lld, %lld env steps): return %.2f ± %.2f over %d episodes "
+        "(min %.1f, max %.1f)\n",
+        run, s.env_id, (long long)meta.version, (long long)meta.env_steps, mean, sd, episodes, lo,
+        hi);
+    rc = 0;
+  }
+  free(bytes);
+  op_eval_destroy(ev);
+  op_norm_free(&z);
+  op_agent_destroy(&a);
+  return rc;
+}
 
 static int cmd_eval(int argc, char **argv) {
   const char *run = NULL, *uri = "file://runs", *render = NULL;
@@ -492,11 +612,22 @@ static int cmd_eval(int argc, char **argv) {
   store_run r = {0};
   if (store_run_find(st, run, &r, &err)) return fail("eval", &err);
   int nkeys;
-  const cfg_key *keys = apex_schema(&nkeys);
+  bool onpolicy = yaml_is_onpolicy(r.config, NULL, 0);
+  const cfg_key *keys = run_schema(onpolicy, &nkeys);
   config *cfg = config_create(keys, nkeys, &err);
   if (!cfg || config_load_string(cfg, r.config ? r.config : "", run, &err))
     return fail("eval: the run's config", &err);
   store_run_clear(&r);
+  if (onpolicy) {
+    if (render) {
+      fprintf(stderr, "shoal eval: --render is for Ape-X runs\n");
+      return 2;
+    }
+    int rc = eval_onpolicy(st, cfg, run, best, episodes, seed);
+    config_destroy(cfg);
+    store_close(st);
+    return rc;
+  }
   store_snapshot_meta meta;
   void *bytes;
   size_t len;
@@ -600,7 +731,7 @@ static int cmd_eval(int argc, char **argv) {
 static void usage(void) {
   fprintf(stderr,
           "usage: shoal <command> ...\n"
-          "  run CONFIG [--set key=value ...] [--quiet] [--log-json]   train (Ape-X)\n"
+          "  run CONFIG [--set key=value ...] [--quiet] [--log-json]   train (Ape-X, IMPALA, PPO)\n"
           "  run --resume RUN [--store URI]                            continue a run\n"
           "  eval RUN [--store URI] [--episodes K] [--best]            play a snapshot\n"
           "  init CONFIG --set run.name=RUN [--out FILE]              record a run (deploy/)\n"

@@ -1,0 +1,399 @@
+/* What the distributed on-policy programs share (see learner/onpolicy_common.h). */
+#include "learner/onpolicy_common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char trailer_magic[8] = {'S', 'H', 'O', 'A', 'L', 'N', 'R', 'M'};
+
+int op_spec_from_config(const config *cfg, op_spec *s, shoal_error *err) {
+  memset(s, 0, sizeof *s);
+  s->impala = !strcmp(config_string(cfg, "algo"), "impala");
+  s->T = (int)config_int(cfg, s->impala ? "impala.unroll" : "ppo.steps");
+  s->num_envs = (int)config_int(cfg, "env.num_envs");
+  s->learn_B = s->impala ? (int)config_int(cfg, "impala.batch") : s->num_envs;
+  snprintf(s->env_id, sizeof s->env_id, "%s", config_string(cfg, "env.id"));
+  snprintf(s->env_options, sizeof s->env_options, "%s", config_string(cfg, "env.options"));
+  s->norm_obs = config_bool(cfg, "env.norm_obs");
+  s->norm_reward = config_bool(cfg, "env.norm_reward");
+  s->bootstrap_truncation = config_bool(cfg, "env.bootstrap_truncation");
+  s->gamma = (float)config_float(cfg, s->impala ? "impala.gamma" : "ppo.gamma");
+  env *e;
+  int rc = s->env_options[0] ? env_make_opts(&e, s->env_id, s->env_options, err)
+                             : env_make(&e, s->env_id, err);
+  if (rc) return rc;
+  const env_spec *sp = env_get_spec(e);
+  if (sp->obs.ndim < 1 || sp->obs.ndim > 3 ||
+      (sp->obs.dtype != ENV_FLOAT32 && sp->obs.dtype != ENV_UINT8)) {
+    rc = shoal_error_set(err, SHOAL_EINVAL,
+                         "env %s: observations must be 1- to 3-d float32 or uint8 for the "
+                         "actor-critic",
+                         s->env_id);
+    goto done;
+  }
+  s->obs_ndim = sp->obs.ndim;
+  for (int d = 0; d < 3; d++) s->obs_shape[d] = d < sp->obs.ndim ? sp->obs.shape[d] : 1;
+  s->obs_u8 = sp->obs.dtype == ENV_UINT8;
+  s->obs_n = (size_t)sp->obs.size;
+  s->obs_bytes = env_space_bytes(&sp->obs);
+  if (sp->act.n > 0) {
+    s->A = sp->act.n;
+  } else {
+    if (s->impala) {
+      rc = shoal_error_set(err, SHOAL_EINVAL,
+                           "env %s has a Box action space: IMPALA here is discrete; use algo: ppo",
+                           s->env_id);
+      goto done;
+    }
+    if (sp->act.size > AC_MAX_ACT_DIM) {
+      rc = shoal_error_set(err, SHOAL_EINVAL, "env %s: %d action dims > %d", s->env_id,
+                           sp->act.size, AC_MAX_ACT_DIM);
+      goto done;
+    }
+    s->D = sp->act.size;
+    for (int j = 0; j < s->D; j++) {
+      s->low[j] = sp->act.low ? sp->act.low[j] : -INFINITY;
+      s->high[j] = sp->act.high ? sp->act.high[j] : INFINITY;
+    }
+  }
+done:
+  env_destroy(e);
+  return rc;
+}
+
+int op_agent_create(const config *cfg, const op_spec *s, int max_batch, bool learner,
+                    nn_device device, op_agent *a, shoal_error *err) {
+  memset(a, 0, sizeof *a);
+  ac_config ac = onpolicy_ac_config(cfg, s->obs_ndim, s->obs_shape, s->A, s->D, s->low, s->high);
+  ac.max_batch = max_batch;
+  if (s->impala) {
+    impala_config ic = onpolicy_impala_config(cfg);
+    ic.B = s->learn_B;
+    if (!(a->l = impala_create(&ac, &ic, device, learner, err))) return err ? err->code : -1;
+  } else {
+    ppo_config pc = onpolicy_ppo_config(cfg);
+    pc.B = s->learn_B;
+    if (!(a->p = ppo_create(&ac, &pc, device, learner, err))) return err ? err->code : -1;
+  }
+  a->max_batch = max_batch;
+  return 0;
+}
+
+void op_agent_destroy(op_agent *a) {
+  ppo_destroy(a->p);
+  impala_destroy(a->l);
+  memset(a, 0, sizeof *a);
+}
+
+nn_model *op_agent_model(op_agent *a) { return a->p ? ppo_model(a->p) : impala_model(a->l); }
+
+int op_agent_act(op_agent *a, const float *obs, int B, shoal_rng *rng, bool greedy, void *act,
+                 void *env_act, float *logp, shoal_error *err) {
+  if (a->p) return ppo_act(a->p, obs, B, rng, greedy, act, env_act, logp, NULL, err);
+  int rc = impala_act(a->l, obs, B, rng, greedy, act, logp, err);
+  if (!rc && env_act) memcpy(env_act, act, (size_t)B * sizeof(int32_t));
+  return rc;
+}
+
+int op_agent_learn(op_agent *a, const onpolicy_batch *b, onpolicy_stats *st, shoal_error *err) {
+  return a->p ? ppo_learn(a->p, b, st, err) : impala_learn(a->l, b, st, err);
+}
+
+void op_agent_set_lr(op_agent *a, float lr) {
+  if (a->p)
+    ppo_set_lr(a->p, lr);
+  else
+    impala_set_lr(a->l, lr);
+}
+
+void op_rpc_spec(const op_spec *s, const char *run_id, rpc_spec *out) {
+  memset(out, 0, sizeof *out);
+  out->run_id = run_id;
+  out->max_items = (uint32_t)s->num_envs;
+  out->ncols = OP_NCOLS;
+  int odt = s->obs_u8 ? RPC_U8 : RPC_F32;
+  rpc_column_spec *c = out->cols;
+  c[OP_OBS] = (rpc_column_spec){.name = "obs", .dtype = odt, .ndim = 1 + s->obs_ndim};
+  c[OP_FINAL] = (rpc_column_spec){.name = "final_obs", .dtype = odt, .ndim = 1 + s->obs_ndim};
+  c[OP_OBS].shape[0] = s->T + 1;
+  c[OP_FINAL].shape[0] = s->T;
+  for (int d = 0; d < s->obs_ndim; d++)
+    c[OP_OBS].shape[1 + d] = c[OP_FINAL].shape[1 + d] = s->obs_shape[d];
+  if (s->A > 0) {
+    c[OP_ACTION] = (rpc_column_spec){.name = "action", .dtype = RPC_I32, .ndim = 1};
+  } else {
+    c[OP_ACTION] = (rpc_column_spec){.name = "action", .dtype = RPC_F32, .ndim = 2};
+    c[OP_ACTION].shape[1] = s->D;
+  }
+  c[OP_ACTION].shape[0] = s->T;
+  c[OP_REWARD] = (rpc_column_spec){.name = "reward", .dtype = RPC_F32, .ndim = 1};
+  c[OP_TERM] = (rpc_column_spec){.name = "terminated", .dtype = RPC_U8, .ndim = 1};
+  c[OP_TRUNC] = (rpc_column_spec){.name = "truncated", .dtype = RPC_U8, .ndim = 1};
+  c[OP_LOGP] = (rpc_column_spec){.name = "logp", .dtype = RPC_F32, .ndim = 1};
+  c[OP_EPRET] = (rpc_column_spec){.name = "ep_return", .dtype = RPC_F32, .ndim = 1};
+  c[OP_REWARD].shape[0] = c[OP_TERM].shape[0] = c[OP_TRUNC].shape[0] = c[OP_LOGP].shape[0] =
+      c[OP_EPRET].shape[0] = s->T;
+}
+
+/* ---- normaliser ---- */
+
+int op_norm_init(op_norm *z, int n, shoal_error *err) {
+  z->n = n;
+  z->mean = calloc((size_t)n, sizeof *z->mean);
+  z->var = malloc((size_t)n * sizeof *z->var);
+  if (!z->mean || !z->var) {
+    op_norm_free(z);
+    return shoal_error_set(err, SHOAL_ENOMEM, "observation normaliser: out of memory");
+  }
+  for (int j = 0; j < n; j++) z->var[j] = 1;
+  z->count = 1e-4;
+  return 0;
+}
+
+void op_norm_free(op_norm *z) {
+  free(z->mean);
+  free(z->var);
+  z->mean = z->var = NULL;
+}
+
+void op_norm_update(op_norm *z, const float *x, size_t rows) {
+  if (!rows) return;
+  for (int j = 0; j < z->n; j++) {
+    double m = 0, v = 0;
+    for (size_t i = 0; i < rows; i++) m += x[i * (size_t)z->n + (size_t)j];
+    m /= (double)rows;
+    for (size_t i = 0; i < rows; i++) {
+      double d = x[i * (size_t)z->n + (size_t)j] - m;
+      v += d * d;
+    }
+    v /= (double)rows;
+    double delta = m - z->mean[j], tot = z->count + (double)rows;
+    z->mean[j] += delta * (double)rows / tot;
+    double m2 =
+        z->var[j] * z->count + v * (double)rows + delta * delta * z->count * (double)rows / tot;
+    z->var[j] = m2 / tot;
+  }
+  z->count += (double)rows;
+}
+
+void op_norm_apply(const op_norm *z, float *x, size_t rows) {
+  for (size_t i = 0; i < rows; i++)
+    for (int j = 0; j < z->n; j++) {
+      float *v = x + i * (size_t)z->n + (size_t)j;
+      double q = (*v - z->mean[j]) / sqrt(z->var[j] + 1e-8);
+      *v = (float)fmin(fmax(q, -10.0), 10.0);
+    }
+}
+
+void op_obs_to_float(const op_spec *s, const void *raw, float *dst, size_t rows, const op_norm *z) {
+  size_t n = rows * s->obs_n;
+  if (s->obs_u8)
+    for (size_t i = 0; i < n; i++) dst[i] = ((const uint8_t *)raw)[i];
+  else
+    memcpy(dst, raw, n * sizeof *dst);
+  if (z) op_norm_apply(z, dst, rows);
+}
+
+/* ---- parameters and snapshots ---- */
+
+size_t op_params_floats(op_agent *a, const op_spec *s) {
+  size_t n;
+  nn_model_params(op_agent_model(a), &n);
+  return n + (s->norm_obs ? 2 * s->obs_n + 1 : 0);
+}
+
+void op_params_pack(op_agent *a, const op_spec *s, const op_norm *z, float *out) {
+  size_t n;
+  const float *p = nn_model_params(op_agent_model(a), &n);
+  memcpy(out, p, n * sizeof *p);
+  if (!s->norm_obs) return;
+  for (size_t j = 0; j < s->obs_n; j++) {
+    out[n + j] = (float)z->mean[j];
+    out[n + s->obs_n + j] = (float)z->var[j];
+  }
+  out[n + 2 * s->obs_n] = (float)z->count;
+}
+
+int op_params_unpack(op_agent *a, const op_spec *s, const float *blob, size_t n, op_norm *z,
+                     shoal_error *err) {
+  size_t np;
+  nn_model_params(op_agent_model(a), &np);
+  size_t want = np + (s->norm_obs ? 2 * s->obs_n + 1 : 0);
+  if (n != want)
+    return shoal_error_set(err, SHOAL_ESHAPE, "params of %zu floats, the network needs %zu", n,
+                           want);
+  for (size_t j = np; j < n; j++)
+    if (!isfinite(blob[j]))
+      return shoal_error_set(err, SHOAL_ENAN, "observation statistics are not finite");
+  int rc = a->p ? ppo_load_params(a->p, blob, np, err) : impala_load_params(a->l, blob, np, err);
+  if (rc || !s->norm_obs) return rc;
+  for (size_t j = 0; j < s->obs_n; j++) {
+    z->mean[j] = blob[np + j];
+    z->var[j] = blob[np + s->obs_n + j];
+  }
+  z->count = blob[np + 2 * s->obs_n];
+  return 0;
+}
+
+int op_snapshot_encode(op_agent *a, const op_spec *s, const op_norm *z, uint8_t **buf, size_t *len,
+                       shoal_error *err) {
+  uint8_t *m;
+  size_t ml;
+  int rc = nn_model_save_buffer(op_agent_model(a), &m, &ml, err);
+  if (rc || !s->norm_obs) {
+    if (!rc) *buf = m, *len = ml;
+    return rc;
+  }
+  size_t extra = (2 * s->obs_n + 1) * sizeof(double) + sizeof(uint64_t) + sizeof trailer_magic;
+  uint8_t *b = realloc(m, ml + extra);
+  if (!b) {
+    free(m);
+    return shoal_error_set(err, SHOAL_ENOMEM, "snapshot: out of memory");
+  }
+  uint8_t *p = b + ml;
+  memcpy(p, z->mean, s->obs_n * sizeof(double)), p += s->obs_n * sizeof(double);
+  memcpy(p, z->var, s->obs_n * sizeof(double)), p += s->obs_n * sizeof(double);
+  memcpy(p, &z->count, sizeof(double)), p += sizeof(double);
+  uint64_t n = s->obs_n;
+  memcpy(p, &n, sizeof n), p += sizeof n;
+  memcpy(p, trailer_magic, sizeof trailer_magic);
+  *buf = b;
+  *len = ml + extra;
+  return 0;
+}
+
+int op_snapshot_decode(op_agent *a, const op_spec *s, op_norm *z, const uint8_t *buf, size_t len,
+                       shoal_error *err) {
+  size_t ml = len;
+  if (len >= 16 && !memcmp(buf + len - 8, trailer_magic, 8)) {
+    uint64_t n;
+    memcpy(&n, buf + len - 16, sizeof n);
+    size_t extra = (2 * (size_t)n + 1) * sizeof(double) + 16;
+    if (n != s->obs_n || extra > len)
+      return shoal_error_set(err, SHOAL_EFORMAT,
+                             "snapshot: normaliser trailer of %llu observation elements, the env "
+                             "has %zu",
+                             (unsigned long long)n, s->obs_n);
+    ml = len - extra;
+    if (z && z->mean) {
+      const uint8_t *p = buf + ml;
+      double count;
+      memcpy(&count, p + 2 * n * sizeof(double), sizeof count);
+      for (size_t j = 0; j < 2 * n; j++) {
+        double v;
+        memcpy(&v, p + j * sizeof v, sizeof v);
+        if (!isfinite(v) || (j >= n && v < 0))
+          return shoal_error_set(err, SHOAL_EFORMAT, "snapshot: normaliser statistics damaged");
+      }
+      if (!(count > 0) || !isfinite(count))
+        return shoal_error_set(err, SHOAL_EFORMAT, "snapshot: normaliser count damaged");
+      memcpy(z->mean, p, n * sizeof(double));
+      memcpy(z->var, p + n * sizeof(double), n * sizeof(double));
+      z->count = count;
+    }
+  } else if (s->norm_obs && z) {
+    return shoal_error_set(err, SHOAL_EFORMAT,
+                           "snapshot: the run normalises observations but the snapshot holds no "
+                           "statistics");
+  }
+  return nn_model_load_buffer(op_agent_model(a), buf, ml, err);
+}
+
+/* ---- evaluation ---- */
+
+struct op_eval {
+  const op_spec *s;
+  env_vec *ev;
+  int E, episodes;
+  void *raw, *fin;
+  float *obs, *rew;
+  void *act, *env_act;
+  uint8_t *term, *trunc;
+  int *done;
+  double *ret, *returns;
+};
+
+op_eval *op_eval_create(const op_spec *s, int episodes, shoal_error *err) {
+  op_eval *e = calloc(1, sizeof *e);
+  if (!e) {
+    shoal_error_set(err, SHOAL_ENOMEM, "evaluation: out of memory");
+    return NULL;
+  }
+  e->s = s;
+  e->episodes = episodes;
+  e->E = episodes < 16 ? episodes : 16;
+  env_vec_config vc = {0};
+  vc.options = s->env_options[0] ? s->env_options : NULL;
+  if (env_vec_create(&e->ev, s->env_id, e->E, &vc, err)) {
+    free(e);
+    return NULL;
+  }
+  size_t E = (size_t)e->E, ab = s->A > 0 ? sizeof(int32_t) : (size_t)s->D * sizeof(float);
+  e->raw = malloc(E * s->obs_bytes);
+  e->fin = malloc(E * s->obs_bytes);
+  e->obs = malloc(E * s->obs_n * sizeof(float));
+  e->rew = malloc(E * sizeof(float));
+  e->act = malloc(E * ab);
+  e->env_act = malloc(E * ab);
+  e->term = malloc(E);
+  e->trunc = malloc(E);
+  e->done = malloc(E * sizeof(int));
+  e->ret = malloc(E * sizeof(double));
+  e->returns = malloc((size_t)episodes * sizeof(double));
+  if (!e->raw || !e->fin || !e->obs || !e->rew || !e->act || !e->env_act || !e->term || !e->trunc ||
+      !e->done || !e->ret || !e->returns) {
+    op_eval_destroy(e);
+    shoal_error_set(err, SHOAL_ENOMEM, "evaluation: out of memory");
+    return NULL;
+  }
+  return e;
+}
+
+void op_eval_destroy(op_eval *e) {
+  if (!e) return;
+  env_vec_destroy(e->ev);
+  free(e->raw), free(e->fin), free(e->obs), free(e->rew), free(e->act), free(e->env_act);
+  free(e->term), free(e->trunc), free(e->done), free(e->ret), free(e->returns);
+  free(e);
+}
+
+int op_eval_run(op_eval *e, op_agent *a, const op_norm *z, bool greedy, uint64_t seed, double *mean,
+                double *sd, double *min, double *max, shoal_error *err) {
+  int E = e->E, total = e->episodes, got = 0;
+  env_vec_reset(e->ev, seed, e->raw);
+  for (int i = 0; i < E; i++) e->done[i] = 0, e->ret[i] = 0;
+  env_vec_out out = {e->raw, e->rew, e->term, e->trunc, e->fin};
+  shoal_rng rng;
+  shoal_rng_seed(&rng, seed ^ 0x9e3779b97f4a7c15ull);
+  /* Envs without a time limit (none registered now) still end. */
+  int64_t cap = (int64_t)27000 * ((total + E - 1) / E), t = 0;
+  while (got < total && t++ < cap) {
+    op_obs_to_float(e->s, e->raw, e->obs, (size_t)E, z);
+    int rc = op_agent_act(a, e->obs, E, &rng, greedy, e->act, e->env_act, NULL, err);
+    if (!rc) rc = env_vec_step(e->ev, e->env_act, &out, err);
+    if (rc) return rc;
+    for (int i = 0; i < E; i++) {
+      e->ret[i] += e->rew[i];
+      if (!e->term[i] && !e->trunc[i]) continue;
+      int quota = total / E + (i < total % E);
+      if (e->done[i] < quota) e->returns[got++] = e->ret[i], e->done[i]++;
+      e->ret[i] = 0;
+    }
+  }
+  if (got == 0) return shoal_error_set(err, SHOAL_ETIMEDOUT, "evaluation: no episode ended");
+  double m = 0, v = 0, lo = INFINITY, hi = -INFINITY;
+  for (int i = 0; i < got; i++) {
+    m += e->returns[i];
+    lo = fmin(lo, e->returns[i]);
+    hi = fmax(hi, e->returns[i]);
+  }
+  m /= got;
+  for (int i = 0; i < got; i++) v += (e->returns[i] - m) * (e->returns[i] - m);
+  *mean = m;
+  *sd = sqrt(v / got);
+  if (min) *min = lo;
+  if (max) *max = hi;
+  return 0;
+}

@@ -1,0 +1,140 @@
+/*
+ * learner/onpolicy_common.h — what the distributed IMPALA / PPO programs share: the
+ * shape of a run (env spaces, T, algorithm) read from a resolved on-policy config, the
+ * policy behind one interface, the unroll's SampleBatch columns, the observation
+ * normaliser the learner owns and publishes, snapshots, and greedy evaluation. Used by
+ * shoal-onpolicy-actor, shoal-onpolicy-learner and `shoal eval`.
+ *
+ * An unroll batch from an actor has one item per env copy (n = env.num_envs) and the
+ * columns, per item:
+ *   obs          (T+1, obs...)  env dtype, raw (unnormalised); row T is the bootstrap
+ *   action       (T) i32, or (T, D) f32 for a Box (the sampled, unclipped action)
+ *   reward       (T) f32, scaled by the actor when env.norm_reward is on
+ *   terminated   (T) u8 0/1
+ *   truncated    (T) u8 0/1
+ *   final_obs    (T, obs...) env dtype: the episode's last observation where the step
+ *                ended it (zeros elsewhere; sent LZ4-compressed)
+ *   logp         (T) f32: log μ(a_t | o_t) of the behaviour policy
+ *   ep_return    (T) f32: the raw return of the episode that ended at the step (0 else)
+ * and the batch's policy_version: the one parameter version that acted for all T steps.
+ *
+ *   op_spec s;  op_spec_from_config(cfg, &s, &err);
+ *   op_agent a; op_agent_create(cfg, &s, 16, false, NN_CPU, &a, &err);
+ *   op_agent_act(&a, obs_f, B, &rng, false, act, env_act, logp, &err);
+ */
+#ifndef SHOAL_LEARNER_ONPOLICY_COMMON_H
+#define SHOAL_LEARNER_ONPOLICY_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "algos/algos.h"
+#include "config/config.h"
+#include "envs/envs.h"
+#include "rpc/rpc.h"
+
+enum { OP_OBS, OP_ACTION, OP_REWARD, OP_TERM, OP_TRUNC, OP_FINAL, OP_LOGP, OP_EPRET, OP_NCOLS };
+
+/* The shape of a run, from its config and its env's spaces. */
+typedef struct op_spec {
+  bool impala;  /* algo: impala (else ppo) */
+  int T;        /* unroll length: impala.unroll or ppo.steps */
+  int num_envs; /* env copies per actor (items per batch) */
+  int learn_B;  /* unrolls per update: impala.batch, or env.num_envs for PPO */
+  char env_id[64];
+  char env_options[256];
+  int obs_ndim, obs_shape[3];
+  bool obs_u8;      /* uint8 observations (MinAtar); else float32 */
+  size_t obs_n;     /* elements per observation */
+  size_t obs_bytes; /* bytes per observation in the env's dtype */
+  int A;            /* discrete actions, or 0 */
+  int D;            /* Box action dims, or 0 */
+  float low[AC_MAX_ACT_DIM], high[AC_MAX_ACT_DIM];
+  bool norm_obs, norm_reward, bootstrap_truncation;
+  float gamma;
+} op_spec;
+
+/* Reads s from a resolved, checked config (onpolicy_schema + onpolicy_check), making
+ * one env to learn its spaces. SHOAL_ENOENT for an unknown env, SHOAL_EINVAL for
+ * spaces the actor-critic cannot take (4-d observations, > AC_MAX_ACT_DIM dims). */
+int op_spec_from_config(const config *cfg, op_spec *s, shoal_error *err);
+
+/* The policy: IMPALA's or PPO's network behind one interface. */
+typedef struct op_agent {
+  ppo *p;
+  impala *l;
+  int max_batch;
+} op_agent;
+
+/* Creates the network (learner: with the optimizer and the learn() buffers of the
+ * run's T x learn_B) for act() batches up to max_batch. a is filled on success. */
+int op_agent_create(const config *cfg, const op_spec *s, int max_batch, bool learner,
+                    nn_device device, op_agent *a, shoal_error *err);
+void op_agent_destroy(op_agent *a); /* zeroed; a zeroed agent is fine */
+nn_model *op_agent_model(op_agent *a);
+/* Samples (greedy: the mode) for B <= max_batch float observations: act gets int32
+ * or B x D floats (unclipped), env_act (may be NULL) the same clipped to the Box,
+ * logp (may be NULL) their log-probabilities. */
+int op_agent_act(op_agent *a, const float *obs, int B, shoal_rng *rng, bool greedy, void *act,
+                 void *env_act, float *logp, shoal_error *err);
+/* One update from a time-major batch (impala_learn or ppo_learn). */
+int op_agent_learn(op_agent *a, const onpolicy_batch *b, onpolicy_stats *st, shoal_error *err);
+void op_agent_set_lr(op_agent *a, float lr);
+
+/* The learner's rpc spec for the run (columns above); run_id borrowed. */
+void op_rpc_spec(const op_spec *s, const char *run_id, rpc_spec *out);
+
+/* ---- observation normaliser (Gymnasium's NormalizeObservation: running mean and
+ * variance by Chan et al.'s merge from mean 0, var 1, count 1e-4; (x − μ)/√(σ² + 1e-8)
+ * clipped to ±10). The learner owns it, updates it from the raw observations actors
+ * send, normalises training batches with it, and publishes it with the parameters, so
+ * every actor and the evaluation see one normalisation. */
+typedef struct op_norm {
+  int n;
+  double *mean, *var; /* (n) */
+  double count;
+} op_norm;
+int op_norm_init(op_norm *z, int n, shoal_error *err);
+void op_norm_free(op_norm *z);
+/* Merges the moments of rows x (rows, n) into z. Can't fail. */
+void op_norm_update(op_norm *z, const float *x, size_t rows);
+/* Normalises rows x (rows, n) in place. Can't fail. */
+void op_norm_apply(const op_norm *z, float *x, size_t rows);
+
+/* Raw observations (rows, obs) in the env's dtype to floats, then normalised with z
+ * when z is not NULL. Can't fail. */
+void op_obs_to_float(const op_spec *s, const void *raw, float *dst, size_t rows, const op_norm *z);
+
+/* ---- published parameters and snapshots ----
+ * Published blob (f32): the model's parameters, then, when norm_obs, mean (obs_n),
+ * var (obs_n) and count (1). A snapshot is the model's safetensors (nn_model_save_buffer,
+ * what PyTorch reads), followed when norm_obs by a trailer: mean and var as doubles
+ * (obs_n each), count (double), obs_n (u64) and the magic "SHOALNRM". */
+size_t op_params_floats(op_agent *a, const op_spec *s);
+/* Writes the blob into out (op_params_floats floats). Can't fail. */
+void op_params_pack(op_agent *a, const op_spec *s, const op_norm *z, float *out);
+/* Loads a blob of n floats (the actor's side); SHOAL_ESHAPE when n does not fit. z
+ * (when norm_obs) gets the statistics. */
+int op_params_unpack(op_agent *a, const op_spec *s, const float *blob, size_t n, op_norm *z,
+                     shoal_error *err);
+int op_snapshot_encode(op_agent *a, const op_spec *s, const op_norm *z, uint8_t **buf, size_t *len,
+                       shoal_error *err);
+/* Loads a snapshot into a's model and (when it has a trailer and z is not NULL) z.
+ * SHOAL_EFORMAT for a damaged trailer; nn_model_load_buffer's errors otherwise. */
+int op_snapshot_decode(op_agent *a, const op_spec *s, op_norm *z, const uint8_t *buf, size_t len,
+                       shoal_error *err);
+
+/* ---- evaluation ---- */
+typedef struct op_eval op_eval;
+/* E env copies play `episodes` episodes in all (split evenly: a copy stops counting
+ * at its quota). Caller owns the result; NULL on error. */
+op_eval *op_eval_create(const op_spec *s, int episodes, shoal_error *err);
+void op_eval_destroy(op_eval *e);
+/* Mean and standard deviation of the undiscounted return over the episodes, acting
+ * greedily (or sampling) with a, observations normalised by z (may be NULL). min/max
+ * may be NULL. Episodes of envs without a time limit are cut at 27,000 steps. */
+int op_eval_run(op_eval *e, op_agent *a, const op_norm *z, bool greedy, uint64_t seed, double *mean,
+                double *sd, double *min, double *max, shoal_error *err);
+
+#endif
