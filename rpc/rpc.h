@@ -153,7 +153,9 @@ typedef struct rpc_server rpc_server;
 /* Called on a server thread for every valid batch, with columns in the spec's order,
  * dense, decompressed and aligned to their element size. b and its data are borrowed for the call
  * only. Return 0 to accept; SHOAL_EFULL refuses the batch with RESOURCE_EXHAUSTED (the client
- * retries later); any other error refuses it with INTERNAL. May run on several threads at once when
+ * retries later); SHOAL_EINVAL, SHOAL_ESHAPE, SHOAL_ERANGE or SHOAL_ENAN reject it as invalid
+ * (INVALID_ARGUMENT, counted in `rejected`; the client drops it and goes on); any other error
+ * refuses it with INTERNAL (retried). May run on several threads at once when
  * the server has several (config.threads > 1). */
 typedef int (*rpc_batch_fn)(void *user, const rpc_batch *b, shoal_error *err);
 

@@ -362,6 +362,15 @@ static void push_message(scall *c, grpc_byte_buffer *bb) {
     return;
   }
   rc = s->on_batch(s->user, &b, &err);
+  if (rc == SHOAL_EINVAL || rc == SHOAL_ESHAPE || rc == SHOAL_ERANGE || rc == SHOAL_ENAN) {
+    /* The learner found the data itself bad (an action out of range, ...): resending
+     * cannot help, so it is rejected as an invalid batch and the client drops it. */
+    INC(s->n_rejected);
+    c->last_seq = last;
+    finish(c, GRPC_STATUS_INVALID_ARGUMENT, err.msg[0] ? err.msg : shoal_strerror(rc), NULL, false,
+           w.seq);
+    return;
+  }
   if (rc) {
     INC(s->n_refused);
     c->last_seq = last;
