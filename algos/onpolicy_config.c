@@ -33,7 +33,7 @@ static const cfg_key onpolicy_keys[] = {
      "bootstrap truncated episodes from V(final observation); false: CleanRL's ppo.py"},
     {"actors", CFG_INT, "2", 1, 1024, "actor processes (distributed runs)"},
     {"actor.pull_steps", CFG_INT, "1", 1, 1e9, "unrolls between parameter pulls"},
-    {"actor.queue_batches", CFG_INT, "2", 1, 1e6,
+    {"actor.queue_batches", CFG_INT, "1", 1, 1e6,
      "unroll batches an actor holds when the learner lags (more: more policy lag)"},
     /* learner */
     {"learner.listen", CFG_STRING, "127.0.0.1:0", 0, -1, "gRPC address; port 0 picks one"},
@@ -44,8 +44,8 @@ static const cfg_key onpolicy_keys[] = {
     {"learner.log_every_s", CFG_FLOAT, "1", 0.05, 3600, "seconds between progress lines"},
     {"learner.token", CFG_STRING, "", 0, -1, "shared token actors must present (empty: none)"},
     {"replay.capacity", CFG_INT, "0", 0, 1e9,
-     "unrolls the trajectory FIFO holds (distributed runs; 0: one update's batch plus one "
-     "batch per actor)"},
+     "unrolls the trajectory FIFO holds (distributed runs; 0: one update's batch or one "
+     "actor's, the larger)"},
     {"replay.max_staleness", CFG_INT, "-1", -1, 1e12,
      "drop unrolls older than this many policy versions (-1: no bound)"},
     /* network */

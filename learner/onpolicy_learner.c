@@ -291,10 +291,11 @@ int main(int argc, char **argv) {
   if (op_spec_from_config(L.cfg, &L.s, &err)) die("config", &err);
   const op_spec *s = &L.s;
   const int T = s->T, B = s->learn_B;
-  /* The FIFO and the actors' queues are where unrolls wait, so they set the policy lag:
-   * by default room for one update in reserve and one batch from each actor. */
+  /* The FIFO and the actors' queues are where unrolls wait, so they set the policy lag.
+   * By default the FIFO holds one update's batch (or one actor's, if larger): while the
+   * learner trains on it the next actors' batches wait in their rpc calls. */
   int64_t capacity = config_int(L.cfg, "replay.capacity");
-  if (capacity == 0) capacity = (int64_t)B + (int64_t)L.actors * s->num_envs;
+  if (capacity == 0) capacity = B > s->num_envs ? B : s->num_envs;
   if (capacity < B || capacity < s->num_envs) {
     fprintf(stderr,
             "shoal-onpolicy-learner: replay.capacity %lld holds fewer unrolls than an update "
