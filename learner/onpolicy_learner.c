@@ -458,8 +458,8 @@ int main(int argc, char **argv) {
       if (s->norm_obs) {
         op_obs_to_float(s, obs_raw, obs_f, Tz * Bz, NULL);
         op_norm_update(&L.norm, obs_f, Tz * Bz);
-        op_norm_apply(&L.norm, obs_f, (Tz + 1) * Bz);
-        /* the bootstrap row was not normalised by the update's pass: convert it again */
+        op_norm_apply(&L.norm, obs_f, Tz * Bz);
+        /* The bootstrap row belongs to the actor's next unroll: normalised, not counted. */
         op_obs_to_float(s, (uint8_t *)obs_raw + Tz * Bz * ob, obs_f + Tz * Bz * F, Bz, &L.norm);
       } else {
         op_obs_to_float(s, obs_raw, obs_f, (Tz + 1) * Bz, NULL);
