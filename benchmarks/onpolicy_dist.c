@@ -9,8 +9,8 @@
  *                                  A actors; baseline: shoal-train-sync (one process acting
  *                                  and learning in turn) on the same config and steps
  *   onpolicy_dist.impala.delivered env steps/s the actors deliver (staleness drops included)
- *   onpolicy_dist.impala.ups       learner updates/s (T 20 x B 16); baseline: the sync
- *                                  trainer's updates/s
+ *   onpolicy_dist.impala.ups       learner updates/s (one learn() on T 20 x B 16); baseline:
+ *                                  the sync trainer's learn() calls/s
  *   onpolicy_dist.appo.sps / .ups  the same for configs/cartpole-ppo.yaml (APPO against
  *                                  synchronous PPO, CleanRL ppo.py's settings), with the
  *                                  measured policy lag
@@ -170,10 +170,11 @@ static void throughput(const char *tag, const char *cfg, int TB, double seconds,
   char *ssets[] = {"run.solve_return=0", steps_set, "run.eval_episodes=16",
                    "run.eval_every_steps=1000000000000"};
   char *sout = sync_run(cfg, ssets, 4, seconds * 20 + 120);
-  double s_steps = after(sout, "after "), s_updates = after(sout, "env steps, ");
-  double s_secs = after(sout, "updates, ");
+  double s_steps = after(sout, "after "), s_secs = after(sout, "updates, ");
   free(sout);
-  double s_sps = s_steps / s_secs, s_ups = s_updates / s_secs;
+  /* An update is one learn() on a batch of T x B steps on both sides (the sync summary
+   * counts PPO's optimizer steps, epochs x minibatches per learn()). */
+  double s_sps = s_steps / s_secs, s_ups = s_steps / TB / s_secs;
   printf("%-38s %12.0f %12.0f %8.2f  %d actors; lag mean %.1f, max %.0f versions\n",
          "trained env steps/s", trained, s_sps, trained / s_sps, actors, lag, lag_max);
   printf("%-38s %12.1f %12.1f %8.2f\n", "learner updates/s", ups, s_ups, ups / s_ups);
