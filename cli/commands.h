@@ -24,6 +24,14 @@ int cmd_tboard(int argc, char **argv);
 double json_num(const char *line, const char *key);
 bool json_str(const char *line, const char *key, char *out, size_t cap);
 
+/* The kind of run a config describes: an IMPALA / PPO config names `algo:` at its top
+ * level (or a --set gives algo=...); an Ape-X config has no algo key. The on-policy
+ * schema (onpolicy_schema) or the Ape-X one (apex_schema) loads it; shoal run starts
+ * shoal-onpolicy-learner/-actor or shoal-learner/-actor. text may be NULL. Defined in
+ * shoal.c; can't fail (an unreadable file is Ape-X, whose loader then names the error). */
+bool shoal_yaml_is_onpolicy(const char *text, const char *const *sets, int nsets);
+bool shoal_file_is_onpolicy(const char *path, const char *const *sets, int nsets);
+
 /* The folder of the running shoal executable (shoal-learner and shoal-actor live
  * beside it), set by main. */
 extern char shoal_bindir[];

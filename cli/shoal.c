@@ -96,11 +96,9 @@ static void human(char *buf, size_t cap, double v) {
 
 /* ---- which algorithm: the config's `algo:` key ------------------------------------- */
 
-/* An IMPALA / PPO config names its algorithm at the top level (`algo: impala`); an
- * Ape-X config has no `algo:` key. text is the YAML (or NULL), sets the --set list.
- * The schemas differ, so this decides which one loads the file, and which learner and
- * actor programs run. */
-static bool yaml_is_onpolicy(const char *text, const char *const *sets, int nsets) {
+/* See cli/commands.h: the schemas differ, so `algo:` decides which one loads the file,
+ * and which learner and actor programs run. */
+bool shoal_yaml_is_onpolicy(const char *text, const char *const *sets, int nsets) {
   for (int i = 0; i < nsets; i++)
     if (!strncmp(sets[i], "algo=", 5)) return true;
   for (const char *p = text; p && *p;) {
@@ -132,9 +130,9 @@ static char *read_text(const char *path) {
   return buf;
 }
 
-static bool file_is_onpolicy(const char *path, const char *const *sets, int nsets) {
+bool shoal_file_is_onpolicy(const char *path, const char *const *sets, int nsets) {
   char *text = read_text(path);
-  bool r = yaml_is_onpolicy(text, sets, nsets);
+  bool r = shoal_yaml_is_onpolicy(text, sets, nsets);
   free(text);
   return r;
 }
@@ -297,9 +295,9 @@ static int cmd_run(int argc, char **argv) {
   if (resume) {
     if (store_open(&st, store_uri ? store_uri : "file://runs", &err)) return fail("store", &err);
     if (store_run_find(st, resume, &r, &err)) return fail("resume", &err);
-    onpolicy = yaml_is_onpolicy(r.config, sets, nsets);
+    onpolicy = shoal_yaml_is_onpolicy(r.config, sets, nsets);
   } else {
-    onpolicy = file_is_onpolicy(cfg_file, sets, nsets);
+    onpolicy = shoal_file_is_onpolicy(cfg_file, sets, nsets);
   }
   const cfg_key *keys = run_schema(onpolicy, &nkeys);
   config *cfg = config_create(keys, nkeys, &err);
@@ -487,7 +485,7 @@ static int cmd_init(int argc, char **argv) {
   }
   shoal_error err = {0};
   int nkeys;
-  bool onpolicy = file_is_onpolicy(cfg_file, sets, nsets);
+  bool onpolicy = shoal_file_is_onpolicy(cfg_file, sets, nsets);
   const cfg_key *keys = run_schema(onpolicy, &nkeys);
   config *cfg = config_create(keys, nkeys, &err);
   if (!cfg || config_load_file(cfg, cfg_file, &err)) return fail(NULL, &err);
@@ -612,7 +610,7 @@ static int cmd_eval(int argc, char **argv) {
   store_run r = {0};
   if (store_run_find(st, run, &r, &err)) return fail("eval", &err);
   int nkeys;
-  bool onpolicy = yaml_is_onpolicy(r.config, NULL, 0);
+  bool onpolicy = shoal_yaml_is_onpolicy(r.config, NULL, 0);
   const cfg_key *keys = run_schema(onpolicy, &nkeys);
   config *cfg = config_create(keys, nkeys, &err);
   if (!cfg || config_load_string(cfg, r.config ? r.config : "", run, &err))

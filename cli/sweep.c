@@ -332,7 +332,9 @@ static int expand_grid(sw_spec *s, shoal_error *err) {
 static int trial_text(const sw_spec *s, const char *uri, char *const *assign, int nassign,
                       int repeat, char **out, shoal_error *err) {
   int nkeys;
-  const cfg_key *keys = apex_schema(&nkeys);
+  /* An IMPALA / PPO base config (algo: ...) is checked against its own schema. */
+  bool onpolicy = shoal_file_is_onpolicy(s->base, (const char *const *)s->sets, s->nsets);
+  const cfg_key *keys = onpolicy ? onpolicy_schema(&nkeys) : apex_schema(&nkeys);
   config *cfg = config_create(keys, nkeys, err);
   if (!cfg) return err->code;
   int rc = config_load_file(cfg, s->base, err);
