@@ -11,7 +11,7 @@
  *   the rest (`test_onpolicy_dist`):
  *     stale:    a learner started alone (after `shoal init`) trains on unrolls pushed by
  *               this test; one older than replay.max_staleness versions is dropped and
- *               counted, and trains nothing;
+ *               counted, and trains nothing; the learning rate is tuned live;
  *     malformed: wrong T, a missing logp column, NaN, an action out of range, a positive
  *               discrete log-prob, a bad flag and a wrong unroll count are each rejected,
  *               and the learner serves on (a good batch after them trains);
@@ -313,6 +313,16 @@ static void test_stale_unrolls_dropped(void **state) {
   wait_counter(l.c, "updates", 4, 30);
   assert_true(counter(l.c, "env_steps") == 5 * N * T);
   assert_true(counter(l.c, "episodes") == 5);
+  /* Live tuning: the learning rate changes between two updates; other keys are named. */
+  shoal_error err = {0};
+  uint32_t applied = 0;
+  rpc_hyperparam h = {.key = "impala.lr", .number = 5e-4};
+  assert_int_equal(rpc_client_set_hyperparams(l.c, &h, 1, &applied, &err), 0);
+  assert_int_equal((int)applied, 1);
+  assert_true(fabs(counter(l.c, "hparam/impala.lr") - 5e-4) < 1e-12);
+  rpc_hyperparam bad = {.key = "impala.gamma", .number = 0.5};
+  assert_int_equal(rpc_client_set_hyperparams(l.c, &bad, 1, &applied, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "live keys"));
   free(u);
   char *out = lone_stop(&l);
   const char *done = strstr(out, "{\"event\":\"done\"");
