@@ -1,0 +1,192 @@
+/* tests/test_onpolicy_common.c — the parts the distributed IMPALA / PPO programs share
+ * (learner/onpolicy_common.h): the run's shape from a config, the unroll columns, the
+ * observation normaliser against Gymnasium's RunningMeanStd (two-pass moments), the
+ * published parameter blob and snapshots with the normaliser's trailer (round trips,
+ * damage named, a run that needs statistics refusing a snapshot without them). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "learner/onpolicy_common.h"
+
+static config *make_cfg(const char *yaml) {
+  int n;
+  const cfg_key *keys = onpolicy_schema(&n);
+  shoal_error err = {0};
+  config *c = config_create(keys, n, &err);
+  assert_non_null(c);
+  if (config_load_string(c, yaml, "test", &err) || onpolicy_check(c, &err))
+    fail_msg("config: %s", err.msg);
+  return c;
+}
+
+static void test_spec_and_columns(void **state) {
+  config *c = make_cfg(
+      "algo: impala\nenv: {id: MinAtar/Breakout-v1, num_envs: 8}\n"
+      "impala: {unroll: 10, batch: 12}\nac: {torso: minatar}\n");
+  op_spec s;
+  shoal_error err = {0};
+  assert_int_equal(op_spec_from_config(c, &s, &err), 0);
+  assert_true(s.impala && s.obs_u8);
+  assert_int_equal(s.T, 10);
+  assert_int_equal(s.learn_B, 12);
+  assert_int_equal(s.A, 3);
+  rpc_spec rs;
+  op_rpc_spec(&s, "r", &rs);
+  assert_int_equal(rs.ncols, OP_NCOLS);
+  assert_int_equal((int)rs.max_items, 8);
+  assert_int_equal(rs.cols[OP_OBS].dtype, RPC_U8);
+  assert_int_equal(rs.cols[OP_OBS].ndim, 4);
+  assert_int_equal((int)rs.cols[OP_OBS].shape[0], 11); /* T + 1 */
+  assert_int_equal((int)rs.cols[OP_FINAL].shape[0], 10);
+  assert_int_equal((int)rs.cols[OP_OBS].shape[1], s.obs_shape[0]);
+  assert_string_equal(rs.cols[OP_LOGP].name, "logp");
+  assert_int_equal(rpc_spec_check(&rs, &err), 0);
+  config_destroy(c);
+  /* IMPALA here is discrete: a Box env is named as the problem. */
+  c = make_cfg("algo: impala\nenv: {id: Pendulum-v1}\n");
+  assert_int_equal(op_spec_from_config(c, &s, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "Box"));
+  config_destroy(c);
+}
+
+static void test_norm_matches_two_pass(void **state) {
+  op_norm z;
+  assert_int_equal(op_norm_init(&z, 2, NULL), 0);
+  enum { R = 300 };
+  static float x[R][2];
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 5);
+  for (int i = 0; i < R; i++) {
+    x[i][0] = (float)(3 + 2 * shoal_rng_normal(&rng));
+    x[i][1] = (float)(-1 + 0.5 * shoal_rng_normal(&rng));
+  }
+  /* Three batches merged, as three learner updates would. */
+  op_norm_update(&z, &x[0][0], 100);
+  op_norm_update(&z, &x[100][0], 50);
+  op_norm_update(&z, &x[150][0], 150);
+  /* RunningMeanStd from mean 0, var 1, count 1e-4: the prior weighs 1e-4 of a sample. */
+  for (int j = 0; j < 2; j++) {
+    double m = 0, v = 0;
+    for (int i = 0; i < R; i++) m += x[i][j];
+    m /= R;
+    for (int i = 0; i < R; i++) v += (x[i][j] - m) * (x[i][j] - m);
+    v /= R;
+    assert_true(fabs(z.mean[j] - m) < 1e-5 * (1 + fabs(m)));
+    assert_true(fabs(z.var[j] - v) < 1e-4 * (1 + v));
+  }
+  assert_true(fabs(z.count - (R + 1e-4)) < 1e-9);
+  float y[2] = {(float)z.mean[0], (float)(z.mean[1] + 100 * sqrt(z.var[1]))};
+  op_norm_apply(&z, y, 1);
+  assert_true(fabsf(y[0]) < 1e-5f);
+  assert_true(y[1] == 10.0f); /* clipped at ±10 */
+  op_norm_free(&z);
+}
+
+static void test_params_and_snapshots(void **state) {
+  config *c = make_cfg(
+      "algo: ppo\nenv: {id: Pendulum-v1, num_envs: 2, norm_obs: true}\n"
+      "ppo: {steps: 8, minibatches: 2}\n");
+  op_spec s;
+  shoal_error err = {0};
+  assert_int_equal(op_spec_from_config(c, &s, &err), 0);
+  assert_int_equal(s.D, 1);
+  op_agent a, b;
+  assert_int_equal(op_agent_create(c, &s, 4, true, NN_CPU, &a, &err), 0);
+  assert_int_equal(op_agent_create(c, &s, 4, false, NN_CPU, &b, &err), 0);
+  size_t np;
+  float *pa = nn_model_params(op_agent_model(&a), &np);
+  for (size_t i = 0; i < np; i++) pa[i] = 0.001f * (float)(i % 97);
+  op_norm za, zb;
+  assert_int_equal(op_norm_init(&za, (int)s.obs_n, NULL), 0);
+  assert_int_equal(op_norm_init(&zb, (int)s.obs_n, NULL), 0);
+  float rows[6] = {1, 0, 2, 0.5f, -0.5f, 4};
+  op_norm_update(&za, rows, 2);
+
+  /* The published blob: parameters then the statistics. */
+  size_t n = op_params_floats(&a, &s);
+  assert_int_equal(n, np + 2 * s.obs_n + 1);
+  float *blob = malloc(n * sizeof *blob);
+  op_params_pack(&a, &s, &za, blob);
+  assert_int_equal(op_params_unpack(&b, &s, blob, n - 1, &zb, &err), SHOAL_ESHAPE);
+  assert_int_equal(op_params_unpack(&b, &s, blob, n, &zb, &err), 0);
+  const float *pb = nn_model_params(op_agent_model(&b), &np);
+  assert_memory_equal(pa, pb, np * sizeof *pa);
+  for (size_t j = 0; j < s.obs_n; j++) assert_true(fabs(zb.mean[j] - za.mean[j]) < 1e-6);
+
+  /* Snapshots: model safetensors + the normaliser's trailer (doubles, exact). */
+  uint8_t *buf;
+  size_t len;
+  assert_int_equal(op_snapshot_encode(&a, &s, &za, &buf, &len, &err), 0);
+  op_agent_destroy(&b);
+  assert_int_equal(op_agent_create(c, &s, 4, false, NN_CPU, &b, &err), 0);
+  op_norm zc;
+  assert_int_equal(op_norm_init(&zc, (int)s.obs_n, NULL), 0);
+  assert_int_equal(op_snapshot_decode(&b, &s, &zc, buf, len, &err), 0);
+  pb = nn_model_params(op_agent_model(&b), &np);
+  assert_memory_equal(pa, pb, np * sizeof *pa);
+  assert_memory_equal(za.mean, zc.mean, s.obs_n * sizeof(double));
+  assert_memory_equal(za.var, zc.var, s.obs_n * sizeof(double));
+  assert_true(za.count == zc.count);
+  /* A damaged trailer is named; a negative variance is damage too. */
+  size_t off_var = len - 16 - 8 - s.obs_n * 8;
+  double neg = -1;
+  uint8_t *bad = malloc(len);
+  memcpy(bad, buf, len);
+  memcpy(bad + off_var, &neg, 8);
+  assert_int_equal(op_snapshot_decode(&b, &s, &zc, bad, len, &err), SHOAL_EFORMAT);
+  assert_non_null(strstr(err.msg, "normaliser"));
+  uint64_t wrong_n = s.obs_n + 1;
+  memcpy(bad, buf, len);
+  memcpy(bad + len - 16, &wrong_n, 8);
+  assert_int_equal(op_snapshot_decode(&b, &s, &zc, bad, len, &err), SHOAL_EFORMAT);
+  /* The model's safetensors alone: a run that normalises needs the statistics. */
+  uint8_t *plain;
+  size_t plen;
+  assert_int_equal(nn_model_save_buffer(op_agent_model(&a), &plain, &plen, &err), 0);
+  assert_int_equal(op_snapshot_decode(&b, &s, &zc, plain, plen, &err), SHOAL_EFORMAT);
+  assert_non_null(strstr(err.msg, "no statistics"));
+  free(plain), free(bad), free(buf), free(blob);
+  op_norm_free(&za), op_norm_free(&zb), op_norm_free(&zc);
+  op_agent_destroy(&a);
+  op_agent_destroy(&b);
+  config_destroy(c);
+}
+
+static void test_eval_greedy(void **state) {
+  /* An untrained CartPole policy plays 10 episodes split over 10 copies: the mean lies
+   * within CartPole's bounds and min <= mean <= max. */
+  config *c = make_cfg("algo: ppo\nenv: {id: CartPole-v1}\n");
+  op_spec s;
+  shoal_error err = {0};
+  assert_int_equal(op_spec_from_config(c, &s, &err), 0);
+  op_agent a;
+  assert_int_equal(op_agent_create(c, &s, 16, false, NN_CPU, &a, &err), 0);
+  op_eval *e = op_eval_create(&s, 10, &err);
+  assert_non_null(e);
+  double m, sd, lo, hi;
+  assert_int_equal(op_eval_run(e, &a, NULL, true, 9, &m, &sd, &lo, &hi, &err), 0);
+  assert_true(lo >= 8 && hi <= 500 && lo <= m && m <= hi && sd >= 0);
+  double m2, sd2;
+  assert_int_equal(op_eval_run(e, &a, NULL, true, 9, &m2, &sd2, NULL, NULL, &err), 0);
+  assert_true(m == m2); /* same seed, same episodes */
+  op_eval_destroy(e);
+  op_agent_destroy(&a);
+  config_destroy(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_spec_and_columns),
+      cmocka_unit_test(test_norm_matches_two_pass),
+      cmocka_unit_test(test_params_and_snapshots),
+      cmocka_unit_test(test_eval_greedy),
+  };
+  return cmocka_run_group_tests_name("onpolicy_common", tests, NULL, NULL);
+}
