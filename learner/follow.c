@@ -27,6 +27,7 @@ struct follow {
   pthread_mutex_t mu; /* guards stats and the stop flag's wait */
   pthread_cond_t cv;
   bool stop, joined;
+  bool inserting; /* a segment is going in: mixed mode holds actors to their share */
   follow_stats stats;
   source_slot *slots;
   uint64_t tick;
@@ -131,6 +132,8 @@ static int insert_segment(follow *f, int stream, uint32_t *done, shoal_error *er
       while (f->cfg.wait_room(f->cfg.ctx, n) != 0)
         if (stopping(f)) return SHOAL_ECLOSED;
     }
+    /* A learner that is stopping lets every wait through: insert no more. */
+    if (stopping(f)) return SHOAL_ECLOSED;
     replay_steps rs = {0};
     rs.n = n;
     rs.cols[0] = (const unsigned char *)s->obs + (size_t)i * ob;
@@ -149,6 +152,7 @@ static int insert_segment(follow *f, int stream, uint32_t *done, shoal_error *er
     *done = i;
     pthread_mutex_lock(&f->mu);
     f->stats.rows += n;
+    pthread_cond_broadcast(&f->cv); /* actors waiting for their share */
     pthread_mutex_unlock(&f->mu);
   }
   return 0;
@@ -183,10 +187,17 @@ static int handle(follow *f, uint64_t seq) {
   }
   int stream = stream_of(f, f->seg.source, &err);
   uint32_t done = 0;
+  pthread_mutex_lock(&f->mu);
+  f->inserting = true;
+  pthread_mutex_unlock(&f->mu);
   if (stream >= 0)
     rc = insert_segment(f, stream, &done, &err);
   else
     rc = stream;
+  pthread_mutex_lock(&f->mu);
+  f->inserting = false;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
   if (rc == SHOAL_ECLOSED && stopping(f)) {
     /* Stopped mid-segment: the rows in replay stay, the rest is lost with the
      * learner; the segment counts as taken so a resume does not insert it twice. */
@@ -380,4 +391,35 @@ void follow_finish(follow *f, store_writer *w, const char *run, int64_t step) {
   fflush(stdout);
   f->joined = true;
   follow_stop(f);
+}
+
+int follow_admit_actor(follow *f, uint32_t n) {
+  if (!f || f->cfg.store_fraction <= 0) return 0;
+  double fr = f->cfg.store_fraction;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 2;
+  int rc = 0;
+  pthread_mutex_lock(&f->mu);
+  while (f->inserting && !f->stop) {
+    replay_stats rs;
+    replay_get_stats(f->cfg.mem, &rs);
+    double mine = (double)f->stats.rows, actors = (double)rs.inserted_steps - mine;
+    /* actors/(store+actors) <= 1-f  <=>  actors <= (1-f)/f * store */
+    if (actors <= (1 - fr) / fr * mine) break;
+    if (pthread_cond_timedwait(&f->cv, &f->mu, &until) == ETIMEDOUT) {
+      rc = SHOAL_EFULL;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&f->mu);
+  return rc;
+}
+
+void follow_halt(follow *f) {
+  if (!f) return;
+  pthread_mutex_lock(&f->mu);
+  f->stop = true;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
 }

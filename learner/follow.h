@@ -21,8 +21,10 @@
  * reset and reused when there are more sources than streams.
  *
  * Mixed mode (store_fraction f in (0, 1)): the follower holds a segment back while
- * inserting it would make store rows exceed f of all inserted rows, so with enough
- * segments waiting f of what replay receives comes from the store; with fewer, less.
+ * store rows are above f of all inserted rows, and actors are held back (through
+ * follow_admit_actor) while a segment is going in and they are above 1 - f, so with
+ * segments waiting f of what replay receives comes from the store (within a segment);
+ * with fewer, less.
  */
 #ifndef SHOAL_LEARNER_FOLLOW_H
 #define SHOAL_LEARNER_FOLLOW_H
@@ -80,6 +82,16 @@ void follow_stop(follow *f);
  * learner writes it with each progress line), for a resumed learner; STORE_SEG_FIRST
  * when there is none. Can't fail: a store error gives STORE_SEG_FIRST. */
 uint64_t follow_resume_after(store *st, const char *run_self);
+
+/* Mixed mode, on an rpc thread before n actor rows go in: while the follower is
+ * inserting a segment and the actors are past their share (1 - f of inserted rows),
+ * waits up to 2 s for the store's rows. Returns 0 (go on) or SHOAL_EFULL (the actor
+ * resends later). f NULL or not mixed: 0 at once. */
+int follow_admit_actor(follow *f, uint32_t n);
+
+/* Tells the thread to stop taking segments and to insert nothing more, without waiting
+ * for it (the learner calls it before it releases its rate limiter to shut down). */
+void follow_halt(follow *f);
 
 /* Stops f (follow_stop), then prints its final counts as one JSON line on stdout,
  * {"event":"store","segments":S,"rows":R,"rejected_segments":J,"rejected_rows":JR,

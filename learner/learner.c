@@ -257,6 +257,8 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
                              "env %d: %u steps ended an episode but %u final observations follow",
                              e, ended, ntails);
     }
+    if (follow_admit_actor(L->fol, nsteps))
+      return shoal_error_set(err, SHOAL_EFULL, "the learner waits for store rows (store_ratio)");
     if (wait_for_room(L, nsteps)) {
       return shoal_error_set(err, SHOAL_EFULL, "the learner is behind the replay ratio");
     }
@@ -959,6 +961,7 @@ int main(int argc, char **argv) {
   replay_stats rs;
   replay_get_stats(L.mem, &rs);
   int64_t env_steps = L.env_steps_base + (int64_t)rs.inserted_steps;
+  follow_halt(L.fol); /* before the rate limiter lets every insert through */
   atomic_store(&L.stopping, true);
   pthread_mutex_lock(&L.hp_mu);
   pthread_cond_broadcast(&L.hp_cv);

@@ -134,10 +134,16 @@ static void write_jsonl(const char *path, const tr *t, int n, int *bad_at) {
   fclose(f);
 }
 
-static char *run_import(const char *file, const char *run, const char *env, int *rc) {
-  char *argv[] = {wf_shoal,  "import", (char *)file,         "--run",     (char *)run,
-                  "--store", g_uri,    env ? "--env" : NULL, (char *)env, NULL};
+static char *run_import_rows(const char *file, const char *run, const char *env, int *rc,
+                             const char *seg_rows) {
+  char *argv[] = {wf_shoal,    "import", (char *)file,     "--run",          (char *)run,
+                  "--store",   g_uri,    "--segment-rows", (char *)seg_rows, env ? "--env" : NULL,
+                  (char *)env, NULL};
   return wf_run(argv, 120, rc);
+}
+
+static char *run_import(const char *file, const char *run, const char *env, int *rc) {
+  return run_import_rows(file, run, env, rc, "4096");
 }
 
 /* All rows of run's segments, concatenated, with each segment checked. */
@@ -406,6 +412,50 @@ static void test_train_from_store(void **state) {
   free(sl), free(dl), free(out), free(t);
 }
 
+/* Mixed: two actors and the store, 30% of inserted rows from the store (segments of 250
+ * rows, the follower's granularity). */
+static void test_mixed_with_actors(void **state) {
+  (void)state;
+  int n, eps, terms, bad_at[NBAD];
+  tr *t = play(8000, 9, &n, &eps, &terms);
+  char path[512], run[STORE_NAME_MAX], learn[STORE_NAME_MAX];
+  snprintf(path, sizeof path, "%s/mixed.jsonl", wf_dir);
+  write_jsonl(path, t, n, bad_at);
+  run_name(run, "mixlogs");
+  run_name(learn, "mixed");
+  int rc;
+  char *out = run_import_rows(path, run, "CartPole-v1", &rc, "250");
+  if (rc) fail_msg("import: %s", out);
+  free(out);
+  const int total = 20000;
+  char cfg[4200], sets[9][160];
+  snprintf(cfg, sizeof cfg, "%s/configs/cartpole-apex.yaml", wf_src);
+  snprintf(sets[0], sizeof sets[0], "replay.source=mixed");
+  snprintf(sets[1], sizeof sets[1], "replay.store_run=%s", run);
+  snprintf(sets[2], sizeof sets[2], "run.max_env_steps=%d", total);
+  snprintf(sets[3], sizeof sets[3], "run.solve_return=0");
+  snprintf(sets[4], sizeof sets[4], "replay.store_ratio=0.3");
+  snprintf(sets[5], sizeof sets[5], "replay.store_poll_s=0.02");
+  snprintf(sets[6], sizeof sets[6], "run.name=%s", learn);
+  snprintf(sets[7], sizeof sets[7], "env.num_envs=8");
+  snprintf(sets[8], sizeof sets[8], "learner.device=cpu");
+  char *argv[] = {wf_shoal, "run",   cfg,     "--store", g_uri,   "--log-json", "--no-tensorboard",
+                  "--set",  sets[0], "--set", sets[1],   "--set", sets[2],      "--set",
+                  sets[3],  "--set", sets[4], "--set",   sets[5], "--set",      sets[6],
+                  "--set",  sets[7], "--set", sets[8],   NULL};
+  out = wf_run(argv, 240, &rc);
+  if (rc) fail_msg("shoal run: %d\n%s", rc, out);
+  char *sl = event_line(out, "store"), *dl = event_line(out, "done");
+  if (!sl || !dl) fail_msg("no store/done lines in:\n%s", out);
+  double rows = jnum(sl, "rows"), steps = jnum(dl, "env_steps");
+  double frac = rows / steps;
+  printf("mixed 0.3 with 2 actors: %.0f store rows of %.0f inserted (%.3f)\n", rows, steps, frac);
+  /* 0.3 of what replay received, within one segment and the actors' last batches. */
+  if (frac < 0.27 || frac > 0.33) fail_msg("store fraction %.3f, wanted 0.3:\n%s", frac, out);
+  assert_non_null(strstr(out, "[actor-") ? out : strstr(out, "\"event\":\"progress\""));
+  free(sl), free(dl), free(out), free(t);
+}
+
 /* A process appending segments while a learner follows: 20 good segments of 250 rows,
  * one with a NaN reward, one with the wrong observation shape and (file store) one
  * damaged on disk. */
@@ -575,7 +625,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_import_jsonl),     cmocka_unit_test(test_import_refusals),
       cmocka_unit_test(test_import_npy),       cmocka_unit_test(test_train_from_store),
-      cmocka_unit_test(test_follow_appending),
+      cmocka_unit_test(test_follow_appending), cmocka_unit_test(test_mixed_with_actors),
   };
   int rc = cmocka_run_group_tests_name("import", tests, NULL, NULL);
   if (rc == 0) wf_teardown();
