@@ -519,7 +519,7 @@ static bool parse_line(importer *im, jp *j, record *r) {
     if (!ok) {
       if (!j->msg[0]) jfail(j, "a bad value");
       char tmp[160];
-      snprintf(tmp, sizeof tmp, "%s", j->msg);
+      snprintf(tmp, sizeof tmp, "%.150s", j->msg);
       snprintf(j->msg, sizeof j->msg, "'%.31s': %s", key, tmp);
       return false;
     }
