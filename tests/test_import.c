@@ -452,7 +452,7 @@ static void test_mixed_with_actors(void **state) {
   printf("mixed 0.3 with 2 actors: %.0f store rows of %.0f inserted (%.3f)\n", rows, steps, frac);
   /* 0.3 of what replay received, within one segment and the actors' last batches. */
   if (frac < 0.27 || frac > 0.33) fail_msg("store fraction %.3f, wanted 0.3:\n%s", frac, out);
-  assert_non_null(strstr(out, "[actor-") ? out : strstr(out, "\"event\":\"progress\""));
+  assert_true(steps - rows > 0.6 * total); /* the actors ran and inserted their share */
   free(sl), free(dl), free(out), free(t);
 }
 
