@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <bson/bson.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -480,16 +481,55 @@ static int write_fd(int fd, const void *buf, size_t len) {
   return 0;
 }
 
+/* The number after the last segment this process wrote to a folder, so a long import
+ * does not list a growing folder for every segment. Only a hint: the number is still
+ * claimed by link(), and a miss (another writer took it) lists the folder again. */
+enum { HINTS = 8 };
+static pthread_mutex_t hint_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  char dir[PATH_MAX];
+  uint64_t next;
+} hints[HINTS];
+static unsigned hint_clock;
+
+static int hint_get(const char *dir, uint64_t *next) {
+  int found = 0;
+  pthread_mutex_lock(&hint_mu);
+  for (int i = 0; i < HINTS && !found; i++)
+    if (!strcmp(hints[i].dir, dir)) *next = hints[i].next, found = 1;
+  pthread_mutex_unlock(&hint_mu);
+  return found;
+}
+
+static void hint_set(const char *dir, uint64_t next) {
+  pthread_mutex_lock(&hint_mu);
+  int slot = -1;
+  for (int i = 0; i < HINTS && slot < 0; i++)
+    if (!strcmp(hints[i].dir, dir)) slot = i;
+  if (slot < 0) slot = (int)(hint_clock++ % HINTS);
+  snprintf(hints[slot].dir, sizeof hints[slot].dir, "%s", dir);
+  hints[slot].next = next;
+  pthread_mutex_unlock(&hint_mu);
+}
+
+static int file_next_seq(const char *dir, uint64_t *out, shoal_error *err) {
+  uint64_t *seqs;
+  size_t n;
+  int rc = file_seqs(dir, STORE_SEG_FIRST, &seqs, &n, err);
+  if (rc) return rc;
+  *out = n ? seqs[n - 1] + 1 : 0;
+  free(seqs);
+  return 0;
+}
+
 static int file_write(store *st, const char *run, store_segment *seg, shoal_error *err) {
   char dir[PATH_MAX], tmp[PATH_MAX + 64], dst[PATH_MAX + 64];
   int rc = seg_dir(st, run, dir, err);
   if (rc) return rc;
   if ((rc = mkdir_1(dir, err))) return rc;
-  uint64_t *seqs;
-  size_t n;
-  if ((rc = file_seqs(dir, STORE_SEG_FIRST, &seqs, &n, err))) return rc;
-  uint64_t seq = n ? seqs[n - 1] + 1 : 0;
-  free(seqs);
+  uint64_t seq;
+  int hinted = hint_get(dir, &seq);
+  if (!hinted && (rc = file_next_seq(dir, &seq, err))) return rc;
   /* Claim seq by link(): the first writer to link a complete file takes it; one who
    * loses writes again with the next number, so numbers appear in order. */
   for (int attempt = 0; attempt < 1000; attempt++, seq++) {
@@ -510,10 +550,17 @@ static int file_write(store *st, const char *run, store_segment *seg, shoal_erro
       rc = errno == EEXIST ? SHOAL_EEXIST : sys_err(err, errno, "cannot link", dst);
     unlink(tmp);
     if (rc == SHOAL_EEXIST) {
+      /* Taken by another writer: from the folder's end (the loop adds one). */
       rc = 0;
+      if (hinted) {
+        hinted = 0;
+        if ((rc = file_next_seq(dir, &seq, err))) return rc;
+        seq--;
+      }
       continue;
     }
     if (rc) return rc;
+    hint_set(dir, seq + 1);
     return fsync_path(dir, err);
   }
   return shoal_error_set(err, SHOAL_EIO, "store: no free segment number in '%s' after 1000 tries",
