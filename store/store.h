@@ -256,15 +256,15 @@ typedef struct store_segment {
   int has_priority;
   uint32_t crc; /* set by write and by reads */
   store_segment_spec spec;
-  void *obs;          /* (N, obs...) */
-  void *action;       /* (N, act...) */
-  float *reward;      /* (N) */
+  void *obs;           /* (N, obs...) */
+  void *action;        /* (N, act...) */
+  float *reward;       /* (N) */
   uint8_t *terminated; /* (N) */
   uint8_t *truncated;  /* (N) */
-  void *final_obs;    /* (K, obs...); NULL when K = 0 */
-  float *priority;    /* (N) or NULL */
-  unsigned char *buf; /* owned: the canonical encoding, header first */
-  size_t len, cap;    /* bytes used and allocated */
+  void *final_obs;     /* (K, obs...); NULL when K = 0 */
+  float *priority;     /* (N) or NULL */
+  unsigned char *buf;  /* owned: the canonical encoding, header first */
+  size_t len, cap;     /* bytes used and allocated */
 } store_segment;
 
 /* Bytes of dtype (1 or 4); 0 for an unknown one. "u8", "i32", "f32" or "?". */
