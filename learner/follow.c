@@ -114,9 +114,9 @@ static bool within_fraction(follow *f, uint32_t rows) {
   return mine + rows <= fr / (1 - fr) * actors + rows;
 }
 
-/* Inserts the checked segment f->seg into replay in chunks. Returns 0, the replay's
- * error (the rest of the segment is dropped and counted by the caller), or
- * SHOAL_ECLOSED when stopping mid-way. *done is the rows inserted. */
+/* Inserts the checked segment f->seg into replay in chunks. Returns 0 or the replay's
+ * error (the rest of the segment is dropped and counted by the caller). *done is the
+ * rows inserted. */
 static int insert_segment(follow *f, int stream, uint32_t *done, shoal_error *err) {
   store_segment *s = &f->seg;
   const store_segment_spec *sp = &s->spec;
@@ -128,12 +128,10 @@ static int insert_segment(follow *f, int stream, uint32_t *done, shoal_error *er
   *done = 0;
   while (i < s->rows) {
     uint32_t n = s->rows - i < FOLLOW_CHUNK ? s->rows - i : FOLLOW_CHUNK;
-    if (f->cfg.wait_room) {
-      while (f->cfg.wait_room(f->cfg.ctx, n) != 0)
-        if (stopping(f)) return SHOAL_ECLOSED;
-    }
-    /* A learner that is stopping lets every wait through: insert no more. */
-    if (stopping(f)) return SHOAL_ECLOSED;
+    /* A segment goes in whole, also when a stop comes meanwhile: the learner's limiter
+     * lets every insert through once it is stopping, so this wait ends. */
+    if (f->cfg.wait_room)
+      while (f->cfg.wait_room(f->cfg.ctx, n) != 0) continue;
     replay_steps rs = {0};
     rs.n = n;
     rs.cols[0] = (const unsigned char *)s->obs + (size_t)i * ob;
@@ -198,15 +196,6 @@ static int handle(follow *f, uint64_t seq) {
   f->inserting = false;
   pthread_cond_broadcast(&f->cv);
   pthread_mutex_unlock(&f->mu);
-  if (rc == SHOAL_ECLOSED && stopping(f)) {
-    /* Stopped mid-segment: the rows in replay stay, the rest is lost with the
-     * learner; the segment counts as taken so a resume does not insert it twice. */
-    pthread_mutex_lock(&f->mu);
-    f->stats.segments++;
-    f->stats.last_seq = seq;
-    pthread_mutex_unlock(&f->mu);
-    return rc;
-  }
   if (rc) {
     char why[600];
     snprintf(why, sizeof why, "replay refused row %u on: %s", done, err.msg);

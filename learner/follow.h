@@ -49,7 +49,8 @@ typedef struct follow_config {
   uint64_t start_after;        /* the last seq already taken, or STORE_SEG_FIRST */
   double store_fraction;       /* mixed: f in (0, 1); 0: no cap (store only) */
   /* The learner's rate limiter: 0 when n rows may be inserted now, nonzero to be asked
-   * again (it may wait a while itself). NULL: never waits. */
+   * again (it may wait a while itself). It must return 0 once its owner is shutting
+   * down, as a segment is always inserted whole. NULL: never waits. */
   int (*wait_room)(void *ctx, uint32_t n);
   void (*log)(void *ctx, const char *msg); /* NULL: stderr */
   void *ctx;
@@ -74,7 +75,7 @@ int follow_start(follow **out, const follow_config *cfg, shoal_error *err);
 /* Copies the counters. Thread-safe; can't fail. */
 void follow_stats_get(follow *f, follow_stats *out);
 
-/* Stops the thread (an insert in progress finishes; a segment held back is left for
+/* Stops the thread (a segment being inserted goes in whole; one held back is left for
  * the next start), joins it and frees f. NULL is a no-op. */
 void follow_stop(follow *f);
 

@@ -969,8 +969,12 @@ int main(int argc, char **argv) {
   pthread_mutex_lock(&L.rl_mu);
   pthread_cond_broadcast(&L.rl_cv);
   pthread_mutex_unlock(&L.rl_mu);
-  follow_finish(L.fol, L.wr, run, env_steps); /* its final counts: a JSON line, metrics */
-  L.fol = NULL;
+  if (L.fol) {
+    follow_finish(L.fol, L.wr, run, env_steps); /* its final counts: a JSON line, metrics */
+    L.fol = NULL;
+    replay_get_stats(L.mem, &rs); /* with the segment that was going in, whole */
+    env_steps = L.env_steps_base + (int64_t)rs.inserted_steps;
+  }
   rpc_server_destroy(L.srv, 1.0);
   L.srv = NULL;
   L.version++;
