@@ -48,6 +48,15 @@ static const cfg_key apex_keys[] = {
     {"replay.beta0", CFG_FLOAT, "0.4", 0, 1, "PER importance exponent at the start"},
     {"replay.beta_steps", CFG_INT, "20000", 1, 1e15, "updates over which β anneals to 1"},
     {"replay.eps", CFG_FLOAT, "1e-6", 1e-12, 1, "PER priority floor"},
+    /* experience from the store (learner/follow.c, store.h's segments) */
+    {"replay.source", CFG_STRING, "actors", 0, -1,
+     "actors, store (segments only: no actors are started) or mixed"},
+    {"replay.store_run", CFG_STRING, "", 0, -1, "run whose segments to follow (empty: this run)"},
+    {"replay.store_ratio", CFG_FLOAT, "0.5", 0.01, 0.99,
+     "mixed: the fraction of inserted transitions that comes from the store (at most)"},
+    {"replay.store_poll_s", CFG_FLOAT, "0.2", 0.001, 3600, "seconds between polls for segments"},
+    {"replay.store_streams", CFG_INT, "16", 1, 4096,
+     "replay streams for store sources (more sources share them)"},
     /* the DQN */
     {"dqn.net", CFG_STRING, "mlp", 0, -1, "mlp or minatar"},
     {"dqn.hidden0", CFG_INT, "64", 0, 65536, "first hidden width (mlp)"},
@@ -73,6 +82,8 @@ int apex_check(const config *cfg, shoal_error *err) {
   static const char *const devices[] = {"auto", "cpu", "cuda"};
   int rc = config_check_choice(cfg, "dqn.net", nets, 2, err);
   if (!rc) rc = config_check_choice(cfg, "learner.device", devices, 3, err);
+  static const char *const sources[] = {"actors", "store", "mixed"};
+  if (!rc) rc = config_check_choice(cfg, "replay.source", sources, 3, err);
   return rc;
 }
 

@@ -4,6 +4,7 @@
  *   plot.c    shoal plot RUN ...                               (learning curves, gnuplot)
  *   sweep.c   shoal sweep SWEEP.yaml, shoal sweep --report, shoal worker --sweep NAME
  *   tboard.c  shoal tboard RUN ...                             (TensorBoard event files)
+ *   import.c  shoal import FILE... --run RUN                   (experience into segments)
  * Each takes the arguments after its name and returns the process exit status
  * (0 ok, 1 failed, 2 usage).
  */
@@ -16,6 +17,7 @@ int cmd_plot(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 int cmd_tboard(int argc, char **argv);
+int cmd_import(int argc, char **argv); /* import.c: shoal import FILE... --run RUN */
 
 /* Flat JSON lines (the learner's events): "key":<number> (NAN when absent or null) and
  * "key":"<text>" into out (false when absent). Defined in shoal.c. */

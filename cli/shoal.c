@@ -222,11 +222,18 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
     char lags[64] = "";
     if (!isnan(lag))
       snprintf(lags, sizeof lags, "  lag %.1f (max %.0f)", lag, json_num(line, "lag_max"));
+    char from_store[96] = "";
+    if (!isnan(json_num(line, "store_rows"))) {
+      char sr[32];
+      human(sr, sizeof sr, json_num(line, "store_rows"));
+      snprintf(from_store, sizeof from_store, "  store %s rows, %.0f segments (%.0f rejected)", sr,
+               json_num(line, "store_segments"), json_num(line, "store_rejected"));
+    }
     printf(
         "%6.0fs  steps %s (%s/s)  ingest %s/s  updates %s (%s/s)  replay %s  return100 %s  "
-        "eval %s  v%.0f%s\n",
+        "eval %s  v%.0f%s%s\n",
         json_num(line, "t"), steps, sps, smp, upd, ups, rep, ret, ev, json_num(line, "version"),
-        lags);
+        lags, from_store);
     fflush(stdout);
   } else if (!strcmp(event, "hparam")) {
     char key[64] = "?";
@@ -234,6 +241,12 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
     if (!r->quiet && !r->json)
       printf("shoal: live change: %s %g -> %g at %.0f env steps\n", key, json_num(line, "old"),
              json_num(line, "value"), json_num(line, "env_steps"));
+  } else if (!strcmp(event, "store")) {
+    if (!r->quiet && !r->json)
+      printf(
+          "shoal: from the store: %.0f segments, %.0f rows; rejected %.0f segments (%.0f rows)\n",
+          json_num(line, "segments"), json_num(line, "rows"), json_num(line, "rejected_segments"),
+          json_num(line, "rejected_rows"));
   } else if (!strcmp(event, "done")) {
     snprintf(r->done_line, sizeof r->done_line, "%s", line);
   }
@@ -371,6 +384,8 @@ static int cmd_run(int argc, char **argv) {
   ctx.run = run;
   ctx.cfg_path = cfg_path;
   ctx.actors = (int)config_int(cfg, "actors");
+  if (!onpolicy && !strcmp(config_string(cfg, "replay.source"), "store"))
+    ctx.actors = 0; /* segments only */
   ctx.quiet = quiet;
   ctx.json = json;
   ctx.learner_prog = onpolicy ? "shoal-onpolicy-learner" : "shoal-learner";
@@ -739,6 +754,7 @@ static void usage(void) {
           "  sweep SWEEP.yaml [--store URI] | sweep --report NAME     hyperparameter search\n"
           "  worker --sweep NAME [--store URI]                        run a sweep's trials\n"
           "  tboard RUN... [--store URI] [--out DIR]                  TensorBoard event files\n"
+          "  import FILE... --run RUN [--env ID] [--store URI]        experience into segments\n"
           "  envs                                                     list environments\n");
 }
 
@@ -757,6 +773,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc - 2, argv + 2);
   if (!strcmp(argv[1], "worker")) return cmd_worker(argc - 2, argv + 2);
   if (!strcmp(argv[1], "tboard")) return cmd_tboard(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "import")) return cmd_import(argc - 2, argv + 2);
   if (!strcmp(argv[1], "envs")) {
     const char *names[256];
     int n = env_list(names, 256);

@@ -29,6 +29,7 @@
 #include "algos/algos.h"
 #include "config/config.h"
 #include "envs/envs.h"
+#include "learner/follow.h"
 #include "replay/replay.h"
 #include "rpc/rpc.h"
 #include "store/store.h"
@@ -85,6 +86,8 @@ typedef struct learner {
   store *st;
   store_writer *wr;
   char replay_path[4096];
+  follow *fol;       /* replay.source store|mixed: segments from the store (follow.c) */
+  int store_streams; /* replay streams after the actors' for store sources */
 
   /* Episode returns, from the rewards and flags of each replay stream. */
   pthread_mutex_t ep_mu;
@@ -203,6 +206,8 @@ static int wait_for_room(learner *L, uint32_t n) {
   return rc;
 }
 
+static int follow_wait(void *user, uint32_t n) { return wait_for_room(user, n); }
+
 static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
   learner *L = user;
   if (b->actor_id >= (uint64_t)L->actors) {
@@ -252,6 +257,8 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
                              "env %d: %u steps ended an episode but %u final observations follow",
                              e, ended, ntails);
     }
+    if (follow_admit_actor(L->fol, nsteps))
+      return shoal_error_set(err, SHOAL_EFULL, "the learner waits for store rows (store_ratio)");
     if (wait_for_room(L, nsteps)) {
       return shoal_error_set(err, SHOAL_EFULL, "the learner is behind the replay ratio");
     }
@@ -555,7 +562,7 @@ static replay *make_replay(learner *L, shoal_error *err) {
   replay_config rc = {0};
   rc.kind = L->prioritized ? REPLAY_PRIORITIZED : REPLAY_UNIFORM;
   rc.capacity = config_int(L->cfg, "replay.capacity");
-  rc.streams = L->actors * L->num_envs;
+  rc.streams = L->actors * L->num_envs + L->store_streams;
   rc.ncols = 2;
   snprintf(rc.cols[0].name, sizeof rc.cols[0].name, "obs");
   rc.cols[0].dtype = L->obs_u8 ? REPLAY_U8 : REPLAY_F32;
@@ -639,6 +646,10 @@ int main(int argc, char **argv) {
   if (apex_check(L.cfg, &err)) die("config", &err);
   L.run = run;
   L.actors = (int)config_int(L.cfg, "actors");
+  /* replay.source: actors, store (no actors at all) or mixed. */
+  const char *source = config_string(L.cfg, "replay.source");
+  if (strcmp(source, "actors")) L.store_streams = (int)config_int(L.cfg, "replay.store_streams");
+  if (!strcmp(source, "store")) L.actors = 0;
   L.num_envs = (int)config_int(L.cfg, "env.num_envs");
   L.prioritized = config_bool(L.cfg, "replay.prioritized");
   nn_set_threads((int)config_int(L.cfg, "learner.threads"));
@@ -671,13 +682,14 @@ int main(int argc, char **argv) {
   L.warmup = config_int(L.cfg, "learner.warmup");
   L.tolerance = config_float(L.cfg, "learner.ratio_tolerance");
   L.tolerance_per_ratio =
-      4.0 * L.actors * L.num_envs * (double)config_int(L.cfg, "actor.send_steps");
+      4.0 * L.actors * L.num_envs * (double)config_int(L.cfg, "actor.send_steps") +
+      (L.store_streams ? 2.0 * FOLLOW_CHUNK : 0);
   L.tolerance_auto = L.tolerance <= 0;
   if (L.tolerance_auto) L.tolerance = L.tolerance_per_ratio * L.ratio;
   pthread_mutex_init(&L.hp_mu, NULL);
   pthread_cond_init(&L.hp_cv, NULL);
-  L.stream_ret = calloc((size_t)L.actors * L.num_envs, sizeof *L.stream_ret);
-  L.incarnation = calloc((size_t)L.actors, sizeof *L.incarnation);
+  L.stream_ret = calloc((size_t)L.actors * L.num_envs + 1, sizeof *L.stream_ret);
+  L.incarnation = calloc((size_t)L.actors + 1, sizeof *L.incarnation);
   if (!L.stream_ret || !L.incarnation) {
     fprintf(stderr, "shoal-learner: out of memory\n");
     return 1;
@@ -751,6 +763,23 @@ int main(int argc, char **argv) {
   fill_spec(&L, &spec, max_items);
   if (rpc_server_create(&sc, &spec, &L.srv, &err)) die("rpc server", &err);
   publish(&L);
+  if (L.store_streams) {
+    const char *srun = config_string(L.cfg, "replay.store_run");
+    follow_config fc = {
+        .st = L.st,
+        .run = srun[0] ? srun : run,
+        .mem = L.mem,
+        .first_stream = L.actors * L.num_envs,
+        .nstreams = L.store_streams,
+        .prioritized = L.prioritized,
+        .poll_s = config_float(L.cfg, "replay.store_poll_s"),
+        .start_after = resume ? follow_resume_after(L.st, run) : STORE_SEG_FIRST,
+        .store_fraction = strcmp(source, "mixed") ? 0 : config_float(L.cfg, "replay.store_ratio"),
+        .wait_room = follow_wait,
+        .ctx = &L};
+    if (follow_limits_from_env(L.spec, &fc.limits, &err) || follow_start(&L.fol, &fc, &err))
+      die("store follower", &err);
+  }
 
   struct sigaction sa = {0};
   sa.sa_handler = on_signal;
@@ -900,7 +929,8 @@ int main(int argc, char **argv) {
       pthread_mutex_unlock(&L.ep_mu);
       rpc_server_stats ss;
       rpc_server_stats_get(L.srv, &ss);
-      char j1[32], j2[32], j3[32];
+      char j1[32], j2[32], j3[32], fol_json[256];
+      follow_progress_json(L.fol, fol_json, sizeof fol_json);
       double sps = (double)(env_steps - steps_at_log) / dt;
       double ups = (double)(L.updates - updates_at_log) / dt;
       double samples_s = (double)(ss.samples - samples_at_log) / dt;
@@ -908,13 +938,14 @@ int main(int argc, char **argv) {
           "{\"event\":\"progress\",\"t\":%.2f,\"env_steps\":%lld,\"sps\":%.1f,"
           "\"samples_s\":%.1f,\"updates\":%lld,\"ups\":%.1f,\"replay\":%lld,"
           "\"episodes\":%llu,\"return100\":%s,\"eval\":%s,\"version\":%lld,"
-          "\"loss\":%s,\"rejected\":%llu,\"insert_waits\":%llu}",
+          "\"loss\":%s,\"rejected\":%llu,\"insert_waits\":%llu%s}",
           now - t0, (long long)env_steps, sps, samples_s, (long long)L.updates, ups,
           (long long)rs.held, (unsigned long long)neps, jnum(j1, sizeof j1, ret100),
           jnum(j2, sizeof j2, L.eval_return), (long long)L.version, jnum(j3, sizeof j3, last_loss),
           (unsigned long long)(ss.rejected + L.bad_batches),
-          (unsigned long long)atomic_load(&L.insert_waits));
+          (unsigned long long)atomic_load(&L.insert_waits), fol_json);
       double t_unix = unix_now();
+      follow_metrics(L.fol, L.wr, run, env_steps, t_unix);
       store_writer_metric(L.wr, run, "sps", env_steps, t_unix, sps);
       store_writer_metric(L.wr, run, "updates_s", env_steps, t_unix, ups);
       if (neps) store_writer_metric(L.wr, run, "return100", env_steps, t_unix, ret100);
@@ -930,6 +961,7 @@ int main(int argc, char **argv) {
   replay_stats rs;
   replay_get_stats(L.mem, &rs);
   int64_t env_steps = L.env_steps_base + (int64_t)rs.inserted_steps;
+  follow_halt(L.fol); /* before the rate limiter lets every insert through */
   atomic_store(&L.stopping, true);
   pthread_mutex_lock(&L.hp_mu);
   pthread_cond_broadcast(&L.hp_cv);
@@ -937,6 +969,12 @@ int main(int argc, char **argv) {
   pthread_mutex_lock(&L.rl_mu);
   pthread_cond_broadcast(&L.rl_cv);
   pthread_mutex_unlock(&L.rl_mu);
+  if (L.fol) {
+    follow_finish(L.fol, L.wr, run, env_steps); /* its final counts: a JSON line, metrics */
+    L.fol = NULL;
+    replay_get_stats(L.mem, &rs); /* with the segment that was going in, whole */
+    env_steps = L.env_steps_base + (int64_t)rs.inserted_steps;
+  }
   rpc_server_destroy(L.srv, 1.0);
   L.srv = NULL;
   L.version++;

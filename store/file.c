@@ -57,6 +57,8 @@ static const char REPLAY_MAGIC[8] = {'S', 'H', 'R', 'P', 'S', 'E', 'G', 0};
 
 static atomic_uint_fast64_t tmp_counter;
 
+const char *store__file_root(void *impl) { return ((file_store *)impl)->root; }
+
 /* Temporary names carry host and pid, so a later writer on the same host can tell
  * the leftovers of a killed process (pid gone) from a live writer's files. On a
  * folder shared by several hosts, another host's files are never touched. */

@@ -64,6 +64,14 @@ extern const store__backend store__file_backend;
 int store__mongo_open(void **impl, const char *uri, shoal_error *err);
 extern const store__backend store__mongo_backend;
 
+/* Experience segments (segments.c) keep their own code per backend and reach the
+ * backend's state through these. */
+void *store__impl(store *st);                        /* store.c */
+const char *store__file_root(void *impl);            /* file.c: the store's folder */
+void *store__mongo_pop(void *impl, const char **db); /* mongo.c: a pooled client */
+void store__mongo_push(void *impl, void *client);
+int store__mongo_error(void *impl, shoal_error *err, const void *bson_err, const char *what);
+
 /* Helpers. */
 int store__metric_name_valid(const char *name);
 int store__worker_valid(const char *name);
