@@ -97,14 +97,38 @@ static inline char *wf_run(char *const argv[], double timeout_s, int *rc) {
 
 /* The pid of a live process whose command line holds w1 and (when not NULL) w2; 0 if
  * none. */
-static inline pid_t wf_find_pid(const char *w1, const char *w2) {
+/* True when pid is this test's child, grandchild, ...: tests that run side by side (or
+ * another checkout's tests on the same machine) use the same run names, and a test must
+ * only ever signal its own processes. */
+static inline bool wf_is_descendant(long pid) {
+  for (int depth = 0; depth < 64 && pid > 1; depth++) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')'); /* the command name may hold spaces and parens */
+    long ppid = 0;
+    if (!rp || sscanf(rp + 1, " %*c %ld", &ppid) != 1) return false;
+    if (ppid == (long)getpid()) return true;
+    pid = ppid;
+  }
+  return false;
+}
+
+/* A process whose command line holds w1 (and w2 when given); own_only keeps to this
+ * test's descendants. 0 when none. */
+static inline pid_t wf_find_pid_in(const char *w1, const char *w2, bool own_only) {
   DIR *d = opendir("/proc");
   struct dirent *e;
   pid_t found = 0;
   while (d && (e = readdir(d)) && !found) {
     char *end;
     long pid = strtol(e->d_name, &end, 10);
-    if (*end || pid <= 0 || pid == getpid()) continue;
+    if (*end || pid <= 0 || pid == getpid() || (own_only && !wf_is_descendant(pid))) continue;
     char path[64], buf[8192];
     snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
     int fd = open(path, O_RDONLY);
@@ -119,6 +143,11 @@ static inline pid_t wf_find_pid(const char *w1, const char *w2) {
   }
   if (d) closedir(d);
   return found;
+}
+
+/* One of this test's own processes (see wf_is_descendant). */
+static inline pid_t wf_find_pid(const char *w1, const char *w2) {
+  return wf_find_pid_in(w1, w2, true);
 }
 
 static inline int wf_setup(const char *name) {

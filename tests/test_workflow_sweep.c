@@ -106,7 +106,7 @@ static void test_killed_worker_trial_completes(void **state) {
   assert_int_not_equal(r.status, STORE_RUN_RUNNING);
   store_run_clear(&r);
   store_close(st);
-  assert_int_equal(wf_find_pid(run1, NULL), 0);
+  assert_int_equal(wf_find_pid_in(run1, NULL, false), 0); /* orphans too */
 
   char *a2[] = {wf_shoal, "sweep", "--report", "grid4", "--store", uri, NULL};
   out = wf_run(a2, 30, &rc);
