@@ -4,6 +4,8 @@
  *   plot.c    shoal plot RUN ...                               (learning curves, gnuplot)
  *   sweep.c   shoal sweep SWEEP.yaml, shoal sweep --report, shoal worker --sweep NAME
  *   tboard.c  shoal tboard RUN ...                             (TensorBoard event files)
+ *   dataset.c shoal dataset put|ls|info|rm ...                 (datasets in the store)
+ *   media.c   shoal media ls|get RUN ...                       (a run's recordings)
  * Each takes the arguments after its name and returns the process exit status
  * (0 ok, 1 failed, 2 usage).
  */
@@ -16,6 +18,32 @@ int cmd_plot(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 int cmd_tboard(int argc, char **argv);
+int cmd_dataset(int argc, char **argv);
+int cmd_media(int argc, char **argv);
+
+/* ---- the recorder of `shoal eval --render` (cli/media.c) ---- */
+#include <stdint.h>
+
+#include "store/store.h"
+
+/* One episode's recording: a strip of at most strip_max (even) evenly spaced frames
+ * and an animated PNG of the episode (every step, or every ceil(max_steps / 1000)-th
+ * for long episodes, played at 50 steps a second). Frames are (h, w, 3). */
+typedef struct eval_rec eval_rec;
+int eval_rec_create(eval_rec **out, int w, int h, int strip_max, int max_steps, shoal_error *err);
+void eval_rec_destroy(eval_rec *r); /* NULL is fine */
+/* 1 when the frame of step t (0-based) is wanted: render it and pass it to add. */
+int eval_rec_wants(const eval_rec *r, int t);
+int eval_rec_add(eval_rec *r, int t, const uint8_t *rgb, shoal_error *err);
+/* Frames in the strip now, and their spacing in steps. */
+int eval_rec_strip_frames(const eval_rec *r, int *every);
+/* Stores the strip ("v<version>-s<seed>-ep<episode>-strip.png", image/png) and the
+ * animation ("...-ep<episode>.apng", image/apng) in the media of base->run, with
+ * base's metadata (version, episode, return, length, env); writes the
+ * strip to strip_path too when not NULL. An item stored already (the same snapshot
+ * and seed) is kept and reported. */
+int eval_rec_store(eval_rec *r, store *st, const store_media_meta *base, uint64_t seed,
+                   const char *strip_path, shoal_error *err);
 
 /* Flat JSON lines (the learner's events): "key":<number> (NAN when absent or null) and
  * "key":"<text>" into out (false when absent). Defined in shoal.c. */

@@ -408,6 +408,7 @@ int store__file_open(void **impl, const char *uri, shoal_error *err) {
 }
 
 static void file_close(void *impl) { free(impl); }
+const char *store__file_root(const void *impl) { return ((const file_store *)impl)->root; }
 
 static void sweep_stale_tmp(const char *dir);
 

@@ -73,4 +73,12 @@ char *store__strdup(const char *s); /* NULL for NULL; NULL on allocation failure
 /* Growable arrays for list results. */
 int store__grow(void **arr, size_t *cap, size_t n, size_t elem);
 
+/* ---- for the data hub (store/hub.h) ---- */
+void *store__impl(store *st);                   /* the backend's handle; store.c */
+const char *store__file_root(const void *impl); /* the file store's folder; file.c */
+/* The MongoDB store's pool (a mongoc_client_pool_t *), database name, redacted URI and
+ * password (to scrub from messages; may be NULL); mongo.c, without libmongoc all NULL. */
+void store__mongo_parts(void *impl, void **pool, const char **db, const char **uri,
+                        const char **password);
+
 #endif

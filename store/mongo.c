@@ -42,6 +42,10 @@ int store__mongo_open(void **impl, const char *uri, shoal_error *err) {
                          red);
 }
 static void mongo_close(void *impl) {}
+void store__mongo_parts(void *impl, void **pool, const char **db, const char **uri,
+                        const char **password) {
+  *pool = NULL, *db = *uri = *password = NULL;
+}
 const store__backend store__mongo_backend = {.name = "mongodb", .close = mongo_close};
 
 #else
@@ -275,6 +279,12 @@ int store__mongo_open(void **impl, const char *uri_str, shoal_error *err) {
 fail:
   mongo_close(ms);
   return rc;
+}
+
+void store__mongo_parts(void *impl, void **pool, const char **db, const char **uri,
+                        const char **password) {
+  mongo_store *ms = impl;
+  *pool = ms->pool, *db = ms->db, *uri = ms->uri, *password = ms->password;
 }
 
 /* ---- helpers ------------------------------------------------------------- */

@@ -260,6 +260,7 @@ void store_close(store *st) {
 
 const char *store_backend_name(const store *st) { return st->be->name; }
 const char *store_uri(const store *st) { return st->uri; }
+void *store__impl(store *st) { return st->impl; }
 
 /* ---- argument checks ----------------------------------------------------- */
 
