@@ -433,17 +433,30 @@ static void test_eval_render_to_media(void **state) {
   free(frame0);
   env_vec_destroy(ev);
 
-  /* PIL, when Debian's python3 has it, reads the same frame count and size. */
+  /* PIL, when Debian's python3 has it (python3-pil), reads the same frame count and
+   * size, and the same pixels in the first and the last frame. */
   if (system("/usr/bin/python3 -c 'import PIL' 2>/dev/null") == 0) {
     snprintf(cmd, sizeof cmd,
              "/usr/bin/python3 -c \"from PIL import Image; im = Image.open('%s'); "
-             "print('pil', im.n_frames, im.size[0], im.size[1])\"",
-             apng_path);
+             "print('pil', im.n_frames, im.size[0], im.size[1]); "
+             "open('%s/f0.rgb', 'wb').write(im.convert('RGB').tobytes()); "
+             "im.seek(im.n_frames - 1); "
+             "open('%s/fl.rgb', 'wb').write(im.convert('RGB').tobytes())\"",
+             apng_path, g_tmp, g_tmp);
     out = run_cmd(cmd, &status);
+    assert_int_equal(status, 0);
     char want[80];
     snprintf(want, sizeof want, "pil %d 600 400", a.frames);
     assert_non_null(strstr(out, want));
     free(out);
+    for (int last = 0; last < 2; last++) {
+      char fp[400];
+      snprintf(fp, sizeof fp, "%s/%s.rgb", g_tmp, last ? "fl" : "f0");
+      uint8_t *px = slurp(fp, &len);
+      assert_int_equal(len, 600 * 400 * 3);
+      assert_memory_equal(px, a.rgb + (size_t)(last ? a.frames - 1 : 0) * 600 * 400 * 3, len);
+      free(px);
+    }
   } else {
     printf("note: python3-pil is not installed; the APNG was checked by the decoder here\n");
   }
