@@ -7,12 +7,14 @@
  *        u64 payload bytes (little-endian)
  *   DIR/<run>/media/<name>, <name>.json     a media item and its metadata
  *
- * A dataset is written in DIR/_datasets/.tmp-NAME-<pid>-<n>/, each file fsynced, and
- * the folder renamed into place with RENAME_NOREPLACE, so a dataset appears whole or
- * not at all and two writers of one name cannot both win. Deleting renames the folder
- * out of sight first. A media item is linked into place exclusively (so an existing
- * one is never replaced) before its metadata is renamed beside it; listings read the
- * metadata files, so an item shows once it is whole.
+ * A dataset is written in DIR/_datasets/.tmp.<host>.<pid>.<n>.NAME/, each file fsynced,
+ * and the folder renamed into place with RENAME_NOREPLACE, so a dataset appears whole
+ * or not at all and two writers of one name cannot both win. Deleting renames the
+ * folder out of sight (.del.<host>.<pid>.<n>.NAME) first. What a killed writer leaves
+ * is removed by the next writer on the same host once that process is gone (another
+ * host's folders are never touched: its pids mean nothing here). A media item is linked into place
+ * exclusively (so an existing one is never replaced) before its metadata is renamed beside it;
+ * listings read the metadata files, so an item shows once it is whole.
  */
 #define _GNU_SOURCE
 #include <bson/bson.h>
@@ -24,12 +26,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ctype.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "store/hub.h"
 
 static atomic_uint_fast64_t hub_counter;
+
+static char host[64];
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+static void host_init(void) {
+  char h[256] = {0};
+  if (gethostname(h, sizeof h - 1) != 0) snprintf(h, sizeof h, "host");
+  size_t o = 0;
+  for (size_t i = 0; h[i] && o < sizeof host - 1; i++)
+    if (isalnum((unsigned char)h[i]) || h[i] == '-') host[o++] = h[i];
+  if (!o) snprintf(host, sizeof host, "host");
+}
+static const char *host_tag(void) {
+  pthread_once(&host_once, host_init);
+  return host;
+}
 
 static int sys_err(shoal_error *err, int e, const char *what, const char *path) {
   int code = e == ENOENT ? SHOAL_ENOENT : e == EEXIST ? SHOAL_EEXIST : SHOAL_EIO;
@@ -114,6 +134,28 @@ static void rm_flat_dir(const char *dir) {
   rmdir(dir);
 }
 
+/* Removes .tmp.<host>.<pid>.* and .del.<host>.<pid>.* folders in dir left by dead
+ * processes of this host. */
+static void sweep_stale(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  const char *h = host_tag();
+  size_t hl = strlen(h);
+  struct dirent *de;
+  char p[PATH_MAX];
+  while ((de = readdir(d))) {
+    const char *n = de->d_name;
+    if (strncmp(n, ".tmp.", 5) && strncmp(n, ".del.", 5)) continue;
+    if (strncmp(n + 5, h, hl) || n[5 + hl] != '.') continue;
+    char *end;
+    long pid = strtol(n + 6 + hl, &end, 10);
+    if (pid <= 0 || *end != '.' || pid == (long)getpid()) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    if (snprintf(p, sizeof p, "%s/%s", dir, n) < (int)sizeof p) rm_flat_dir(p);
+  }
+  closedir(d);
+}
+
 static int read_whole(const char *path, char **out, size_t *len, shoal_error *err) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return sys_err(err, errno, "cannot open", path);
@@ -188,8 +230,11 @@ static int ds_begin(void *impl, const char *name, void **out, shoal_error *err) 
   snprintf(u->id, sizeof u->id, "%ld-%llu", (long)getpid(), c);
   int rc = path_ok(snprintf(u->root, sizeof u->root, "%s/_datasets", store__file_root(impl)), err);
   if (!rc)
-    rc = path_ok(snprintf(u->tmp, sizeof u->tmp, "%s/.tmp-%s-%s", u->root, name, u->id), err);
+    rc = path_ok(snprintf(u->tmp, sizeof u->tmp, "%s/.tmp.%s.%ld.%llu.%s", u->root, host_tag(),
+                          (long)getpid(), c, name),
+                 err);
   if (!rc) rc = mkdir_one(u->root, err);
+  if (!rc) sweep_stale(u->root);
   if (!rc && mkdir(u->tmp, 0755) != 0) rc = sys_err(err, errno, "cannot create folder", u->tmp);
   if (rc) {
     free(u);
@@ -358,8 +403,8 @@ static int ds_delete(void *impl, const char *name, shoal_error *err) {
   unsigned long long c = (unsigned long long)atomic_fetch_add(&hub_counter, 1);
   int rc = ds_dir(impl, name, d, err);
   if (!rc)
-    rc = path_ok(snprintf(gone, sizeof gone, "%s/_datasets/.del-%s-%ld-%llu",
-                          store__file_root(impl), name, (long)getpid(), c),
+    rc = path_ok(snprintf(gone, sizeof gone, "%s/_datasets/.del.%s.%ld.%llu.%s",
+                          store__file_root(impl), host_tag(), (long)getpid(), c, name),
                  err);
   if (rc) return rc;
   if (rename(d, gone) != 0) {

@@ -11,6 +11,7 @@
  * 55 MB.
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -436,6 +437,38 @@ static void test_damage_rejected(void **state) {
   assert_int_equal(store_dataset_delete(st, name, &err), 0);
 }
 
+/* What a killed writer leaves (a half-written dataset folder) is removed by the next
+ * writer on the same host once its process is gone; other hosts' folders stay. */
+static void test_leftovers_swept(void **state) {
+  store *st = *state;
+  char h[256] = {0}, tag[64] = {0};
+  assert_int_equal(gethostname(h, sizeof h - 1), 0);
+  size_t o = 0;
+  for (size_t i = 0; h[i] && o < sizeof tag - 1; i++)
+    if (isalnum((unsigned char)h[i]) || h[i] == '-') tag[o++] = h[i];
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, NULL, 0);
+  char root[400], half[700], other[700], f[800];
+  snprintf(root, sizeof root, "%s/store/_datasets", g_dir);
+  mkdir(root, 0755);
+  snprintf(half, sizeof half, "%s/.tmp.%s.%ld.3.half", root, tag, (long)dead);
+  snprintf(other, sizeof other, "%s/.tmp.otherhost.%ld.3.far", root, (long)dead);
+  assert_int_equal(mkdir(half, 0755), 0);
+  assert_int_equal(mkdir(other, 0755), 0);
+  snprintf(f, sizeof f, "%s/chunk-000000.bin", half);
+  FILE *fp = fopen(f, "w");
+  fputs("partial", fp);
+  fclose(fp);
+  char name[80];
+  dname(name, sizeof name, "after-crash");
+  put_synthetic(st, name, 10, 4);
+  struct stat sb;
+  assert_int_equal(stat(half, &sb), -1);
+  assert_int_equal(stat(other, &sb), 0);
+  rmdir(other);
+}
+
 /* ---- bounded memory over all of Fashion-MNIST ---- */
 
 static long status_kb(const char *key) {
@@ -592,6 +625,7 @@ int main(int argc, char **argv) {
   };
   const struct CMUnitTest file_only[] = {
       cmocka_unit_test_setup_teardown(test_damage_rejected, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_leftovers_swept, setup, teardown),
   };
   char group[64];
   snprintf(group, sizeof group, "dataset_%s", backend);
