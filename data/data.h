@@ -3,7 +3,8 @@
  * Fashion-MNIST format, gzip-compressed or plain, through zlib), an in-memory image
  * dataset, and a loader that cuts it into shuffled, normalised, optionally augmented
  * minibatches on a background thread with a bounded prefetch, so a training loop finds
- * its next batch ready. Depends on common/ and zlib.
+ * its next batch ready; and datasets kept in the store streamed in minibatches with
+ * bounded memory (data_stream, below). Depends on common/, store/ and zlib.
  *
  *   shoal_error err = {0};
  *   data_set *train;
