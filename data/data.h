@@ -166,13 +166,13 @@ void data_normalize(float *x, const uint8_t *u, size_t n, float mean, float std)
 typedef struct store store;
 
 typedef struct data_stream_config {
-  int batch;              /* samples per batch, >= 1 */
-  bool shuffle;           /* chunk order and records within a window (else stored order) */
-  bool drop_last;         /* drop an incomplete last batch of each epoch */
-  uint64_t seed;          /* the shuffle: the same seed gives the same batches */
-  float mean, std;        /* x = (byte / 255 - mean) / std; std > 0 */
-  int window_chunks;      /* chunks shuffled together, >= 1 */
-  int prefetch_chunks;    /* chunks the thread reads ahead of the window in use, >= 0 */
+  int batch;               /* samples per batch, >= 1 */
+  bool shuffle;            /* chunk order and records within a window (else stored order) */
+  bool drop_last;          /* drop an incomplete last batch of each epoch */
+  uint64_t seed;           /* the shuffle: the same seed gives the same batches */
+  float mean, std;         /* x = (byte / 255 - mean) / std; std > 0 */
+  int window_chunks;       /* chunks shuffled together, >= 1 */
+  int prefetch_chunks;     /* chunks the thread reads ahead of the window in use, >= 0 */
   const char *image_field; /* "images" */
   const char *label_field; /* "labels"; "" for none (labels are then 0) */
 } data_stream_config;
@@ -188,8 +188,8 @@ typedef struct data_stream data_stream;
  * untouched: SHOAL_ENOENT for no such dataset, SHOAL_EINVAL for a bad config or a
  * dataset without the fields (the message names dataset and field), the store's
  * errors for a damaged manifest. A damaged chunk is reported by data_stream_next. */
-int data_stream_open(data_stream **out, store *st, const char *name,
-                     const data_stream_config *cfg, shoal_error *err);
+int data_stream_open(data_stream **out, store *st, const char *name, const data_stream_config *cfg,
+                     shoal_error *err);
 /* Stops the thread and frees everything; NULL is fine. */
 void data_stream_destroy(data_stream *ds);
 /* Batches per epoch. */

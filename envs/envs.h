@@ -287,13 +287,12 @@ int env_png_strip(const char *path, const uint8_t *frames, int n, int w, int h, 
 
 /* Encodes an RGB image (h, w, 3) as an 8-bit PNG in memory: *png is a new buffer of
  * *len bytes (caller frees it with free()). SHOAL_EINVAL for a bad size. */
-int env_png_encode(const uint8_t *rgb, int w, int h, uint8_t **png, size_t *len,
-                   shoal_error *err);
+int env_png_encode(const uint8_t *rgb, int w, int h, uint8_t **png, size_t *len, shoal_error *err);
 
 /* Lays n frames (n, h, w, 3) out as env_png_strip does (cols per row, 2-pixel grey
  * borders) into a new (*H, *W, 3) image *img (caller frees it with free()). */
-int env_strip_compose(const uint8_t *frames, int n, int w, int h, int cols, uint8_t **img,
-                      int *W, int *H, shoal_error *err);
+int env_strip_compose(const uint8_t *frames, int n, int w, int h, int cols, uint8_t **img, int *W,
+                      int *H, shoal_error *err);
 
 /* An animated PNG built frame by frame in memory: each frame is compressed when added
  * (only the rectangle that changed since the previous one), so memory holds one raw
@@ -303,8 +302,7 @@ int env_strip_compose(const uint8_t *frames, int n, int w, int h, int cols, uint
  *   env_apng_add(a, rgb, &err);  ...                             // (h, w, 3) each
  *   env_apng_finish(a, &bytes, &len, &err);                      // frees a */
 typedef struct env_apng env_apng;
-int env_apng_create(env_apng **out, int w, int h, int delay_num, int delay_den,
-                    shoal_error *err);
+int env_apng_create(env_apng **out, int w, int h, int delay_num, int delay_den, shoal_error *err);
 /* Adds a frame (borrowed). SHOAL_ENOMEM when out of memory (a can then be destroyed). */
 int env_apng_add(env_apng *a, const uint8_t *rgb, shoal_error *err);
 uint32_t env_apng_frames(const env_apng *a); /* frames added so far; can't fail */

@@ -459,8 +459,7 @@ void store_dataset_abort(store_dataset_writer *w);
 /* Reads the manifest of dataset name into *out (caller clears it). SHOAL_ENOENT when
  * there is no such dataset, SHOAL_EFORMAT for a damaged manifest (the message names
  * the dataset and the fault). */
-int store_dataset_info_get(store *st, const char *name, store_dataset_info *out,
-                           shoal_error *err);
+int store_dataset_info_get(store *st, const char *name, store_dataset_info *out, shoal_error *err);
 
 /* Every dataset, sorted by name. *out is a new array (caller frees it with
  * store_dataset_infos_free), NULL when n is 0. A damaged manifest fails the call. */
