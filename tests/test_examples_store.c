@@ -3,7 +3,8 @@
  * the same first N training and 2,000 test images, the same seed, the same number of
  * steps; only the shuffle differs (chunk order and a window of chunks against a full
  * permutation). Runs build/bin/classify (SHOAL_BINARY_DIR). Without the Fashion-MNIST
- * files it prints SKIPPED and returns 77. */
+ * files it prints SKIPPED and returns 77. The Debug (sanitizer) build, about 10x slower,
+ * runs only the streamed training, shorter, and checks that it learns. */
 #define _GNU_SOURCE
 
 #include <math.h>
@@ -51,36 +52,42 @@ static void test_classify_from_store(void **state) {
   snprintf(p[1], sizeof p[1], "%s/train-labels-idx1-ubyte.gz", dir);
   snprintf(p[2], sizeof p[2], "%s/t10k-images-idx3-ubyte.gz", dir);
   snprintf(p[3], sizeof p[3], "%s/t10k-labels-idx1-ubyte.gz", dir);
-  int n = SHOAL_EXAMPLES_QUICK ? 3200 : 6400, batch = SHOAL_EXAMPLES_QUICK ? 32 : 64;
+  int n = SHOAL_EXAMPLES_QUICK ? 1600 : 6400, batch = SHOAL_EXAMPLES_QUICK ? 32 : 64;
+  int n_test = SHOAL_EXAMPLES_QUICK ? 1000 : 2000;
   char uri[400];
   snprintf(uri, sizeof uri, "file://%s/store", g_tmp);
   shoal_error err = {0};
   store *st;
   if (store_open(&st, uri, &err)) fail_msg("%s", err.msg);
   put_split(st, "fm-train", p[0], p[1], n);
-  put_split(st, "fm-test", p[2], p[3], 2000);
+  put_split(st, "fm-test", p[2], p[3], n_test);
   store_close(st);
 
   char args[1400];
-  snprintf(args, sizeof args,
-           "--epochs 1 --limit %d --batch %d --test-limit 2000 --threads 1 --seed 3 "
-           "--out %s/f.safetensors",
-           n, batch, g_tmp);
-  char *files = run("classify", args);
   snprintf(args, sizeof args,
            "--epochs 1 --data store://fm-train --store '%s' --batch %d --threads 1 --seed 3 "
            "--out %s/s.safetensors",
            uri, batch, g_tmp);
   char *streamed = run("classify", args);
   assert_non_null(strstr(streamed, "streamed from the store"));
-  double acc_f = field(files, "test_acc"), acc_s = field(streamed, "test_acc");
-  double loss_f = field(files, "train_loss"), loss_s = field(streamed, "train_loss");
-  printf("test accuracy: files %.4f, store %.4f; train loss: files %.4f, store %.4f\n", acc_f,
-         acc_s, loss_f, loss_s);
-  assert_true(acc_s > (SHOAL_EXAMPLES_QUICK ? 0.65 : 0.72));
-  assert_true(fabs(acc_s - acc_f) < 0.03);
-  assert_true(fabs(loss_s - loss_f) < 0.1);
-  free(files), free(streamed);
+  double acc_s = field(streamed, "test_acc"), loss_s = field(streamed, "train_loss");
+  free(streamed);
+  if (SHOAL_EXAMPLES_QUICK) {
+    assert_true(acc_s > 0.5); /* 50 steps: well above chance (0.1) */
+  } else {
+    snprintf(args, sizeof args,
+             "--epochs 1 --limit %d --batch %d --test-limit %d --threads 1 --seed 3 "
+             "--out %s/f.safetensors",
+             n, batch, n_test, g_tmp);
+    char *files = run("classify", args);
+    double acc_f = field(files, "test_acc"), loss_f = field(files, "train_loss");
+    free(files);
+    printf("test accuracy: files %.4f, store %.4f; train loss: files %.4f, store %.4f\n", acc_f,
+           acc_s, loss_f, loss_s);
+    assert_true(acc_s > 0.72);
+    assert_true(fabs(acc_s - acc_f) < 0.03);
+    assert_true(fabs(loss_s - loss_f) < 0.1);
+  }
 
   /* A missing dataset is an error naming it. */
   char cmd[1400];

@@ -1,7 +1,7 @@
 /*
- * tests/test_dataset.c — datasets in the store and data_stream reading them back.
- *   test_dataset file      the file store in a temporary folder
- *   test_dataset mongodb   the MongoDB store at $SHOAL_TEST_MONGO_URI (else SKIPPED, 77)
+ * tests/test_store_dataset.c — datasets in the store and data_stream reading them back.
+ *   test_store_dataset file      the file store in a temporary folder
+ *   test_store_dataset mongodb   the MongoDB store at $SHOAL_TEST_MONGO_URI (else SKIPPED, 77)
  *
  * Round trip (every record back exactly once per epoch, bytes and labels intact, the
  * shuffle seeded, windows of at most window_chunks chunks), the writer's checks,
