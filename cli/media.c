@@ -93,7 +93,7 @@ static int put_one(store *st, const store_media_meta *m, const void *b, size_t n
   *stored = rc == 0;
   if (rc == SHOAL_EEXIST) {
     /* A snapshot played with the same seed gives the same episode: it is stored. */
-    printf("eval %s: media %s is already stored\n", m->run, m->name);
+    printf("eval %s media: %s is already stored\n", m->run, m->name);
     return 0;
   }
   if (rc) shoal_error_set(err, rc, "%s", e2.msg);
@@ -121,8 +121,7 @@ int eval_rec_store(eval_rec *r, store *st, const store_media_meta *base, uint64_
     m.frames = r->nstrip;
     rc = put_one(st, &m, png, npng, &stored, err);
     if (!rc && stored)
-      printf("eval %s: stored %s in the media of the run (%d frames, %zu bytes)\n", m.run, m.name,
-             r->nstrip, npng);
+      printf("eval %s media: stored %s (%d frames, %zu bytes)\n", m.run, m.name, r->nstrip, npng);
   }
   if (!rc) {
     snprintf(m.name, sizeof m.name, "v%" PRId64 "-s%" PRIu64 "-ep%" PRId64 ".apng", base->version,
@@ -131,8 +130,8 @@ int eval_rec_store(eval_rec *r, store *st, const store_media_meta *base, uint64_
     m.frames = frames;
     rc = put_one(st, &m, apng, napng, &stored, err);
     if (!rc && stored)
-      printf("eval %s: stored %s in the media of the run (%d frames, %.3g s each, %zu bytes)\n",
-             m.run, m.name, frames, (double)r->anim_every / STEPS_PER_SECOND, napng);
+      printf("eval %s media: stored %s (%d frames, %.3g s each, %zu bytes)\n", m.run, m.name,
+             frames, (double)r->anim_every / STEPS_PER_SECOND, napng);
   }
   free(img), free(png), free(apng);
   return rc;
