@@ -167,7 +167,8 @@ static int cmd_put(int argc, char **argv, const char *uri) {
   int so = snprintf(src, sizeof src, "%s", source ? source : "idx:");
   for (int i = 0; i < nfiles && !rc; i++) {
     const char *eq = strchr(files[i], '='), *path = files[i];
-    if (eq && eq - files[i] < STORE_FIELD_NAME_MAX && !strchr(files[i], '/')) {
+    if (eq && eq - files[i] < STORE_FIELD_NAME_MAX &&
+        !memchr(files[i], '/', (size_t)(eq - files[i]))) {
       snprintf(f[i].name, sizeof f[i].name, "%.*s", (int)(eq - files[i]), files[i]);
       path = eq + 1;
     } else {

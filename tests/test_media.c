@@ -1,6 +1,7 @@
 /*
  * tests/test_media.c — episode recordings: the PNG/APNG writer (envs/apng.c), media in
- * the store, and `shoal eval --render` / `shoal media ls|get` end to end.
+ * the store, and `shoal eval --render` / `shoal media ls|get` end to end; and the other
+ * data-hub command, `shoal dataset put|ls|info|rm`, end to end.
  *   test_media file      the file store in a temporary folder
  *   test_media mongodb   the MongoDB store at $SHOAL_TEST_MONGO_URI (else SKIPPED, 77)
  *
@@ -28,6 +29,7 @@
 
 #include "algos/algos.h"
 #include "config/config.h"
+#include "data/data.h"
 #include "envs/envs.h"
 #include "nn/nn.h"
 #include "store/store.h"
@@ -464,6 +466,110 @@ static void test_eval_render_to_media(void **state) {
   store_close(st);
 }
 
+/* ---- shoal dataset ------------------------------------------------------------------ */
+
+static void test_dataset_cli(void **state) {
+  const char *bin = getenv("SHOAL_BINARY_DIR");
+  const char *dir = getenv("SHOAL_FASHION_MNIST") ? getenv("SHOAL_FASHION_MNIST")
+                                                  : "/usr/share/datasets/fashion-mnist";
+  char shoal[600], cmd[3000], name[STORE_NAME_MAX], im[600], lb[600], trl[600];
+  snprintf(shoal, sizeof shoal, "%s/bin/shoal", bin ? bin : ".");
+  snprintf(im, sizeof im, "%s/t10k-images-idx3-ubyte.gz", dir);
+  snprintf(lb, sizeof lb, "%s/t10k-labels-idx1-ubyte.gz", dir);
+  snprintf(trl, sizeof trl, "%s/train-labels-idx1-ubyte.gz", dir);
+  if (access(im, R_OK) != 0) {
+    printf("SKIPPED: Fashion-MNIST is not in %s\n", dir);
+    skip();
+  }
+  rname(name, sizeof name, "fm-test");
+  int status;
+  snprintf(cmd, sizeof cmd, "'%s' dataset put %s '%s' '%s' --chunk-records 1000 --store '%s' 2>&1",
+           shoal, name, im, lb, g_uri);
+  char *out = run_cmd(cmd, &status);
+  assert_int_equal(status, 0);
+  assert_non_null(strstr(out, "10000 records of 785 bytes in 10 chunks of 1000"));
+  free(out);
+  out = run_cmd(cmd, &status); /* once written, never replaced */
+  assert_int_equal(status, 1);
+  assert_non_null(strstr(out, "exists"));
+  free(out);
+  char other[STORE_NAME_MAX];
+  rname(other, sizeof other, "mixed");
+  snprintf(cmd, sizeof cmd, "'%s' dataset put %s '%s' '%s' --store '%s' 2>&1", shoal, other, im,
+           trl, g_uri);
+  out = run_cmd(cmd, &status); /* 10,000 images, 60,000 labels */
+  assert_int_equal(status, 1);
+  assert_non_null(strstr(out, "60000"));
+  free(out);
+  snprintf(cmd, sizeof cmd, "'%s' dataset put %s x=/etc/hostname --store '%s' 2>&1", shoal, other,
+           g_uri);
+  out = run_cmd(cmd, &status);
+  assert_int_equal(status, 1);
+  assert_non_null(strstr(out, "not an IDX file"));
+  free(out);
+
+  snprintf(cmd, sizeof cmd, "'%s' dataset ls --store '%s' 2>&1", shoal, g_uri);
+  out = run_cmd(cmd, &status);
+  assert_int_equal(status, 0);
+  assert_non_null(strstr(out, name));
+  assert_non_null(strstr(out, "images u8(28,28), labels u8()"));
+  assert_null(strstr(out, other)); /* the failed puts left nothing */
+  free(out);
+  snprintf(cmd, sizeof cmd, "'%s' dataset info %s --verify --store '%s' 2>&1", shoal, name, g_uri);
+  out = run_cmd(cmd, &status);
+  assert_int_equal(status, 0);
+  assert_non_null(strstr(out, "10 of 10 chunks good"));
+  free(out);
+
+  /* The records are the files' records, in order. */
+  store *st = open_store();
+  shoal_error err = {0};
+  data_idx di, dl;
+  assert_int_equal(data_idx_read(im, &di, &err), 0);
+  assert_int_equal(data_idx_read(lb, &dl, &err), 0);
+  store_dataset_info info;
+  assert_int_equal(store_dataset_info_get(st, name, &info, &err), 0);
+  uint8_t *chunk = malloc(1000 * 785);
+  for (uint32_t c = 0; c < info.chunks; c++) {
+    uint32_t n;
+    assert_int_equal(store_dataset_chunk_read(st, &info, c, chunk, 1000 * 785, &n, &err), 0);
+    assert_int_equal(n, 1000);
+    for (uint32_t r = 0; r < n; r++) {
+      assert_memory_equal(chunk + r * 785, di.data + (size_t)(c * 1000 + r) * 784, 784);
+      assert_int_equal(chunk[r * 785 + 784], dl.data[c * 1000 + r]);
+    }
+  }
+  free(chunk);
+  store_dataset_info_clear(&info);
+  data_idx_free(&di), data_idx_free(&dl);
+  store_close(st);
+
+  if (g_file) { /* a damaged chunk: --verify names it and fails */
+    char p[900];
+    snprintf(p, sizeof p, "%s/store/_datasets/%s/chunk-000007.bin", g_dir, name);
+    FILE *f = fopen(p, "r+b");
+    assert_non_null(f);
+    fseek(f, 5000, SEEK_SET);
+    fputc(0xee ^ 0x11, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' dataset info %s --verify --store '%s' 2>&1", shoal, name,
+             g_uri);
+    out = run_cmd(cmd, &status);
+    assert_int_equal(status, 1);
+    assert_non_null(strstr(out, "chunk 7 of 10"));
+    assert_non_null(strstr(out, "9 of 10 chunks good"));
+    free(out);
+  }
+  snprintf(cmd, sizeof cmd,
+           "'%s' dataset rm %s --store '%s' 2>&1 && '%s' dataset info %s --store '%s' 2>&1", shoal,
+           name, g_uri, shoal, name, g_uri);
+  out = run_cmd(cmd, &status);
+  assert_int_equal(status, 1);
+  assert_non_null(strstr(out, "removed"));
+  assert_non_null(strstr(out, "no dataset"));
+  free(out);
+}
+
 int main(int argc, char **argv) {
   const char *backend = argc > 1 ? argv[1] : "file";
   struct timespec ts;
@@ -493,6 +599,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_apng_writer),
       cmocka_unit_test(test_media_round_trip),
       cmocka_unit_test(test_eval_render_to_media),
+      cmocka_unit_test(test_dataset_cli),
   };
   char group[64];
   snprintf(group, sizeof group, "media_%s", backend);
