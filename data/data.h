@@ -173,11 +173,14 @@ typedef struct data_stream_config {
   float mean, std;         /* x = (byte / 255 - mean) / std; std > 0 */
   int window_chunks;       /* chunks shuffled together, >= 1 */
   int prefetch_chunks;     /* chunks the thread reads ahead of the window in use, >= 0 */
+  int crop_pad;            /* > 0: zero-pad by this on each side, then a random H x W crop */
+  bool hflip;              /* flip each image left-right with probability 1/2 */
   const char *image_field; /* "images" */
   const char *label_field; /* "labels"; "" for none (labels are then 0) */
 } data_stream_config;
 
 /* batch 64, shuffle, keep the last batch, seed 0, mean 0, std 1, window 4, prefetch 2,
+ * no augmentation (crop and flip as data_loader's, drawn from the seed in batch order),
  * fields "images" and "labels". Can't fail. */
 data_stream_config data_stream_defaults(void);
 

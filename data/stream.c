@@ -56,6 +56,8 @@ struct data_stream {
   long epoch, step;
   float *x;
   int32_t *labels, *index;
+  float lut[256]; /* byte -> normalised value */
+  shoal_rng aug;  /* crop and flip draws, in batch order */
   double wait_s;
   size_t memory;
 };
@@ -144,7 +146,7 @@ int data_stream_open(data_stream **out, store *st, const char *name, const data_
   if (!out || !st || !name || !cfg)
     return shoal_error_set(err, SHOAL_EINVAL, "data_stream_open: NULL argument");
   if (cfg->batch < 1 || !(cfg->std > 0) || cfg->window_chunks < 1 || cfg->prefetch_chunks < 0 ||
-      cfg->window_chunks > 4096 || cfg->prefetch_chunks > 4096)
+      cfg->window_chunks > 4096 || cfg->prefetch_chunks > 4096 || cfg->crop_pad < 0)
     return shoal_error_set(err, SHOAL_EINVAL,
                            "data: dataset '%s': bad stream config (batch %d >= 1, std %g > 0, "
                            "window %d >= 1, prefetch %d >= 0)",
@@ -174,6 +176,9 @@ int data_stream_open(data_stream **out, store *st, const char *name, const data_
                          "data: dataset '%s' has no scalar integer label field '%s'", name, lbf);
   } else if (ds->info.records > INT32_MAX) {
     rc = shoal_error_set(err, SHOAL_EINVAL, "data: dataset '%s': more than 2^31 records", name);
+  } else if (cfg->crop_pad > fi->shape[fi->ndim - 1] || cfg->crop_pad > fi->shape[fi->ndim - 2]) {
+    rc = shoal_error_set(err, SHOAL_EINVAL, "data: dataset '%s': crop_pad %d exceeds the image",
+                         name, cfg->crop_pad);
   }
   if (rc) {
     store_dataset_info_clear(&ds->info);
@@ -185,6 +190,8 @@ int data_stream_open(data_stream **out, store *st, const char *name, const data_
   ds->W = (int)fi->shape[fi->ndim - 1];
   ds->img_off = fi->offset, ds->img_bytes = fi->bytes;
   if (fl) ds->lab_off = fl->offset, ds->lab_dtype = fl->dtype;
+  for (int v = 0; v < 256; v++) ds->lut[v] = ((float)v / 255.0f - cfg->mean) / cfg->std;
+  shoal_rng_seed(&ds->aug, mix(cfg->seed, UINT64_MAX));
   ds->nchunks = ds->info.chunks;
   ds->chunk_records = ds->info.chunk_records;
   ds->window = cfg->window_chunks < (int)ds->nchunks ? cfg->window_chunks : (int)ds->nchunks;
@@ -294,6 +301,33 @@ static int next_window(data_stream *ds, shoal_error *err) {
   return 0;
 }
 
+/* Writes one image (C, H, W) into dst, normalised, with the configured crop and flip:
+ * output pixel (y, x) reads the source at (y + oy, x' + ox), x' = W-1-x when flipped,
+ * and the zero padding outside it (as data_loader and torchvision's RandomCrop then
+ * RandomHorizontalFlip). */
+static void put_image(data_stream *ds, float *dst, const uint8_t *u) {
+  int C = ds->C, H = ds->H, W = ds->W, pad = ds->cfg.crop_pad, oy = 0, ox = 0, flip = 0;
+  if (pad > 0) {
+    oy = (int)shoal_rng_below(&ds->aug, (uint64_t)(2 * pad + 1)) - pad;
+    ox = (int)shoal_rng_below(&ds->aug, (uint64_t)(2 * pad + 1)) - pad;
+  }
+  if (ds->cfg.hflip) flip = (int)(shoal_rng_next(&ds->aug) >> 63);
+  if (!oy && !ox && !flip) {
+    for (size_t i = 0, n = (size_t)C * H * W; i < n; i++) dst[i] = ds->lut[u[i]];
+    return;
+  }
+  for (int c = 0; c < C; c++)
+    for (int y = 0; y < H; y++) {
+      int sy = y + oy;
+      float *row = dst + ((size_t)c * H + y) * W;
+      for (int x = 0; x < W; x++) {
+        int sx = (flip ? W - 1 - x : x) + ox;
+        row[x] = sy >= 0 && sy < H && sx >= 0 && sx < W ? ds->lut[u[((size_t)c * H + sy) * W + sx]]
+                                                        : ds->lut[0];
+      }
+    }
+}
+
 static int32_t label_at(const uint8_t *p, int dt) {
   switch (dt) {
     case STORE_DTYPE_U8: return p[0];
@@ -341,7 +375,7 @@ int data_stream_next(data_stream *ds, data_batch *b, shoal_error *err) {
     uint32_t j = ref / ds->chunk_records, i = ref % ds->chunk_records;
     size_t s = (size_t)((ds->win_first + j) % (uint64_t)ds->S);
     const uint8_t *rec = ds->slots + s * ds->chunk_bytes + (size_t)i * rb;
-    data_normalize(ds->x + k * img, rec + ds->img_off, img, ds->cfg.mean, ds->cfg.std);
+    put_image(ds, ds->x + k * img, rec + ds->img_off);
     ds->labels[k] = ds->lab_dtype ? label_at(rec + ds->lab_off, ds->lab_dtype) : 0;
     ds->index[k] = (int32_t)((uint64_t)ds->slot_chunk[s] * ds->chunk_records + i);
   }

@@ -176,15 +176,18 @@ int main(int argc, char **argv) {
               dir);
       return 2;
     }
-    if (augment || limit || test_limit) {
-      fprintf(stderr, "classify: --augment, --limit and --test-limit work on files only\n");
+    if (limit || test_limit) {
+      fprintf(stderr,
+              "classify: --limit and --test-limit work on files only (a dataset in the "
+              "store is used whole)\n");
       return 2;
     }
     if (store_open(&st, uri, &err)) die("store", &err);
     data_stream_config sc = data_stream_defaults();
     sc.batch = batch, sc.seed = seed, sc.mean = lc.mean, sc.std = lc.std;
+    if (augment) sc.crop_pad = 2, sc.hflip = true;
     if (data_stream_open(&tl.ds, st, name, &sc, &err)) die("training set", &err);
-    sc.shuffle = false;
+    sc.shuffle = false, sc.crop_pad = 0, sc.hflip = false;
     if (data_stream_open(&vl.ds, st, test_name, &sc, &err)) die("test set", &err);
     int C, H, W;
     for (int k = 0; k < 2; k++) {

@@ -251,6 +251,56 @@ static void test_round_trip(void **state) {
   assert_int_equal(store_dataset_delete(st, name, &err), SHOAL_ENOENT);
 }
 
+/* crop_pad and hflip: each image is one of the (2p+1)^2 shifted crops of the zero-padded
+ * source, flipped or not, the draws seeded; the labels and indices are untouched. */
+static void test_augment(void **state) {
+  store *st = *state;
+  char name[80];
+  dname(name, sizeof name, "aug");
+  const uint32_t n = 300;
+  put_synthetic(st, name, n, 37);
+  data_stream_config c = data_stream_defaults();
+  c.batch = 50, c.seed = 9, c.crop_pad = 1, c.hflip = true;
+  shoal_error err = {0};
+  data_stream *ds;
+  assert_int_equal(data_stream_open(&ds, st, name, &c, &err), 0);
+  int used[3][3][2] = {{{0}}};
+  for (long i = 0; i < data_stream_batches(ds); i++) {
+    data_batch b;
+    assert_int_equal(data_stream_next(ds, &b, &err), 0);
+    for (int j = 0; j < b.n; j++) {
+      uint32_t r = (uint32_t)b.index[j];
+      assert_int_equal(b.labels[j], (int32_t)(r % 10));
+      int matched = 0;
+      for (int oy = -1; oy <= 1 && !matched; oy++)
+        for (int ox = -1; ox <= 1 && !matched; ox++)
+          for (int fl = 0; fl < 2 && !matched; fl++) {
+            int ok = 1;
+            for (int y = 0; y < 4 && ok; y++)
+              for (int x = 0; x < 4 && ok; x++) {
+                int sy = y + oy, sx = (fl ? 3 - x : x) + ox;
+                float want = sy >= 0 && sy < 4 && sx >= 0 && sx < 4
+                                 ? (float)(uint8_t)(r * 7 + (uint32_t)(sy * 4 + sx)) / 255.0f
+                                 : 0.0f;
+                ok = b.x[j * IMG + y * 4 + x] == want;
+              }
+            if (ok) matched = 1, used[oy + 1][ox + 1][fl]++;
+          }
+      if (!matched) fail_msg("record %u is no crop or flip of its image", r);
+    }
+  }
+  data_stream_destroy(ds);
+  int kinds = 0;
+  for (int a = 0; a < 3; a++)
+    for (int b2 = 0; b2 < 3; b2++)
+      for (int f = 0; f < 2; f++) kinds += used[a][b2][f] > 0;
+  assert_true(kinds >= 12); /* 18 transforms, 300 draws */
+  c.crop_pad = 5;           /* wider than the 4x4 image */
+  assert_int_equal(data_stream_open(&ds, st, name, &c, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "crop_pad"));
+  assert_int_equal(store_dataset_delete(st, name, &err), 0);
+}
+
 /* The writer refuses bad fields, names and sizes, a name taken, and an empty dataset;
  * an aborted or failed write leaves nothing visible. */
 static void test_writer_checks(void **state) {
@@ -621,6 +671,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest shared[] = {
       cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_writer_checks, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_augment, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fashion_mnist_bounded_memory, setup, teardown),
   };
   const struct CMUnitTest file_only[] = {
