@@ -57,6 +57,8 @@ static const char REPLAY_MAGIC[8] = {'S', 'H', 'R', 'P', 'S', 'E', 'G', 0};
 
 static atomic_uint_fast64_t tmp_counter;
 
+const char *store__file_root(void *impl) { return ((file_store *)impl)->root; }
+
 /* Temporary names carry host and pid, so a later writer on the same host can tell
  * the leftovers of a killed process (pid gone) from a live writer's files. On a
  * folder shared by several hosts, another host's files are never touched. */
@@ -408,7 +410,6 @@ int store__file_open(void **impl, const char *uri, shoal_error *err) {
 }
 
 static void file_close(void *impl) { free(impl); }
-const char *store__file_root(const void *impl) { return ((const file_store *)impl)->root; }
 
 static void sweep_stale_tmp(const char *dir);
 

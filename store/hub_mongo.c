@@ -65,47 +65,30 @@ static int media_list(void *impl, const char *run, bson_t ***metas, size_t *n, s
 
 #include <mongoc/mongoc.h>
 
-enum { DUPLICATE_KEY = 11000, MEDIA_CHUNK_BYTES = 1 << 20 };
+enum { MEDIA_CHUNK_BYTES = 1 << 20 };
 
 typedef struct conn {
-  mongoc_client_pool_t *pool;
+  void *impl;
   mongoc_client_t *c;
-  const char *db, *uri, *password;
+  const char *db;
 } conn;
 
 static conn conn_begin(void *impl) {
-  conn k;
-  void *pool;
-  store__mongo_parts(impl, &pool, &k.db, &k.uri, &k.password);
-  k.pool = pool;
-  k.c = mongoc_client_pool_pop(k.pool);
+  conn k = {impl, NULL, NULL};
+  k.c = store__mongo_pop(impl, &k.db);
   return k;
 }
 
-static void conn_end(conn *k) { mongoc_client_pool_push(k->pool, k->c); }
+static void conn_end(conn *k) { store__mongo_push(k->impl, k->c); }
 
 static mongoc_collection_t *coll(conn *k, const char *name) {
   return mongoc_client_get_collection(k->c, k->db, name);
 }
 
-/* A driver or server error as a shoal error, the password scrubbed from the message. */
+/* A driver or server error as a shoal error (mongo.c's mapping: a duplicate key is
+ * SHOAL_EEXIST, the network SHOAL_ENET; credentials scrubbed, the URI redacted). */
 static int herr(conn *k, shoal_error *err, const bson_error_t *be, const char *what) {
-  int code = be->code == DUPLICATE_KEY ? SHOAL_EEXIST
-             : (be->domain == MONGOC_ERROR_SERVER_SELECTION || be->domain == MONGOC_ERROR_STREAM)
-                 ? SHOAL_ENET
-                 : SHOAL_EIO;
-  char msg[400];
-  size_t o = 0, pl = k->password ? strlen(k->password) : 0;
-  for (const char *p = be->message; *p && o + 4 < sizeof msg;) {
-    if (pl && strncmp(p, k->password, pl) == 0) {
-      memcpy(msg + o, "***", 3), o += 3, p += pl;
-    } else {
-      msg[o++] = *p++;
-    }
-  }
-  msg[o] = 0;
-  return shoal_error_set(err, code, "store: %s in '%s': %s (mongodb error %u.%u)", what, k->uri,
-                         msg, be->domain, be->code);
+  return store__mongo_error(k->impl, err, be, what);
 }
 
 static int ensure_index(conn *k, const char *collection, bson_t *keys, const char *name,
@@ -218,8 +201,7 @@ static int ds_commit(void *impl, void *up, const bson_t *manifest, shoal_error *
   int rc = 0;
   if (!mongoc_collection_insert_one(col, &doc, NULL, NULL, &be)) {
     rc = herr(&k, err, &be, "cannot commit a dataset");
-    if (rc == SHOAL_EEXIST)
-      shoal_error_set(err, rc, "store: dataset '%s' exists in '%s'", u->name, k.uri);
+    if (rc == SHOAL_EEXIST) shoal_error_set(err, rc, "store: dataset '%s' exists", u->name);
   }
   bson_destroy(&doc);
   mongoc_collection_destroy(col);
@@ -259,8 +241,7 @@ static int ds_manifest_get(void *impl, const char *name, bson_t *out, shoal_erro
   bson_t d;
   int found;
   int rc = find_dataset(&k, name, &d, &found, err);
-  if (!rc && !found)
-    rc = shoal_error_set(err, SHOAL_ENOENT, "store: no dataset '%s' in '%s'", name, k.uri);
+  if (!rc && !found) rc = shoal_error_set(err, SHOAL_ENOENT, "store: no dataset '%s'", name);
   if (!rc) {
     bson_iter_t it;
     const uint8_t *data;
@@ -375,8 +356,7 @@ static int ds_delete(void *impl, const char *name, shoal_error *err) {
   bson_t d;
   int found;
   int rc = find_dataset(&k, name, &d, &found, err);
-  if (!rc && !found)
-    rc = shoal_error_set(err, SHOAL_ENOENT, "store: no dataset '%s' in '%s'", name, k.uri);
+  if (!rc && !found) rc = shoal_error_set(err, SHOAL_ENOENT, "store: no dataset '%s'", name);
   if (!rc) {
     char up[48] = "";
     bson_iter_t it;

@@ -64,6 +64,14 @@ extern const store__backend store__file_backend;
 int store__mongo_open(void **impl, const char *uri, shoal_error *err);
 extern const store__backend store__mongo_backend;
 
+/* Experience segments (segments.c) keep their own code per backend and reach the
+ * backend's state through these. */
+void *store__impl(store *st);                        /* store.c */
+const char *store__file_root(void *impl);            /* file.c: the store's folder */
+void *store__mongo_pop(void *impl, const char **db); /* mongo.c: a pooled client */
+void store__mongo_push(void *impl, void *client);
+int store__mongo_error(void *impl, shoal_error *err, const void *bson_err, const char *what);
+
 /* Helpers. */
 int store__metric_name_valid(const char *name);
 int store__worker_valid(const char *name);
@@ -72,13 +80,5 @@ char *store__strdup(const char *s); /* NULL for NULL; NULL on allocation failure
 
 /* Growable arrays for list results. */
 int store__grow(void **arr, size_t *cap, size_t n, size_t elem);
-
-/* ---- for the data hub (store/hub.h) ---- */
-void *store__impl(store *st);                   /* the backend's handle; store.c */
-const char *store__file_root(const void *impl); /* the file store's folder; file.c */
-/* The MongoDB store's pool (a mongoc_client_pool_t *), database name, redacted URI and
- * password (to scrub from messages; may be NULL); mongo.c, without libmongoc all NULL. */
-void store__mongo_parts(void *impl, void **pool, const char **db, const char **uri,
-                        const char **password);
 
 #endif

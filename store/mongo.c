@@ -42,9 +42,10 @@ int store__mongo_open(void **impl, const char *uri, shoal_error *err) {
                          red);
 }
 static void mongo_close(void *impl) {}
-void store__mongo_parts(void *impl, void **pool, const char **db, const char **uri,
-                        const char **password) {
-  *pool = NULL, *db = *uri = *password = NULL;
+void *store__mongo_pop(void *impl, const char **db) { return NULL; }
+void store__mongo_push(void *impl, void *client) {}
+int store__mongo_error(void *impl, shoal_error *err, const void *bson_err, const char *what) {
+  return shoal_error_set(err, SHOAL_ENOTSUP, "store: %s: no MongoDB support in this build", what);
 }
 const store__backend store__mongo_backend = {.name = "mongodb", .close = mongo_close};
 
@@ -281,10 +282,18 @@ fail:
   return rc;
 }
 
-void store__mongo_parts(void *impl, void **pool, const char **db, const char **uri,
-                        const char **password) {
+/* ---- for segments.c ------------------------------------------------------ */
+
+void *store__mongo_pop(void *impl, const char **db) {
   mongo_store *ms = impl;
-  *pool = ms->pool, *db = ms->db, *uri = ms->uri, *password = ms->password;
+  if (db) *db = ms->db;
+  return mongoc_client_pool_pop(ms->pool);
+}
+void store__mongo_push(void *impl, void *client) {
+  mongoc_client_pool_push(((mongo_store *)impl)->pool, client);
+}
+int store__mongo_error(void *impl, shoal_error *err, const void *bson_err, const char *what) {
+  return merr(impl, err, bson_err, "%s", what);
 }
 
 /* ---- helpers ------------------------------------------------------------- */
