@@ -1,11 +1,11 @@
 /*
  * cli/commands.h — the `shoal` subcommands beyond run and eval, one file each:
  *   live.c    shoal status ADDR, shoal set ADDR key=value ...  (a running learner)
+ *   dataset.c shoal dataset put|ls|info|rm ...                 (datasets in the store)
+ *   media.c   shoal media ls|get RUN ...                       (a run's recordings)
  *   plot.c    shoal plot RUN ...                               (learning curves, gnuplot)
  *   sweep.c   shoal sweep SWEEP.yaml, shoal sweep --report, shoal worker --sweep NAME
  *   tboard.c  shoal tboard RUN ...                             (TensorBoard event files)
- *   dataset.c shoal dataset put|ls|info|rm ...                 (datasets in the store)
- *   media.c   shoal media ls|get RUN ...                       (a run's recordings)
  * Each takes the arguments after its name and returns the process exit status
  * (0 ok, 1 failed, 2 usage).
  */
@@ -14,12 +14,23 @@
 
 int cmd_status(int argc, char **argv);
 int cmd_set(int argc, char **argv);
+int cmd_dataset(int argc, char **argv);
+int cmd_media(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 int cmd_tboard(int argc, char **argv);
-int cmd_dataset(int argc, char **argv);
-int cmd_media(int argc, char **argv);
+
+/* Flat JSON lines (the learner's events): "key":<number> (NAN when absent or null) and
+ * "key":"<text>" into out (false when absent). Defined in shoal.c. */
+#include <stdbool.h>
+#include <stddef.h>
+double json_num(const char *line, const char *key);
+bool json_str(const char *line, const char *key, char *out, size_t cap);
+
+/* The folder of the running shoal executable (shoal-learner and shoal-actor live
+ * beside it), set by main. */
+extern char shoal_bindir[];
 
 /* ---- the recorder of `shoal eval --render` (cli/media.c) ---- */
 #include <stdint.h>
@@ -44,16 +55,5 @@ int eval_rec_strip_frames(const eval_rec *r, int *every);
  * and seed) is kept and reported. */
 int eval_rec_store(eval_rec *r, store *st, const store_media_meta *base, uint64_t seed,
                    const char *strip_path, shoal_error *err);
-
-/* Flat JSON lines (the learner's events): "key":<number> (NAN when absent or null) and
- * "key":"<text>" into out (false when absent). Defined in shoal.c. */
-#include <stdbool.h>
-#include <stddef.h>
-double json_num(const char *line, const char *key);
-bool json_str(const char *line, const char *key, char *out, size_t cap);
-
-/* The folder of the running shoal executable (shoal-learner and shoal-actor live
- * beside it), set by main. */
-extern char shoal_bindir[];
 
 #endif

@@ -623,14 +623,14 @@ static void usage(void) {
           "  run --resume RUN [--store URI]                            continue a run\n"
           "  eval RUN [--store URI] [--episodes K] [--best]            play a snapshot\n"
           "  init CONFIG --set run.name=RUN [--out FILE]              record a run (deploy/)\n"
+          "  dataset put|ls|info|rm ... [--store URI]                 datasets in the store\n"
+          "  media ls RUN | media get RUN NAME [-o FILE]              a run's recordings\n"
           "  status HOST:PORT [--interval S] [--json]                 a running learner\n"
           "  set HOST:PORT key=value ...                              live tuning\n"
           "  plot RUN... [--metric NAME] [--x steps|time] [--mean] [--out F.png]\n"
           "  sweep SWEEP.yaml [--store URI] | sweep --report NAME     hyperparameter search\n"
           "  worker --sweep NAME [--store URI]                        run a sweep's trials\n"
           "  tboard RUN... [--store URI] [--out DIR]                  TensorBoard event files\n"
-          "  dataset put|ls|info|rm ... [--store URI]                 datasets in the store\n"
-          "  media ls RUN | media get RUN NAME [-o FILE]              a run's recordings\n"
           "  envs                                                     list environments\n");
 }
 
@@ -649,14 +649,14 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc - 2, argv + 2);
   if (!strcmp(argv[1], "worker")) return cmd_worker(argc - 2, argv + 2);
   if (!strcmp(argv[1], "tboard")) return cmd_tboard(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "dataset")) return cmd_dataset(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "media")) return cmd_media(argc - 2, argv + 2);
   if (!strcmp(argv[1], "envs")) {
     const char *names[256];
     int n = env_list(names, 256);
     for (int i = 0; i < n && i < 256; i++) printf("%s\n", names[i]);
     return 0;
   }
+  if (!strcmp(argv[1], "dataset")) return cmd_dataset(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "media")) return cmd_media(argc - 2, argv + 2);
   usage();
   return 2;
 }
