@@ -1,6 +1,8 @@
 /*
  * cli/commands.h — the `shoal` subcommands beyond run and eval, one file each:
  *   live.c    shoal status ADDR, shoal set ADDR key=value ...  (a running learner)
+ *   dataset.c shoal dataset put|ls|info|rm ...                 (datasets in the store)
+ *   media.c   shoal media ls|get RUN ...                       (a run's recordings)
  *   plot.c    shoal plot RUN ...                               (learning curves, gnuplot)
  *   sweep.c   shoal sweep SWEEP.yaml, shoal sweep --report, shoal worker --sweep NAME
  *   tboard.c  shoal tboard RUN ...                             (TensorBoard event files)
@@ -13,6 +15,8 @@
 
 int cmd_status(int argc, char **argv);
 int cmd_set(int argc, char **argv);
+int cmd_dataset(int argc, char **argv);
+int cmd_media(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
@@ -37,5 +41,29 @@ bool shoal_file_is_onpolicy(const char *path, const char *const *sets, int nsets
 /* The folder of the running shoal executable (shoal-learner and shoal-actor live
  * beside it), set by main. */
 extern char shoal_bindir[];
+
+/* ---- the recorder of `shoal eval --render` (cli/media.c) ---- */
+#include <stdint.h>
+
+#include "store/store.h"
+
+/* One episode's recording: a strip of at most strip_max (even) evenly spaced frames
+ * and an animated PNG of the episode (every step, or every ceil(max_steps / 1000)-th
+ * for long episodes, played at 50 steps a second). Frames are (h, w, 3). */
+typedef struct eval_rec eval_rec;
+int eval_rec_create(eval_rec **out, int w, int h, int strip_max, int max_steps, shoal_error *err);
+void eval_rec_destroy(eval_rec *r); /* NULL is fine */
+/* 1 when the frame of step t (0-based) is wanted: render it and pass it to add. */
+int eval_rec_wants(const eval_rec *r, int t);
+int eval_rec_add(eval_rec *r, int t, const uint8_t *rgb, shoal_error *err);
+/* Frames in the strip now, and their spacing in steps. */
+int eval_rec_strip_frames(const eval_rec *r, int *every);
+/* Stores the strip ("v<version>-s<seed>-ep<episode>-strip.png", image/png) and the
+ * animation ("...-ep<episode>.apng", image/apng) in the media of base->run, with
+ * base's metadata (version, episode, return, length, env); writes the
+ * strip to strip_path too when not NULL. An item stored already (the same snapshot
+ * and seed) is kept and reported. */
+int eval_rec_store(eval_rec *r, store *st, const store_media_meta *base, uint64_t seed,
+                   const char *strip_path, shoal_error *err);
 
 #endif

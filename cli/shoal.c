@@ -2,7 +2,8 @@
  * shoal: the command line.
  *   shoal run CONFIG [--set key=value ...] [--quiet] [--log-json] [--no-tensorboard]
  *   shoal run --resume RUN [--store URI] [--set key=value ...]
- *   shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S] [--render STRIP.png]
+ *   shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S] [--render [STRIP.png]]
+ *              [--record K] [--frames N]
  *   shoal init CONFIG --set run.name=RUN [--set ...] [--out RESOLVED.yaml]
  *   shoal status | set | plot | sweep | worker | tboard   (cli/commands.h)
  *
@@ -589,7 +590,8 @@ static int eval_onpolicy(store *st, const config *cfg, const char *run, bool bes
 
 static int cmd_eval(int argc, char **argv) {
   const char *run = NULL, *uri = "file://runs", *render = NULL;
-  int episodes = 100, frames_max = 12;
+  bool record = false;
+  int episodes = 100, frames_max = 12, nrec = 1;
   bool best = false;
   uint64_t seed = 12345;
   for (int i = 0; i < argc; i++) {
@@ -601,8 +603,14 @@ static int cmd_eval(int argc, char **argv) {
       seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--best"))
       best = true;
-    else if (!strcmp(argv[i], "--render") && i + 1 < argc)
-      render = argv[++i];
+    else if (!strcmp(argv[i], "--render")) {
+      /* Recordings go to the run's media; a following NAME.png also gets the strip. */
+      record = true;
+      size_t n = i + 1 < argc ? strlen(argv[i + 1]) : 0;
+      if (n > 4 && argv[i + 1][0] != '-' && !strcmp(argv[i + 1] + n - 4, ".png"))
+        render = argv[++i];
+    } else if (!strcmp(argv[i], "--record") && i + 1 < argc)
+      nrec = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--frames") && i + 1 < argc)
       frames_max = atoi(argv[++i]);
     else if (argv[i][0] != '-' && !run)
@@ -613,10 +621,13 @@ static int cmd_eval(int argc, char **argv) {
     }
   }
   if (!run || episodes < 1 || episodes > 100000 || frames_max < 2 || frames_max > 64 ||
-      frames_max % 2) {
+      frames_max % 2 || nrec < 1 || nrec > 16) {
     fprintf(stderr,
             "usage: shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]\n"
-            "                  [--render STRIP.png [--frames N (even, 2..64; 12)]]\n");
+            "                  [--render [STRIP.png] [--record K (1..16; 1)] "
+            "[--frames N (even, 2..64; 12)]]\n"
+            "  --render stores a PNG strip and an animated PNG of the first K episodes in the\n"
+            "  run's media (`shoal media ls RUN`); STRIP.png also gets episode 1's strip.\n");
     return 2;
   }
   shoal_error err = {0};
@@ -658,21 +669,25 @@ static int cmd_eval(int argc, char **argv) {
   if (nn_model_load_buffer(dqn_model(q), bytes, len, &err)) return fail("eval: snapshot", &err);
   free(bytes);
 
-  /* --render: frames of the first episode, evenly spaced over it, as one PNG strip. At
-   * most frames_max are kept: when full, every other one is dropped and the spacing
-   * doubles, so memory stays bounded whatever the episode's length. */
-  uint8_t *strip = NULL;
-  size_t fbytes = (size_t)sp->render_w * (size_t)sp->render_h * 3;
-  int nframes = 0, every = 1;
-  if (render) {
+  /* --render: the first nrec episodes recorded (cli/media.c): a strip of evenly spaced
+   * frames and an animation each, stored in the run's media at the end. */
+  eval_rec *rec[16] = {0};
+  int eplen[16] = {0};
+  uint8_t *frame = NULL;
+  if (nrec > episodes) nrec = episodes;
+  int max_steps = sp->max_episode_steps > 0 ? sp->max_episode_steps : 27000;
+  if (record) {
     if (sp->render_w <= 0 || sp->render_h <= 0) {
       fprintf(stderr, "shoal eval: --render: %s cannot be rendered\n", sp->id);
       return 1;
     }
-    if (!(strip = malloc((size_t)frames_max * fbytes))) {
+    if (!(frame = malloc((size_t)sp->render_w * (size_t)sp->render_h * 3))) {
       fprintf(stderr, "shoal eval: --render: out of memory\n");
       return 1;
     }
+    for (int k = 0; k < nrec; k++)
+      if (eval_rec_create(&rec[k], sp->render_w, sp->render_h, frames_max, max_steps, &err))
+        return fail("eval: render", &err);
   }
   size_t F = (size_t)sp->obs.size, ob = env_space_bytes(&sp->obs);
   bool u8 = sp->obs.dtype == ENV_UINT8;
@@ -687,20 +702,12 @@ static int cmd_eval(int argc, char **argv) {
   env_vec_out out = {obs, rew, term, trunc, fin};
   shoal_rng rng;
   shoal_rng_seed(&rng, seed);
-  int left = episodes, max_steps = sp->max_episode_steps > 0 ? sp->max_episode_steps : 27000;
+  int left = episodes;
   for (int t = 0; t < max_steps && left > 0; t++) {
-    if (strip && !done[0] && t % every == 0) {
-      if (nframes == frames_max) {
-        for (int j = 0; j < frames_max / 2; j++)
-          memmove(strip + (size_t)j * fbytes, strip + (size_t)(2 * j) * fbytes, fbytes);
-        nframes = frames_max / 2;
-        every *= 2;
-      }
-      if (t % every == 0) {
-        if (env_vec_render(ev, 0, strip + (size_t)nframes * fbytes, &err))
-          return fail("eval: render", &err);
-        nframes++;
-      }
+    for (int k = 0; record && k < nrec; k++) {
+      if (done[k] || !eval_rec_wants(rec[k], t)) continue;
+      if (env_vec_render(ev, k, frame, &err) || eval_rec_add(rec[k], t, frame, &err))
+        return fail("eval: render", &err);
     }
     for (size_t i = 0; i < (size_t)episodes * F; i++)
       obs_f[i] = u8 ? ((uint8_t *)obs)[i] : ((float *)obs)[i];
@@ -709,7 +716,10 @@ static int cmd_eval(int argc, char **argv) {
     for (int i = 0; i < episodes; i++) {
       if (done[i]) continue;
       ret[i] += rew[i];
-      if (term[i] || trunc[i]) done[i] = 1, left--;
+      if (term[i] || trunc[i]) {
+        done[i] = 1, left--;
+        if (i < nrec) eplen[i] = t + 1;
+      }
     }
   }
   double mean = 0, var = 0, lo = INFINITY, hi = -INFINITY;
@@ -725,13 +735,22 @@ static int cmd_eval(int argc, char **argv) {
       "eval %s (%s, snapshot v%lld, %lld env steps): return %.2f ± %.2f over %d episodes "
       "(min %.1f, max %.1f)\n",
       run, sp->id, (long long)meta.version, (long long)meta.env_steps, mean, sd, episodes, lo, hi);
-  if (strip) {
-    if (env_png_strip(render, strip, nframes, sp->render_w, sp->render_h, 6, &err))
+  for (int k = 0; record && k < nrec; k++) {
+    int every, nframes = eval_rec_strip_frames(rec[k], &every);
+    store_media_meta base;
+    store_media_meta_init(&base);
+    snprintf(base.run, sizeof base.run, "%s", run);
+    snprintf(base.env, sizeof base.env, "%s", sp->id);
+    base.version = meta.version, base.episode = k + 1, base.ret = ret[k];
+    base.length = eplen[k] ? eplen[k] : max_steps;
+    if (eval_rec_store(rec[k], st, &base, seed, k == 0 ? render : NULL, &err))
       return fail("eval: render", &err);
-    printf("eval %s: %d frames of episode 1 (return %.1f), one every %d steps: %s\n", run, nframes,
-           ret[0], every, render);
-    free(strip);
+    if (k == 0 && render)
+      printf("eval %s: %d frames of episode 1 (return %.1f), one every %d steps: %s\n", run,
+             nframes, ret[0], every, render);
+    eval_rec_destroy(rec[k]);
   }
+  free(frame);
   free(obs), free(fin), free(obs_f), free(rew), free(term), free(trunc), free(done), free(act);
   free(ret);
   dqn_destroy(q);
@@ -748,6 +767,8 @@ static void usage(void) {
           "  run --resume RUN [--store URI]                            continue a run\n"
           "  eval RUN [--store URI] [--episodes K] [--best]            play a snapshot\n"
           "  init CONFIG --set run.name=RUN [--out FILE]              record a run (deploy/)\n"
+          "  dataset put|ls|info|rm ... [--store URI]                 datasets in the store\n"
+          "  media ls RUN | media get RUN NAME [-o FILE]              a run's recordings\n"
           "  status HOST:PORT [--interval S] [--json]                 a running learner\n"
           "  set HOST:PORT key=value ...                              live tuning\n"
           "  plot RUN... [--metric NAME] [--x steps|time] [--mean] [--out F.png]\n"
@@ -780,6 +801,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n && i < 256; i++) printf("%s\n", names[i]);
     return 0;
   }
+  if (!strcmp(argv[1], "dataset")) return cmd_dataset(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "media")) return cmd_media(argc - 2, argv + 2);
   usage();
   return 2;
 }

@@ -3,7 +3,8 @@
  * Fashion-MNIST format, gzip-compressed or plain, through zlib), an in-memory image
  * dataset, and a loader that cuts it into shuffled, normalised, optionally augmented
  * minibatches on a background thread with a bounded prefetch, so a training loop finds
- * its next batch ready. Depends on common/ and zlib.
+ * its next batch ready; and datasets kept in the store streamed in minibatches with
+ * bounded memory (data_stream, below). Depends on common/, store/ and zlib.
  *
  *   shoal_error err = {0};
  *   data_set *train;
@@ -140,6 +141,75 @@ double data_loader_wait_s(const data_loader *ld);
 
 /* Normalises n bytes into floats as the loader does: (byte / 255 - mean) / std. */
 void data_normalize(float *x, const uint8_t *u, size_t n, float mean, float std);
+
+/* ---- datasets streamed from the store ------------------------------------------- */
+
+/* A dataset kept in the store (store/store.h: `shoal dataset put`) read in minibatches
+ * with memory bounded whatever its size: a background thread reads chunks ahead into
+ * window_chunks + prefetch_chunks chunk buffers allocated at open, and nothing more is
+ * held. Shuffling is two-level, as for datasets larger than memory: each epoch visits
+ * the chunks in a fresh seeded order, and the records of window_chunks consecutive
+ * chunks are shuffled together; every record comes exactly once per epoch. The same
+ * seed gives the same batches whatever the thread's timing.
+ *
+ *   store *st;  store_open(&st, NULL, &err);
+ *   data_stream_config sc = data_stream_defaults();
+ *   sc.batch = 64;  sc.seed = 1;  sc.mean = 0.2860f;  sc.std = 0.3530f;
+ *   data_stream *ds;
+ *   if (data_stream_open(&ds, st, "fmnist-train", &sc, &err)) die(err.msg);
+ *   for (long i = 0; i < data_stream_batches(ds); i++)
+ *     data_stream_next(ds, &b, &err);       // as data_loader_next; b.index: record numbers
+ *   data_stream_destroy(ds);
+ *
+ * The dataset needs an image field of u8 with shape (H, W) or (C, H, W) and, unless
+ * label_field is "", a scalar integer label field. */
+typedef struct store store;
+
+typedef struct data_stream_config {
+  int batch;               /* samples per batch, >= 1 */
+  bool shuffle;            /* chunk order and records within a window (else stored order) */
+  bool drop_last;          /* drop an incomplete last batch of each epoch */
+  uint64_t seed;           /* the shuffle: the same seed gives the same batches */
+  float mean, std;         /* x = (byte / 255 - mean) / std; std > 0 */
+  int window_chunks;       /* chunks shuffled together, >= 1 */
+  int prefetch_chunks;     /* chunks the thread reads ahead of the window in use, >= 0 */
+  int crop_pad;            /* > 0: zero-pad by this on each side, then a random H x W crop */
+  bool hflip;              /* flip each image left-right with probability 1/2 */
+  const char *image_field; /* "images" */
+  const char *label_field; /* "labels"; "" for none (labels are then 0) */
+} data_stream_config;
+
+/* batch 64, shuffle, keep the last batch, seed 0, mean 0, std 1, window 4, prefetch 2,
+ * no augmentation (crop and flip as data_loader's, drawn from the seed in batch order),
+ * fields "images" and "labels". Can't fail. */
+data_stream_config data_stream_defaults(void);
+
+typedef struct data_stream data_stream;
+
+/* Opens dataset name of st (borrowed: it must outlive the stream) and starts the
+ * reading thread. On success *out is a new stream (caller destroys it). Errors, *out
+ * untouched: SHOAL_ENOENT for no such dataset, SHOAL_EINVAL for a bad config or a
+ * dataset without the fields (the message names dataset and field), the store's
+ * errors for a damaged manifest. A damaged chunk is reported by data_stream_next. */
+int data_stream_open(data_stream **out, store *st, const char *name, const data_stream_config *cfg,
+                     shoal_error *err);
+/* Stops the thread and frees everything; NULL is fine. */
+void data_stream_destroy(data_stream *ds);
+/* Batches per epoch. */
+long data_stream_batches(const data_stream *ds);
+/* Records in the dataset. */
+uint64_t data_stream_records(const data_stream *ds);
+void data_stream_shape(const data_stream *ds, int *C, int *H, int *W); /* can't fail */
+/* The next batch, as data_loader_next (b.index holds the records' numbers in the
+ * dataset). Waits for the thread when it is behind. A chunk that cannot be read or
+ * fails its checks is an error naming dataset and chunk (SHOAL_EFORMAT for damage);
+ * the stream then only returns that error. No allocation. */
+int data_stream_next(data_stream *ds, data_batch *b, shoal_error *err);
+/* Seconds next() spent waiting for chunks, in total. */
+double data_stream_wait_s(const data_stream *ds);
+/* Bytes the stream holds (chunk buffers, the window's order, the batch), all
+ * allocated at open: its memory bound. Can't fail. */
+size_t data_stream_memory(const data_stream *ds);
 
 #ifdef __cplusplus
 }

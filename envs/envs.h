@@ -283,6 +283,34 @@ int env_png_write(const char *path, const uint8_t *rgb, int w, int h, shoal_erro
 int env_png_strip(const char *path, const uint8_t *frames, int n, int w, int h, int cols,
                   shoal_error *err);
 
+/* ---- Images in memory and animations (envs/apng.c) ---------------------------------- */
+
+/* Encodes an RGB image (h, w, 3) as an 8-bit PNG in memory: *png is a new buffer of
+ * *len bytes (caller frees it with free()). SHOAL_EINVAL for a bad size. */
+int env_png_encode(const uint8_t *rgb, int w, int h, uint8_t **png, size_t *len, shoal_error *err);
+
+/* Lays n frames (n, h, w, 3) out as env_png_strip does (cols per row, 2-pixel grey
+ * borders) into a new (*H, *W, 3) image *img (caller frees it with free()). */
+int env_strip_compose(const uint8_t *frames, int n, int w, int h, int cols, uint8_t **img, int *W,
+                      int *H, shoal_error *err);
+
+/* An animated PNG built frame by frame in memory: each frame is compressed when added
+ * (only the rectangle that changed since the previous one), so memory holds one raw
+ * frame and the compressed animation. Every frame is shown delay_num / delay_den
+ * seconds; the animation loops.
+ *   env_apng *a;  env_apng_create(&a, w, h, 1, 50, &err);      // 50 frames a second
+ *   env_apng_add(a, rgb, &err);  ...                             // (h, w, 3) each
+ *   env_apng_finish(a, &bytes, &len, &err);                      // frees a */
+typedef struct env_apng env_apng;
+int env_apng_create(env_apng **out, int w, int h, int delay_num, int delay_den, shoal_error *err);
+/* Adds a frame (borrowed). SHOAL_ENOMEM when out of memory (a can then be destroyed). */
+int env_apng_add(env_apng *a, const uint8_t *rgb, shoal_error *err);
+uint32_t env_apng_frames(const env_apng *a); /* frames added so far; can't fail */
+/* Finishes the file: *png is a new buffer of *len bytes (caller frees it with free()).
+ * Frees a, on error too. SHOAL_EINVAL when no frame was added. */
+int env_apng_finish(env_apng *a, uint8_t **png, size_t *len, shoal_error *err);
+void env_apng_destroy(env_apng *a); /* NULL is fine */
+
 /* ---- For env_type.vec_step implementations ------------------------------------------ */
 
 /* One vector step's arrays, shared by all threads; copy i owns index i of each. */
