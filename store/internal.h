@@ -64,8 +64,8 @@ extern const store__backend store__file_backend;
 int store__mongo_open(void **impl, const char *uri, shoal_error *err);
 extern const store__backend store__mongo_backend;
 
-/* Experience segments (segments.c) keep their own code per backend and reach the
- * backend's state through these. */
+/* The data hub (segments.c, dataset.c, media.c, hub_*.c) keeps its own code per
+ * backend and reaches the backend's state through these. */
 void *store__impl(store *st);                        /* store.c */
 const char *store__file_root(void *impl);            /* file.c: the store's folder */
 void *store__mongo_pop(void *impl, const char **db); /* mongo.c: a pooled client */
