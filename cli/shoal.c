@@ -164,10 +164,17 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
     double r100 = json_num(line, "return100"), e = json_num(line, "eval");
     if (!isnan(r100)) snprintf(ret, sizeof ret, "%.1f", r100);
     if (!isnan(e)) snprintf(ev, sizeof ev, "%.1f", e);
+    /* Store trouble is shown where people look; training goes on meanwhile. */
+    char store_note[96] = "";
+    double serr = json_num(line, "store_errors");
+    if (serr > 0)
+      snprintf(store_note, sizeof store_note, "  store errors %.0f (%s)", serr,
+               strstr(line, "\"store_ok\":true") ? "recovered" : "failing");
     printf(
         "%6.0fs  steps %s (%s/s)  ingest %s/s  updates %s (%s/s)  replay %s  return100 %s  "
-        "eval %s  v%.0f\n",
-        json_num(line, "t"), steps, sps, smp, upd, ups, rep, ret, ev, json_num(line, "version"));
+        "eval %s  v%.0f%s\n",
+        json_num(line, "t"), steps, sps, smp, upd, ups, rep, ret, ev, json_num(line, "version"),
+        store_note);
     fflush(stdout);
   } else if (!strcmp(event, "hparam")) {
     char key[64] = "?";
