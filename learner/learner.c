@@ -901,7 +901,8 @@ int main(int argc, char **argv) {
   L.last_snapshot_version = -1;
   L.best_eval = -INFINITY;
 
-  if (store_open(&L.st, config_string(L.cfg, "store.uri"), &err)) die("store", &err);
+  /* Through an outage of the store the learner trains on; the writer counts errors. */
+  if (store_open_lazy(&L.st, config_string(L.cfg, "store.uri"), &err)) die("store", &err);
   if (store_writer_create(&L.wr, L.st, NULL, &err)) die("store writer", &err);
   replay_path_for(&L);
 
@@ -1176,7 +1177,11 @@ int main(int argc, char **argv) {
   store_writer_run_status(L.wr, run,
                           !strcmp(reason, "signal") ? STORE_RUN_STOPPED : STORE_RUN_FINISHED);
   store_writer_stats ws;
-  int wrc = store_writer_close(L.wr, 30.0, &ws);
+  /* A store that is failing now gets one more try, not 30 s of them: the stop must
+   * not hang on an outage (what is not written is counted and reported). */
+  int store_healthy_now;
+  store_errors(&L, &store_healthy_now);
+  int wrc = store_writer_close(L.wr, store_healthy_now ? 30.0 : 3.0, &ws);
   char j1[32], j2[32];
   emit(
       "{\"event\":\"done\",\"reason\":\"%s\",\"t\":%.2f,\"env_steps\":%lld,\"updates\":%lld,"

@@ -48,9 +48,19 @@ static void test_run_kills(void **state) {
   (void)state;
   char store_set[400];
   snprintf(store_set, sizeof store_set, "store.uri=file://%s/runs", wf_dir);
-  char *argv[] = {wf_shoal, "run",       apex_cfg, "--set", store_set,
-                  "--set",  "run.name=kills", "--set",  "actors=3",
-                  "--set",  "run.max_env_steps=1500000", "--no-tensorboard", NULL};
+  char *argv[] = {wf_shoal,
+                  "run",
+                  apex_cfg,
+                  "--set",
+                  store_set,
+                  "--set",
+                  "run.name=kills",
+                  "--set",
+                  "actors=3",
+                  "--set",
+                  "run.max_env_steps=1500000",
+                  "--no-tensorboard",
+                  NULL};
   wf_proc p;
   double t0 = shoal_now_s();
   wf_start(&p, argv);
@@ -93,12 +103,13 @@ static void test_run_kills(void **state) {
   assert_non_null(last);
   double batches = fu_json(last, "batches"), inserted = fu_json(last, "batches_inserted"),
          resent = fu_json(last, "resent_dropped");
-  printf("FAULTS run_kills kills=%d actor_restarts=%d wall_s=%.1f solved=%s rejected=%.0f "
-         "bad_batches=%.0f batches=%.0f inserted=%.0f resent_dropped=%.0f rpc_duplicates=%.0f "
-         "stream_cuts=%.0f\n",
-         kills, actor_restarts, wall, strstr(out, " solved after ") ? "yes" : "no",
-         fu_json(last, "rejected"), fu_json(last, "bad_batches"), batches, inserted, resent,
-         fu_json(last, "duplicates"), fu_json(last, "stream_cuts"));
+  printf(
+      "FAULTS run_kills kills=%d actor_restarts=%d wall_s=%.1f solved=%s rejected=%.0f "
+      "bad_batches=%.0f batches=%.0f inserted=%.0f resent_dropped=%.0f rpc_duplicates=%.0f "
+      "stream_cuts=%.0f\n",
+      kills, actor_restarts, wall, strstr(out, " solved after ") ? "yes" : "no",
+      fu_json(last, "rejected"), fu_json(last, "bad_batches"), batches, inserted, resent,
+      fu_json(last, "duplicates"), fu_json(last, "stream_cuts"));
   if (status_rc != 0 || !strstr(out, " solved after ")) printf("%s", out);
   assert_int_equal(status_rc, 0);
   assert_non_null(strstr(out, " solved after "));
@@ -121,9 +132,22 @@ static void test_before_learner(void **state) {
   snprintf(cfg, sizeof cfg, "%s/early.yaml", wf_dir);
   snprintf(store_set, sizeof store_set, "store.uri=file://%s/runs-early", wf_dir);
   {
-    char *argv[] = {wf_shoal, "init",  apex_cfg, "--set", "run.name=early", "--set", store_set,
-                    "--set",  "actors=1", "--set", "run.solve_return=0", "--set",
-                    "learner.snapshot_every_s=1", "--out", cfg, NULL};
+    char *argv[] = {wf_shoal,
+                    "init",
+                    apex_cfg,
+                    "--set",
+                    "run.name=early",
+                    "--set",
+                    store_set,
+                    "--set",
+                    "actors=1",
+                    "--set",
+                    "run.solve_return=0",
+                    "--set",
+                    "learner.snapshot_every_s=1",
+                    "--out",
+                    cfg,
+                    NULL};
     int rc;
     char *o = wf_run(argv, 60, &rc);
     if (rc) fail_msg("shoal init: %s", o);
@@ -133,8 +157,8 @@ static void test_before_learner(void **state) {
   char addr[64], actor_bin[4200];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   snprintf(actor_bin, sizeof actor_bin, "%s/bin/shoal-actor", getenv("SHOAL_BINARY_DIR"));
-  char *aargv[] = {actor_bin, "--config", cfg, "--run", "early", "--index", "0",
-                   "--learner", addr, NULL};
+  char *aargv[] = {actor_bin, "--config", cfg,         "--run", "early",
+                   "--index", "0",        "--learner", addr,    NULL};
   wf_proc actor, L;
   wf_start(&actor, aargv);
   sleep_s(2.0); /* nobody listens: the actor retries */
@@ -174,9 +198,10 @@ static void test_before_learner(void **state) {
   const char *sum = strstr(aout, "reconnects ");
   assert_non_null(sum);
   long reconnects = atol(sum + strlen("reconnects "));
-  printf("FAULTS before_learner first_batch_s=%.2f (after the learner came up) "
-         "reconnect_s=%.2f (after its restart) actor_reconnects=%ld\n",
-         t_first - t_up, t_back - t_restart, reconnects);
+  printf(
+      "FAULTS before_learner first_batch_s=%.2f (after the learner came up) "
+      "reconnect_s=%.2f (after its restart) actor_reconnects=%ld\n",
+      t_first - t_up, t_back - t_restart, reconnects);
   /* The client's backoff is capped at 2 s (with jitter): it is back within a few. */
   assert_true(t_first - t_up < 10);
   assert_true(t_back - t_restart < 10);
