@@ -44,6 +44,7 @@ static void record_stats(fault_log *lg, const rpc_client_stats *st0) {
   lg->delivered = st.delivered;
   lg->reconnects = st.reconnects;
   lg->duplicates = st.duplicates;
+  lg->last_status = st.last_status;
 }
 
 static void record(rpc_client *c, fault_log *lg) {

@@ -15,6 +15,7 @@ typedef struct fault_log {
   uint64_t reconnects;          /* streams that failed and were retried */
   uint64_t duplicates;          /* resent batches the learner already had */
   int64_t done;                 /* 1 after a clean exit */
+  int64_t last_status;          /* gRPC status of the last failed stream, 0 if none */
   double ack_t[FAULT_LOG_SEQS]; /* [seq]: wall time the ack was first seen; 0: not acked */
 } fault_log;
 
