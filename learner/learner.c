@@ -344,6 +344,8 @@ static uint64_t store_errors(learner *L, int *healthy) {
 static void on_status(void *user, rpc_counter *out, int *n) {
   learner *L = user;
   int healthy;
+  /* Before the table: its initialisers are evaluated in no set order. */
+  const uint64_t store_errs = store_errors(L, &healthy);
   replay_stats rs;
   replay_get_stats(L->mem, &rs);
   int k = 0;
@@ -359,7 +361,7 @@ static void on_status(void *user, rpc_counter *out, int *n) {
               {"batches_inserted", (double)atomic_load(&L->batches_inserted)},
               {"resent_dropped", (double)atomic_load(&L->resent_dropped)},
               {"stream_cuts", (double)atomic_load(&L->stream_cuts)},
-              {"store_errors", (double)store_errors(L, &healthy)},
+              {"store_errors", (double)store_errs},
               {"store_healthy", (double)healthy},
               {"replay_saves", (double)atomic_load(&L->replay_saves)},
               {"replay_save_errors", (double)atomic_load(&L->replay_save_errors)}};
@@ -1130,6 +1132,7 @@ int main(int argc, char **argv) {
       rpc_server_stats_get(L.srv, &ss);
       char j1[32], j2[32], j3[32];
       int healthy;
+      uint64_t store_errs = store_errors(&L, &healthy);
       double sps = (double)(env_steps - steps_at_log) / dt;
       double ups = (double)(L.updates - updates_at_log) / dt;
       double samples_s = (double)(ss.samples - samples_at_log) / dt;
@@ -1144,8 +1147,8 @@ int main(int argc, char **argv) {
           jnum(j2, sizeof j2, L.eval_return), (long long)L.version, jnum(j3, sizeof j3, last_loss),
           (unsigned long long)(ss.rejected + L.bad_batches),
           (unsigned long long)atomic_load(&L.insert_waits),
-          (unsigned long long)atomic_load(&L.resent_dropped),
-          (unsigned long long)store_errors(&L, &healthy), healthy ? "true" : "false");
+          (unsigned long long)atomic_load(&L.resent_dropped), (unsigned long long)store_errs,
+          healthy ? "true" : "false");
       double t_unix = unix_now();
       store_writer_metric(L.wr, run, "sps", env_steps, t_unix, sps);
       store_writer_metric(L.wr, run, "updates_s", env_steps, t_unix, ups);
