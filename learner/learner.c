@@ -273,15 +273,18 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
   }
   const int a = (int)b->actor_id;
   int rc = 0;
+  /* The rate limiter's wait holds no lock: another stream of the same actor (a resend
+   * after a reconnect) is then told at once that its batch is already in. */
+  pthread_mutex_lock(&L->actor_mu[a]);
+  bool have = L->incarnation[a] == b->incarnation && b->seq <= L->last_seq[a];
+  pthread_mutex_unlock(&L->actor_mu[a]);
+  if (!have && wait_for_room(L, total))
+    return shoal_error_set(err, SHOAL_EFULL, "the learner is behind the replay ratio");
   pthread_mutex_lock(&L->actor_mu[a]);
   if (L->incarnation[a] == b->incarnation && b->seq <= L->last_seq[a]) {
     /* Already in replay: resent after a reconnect, or after this learner resumed from a
      * save that holds it. Accept (the client stops resending) without inserting. */
     atomic_fetch_add(&L->resent_dropped, 1);
-    goto done;
-  }
-  if (wait_for_room(L, total)) {
-    rc = shoal_error_set(err, SHOAL_EFULL, "the learner is behind the replay ratio");
     goto done;
   }
   pthread_rwlock_rdlock(&L->save_lock);

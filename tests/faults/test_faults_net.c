@@ -320,7 +320,7 @@ static void test_net(void **state) {
                    NULL};
   if (access(largv[0], X_OK)) largv[0] = "/sbin/ip";
   wf_proc L;
-  wf_start(&L, largv);
+  fu_start(&L, largv);
   free(wf_wait_text(L.out, "\"event\":\"listening\"", 60));
 
   /* The proxy, when there is no netem, in the actors' namespace. */
@@ -332,6 +332,7 @@ static void test_net(void **state) {
     fflush(stdout);
     proxy = fork();
     if (proxy == 0) _exit(proxy_main());
+    fu_track(proxy);
     snprintf(target, sizeof target, "127.0.0.1:%d", PPORT);
     sleep_s(0.3);
   }
@@ -347,7 +348,7 @@ static void test_net(void **state) {
     char *pargv[] = {largv[0], "netns",  "exec", nsA,       pbin,    "--learner",
                      target,   "--run",  "net1", "--actor", as,      "--gen",
                      "0",      "--rate", "400",  "--log",   logp[a], NULL};
-    wf_start(&P[a], pargv);
+    fu_start(&P[a], pargv);
   }
   sleep_s(0.5);
   for (int a = 0; a < ACTORS; a++) assert_non_null(logs[a] = fu_log_map(logp[a]));
@@ -528,7 +529,7 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-  const struct CMUnitTest all[] = {cmocka_unit_test(test_net)};
+  const struct CMUnitTest all[] = {cmocka_unit_test_teardown(test_net, fu_kill_all)};
   int rc = cmocka_run_group_tests_name("faults_net", all, setup, teardown);
   return rc == 0 && !have_ns ? 77 : rc;
 }

@@ -103,7 +103,7 @@ static void test_file_full_ro(void **state) {
                   "--no-tensorboard",
                   NULL};
   wf_proc p;
-  wf_start(&p, argv);
+  fu_start(&p, argv);
   char *out = wf_wait_text(p.out, "learner on 127.0.0.1:", 60);
   int port = atoi(strstr(out, "learner on 127.0.0.1:") + strlen("learner on 127.0.0.1:"));
   free(out);
@@ -188,7 +188,7 @@ static void test_mongo_down(void **state) {
   char bin[4200];
   snprintf(bin, sizeof bin, "%s/bin/shoal-learner", getenv("SHOAL_BINARY_DIR"));
   char *largv[] = {bin, "--config", cfg, "--run", "mongo1", NULL};
-  wf_start(&L, largv);
+  fu_start(&L, largv);
   char *out = wf_wait_text(L.out, "\"event\":", 60);
   if (strstr(out, "no MongoDB support")) {
     free(out);
@@ -256,8 +256,8 @@ static int teardown(void **state) {
 
 int main(int argc, char **argv) {
   const struct CMUnitTest all[] = {
-      cmocka_unit_test(test_file_full_ro),
-      cmocka_unit_test(test_mongo_down),
+      cmocka_unit_test_teardown(test_file_full_ro, fu_kill_all),
+      cmocka_unit_test_teardown(test_mongo_down, fu_kill_all),
   };
   const char *filter = argc > 1 ? argv[1] : NULL;
   if (filter) cmocka_set_test_filter(filter);
