@@ -357,6 +357,13 @@ int main(int argc, char **argv) {
             "shoal-actor %d: stopped with %llu batches not delivered (the learner had stopped or "
             "was unreachable)\n",
             idx_arg, (unsigned long long)st.undelivered);
+  /* What this process sent and what the learner acknowledged, for checking against the
+   * learner's counters (tests/faults). */
+  fprintf(stderr,
+          "shoal-actor %d: pushed %llu batches, delivered %llu, resent duplicates %llu, "
+          "reconnects %llu\n",
+          idx_arg, (unsigned long long)st.pushed, (unsigned long long)st.delivered,
+          (unsigned long long)st.duplicates, (unsigned long long)st.reconnects);
   collector_destroy(col);
   dqn_destroy(q);
   env_vec_destroy(ev);

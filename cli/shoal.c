@@ -230,11 +230,17 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
       snprintf(from_store, sizeof from_store, "  store %s rows, %.0f segments (%.0f rejected)", sr,
                json_num(line, "store_segments"), json_num(line, "store_rejected"));
     }
+    /* Store trouble is shown where people look; training goes on meanwhile. */
+    char store_note[96] = "";
+    double serr = json_num(line, "store_errors");
+    if (serr > 0)
+      snprintf(store_note, sizeof store_note, "  store errors %.0f (%s)", serr,
+               strstr(line, "\"store_ok\":true") ? "recovered" : "failing");
     printf(
         "%6.0fs  steps %s (%s/s)  ingest %s/s  updates %s (%s/s)  replay %s  return100 %s  "
-        "eval %s  v%.0f%s%s\n",
+        "eval %s  v%.0f%s%s%s\n",
         json_num(line, "t"), steps, sps, smp, upd, ups, rep, ret, ev, json_num(line, "version"),
-        lags, from_store);
+        lags, from_store, store_note);
     fflush(stdout);
   } else if (!strcmp(event, "hparam")) {
     char key[64] = "?";

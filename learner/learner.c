@@ -97,6 +97,22 @@ typedef struct learner {
   uint64_t episodes;
   atomic_uint_fast64_t bad_batches;
 
+  /* Exactly-once ingest, also across a learner crash. Per actor: the last seq inserted
+   * into replay for its incarnation. One batch of an actor is inserted at a time
+   * (actor_mu), so a batch resent on a new stream while the old stream's copy is still
+   * being inserted is seen as the duplicate it is. Inserts read-hold save_lock and a
+   * replay save write-holds it, so the saved memory and the saved seq table (the
+   * ".acks" file beside it) describe the same batches: a resumed learner drops resent
+   * batches the file already holds and takes the rest. */
+  pthread_mutex_t *actor_mu;
+  uint64_t *last_seq;
+  uint64_t *ack_copy; /* the table as saved: incarnation, seq per actor */
+  pthread_rwlock_t save_lock;
+  atomic_uint_fast64_t batches_inserted, resent_dropped, stream_cuts;
+  atomic_uint_fast64_t replay_saves, replay_save_errors;
+  double replay_save_s;            /* the last save's duration */
+  atomic_bool replay_save_failing; /* the last save failed */
+
   /* The rate limiter (as Reverb's SampleToInsertRatio): the trainer samples at most
    * replay_ratio transitions per transition inserted after warm-up, and inserts wait
    * while the insert side is more than `tolerance` samples ahead, so the ratio, not
@@ -208,6 +224,34 @@ static int wait_for_room(learner *L, uint32_t n) {
 
 static int follow_wait(void *user, uint32_t n) { return wait_for_room(user, n); }
 
+/* The rows of env e's group starting at row i: nsteps steps, then ntails tail rows
+ * (one per step that ended an episode). Returns the row after the group, or 0 with err
+ * set when the group is malformed. */
+static uint32_t env_group(const learner *L, const rpc_batch *b, uint32_t i, uint32_t *nsteps,
+                          uint32_t *ntails, shoal_error *err) {
+  const uint8_t *term = b->cols[COL_TERM].data, *trunc = b->cols[COL_TRUNC].data;
+  const int32_t *envi = b->cols[COL_ENV].data;
+  const uint8_t *tail = b->cols[COL_TAIL].data;
+  int e = envi[i];
+  if (e < 0 || e >= L->num_envs) {
+    shoal_error_set(err, SHOAL_EINVAL, "row %u: env %d outside [0, %d)", i, e, L->num_envs);
+    return 0;
+  }
+  uint32_t s0 = i, ended = 0;
+  while (i < b->n && envi[i] == e && !tail[i]) ended += (term[i] || trunc[i]), i++;
+  uint32_t t0 = i;
+  while (i < b->n && envi[i] == e && tail[i]) i++;
+  *nsteps = t0 - s0;
+  *ntails = i - t0;
+  if (*ntails != ended || *nsteps == 0) {
+    shoal_error_set(err, SHOAL_EINVAL,
+                    "env %d: %u steps ended an episode but %u final observations follow", e, ended,
+                    *ntails);
+    return 0;
+  }
+  return i;
+}
+
 static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
   learner *L = user;
   if (b->actor_id >= (uint64_t)L->actors) {
@@ -221,48 +265,55 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
   const uint8_t *term = b->cols[COL_TERM].data, *trunc = b->cols[COL_TRUNC].data;
   const float *prio = b->cols[COL_PRIO].data;
   const int32_t *envi = b->cols[COL_ENV].data;
-  const uint8_t *tail = b->cols[COL_TAIL].data;
-  /* A restarted actor begins new episodes in its streams: the old ones are cut where
-   * they stopped, never joined to the new process's steps. Batches of one actor come
-   * on one stream, one at a time, so this check is not raced by that actor. */
-  if (L->incarnation[b->actor_id] != b->incarnation) {
-    if (L->incarnation[b->actor_id] != 0) {
-      for (int e = 0; e < L->num_envs; e++) {
-        int stream = (int)b->actor_id * L->num_envs + e;
-        int rc = replay_reset_stream(L->mem, stream, err);
-        if (rc) return rc;
-        pthread_mutex_lock(&L->ep_mu);
-        L->stream_ret[stream] = 0;
-        pthread_mutex_unlock(&L->ep_mu);
-      }
+  /* The whole batch is checked, and room made for all of it, before anything goes
+   * in: a batch is inserted whole or not at all, so its resend cannot repeat a part. */
+  uint32_t total = 0, nsteps, ntails;
+  for (uint32_t i = 0; i < b->n;) {
+    i = env_group(L, b, i, &nsteps, &ntails, err);
+    if (!i) {
+      atomic_fetch_add(&L->bad_batches, 1);
+      return err ? err->code : SHOAL_EINVAL;
     }
-    L->incarnation[b->actor_id] = b->incarnation;
+    total += nsteps;
   }
-  uint32_t i = 0;
-  while (i < b->n) {
-    int e = envi[i];
-    if (e < 0 || e >= L->num_envs) {
-      atomic_fetch_add(&L->bad_batches, 1);
-      return shoal_error_set(err, SHOAL_EINVAL, "row %u: env %d outside [0, %d)", i, e,
-                             L->num_envs);
+  const int a = (int)b->actor_id;
+  int rc = 0;
+  /* The rate limiter's wait holds no lock: another stream of the same actor (a resend
+   * after a reconnect) is then told at once that its batch is already in. */
+  pthread_mutex_lock(&L->actor_mu[a]);
+  bool have = L->incarnation[a] == b->incarnation && b->seq <= L->last_seq[a];
+  pthread_mutex_unlock(&L->actor_mu[a]);
+  if (!have && follow_admit_actor(L->fol, total))
+    return shoal_error_set(err, SHOAL_EFULL, "the learner waits for store rows (store_ratio)");
+  if (!have && wait_for_room(L, total))
+    return shoal_error_set(err, SHOAL_EFULL, "the learner is behind the replay ratio");
+  pthread_mutex_lock(&L->actor_mu[a]);
+  if (L->incarnation[a] == b->incarnation && b->seq <= L->last_seq[a]) {
+    /* Already in replay: resent after a reconnect, or after this learner resumed from a
+     * save that holds it. Accept (the client stops resending) without inserting. */
+    atomic_fetch_add(&L->resent_dropped, 1);
+    goto done;
+  }
+  pthread_rwlock_rdlock(&L->save_lock);
+  /* A new process (incarnation), or batches missing in between (lost with a learner
+   * crash, refused as invalid, dropped by the client): the streams' episodes are cut
+   * there, never joined across the gap. */
+  if (L->incarnation[a] != b->incarnation || b->seq != L->last_seq[a] + 1) {
+    atomic_fetch_add(&L->stream_cuts, 1);
+    for (int e = 0; e < L->num_envs && !rc; e++) {
+      int stream = a * L->num_envs + e;
+      rc = replay_reset_stream(L->mem, stream, err);
+      pthread_mutex_lock(&L->ep_mu);
+      L->stream_ret[stream] = 0;
+      pthread_mutex_unlock(&L->ep_mu);
     }
-    uint32_t s0 = i, ended = 0;
-    while (i < b->n && envi[i] == e && !tail[i]) ended += (term[i] || trunc[i]), i++;
-    uint32_t t0 = i;
-    while (i < b->n && envi[i] == e && tail[i]) i++;
-    uint32_t nsteps = t0 - s0, ntails = i - t0;
-    if (ntails != ended || nsteps == 0) {
-      atomic_fetch_add(&L->bad_batches, 1);
-      return shoal_error_set(err, SHOAL_EINVAL,
-                             "env %d: %u steps ended an episode but %u final observations follow",
-                             e, ended, ntails);
-    }
-    if (follow_admit_actor(L->fol, nsteps))
-      return shoal_error_set(err, SHOAL_EFULL, "the learner waits for store rows (store_ratio)");
-    if (wait_for_room(L, nsteps)) {
-      return shoal_error_set(err, SHOAL_EFULL, "the learner is behind the replay ratio");
-    }
-    int stream = (int)b->actor_id * L->num_envs + e;
+    L->incarnation[a] = b->incarnation;
+  }
+  for (uint32_t i = 0; i < b->n && !rc;) {
+    uint32_t s0 = i;
+    i = env_group(L, b, i, &nsteps, &ntails, err);
+    uint32_t t0 = s0 + nsteps;
+    int stream = a * L->num_envs + envi[s0];
     replay_steps rs = {0};
     rs.n = nsteps;
     rs.cols[0] = obs + (size_t)s0 * L->obs_bytes;
@@ -272,18 +323,39 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
     rs.truncated = trunc + s0;
     rs.final_obs = ntails ? obs + (size_t)t0 * L->obs_bytes : NULL;
     rs.priority = L->prioritized ? prio + s0 : NULL;
-    int rc = replay_insert(L->mem, stream, &rs, err);
+    rc = replay_insert(L->mem, stream, &rs, err);
     if (rc) {
       atomic_fetch_add(&L->bad_batches, 1);
-      return rc;
+      break;
     }
     count_episodes(L, stream, reward + s0, term + s0, trunc + s0, (int)nsteps);
   }
-  return 0;
+  if (!rc) {
+    L->last_seq[a] = b->seq;
+    atomic_fetch_add(&L->batches_inserted, 1);
+  }
+  pthread_rwlock_unlock(&L->save_lock);
+done:
+  pthread_mutex_unlock(&L->actor_mu[a]);
+  return rc;
+}
+
+/* Failed store calls so far (the writer's, retries included, plus replay saves), and
+ * whether the store works now: shown in progress lines and Status. */
+static uint64_t store_errors(learner *L, int *healthy) {
+  store_writer_stats ws;
+  store_writer_stats_get(L->wr, &ws);
+  uint64_t n = atomic_load(&L->replay_save_errors);
+  for (int k = 0; k < STORE_KIND_COUNT; k++) n += ws.errors[k];
+  *healthy = ws.healthy && !atomic_load(&L->replay_save_failing);
+  return n;
 }
 
 static void on_status(void *user, rpc_counter *out, int *n) {
   learner *L = user;
+  int healthy;
+  /* Before the table: its initialisers are evaluated in no set order. */
+  const uint64_t store_errs = store_errors(L, &healthy);
   replay_stats rs;
   replay_get_stats(L->mem, &rs);
   int k = 0;
@@ -295,7 +367,14 @@ static void on_status(void *user, rpc_counter *out, int *n) {
               {"replay_held", (double)rs.held},
               {"episodes", (double)L->episodes},
               {"eval_return", L->eval_return},
-              {"bad_batches", (double)atomic_load(&L->bad_batches)}};
+              {"bad_batches", (double)atomic_load(&L->bad_batches)},
+              {"batches_inserted", (double)atomic_load(&L->batches_inserted)},
+              {"resent_dropped", (double)atomic_load(&L->resent_dropped)},
+              {"stream_cuts", (double)atomic_load(&L->stream_cuts)},
+              {"store_errors", (double)store_errs},
+              {"store_healthy", (double)healthy},
+              {"replay_saves", (double)atomic_load(&L->replay_saves)},
+              {"replay_save_errors", (double)atomic_load(&L->replay_save_errors)}};
   for (size_t i = 0; i < sizeof figs / sizeof *figs && k < *n; i++, k++) {
     snprintf(out[k].name, sizeof out[k].name, "%s", figs[i].name);
     out[k].value = figs[i].v;
@@ -514,6 +593,135 @@ static void snapshot(learner *L, int64_t env_steps, double score) {
   L->snapshots++;
 }
 
+/* The ".acks" file beside the saved replay: which batch of each actor incarnation the
+ * replay file ends with, and the env step count it stands for.
+ *   "SHOALACK" u32 version=1 u32 actors u64 replay_steps i64 env_steps
+ *   actors x (u64 incarnation, u64 last_seq)  u64 FNV-1a of everything before it
+ * Written after the replay file (temp file, fsync, rename); replay_steps ties it to
+ * that file, so a crash between the two renames is detected and the file ignored. */
+enum { ACKS_VERSION = 1 };
+static const char ACKS_MAGIC[8] = {'S', 'H', 'O', 'A', 'L', 'A', 'C', 'K'};
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static int acks_write(const learner *L, uint64_t replay_steps, int64_t env_steps,
+                      shoal_error *err) {
+  char path[4200], tmp[4210];
+  snprintf(path, sizeof path, "%s.acks", L->replay_path);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  uint32_t head[3] = {ACKS_VERSION, (uint32_t)L->actors, 0};
+  size_t tab = (size_t)L->actors * 2 * sizeof(uint64_t);
+  size_t len = 8 + 8 + 8 + 8 + tab + 8;
+  uint8_t *buf = malloc(len);
+  if (!buf) return shoal_error_set(err, SHOAL_ENOMEM, "replay acks: out of memory");
+  size_t o = 0;
+  memcpy(buf + o, ACKS_MAGIC, 8), o += 8;
+  memcpy(buf + o, head, 8), o += 8;
+  memcpy(buf + o, &replay_steps, 8), o += 8;
+  memcpy(buf + o, &env_steps, 8), o += 8;
+  memcpy(buf + o, L->ack_copy, tab), o += tab;
+  uint64_t h = fnv1a(0xcbf29ce484222325ull, buf, o);
+  memcpy(buf + o, &h, 8), o += 8;
+  int rc = 0;
+  FILE *f = fopen(tmp, "wb");
+  if (!f || fwrite(buf, 1, o, f) != o || fflush(f) || fsync(fileno(f))) {
+    rc = shoal_error_set(err, SHOAL_EIO, "writing '%s': %s", tmp, strerror(errno));
+  }
+  if (f && fclose(f) && !rc)
+    rc = shoal_error_set(err, SHOAL_EIO, "closing '%s': %s", tmp, strerror(errno));
+  if (!rc && rename(tmp, path))
+    rc = shoal_error_set(err, SHOAL_EIO, "renaming '%s': %s", tmp, strerror(errno));
+  if (rc) unlink(tmp);
+  free(buf);
+  return rc;
+}
+
+/* Reads the .acks file into incarnation/last_seq when it matches the loaded replay
+ * (replay_steps); *env_steps gets its step count. Returns 0, SHOAL_ENOENT (no file),
+ * SHOAL_EFORMAT (damaged, another version or actor count) or SHOAL_ESTATE (it belongs
+ * to another replay file). */
+static int acks_read(learner *L, uint64_t replay_steps, int64_t *env_steps, shoal_error *err) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s.acks", L->replay_path);
+  size_t len;
+  FILE *f = fopen(path, "rb");
+  if (!f) return shoal_error_set(err, SHOAL_ENOENT, "'%s': %s", path, strerror(errno));
+  size_t tab = (size_t)L->actors * 2 * sizeof(uint64_t), want = 8 + 8 + 8 + 8 + tab + 8;
+  uint8_t *buf = malloc(want + 1);
+  len = buf ? fread(buf, 1, want + 1, f) : 0;
+  fclose(f);
+  int rc = 0;
+  uint32_t head[2];
+  uint64_t steps, h;
+  if (!buf) return shoal_error_set(err, SHOAL_ENOMEM, "'%s': out of memory", path);
+  if (len != want || memcmp(buf, ACKS_MAGIC, 8)) {
+    rc = shoal_error_set(err, SHOAL_EFORMAT, "'%s': %zu bytes, not a seq table for %d actors", path,
+                         len, L->actors);
+    goto out;
+  }
+  memcpy(head, buf + 8, 8);
+  memcpy(&h, buf + want - 8, 8);
+  if (head[0] != ACKS_VERSION || head[1] != (uint32_t)L->actors ||
+      h != fnv1a(0xcbf29ce484222325ull, buf, want - 8)) {
+    rc = shoal_error_set(err, SHOAL_EFORMAT, "'%s': version %u, %u actors, checksum %s", path,
+                         head[0], head[1],
+                         h == fnv1a(0xcbf29ce484222325ull, buf, want - 8) ? "ok" : "bad");
+    goto out;
+  }
+  memcpy(&steps, buf + 16, 8);
+  if (steps != replay_steps) {
+    rc = shoal_error_set(err, SHOAL_ESTATE,
+                         "'%s' describes a replay of %llu steps, the saved replay has %llu", path,
+                         (unsigned long long)steps, (unsigned long long)replay_steps);
+    goto out;
+  }
+  memcpy(env_steps, buf + 24, 8);
+  for (int a = 0; a < L->actors; a++) {
+    memcpy(&L->incarnation[a], buf + 32 + (size_t)a * 16, 8);
+    memcpy(&L->last_seq[a], buf + 32 + (size_t)a * 16 + 8, 8);
+  }
+out:
+  free(buf);
+  return rc;
+}
+
+/* Saves the replay and its seq table together (file stores). Inserts pause meanwhile,
+ * so both describe the same batches. What a learner crash loses is what was inserted
+ * after the last save that succeeded: at most learner.snapshot_every_s of ingest. */
+static void save_replay(learner *L) {
+  if (!L->replay_path[0]) return;
+  shoal_error err = {0};
+  double t0 = shoal_now_s();
+  pthread_rwlock_wrlock(&L->save_lock);
+  replay_stats rs;
+  replay_get_stats(L->mem, &rs);
+  for (int a = 0; a < L->actors; a++) {
+    L->ack_copy[2 * a] = L->incarnation[a];
+    L->ack_copy[2 * a + 1] = L->last_seq[a];
+  }
+  int64_t env_steps = L->env_steps_base + (int64_t)rs.inserted_steps;
+  int rc = replay_save(L->mem, L->replay_path, &err);
+  pthread_rwlock_unlock(&L->save_lock);
+  if (!rc) rc = acks_write(L, rs.inserted_steps, env_steps, &err);
+  L->replay_save_s = shoal_now_s() - t0;
+  if (rc) {
+    uint64_t n = atomic_fetch_add(&L->replay_save_errors, 1) + 1;
+    /* The first failure and the first after a recovery are printed, not each retry. */
+    if (!atomic_exchange(&L->replay_save_failing, true))
+      fprintf(stderr, "shoal-learner: replay save failed (%llu so far; training goes on): %s\n",
+              (unsigned long long)n, err.msg);
+  } else {
+    atomic_fetch_add(&L->replay_saves, 1);
+    if (atomic_exchange(&L->replay_save_failing, false))
+      fprintf(stderr, "shoal-learner: replay save works again (%llu failed before)\n",
+              (unsigned long long)atomic_load(&L->replay_save_errors));
+  }
+}
+
 static void obs_to_float(const learner *L, const void *src, float *dst, size_t rows) {
   if (!L->obs_u8) {
     memcpy(dst, src, rows * L->obs_floats * sizeof *dst);
@@ -690,7 +898,19 @@ int main(int argc, char **argv) {
   pthread_cond_init(&L.hp_cv, NULL);
   L.stream_ret = calloc((size_t)L.actors * L.num_envs + 1, sizeof *L.stream_ret);
   L.incarnation = calloc((size_t)L.actors + 1, sizeof *L.incarnation);
-  if (!L.stream_ret || !L.incarnation) {
+  L.last_seq = calloc((size_t)L.actors + 1, sizeof *L.last_seq);
+  L.ack_copy = calloc((size_t)L.actors * 2 + 1, sizeof *L.ack_copy);
+  L.actor_mu = calloc((size_t)L.actors + 1, sizeof *L.actor_mu);
+  for (int a = 0; L.actor_mu && a < L.actors; a++) pthread_mutex_init(&L.actor_mu[a], NULL);
+  {
+    /* A save must not wait behind a steady stream of inserts. */
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&L.save_lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
+  }
+  if (!L.stream_ret || !L.incarnation || !L.last_seq || !L.ack_copy || !L.actor_mu) {
     fprintf(stderr, "shoal-learner: out of memory\n");
     return 1;
   }
@@ -698,7 +918,8 @@ int main(int argc, char **argv) {
   L.last_snapshot_version = -1;
   L.best_eval = -INFINITY;
 
-  if (store_open(&L.st, config_string(L.cfg, "store.uri"), &err)) die("store", &err);
+  /* Through an outage of the store the learner trains on; the writer counts errors. */
+  if (store_open_lazy(&L.st, config_string(L.cfg, "store.uri"), &err)) die("store", &err);
   if (store_writer_create(&L.wr, L.st, NULL, &err)) die("store writer", &err);
   replay_path_for(&L);
 
@@ -732,6 +953,19 @@ int main(int argc, char **argv) {
         replay_get_stats(L.mem, &rs);
         /* The replay's counters continue too: count only new steps on top of them. */
         L.env_steps_base -= (int64_t)rs.inserted_steps;
+        /* Which batches the saved replay holds: resent ones are dropped, the rest taken. */
+        int64_t acked_steps = 0;
+        int arc = acks_read(&L, rs.inserted_steps, &acked_steps, &err);
+        if (arc == 0) {
+          L.env_steps_base = acked_steps - (int64_t)rs.inserted_steps;
+        } else {
+          memset(L.incarnation, 0, (size_t)L.actors * sizeof *L.incarnation);
+          memset(L.last_seq, 0, (size_t)L.actors * sizeof *L.last_seq);
+          fprintf(stderr,
+                  "shoal-learner: resume: no seq table for the saved replay (%s): batches "
+                  "in flight at the crash may be inserted twice\n",
+                  err.msg);
+        }
         /* The rate limiter starts level with what the memory holds, so a resumed
          * learner does not replay it in one burst. */
         double level = L.ratio * ((double)rs.inserted_steps - (double)L.warmup);
@@ -912,8 +1146,7 @@ int main(int argc, char **argv) {
     if (now - t_snap >= L.hp[HP_SNAP]) {
       t_snap = now;
       snapshot(&L, env_steps, L.eval_return);
-      if (L.replay_path[0] && replay_save(L.mem, L.replay_path, &err))
-        fprintf(stderr, "shoal-learner: replay save: %s\n", err.msg);
+      save_replay(&L);
     }
     if (now - t_log >= log_every) {
       double dt = now - t_log;
@@ -931,6 +1164,8 @@ int main(int argc, char **argv) {
       rpc_server_stats_get(L.srv, &ss);
       char j1[32], j2[32], j3[32], fol_json[256];
       follow_progress_json(L.fol, fol_json, sizeof fol_json);
+      int healthy;
+      uint64_t store_errs = store_errors(&L, &healthy);
       double sps = (double)(env_steps - steps_at_log) / dt;
       double ups = (double)(L.updates - updates_at_log) / dt;
       double samples_s = (double)(ss.samples - samples_at_log) / dt;
@@ -938,12 +1173,15 @@ int main(int argc, char **argv) {
           "{\"event\":\"progress\",\"t\":%.2f,\"env_steps\":%lld,\"sps\":%.1f,"
           "\"samples_s\":%.1f,\"updates\":%lld,\"ups\":%.1f,\"replay\":%lld,"
           "\"episodes\":%llu,\"return100\":%s,\"eval\":%s,\"version\":%lld,"
-          "\"loss\":%s,\"rejected\":%llu,\"insert_waits\":%llu%s}",
+          "\"loss\":%s,\"rejected\":%llu,\"insert_waits\":%llu,\"resent_dropped\":%llu,"
+          "\"store_errors\":%llu,\"store_ok\":%s%s}",
           now - t0, (long long)env_steps, sps, samples_s, (long long)L.updates, ups,
           (long long)rs.held, (unsigned long long)neps, jnum(j1, sizeof j1, ret100),
           jnum(j2, sizeof j2, L.eval_return), (long long)L.version, jnum(j3, sizeof j3, last_loss),
           (unsigned long long)(ss.rejected + L.bad_batches),
-          (unsigned long long)atomic_load(&L.insert_waits), fol_json);
+          (unsigned long long)atomic_load(&L.insert_waits),
+          (unsigned long long)atomic_load(&L.resent_dropped), (unsigned long long)store_errs,
+          healthy ? "true" : "false", fol_json);
       double t_unix = unix_now();
       follow_metrics(L.fol, L.wr, run, env_steps, t_unix);
       store_writer_metric(L.wr, run, "sps", env_steps, t_unix, sps);
@@ -979,12 +1217,15 @@ int main(int argc, char **argv) {
   L.srv = NULL;
   L.version++;
   snapshot(&L, env_steps, L.eval_return);
-  if (L.replay_path[0] && replay_save(L.mem, L.replay_path, &err))
-    fprintf(stderr, "shoal-learner: replay save: %s\n", err.msg);
+  save_replay(&L);
   store_writer_run_status(L.wr, run,
                           !strcmp(reason, "signal") ? STORE_RUN_STOPPED : STORE_RUN_FINISHED);
   store_writer_stats ws;
-  int wrc = store_writer_close(L.wr, 30.0, &ws);
+  /* A store that is failing now gets one more try, not 30 s of them: the stop must
+   * not hang on an outage (what is not written is counted and reported). */
+  int store_healthy_now;
+  store_errors(&L, &store_healthy_now);
+  int wrc = store_writer_close(L.wr, store_healthy_now ? 30.0 : 3.0, &ws);
   char j1[32], j2[32];
   emit(
       "{\"event\":\"done\",\"reason\":\"%s\",\"t\":%.2f,\"env_steps\":%lld,\"updates\":%lld,"
@@ -1000,6 +1241,11 @@ int main(int argc, char **argv) {
   config_destroy(L.cfg);
   free(L.stream_ret);
   free(L.incarnation);
+  free(L.last_seq);
+  free(L.ack_copy);
+  for (int a = 0; a < L.actors; a++) pthread_mutex_destroy(&L.actor_mu[a]);
+  free(L.actor_mu);
+  pthread_rwlock_destroy(&L.save_lock);
   free(L.obs_b), free(L.nobs_b), free(L.obs_f), free(L.nobs_f), free(L.ret), free(L.disc);
   free(L.w), free(L.prio), free(L.act), free(L.idx), free(L.gen);
   free(e_obs), free(e_fin), free(e_obsf), free(e_rew), free(e_term), free(e_trunc);

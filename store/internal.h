@@ -9,6 +9,7 @@
 #define SHOAL_STORE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "store/store.h"
 
@@ -61,7 +62,8 @@ int store__open_backend(store **out, const store__backend *be, void *impl, const
 /* Backends. Each parses its own URI (given whole, with the scheme). */
 int store__file_open(void **impl, const char *uri, shoal_error *err);
 extern const store__backend store__file_backend;
-int store__mongo_open(void **impl, const char *uri, shoal_error *err);
+/* lazy: an unreachable deployment is not an error (store_open_lazy). */
+int store__mongo_open(void **impl, const char *uri, bool lazy, shoal_error *err);
 extern const store__backend store__mongo_backend;
 
 /* The data hub (segments.c, dataset.c, media.c, hub_*.c) keeps its own code per

@@ -27,13 +27,16 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "store/internal.h"
 
 #ifndef SHOAL_HAVE_MONGOC
 
-int store__mongo_open(void **impl, const char *uri, shoal_error *err) {
+int store__mongo_open(void **impl, const char *uri, bool lazy, shoal_error *err) {
+  (void)lazy;
   char red[512];
   store_uri_redact(red, sizeof red, uri);
   return shoal_error_set(err, SHOAL_ENOTSUP,
@@ -58,6 +61,9 @@ typedef struct mongo_store {
   char db[128];
   char *password; /* to scrub it from any server or driver message */
   char uri[512];  /* redacted, for messages */
+  /* Opened lazily while the deployment was unreachable: the indexes are made by the
+   * first call that finds it back (see op_begin). */
+  atomic_bool ready;
 } mongo_store;
 
 /* Server error codes (src/mongo/base/error_codes.yml in the server). */
@@ -219,7 +225,7 @@ static void mongo_close(void *impl) {
   free(ms);
 }
 
-int store__mongo_open(void **impl, const char *uri_str, shoal_error *err) {
+int store__mongo_open(void **impl, const char *uri_str, bool lazy, shoal_error *err) {
   pthread_once(&init_once, init_mongoc);
   mongo_store *ms = calloc(1, sizeof *ms);
   if (!ms) return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
@@ -274,7 +280,18 @@ int store__mongo_open(void **impl, const char *uri_str, shoal_error *err) {
   }
   mongoc_client_pool_set_error_api(ms->pool, MONGOC_ERROR_API_VERSION_2);
   mongoc_client_pool_set_appname(ms->pool, "shoal");
-  if ((rc = setup(ms, err))) goto fail;
+  rc = setup(ms, err);
+  if (rc == SHOAL_ENET && lazy) {
+    /* Unreachable now, maybe not later: every call fails with SHOAL_ENET until the
+     * deployment answers (after serverSelectionTimeoutMS each). */
+    fprintf(stderr, "shoal store: %s; going on without it until it answers\n",
+            err && err->msg[0] ? err->msg : "MongoDB unreachable");
+    rc = 0;
+  } else if (rc) {
+    goto fail;
+  } else {
+    atomic_store(&ms->ready, true);
+  }
   *impl = ms;
   return 0;
 fail:
@@ -305,6 +322,9 @@ typedef struct {
 } op;
 
 static op op_begin(mongo_store *ms, const char *coll) {
+  /* A lazily opened store makes its indexes once the deployment answers; until then
+   * the call goes ahead and fails on its own with the network error. */
+  if (!atomic_load(&ms->ready) && setup(ms, NULL) == 0) atomic_store(&ms->ready, true);
   op o = {ms, mongoc_client_pool_pop(ms->pool), NULL};
   if (coll) o.coll = mongoc_client_get_collection(o.c, ms->db, coll);
   return o;

@@ -218,7 +218,7 @@ int store__open_backend(store **out, const store__backend *be, void *impl, const
   return 0;
 }
 
-int store_open(store **out, const char *uri, shoal_error *err) {
+static int open_store(store **out, const char *uri, bool lazy, shoal_error *err) {
   if (!out) return shoal_error_set(err, SHOAL_EINVAL, "store_open: out is NULL");
   if (!uri || !uri[0]) {
     const char *env = getenv("SHOAL_STORE_URI");
@@ -235,7 +235,7 @@ int store_open(store **out, const char *uri, shoal_error *err) {
   const char *sep = strstr(uri, "://");
   if (strncmp(uri, "mongodb://", 10) == 0 || strncmp(uri, "mongodb+srv://", 14) == 0) {
     be = &store__mongo_backend;
-    rc = store__mongo_open(&impl, uri, err);
+    rc = store__mongo_open(&impl, uri, lazy, err);
   } else if (strncmp(uri, "file:", 5) == 0 || !sep) {
     /* A plain path has no scheme; "C:"-like prefixes do not occur here. */
     be = &store__file_backend;
@@ -247,6 +247,14 @@ int store_open(store **out, const char *uri, shoal_error *err) {
   if (rc == 0) rc = store__open_backend(out, be, impl, red, err);
   free(red);
   return rc;
+}
+
+int store_open(store **out, const char *uri, shoal_error *err) {
+  return open_store(out, uri, false, err);
+}
+
+int store_open_lazy(store **out, const char *uri, shoal_error *err) {
+  return open_store(out, uri, true, err);
 }
 
 void store_close(store *st) {

@@ -63,6 +63,13 @@ typedef struct store store;
  * SHOAL_ENET when the MongoDB deployment cannot be reached. */
 int store_open(store **out, const char *uri, shoal_error *err);
 
+/* As store_open, except that a MongoDB deployment that cannot be reached now is not
+ * an error: the handle is returned (a line on stderr says so), every call fails with
+ * SHOAL_ENET until the deployment answers, and the first call that reaches it makes
+ * the indexes. For programs that must keep working through a store outage (the
+ * learner, behind store_writer). Other errors are as store_open's. */
+int store_open_lazy(store **out, const char *uri, shoal_error *err);
+
 /* Closes the handle and frees it. NULL is a no-op. */
 void store_close(store *st);
 
