@@ -502,8 +502,10 @@ int main(int argc, char **argv) {
   sc.listen = config_string(L.cfg, "learner.listen");
   sc.token =
       config_string(L.cfg, "learner.token")[0] ? config_string(L.cfg, "learner.token") : NULL;
-  /* Inserts may block on a full FIFO: keep a thread for pulls. */
-  sc.threads = (L.actors < 4 ? L.actors : 4) + 1;
+  /* An insert may wait in the callback (a full FIFO), and an actor can
+   * have two calls in at once (a resend on a new stream while its old one still waits):
+   * two threads per actor plus two keep Status, SetHyperparams and pulls answered. */
+  sc.threads = L.actors * 2 + 2 < 16 ? L.actors * 2 + 2 : 16;
   sc.on_batch = on_batch;
   sc.on_status = on_status;
   sc.on_hyperparams = on_hyperparams;
