@@ -455,6 +455,54 @@ static void sb_printf(strbuf *b, const char *fmt, ...) {
   }
 }
 
+/* The code point of the UTF-8 sequence at p (n bytes), or -1 when it is not one. */
+static long utf8_at(const unsigned char *p, int *n) {
+  int len = p[0] < 0x80             ? 1
+            : (p[0] & 0xe0) == 0xc0 ? 2
+            : (p[0] & 0xf0) == 0xe0 ? 3
+            : (p[0] & 0xf8) == 0xf0 ? 4
+                                    : 0;
+  if (!len) return -1;
+  long cp = len == 1 ? p[0] : p[0] & (0x7f >> len);
+  for (int i = 1; i < len; i++) {
+    if ((p[i] & 0xc0) != 0x80) return -1;
+    cp = (cp << 6) | (p[i] & 0x3f);
+  }
+  *n = len;
+  return cp;
+}
+
+/* A string as a YAML double-quoted scalar that reads back as the same bytes: quotes and
+ * backslashes escaped, and every character YAML would refuse (control characters) or
+ * fold (its line breaks NEL, LS, PS; tab and CR) written as an escape. Bytes that are not
+ * UTF-8 cannot come from YAML or --set (libyaml checks), but are escaped all the same. */
+static void dump_quoted(strbuf *b, const char *s) {
+  sb_printf(b, "\"");
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    int n = 1;
+    long cp = utf8_at(p, &n);
+    if (cp < 0) {
+      sb_printf(b, "\\x%02x", *p);
+      n = 1;
+    } else if (cp == '"' || cp == '\\') {
+      sb_printf(b, "\\%c", (int)cp);
+    } else if (cp == '\n') {
+      sb_printf(b, "\\n");
+    } else if (cp == '\t') {
+      sb_printf(b, "\\t");
+    } else if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 ||
+               cp == 0x2029 || cp == 0xfeff || cp == 0xfffe || cp == 0xffff ||
+               (cp >= 0xd800 && cp <= 0xdfff)) {
+      sb_printf(b, cp <= 0xff ? "\\x%02lx" : "\\u%04lx", cp);
+    } else {
+      sb_printf(b, "%.*s", n, (const char *)p);
+    }
+    p += n;
+  }
+  sb_printf(b, "\"\n");
+}
+
 int config_dump(const config *c, char **yaml, shoal_error *err) {
   const cfg_entry **order = malloc((c->n > 0 ? (size_t)c->n : 1) * sizeof *order);
   strbuf b = {malloc(1024), 0, 1024, 0};
@@ -492,18 +540,7 @@ int config_dump(const config *c, char **yaml, shoal_error *err) {
         case CFG_INT: sb_printf(&b, "%lld\n", (long long)e->v.i); break;
         case CFG_FLOAT: sb_printf(&b, "%.17g\n", e->v.f); break;
         case CFG_BOOL: sb_printf(&b, "%s\n", e->v.b ? "true" : "false"); break;
-        case CFG_STRING:
-          sb_printf(&b, "\"");
-          for (const char *p = e->v.s ? e->v.s : ""; *p; p++) {
-            if (*p == '"' || *p == '\\')
-              sb_printf(&b, "\\%c", *p);
-            else if (*p == '\n')
-              sb_printf(&b, "\\n");
-            else
-              sb_printf(&b, "%c", *p);
-          }
-          sb_printf(&b, "\"\n");
-          break;
+        case CFG_STRING: dump_quoted(&b, e->v.s ? e->v.s : ""); break;
       }
     }
     prev = name;
