@@ -159,6 +159,16 @@ int main(int argc, char **argv) {
   if (!cfg || config_load_file(cfg, cfg_path, &err)) die("config", &err);
   for (int i = 0; i < nsets; i++)
     if (config_set(cfg, sets[i], &err)) die("config", &err);
+  /* A config from the store or `shoal init --out` has its secrets redacted; they come
+   * back through --set, and a placeholder must never become the real token. */
+  if (!strcmp(config_string(cfg, "learner.token"), CONFIG_REDACTED) ||
+      strstr(config_string(cfg, "store.uri"), ":***@")) {
+    shoal_error_set(&err, SHOAL_EINVAL,
+                    "learner.token or the store URI's password is redacted in %s: pass them with "
+                    "--set learner.token=TOKEN / --set store.uri=URI",
+                    cfg_path);
+    die("config", &err);
+  }
   if (apex_check(cfg, &err)) die("config", &err);
   const int actors = (int)config_int(cfg, "actors");
   if (idx_arg >= actors) {

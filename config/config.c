@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "config/config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -503,7 +504,74 @@ static void dump_quoted(strbuf *b, const char *s) {
   sb_printf(b, "\"\n");
 }
 
+static bool has_word(const char *s, const char *w) {
+  size_t n = strlen(s), wl = strlen(w);
+  for (size_t i = 0; i + wl <= n; i++) {
+    size_t k = 0;
+    while (k < wl && tolower((unsigned char)s[i + k]) == w[k]) k++;
+    if (k == wl) return true;
+  }
+  return false;
+}
+
+bool config_key_is_secret(const char *key) {
+  const char *seg = strrchr(key, '.');
+  seg = seg ? seg + 1 : key;
+  static const char *words[] = {"token", "password", "secret", "credential"};
+  for (size_t w = 0; w < sizeof words / sizeof *words; w++)
+    if (has_word(seg, words[w])) return true;
+  return false;
+}
+
+/* s with the password of every "scheme://user:pass@" replaced by "***". *changed says
+ * whether there was one; NULL on no memory (the caller then writes CONFIG_REDACTED). */
+static char *redact_userinfo(const char *s, bool *changed) {
+  *changed = false;
+  size_t len = strlen(s);
+  /* "***" may be longer than a 1- or 2-character password */
+  char *out = malloc(len + 1 + 3 * (len / 3 + 1));
+  if (!out) {
+    *changed = true;
+    return NULL;
+  }
+  size_t o = 0;
+  const char *p = s;
+  for (;;) {
+    const char *sch = strstr(p, "://");
+    if (!sch) break;
+    const char *auth = sch + 3, *auth_end = auth + strcspn(auth, "/?# \t\n\"'");
+    /* The user info ends at the last '@' of the authority (passwords may hold '@'). */
+    const char *at = NULL;
+    for (const char *q = auth; q < auth_end; q++)
+      if (*q == '@') at = q;
+    const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+    size_t keep = (size_t)((colon ? colon + 1 : auth) - p);
+    memcpy(out + o, p, keep);
+    o += keep;
+    if (colon) {
+      memcpy(out + o, "***", 3);
+      o += 3;
+      *changed = true;
+      p = at;
+    } else {
+      p = auth;
+    }
+  }
+  memcpy(out + o, p, strlen(p) + 1);
+  return out;
+}
+
+static int dump(const config *c, char **yaml, bool redact, shoal_error *err);
+
 int config_dump(const config *c, char **yaml, shoal_error *err) {
+  return dump(c, yaml, false, err);
+}
+
+int config_dump_redacted(const config *c, char **yaml, shoal_error *err) {
+  return dump(c, yaml, true, err);
+}
+
+static int dump(const config *c, char **yaml, bool redact, shoal_error *err) {
   const cfg_entry **order = malloc((c->n > 0 ? (size_t)c->n : 1) * sizeof *order);
   strbuf b = {malloc(1024), 0, 1024, 0};
   if (!order || !b.p) {
@@ -540,7 +608,18 @@ int config_dump(const config *c, char **yaml, shoal_error *err) {
         case CFG_INT: sb_printf(&b, "%lld\n", (long long)e->v.i); break;
         case CFG_FLOAT: sb_printf(&b, "%.17g\n", e->v.f); break;
         case CFG_BOOL: sb_printf(&b, "%s\n", e->v.b ? "true" : "false"); break;
-        case CFG_STRING: dump_quoted(&b, e->v.s ? e->v.s : ""); break;
+        case CFG_STRING: {
+          const char *v = e->v.s ? e->v.s : "";
+          char *r = NULL;
+          bool changed = false;
+          if (redact && v[0] && config_key_is_secret(name))
+            v = CONFIG_REDACTED;
+          else if (redact && (r = redact_userinfo(v, &changed), changed))
+            v = r ? r : CONFIG_REDACTED;
+          dump_quoted(&b, v);
+          free(r);
+          break;
+        }
       }
     }
     prev = name;

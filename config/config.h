@@ -79,6 +79,17 @@ int config_check_choice(const config *c, const char *key, const char *const *cho
 /* Writes the resolved config as nested YAML. Caller frees *yaml with free(). */
 int config_dump(const config *c, char **yaml, shoal_error *err);
 
+/* The value secrets take in config_dump_redacted's output. */
+#define CONFIG_REDACTED "<redacted>"
+/* True when key names a secret: its last segment holds "token", "password", "secret"
+ * or "credential" (any case). */
+bool config_key_is_secret(const char *key);
+/* config_dump for what is stored or shown: a secret key's non-empty value becomes
+ * CONFIG_REDACTED, and the password of any URI with user info ("scheme://user:pass@")
+ * becomes "***". Loading the result gives those literal values back, so a program
+ * that needs the secrets must get them again (--set, --store). */
+int config_dump_redacted(const config *c, char **yaml, shoal_error *err);
+
 #ifdef __cplusplus
 }
 #endif

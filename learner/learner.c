@@ -636,6 +636,16 @@ int main(int argc, char **argv) {
   if (config_load_file(L.cfg, cfg_path, &err)) die("config", &err);
   for (int i = 0; i < nsets; i++)
     if (config_set(L.cfg, sets[i], &err)) die("config", &err);
+  /* A config from the store or `shoal init --out` has its secrets redacted; they come
+   * back through --set, and a placeholder must never become the real token. */
+  if (!strcmp(config_string(L.cfg, "learner.token"), CONFIG_REDACTED) ||
+      strstr(config_string(L.cfg, "store.uri"), ":***@")) {
+    shoal_error_set(&err, SHOAL_EINVAL,
+                    "learner.token or the store URI's password is redacted in %s: pass them with "
+                    "--set learner.token=TOKEN / --set store.uri=URI",
+                    cfg_path);
+    die("config", &err);
+  }
   if (apex_check(L.cfg, &err)) die("config", &err);
   L.run = run;
   L.actors = (int)config_int(L.cfg, "actors");
