@@ -338,6 +338,23 @@ int config_load_file(config *c, const char *path, shoal_error *err) {
   return rc;
 }
 
+int config_set_from_env(config *c, const char *key, const char *var, shoal_error *err) {
+  const char *val = getenv(var);
+  if (!val || !val[0]) return 0;
+  cfg_entry *e = find(c, key);
+  if (!e) return shoal_error_set(err, SHOAL_EINVAL, "config: $%s: unknown key '%s'", var, key);
+  cfg_value v;
+  char why[256];
+  int rc = parse_value(e->key, val, &v, why, sizeof why);
+  if (rc)
+    return shoal_error_set(err, rc, "config: $%s for key '%s': %s (expected %s)", var, key, why,
+                           type_name(e->key->type));
+  char origin[64]; /* names the variable, never its value */
+  snprintf(origin, sizeof origin, "$%s", var);
+  apply(e, &v, origin);
+  return 0;
+}
+
 int config_set(config *c, const char *assignment, shoal_error *err) {
   const char *eq = strchr(assignment, '=');
   if (!eq || eq == assignment)

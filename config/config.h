@@ -56,6 +56,11 @@ int config_load_file(config *c, const char *path, shoal_error *err);
 int config_load_string(config *c, const char *text, const char *origin, shoal_error *err);
 /* Applies one "key=value" override (the value parsed as a YAML scalar). */
 int config_set(config *c, const char *assignment, shoal_error *err);
+/* When environment variable var is set and not empty, key takes its text as it is (not
+ * parsed as YAML), with origin "$var". Secrets come this way: the environment of a
+ * process is readable by its user only, unlike a file or a command line. Returns 0 (also
+ * when var is unset) or SHOAL_EINVAL (unknown key, a value that does not fit). */
+int config_set_from_env(config *c, const char *key, const char *var, shoal_error *err);
 /* Checks that every required key was given. */
 int config_check(const config *c, shoal_error *err);
 

@@ -636,13 +636,21 @@ int main(int argc, char **argv) {
   if (config_load_file(L.cfg, cfg_path, &err)) die("config", &err);
   for (int i = 0; i < nsets; i++)
     if (config_set(L.cfg, sets[i], &err)) die("config", &err);
-  /* A config from the store or `shoal init --out` has its secrets redacted; they come
-   * back through --set, and a placeholder must never become the real token. */
+  /* A config from the store or `shoal init --out` has its secrets redacted: they come
+   * back through --set or the environment ($SHOAL_TOKEN, $SHOAL_STORE_URI, which only
+   * this user can read), and a placeholder never becomes the real token. */
+  if (!strcmp(config_string(L.cfg, "learner.token"), CONFIG_REDACTED) &&
+      config_set_from_env(L.cfg, "learner.token", "SHOAL_TOKEN", &err))
+    die("config", &err);
+  if (strstr(config_string(L.cfg, "store.uri"), ":***@") &&
+      config_set_from_env(L.cfg, "store.uri", "SHOAL_STORE_URI", &err))
+    die("config", &err);
   if (!strcmp(config_string(L.cfg, "learner.token"), CONFIG_REDACTED) ||
       strstr(config_string(L.cfg, "store.uri"), ":***@")) {
     shoal_error_set(&err, SHOAL_EINVAL,
-                    "learner.token or the store URI's password is redacted in %s: pass them with "
-                    "--set learner.token=TOKEN / --set store.uri=URI",
+                    "learner.token or the store URI's password is redacted in %s: give them "
+                    "with $SHOAL_TOKEN / $SHOAL_STORE_URI or --set learner.token=TOKEN / --set "
+                    "store.uri=URI",
                     cfg_path);
     die("config", &err);
   }

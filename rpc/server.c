@@ -876,7 +876,7 @@ int rpc_server_create(const rpc_server_config *cfg, const rpc_spec *spec, rpc_se
   }
   /* The receive limit follows the spec (not gRPC's 4 MiB default); SO_REUSEPORT off so a
    * second learner on the same port fails loudly instead of taking some actors. */
-  grpc_arg args[10];
+  grpc_arg args[9];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = s->max_msg > INT_MAX ? INT_MAX : (int)s->max_msg;
@@ -910,11 +910,7 @@ int rpc_server_create(const rpc_server_config *cfg, const rpc_spec *spec, rpc_se
   args[8].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
   args[8].value.pointer.p = quota;
   args[8].value.pointer.vtable = grpc_resource_quota_arg_vtable();
-  /* Unary requests are tiny; only Push messages may reach the spec's size. */
-  args[9].type = GRPC_ARG_INTEGER;
-  args[9].key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA;
-  args[9].value.integer = 0;
-  grpc_channel_args ca = {10, args};
+  grpc_channel_args ca = {9, args};
   s->srv = grpc_server_create(&ca, NULL);
   grpc_resource_quota_unref(quota);
   s->cq = grpc_completion_queue_create_for_next(NULL);

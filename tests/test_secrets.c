@@ -250,6 +250,18 @@ static void test_init_out_is_redacted(void **state) {
   assert_int_not_equal(rc, 0);
   assert_non_null(strstr(out, "redacted"));
   free(out);
+  /* With the token in its environment it runs (for 2 s, without actors). */
+  setenv("SHOAL_TOKEN", TOKEN, 1);
+  char *learner_env_argv[] = {bin,     "--config",          cfg_out, "--run", "sec3",
+                              "--set", "run.max_seconds=2", NULL};
+  out = wf_run(learner_env_argv, 60, &rc);
+  unsetenv("SHOAL_TOKEN");
+  printf("%s", out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "\"event\":\"listening\""));
+  assert_null(strstr(out, TOKEN));
+  free(out);
+  grep_tree(wf_dir, TOKEN);
 }
 
 static int handled;
