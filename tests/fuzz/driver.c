@@ -7,7 +7,10 @@
  * property aborts the process and fails the test; the input is written first to
  * fuzz-crash-<target>.bin in the working directory.
  *
- *   fuzz_sample_batch [-mutations N] [-seed S] DIR_OR_FILE...
+ *   fuzz_sample_batch [-mutations N | -execs TOTAL] [-seed S] DIR_OR_FILE...
+ *
+ * -execs spreads a total number of mutated runs evenly over the seeds, so a corpus that
+ * grows (libFuzzer's merged findings are committed too) keeps the test's time bounded.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -214,12 +217,14 @@ static size_t mutate(shoal_rng *r, const uint8_t *src, size_t n, uint8_t *dst, s
 int main(int argc, char **argv) {
   const char *slash = strrchr(argv[0], '/');
   target = slash ? slash + 1 : argv[0];
-  long mutations = 200;
+  long mutations = 200, total = 0;
   uint64_t seed = 12;
   LLVMFuzzerInitialize(&argc, &argv);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-mutations") && i + 1 < argc) {
       mutations = strtol(argv[++i], NULL, 10);
+    } else if (!strcmp(argv[i], "-execs") && i + 1 < argc) {
+      total = strtol(argv[++i], NULL, 10);
     } else if (!strcmp(argv[i], "-seed") && i + 1 < argc) {
       seed = strtoull(argv[++i], NULL, 10);
     } else if (add_path(argv[i])) {
@@ -231,6 +236,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   qsort(inputs, ninputs, sizeof *inputs, cmp_name);
+  if (total > 0) mutations = total / (long)ninputs > 1 ? total / (long)ninputs : 1;
   signal(SIGABRT, on_abort);
   signal(SIGSEGV, on_abort);
   size_t cap = 0;
