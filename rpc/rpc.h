@@ -192,7 +192,7 @@ typedef struct rpc_server_config {
    * requests is bounded by about max_calls x the spec's largest message, and gRPC's
    * buffers by memory_limit.
    *  max_calls: calls open at once over all connections; more are refused at once with
-   *    RESOURCE_EXHAUSTED (clients back off and retry). Default 256.
+   *    RESOURCE_EXHAUSTED (clients back off and retry). Default 1024.
    *  max_streams_per_conn: HTTP/2 streams one connection may have open. Default 16.
    *  idle_call_s: a call that has waited this long for its next message (a slow-loris
    *    client sending a message byte by byte, or opening streams and sending nothing)

@@ -853,7 +853,7 @@ int rpc_server_create(const rpc_server_config *cfg, const rpc_spec *spec, rpc_se
     if (s->auth) snprintf(s->auth, s->auth_len + 1, "Bearer %s", cfg->token);
   }
   s->max_msg = rpc__max_message_bytes(&s->spec);
-  s->max_calls = cfg->max_calls > 0 ? cfg->max_calls : 256;
+  s->max_calls = cfg->max_calls > 0 ? cfg->max_calls : 1024;
   s->idle_call_ns = (int64_t)((cfg->idle_call_s > 0 ? cfg->idle_call_s : 120.0) * 1e9);
   int per_conn = cfg->max_streams_per_conn > 0 ? cfg->max_streams_per_conn : 16;
   double hs_s = cfg->handshake_timeout_s > 0 ? cfg->handshake_timeout_s : 10.0;
