@@ -2,13 +2,16 @@
 # Debian 12 machine needs nothing else.
 #   make deps    install the Debian packages in scripts/packages.txt (idempotent)
 #   make demo    deps + build + the main job
-#   make test    deps + build + ctest, in the normal build and the sanitizer build
+#   make test    deps + build + ctest, in the normal build and the sanitizer build,
+#                then each libFuzzer target for FUZZ_SECONDS (when clang has libFuzzer)
 #   make bench   deps + build + every benchmark (BENCH=name for one)
 #   make python PREFIX=DIR  build libshoal.so and install the Python package shoal
 #                into a virtual environment or an install prefix (python/install.sh)
 #   make format / make format-check
 BUILD     ?= build
 SAN_BUILD ?= build-san
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 20
 JOBS      ?= $(shell nproc)
 CMAKE_FLAGS ?=
 # ctest selection, e.g. CTEST_ARGS="-L unit" or "-LE slow"
@@ -18,7 +21,7 @@ SAN_CTEST_ARGS ?= -LE slow
 
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
-.PHONY: deps build build-san demo test test-normal test-san bench python format format-check clean
+.PHONY: deps build build-san build-fuzz demo test test-normal test-san test-fuzz bench python format format-check clean
 
 deps:
 	@scripts/deps.sh
@@ -34,10 +37,23 @@ build-san: deps
 	  -DSHOAL_CUDA=OFF -DSHOAL_BENCHMARKS=OFF $(CMAKE_FLAGS)
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 
+# tests/fuzz's targets with clang's libFuzzer, ASan and UBSan (only those targets are
+# built). Where clang lacks libFuzzer this says so and does nothing: the gcc builds
+# replay the committed corpora anyway. (Checked in the recipe: deps may install clang.)
+HAVE_LIBFUZZER = echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' | \
+  clang -x c -fsanitize=fuzzer -o /dev/null - >/dev/null 2>&1
+
+build-fuzz: deps
+	@if ! $(HAVE_LIBFUZZER); then echo "build-fuzz: clang with libFuzzer not found; skipped"; else \
+	  set -x; CC=clang cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DSHOAL_FUZZ=ON -DSHOAL_FUZZ_SECONDS=$(FUZZ_SECONDS) -DSHOAL_SANITIZE=address,undefined \
+	    -DSHOAL_CUDA=OFF -DSHOAL_BENCHMARKS=OFF $(CMAKE_FLAGS) && \
+	  cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz; fi
+
 demo: build
 	@scripts/demo.sh $(BUILD)
 
-test: test-normal test-san
+test: test-normal test-san test-fuzz
 
 test-normal: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
@@ -46,6 +62,10 @@ test-san: build-san
 	cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) $(SAN_CTEST_ARGS) $(CTEST_ARGS)
+
+# Each fuzz target for FUZZ_SECONDS from the committed seeds (label fuzz).
+test-fuzz: build-fuzz
+	@if $(HAVE_LIBFUZZER); then cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) -L fuzz; fi
 
 bench: build
 	@scripts/bench.sh $(BUILD) $(BENCH)
@@ -60,4 +80,4 @@ format-check:
 	clang-format --dry-run -Werror $(SOURCES)
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(FUZZ_BUILD)

@@ -92,6 +92,8 @@ int main(int argc, char **argv) {
   if (!cfg || config_load_file(cfg, cfg_path, &err)) die("config", &err);
   for (int i = 0; i < nsets; i++)
     if (config_set(cfg, sets[i], &err)) die("config", &err);
+  /* A config from the store or `shoal init --out` has its secrets redacted. */
+  if (config_restore_secrets(cfg, cfg_path, &err)) die("config", &err);
   if (onpolicy_check(cfg, &err)) die("config", &err);
   const int actors = (int)config_int(cfg, "actors");
   if (idx_arg >= actors) {

@@ -333,10 +333,28 @@ static int cmd_run(int argc, char **argv) {
   }
   for (int i = 0; i < nsets; i++)
     if (config_set(cfg, sets[i], &err)) return fail(NULL, &err);
-  if (store_uri && !resume) {
+  /* A resumed run's stored config holds no secrets (config_dump_redacted): the store's
+   * URI comes from --store, the token from --set again. */
+  if (store_uri) {
     char set_uri[2048];
     snprintf(set_uri, sizeof set_uri, "store.uri=%s", store_uri);
     if (config_set(cfg, set_uri, &err)) return fail(NULL, &err);
+  }
+  if (resume) {
+    if (!strcmp(config_string(cfg, "learner.token"), CONFIG_REDACTED)) {
+      fprintf(stderr,
+              "shoal: run %s has a learner token, which is not stored with the run: pass it "
+              "again with --set learner.token=TOKEN\n",
+              resume);
+      return 1;
+    }
+    if (strstr(config_string(cfg, "store.uri"), ":***@")) {
+      fprintf(stderr,
+              "shoal: run %s's store needs credentials, which are not stored with the run: pass "
+              "--store URI\n",
+              resume);
+      return 1;
+    }
   }
   if (config_check(cfg, &err) || run_check(onpolicy, cfg, &err)) return fail(NULL, &err);
   if (onpolicy) {
@@ -370,10 +388,14 @@ static int cmd_run(int argc, char **argv) {
     }
     if (store_open(&st, config_string(cfg, "store.uri"), &err)) return fail("store", &err);
   }
-  char *yaml = NULL;
-  if (config_dump(cfg, &yaml, &err)) return fail(NULL, &err);
-  if (!resume && store_run_create(st, run, yaml, STORE_RUN_RUNNING, &err))
-    return fail("store: creating the run", &err);
+  /* The run keeps its config without secrets; the children get the whole config in a
+   * file only they and this user can read (mkstemps: 0600), removed at the end. */
+  char *yaml = NULL, *stored = NULL;
+  if (config_dump(cfg, &yaml, &err) || config_dump_redacted(cfg, &stored, &err))
+    return fail(NULL, &err);
+  int crc = resume ? 0 : store_run_create(st, run, stored, STORE_RUN_RUNNING, &err);
+  free(stored);
+  if (crc) return fail("store: creating the run", &err);
   if (resume) store_run_set_status(st, run, STORE_RUN_RUNNING, NULL);
 
   /* The children read the resolved config from a file of their own. */
@@ -522,25 +544,26 @@ static int cmd_init(int argc, char **argv) {
   env *probe;
   if (env_make(&probe, config_string(cfg, "env.id"), &err)) return fail("config: env.id", &err);
   env_destroy(probe);
-  char *yaml = NULL;
-  if (config_dump(cfg, &yaml, &err)) return fail(NULL, &err);
+  char *stored = NULL;
+  if (config_dump_redacted(cfg, &stored, &err)) return fail(NULL, &err);
   store *st;
   if (store_open(&st, config_string(cfg, "store.uri"), &err)) return fail("store", &err);
-  int rc = store_run_create(st, run, yaml, STORE_RUN_CREATED, &err);
+  int rc = store_run_create(st, run, stored, STORE_RUN_CREATED, &err);
   if (rc == SHOAL_EEXIST)
     printf("shoal init: run %s exists in %s; its programs resume it\n", run, store_uri(st));
   else if (rc)
     return fail("store: creating the run", &err);
   else
     printf("shoal init: run %s recorded in %s\n", run, store_uri(st));
+  /* --out feeds the programs' --config (deploy/): secrets reach them through --set. */
   if (out) {
     FILE *f = fopen(out, "w");
-    if (!f || fputs(yaml, f) < 0 || fclose(f)) {
+    if (!f || fputs(stored, f) < 0 || fclose(f)) {
       fprintf(stderr, "shoal init: writing %s: %s\n", out, strerror(errno));
       return 1;
     }
   }
-  free(yaml);
+  free(stored);
   store_close(st);
   config_destroy(cfg);
   return 0;

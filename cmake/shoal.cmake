@@ -27,6 +27,18 @@ if(SHOAL_SANITIZE)
   add_link_options(-fsanitize=${SHOAL_SANITIZE})
 endif()
 
+# SHOAL_FUZZ: tests/fuzz's targets linked with clang's libFuzzer (run for
+# SHOAL_FUZZ_SECONDS each by ctest, label fuzz); every library gets the coverage
+# instrumentation they need. Use with CC=clang and SHOAL_SANITIZE=address,undefined.
+option(SHOAL_FUZZ "Build tests/fuzz with libFuzzer (clang)" OFF)
+set(SHOAL_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer target runs under ctest")
+if(SHOAL_FUZZ)
+  if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "SHOAL_FUZZ needs clang (CC=clang): libFuzzer is clang's")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+
 # shoal_add_library(NAME name SOURCES ... [DEPS targets...] [PRIVATE_DEPS ...])
 # A static, position-independent library libshoal_<name>, with the repository root
 # on the include path so headers are included as "part/part.h".

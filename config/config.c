@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "config/config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -337,6 +338,23 @@ int config_load_file(config *c, const char *path, shoal_error *err) {
   return rc;
 }
 
+int config_set_from_env(config *c, const char *key, const char *var, shoal_error *err) {
+  const char *val = getenv(var);
+  if (!val || !val[0]) return 0;
+  cfg_entry *e = find(c, key);
+  if (!e) return shoal_error_set(err, SHOAL_EINVAL, "config: $%s: unknown key '%s'", var, key);
+  cfg_value v;
+  char why[256];
+  int rc = parse_value(e->key, val, &v, why, sizeof why);
+  if (rc)
+    return shoal_error_set(err, rc, "config: $%s for key '%s': %s (expected %s)", var, key, why,
+                           type_name(e->key->type));
+  char origin[64]; /* names the variable, never its value */
+  snprintf(origin, sizeof origin, "$%s", var);
+  apply(e, &v, origin);
+  return 0;
+}
+
 int config_set(config *c, const char *assignment, shoal_error *err) {
   const char *eq = strchr(assignment, '=');
   if (!eq || eq == assignment)
@@ -455,7 +473,122 @@ static void sb_printf(strbuf *b, const char *fmt, ...) {
   }
 }
 
+/* The code point of the UTF-8 sequence at p (n bytes), or -1 when it is not one. */
+static long utf8_at(const unsigned char *p, int *n) {
+  int len = p[0] < 0x80             ? 1
+            : (p[0] & 0xe0) == 0xc0 ? 2
+            : (p[0] & 0xf0) == 0xe0 ? 3
+            : (p[0] & 0xf8) == 0xf0 ? 4
+                                    : 0;
+  if (!len) return -1;
+  long cp = len == 1 ? p[0] : p[0] & (0x7f >> len);
+  for (int i = 1; i < len; i++) {
+    if ((p[i] & 0xc0) != 0x80) return -1;
+    cp = (cp << 6) | (p[i] & 0x3f);
+  }
+  *n = len;
+  return cp;
+}
+
+/* A string as a YAML double-quoted scalar that reads back as the same bytes: quotes and
+ * backslashes escaped, and every character YAML would refuse (control characters) or
+ * fold (its line breaks NEL, LS, PS; tab and CR) written as an escape. Bytes that are not
+ * UTF-8 cannot come from YAML or --set (libyaml checks), but are escaped all the same. */
+static void dump_quoted(strbuf *b, const char *s) {
+  sb_printf(b, "\"");
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    int n = 1;
+    long cp = utf8_at(p, &n);
+    if (cp < 0) {
+      sb_printf(b, "\\x%02x", *p);
+      n = 1;
+    } else if (cp == '"' || cp == '\\') {
+      sb_printf(b, "\\%c", (int)cp);
+    } else if (cp == '\n') {
+      sb_printf(b, "\\n");
+    } else if (cp == '\t') {
+      sb_printf(b, "\\t");
+    } else if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 ||
+               cp == 0x2029 || cp == 0xfeff || cp == 0xfffe || cp == 0xffff ||
+               (cp >= 0xd800 && cp <= 0xdfff)) {
+      sb_printf(b, cp <= 0xff ? "\\x%02lx" : "\\u%04lx", cp);
+    } else {
+      sb_printf(b, "%.*s", n, (const char *)p);
+    }
+    p += n;
+  }
+  sb_printf(b, "\"\n");
+}
+
+static bool has_word(const char *s, const char *w) {
+  size_t n = strlen(s), wl = strlen(w);
+  for (size_t i = 0; i + wl <= n; i++) {
+    size_t k = 0;
+    while (k < wl && tolower((unsigned char)s[i + k]) == w[k]) k++;
+    if (k == wl) return true;
+  }
+  return false;
+}
+
+bool config_key_is_secret(const char *key) {
+  const char *seg = strrchr(key, '.');
+  seg = seg ? seg + 1 : key;
+  static const char *words[] = {"token", "password", "secret", "credential"};
+  for (size_t w = 0; w < sizeof words / sizeof *words; w++)
+    if (has_word(seg, words[w])) return true;
+  return false;
+}
+
+/* s with the password of every "scheme://user:pass@" replaced by "***". *changed says
+ * whether there was one; NULL on no memory (the caller then writes CONFIG_REDACTED). */
+static char *redact_userinfo(const char *s, bool *changed) {
+  *changed = false;
+  size_t len = strlen(s);
+  /* "***" may be longer than a 1- or 2-character password */
+  char *out = malloc(len + 1 + 3 * (len / 3 + 1));
+  if (!out) {
+    *changed = true;
+    return NULL;
+  }
+  size_t o = 0;
+  const char *p = s;
+  for (;;) {
+    const char *sch = strstr(p, "://");
+    if (!sch) break;
+    const char *auth = sch + 3, *auth_end = auth + strcspn(auth, "/?# \t\n\"'");
+    /* The user info ends at the last '@' of the authority (passwords may hold '@'). */
+    const char *at = NULL;
+    for (const char *q = auth; q < auth_end; q++)
+      if (*q == '@') at = q;
+    const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+    size_t keep = (size_t)((colon ? colon + 1 : auth) - p);
+    memcpy(out + o, p, keep);
+    o += keep;
+    if (colon) {
+      memcpy(out + o, "***", 3);
+      o += 3;
+      *changed = true;
+      p = at;
+    } else {
+      p = auth;
+    }
+  }
+  memcpy(out + o, p, strlen(p) + 1);
+  return out;
+}
+
+static int dump(const config *c, char **yaml, bool redact, shoal_error *err);
+
 int config_dump(const config *c, char **yaml, shoal_error *err) {
+  return dump(c, yaml, false, err);
+}
+
+int config_dump_redacted(const config *c, char **yaml, shoal_error *err) {
+  return dump(c, yaml, true, err);
+}
+
+static int dump(const config *c, char **yaml, bool redact, shoal_error *err) {
   const cfg_entry **order = malloc((c->n > 0 ? (size_t)c->n : 1) * sizeof *order);
   strbuf b = {malloc(1024), 0, 1024, 0};
   if (!order || !b.p) {
@@ -492,18 +625,18 @@ int config_dump(const config *c, char **yaml, shoal_error *err) {
         case CFG_INT: sb_printf(&b, "%lld\n", (long long)e->v.i); break;
         case CFG_FLOAT: sb_printf(&b, "%.17g\n", e->v.f); break;
         case CFG_BOOL: sb_printf(&b, "%s\n", e->v.b ? "true" : "false"); break;
-        case CFG_STRING:
-          sb_printf(&b, "\"");
-          for (const char *p = e->v.s ? e->v.s : ""; *p; p++) {
-            if (*p == '"' || *p == '\\')
-              sb_printf(&b, "\\%c", *p);
-            else if (*p == '\n')
-              sb_printf(&b, "\\n");
-            else
-              sb_printf(&b, "%c", *p);
-          }
-          sb_printf(&b, "\"\n");
+        case CFG_STRING: {
+          const char *v = e->v.s ? e->v.s : "";
+          char *r = NULL;
+          bool changed = false;
+          if (redact && v[0] && config_key_is_secret(name))
+            v = CONFIG_REDACTED;
+          else if (redact && (r = redact_userinfo(v, &changed), changed))
+            v = r ? r : CONFIG_REDACTED;
+          dump_quoted(&b, v);
+          free(r);
           break;
+        }
       }
     }
     prev = name;
@@ -514,5 +647,23 @@ int config_dump(const config *c, char **yaml, shoal_error *err) {
     return shoal_error_set(err, b.rc, "config: out of memory");
   }
   *yaml = b.p;
+  return 0;
+}
+
+int config_restore_secrets(config *c, const char *where, shoal_error *err) {
+  bool has_token = find(c, "learner.token") != NULL, has_uri = find(c, "store.uri") != NULL;
+  if (has_token && !strcmp(config_string(c, "learner.token"), CONFIG_REDACTED) &&
+      config_set_from_env(c, "learner.token", "SHOAL_TOKEN", err))
+    return SHOAL_EINVAL;
+  if (has_uri && strstr(config_string(c, "store.uri"), ":***@") &&
+      config_set_from_env(c, "store.uri", "SHOAL_STORE_URI", err))
+    return SHOAL_EINVAL;
+  if ((has_token && !strcmp(config_string(c, "learner.token"), CONFIG_REDACTED)) ||
+      (has_uri && strstr(config_string(c, "store.uri"), ":***@")))
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "learner.token or the store URI's password is redacted in %s: give "
+                           "them with $SHOAL_TOKEN / $SHOAL_STORE_URI or --set "
+                           "learner.token=TOKEN / --set store.uri=URI",
+                           where);
   return 0;
 }

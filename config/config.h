@@ -56,6 +56,11 @@ int config_load_file(config *c, const char *path, shoal_error *err);
 int config_load_string(config *c, const char *text, const char *origin, shoal_error *err);
 /* Applies one "key=value" override (the value parsed as a YAML scalar). */
 int config_set(config *c, const char *assignment, shoal_error *err);
+/* When environment variable var is set and not empty, key takes its text as it is (not
+ * parsed as YAML), with origin "$var". Secrets come this way: the environment of a
+ * process is readable by its user only, unlike a file or a command line. Returns 0 (also
+ * when var is unset) or SHOAL_EINVAL (unknown key, a value that does not fit). */
+int config_set_from_env(config *c, const char *key, const char *var, shoal_error *err);
 /* Checks that every required key was given. */
 int config_check(const config *c, shoal_error *err);
 
@@ -78,6 +83,23 @@ int config_check_choice(const config *c, const char *key, const char *const *cho
 
 /* Writes the resolved config as nested YAML. Caller frees *yaml with free(). */
 int config_dump(const config *c, char **yaml, shoal_error *err);
+
+/* The value secrets take in config_dump_redacted's output. */
+#define CONFIG_REDACTED "<redacted>"
+/* True when key names a secret: its last segment holds "token", "password", "secret"
+ * or "credential" (any case). */
+bool config_key_is_secret(const char *key);
+/* config_dump for what is stored or shown: a secret key's non-empty value becomes
+ * CONFIG_REDACTED, and the password of any URI with user info ("scheme://user:pass@")
+ * becomes "***". Loading the result gives those literal values back, so a program
+ * that needs the secrets must get them again (--set, --store). */
+int config_dump_redacted(const config *c, char **yaml, shoal_error *err);
+/* For the programs that read a config from the store or `shoal init --out`: a redacted
+ * learner.token is taken from $SHOAL_TOKEN and a redacted store.uri from
+ * $SHOAL_STORE_URI (the environment is readable by this user only, unlike a file or a
+ * command line); a placeholder never becomes the real secret. Returns 0, or
+ * SHOAL_EINVAL naming `where` when a redacted value stays without a replacement. */
+int config_restore_secrets(config *c, const char *where, shoal_error *err);
 
 #ifdef __cplusplus
 }

@@ -879,22 +879,76 @@ int rpc_client_pull_params(rpc_client *c, int64_t have_version, rpc_params **out
   grpc_slice reply;
   int rc = unary(c, "/shoal.v1.Learner/PullParams", &req.base, &reply, err);
   if (rc) return rc;
-  Shoal__V1__Params *m =
-      shoal__v1__params__unpack(NULL, GRPC_SLICE_LENGTH(reply), GRPC_SLICE_START_PTR(reply));
+  rc = rpc_params_decode(GRPC_SLICE_START_PTR(reply), GRPC_SLICE_LENGTH(reply), out, err);
   grpc_slice_unref(reply);
-  if (!m) return shoal_error_set(err, SHOAL_EFORMAT, "rpc pull_params: malformed Params");
+  return rc;
+}
+
+/* Layout entries at most: far above any network's tensor count, and it bounds what a
+ * hostile reply can make the decoder allocate for the table. */
+#define RPC_MAX_PARAM_ENTRIES 65536
+
+int rpc_params_decode(const uint8_t *buf, size_t len, rpc_params **out, shoal_error *err) {
+  *out = NULL;
+  Shoal__V1__Params *m = shoal__v1__params__unpack(NULL, len, buf);
+  if (!m) return shoal_error_set(err, SHOAL_EFORMAT, "Params: malformed (%zu bytes)", len);
   if (m->not_newer) {
     shoal__v1__params__free_unpacked(m, NULL);
     return 0;
   }
-  /* One allocation: the struct, the layout table, the names, the blob. */
+  /* Everything an actor indexes with is checked here, once: a known dtype, a blob of
+   * whole elements, and every entry's shape, element count and extent inside the blob. */
+  int rc = 0;
+  size_t esize = rpc_dtype_size((int)m->dtype);
+  if (!esize) {
+    rc = shoal_error_set(err, SHOAL_EFORMAT, "Params: unknown dtype %d", (int)m->dtype);
+    goto fail;
+  }
+  if (m->blob.len % esize) {
+    rc = shoal_error_set(err, SHOAL_EFORMAT,
+                         "Params: blob of %zu bytes is not whole elements of %zu", m->blob.len,
+                         esize);
+    goto fail;
+  }
+  if (m->n_layout > RPC_MAX_PARAM_ENTRIES) {
+    rc = shoal_error_set(err, SHOAL_EFORMAT, "Params: %zu layout entries (at most %d)", m->n_layout,
+                         RPC_MAX_PARAM_ENTRIES);
+    goto fail;
+  }
+  uint64_t nelem = m->blob.len / esize;
   size_t names = 0;
-  for (size_t i = 0; i < m->n_layout; i++) names += strlen(m->layout[i]->name) + 1;
+  for (size_t i = 0; i < m->n_layout; i++) {
+    const Shoal__V1__ParamEntry *e = m->layout[i];
+    if (e->n_shape > RPC_MAX_DIMS) {
+      rc = shoal_error_set(err, SHOAL_EFORMAT, "Params: entry %zu has %zu dims (at most %d)", i,
+                           e->n_shape, RPC_MAX_DIMS);
+      goto fail;
+    }
+    uint64_t prod = 1;
+    for (size_t j = 0; j < e->n_shape; j++) {
+      if (e->shape[j] < 0 || (e->shape[j] > 0 && prod > UINT64_MAX / (uint64_t)e->shape[j])) {
+        rc = shoal_error_set(err, SHOAL_EFORMAT, "Params: entry %zu: bad shape[%zu] = %lld", i, j,
+                             (long long)e->shape[j]);
+        goto fail;
+      }
+      prod *= (uint64_t)e->shape[j];
+    }
+    if (prod != e->numel || e->offset > nelem || e->numel > nelem - e->offset) {
+      rc = shoal_error_set(err, SHOAL_EFORMAT,
+                           "Params: entry %zu ('%.64s'): %llu elements at %llu, shape holds %llu, "
+                           "blob %llu",
+                           i, e->name, (unsigned long long)e->numel, (unsigned long long)e->offset,
+                           (unsigned long long)prod, (unsigned long long)nelem);
+      goto fail;
+    }
+    names += strlen(e->name) + 1;
+  }
+  /* One allocation: the struct, the layout table, the names, the blob. */
   size_t sz = sizeof(rpc_params) + m->n_layout * sizeof(rpc_param_entry) + names + 16 + m->blob.len;
   rpc_params *p = calloc(1, sz);
   if (!p) {
-    shoal__v1__params__free_unpacked(m, NULL);
-    return shoal_error_set(err, SHOAL_ENOMEM, "rpc pull_params: %zu bytes", sz);
+    rc = shoal_error_set(err, SHOAL_ENOMEM, "Params: %zu bytes", sz);
+    goto fail;
   }
   p->version = m->version;
   p->dtype = (int)m->dtype;
@@ -908,7 +962,7 @@ int rpc_client_pull_params(rpc_client *c, int64_t have_version, rpc_params **out
     memcpy(names_at, e->name, k);
     d->name = names_at;
     names_at += k;
-    d->ndim = e->n_shape > RPC_MAX_DIMS ? RPC_MAX_DIMS : (int)e->n_shape;
+    d->ndim = (int)e->n_shape;
     for (int j = 0; j < d->ndim; j++) d->shape[j] = e->shape[j];
     d->offset = e->offset;
     d->numel = e->numel;
@@ -920,6 +974,9 @@ int rpc_client_pull_params(rpc_client *c, int64_t have_version, rpc_params **out
   shoal__v1__params__free_unpacked(m, NULL);
   *out = p;
   return 0;
+fail:
+  shoal__v1__params__free_unpacked(m, NULL);
+  return rc;
 }
 
 void rpc_params_free(rpc_params *p) { free(p); }
@@ -929,9 +986,13 @@ int rpc_client_status(rpc_client *c, rpc_status *out, shoal_error *err) {
   grpc_slice reply;
   int rc = unary(c, "/shoal.v1.Learner/Status", &req.base, &reply, err);
   if (rc) return rc;
-  Shoal__V1__Status *m =
-      shoal__v1__status__unpack(NULL, GRPC_SLICE_LENGTH(reply), GRPC_SLICE_START_PTR(reply));
+  rc = rpc__status_decode(GRPC_SLICE_START_PTR(reply), GRPC_SLICE_LENGTH(reply), out, err);
   grpc_slice_unref(reply);
+  return rc;
+}
+
+int rpc__status_decode(const uint8_t *p, size_t n, rpc_status *out, shoal_error *err) {
+  Shoal__V1__Status *m = shoal__v1__status__unpack(NULL, n, p);
   if (!m) return shoal_error_set(err, SHOAL_EFORMAT, "rpc status: malformed Status");
   memset(out, 0, sizeof *out);
   snprintf(out->run_id, sizeof out->run_id, "%s", m->run_id);

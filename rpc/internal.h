@@ -32,4 +32,24 @@ void rpc__spec_free(rpc_spec *s);
 /* Reads a whole file into a NUL-terminated buffer the caller frees. */
 int rpc__read_file(const char *path, char **out, shoal_error *err);
 
+/* The server's decoders of unary requests, apart from the call so they can be fuzzed.
+ * A run id in the request other than run_id (empty means the running one) is SHOAL_EPERM;
+ * an unreadable message SHOAL_EFORMAT. */
+int rpc__params_request_decode(const uint8_t *p, size_t n, const char *run_id, int64_t *have,
+                               shoal_error *err);
+#define RPC__MAX_HYPER 64
+typedef struct rpc__hyper_req {
+  void *msg; /* the unpacked message; keys and texts point into it */
+  int n;
+  rpc_hyperparam h[RPC__MAX_HYPER];
+} rpc__hyper_req;
+/* Also SHOAL_EINVAL for more than RPC__MAX_HYPER entries. On success release *out with
+ * rpc__hyperparams_release once h is no longer needed. */
+int rpc__hyperparams_decode(const uint8_t *p, size_t n, const char *run_id, rpc__hyper_req *out,
+                            shoal_error *err);
+void rpc__hyperparams_release(rpc__hyper_req *r);
+
+/* The client's decoder of a Status reply. Returns 0 or SHOAL_EFORMAT. */
+int rpc__status_decode(const uint8_t *p, size_t n, rpc_status *out, shoal_error *err);
+
 #endif

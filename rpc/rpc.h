@@ -190,6 +190,27 @@ typedef struct rpc_server_config {
   const char *tls_cert_file;
   const char *tls_key_file;
   const char *tls_client_ca_file;
+  /* Limits against hostile or broken peers; 0 takes the default. Memory held for
+   * requests is bounded by about max_calls x the spec's largest message, and gRPC's
+   * buffers by memory_limit.
+   *  max_calls: calls open at once over all connections; more are refused at once with
+   *    RESOURCE_EXHAUSTED (clients back off and retry). Default 1024.
+   *  max_streams_per_conn: HTTP/2 streams one connection may have open. Default 16.
+   *  idle_call_s: a call that has waited this long for its next message (a slow-loris
+   *    client sending a message byte by byte, or opening streams and sending nothing)
+   *    is cancelled. Default 120.
+   *  handshake_timeout_s: a new connection must complete its TLS / HTTP/2 handshake in
+   *    this time. Default 10.
+   *  idle_conn_s: a connection without calls for this long is closed (GOAWAY; clients
+   *    reconnect when they need to). Default 600.
+   *  memory_limit: bytes gRPC may use for connections and messages (a resource quota);
+   *    default the larger of 1 GiB and 16 messages of the spec's largest. */
+  int max_calls;
+  int max_streams_per_conn;
+  double idle_call_s;
+  double handshake_timeout_s;
+  double idle_conn_s;
+  size_t memory_limit;
   rpc_batch_fn on_batch;             /* required */
   rpc_status_fn on_status;           /* optional */
   rpc_hyperparams_fn on_hyperparams; /* optional; without it SetHyperparams is UNIMPLEMENTED */
@@ -210,7 +231,10 @@ typedef struct rpc_server_stats {
   uint64_t streams_aborted; /* the peer went away or the call broke mid-stream */
   uint64_t params_pulls;
   uint64_t params_not_newer;
-  uint64_t actors; /* distinct actor incarnations seen */
+  uint64_t actors;         /* distinct actor incarnations seen */
+  uint64_t calls_active;   /* calls of every method open now */
+  uint64_t over_limit;     /* calls refused because max_calls were open */
+  uint64_t idle_cancelled; /* calls cancelled after idle_call_s without a message */
 } rpc_server_stats;
 
 /* Creates, binds and starts a server for spec (deep-copied). SO_REUSEPORT is off, so a
@@ -369,6 +393,13 @@ typedef struct rpc_wire_batch {
 /* Reads a SampleBatch encoding. Returns 0 or SHOAL_EFORMAT (truncated, bad varint,
  * group wire types, more than RPC_MAX_COLUMNS columns or RPC_MAX_DIMS dims). */
 int rpc_wire_read(const uint8_t *buf, size_t len, rpc_wire_batch *out, shoal_error *err);
+
+/* Decodes and checks a Params message (what rpc_client_pull_params receives): a known
+ * dtype, a blob of whole elements, at most 65536 layout entries of at most RPC_MAX_DIMS
+ * dims whose shape product equals numel and whose extent lies inside the blob. *out is
+ * NULL for a not_newer reply, else a new rpc_params the caller frees (rpc_params_free).
+ * Returns 0, SHOAL_EFORMAT (err says what and which entry) or SHOAL_ENOMEM. */
+int rpc_params_decode(const uint8_t *buf, size_t len, rpc_params **out, shoal_error *err);
 
 #ifdef __cplusplus
 }

@@ -59,8 +59,12 @@ struct scall {
   char init_val[24];
   /* Push streams */
   uint64_t acc_batches, acc_samples, dups, last_seq;
-  int actor;          /* index into s->actors, -1 until the first batch */
-  struct sbufs *bufs; /* taken from the server's pool at the first message */
+  int actor; /* index into s->actors, -1 until the first batch */
+  /* The server's list of open calls (under s->mu), for the idle reaper. */
+  scall *prev, *next;
+  bool listed;
+  _Atomic int64_t waiting_since_ns; /* a RECV_MESSAGE is pending since then; 0: none */
+  struct sbufs *bufs;               /* taken from the server's pool at the first message */
 };
 
 /* A stream's buffers: the contiguous copy of a message that arrived in several slices
@@ -105,6 +109,14 @@ struct rpc_server {
   atomic_bool draining;
   bool shutdown_done;
   stag t_shutdown;
+  /* Limits (rpc_server_config) and the idle reaper. */
+  int max_calls;
+  int64_t idle_call_ns;
+  scall *calls; /* open calls, under mu */
+  int ncalls;
+  pthread_t reaper;
+  bool have_reaper, stop_reaper;
+  _Atomic uint64_t n_over_limit, n_idle_cancelled;
   _Atomic uint64_t n_batches, n_samples, n_bytes, n_rejected, n_wrong_run, n_dups, n_refused,
       n_unauth, n_streams_total, n_streams_active, n_aborted, n_pulls, n_not_newer;
 };
@@ -152,7 +164,33 @@ static sbufs *bufs_of(scall *c) {
   return c->bufs;
 }
 
+/* Adds c to the open calls, or returns false when max_calls are open. */
+static bool calls_add(rpc_server *s, scall *c) {
+  pthread_mutex_lock(&s->mu);
+  bool ok = s->ncalls < s->max_calls;
+  if (ok) {
+    c->next = s->calls;
+    if (s->calls) s->calls->prev = c;
+    s->calls = c;
+    c->listed = true;
+    s->ncalls++;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return ok;
+}
+
 static void scall_free(scall *c) {
+  if (c->listed) {
+    rpc_server *s = c->s;
+    pthread_mutex_lock(&s->mu);
+    if (c->prev)
+      c->prev->next = c->next;
+    else
+      s->calls = c->next;
+    if (c->next) c->next->prev = c->prev;
+    s->ncalls--;
+    pthread_mutex_unlock(&s->mu);
+  }
   if (c->call) grpc_call_unref(c->call);
   if (c->recv) grpc_byte_buffer_destroy(c->recv);
   if (c->send) grpc_byte_buffer_destroy(c->send);
@@ -186,6 +224,7 @@ static void start(scall *c, const grpc_op *ops, size_t n, stag *tag) {
 }
 
 static void post_recv(scall *c) {
+  atomic_store(&c->waiting_since_ns, (int64_t)shoal_now_ns());
   grpc_op op = {0};
   op.op = GRPC_OP_RECV_MESSAGE;
   op.data.recv_message.recv_message = &c->recv;
@@ -407,18 +446,25 @@ static void push_summary(scall *c) {
 
 /* ---- unary methods ------------------------------------------------------- */
 
+int rpc__params_request_decode(const uint8_t *p, size_t n, const char *run_id, int64_t *have,
+                               shoal_error *err) {
+  Shoal__V1__ParamsRequest *req = shoal__v1__params_request__unpack(NULL, n, p);
+  if (!req) return shoal_error_set(err, SHOAL_EFORMAT, "ParamsRequest: malformed");
+  bool wrong_run = req->run_id[0] && strcmp(req->run_id, run_id);
+  *have = req->have_version;
+  shoal__v1__params_request__free_unpacked(req, NULL);
+  if (wrong_run) return shoal_error_set(err, SHOAL_EPERM, "ParamsRequest: wrong run");
+  return 0;
+}
+
 static void pull_params(scall *c, const uint8_t *p, size_t n) {
   rpc_server *s = c->s;
-  Shoal__V1__ParamsRequest *req = shoal__v1__params_request__unpack(NULL, n, p);
-  if (!req) {
-    finish(c, GRPC_STATUS_INVALID_ARGUMENT, "ParamsRequest: malformed", NULL, true, 0);
-    return;
-  }
-  bool wrong_run = req->run_id[0] && strcmp(req->run_id, s->spec.run_id);
-  int64_t have = req->have_version;
-  shoal__v1__params_request__free_unpacked(req, NULL);
-  if (wrong_run) {
-    finish(c, GRPC_STATUS_FAILED_PRECONDITION, "ParamsRequest: wrong run", NULL, true, 0);
+  shoal_error err = {0};
+  int64_t have;
+  int rc = rpc__params_request_decode(p, n, s->spec.run_id, &have, &err);
+  if (rc) {
+    finish(c, rc == SHOAL_EPERM ? GRPC_STATUS_FAILED_PRECONDITION : GRPC_STATUS_INVALID_ARGUMENT,
+           err.msg, NULL, true, 0);
     return;
   }
   pthread_mutex_lock(&s->mu);
@@ -481,42 +527,54 @@ static void status_reply(scall *c) {
   finish(c, GRPC_STATUS_OK, NULL, pack_bb(&m.base), true, 0);
 }
 
+int rpc__hyperparams_decode(const uint8_t *p, size_t n, const char *run_id, rpc__hyper_req *out,
+                            shoal_error *err) {
+  memset(out, 0, sizeof *out);
+  Shoal__V1__Hyperparams *req = shoal__v1__hyperparams__unpack(NULL, n, p);
+  if (!req) return shoal_error_set(err, SHOAL_EFORMAT, "Hyperparams: malformed");
+  if (req->run_id[0] && strcmp(req->run_id, run_id)) {
+    shoal__v1__hyperparams__free_unpacked(req, NULL);
+    return shoal_error_set(err, SHOAL_EPERM, "Hyperparams: wrong run");
+  }
+  if (req->n_entries > RPC__MAX_HYPER) {
+    shoal__v1__hyperparams__free_unpacked(req, NULL);
+    return shoal_error_set(err, SHOAL_EINVAL, "Hyperparams: more than %d entries", RPC__MAX_HYPER);
+  }
+  out->msg = req;
+  out->n = (int)req->n_entries;
+  for (int i = 0; i < out->n; i++) {
+    const Shoal__V1__Hyperparam *e = req->entries[i];
+    bool text = e->value_case == SHOAL__V1__HYPERPARAM__VALUE_TEXT;
+    out->h[i] = (rpc_hyperparam){.key = e->key,
+                                 .is_text = text,
+                                 .number = text ? 0 : e->number,
+                                 .text = text ? e->text : NULL};
+  }
+  return 0;
+}
+
+void rpc__hyperparams_release(rpc__hyper_req *r) {
+  if (r->msg) shoal__v1__hyperparams__free_unpacked(r->msg, NULL);
+  memset(r, 0, sizeof *r);
+}
+
 static void set_hyper(scall *c, const uint8_t *p, size_t n) {
   rpc_server *s = c->s;
   if (!s->on_hyper) {
     finish(c, GRPC_STATUS_UNIMPLEMENTED, "learner: no live hyperparameters", NULL, true, 0);
     return;
   }
-  Shoal__V1__Hyperparams *req = shoal__v1__hyperparams__unpack(NULL, n, p);
-  if (!req) {
-    finish(c, GRPC_STATUS_INVALID_ARGUMENT, "Hyperparams: malformed", NULL, true, 0);
+  shoal_error err = {0};
+  rpc__hyper_req req;
+  int rc = rpc__hyperparams_decode(p, n, s->spec.run_id, &req, &err);
+  if (rc) {
+    finish(c, rc == SHOAL_EPERM ? GRPC_STATUS_FAILED_PRECONDITION : GRPC_STATUS_INVALID_ARGUMENT,
+           err.msg, NULL, true, 0);
     return;
-  }
-  if (req->run_id[0] && strcmp(req->run_id, s->spec.run_id)) {
-    shoal__v1__hyperparams__free_unpacked(req, NULL);
-    finish(c, GRPC_STATUS_FAILED_PRECONDITION, "Hyperparams: wrong run", NULL, true, 0);
-    return;
-  }
-  enum { MAXH = 64 };
-  rpc_hyperparam h[MAXH];
-  int nh = (int)req->n_entries;
-  if (nh > MAXH) {
-    shoal__v1__hyperparams__free_unpacked(req, NULL);
-    finish(c, GRPC_STATUS_INVALID_ARGUMENT, "Hyperparams: more than 64 entries", NULL, true, 0);
-    return;
-  }
-  for (int i = 0; i < nh; i++) {
-    const Shoal__V1__Hyperparam *e = req->entries[i];
-    h[i] = (rpc_hyperparam){
-        .key = e->key,
-        .is_text = e->value_case == SHOAL__V1__HYPERPARAM__VALUE_TEXT,
-        .number = e->number,
-        .text = e->value_case == SHOAL__V1__HYPERPARAM__VALUE_TEXT ? e->text : NULL};
   }
   uint32_t applied = 0;
-  shoal_error err = {0};
-  int rc = s->on_hyper(s->user, h, nh, &applied, &err);
-  shoal__v1__hyperparams__free_unpacked(req, NULL);
+  rc = s->on_hyper(s->user, req.h, req.n, &applied, &err);
+  rpc__hyperparams_release(&req);
   if (rc) {
     finish(c, GRPC_STATUS_INVALID_ARGUMENT, err.msg[0] ? err.msg : shoal_strerror(rc), NULL, true,
            0);
@@ -563,6 +621,12 @@ static void on_new(scall *c) {
     INC(s->n_streams_total);
     INC(s->n_streams_active);
   }
+  if (!calls_add(s, c)) {
+    INC(s->n_over_limit);
+    finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "learner: too many open calls, retry later", NULL,
+           true, 0);
+    return;
+  }
   if (!auth_ok(s, c)) {
     INC(s->n_unauth);
     finish(c, GRPC_STATUS_UNAUTHENTICATED, "learner: missing or wrong token", NULL, true, 0);
@@ -584,6 +648,7 @@ static void on_new(scall *c) {
     ops[0].data.send_initial_metadata.metadata = &c->init_md;
     ops[1].op = GRPC_OP_RECV_MESSAGE;
     ops[1].data.recv_message.recv_message = &c->recv;
+    atomic_store(&c->waiting_since_ns, (int64_t)shoal_now_ns());
     start(c, ops, 2, &c->t_recv);
     return;
   }
@@ -595,6 +660,7 @@ static void on_recv(scall *c, bool ok) {
    * may complete (and write c->recv) before this handler returns. */
   grpc_byte_buffer *bb = c->recv;
   c->recv = NULL;
+  atomic_store(&c->waiting_since_ns, 0);
   if (!ok || c->finished) {
     /* The call broke: peer gone, message over the limit, or cancelled. */
     if (bb) grpc_byte_buffer_destroy(bb);
@@ -677,6 +743,49 @@ static void *poll_thread(void *arg) {
   return NULL;
 }
 
+/* Cancels calls that have waited longer than idle_call_s for a message: a peer that
+ * trickles a message byte by byte or opens streams and never sends would otherwise
+ * hold a call slot and its buffers for as long as it likes. Calls are ref'd under the
+ * lock and cancelled outside it; the cancel's events arrive on the queue as usual. */
+static void *reaper_thread(void *arg) {
+  rpc_server *s = arg;
+  enum { MAXBATCH = 64 };
+  grpc_call *victims[MAXBATCH];
+  double period = (double)s->idle_call_ns * 1e-9 / 4;
+  if (period > 1.0) period = 1.0;
+  if (period < 0.05) period = 0.05;
+  pthread_mutex_lock(&s->mu);
+  while (!s->stop_reaper) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + period;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    if (s->stop_reaper) break;
+    int64_t now = (int64_t)shoal_now_ns();
+    int nv = 0;
+    for (scall *c = s->calls; c && nv < MAXBATCH; c = c->next) {
+      int64_t since = atomic_load(&c->waiting_since_ns);
+      if (since && now - since > s->idle_call_ns) {
+        atomic_store(&c->waiting_since_ns, 0); /* once */
+        grpc_call_ref(c->call);
+        victims[nv++] = c->call;
+      }
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < nv; i++) {
+      grpc_call_cancel_with_status(victims[i], GRPC_STATUS_DEADLINE_EXCEEDED,
+                                   "learner: no complete message within the idle limit", NULL);
+      grpc_call_unref(victims[i]);
+      INC(s->n_idle_cancelled);
+    }
+    pthread_mutex_lock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
 static void arm_accept(rpc_server *s) {
   scall *c = scall_new(s);
   if (!c) return; /* the next accepted call re-arms */
@@ -714,6 +823,16 @@ static int server_credentials(const rpc_server_config *cfg, grpc_server_credenti
   return rc;
 }
 
+static void stop_reaper(rpc_server *s) {
+  if (!s->have_reaper) return;
+  pthread_mutex_lock(&s->mu);
+  s->stop_reaper = true;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->reaper, NULL);
+  s->have_reaper = false;
+}
+
 int rpc_server_create(const rpc_server_config *cfg, const rpc_spec *spec, rpc_server **out,
                       shoal_error *err) {
   if (!cfg || !out || !cfg->on_batch)
@@ -743,6 +862,16 @@ int rpc_server_create(const rpc_server_config *cfg, const rpc_spec *spec, rpc_se
     if (s->auth) snprintf(s->auth, s->auth_len + 1, "Bearer %s", cfg->token);
   }
   s->max_msg = rpc__max_message_bytes(&s->spec);
+  s->max_calls = cfg->max_calls > 0 ? cfg->max_calls : 1024;
+  s->idle_call_ns = (int64_t)((cfg->idle_call_s > 0 ? cfg->idle_call_s : 120.0) * 1e9);
+  int per_conn = cfg->max_streams_per_conn > 0 ? cfg->max_streams_per_conn : 16;
+  double hs_s = cfg->handshake_timeout_s > 0 ? cfg->handshake_timeout_s : 10.0;
+  double idle_conn_s = cfg->idle_conn_s > 0 ? cfg->idle_conn_s : 600.0;
+  size_t mem = cfg->memory_limit;
+  if (!mem) {
+    mem = (size_t)1 << 30;
+    if (s->max_msg < SIZE_MAX / 16 && 16 * s->max_msg > mem) mem = 16 * s->max_msg;
+  }
   grpc_init();
 
   grpc_server_credentials *creds = NULL;
@@ -756,7 +885,7 @@ int rpc_server_create(const rpc_server_config *cfg, const rpc_spec *spec, rpc_se
   }
   /* The receive limit follows the spec (not gRPC's 4 MiB default); SO_REUSEPORT off so a
    * second learner on the same port fails loudly instead of taking some actors. */
-  grpc_arg args[4];
+  grpc_arg args[9];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = s->max_msg > INT_MAX ? INT_MAX : (int)s->max_msg;
@@ -770,8 +899,29 @@ int rpc_server_create(const rpc_server_config *cfg, const rpc_spec *spec, rpc_se
   args[3].type = GRPC_ARG_INTEGER;
   args[3].key = (char *)GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS;
   args[3].value.integer = 1;
-  grpc_channel_args ca = {4, args};
+  /* Limits against hostile peers (rpc_server_config): streams per connection, the
+   * handshake deadline, idle connections, metadata size and a memory quota. */
+  args[4].type = GRPC_ARG_INTEGER;
+  args[4].key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS;
+  args[4].value.integer = per_conn;
+  args[5].type = GRPC_ARG_INTEGER;
+  args[5].key = (char *)GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS;
+  args[5].value.integer = hs_s * 1000 > INT_MAX ? INT_MAX : (int)(hs_s * 1000);
+  args[6].type = GRPC_ARG_INTEGER;
+  args[6].key = (char *)GRPC_ARG_MAX_CONNECTION_IDLE_MS;
+  args[6].value.integer = idle_conn_s * 1000 > INT_MAX ? INT_MAX : (int)(idle_conn_s * 1000);
+  args[7].type = GRPC_ARG_INTEGER;
+  args[7].key = (char *)GRPC_ARG_MAX_METADATA_SIZE;
+  args[7].value.integer = 16384;
+  grpc_resource_quota *quota = grpc_resource_quota_create("shoal-learner");
+  grpc_resource_quota_resize(quota, mem);
+  args[8].type = GRPC_ARG_POINTER;
+  args[8].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
+  args[8].value.pointer.p = quota;
+  args[8].value.pointer.vtable = grpc_resource_quota_arg_vtable();
+  grpc_channel_args ca = {9, args};
   s->srv = grpc_server_create(&ca, NULL);
+  grpc_resource_quota_unref(quota);
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->srv, s->cq, NULL);
   const char *listen = cfg->listen ? cfg->listen : "127.0.0.1:0";
@@ -792,13 +942,15 @@ int rpc_server_create(const rpc_server_config *cfg, const rpc_spec *spec, rpc_se
     return rc;
   }
   grpc_server_start(s->srv);
+  s->have_reaper = pthread_create(&s->reaper, NULL, reaper_thread, s) == 0;
   for (int i = 0; i < PENDING_ACCEPTS; i++) arm_accept(s);
-  for (int i = 0; i < nthreads; i++) {
+  for (int i = 0; s->have_reaper && i < nthreads; i++) {
     if (pthread_create(&s->threads[i], NULL, poll_thread, s)) break;
     s->nthreads++;
   }
   if (s->nthreads == 0) {
     /* No poller: tear down polling here (pending accepts complete with success=0). */
+    stop_reaper(s);
     grpc_server_shutdown_and_notify(s->srv, s->cq, &s->t_shutdown);
     grpc_server_cancel_all_calls(s->srv);
     for (;;) {
@@ -911,8 +1063,11 @@ void rpc_server_stats_get(const rpc_server *cs, rpc_server_stats *o) {
   o->streams_aborted = GET(s->n_aborted);
   o->params_pulls = GET(s->n_pulls);
   o->params_not_newer = GET(s->n_not_newer);
+  o->over_limit = GET(s->n_over_limit);
+  o->idle_cancelled = GET(s->n_idle_cancelled);
   pthread_mutex_lock(&s->mu);
   o->actors = (uint64_t)s->nactors;
+  o->calls_active = (uint64_t)s->ncalls;
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -935,6 +1090,7 @@ void rpc_server_destroy(rpc_server *s, double drain_s) {
   /* Order from the notes (item 15): shutdown_and_notify, poll until its tag, destroy the
    * server, shut the queue down and drain it, destroy it, grpc_shutdown. */
   atomic_store(&s->draining, true);
+  stop_reaper(s);
   grpc_server_shutdown_and_notify(s->srv, s->cq, &s->t_shutdown);
   if (!wait_shutdown(s, drain_s > 0 ? drain_s : 0.0)) {
     grpc_server_cancel_all_calls(s->srv);

@@ -1,0 +1,336 @@
+/*
+ * tests/fuzz/make_seeds.c — writes the binary seed corpora under tests/fuzz/corpus/
+ * (sample_batch, params, requests, safetensors) with protobuf-c's encoder and nn's own
+ * checkpoint writer, so the seeds are real encodings: valid messages of every shape the
+ * decoders take (dense, frame-stacked, LZ4, zstd; params; checkpoints of the fuzzed
+ * model and optimizer) and the hostile ones the malicious-client test sends (huge and
+ * negative shapes, shape products that overflow, NaN, wrong run). Run it from the
+ * repository root after changing proto/shoal.proto:
+ *
+ *   build/tests/fuzz_make_seeds tests/fuzz/corpus
+ *
+ * The YAML seeds (corpus/config) are written by hand and copied from configs/.
+ */
+#define _GNU_SOURCE
+#include <lz4.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "nn/nn.h"
+#include "proto/shoal.pb-c.h"
+
+static const char *root;
+
+static void put(const char *target, const char *name, const uint8_t *prefix, size_t nprefix,
+                const ProtobufCMessage *m) {
+  size_t n = m ? protobuf_c_message_get_packed_size(m) : 0;
+  uint8_t *buf = malloc(nprefix + n + 1);
+  memcpy(buf, prefix, nprefix);
+  if (m) protobuf_c_message_pack(m, buf + nprefix);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s/%s", root, target, name);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(buf, 1, nprefix + n, f) != nprefix + n) {
+    fprintf(stderr, "make_seeds: cannot write %s\n", path);
+    exit(1);
+  }
+  fclose(f);
+  free(buf);
+}
+
+static void put_raw(const char *target, const char *name, const uint8_t *p, size_t n) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s/%s", root, target, name);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(p, 1, n, f) != n) {
+    fprintf(stderr, "make_seeds: cannot write %s\n", path);
+    exit(1);
+  }
+  fclose(f);
+}
+
+/* ---- SampleBatch, for the spec of fuzz_sample_batch.c ------------------------ */
+
+enum { N = 3 };
+static float obs[N * 4];
+static int32_t act[N];
+static uint8_t done[N], frames[N * 4 * 64], frame5[5 * 64];
+static uint16_t prio[N * 2];
+static double ret[N * 6];
+static int64_t sh_obs[] = {4}, sh_frames[] = {4, 8, 8}, sh_prio[] = {2}, sh_ret[] = {2, 3};
+static uint32_t fidx[N * 4];
+
+typedef struct batch {
+  Shoal__V1__SampleBatch b;
+  Shoal__V1__Column c[6];
+  Shoal__V1__Column *cp[6];
+} batch;
+
+static void col(Shoal__V1__Column *c, const char *name, int dtype, int64_t *shape, size_t nshape,
+                const void *data, size_t bytes) {
+  shoal__v1__column__init(c);
+  c->name = (char *)name;
+  c->dtype = (Shoal__V1__DType)dtype;
+  c->n_shape = nshape;
+  c->shape = shape;
+  c->data.data = (uint8_t *)data;
+  c->data.len = bytes;
+}
+
+static void batch_init(batch *x) {
+  for (int i = 0; i < N * 4; i++) obs[i] = 0.25f * (float)i;
+  for (int i = 0; i < N; i++) act[i] = i % 2, done[i] = i == N - 1;
+  for (int i = 0; i < N * 4 * 64; i++) frames[i] = (uint8_t)(i * 7);
+  for (int i = 0; i < 5 * 64; i++) frame5[i] = (uint8_t)(i * 3);
+  for (int i = 0; i < N * 2; i++) prio[i] = 0x3c00; /* 1.0 in binary16 */
+  for (int i = 0; i < N * 6; i++) ret[i] = (double)i - 2.5;
+  for (int i = 0; i < N * 4; i++) fidx[i] = (uint32_t)((i / 4) + (i % 4)) % 5;
+  shoal__v1__sample_batch__init(&x->b);
+  x->b.actor_id = 3;
+  x->b.run_id = (char *)"fuzz-run";
+  x->b.policy_version = 17;
+  x->b.seq = 5;
+  x->b.n = N;
+  x->b.incarnation = 0x1234567890ull;
+  col(&x->c[0], "obs", 7, sh_obs, 1, obs, sizeof obs);
+  col(&x->c[1], "action", 4, NULL, 0, act, sizeof act);
+  col(&x->c[2], "done", 9, NULL, 0, done, sizeof done);
+  col(&x->c[3], "frames", 1, sh_frames, 3, frames, sizeof frames);
+  col(&x->c[4], "prio", 6, sh_prio, 1, prio, sizeof prio);
+  col(&x->c[5], "ret", 8, sh_ret, 2, ret, sizeof ret);
+  for (int i = 0; i < 6; i++) x->cp[i] = &x->c[i];
+  x->b.n_columns = 6;
+  x->b.columns = x->cp;
+}
+
+static void sample_batches(void) {
+  const char *t = "sample_batch";
+  batch x;
+  batch_init(&x);
+  put(t, "valid-dense", NULL, 0, &x.b.base);
+
+  /* frames deduplicated: 5 frames, 12 indices */
+  batch_init(&x);
+  x.c[3].layout = SHOAL__V1__LAYOUT__LAYOUT_FRAME_STACK;
+  x.c[3].frames = 5;
+  x.c[3].data.data = frame5;
+  x.c[3].data.len = sizeof frame5;
+  x.c[3].frame_index.data = (uint8_t *)fidx;
+  x.c[3].frame_index.len = sizeof fidx;
+  put(t, "valid-frame-stack", NULL, 0, &x.b.base);
+
+  /* obs LZ4, frames zstd */
+  batch_init(&x);
+  char lz[1024];
+  int nlz = LZ4_compress_default((const char *)obs, lz, sizeof obs, sizeof lz);
+  x.c[0].codec = SHOAL__V1__CODEC__CODEC_LZ4;
+  x.c[0].raw_size = sizeof obs;
+  x.c[0].data.data = (uint8_t *)lz;
+  x.c[0].data.len = (size_t)nlz;
+  static uint8_t zs[2048];
+  size_t nzs = ZSTD_compress(zs, sizeof zs, frames, sizeof frames, 3);
+  x.c[3].codec = SHOAL__V1__CODEC__CODEC_ZSTD;
+  x.c[3].raw_size = sizeof frames;
+  x.c[3].data.data = zs;
+  x.c[3].data.len = nzs;
+  put(t, "valid-compressed", NULL, 0, &x.b.base);
+
+  /* frame stack whose frames are zstd-compressed */
+  batch_init(&x);
+  size_t nzs5 = ZSTD_compress(zs, sizeof zs, frame5, sizeof frame5, 1);
+  x.c[3].layout = SHOAL__V1__LAYOUT__LAYOUT_FRAME_STACK;
+  x.c[3].frames = 5;
+  x.c[3].codec = SHOAL__V1__CODEC__CODEC_ZSTD;
+  x.c[3].raw_size = sizeof frame5;
+  x.c[3].data.data = zs;
+  x.c[3].data.len = nzs5;
+  x.c[3].frame_index.data = (uint8_t *)fidx;
+  x.c[3].frame_index.len = sizeof fidx;
+  put(t, "valid-frame-stack-zstd", NULL, 0, &x.b.base);
+
+  /* hostile */
+  batch_init(&x);
+  obs[5] = NAN;
+  put(t, "nan-obs", NULL, 0, &x.b.base);
+  batch_init(&x);
+  x.b.run_id = (char *)"other-run";
+  put(t, "wrong-run", NULL, 0, &x.b.base);
+  batch_init(&x);
+  x.b.n = 0xffffffffu;
+  put(t, "huge-n", NULL, 0, &x.b.base);
+  batch_init(&x);
+  int64_t huge[] = {INT64_C(1) << 62, 4};
+  x.c[0].shape = huge;
+  x.c[0].n_shape = 2;
+  put(t, "huge-shape", NULL, 0, &x.b.base);
+  batch_init(&x);
+  int64_t neg[] = {-4};
+  x.c[0].shape = neg;
+  put(t, "negative-shape", NULL, 0, &x.b.base);
+  batch_init(&x);
+  int64_t ovf[] = {INT64_C(1) << 32, INT64_C(1) << 32, 16};
+  x.c[3].shape = ovf;
+  put(t, "overflow-shape", NULL, 0, &x.b.base);
+  batch_init(&x);
+  x.c[3].layout = SHOAL__V1__LAYOUT__LAYOUT_FRAME_STACK;
+  x.c[3].frames = 0xffffffffu;
+  x.c[3].data.data = frame5;
+  x.c[3].data.len = sizeof frame5;
+  x.c[3].frame_index.data = (uint8_t *)fidx;
+  x.c[3].frame_index.len = sizeof fidx;
+  put(t, "huge-frames", NULL, 0, &x.b.base);
+  batch_init(&x);
+  x.c[0].codec = SHOAL__V1__CODEC__CODEC_LZ4;
+  x.c[0].raw_size = UINT64_C(1) << 40;
+  put(t, "huge-raw-size", NULL, 0, &x.b.base);
+  batch_init(&x);
+  done[0] = 2;
+  put(t, "bad-bool", NULL, 0, &x.b.base);
+  /* a shape sent one value per field (unpacked) is valid protobuf */
+  static const uint8_t unpacked[] = {0x28, 0x01, 0x12, 0x08, 'f',  'u',  'z',  'z',  '-',
+                                     'r',  'u',  'n',  0x20, 0x01, 0x32, 0x0f, 0x0a, 0x03,
+                                     'o',  'b',  's',  0x10, 0x07, 0x18, 0x04, 0x22, 0x04,
+                                     0,    0,    0,    0,    0x58, 0x01};
+  put_raw(t, "unpacked-shape-unknown-field", unpacked, sizeof unpacked);
+}
+
+/* ---- Params ---------------------------------------------------------------- */
+
+static void params(void) {
+  const char *t = "params";
+  static float blob[2 * 3 + 3];
+  for (int i = 0; i < 9; i++) blob[i] = (float)i;
+  int64_t sw[] = {2, 3}, sb[] = {3};
+  Shoal__V1__ParamEntry e[2], *ep[2] = {&e[0], &e[1]};
+  shoal__v1__param_entry__init(&e[0]);
+  e[0].name = (char *)"fc.weight";
+  e[0].n_shape = 2;
+  e[0].shape = sw;
+  e[0].offset = 0;
+  e[0].numel = 6;
+  shoal__v1__param_entry__init(&e[1]);
+  e[1].name = (char *)"fc.bias";
+  e[1].n_shape = 1;
+  e[1].shape = sb;
+  e[1].offset = 6;
+  e[1].numel = 3;
+  Shoal__V1__Params m = SHOAL__V1__PARAMS__INIT;
+  m.version = 9;
+  m.dtype = SHOAL__V1__DTYPE__DTYPE_F32;
+  m.blob.data = (uint8_t *)blob;
+  m.blob.len = sizeof blob;
+  m.n_layout = 2;
+  m.layout = ep;
+  m.run_id = (char *)"fuzz-run";
+  put(t, "valid", NULL, 0, &m.base);
+  Shoal__V1__Params same = SHOAL__V1__PARAMS__INIT;
+  same.version = 9;
+  same.not_newer = 1;
+  put(t, "not-newer", NULL, 0, &same.base);
+  e[1].offset = UINT64_MAX - 1;
+  put(t, "offset-overflow", NULL, 0, &m.base);
+  e[1].offset = 6;
+  e[1].numel = 300;
+  sb[0] = 300;
+  put(t, "past-blob", NULL, 0, &m.base);
+  sb[0] = 3;
+  e[1].numel = 3;
+  int64_t ovf[] = {INT64_C(1) << 32, INT64_C(1) << 32};
+  e[0].shape = ovf;
+  put(t, "shape-overflow", NULL, 0, &m.base);
+  e[0].shape = sw;
+  m.dtype = 99;
+  put(t, "bad-dtype", NULL, 0, &m.base);
+}
+
+/* ---- requests: first byte 0 ParamsRequest, 1 Hyperparams, 2 Status ---------- */
+
+static void requests(void) {
+  const char *t = "requests";
+  uint8_t k0 = 0, k1 = 1, k2 = 2;
+  Shoal__V1__ParamsRequest pr = SHOAL__V1__PARAMS_REQUEST__INIT;
+  pr.actor_id = 2;
+  pr.run_id = (char *)"fuzz-run";
+  pr.have_version = -1;
+  put(t, "params-request", &k0, 1, &pr.base);
+  pr.run_id = (char *)"other";
+  put(t, "params-request-wrong-run", &k0, 1, &pr.base);
+
+  Shoal__V1__Hyperparam h[2], *hp[2] = {&h[0], &h[1]};
+  shoal__v1__hyperparam__init(&h[0]);
+  h[0].key = (char *)"dqn.lr";
+  h[0].value_case = SHOAL__V1__HYPERPARAM__VALUE_NUMBER;
+  h[0].number = 3e-4;
+  shoal__v1__hyperparam__init(&h[1]);
+  h[1].key = (char *)"note";
+  h[1].value_case = SHOAL__V1__HYPERPARAM__VALUE_TEXT;
+  h[1].text = (char *)"hello";
+  Shoal__V1__Hyperparams hy = SHOAL__V1__HYPERPARAMS__INIT;
+  hy.run_id = (char *)"";
+  hy.n_entries = 2;
+  hy.entries = hp;
+  put(t, "hyperparams", &k1, 1, &hy.base);
+
+  Shoal__V1__Counter c = SHOAL__V1__COUNTER__INIT;
+  c.name = (char *)"replay_size";
+  c.value = 1234;
+  Shoal__V1__Counter *cp[1] = {&c};
+  Shoal__V1__Status st = SHOAL__V1__STATUS__INIT;
+  st.run_id = (char *)"fuzz-run";
+  st.policy_version = 4;
+  st.batches = 10;
+  st.uptime_s = 1.5;
+  st.n_counters = 1;
+  st.counters = cp;
+  put(t, "status", &k2, 1, &st.base);
+}
+
+/* ---- safetensors: first byte even = model, odd = optimizer ------------------ */
+
+static void safetensors(void) {
+  const char *t = "safetensors";
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  if (!m || nn_input(m, 4, 1, 1) < 0 || nn_dense(m, "fc1", 3) < 0 ||
+      nn_batchnorm(m, "bn", 1e-5f, 0.1f) < 0 || nn_activation(m, "act", NN_RELU, 0) < 0 ||
+      nn_dense(m, "out", 2) < 0 || nn_model_build(m, 4, 7, &err)) {
+    fprintf(stderr, "make_seeds: model: %s\n", err.msg);
+    exit(1);
+  }
+  nn_optim_config oc = nn_optim_defaults(NN_ADAM);
+  nn_optim *o = nn_optim_create(m, &oc, &err);
+  uint8_t *buf;
+  size_t len;
+  if (nn_model_save_buffer(m, &buf, &len, &err)) exit(1);
+  uint8_t *p = malloc(len + 1);
+  p[0] = 0;
+  memcpy(p + 1, buf, len);
+  put_raw(t, "model", p, len + 1);
+  free(p);
+  free(buf);
+  if (nn_optim_save_buffer(o, &buf, &len, &err)) exit(1);
+  p = malloc(len + 1);
+  p[0] = 1;
+  memcpy(p + 1, buf, len);
+  put_raw(t, "optimizer", p, len + 1);
+  free(p);
+  free(buf);
+  nn_optim_destroy(o);
+  nn_model_destroy(m);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s tests/fuzz/corpus\n", argv[0]);
+    return 2;
+  }
+  root = argv[1];
+  sample_batches();
+  params();
+  requests();
+  safetensors();
+  return 0;
+}
