@@ -340,7 +340,12 @@ static int cmd_run(int argc, char **argv) {
     snprintf(set_uri, sizeof set_uri, "store.uri=%s", store_uri);
     if (config_set(cfg, set_uri, &err)) return fail(NULL, &err);
   }
+  /* A config stored without its secrets (a resumed run, a sweep's trial) takes them from
+   * $SHOAL_TOKEN / $SHOAL_STORE_URI when those are set. */
+  if (!resume && config_restore_secrets(cfg, cfg_file, &err)) return fail(NULL, &err);
   if (resume) {
+    shoal_error ignored = {0};
+    config_restore_secrets(cfg, resume, &ignored); /* what stays redacted is named below */
     if (!strcmp(config_string(cfg, "learner.token"), CONFIG_REDACTED)) {
       fprintf(stderr,
               "shoal: run %s has a learner token, which is not stored with the run: pass it "

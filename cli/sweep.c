@@ -356,8 +356,10 @@ static int trial_text(const sw_spec *s, const char *uri, char *const *assign, in
                          "metric %s needs evaluations, which run only with run.solve_return set "
                          "(e.g. 475 for CartPole-v1): set it, or use metric return100",
                          s->metric);
+  /* Trials live in the store: no secrets in them. A worker passes its own --store, and
+   * the token reaches the trial's programs through $SHOAL_TOKEN. */
   char *yaml = NULL;
-  if (!rc) rc = config_dump(cfg, &yaml, err);
+  if (!rc) rc = config_dump_redacted(cfg, &yaml, err);
   if (!rc) {
     char params[2048] = "";
     for (int i = 0; i < nassign; i++)

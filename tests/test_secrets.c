@@ -211,13 +211,16 @@ static void test_mongo_password_never_shown(void **state) {
                        "--set",         set_uri, "--set",
                        "run.name=sec2", "--set", "learner.token=" TOKEN,
                        "--out",         cfg_out, NULL};
-  char *learner_argv[] = {bin, "--config", cfg, "--run", "sec2", "--set", set_uri, NULL};
+  /* The learner opens the store lazily and trains through an outage (tests/faults): it
+   * runs its 3 s and stops, printing its store errors, never the password. */
+  char *learner_argv[] = {bin,     "--config",          cfg, "--run", "sec2", "--set", set_uri,
+                          "--set", "run.max_seconds=3", NULL};
   char *const *all[] = {run_argv, resume_argv, init_argv, learner_argv};
   for (int i = 0; i < 4; i++) {
     int rc;
     char *out = wf_run(all[i], 60, &rc);
     printf("%s: exit %d: %s", all[i][1], rc, out);
-    assert_int_not_equal(rc, 0); /* the store is unreachable */
+    if (i < 3) assert_int_not_equal(rc, 0); /* the store is unreachable */
     assert_null(strstr(out, MONGO_PW));
     assert_null(strstr(out, TOKEN));
     free(out);
