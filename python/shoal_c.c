@@ -303,7 +303,11 @@ static int policy_build(shoal_c_policy **out, const char *yaml, const char *orig
     shoal_c_policy_destroy(p);
     return keep(&err, err.code ? err.code : SHOAL_ENOMEM);
   }
-  if ((rc = nn_model_load_buffer(dqn_model(p->q), bytes, len, &err))) {
+  /* A learner's snapshot ends in its optimizer state (algo_snapshot_append_state). */
+  size_t ml, sl;
+  const uint8_t *sb;
+  if ((rc = algo_snapshot_split(bytes, len, &ml, &sb, &sl, &err)) ||
+      (rc = nn_model_load_buffer(dqn_model(p->q), bytes, ml, &err))) {
     shoal_c_policy_destroy(p);
     return keep(&err, rc);
   }

@@ -149,7 +149,11 @@ static int act(int argc, char **argv) {
   dc.max_batch = B;
   dqn *q = dqn_create(&dc, NN_CPU, false, &err);
   if (!q) return die("network", &err);
-  if (nn_model_load_buffer(dqn_model(q), bytes, len, &err)) return die("load", &err);
+  size_t ml, sl;
+  const uint8_t *sb;
+  if (algo_snapshot_split(bytes, len, &ml, &sb, &sl, &err) ||
+      nn_model_load_buffer(dqn_model(q), bytes, ml, &err))
+    return die("load", &err);
   free(bytes);
   size_t F = (size_t)sp->obs.size, olen;
   bool u8 = sp->obs.dtype == ENV_UINT8;
