@@ -14,8 +14,9 @@
  *
  * The first stdout line is {"event":"listening","port":P}; the last {"event":"done",...}.
  * SIGINT/SIGTERM: a final snapshot, the store flushed, exit 0. --resume continues from
- * the run's latest snapshot: parameters, observation statistics, version, update and
- * env-step counters (the optimizer's moments start afresh).
+ * the run's latest snapshot: parameters, observation statistics, the learner state
+ * (optimizer moments and step, PPO's shuffling RNG; a snapshot from before it was kept
+ * restarts the optimizer, with a note), version, update and env-step counters.
  */
 #define _GNU_SOURCE
 #include <math.h>
