@@ -380,6 +380,36 @@ ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_sha
 impala_config onpolicy_impala_config(const config *cfg);
 ppo_config onpolicy_ppo_config(const config *cfg);
 
+/* ---- learner state, for an exact resume ----
+ * A parameter snapshot alone restarts the optimizer. The learner state is what else a
+ * learner needs to continue exactly: the optimizer's moments and step count, DQN's
+ * target network and its update count (which times target syncs), PPO's minibatch
+ * shuffling RNG. *_state_save writes it into a new buffer (caller frees *buf with
+ * free()); *_state_load checks the magic, version, algorithm, checksum and every tensor
+ * first and changes nothing on error (SHOAL_EFORMAT for a damaged or foreign blob,
+ * SHOAL_ESHAPE for another network's, SHOAL_ESTATE on an actor's copy). The learner's
+ * config (lr, ...) stays its own. */
+int dqn_state_save(const dqn *d, uint8_t **buf, size_t *len, shoal_error *err);
+int dqn_state_load(dqn *d, const uint8_t *buf, size_t len, shoal_error *err);
+int impala_state_save(const impala *l, uint8_t **buf, size_t *len, shoal_error *err);
+int impala_state_load(impala *l, const uint8_t *buf, size_t len, shoal_error *err);
+int ppo_state_save(const ppo *p, uint8_t **buf, size_t *len, shoal_error *err);
+int ppo_state_load(ppo *p, const uint8_t *buf, size_t len, shoal_error *err);
+
+/* A learner's snapshot is the model's safetensors bytes followed by the learner state
+ * as a trailer: state, its length (u64), "SHOALOPT" (an on-policy snapshot's
+ * normaliser trailer, when it has one, comes after it). One store write carries both,
+ * so they are stored atomically together.
+ * append: grows *buf (a malloc'd buffer of *len bytes) by the trailer; on error *buf
+ * and *len are untouched (SHOAL_ENOMEM).
+ * split: model_len gets the length of the part before a trailer, state/state_len the
+ * state (borrowed from buf), or NULL and 0 when the snapshot has none (one written
+ * before learner states were kept). SHOAL_EFORMAT for a trailer that does not fit. */
+int algo_snapshot_append_state(uint8_t **buf, size_t *len, const uint8_t *state, size_t state_len,
+                               shoal_error *err);
+int algo_snapshot_split(const uint8_t *buf, size_t len, size_t *model_len, const uint8_t **state,
+                        size_t *state_len, shoal_error *err);
+
 #ifdef __cplusplus
 }
 #endif

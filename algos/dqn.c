@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "algos/algos.h"
+#include "algos/state.h"
 
 struct dqn {
   dqn_config cfg;
@@ -371,3 +372,12 @@ int dqn_set_target_period(dqn *d, int period, shoal_error *err) {
 }
 
 float dqn_lr(const dqn *d) { return d->opt ? nn_optim_lr(d->opt) : d->cfg.lr; }
+
+int dqn_state_save(const dqn *d, uint8_t **buf, size_t *len, shoal_error *err) {
+  return algo__state_save(ALGO__STATE_DQN, d->opt, d->target, d->updates, NULL, buf, len, err);
+}
+
+int dqn_state_load(dqn *d, const uint8_t *buf, size_t len, shoal_error *err) {
+  if (!d->opt) return shoal_error_set(err, SHOAL_ESTATE, "dqn: learner state on an actor");
+  return algo__state_load(ALGO__STATE_DQN, d->opt, d->target, &d->updates, NULL, buf, len, err);
+}

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "algos/ac.h"
+#include "algos/state.h"
 
 struct impala {
   ac__net net;
@@ -236,4 +237,13 @@ int impala_load_params(impala *l, const float *params, size_t n, shoal_error *er
 
 void impala_set_lr(impala *l, float lr) {
   if (l->opt) nn_optim_set_lr(l->opt, lr);
+}
+
+int impala_state_save(const impala *l, uint8_t **buf, size_t *len, shoal_error *err) {
+  return algo__state_save(ALGO__STATE_IMPALA, l->opt, NULL, l->updates, NULL, buf, len, err);
+}
+
+int impala_state_load(impala *l, const uint8_t *buf, size_t len, shoal_error *err) {
+  if (!l->opt) return shoal_error_set(err, SHOAL_ESTATE, "impala: learner state on an actor");
+  return algo__state_load(ALGO__STATE_IMPALA, l->opt, NULL, &l->updates, NULL, buf, len, err);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "algos/ac.h"
+#include "algos/state.h"
 
 struct ppo {
   ac__net net;
@@ -281,4 +282,13 @@ int ppo_load_params(ppo *p, const float *params, size_t n, shoal_error *err) {
 
 void ppo_set_lr(ppo *p, float lr) {
   if (p->opt) nn_optim_set_lr(p->opt, lr);
+}
+
+int ppo_state_save(const ppo *p, uint8_t **buf, size_t *len, shoal_error *err) {
+  return algo__state_save(ALGO__STATE_PPO, p->opt, NULL, p->updates, &p->rng, buf, len, err);
+}
+
+int ppo_state_load(ppo *p, const uint8_t *buf, size_t len, shoal_error *err) {
+  if (!p->opt) return shoal_error_set(err, SHOAL_ESTATE, "ppo: learner state on an actor");
+  return algo__state_load(ALGO__STATE_PPO, p->opt, NULL, &p->updates, &p->rng, buf, len, err);
 }

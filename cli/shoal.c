@@ -700,7 +700,12 @@ static int cmd_eval(int argc, char **argv) {
   dc.max_batch = episodes;
   dqn *q = dqn_create(&dc, NN_CPU, false, &err);
   if (!q) return fail("eval: network", &err);
-  if (nn_model_load_buffer(dqn_model(q), bytes, len, &err)) return fail("eval: snapshot", &err);
+  /* The learner's snapshot ends in its optimizer state, which playing does not need. */
+  size_t ml, sl;
+  const uint8_t *sb;
+  if (algo_snapshot_split(bytes, len, &ml, &sb, &sl, &err) ||
+      nn_model_load_buffer(dqn_model(q), bytes, ml, &err))
+    return fail("eval: snapshot", &err);
   free(bytes);
 
   /* --render: the first nrec episodes recorded (cli/media.c): a strip of evenly spaced

@@ -574,10 +574,18 @@ static void publish(learner *L) {
 static void snapshot(learner *L, int64_t env_steps, double score) {
   if (L->version <= L->last_snapshot_version) return;
   L->last_snapshot_version = L->version;
-  uint8_t *buf;
+  uint8_t *buf = NULL;
   size_t len;
   shoal_error err = {0};
-  if (nn_model_save_buffer(dqn_model(L->q), &buf, &len, &err)) {
+  uint8_t *st = NULL;
+  size_t st_len = 0;
+  /* The learner state rides in the same store write, so the two never disagree. */
+  int rc = nn_model_save_buffer(dqn_model(L->q), &buf, &len, &err);
+  if (!rc && (rc = dqn_state_save(L->q, &st, &st_len, &err)) == 0)
+    rc = algo_snapshot_append_state(&buf, &len, st, st_len, &err);
+  free(st);
+  if (rc) {
+    free(buf);
     fprintf(stderr, "shoal-learner: snapshot: %s\n", err.msg);
     return;
   }
@@ -932,9 +940,22 @@ int main(int argc, char **argv) {
     size_t len;
     int rc = store_snapshot_get(L.st, run, STORE_LATEST, &meta, &bytes, &len, &err);
     if (rc == 0) {
-      if (nn_model_load_buffer(dqn_model(L.q), bytes, len, &err)) die("resume: snapshot", &err);
+      size_t ml, sl;
+      const uint8_t *sb;
+      if (algo_snapshot_split(bytes, len, &ml, &sb, &sl, &err) ||
+          nn_model_load_buffer(dqn_model(L.q), bytes, ml, &err))
+        die("resume: snapshot", &err);
+      if (sb) {
+        if (dqn_state_load(L.q, sb, sl, &err)) die("resume: learner state", &err);
+        fprintf(stderr, "shoal-learner: resume: optimizer state restored (%lld updates)\n",
+                (long long)meta.updates);
+      } else {
+        fprintf(stderr,
+                "shoal-learner: resume: the snapshot holds no optimizer state "
+                "(written by an older shoal): Adam restarts and the target is synced\n");
+        if (dqn_sync_target(L.q, &err)) die("resume", &err);
+      }
       free(bytes);
-      if (dqn_sync_target(L.q, &err)) die("resume", &err);
       L.version = meta.version;
       L.updates = meta.updates;
       L.env_steps_base = meta.env_steps;

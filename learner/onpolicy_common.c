@@ -78,6 +78,7 @@ int op_agent_create(const config *cfg, const op_spec *s, int max_batch, bool lea
     if (!(a->p = ppo_create(&ac, &pc, device, learner, err))) return err ? err->code : -1;
   }
   a->max_batch = max_batch;
+  a->learner = learner;
   return 0;
 }
 
@@ -242,6 +243,16 @@ int op_snapshot_encode(op_agent *a, const op_spec *s, const op_norm *z, uint8_t 
   uint8_t *m;
   size_t ml;
   int rc = nn_model_save_buffer(op_agent_model(a), &m, &ml, err);
+  if (!rc && a->learner) {
+    /* The learner state (optimizer, update count, PPO's RNG) before the normaliser
+     * trailer, which stays last as older readers expect. */
+    uint8_t *st = NULL;
+    size_t sl = 0;
+    rc = a->p ? ppo_state_save(a->p, &st, &sl, err) : impala_state_save(a->l, &st, &sl, err);
+    if (!rc) rc = algo_snapshot_append_state(&m, &ml, st, sl, err);
+    free(st);
+    if (rc) free(m);
+  }
   if (rc || !s->norm_obs) {
     if (!rc) *buf = m, *len = ml;
     return rc;
@@ -264,8 +275,8 @@ int op_snapshot_encode(op_agent *a, const op_spec *s, const op_norm *z, uint8_t 
   return 0;
 }
 
-int op_snapshot_decode(op_agent *a, const op_spec *s, op_norm *z, const uint8_t *buf, size_t len,
-                       shoal_error *err) {
+static int decode(op_agent *a, const op_spec *s, op_norm *z, const uint8_t *buf, size_t len,
+                  bool *restored, shoal_error *err) {
   size_t ml = len;
   if (len >= 16 && !memcmp(buf + len - 8, trailer_magic, 8)) {
     uint64_t n;
@@ -298,7 +309,28 @@ int op_snapshot_decode(op_agent *a, const op_spec *s, op_norm *z, const uint8_t 
                            "snapshot: the run normalises observations but the snapshot holds no "
                            "statistics");
   }
-  return nn_model_load_buffer(op_agent_model(a), buf, ml, err);
+  const uint8_t *st;
+  size_t sl;
+  int rc = algo_snapshot_split(buf, ml, &ml, &st, &sl, err);
+  if (!rc) rc = nn_model_load_buffer(op_agent_model(a), buf, ml, err);
+  if (rc || !restored) return rc;
+  *restored = false;
+  if (!st) return 0;
+  rc = a->p ? ppo_state_load(a->p, st, sl, err) : impala_state_load(a->l, st, sl, err);
+  if (!rc) *restored = true;
+  return rc;
+}
+
+int op_snapshot_decode(op_agent *a, const op_spec *s, op_norm *z, const uint8_t *buf, size_t len,
+                       shoal_error *err) {
+  return decode(a, s, z, buf, len, NULL, err);
+}
+
+int op_snapshot_resume(op_agent *a, const op_spec *s, op_norm *z, const uint8_t *buf, size_t len,
+                       bool *restored, shoal_error *err) {
+  if (!a->learner)
+    return shoal_error_set(err, SHOAL_ESTATE, "snapshot: resuming needs a learner's agent");
+  return decode(a, s, z, buf, len, restored, err);
 }
 
 /* ---- evaluation ---- */

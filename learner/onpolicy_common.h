@@ -65,6 +65,7 @@ typedef struct op_agent {
   ppo *p;
   impala *l;
   int max_batch;
+  bool learner; /* has the optimizer: its snapshots carry the learner state */
 } op_agent;
 
 /* Creates the network (learner: with the optimizer and the learn() buffers of the
@@ -109,8 +110,10 @@ void op_obs_to_float(const op_spec *s, const void *raw, float *dst, size_t rows,
 /* ---- published parameters and snapshots ----
  * Published blob (f32): the model's parameters, then, when norm_obs, mean (obs_n),
  * var (obs_n) and count (1). A snapshot is the model's safetensors (nn_model_save_buffer,
- * what PyTorch reads), followed when norm_obs by a trailer: mean and var as doubles
- * (obs_n each), count (double), obs_n (u64) and the magic "SHOALNRM". */
+ * what PyTorch reads), then, from a learner's agent, the learner state (optimizer,
+ * update count, PPO's RNG; algo_snapshot_append_state's trailer), then when norm_obs a
+ * trailer: mean and var as doubles (obs_n each), count (double), obs_n (u64) and the
+ * magic "SHOALNRM". */
 size_t op_params_floats(op_agent *a, const op_spec *s);
 /* Writes the blob into out (op_params_floats floats). Can't fail. */
 void op_params_pack(op_agent *a, const op_spec *s, const op_norm *z, float *out);
@@ -124,6 +127,13 @@ int op_snapshot_encode(op_agent *a, const op_spec *s, const op_norm *z, uint8_t 
  * SHOAL_EFORMAT for a damaged trailer; nn_model_load_buffer's errors otherwise. */
 int op_snapshot_decode(op_agent *a, const op_spec *s, op_norm *z, const uint8_t *buf, size_t len,
                        shoal_error *err);
+/* As op_snapshot_decode, and for a learner's agent also restores the learner state
+ * when the snapshot has one: *restored says whether it did (false for a snapshot
+ * written without it, whose optimizer then starts afresh). A damaged state is an
+ * error (the model and z may have been loaded by then). SHOAL_ESTATE on an actor's
+ * agent. */
+int op_snapshot_resume(op_agent *a, const op_spec *s, op_norm *z, const uint8_t *buf, size_t len,
+                       bool *restored, shoal_error *err);
 
 /* ---- evaluation ---- */
 typedef struct op_eval op_eval;

@@ -14,8 +14,9 @@
  *
  * The first stdout line is {"event":"listening","port":P}; the last {"event":"done",...}.
  * SIGINT/SIGTERM: a final snapshot, the store flushed, exit 0. --resume continues from
- * the run's latest snapshot: parameters, observation statistics, version, update and
- * env-step counters (the optimizer's moments start afresh).
+ * the run's latest snapshot: parameters, observation statistics, the learner state
+ * (optimizer moments and step, PPO's shuffling RNG; a snapshot from before it was kept
+ * restarts the optimizer, with a note), version, update and env-step counters.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -485,8 +486,17 @@ int main(int argc, char **argv) {
     size_t len;
     int rc = store_snapshot_get(L.st, run, STORE_LATEST, &meta, &bytes, &len, &err);
     if (rc == 0) {
-      if (op_snapshot_decode(&L.ag, s, &L.norm, bytes, len, &err)) die("resume: snapshot", &err);
+      bool restored = false;
+      if (op_snapshot_resume(&L.ag, s, &L.norm, bytes, len, &restored, &err))
+        die("resume: snapshot", &err);
       free(bytes);
+      if (restored)
+        fprintf(stderr, "shoal-onpolicy-learner: resume: optimizer state restored (%lld updates)\n",
+                (long long)meta.updates);
+      else
+        fprintf(stderr,
+                "shoal-onpolicy-learner: resume: the snapshot holds no optimizer state "
+                "(written by an older shoal): the optimizer restarts\n");
       atomic_store(&L.version, meta.version);
       L.updates = meta.updates;
       L.env_steps_base = meta.env_steps;

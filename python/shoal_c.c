@@ -21,6 +21,9 @@
 #include "envs/envs.h"
 #include "nn/nn.h"
 #include "store/store.h"
+#ifdef SHOAL_C_ONPOLICY
+#include "learner/onpolicy_common.h"
+#endif
 
 /* The largest batch one network call takes; larger ones run in chunks, so the policy's
  * buffers are sized once at load. */
@@ -248,25 +251,134 @@ int shoal_c_vec_render(const shoal_c_vec *v, int i, uint8_t *rgb) {
 /* ---- Trained policies ------------------------------------------------------------ */
 
 struct shoal_c_policy {
-  dqn *q;
+  dqn *q; /* Ape-X DQN; NULL for an on-policy run */
   const env_type *env;
-  int F, A;
-  float *obs_f; /* (POLICY_CHUNK, F) for uint8 observations */
+  int F, A, D;  /* observation elements, discrete actions, Box dims */
+  float *obs_f; /* (POLICY_CHUNK, F): converted (and normalised) observations */
   shoal_rng rng;
   shoal_c_policy_info info;
+#ifdef SHOAL_C_ONPOLICY
+  bool onpolicy;
+  op_spec s;
+  op_agent a;
+  op_norm z;    /* when s.norm_obs */
+  float *raw;   /* (POLICY_CHUNK, D): Box samples before clipping */
+  float *clip;  /* (POLICY_CHUNK, D): the same clipped to the Box */
+  float *logp;  /* (POLICY_CHUNK) */
+  int32_t *act; /* (POLICY_CHUNK) */
+#endif
 };
 
 void shoal_c_policy_destroy(shoal_c_policy *p) {
   if (!p) return;
   dqn_destroy(p->q);
+#ifdef SHOAL_C_ONPOLICY
+  op_agent_destroy(&p->a);
+  op_norm_free(&p->z);
+  free(p->raw);
+  free(p->clip);
+  free(p->logp);
+  free(p->act);
+#endif
   free(p->obs_f);
   free(p);
 }
+
+/* A run is on-policy when its config has a top-level `algo:` key (the rule `shoal run`
+ * applies: Ape-X configs have none). */
+static bool yaml_is_onpolicy(const char *yaml) {
+  for (const char *l = yaml; l && *l;) {
+    if (!strncmp(l, "algo:", 5)) return true;
+    l = strchr(l, '\n');
+    if (l) l++;
+  }
+  return false;
+}
+
+static void info_meta(shoal_c_policy *p, const store_snapshot_meta *meta) {
+  p->info.version = meta ? meta->version : -1;
+  p->info.env_steps = meta ? meta->env_steps : -1;
+  p->info.updates = meta ? meta->updates : -1;
+  p->info.score = meta ? meta->score : NAN;
+}
+
+#ifdef SHOAL_C_ONPOLICY
+/* IMPALA / PPO: the actor-critic built as shoal-onpolicy-actor and `shoal eval` build
+ * it (learner/onpolicy_common.c), the snapshot's parameters and observation
+ * normaliser loaded (its learner state skipped). */
+static int policy_build_onpolicy(shoal_c_policy **out, const char *yaml, const char *origin,
+                                 const uint8_t *bytes, size_t len,
+                                 const store_snapshot_meta *meta) {
+  shoal_error err = {0};
+  int nkeys, rc;
+  const cfg_key *keys = onpolicy_schema(&nkeys);
+  config *cfg = config_create(keys, nkeys, &err);
+  if (!cfg) return keep(&err, err.code ? err.code : SHOAL_ENOMEM);
+  shoal_c_policy *p = calloc(1, sizeof *p);
+  if (!p) {
+    config_destroy(cfg);
+    return fail(SHOAL_ENOMEM, "policy: out of memory");
+  }
+  p->onpolicy = true;
+  if ((rc = config_load_string(cfg, yaml, origin, &err)) || (rc = onpolicy_check(cfg, &err)) ||
+      (rc = op_spec_from_config(cfg, &p->s, &err)) ||
+      (rc = op_agent_create(cfg, &p->s, POLICY_CHUNK, false, NN_CPU, &p->a, &err)) ||
+      (p->s.norm_obs && (rc = op_norm_init(&p->z, (int)p->s.obs_n, &err))) ||
+      (rc = op_snapshot_decode(&p->a, &p->s, p->s.norm_obs ? &p->z : NULL, bytes, len, &err))) {
+    config_destroy(cfg);
+    shoal_c_policy_destroy(p);
+    return keep(&err, rc ? rc : SHOAL_ENOMEM);
+  }
+  config_destroy(cfg);
+  const env_type *t = env_find(p->s.env_id);
+  if (!t) {
+    shoal_c_policy_destroy(p);
+    return unknown_env(p->s.env_id);
+  }
+  p->env = t;
+  p->F = (int)p->s.obs_n;
+  p->A = p->s.A;
+  p->D = p->s.D;
+  size_t C = POLICY_CHUNK, D = p->D > 0 ? (size_t)p->D : 1;
+  p->obs_f = malloc(C * (size_t)p->F * sizeof(float));
+  p->raw = malloc(C * D * sizeof(float));
+  p->clip = malloc(C * D * sizeof(float));
+  p->logp = malloc(C * sizeof(float));
+  p->act = malloc(C * sizeof(int32_t));
+  if (!p->obs_f || !p->raw || !p->clip || !p->logp || !p->act) {
+    shoal_c_policy_destroy(p);
+    return fail(SHOAL_ENOMEM, "policy: out of memory");
+  }
+  shoal_rng_seed(&p->rng, 0);
+  p->info.env_id = t->spec.id;
+  space_out(&t->spec.obs, &p->info.obs);
+  space_out(&t->spec.act, &p->info.act);
+  p->info.num_actions = p->A;
+  p->info.net = -1;
+  p->info.algo = p->s.impala ? SHOAL_C_IMPALA : SHOAL_C_PPO;
+  p->info.act_dim = p->D;
+  p->info.norm_obs = p->s.norm_obs;
+  info_meta(p, meta);
+  *out = p;
+  ok();
+  return 0;
+}
+#endif
 
 /* Builds the network from the run's config text and loads the snapshot bytes into it:
  * the dqn_config is filled in as cmd_eval and the actor fill theirs. */
 static int policy_build(shoal_c_policy **out, const char *yaml, const char *origin,
                         const uint8_t *bytes, size_t len, const store_snapshot_meta *meta) {
+  if (yaml_is_onpolicy(yaml)) {
+#ifdef SHOAL_C_ONPOLICY
+    return policy_build_onpolicy(out, yaml, origin, bytes, len, meta);
+#else
+    return fail(SHOAL_ENOTSUP,
+                "policy: %s is an IMPALA/PPO run (algo:), and this libshoal was "
+                "built without the on-policy programs (learner/)",
+                origin);
+#endif
+  }
   shoal_error err = {0};
   int nkeys, rc;
   const cfg_key *keys = apex_schema(&nkeys);
@@ -303,7 +415,11 @@ static int policy_build(shoal_c_policy **out, const char *yaml, const char *orig
     shoal_c_policy_destroy(p);
     return keep(&err, err.code ? err.code : SHOAL_ENOMEM);
   }
-  if ((rc = nn_model_load_buffer(dqn_model(p->q), bytes, len, &err))) {
+  /* A learner's snapshot ends in its optimizer state (algo_snapshot_append_state). */
+  size_t ml, sl;
+  const uint8_t *sb;
+  if ((rc = algo_snapshot_split(bytes, len, &ml, &sb, &sl, &err)) ||
+      (rc = nn_model_load_buffer(dqn_model(p->q), bytes, ml, &err))) {
     shoal_c_policy_destroy(p);
     return keep(&err, rc);
   }
@@ -317,10 +433,9 @@ static int policy_build(shoal_c_policy **out, const char *yaml, const char *orig
   space_out(&sp->obs, &p->info.obs);
   p->info.num_actions = p->A;
   p->info.net = (int32_t)dc.net;
-  p->info.version = meta ? meta->version : -1;
-  p->info.env_steps = meta ? meta->env_steps : -1;
-  p->info.updates = meta ? meta->updates : -1;
-  p->info.score = meta ? meta->score : NAN;
+  p->info.algo = SHOAL_C_DQN;
+  space_out(&sp->act, &p->info.act);
+  info_meta(p, meta);
   *out = p;
   ok();
   return 0;
@@ -452,6 +567,15 @@ int shoal_c_policy_act(shoal_c_policy *p, const void *obs, int obs_dtype, int B,
         return fail(SHOAL_ENAN, "policy act: observation %zu, element %zu is %g", i / F, i % F,
                     (double)o[i]);
   }
+  if (!p->q) {
+    if (q) return fail(SHOAL_ENOTSUP, "policy act: an actor-critic policy has no Q-values");
+    if (p->D > 0)
+      return fail(SHOAL_ENOTSUP,
+                  "policy act: %s has continuous actions: use "
+                  "shoal_c_policy_sample",
+                  p->info.env_id);
+    return shoal_c_policy_sample(p, obs, obs_dtype, B, 1, actions, NULL, NULL);
+  }
   shoal_error err = {0};
   for (int lo = 0; lo < B; lo += POLICY_CHUNK) {
     int n = B - lo < POLICY_CHUNK ? B - lo : POLICY_CHUNK;
@@ -470,4 +594,63 @@ int shoal_c_policy_act(shoal_c_policy *p, const void *obs, int obs_dtype, int B,
   }
   ok();
   return 0;
+}
+
+int shoal_c_policy_seed(shoal_c_policy *p, uint64_t seed) {
+  if (!p) return fail(SHOAL_EINVAL, "policy seed: NULL policy");
+  shoal_rng_seed(&p->rng, seed);
+  ok();
+  return 0;
+}
+
+int shoal_c_policy_sample(shoal_c_policy *p, const void *obs, int obs_dtype, int B, int greedy,
+                          void *actions, float *raw, float *logp) {
+  if (!p || !obs || !actions) return fail(SHOAL_EINVAL, "policy sample: NULL argument");
+  if (B < 1) return fail(SHOAL_EINVAL, "policy sample: batch %d, need >= 1", B);
+  if (obs_dtype != SHOAL_C_FLOAT32 && obs_dtype != SHOAL_C_UINT8)
+    return fail(SHOAL_EINVAL, "policy sample: observation dtype %d: float32 (1) or uint8 (2)",
+                obs_dtype);
+#ifdef SHOAL_C_ONPOLICY
+  if (p->onpolicy) {
+    const size_t F = (size_t)p->F, D = (size_t)p->D;
+    if (obs_dtype == SHOAL_C_FLOAT32) {
+      const float *o = obs;
+      for (size_t i = 0; i < (size_t)B * F; i++)
+        if (!isfinite(o[i]))
+          return fail(SHOAL_ENAN, "policy sample: observation %zu, element %zu is %g", i / F, i % F,
+                      (double)o[i]);
+    }
+    shoal_error err = {0};
+    for (int lo = 0; lo < B; lo += POLICY_CHUNK) {
+      int n = B - lo < POLICY_CHUNK ? B - lo : POLICY_CHUNK;
+      /* As the actor: raw observations to float, then the learner's normaliser. */
+      if (obs_dtype == SHOAL_C_UINT8) {
+        const uint8_t *u = (const uint8_t *)obs + (size_t)lo * F;
+        for (size_t i = 0; i < (size_t)n * F; i++) p->obs_f[i] = u[i];
+      } else {
+        memcpy(p->obs_f, (const float *)obs + (size_t)lo * F, (size_t)n * F * sizeof(float));
+      }
+      if (p->s.norm_obs) op_norm_apply(&p->z, p->obs_f, (size_t)n);
+      int rc;
+      if (D > 0) {
+        rc = op_agent_act(&p->a, p->obs_f, n, &p->rng, greedy != 0, p->raw, p->clip, p->logp, &err);
+        if (rc) return keep(&err, rc);
+        memcpy((float *)actions + (size_t)lo * D, p->clip, (size_t)n * D * sizeof(float));
+        if (raw) memcpy(raw + (size_t)lo * D, p->raw, (size_t)n * D * sizeof(float));
+      } else {
+        rc = op_agent_act(&p->a, p->obs_f, n, &p->rng, greedy != 0, p->act, NULL, p->logp, &err);
+        if (rc) return keep(&err, rc);
+        memcpy((int32_t *)actions + lo, p->act, (size_t)n * sizeof(int32_t));
+      }
+      if (logp) memcpy(logp + lo, p->logp, (size_t)n * sizeof(float));
+    }
+    ok();
+    return 0;
+  }
+#endif
+  (void)greedy, (void)raw, (void)logp;
+  return fail(SHOAL_ENOTSUP,
+              "policy sample: %s is an Ape-X DQN policy (greedy only: use "
+              "shoal_c_policy_act)",
+              p->info.env_id);
 }

@@ -37,7 +37,7 @@
 extern "C" {
 #endif
 
-#define SHOAL_C_ABI 1
+#define SHOAL_C_ABI 2
 
 #if defined(__GNUC__)
 #define SHOAL_C_EXPORT __attribute__((visibility("default")))
@@ -135,18 +135,28 @@ SHOAL_C_EXPORT int shoal_c_vec_render(const shoal_c_vec *v, int i, uint8_t *rgb)
 
 typedef struct shoal_c_policy shoal_c_policy;
 
+/* The algorithm that trained a policy (the run config's `algo:`). */
+enum { SHOAL_C_DQN = 0, SHOAL_C_IMPALA = 1, SHOAL_C_PPO = 2 };
+
 typedef struct shoal_c_policy_info {
   const char *env_id;  /* owned by the policy */
   shoal_c_space obs;   /* the env's observation space */
-  int32_t num_actions; /* A */
-  int32_t net;         /* 0 MLP, 1 MinAtar conv (algos.h dqn_net) */
+  int32_t num_actions; /* A (0 for a Box) */
+  int32_t net;         /* DQN: 0 MLP, 1 MinAtar conv (algos.h dqn_net); -1 actor-critic */
   int64_t version, env_steps, updates;
-  double score; /* the snapshot's evaluation score; NaN if none (or loaded from a file) */
+  double score;      /* the snapshot's evaluation score; NaN if none (or loaded from a file) */
+  int32_t algo;      /* SHOAL_C_DQN, SHOAL_C_IMPALA or SHOAL_C_PPO */
+  int32_t act_dim;   /* D of a Box action space; 0 for discrete */
+  shoal_c_space act; /* the env's action space */
+  int32_t norm_obs;  /* 1: observations pass the run's normaliser (in the snapshot) */
 } shoal_c_policy_info;
 
 /* Loads snapshot `which` (a version, SHOAL_C_LATEST or SHOAL_C_BEST) of run from the
  * store at uri, and builds the network from the run's resolved config as `shoal eval`
- * and the actor do. Caller owns *out (shoal_c_policy_destroy). */
+ * and the actor do: Ape-X DQN's Q-network, or for an IMPALA/PPO run (a config with
+ * `algo:`) the actor-critic with the snapshot's observation normaliser. A learner's
+ * optimizer state in the snapshot is skipped. Caller owns *out (shoal_c_policy_destroy).
+ * SHOAL_ENOTSUP for an on-policy run when libshoal was built without learner/. */
 SHOAL_C_EXPORT int shoal_c_policy_load_store(shoal_c_policy **out, const char *uri, const char *run,
                                              int64_t which);
 /* Loads a safetensors snapshot file; config_path is the run's YAML config (NULL: the
@@ -163,6 +173,22 @@ SHOAL_C_EXPORT int shoal_c_policy_info_get(const shoal_c_policy *p, shoal_c_poli
  * written then. */
 SHOAL_C_EXPORT int shoal_c_policy_act(shoal_c_policy *p, const void *obs, int obs_dtype, int B,
                                       int32_t *actions, float *q);
+/* For an actor-critic (IMPALA/PPO) policy act also takes discrete actions: the mode of
+ * the policy; q must be NULL, and a Box policy needs shoal_c_policy_sample. */
+
+/* IMPALA/PPO policies, as shoal-onpolicy-actor acts: observations (B x obs.size,
+ * SHOAL_C_FLOAT32 or SHOAL_C_UINT8) are normalised with the run's statistics, then
+ * actions are sampled from the policy (greedy != 0: its mode, argmax of the logits or
+ * the Gaussian mean) with the policy's RNG (shoal_c_policy_seed). actions: B int32 for
+ * discrete, else B x act_dim floats clipped to the Box (what the env steps with); raw
+ * (B x act_dim, may be NULL): the Box sample before clipping; logp (B, may be NULL):
+ * log pi(a | o) of the (unclipped) action. Any B >= 1. SHOAL_ENAN for a non-finite
+ * observation (nothing written), SHOAL_ENOTSUP for a DQN policy. */
+SHOAL_C_EXPORT int shoal_c_policy_sample(shoal_c_policy *p, const void *obs, int obs_dtype, int B,
+                                         int greedy, void *actions, float *raw, float *logp);
+/* Reseeds the policy's sampling RNG (xoshiro256** through splitmix64, as shoal_rng).
+ * A new policy starts from seed 0. */
+SHOAL_C_EXPORT int shoal_c_policy_seed(shoal_c_policy *p, uint64_t seed);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,18 @@
  *       builds the network as `shoal eval` does (cli/shoal.c cmd_eval), converts B raw
  *       observations from OBS to float as it does and writes dqn_act's greedy actions
  *       (B int32) and Q-values (B x A float) to OUT.
+ *   python_ref opmkrun DIR RUN CONFIG
+ *       an IMPALA/PPO run (CONFIG has `algo:`) with two learner snapshots (parameters
+ *       perturbed from their init, observation statistics, the learner state): version 1
+ *       (score 3) and 2 (no score).
+ *   python_ref opact URI RUN latest|best|VERSION OBS B GREEDY SEED OUT
+ *       builds the actor-critic as shoal-onpolicy-actor and `shoal eval` do, normalises B
+ *       raw observations with the snapshot's statistics (op_obs_to_float) and writes
+ *       op_agent_act's actions (B int32, or B x D floats clipped to the Box), for a Box
+ *       the unclipped samples (B x D), and the log-probabilities (B) to OUT; the RNG is
+ *       seeded with SEED.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +35,9 @@
 #include "envs/envs.h"
 #include "nn/nn.h"
 #include "store/store.h"
+#ifdef PYTHON_REF_ONPOLICY
+#include "learner/onpolicy_common.h"
+#endif
 
 static int die(const char *what, const shoal_error *err) {
   fprintf(stderr, "python_ref: %s: %s\n", what, err ? err->msg : "");
@@ -149,7 +163,11 @@ static int act(int argc, char **argv) {
   dc.max_batch = B;
   dqn *q = dqn_create(&dc, NN_CPU, false, &err);
   if (!q) return die("network", &err);
-  if (nn_model_load_buffer(dqn_model(q), bytes, len, &err)) return die("load", &err);
+  size_t ml, sl;
+  const uint8_t *sb;
+  if (algo_snapshot_split(bytes, len, &ml, &sb, &sl, &err) ||
+      nn_model_load_buffer(dqn_model(q), bytes, ml, &err))
+    return die("load", &err);
   free(bytes);
   size_t F = (size_t)sp->obs.size, olen;
   bool u8 = sp->obs.dtype == ENV_UINT8;
@@ -176,7 +194,140 @@ static int act(int argc, char **argv) {
   return 0;
 }
 
+#ifdef PYTHON_REF_ONPOLICY
+static config *op_config(const char *yaml, const char *origin, op_spec *s, shoal_error *err) {
+  int nkeys;
+  const cfg_key *keys = onpolicy_schema(&nkeys);
+  config *cfg = config_create(keys, nkeys, err);
+  if (!cfg || config_load_string(cfg, yaml, origin, err) || onpolicy_check(cfg, err) ||
+      op_spec_from_config(cfg, s, err)) {
+    config_destroy(cfg);
+    return NULL;
+  }
+  return cfg;
+}
+
+static int opmkrun(int argc, char **argv) {
+  if (argc < 3) return die("usage: opmkrun DIR RUN CONFIG", NULL);
+  shoal_error err = {0};
+  size_t ylen;
+  char *yaml = read_all(argv[2], &ylen);
+  if (!yaml) return die("cannot read CONFIG", NULL);
+  op_spec s;
+  config *cfg = op_config(yaml, argv[2], &s, &err);
+  if (!cfg) return die("config", &err);
+  store *st;
+  if (store_open(&st, argv[0], &err)) return die("store", &err);
+  if (store_run_create(st, argv[1], yaml, STORE_RUN_FINISHED, &err)) return die("run", &err);
+  for (int k = 0; k < 2; k++) {
+    op_agent a;
+    if (op_agent_create(cfg, &s, 16, true, NN_CPU, &a, &err)) return die("agent", &err);
+    shoal_rng rng;
+    shoal_rng_seed(&rng, 77 + (uint64_t)k);
+    /* Weights away from the init (whose policy head is near uniform), so actions differ
+     * between observations. */
+    size_t n;
+    float *p = nn_model_params(op_agent_model(&a), &n);
+    for (size_t i = 0; i < n; i++) p[i] += 0.3f * (float)shoal_rng_normal(&rng);
+    op_norm z = {0};
+    if (op_norm_init(&z, (int)s.obs_n, &err)) return die("norm", &err);
+    if (s.norm_obs) {
+      float rows[64 * 16];
+      for (int r = 0; r < 64; r++)
+        for (size_t j = 0; j < s.obs_n && j < 16; j++)
+          rows[r * s.obs_n + j] =
+              (float)(0.5 * (double)(j + 1) + (double)(j + 2) * shoal_rng_normal(&rng));
+      op_norm_update(&z, rows, 64);
+    }
+    uint8_t *bytes;
+    size_t len;
+    if (op_snapshot_encode(&a, &s, &z, &bytes, &len, &err)) return die("snapshot", &err);
+    store_snapshot_meta m = {
+        .version = k + 1, .env_steps = 2000 * (k + 1), .score = k == 0 ? 3.0 : NAN};
+    snprintf(m.run, sizeof m.run, "%s", argv[1]);
+    if (store_snapshot_put(st, &m, bytes, len, &err)) return die("put", &err);
+    free(bytes);
+    op_norm_free(&z);
+    op_agent_destroy(&a);
+  }
+  store_close(st);
+  config_destroy(cfg);
+  free(yaml);
+  return 0;
+}
+
+/* shoal-onpolicy-actor's and `shoal eval`'s construction and acting, step for step. */
+static int opact(int argc, char **argv) {
+  if (argc < 8) return die("usage: opact URI RUN latest|best|V OBS B GREEDY SEED OUT", NULL);
+  const char *uri = argv[0], *run = argv[1], *which = argv[2];
+  int B = atoi(argv[4]);
+  bool greedy = atoi(argv[5]) != 0;
+  uint64_t seed = strtoull(argv[6], NULL, 10);
+  int64_t version = !strcmp(which, "latest") ? STORE_LATEST
+                    : !strcmp(which, "best") ? STORE_BEST
+                                             : strtoll(which, NULL, 10);
+  shoal_error err = {0};
+  store *st;
+  if (store_open(&st, uri, &err)) return die("store", &err);
+  store_run r = {0};
+  if (store_run_find(st, run, &r, &err)) return die("run", &err);
+  op_spec s;
+  config *cfg = op_config(r.config ? r.config : "", run, &s, &err);
+  if (!cfg) return die("config", &err);
+  store_run_clear(&r);
+  void *bytes;
+  size_t len;
+  if (store_snapshot_get(st, run, version, NULL, &bytes, &len, &err)) return die("snap", &err);
+  op_agent a;
+  if (op_agent_create(cfg, &s, B < 256 ? B : 256, false, NN_CPU, &a, &err))
+    return die("agent", &err);
+  op_norm z = {0};
+  if (s.norm_obs && op_norm_init(&z, (int)s.obs_n, &err)) return die("norm", &err);
+  if (op_snapshot_decode(&a, &s, s.norm_obs ? &z : NULL, bytes, len, &err))
+    return die("decode", &err);
+  free(bytes);
+  size_t olen;
+  void *obs = read_all(argv[3], &olen);
+  if (!obs || olen != (size_t)B * s.obs_bytes) return die("OBS size", NULL);
+  float *obs_f = malloc((size_t)B * s.obs_n * sizeof(float));
+  op_obs_to_float(&s, obs, obs_f, (size_t)B, s.norm_obs ? &z : NULL);
+  size_t D = s.D > 0 ? (size_t)s.D : 1;
+  float *raw = malloc((size_t)B * D * sizeof(float)), *clip = malloc((size_t)B * D * sizeof(float));
+  float *logp = malloc((size_t)B * sizeof(float));
+  shoal_rng rng;
+  shoal_rng_seed(&rng, seed);
+  /* Batches of up to 256, as libshoal runs them (another batch size may round the last
+   * bits of a BLAS product differently); one RNG across them. */
+  for (int lo = 0; lo < B; lo += 256) {
+    int n = B - lo < 256 ? B - lo : 256;
+    if (op_agent_act(&a, obs_f + (size_t)lo * s.obs_n, n, &rng, greedy, raw + (size_t)lo * D,
+                     clip + (size_t)lo * D, logp + lo, &err))
+      return die("act", &err);
+  }
+  FILE *out = fopen(argv[7], "wb");
+  if (!out) return die("cannot write OUT", NULL);
+  if (s.D > 0) {
+    fwrite(clip, sizeof(float), (size_t)B * D, out);
+    fwrite(raw, sizeof(float), (size_t)B * D, out);
+  } else {
+    fwrite(raw, sizeof(int32_t), (size_t)B, out);
+  }
+  fwrite(logp, sizeof(float), (size_t)B, out);
+  fclose(out);
+  free(obs), free(obs_f), free(raw), free(clip), free(logp);
+  op_norm_free(&z);
+  op_agent_destroy(&a);
+  config_destroy(cfg);
+  store_close(st);
+  return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
+#ifdef PYTHON_REF_ONPOLICY
+  if (argc >= 2 && !strcmp(argv[1], "opmkrun")) return opmkrun(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "opact")) return opact(argc - 2, argv + 2);
+#endif
   if (argc >= 2 && !strcmp(argv[1], "traj")) return traj(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "mkrun")) return mkrun(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "act")) return act(argc - 2, argv + 2);

@@ -180,6 +180,10 @@ static void test_learner_killed_resumes(void **state) {
   double v_resumed = number_after(res, "at version ");
   double steps_resumed = number_after(res, ", ");
   assert_true(v_resumed > 0 && steps_resumed > 0);
+  /* Adam's moments and the target network came back with the parameters. */
+  const char *opt = strstr(out, "shoal-learner: resume: optimizer state restored (");
+  assert_non_null(opt);
+  assert_true(number_after(opt, "restored (") > 0);
   assert_non_null(strstr(out, "learner restarted on"));
   /* The final counters continue from the snapshot's. */
   const char *sum = strstr(out, "max_seconds after");

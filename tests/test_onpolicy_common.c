@@ -134,6 +134,32 @@ static void test_params_and_snapshots(void **state) {
   assert_memory_equal(za.mean, zc.mean, s.obs_n * sizeof(double));
   assert_memory_equal(za.var, zc.var, s.obs_n * sizeof(double));
   assert_true(za.count == zc.count);
+  /* A learner's agent resumes with the learner state too (its optimizer, bit for bit);
+   * an actor's agent cannot resume; a snapshot without the state (an actor's, or an
+   * older learner's) resumes with restored false. */
+  op_agent r;
+  assert_int_equal(op_agent_create(c, &s, 4, true, NN_CPU, &r, &err), 0);
+  bool restored = false;
+  assert_int_equal(op_snapshot_resume(&r, &s, &zc, buf, len, &restored, &err), 0);
+  assert_true(restored);
+  uint8_t *sa, *sr;
+  size_t la, lr;
+  assert_int_equal(
+      a.p ? ppo_state_save(a.p, &sa, &la, &err) : impala_state_save(a.l, &sa, &la, &err), 0);
+  assert_int_equal(
+      r.p ? ppo_state_save(r.p, &sr, &lr, &err) : impala_state_save(r.l, &sr, &lr, &err), 0);
+  assert_int_equal(la, lr);
+  assert_memory_equal(sa, sr, la);
+  free(sa), free(sr);
+  assert_int_equal(op_snapshot_resume(&b, &s, &zc, buf, len, &restored, &err), SHOAL_ESTATE);
+  uint8_t *nostate;
+  size_t nl;
+  assert_int_equal(op_snapshot_encode(&b, &s, &za, &nostate, &nl, &err), 0);
+  assert_true(nl < len);
+  assert_int_equal(op_snapshot_resume(&r, &s, &zc, nostate, nl, &restored, &err), 0);
+  assert_false(restored);
+  free(nostate);
+  op_agent_destroy(&r);
   /* A damaged trailer is named; a negative variance is damage too. */
   size_t off_var = len - 16 - 8 - s.obs_n * 8;
   double neg = -1;

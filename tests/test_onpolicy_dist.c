@@ -394,7 +394,10 @@ static void test_malformed_rejected(void **state) {
 static void test_learner_killed_resumes(void **state) {
   char store_set[400], run_set[96];
   snprintf(store_set, sizeof store_set, "store.uri=file://%s", wf_dir);
-  const char *run = "resume";
+  /* The pid in the name: the kill below finds the learner by its command line, and
+   * other builds on this machine may run this test at the same time. */
+  char run[32];
+  snprintf(run, sizeof run, "resume-%d", (int)getpid());
   snprintf(run_set, sizeof run_set, "run.name=%s", run);
   char *argv[] = {wf_shoal,
                   "run",
@@ -438,6 +441,10 @@ static void test_learner_killed_resumes(void **state) {
   double v_resumed = number_after(res, "at version ");
   double steps_resumed = number_after(res, ", ");
   assert_true(v_resumed >= 10 && steps_resumed > 0);
+  /* The optimizer's moments and step count came back with the parameters. */
+  const char *opt = strstr(out, "shoal-onpolicy-learner: resume: optimizer state restored (");
+  assert_non_null(opt);
+  assert_true(number_after(opt, "restored (") > 0);
   assert_non_null(strstr(out, "learner restarted on"));
   const char *sum = strstr(out, "max_seconds after");
   assert_non_null(sum);

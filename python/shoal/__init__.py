@@ -10,6 +10,10 @@ trains. A thin ctypes layer over libshoal.so (python/shoal_c.h); no compiled ext
 
     policy = shoal.load_policy("file:///data/runs", run="cartpole-1", best=True)
     actions = policy(obs)          # greedy, as shoal's actor acts with ε = 0
+
+    ppo = shoal.load_policy("file:///data/runs", run="pendulum-ppo-1")  # IMPALA/PPO runs too
+    ppo.seed(0)
+    actions, log_probs = ppo.sample(obs)   # as shoal-onpolicy-actor samples; ppo(obs): the mode
 """
 
 from ._lib import (ShoalError, ShoalIOError, ShoalNotFoundError, ShoalStateError,

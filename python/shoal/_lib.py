@@ -7,7 +7,7 @@ The library is looked up, in order, at $SHOAL_LIB, beside this package (where
 import ctypes
 import os
 
-ABI = 1
+ABI = 2
 
 # common/shoal.h's codes.
 EINVAL, ENOMEM, EIO, ENOENT, EFORMAT, ENAN, ESHAPE, ENOTSUP = -1, -2, -3, -4, -5, -6, -7, -8
@@ -70,7 +70,8 @@ class PolicyInfo(ctypes.Structure):
     _fields_ = [("env_id", ctypes.c_char_p), ("obs", Space), ("num_actions", ctypes.c_int32),
                 ("net", ctypes.c_int32), ("version", ctypes.c_int64),
                 ("env_steps", ctypes.c_int64), ("updates", ctypes.c_int64),
-                ("score", ctypes.c_double)]
+                ("score", ctypes.c_double), ("algo", ctypes.c_int32),
+                ("act_dim", ctypes.c_int32), ("act", Space), ("norm_obs", ctypes.c_int32)]
 
 
 def _find():
@@ -114,6 +115,8 @@ def _load():
         "shoal_c_policy_destroy": (None, [vp]),
         "shoal_c_policy_info_get": (i32, [vp, P(PolicyInfo)]),
         "shoal_c_policy_act": (i32, [vp, vp, i32, i32, vp, vp]),
+        "shoal_c_policy_sample": (i32, [vp, vp, i32, i32, i32, vp, vp, vp]),
+        "shoal_c_policy_seed": (i32, [vp, u64]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)

@@ -11,14 +11,26 @@ from . import spaces as _spaces
 from ._lib import check, lib
 
 
+ALGOS = {0: "dqn", 1: "impala", 2: "ppo"}
+
+
 class Policy:
-    """A greedy DQN policy: ``policy(obs)`` returns argmax_a Q(obs, a) (lowest index on
-    ties), computed by the same C code and network construction as shoal's actor with
-    ε = 0 and ``shoal eval``.
+    """A policy trained by shoal, acting on numpy batches with the C code shoal's actors run.
+
+    - Ape-X DQN (``policy.algo == "dqn"``): ``policy(obs)`` returns argmax_a Q(obs, a)
+      (lowest index on ties), as shoal's actor with ε = 0 and ``shoal eval`` choose;
+      ``policy.q(obs)`` returns the Q-values ``(B, num_actions)``.
+    - IMPALA and PPO (``"impala"``, ``"ppo"``): the actor-critic of the run, with the
+      run's observation normaliser (saved in the snapshot) applied first, as
+      shoal-onpolicy-actor does. ``policy(obs)`` returns the policy's mode (argmax of the
+      logits, or the Gaussian mean clipped to the Box); ``policy.sample(obs)`` samples
+      actions and returns them with their log-probabilities; ``policy.seed(n)`` seeds the
+      sampling RNG (shoal's xoshiro256**, the actor's).
 
     ``obs`` is one observation (the env's observation shape) or a batch
     ``(B, *shape)``, float32 or uint8 (other numeric dtypes are converted to float32).
-    ``policy.q(obs)`` returns the Q-values ``(B, num_actions)``.
+    Discrete actions are int32 ``(B,)``; Box actions float32 ``(B, D)`` (one observation:
+    no batch axis).
     """
 
     def __init__(self, handle, source):
@@ -28,10 +40,17 @@ class Policy:
         check(lib.shoal_c_policy_info_get(handle, ctypes.byref(info)))
         self.source = source
         self.env_id = info.env_id.decode()
+        self.algo = ALGOS.get(int(info.algo), "dqn")
         self.observation_space = _spaces.from_c(info.obs)
-        self.action_space = _spaces.Discrete(info.num_actions)
+        self.act_dim = int(info.act_dim)
+        if self.algo == "dqn":
+            self.action_space = _spaces.Discrete(info.num_actions)
+            self.net = "minatar" if info.net == 1 else "mlp"
+        else:
+            self.action_space = _spaces.from_c(info.act)
+            self.net = "actor-critic"
         self.num_actions = int(info.num_actions)
-        self.net = "minatar" if info.net == 1 else "mlp"
+        self.normalizes_obs = bool(info.norm_obs)
         self.version = None if info.version < 0 else int(info.version)
         self.env_steps = None if info.env_steps < 0 else int(info.env_steps)
         self.score = None if np.isnan(info.score) else float(info.score)
@@ -57,9 +76,19 @@ class Policy:
             raise TypeError(f"{self.env_id} policy: observations must be numbers, got {x.dtype}")
         return np.ascontiguousarray(x), dt, single
 
+    def _actions(self, B):
+        if self.act_dim > 0:
+            return np.empty((B, self.act_dim), np.float32)
+        return np.empty(B, np.int32)
+
     def act(self, obs, return_q=False):
-        """Greedy actions (int32, (B,) or a scalar for one observation) and, with
-        ``return_q``, the Q-values as well."""
+        """Greedy actions ((B,) int32, (B, D) float32 for a Box; no batch axis for one
+        observation) and, with ``return_q`` (DQN only), the Q-values as well."""
+        if self.algo != "dqn":
+            if return_q:
+                raise TypeError(f"{self.env_id} {self.algo} policy: an actor-critic has no "
+                                "Q-values")
+            return self.sample(obs, greedy=True)[0]
         x, dt, single = self._batch(obs)
         B = x.shape[0]
         actions = np.empty(B, np.int32)
@@ -72,6 +101,37 @@ class Policy:
         return (actions, q) if return_q else actions
 
     __call__ = act
+
+    def sample(self, obs, greedy=False, return_raw=False):
+        """IMPALA/PPO: actions sampled from the policy (``greedy=True``: its mode) and
+        their log-probabilities ``(B,)`` float32, as shoal-onpolicy-actor computes them.
+        Box actions come clipped to the Box (what the env steps with); the log-probability
+        is that of the unclipped sample, which ``return_raw=True`` adds:
+        ``(actions, raw, log_probs)``."""
+        if self.algo == "dqn":
+            raise TypeError(f"{self.env_id} policy: Ape-X DQN acts greedily: use act() or q()")
+        x, dt, single = self._batch(obs)
+        B = x.shape[0]
+        actions = self._actions(B)
+        raw = np.empty((B, self.act_dim), np.float32) if return_raw and self.act_dim else None
+        logp = np.empty(B, np.float32)
+        check(lib.shoal_c_policy_sample(self._h, x.ctypes.data, dt, B, int(bool(greedy)),
+                                        actions.ctypes.data,
+                                        raw.ctypes.data if raw is not None else None,
+                                        logp.ctypes.data),
+              f"{self.env_id} policy")
+        if return_raw and raw is None:
+            raw = actions.copy()  # discrete: nothing is clipped
+        if single:
+            actions, logp = actions[0], logp[0]
+            raw = raw[0] if return_raw else None
+        return (actions, raw, logp) if return_raw else (actions, logp)
+
+    def seed(self, seed):
+        """Seeds the sampling RNG (a new policy starts from seed 0)."""
+        if self._h is None:
+            raise ValueError("the policy is closed")
+        check(lib.shoal_c_policy_seed(self._h, int(seed) & (2**64 - 1)))
 
     def q(self, obs):
         """Q-values, (B, num_actions) float32 (or (num_actions,) for one observation)."""
@@ -88,7 +148,8 @@ class Policy:
         self.close()
 
     def __repr__(self):
-        return (f"Policy({self.env_id}, {self.net}, {self.num_actions} actions, "
+        acts = f"{self.num_actions} actions" if self.act_dim == 0 else f"{self.act_dim}-d Box"
+        return (f"Policy({self.env_id}, {self.algo}, {self.net}, {acts}, "
                 f"version={self.version}, from {self.source})")
 
 
@@ -102,7 +163,9 @@ def load_policy(path_or_uri, run=None, best=False, version=None, config=None):
       run's config is found beside it (the file store's layout) or given as ``config=``
       (a YAML file path).
 
-    The network is built from the run's resolved config, as the actor builds it.
+    The network is built from the run's resolved config, as the actor builds it: Ape-X
+    DQN's Q-network, or for an IMPALA/PPO run (``algo:`` in its config) the actor-critic
+    and the observation normaliser stored with the snapshot.
     Errors (no such run or snapshot, a damaged file) raise with the C message.
     """
     h = ctypes.c_void_p()
