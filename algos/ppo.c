@@ -56,6 +56,10 @@ ppo_config ppo_defaults(void) {
 static int check(const ac_config *ac, const ppo_config *c, shoal_error *err) {
   int rc = ac__check(ac, "ppo", err);
   if (rc) return rc;
+  if (ac->lstm > 0)
+    return shoal_error_set(err, SHOAL_ENOTSUP,
+                           "ppo: the LSTM core (ac.lstm %d) trains with IMPALA only so far",
+                           ac->lstm);
   if (c->T < 1 || c->B < 1 || c->minibatches < 1 || c->epochs < 1)
     return shoal_error_set(err, SHOAL_EINVAL, "ppo: T, B, minibatches and epochs must be >= 1");
   if ((c->T * c->B) % c->minibatches)
@@ -87,7 +91,7 @@ ppo *ppo_create(const ac_config *ac, const ppo_config *pc, nn_device device, boo
   size_t obs_n = (size_t)ac->obs_c * ac->obs_h * ac->obs_w;
   int max_batch = ac->max_batch;
   if (learner && (size_t)max_batch < M) max_batch = (int)M;
-  if (ac__create(&p->net, ac, device, max_batch, err)) goto fail;
+  if (ac__create(&p->net, ac, device, max_batch, 0, 0, err)) goto fail;
   if (learner) {
     size_t od = (size_t)p->net.out_dim, D = ac->act_dim > 0 ? (size_t)ac->act_dim : 1;
     p->value = malloc((TB + pc->B) * sizeof *p->value);
