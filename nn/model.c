@@ -584,10 +584,11 @@ int nn_shared(nn_model *m, const char *name, int like) {
   if (like < 1 || like >= m->n_nodes)
     return model_fail(m, SHOAL_ERANGE, "nn: layer '%s': shares node %d, but the layers are 1..%d",
                       name ? name : "?", like, m->n_nodes - 1);
-  const nn__node *src = &m->nodes[like];
   nn__node t;
-  int rc = node_begin(m, &t, src->kind, name);
+  int rc = node_begin(m, &t, m->nodes[like].kind, name);
   if (rc) return rc;
+  /* after node_begin, which may move the node array */
+  const nn__node *src = &m->nodes[like];
   if (src->n_in != 1)
     return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': cannot share '%s', a two-input %s layer",
                       t.name, src->name, kind_names[src->kind]);
