@@ -370,16 +370,19 @@ int ac__step(ac__net *n, const float *obs, int B, float *state, const uint8_t *f
   return 0;
 }
 
-int ac__seq_forward(ac__net *n, const onpolicy_batch *b, shoal_error *err) {
+int ac__seq_forward(ac__net *n, const onpolicy_batch *b, const int *envs, int Bm,
+                    shoal_error *err) {
   int T = b->T, B = b->B, U = n->U, od = n->out_dim;
-  if (T + 1 != U || B > n->seq_B)
+  if (!envs) Bm = B;
+  if (T + 1 != U || Bm > n->seq_B)
     return shoal_error_set(err, SHOAL_EINVAL,
                            "ac: the LSTM core is unrolled over T = %d steps of up to %d unrolls; "
                            "the batch has T %d x B %d",
-                           U - 1, n->seq_B, T, B);
+                           U - 1, n->seq_B, T, Bm);
   size_t on = n->obs_n, S = (size_t)n->S;
-  for (int j = 0; j < B; j++) {
-    float *row = n->seq_in + (size_t)j * n->seq_in_n;
+  for (int k = 0; k < Bm; k++) {
+    int j = envs ? envs[k] : k;
+    float *row = n->seq_in + (size_t)k * n->seq_in_n;
     for (int t = 0; t <= T; t++)
       memcpy(row + (size_t)t * on, b->obs + ((size_t)t * B + j) * on, on * sizeof *row);
     float *s0 = row + (size_t)U * on, *mask = s0 + S;
@@ -396,12 +399,12 @@ int ac__seq_forward(ac__net *n, const onpolicy_batch *b, shoal_error *err) {
     }
   }
   const float *out;
-  int rc = nn_model_forward(n->seq, n->seq_in, B, &out, err);
+  int rc = nn_model_forward(n->seq, n->seq_in, Bm, &out, err);
   if (rc) return rc;
   n->seq_out = out;
-  for (int j = 0; j < B; j++)
+  for (int k = 0; k < Bm; k++)
     for (int t = 0; t <= T; t++)
-      memcpy(n->tm_out + ((size_t)t * B + j) * od, out + (size_t)j * n->seq_out_n + (size_t)t * od,
+      memcpy(n->tm_out + ((size_t)t * Bm + k) * od, out + (size_t)k * n->seq_out_n + (size_t)t * od,
              (size_t)od * sizeof *n->tm_out);
   return 0;
 }

@@ -50,10 +50,11 @@ nn_model *ac__trained(ac__net *n);
  * the new (h, c) into state (B, S). */
 int ac__step(ac__net *n, const float *obs, int B, float *state, const uint8_t *first,
              const float **out, shoal_error *err);
-/* seq over a batch of U − 1 = T steps plus the bootstrap observation: masks from the
- * batch's end flags (mask_0 = 1: core0 is already reset), forward; n->tm_out gets the
- * (T+1)·B time-major [policy | value] rows. */
-int ac__seq_forward(ac__net *n, const onpolicy_batch *b, shoal_error *err);
+/* seq over U − 1 = T steps plus the bootstrap observation of the batch's unrolls envs
+ * (Bm of them; NULL: all B in order): masks from the batch's end flags (mask_0 = 1:
+ * core0 is already reset), forward; n->tm_out gets the (T+1)·Bm time-major
+ * [policy | value] rows (row t·Bm + k: step t of unroll envs[k]). */
+int ac__seq_forward(ac__net *n, const onpolicy_batch *b, const int *envs, int Bm, shoal_error *err);
 /* Backward of seq from dtm ((T+1)·B, P + 1) time-major rows. */
 int ac__seq_backward(ac__net *n, const float *dtm, int B, shoal_error *err);
 /* The state s_{t+1} after step t of unroll j of the last seq forward (S floats). */

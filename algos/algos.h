@@ -205,7 +205,8 @@ typedef struct ac_config {
                          biases (CleanRL's layer_init); else PyTorch's default init */
   float log_std_init; /* Box: initial log-std */
   int lstm;           /* > 0: an LSTM core of this size between torso and heads (shared
-                         torso only); its (h, c) state is reset at episode starts */
+                         torso only; IMPALA and PPO); its (h, c) state is reset at
+                         episode starts */
   int max_batch;      /* the largest act() batch (learners size their own batches) */
   uint64_t seed;      /* network initialisation */
 } ac_config;
@@ -349,6 +350,16 @@ int ppo_act(ppo *p, const float *obs, int B, shoal_rng *rng, bool greedy, void *
  * an action out of range, a non-finite input or loss (SHOAL_ENAN; parameters may have
  * taken the earlier minibatches' steps). */
 int ppo_learn(ppo *p, const onpolicy_batch *b, onpolicy_stats *stats, shoal_error *err);
+/* Floats of the recurrent state per env, 2·lstm; 0 without an LSTM core. Can't fail. */
+int ppo_state_size(const ppo *p);
+/* ppo_act for a network with an LSTM core; state and first as impala_act_recurrent.
+ * With a core, ppo_learn takes batches of the config's T x B with core0, re-runs the
+ * core over each unroll for the values and for every minibatch, and its minibatches
+ * are B / minibatches whole unrolls (B must divide). SHOAL_ESTATE on a network without
+ * a core (and ppo_act is SHOAL_ESTATE on one with). */
+int ppo_act_recurrent(ppo *p, const float *obs, int B, float *state, const uint8_t *first,
+                      shoal_rng *rng, bool greedy, void *actions, void *env_actions, float *logp,
+                      float *value, shoal_error *err);
 int ppo_load_params(ppo *p, const float *params, size_t n, shoal_error *err);
 void ppo_set_lr(ppo *p, float lr);
 

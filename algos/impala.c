@@ -204,7 +204,7 @@ int impala_learn(impala *l, const onpolicy_batch *b, onpolicy_stats *stats, shoa
    * and the final observations bootstrap from the state their step left. */
   const float *out;
   if (core) {
-    if ((rc = ac__seq_forward(&l->net, b, err))) return rc;
+    if ((rc = ac__seq_forward(&l->net, b, NULL, 0, err))) return rc;
     out = l->net.tm_out;
     if ((rc = ac__final_values_core(&l->net, b, l->final_v, err))) return rc;
   } else {

@@ -54,7 +54,7 @@ static const cfg_key onpolicy_keys[] = {
     {"ac.ortho_init", CFG_BOOL, "true", 0, -1, "CleanRL's orthogonal init"},
     {"ac.log_std_init", CFG_FLOAT, "0", -20, 5, "initial log-std of a Gaussian policy"},
     {"ac.lstm", CFG_INT, "0", 0, 65536,
-     "LSTM core size between torso and heads (0: none; IMPALA; needs ac.separate false)"},
+     "LSTM core size between torso and heads (0: none; needs ac.separate false)"},
     /* IMPALA */
     {"impala.unroll", CFG_INT, "20", 1, 100000, "T: steps per unroll"},
     {"impala.batch", CFG_INT, "16", 1, 65536, "B: unrolls per update"},

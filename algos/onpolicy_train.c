@@ -97,7 +97,11 @@ typedef struct agent {
 static int agent_act(agent *a, const float *obs, int B, float *state, const uint8_t *first,
                      shoal_rng *rng, bool greedy, void *act, void *env_act, float *logp,
                      shoal_error *err) {
-  if (a->p) return ppo_act(a->p, obs, B, rng, greedy, act, env_act, logp, NULL, err);
+  if (a->p)
+    return ppo_state_size(a->p) > 0
+               ? ppo_act_recurrent(a->p, obs, B, state, first, rng, greedy, act, env_act, logp,
+                                   NULL, err)
+               : ppo_act(a->p, obs, B, rng, greedy, act, env_act, logp, NULL, err);
   int rc = impala_state_size(a->l) > 0
                ? impala_act_recurrent(a->l, obs, B, state, first, rng, greedy, act, logp, err)
                : impala_act(a->l, obs, B, rng, greedy, act, logp, err);
@@ -257,7 +261,7 @@ static int run_init(run *r, const onpolicy_train_config *tc, shoal_error *err) {
     r->T = pc.T;
     if (!(r->ag.p = ppo_create(&ac, &pc, NN_CPU, true, err))) return err ? err->code : -1;
   }
-  r->S = r->ag.l ? impala_state_size(r->ag.l) : 0;
+  r->S = r->ag.l ? impala_state_size(r->ag.l) : ppo_state_size(r->ag.p);
   if (r->S) {
     size_t S = (size_t)r->S;
     r->state = calloc((size_t)B * S, sizeof(float));

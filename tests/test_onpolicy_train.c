@@ -91,6 +91,7 @@ static void test_config_errors(void **state) {
                          "pendulum-ppo.yaml",
                          "mountaincar-continuous-ppo.yaml",
                          "cartpole-novel-impala-lstm.yaml",
+                         "cartpole-novel-ppo-lstm.yaml",
                          "minatar-breakout-impala.yaml",
                          "minatar-asterix-impala.yaml",
                          "minatar-freeway-impala.yaml",
