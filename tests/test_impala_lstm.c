@@ -227,9 +227,9 @@ static double train_novel(const char *file, int lstm, onpolicy_train_result *res
   assert_int_equal(onpolicy_train_from_config(c, &tc, &err), 0);
   if (onpolicy_train_sync(&tc, res, &err)) fail_msg("train: %s", err.msg);
   printf(
-      "CartPoleNoVel-v1, IMPALA, lstm %d: %lld env steps, %.1f s; greedy eval %.2f ± %.2f over "
+      "%s, lstm %d: %lld env steps, %.1f s; greedy eval %.2f ± %.2f over "
       "%d episodes; train return100 %.1f\n",
-      lstm, (long long)res->env_steps, res->seconds, res->eval_return, res->eval_std,
+      file, lstm, (long long)res->env_steps, res->seconds, res->eval_return, res->eval_std,
       tc.eval_episodes, res->train_return100);
   assert_true(res->env_steps >= tc.max_env_steps && res->env_steps < tc.max_env_steps + 8 * 32);
   config_destroy(c);
