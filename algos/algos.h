@@ -261,7 +261,10 @@ typedef struct impala impala;
 impala *impala_create(const ac_config *ac, const impala_config *ic, nn_device device, bool learner,
                       shoal_error *err);
 void impala_destroy(impala *l); /* NULL is fine */
-/* The network, owned by l: its parameter buffer is what the learner publishes. */
+/* The network, owned by l: its parameter buffer is what the learner publishes. With
+ * an LSTM core a learner's is the core unrolled over T + 1 steps, an actor's the one
+ * step it acts with; both hold the same tensors at the same offsets, so the learner's
+ * parameters load into the actor (impala_load_params). */
 nn_model *impala_model(impala *l);
 /* Samples actions for B observations from softmax(logits) (greedy: argmax, lowest
  * index on ties) and writes the behaviour log-probabilities to logp (B; may be NULL).
@@ -334,6 +337,7 @@ typedef struct ppo ppo;
 ppo *ppo_create(const ac_config *ac, const ppo_config *pc, nn_device device, bool learner,
                 shoal_error *err);
 void ppo_destroy(ppo *p); /* NULL is fine */
+/* The network whose parameters are published (with a core, as impala_model). */
 nn_model *ppo_model(ppo *p);
 const ac_config *ppo_ac_config(const ppo *p);
 /* Acts on B observations: samples (greedy: argmax or the Gaussian mean). actions gets
