@@ -18,7 +18,8 @@
 # The figure compared is the mean return of the last 100 training episodes, the quantity
 # the paper plots (its DQN acts ε-greedily with ε = 0.1 then; IMPALA samples its policy;
 # Ape-X actors use ε_i = 0.4^(1+7i/(N-1))). The evaluation after training (IMPALA:
-# sampled policy; Ape-X: `shoal eval`, greedy) is printed beside it.
+# sampled policy; Ape-X: `shoal eval`, greedy) is printed beside it. Wall time is the
+# whole run, that evaluation included.
 #
 # Published DQN returns (Young & Tian 2019, "MinAtar: An Atari-Inspired Testbed for
 # Thorough and Reproducible Reinforcement Learning Experiments", arXiv:1903.03176, the
@@ -66,7 +67,7 @@ trap 'rm -rf "$store"' EXIT
 if [ "$frames" -ne "$paper_frames" ]; then
   echo "minatar: REDUCED run: $frames frames per game and algorithm (the paper: $paper_frames)."
   echo "minatar: the paper's DQN figures below are at $paper_frames frames, for reference only."
-  echo "minatar: MINATAR_FRAMES=$paper_frames gives the full comparison (about 15-20 min per run here)."
+  echo "minatar: MINATAR_FRAMES=$paper_frames gives the full comparison (IMPALA: 8-12 min per game here)."
 fi
 echo "minatar: env version -$version, seed $seed, final evaluation over $episodes episodes"
 rows=()
