@@ -51,6 +51,13 @@ int ac__check(const ac_config *c, const char *who, shoal_error *err) {
     return shoal_error_set(err, SHOAL_EINVAL, "%s: unknown torso %d", who, (int)c->torso);
   if (!isfinite(c->log_std_init))
     return shoal_error_set(err, SHOAL_EINVAL, "%s: log_std_init is not finite", who);
+  if (c->lstm < 0 || c->lstm > 65536)
+    return shoal_error_set(err, SHOAL_EINVAL, "%s: lstm size %d outside [0, 65536]", who, c->lstm);
+  if (c->lstm > 0 && c->separate)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "%s: an LSTM core (ac.lstm %d) needs the shared torso (ac.separate "
+                           "false): actor and critic read the one recurrent state",
+                           who, c->lstm);
   return 0;
 }
 
@@ -83,6 +90,7 @@ static int torso(const ac_config *c, nn_model *m, const char *prefix) {
 static int ortho_init(ac__net *n, shoal_error *err) {
   size_t np;
   float *p = nn_model_params(n->m, &np);
+  if (!p) return shoal_error_set(err, SHOAL_ENOMEM, "ac: no parameter buffer");
   shoal_rng rng;
   shoal_rng_seed(&rng, n->cfg.seed ^ 0x6f7274686fULL);
   int count = nn_model_tensor_count(n->m);
@@ -93,13 +101,16 @@ static int ortho_init(ac__net *n, shoal_error *err) {
     size_t len = strlen(ti.name);
     bool weight = len > 7 && !strcmp(ti.name + len - 7, ".weight");
     if (!strncmp(ti.name, "log_std.", 8)) continue;
+    /* CleanRL's ppo_atari_lstm: the LSTM's weights orthogonal with gain 1, biases 0 */
+    bool cell = !strncmp(ti.name, "lstm.", 5);
+    if (cell) weight = strstr(ti.name, ".weight_") != NULL;
     if (!weight) {
       nn_init_zeros(p + ti.offset, ti.numel);
       continue;
     }
     float gain = sqrtf(2.0f);
     if (!strcmp(ti.name, "policy.weight") || !strcmp(ti.name, "mean.weight")) gain = 0.01f;
-    if (!strcmp(ti.name, "value.weight")) gain = 1.0f;
+    if (!strcmp(ti.name, "value.weight") || cell) gain = 1.0f;
     int rows = ti.shape[0], cols = (int)(ti.numel / (size_t)ti.shape[0]);
     int rc = nn_init_orthogonal(p + ti.offset, rows, cols, gain, &rng);
     if (rc) return shoal_error_set(err, rc, "ac: orthogonal init of %s failed", ti.name);
@@ -107,13 +118,201 @@ static int ortho_init(ac__net *n, shoal_error *err) {
   return 0;
 }
 
-int ac__create(ac__net *n, const ac_config *c, nn_device device, int max_batch, shoal_error *err) {
+/* Concatenates k nodes in order as a balanced tree (each value is copied log2 k times,
+ * not k times as a chain would). ids is overwritten. */
+static int concat_tree(nn_model *m, int *ids, int k, const char *prefix, int *counter) {
+  char name[48];
+  while (k > 1) {
+    int j = 0;
+    for (int i = 0; i + 1 < k; i += 2) {
+      snprintf(name, sizeof name, "%s%d", prefix, (*counter)++);
+      int rc = nn_concat(m, name, ids[i], ids[i + 1]);
+      if (rc < 0) return rc;
+      ids[j++] = rc;
+    }
+    if (k % 2) ids[j++] = ids[k - 1];
+    k = j;
+  }
+  return ids[0];
+}
+
+/* A layer at step t: made (t = 0, its id recorded in *like) or sharing *like's
+ * parameters (t > 0, nn_shared on the current node). */
+#define STEP_LAYER(t, like, expr, base) \
+  ((t) == 0 ? (*(like) = (expr))        \
+            : (snprintf(name, sizeof name, "%s_t%d", base, t), nn_shared(m, name, *(like))))
+
+/* The LSTM network over U steps (U = 1: the acting model m). Tensors are registered by
+ * step 0 only, in the same order for every U, so all have one parameter layout. */
+static int build_core(ac__net *n, nn_model *m, int U) {
+  const ac_config *c = &n->cfg;
+  int Hd = n->Hd, S = n->S, on = (int)n->obs_n;
+  char name[48];
+  int *heads = malloc((size_t)U * sizeof *heads), *states = malloc((size_t)U * sizeof *states);
+  int *torso_ids = NULL, n_torso = 0, rc = 0;
+  int cell = -1, pol = -1, mean = -1, ls = -1, val = -1;
+  if (!heads || !states) {
+    rc = SHOAL_ENOMEM;
+    goto done;
+  }
+  if ((rc = nn_input(m, U * on + S + U, 1, 1)) < 0) goto done;
+  int state = rc = nn_slice(m, "state0", U * on, S);
+  for (int t = 0; t < U && rc >= 0; t++) {
+    const char *sfx = t ? "_t" : "";
+    char num[16] = "";
+    if (t) snprintf(num, sizeof num, "%d", t);
+    snprintf(name, sizeof name, "mask%s%s", sfx, num);
+    if ((rc = nn_model_select(m, 0)) < 0 || (rc = nn_slice(m, name, U * on + S + t, 1)) < 0) break;
+    int mask = rc;
+    snprintf(name, sizeof name, "reset%s%s", sfx, num);
+    if ((rc = nn_mul(m, name, state, mask)) < 0) break;
+    int ms = rc;
+    snprintf(name, sizeof name, "obs%s%s", sfx, num);
+    if ((rc = nn_model_select(m, 0)) < 0 || (rc = nn_slice(m, name, t * on, on)) < 0) break;
+    if (c->torso == AC_TORSO_MINATAR) {
+      snprintf(name, sizeof name, "obs_chw%s%s", sfx, num);
+      if ((rc = nn_reshape(m, name, c->obs_c, c->obs_h, c->obs_w)) < 0) break;
+    }
+    if (t == 0) {
+      int first = nn_model_current(m) + 1;
+      if ((rc = torso(c, m, "")) < 0) break;
+      n_torso = rc - first + 1;
+      if (n_torso > 0) {
+        if (!(torso_ids = malloc((size_t)n_torso * sizeof *torso_ids))) {
+          rc = SHOAL_ENOMEM;
+          break;
+        }
+        for (int k = 0; k < n_torso; k++) torso_ids[k] = first + k;
+      }
+    } else {
+      for (int k = 0; k < n_torso && rc >= 0; k++) {
+        snprintf(name, sizeof name, "torso%d_t%d", k, t);
+        rc = nn_shared(m, name, torso_ids[k]);
+      }
+      if (rc < 0) break;
+    }
+    int feat = nn_model_current(m);
+    snprintf(name, sizeof name, "core_in%s%s", sfx, num);
+    if ((rc = nn_concat(m, name, feat, ms)) < 0) break;
+    if ((rc = STEP_LAYER(t, &cell, nn_lstm_cell(m, "lstm", Hd), "lstm")) < 0) break;
+    state = states[t] = rc;
+    snprintf(name, sizeof name, "h%s%s", sfx, num);
+    if ((rc = nn_slice(m, name, 0, Hd)) < 0) break;
+    int h = rc;
+    if (c->num_actions > 0) {
+      if ((rc = STEP_LAYER(t, &pol, nn_dense(m, "policy", c->num_actions), "policy")) < 0) break;
+    } else {
+      if ((rc = STEP_LAYER(t, &mean, nn_dense(m, "mean", c->act_dim), "mean")) < 0) break;
+      int mu = rc;
+      /* The log-std: a dense layer whose weight stays zero, so its output is its bias. */
+      if ((rc = nn_model_select(m, h)) < 0) break;
+      if ((rc = STEP_LAYER(t, &ls, nn_dense(m, "log_std", c->act_dim), "log_std")) < 0) break;
+      snprintf(name, sizeof name, "policy_out%s%s", sfx, num);
+      if ((rc = nn_concat(m, name, mu, rc)) < 0) break;
+    }
+    int p = rc;
+    if ((rc = nn_model_select(m, h)) < 0) break;
+    if ((rc = STEP_LAYER(t, &val, nn_dense(m, "value", 1), "value")) < 0) break;
+    snprintf(name, sizeof name, "out%s%s", sfx, num);
+    if ((rc = nn_concat(m, name, p, rc)) < 0) break;
+    heads[t] = rc;
+  }
+  if (rc >= 0) {
+    int counter = 0;
+    int hs = concat_tree(m, heads, U, "heads", &counter);
+    int ss = hs >= 0 ? concat_tree(m, states, U, "states", &counter) : hs;
+    rc = ss >= 0 ? nn_concat(m, "core_out", hs, ss) : ss;
+  }
+done:
+  free(heads);
+  free(states);
+  free(torso_ids);
+  return rc < 0 ? rc : 0;
+}
+#undef STEP_LAYER
+
+/* seq and m must hold their tensors at the same offsets, so one parameter vector
+ * serves both (published by the learner, loaded by actors). */
+static int same_layout(const nn_model *a, const nn_model *b, shoal_error *err) {
+  int na = nn_model_tensor_count(a), nb = nn_model_tensor_count(b);
+  if (na != nb)
+    return shoal_error_set(err, SHOAL_ESTATE, "ac: the unrolled core has %d tensors, the step %d",
+                           nb, na);
+  for (int i = 0; i < na; i++) {
+    nn_tensor_info x, y;
+    nn_model_tensor(a, i, &x);
+    nn_model_tensor(b, i, &y);
+    if (strcmp(x.name, y.name) || x.offset != y.offset || x.numel != y.numel)
+      return shoal_error_set(err, SHOAL_ESTATE, "ac: tensor %d differs: %s@%zu vs %s@%zu", i,
+                             x.name, x.offset, y.name, y.offset);
+  }
+  return 0;
+}
+
+static int create_core(ac__net *n, nn_device device, int max_batch, int U, int seq_B,
+                       shoal_error *err) {
+  const ac_config *c = &n->cfg;
+  n->Hd = c->lstm;
+  n->S = 2 * c->lstm;
+  n->in_n = n->obs_n + (size_t)n->S + 1;
+  n->stride = n->out_dim + n->S;
+  int rc = build_core(n, n->m, 1);
+  if (rc < 0) return shoal_error_set(err, rc, "ac: building the core: %s", nn_model_error(n->m));
+  if ((rc = nn_model_build(n->m, max_batch, c->seed, err))) return rc;
+  n->in = malloc((size_t)max_batch * n->in_n * sizeof *n->in);
+  n->rows = malloc((size_t)max_batch * sizeof *n->rows);
+  if (!n->in || !n->rows) return shoal_error_set(err, SHOAL_ENOMEM, "ac: out of memory");
+  if (U < 1) return 0;
+  n->U = U;
+  n->seq_B = seq_B;
+  n->seq_in_n = (size_t)U * n->obs_n + (size_t)n->S + (size_t)U;
+  n->seq_out_n = (size_t)U * (size_t)(n->out_dim + n->S);
+  if (!(n->seq = nn_model_create(device, err))) return err ? err->code : SHOAL_ENOMEM;
+  if ((rc = build_core(n, n->seq, U)) < 0)
+    return shoal_error_set(err, rc, "ac: unrolling the core over %d steps: %s", U,
+                           nn_model_error(n->seq));
+  if ((rc = nn_model_build(n->seq, seq_B, c->seed, err))) return rc;
+  if ((rc = same_layout(n->m, n->seq, err))) return rc;
+  n->seq_in = malloc((size_t)seq_B * n->seq_in_n * sizeof *n->seq_in);
+  n->seq_d = calloc((size_t)seq_B * n->seq_out_n, sizeof *n->seq_d);
+  n->tm_out = malloc((size_t)U * seq_B * n->out_dim * sizeof *n->tm_out);
+  if (!n->seq_in || !n->seq_d || !n->tm_out)
+    return shoal_error_set(err, SHOAL_ENOMEM, "ac: out of memory");
+  return 0;
+}
+
+static int finish_init(ac__net *n, shoal_error *err) {
+  const ac_config *c = &n->cfg;
+  nn_model *m = n->m;
+  int rc;
+  if (c->ortho_init && (rc = ortho_init(n, err))) return rc;
+  if (c->act_dim > 0) {
+    nn_tensor_info w, b;
+    nn_model_find_tensor(m, "log_std.weight", &w);
+    nn_model_find_tensor(m, "log_std.bias", &b);
+    size_t np;
+    float *p = nn_model_params(m, &np);
+    nn_init_zeros(p + w.offset, w.numel);
+    for (size_t j = 0; j < b.numel; j++) p[b.offset + j] = c->log_std_init;
+    n->ls_off = w.offset;
+    n->ls_n = w.numel;
+  }
+  if (n->seq && (rc = nn_model_copy(n->seq, m, err))) return rc;
+  return 0;
+}
+
+int ac__create(ac__net *n, const ac_config *c, nn_device device, int max_batch, int U, int seq_B,
+               shoal_error *err) {
   n->cfg = *c;
   n->P = c->num_actions > 0 ? c->num_actions : 2 * c->act_dim;
-  n->out_dim = n->P + 1;
-  n->obs_n = (size_t)c->obs_c * c->obs_h * c->obs_w;
+  n->out_dim = n->stride = n->P + 1;
+  n->obs_n = n->in_n = (size_t)c->obs_c * c->obs_h * c->obs_w;
   if (!(n->m = nn_model_create(device, err))) return err ? err->code : SHOAL_ENOMEM;
   nn_model *m = n->m;
+  if (c->lstm > 0) {
+    int rc = create_core(n, device, max_batch, U, seq_B, err);
+    return rc ? rc : finish_init(n, err);
+  }
   int rc = nn_input(m, c->obs_c, c->obs_h, c->obs_w);
   int pol = -1, val = -1;
   if (rc >= 0) rc = torso(c, m, c->separate ? "actor_" : "");
@@ -137,25 +336,117 @@ int ac__create(ac__net *n, const ac_config *c, nn_device device, int max_batch, 
   if (rc >= 0) rc = nn_concat(m, "out", pol, val);
   if (rc < 0) return shoal_error_set(err, rc, "ac: building the network: %s", nn_model_error(m));
   if ((rc = nn_model_build(m, max_batch, c->seed, err))) return rc;
-  if (c->ortho_init && (rc = ortho_init(n, err))) return rc;
-  if (c->act_dim > 0) {
-    nn_tensor_info w, b;
-    nn_model_find_tensor(m, "log_std.weight", &w);
-    nn_model_find_tensor(m, "log_std.bias", &b);
-    size_t np;
-    float *p = nn_model_params(m, &np);
-    nn_init_zeros(p + w.offset, w.numel);
-    for (size_t j = 0; j < b.numel; j++) p[b.offset + j] = c->log_std_init;
-    n->ls_off = w.offset;
-    n->ls_n = w.numel;
-  }
-  return 0;
+  return finish_init(n, err);
 }
 
 void ac__destroy(ac__net *n) {
   nn_model_destroy(n->m);
-  n->m = NULL;
+  nn_model_destroy(n->seq);
+  free(n->in);
+  free(n->rows);
+  free(n->seq_in);
+  free(n->seq_d);
+  free(n->tm_out);
+  n->m = n->seq = NULL;
+  n->in = n->seq_in = n->seq_d = n->tm_out = NULL;
+  n->rows = NULL;
 }
+
+nn_model *ac__trained(ac__net *n) { return n->seq ? n->seq : n->m; }
+
+int ac__step(ac__net *n, const float *obs, int B, float *state, const uint8_t *first,
+             const float **out, shoal_error *err) {
+  size_t on = n->obs_n, S = (size_t)n->S;
+  for (int i = 0; i < B; i++) {
+    float *row = n->in + (size_t)i * n->in_n;
+    memcpy(row, obs + (size_t)i * on, on * sizeof *row);
+    memcpy(row + on, state + (size_t)i * S, S * sizeof *row);
+    row[on + S] = first && first[i] ? 0.0f : 1.0f;
+  }
+  int rc = nn_model_forward(n->m, n->in, B, out, err);
+  if (rc) return rc;
+  for (int i = 0; i < B; i++)
+    memcpy(state + (size_t)i * S, *out + (size_t)i * n->stride + n->out_dim, S * sizeof *state);
+  return 0;
+}
+
+int ac__seq_forward(ac__net *n, const onpolicy_batch *b, const int *envs, int Bm,
+                    shoal_error *err) {
+  int T = b->T, B = b->B, U = n->U, od = n->out_dim;
+  if (!envs) Bm = B;
+  if (T + 1 != U || Bm > n->seq_B)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "ac: the LSTM core is unrolled over T = %d steps of up to %d unrolls; "
+                           "the batch has T %d x B %d",
+                           U - 1, n->seq_B, T, Bm);
+  size_t on = n->obs_n, S = (size_t)n->S;
+  for (int k = 0; k < Bm; k++) {
+    int j = envs ? envs[k] : k;
+    float *row = n->seq_in + (size_t)k * n->seq_in_n;
+    for (int t = 0; t <= T; t++)
+      memcpy(row + (size_t)t * on, b->obs + ((size_t)t * B + j) * on, on * sizeof *row);
+    float *s0 = row + (size_t)U * on, *mask = s0 + S;
+    if (b->core0)
+      memcpy(s0, b->core0 + (size_t)j * S, S * sizeof *s0);
+    else
+      memset(s0, 0, S * sizeof *s0);
+    /* o_{t+1} begins an episode when step t ended one (env_vec resets in that step) */
+    mask[0] = 1.0f;
+    for (int t = 0; t < T; t++) {
+      size_t i = (size_t)t * B + j;
+      bool end = b->terminated[i] || (b->truncated && b->truncated[i]);
+      mask[t + 1] = end ? 0.0f : 1.0f;
+    }
+  }
+  const float *out;
+  int rc = nn_model_forward(n->seq, n->seq_in, Bm, &out, err);
+  if (rc) return rc;
+  n->seq_out = out;
+  for (int k = 0; k < Bm; k++)
+    for (int t = 0; t <= T; t++)
+      memcpy(n->tm_out + ((size_t)t * Bm + k) * od, out + (size_t)k * n->seq_out_n + (size_t)t * od,
+             (size_t)od * sizeof *n->tm_out);
+  return 0;
+}
+
+int ac__seq_backward(ac__net *n, const float *dtm, int B, shoal_error *err) {
+  int U = n->U, od = n->out_dim;
+  for (int j = 0; j < B; j++)
+    for (int t = 0; t < U; t++)
+      memcpy(n->seq_d + (size_t)j * n->seq_out_n + (size_t)t * od, dtm + ((size_t)t * B + j) * od,
+             (size_t)od * sizeof *n->seq_d);
+  return nn_model_backward(n->seq, n->seq_d, NULL, err);
+}
+
+const float *ac__seq_state(ac__net *n, int t, int j) {
+  /* seq's output stays in its buffer until its next forward (backward leaves it) */
+  return n->seq_out + (size_t)j * n->seq_out_n + (size_t)n->U * n->out_dim + (size_t)t * n->S;
+}
+
+int ac__final_values_core(ac__net *n, const onpolicy_batch *b, float *final_v, shoal_error *err) {
+  if (!b->truncated || !b->final_obs) return 0;
+  int TB = b->T * b->B, cap = nn_model_max_batch(n->m), k = 0;
+  size_t on = n->obs_n, S = (size_t)n->S;
+  for (int i = 0; i <= TB; i++) {
+    if (i < TB && b->truncated[i] && !b->terminated[i]) {
+      float *row = n->in + (size_t)k * n->in_n;
+      memcpy(row, b->final_obs + (size_t)i * on, on * sizeof *row);
+      memcpy(row + on, ac__seq_state(n, i / b->B, i % b->B), S * sizeof *row);
+      row[on + S] = 1.0f;
+      n->rows[k++] = i;
+    }
+    if (k && (k == cap || i == TB)) {
+      const float *out;
+      int rc = nn_model_forward(n->m, n->in, k, &out, err);
+      if (rc) return rc;
+      for (int r = 0; r < k; r++) final_v[n->rows[r]] = out[(size_t)r * n->stride + n->P];
+      k = 0;
+    }
+  }
+  return 0;
+}
+
+int ac__sync(ac__net *n, shoal_error *err) { return n->seq ? nn_model_copy(n->m, n->seq, err) : 0; }
 
 int ac__values(ac__net *n, const float *obs, int B, float *value, shoal_error *err) {
   int chunk = nn_model_max_batch(n->m);
@@ -164,7 +455,7 @@ int ac__values(ac__net *n, const float *obs, int B, float *value, shoal_error *e
     const float *out;
     int rc = nn_model_forward(n->m, obs + (size_t)i * n->obs_n, k, &out, err);
     if (rc) return rc;
-    for (int j = 0; j < k; j++) value[i + j] = out[(size_t)j * n->out_dim + n->P];
+    for (int j = 0; j < k; j++) value[i + j] = out[(size_t)j * n->stride + n->P];
   }
   return 0;
 }
@@ -172,7 +463,7 @@ int ac__values(ac__net *n, const float *obs, int B, float *value, shoal_error *e
 void ac__fix_grads(ac__net *n) {
   if (!n->ls_n) return;
   size_t ng;
-  float *g = nn_model_grads(n->m, &ng);
+  float *g = nn_model_grads(ac__trained(n), &ng);
   memset(g + n->ls_off, 0, n->ls_n * sizeof *g);
 }
 
@@ -215,7 +506,7 @@ void ac__sample(const ac__net *n, const float *out, int B, shoal_rng *rng, bool 
                 void *actions, float *logp) {
   const ac_config *c = &n->cfg;
   for (int i = 0; i < B; i++) {
-    const float *o = out + (size_t)i * n->out_dim;
+    const float *o = out + (size_t)i * n->stride;
     if (c->num_actions > 0) {
       int A = c->num_actions, a = 0;
       if (greedy) {
@@ -270,7 +561,7 @@ int ac__load_params(ac__net *n, const float *params, size_t count, const char *w
     if (!isfinite(params[i]))
       return shoal_error_set(err, SHOAL_ENAN, "%s: parameter %zu is not finite", who, i);
   memcpy(p, params, count * sizeof *p);
-  return 0;
+  return n->seq ? nn_model_copy(n->seq, n->m, err) : 0;
 }
 
 nn_optim *ac__optim(ac__net *n, onpolicy_optim kind, float lr, float eps, float alpha, float clip,
@@ -280,7 +571,7 @@ nn_optim *ac__optim(ac__net *n, onpolicy_optim kind, float lr, float eps, float 
   oc.eps = eps;
   if (kind == ONPOLICY_RMSPROP) oc.alpha = alpha;
   oc.clip_norm = clip;
-  return nn_optim_create(n->m, &oc, err);
+  return nn_optim_create(ac__trained(n), &oc, err);
 }
 
 /* ---- losses ---- */

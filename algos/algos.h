@@ -204,6 +204,9 @@ typedef struct ac_config {
   bool ortho_init;    /* orthogonal weights, gain √2, policy head 0.01, value head 1, zero
                          biases (CleanRL's layer_init); else PyTorch's default init */
   float log_std_init; /* Box: initial log-std */
+  int lstm;           /* > 0: an LSTM core of this size between torso and heads (shared
+                         torso only; IMPALA and PPO); its (h, c) state is reset at
+                         episode starts */
   int max_batch;      /* the largest act() batch (learners size their own batches) */
   uint64_t seed;      /* network initialisation */
 } ac_config;
@@ -223,6 +226,11 @@ typedef struct onpolicy_batch {
   const uint8_t *truncated;  /* (T, B) 0/1, or NULL: no truncations */
   const float *final_obs;    /* (T, B, obs) read where truncated; NULL: truncation is treated
                                 as termination (no bootstrap), as CleanRL's ppo.py does */
+  const float *core0;        /* with an LSTM core: (B, 2·lstm) the (h, c) that entered the core
+                                at o_0 (zero where o_0 began an episode), as the actor held it;
+                                NULL: zeros. The learner re-runs the core from it over the unroll
+                                (truncated backpropagation through time, T + 1 steps), resetting
+                                the state after each terminated or truncated step. */
 } onpolicy_batch;
 
 /* ---- IMPALA (Espeholt et al. 2018) ---- */
@@ -253,7 +261,10 @@ typedef struct impala impala;
 impala *impala_create(const ac_config *ac, const impala_config *ic, nn_device device, bool learner,
                       shoal_error *err);
 void impala_destroy(impala *l); /* NULL is fine */
-/* The network, owned by l: its parameter buffer is what the learner publishes. */
+/* The network, owned by l: its parameter buffer is what the learner publishes. With
+ * an LSTM core a learner's is the core unrolled over T + 1 steps, an actor's the one
+ * step it acts with; both hold the same tensors at the same offsets, so the learner's
+ * parameters load into the actor (impala_load_params). */
 nn_model *impala_model(impala *l);
 /* Samples actions for B observations from softmax(logits) (greedy: argmax, lowest
  * index on ties) and writes the behaviour log-probabilities to logp (B; may be NULL).
@@ -274,12 +285,25 @@ typedef struct onpolicy_stats {
   int64_t updates;     /* optimizer steps so far */
 } onpolicy_stats;
 
-/* One update from b (T <= config T, B <= config B): V-trace targets v_s and advantages
+/* One update from b (T <= config T, B <= config B; with an LSTM core T = config T and
+ * the core re-run from b->core0): V-trace targets v_s and advantages
  * from the current network's values (stop-gradient), loss = −mean(ρ^pg A log π(a|x)) +
  * baseline_coef · 0.5 · mean((v_s − V(x))²) − entropy_coef · mean(H(π(·|x))), one
  * clipped optimizer step. Errors (the network unchanged): an action out of range, a
  * non-finite input (SHOAL_ENAN), a batch larger than the config's. */
 int impala_learn(impala *l, const onpolicy_batch *b, onpolicy_stats *stats, shoal_error *err);
+/* Floats of the recurrent state per env, 2·lstm ((h, c)); 0 without an LSTM core.
+ * Can't fail. */
+int impala_state_size(const impala *l);
+/* impala_act for a network with an LSTM core: state (B, impala_state_size) is each
+ * env's (h, c), read and replaced by the state after this step; first (B; NULL: none)
+ * marks observations that begin an episode, whose state is reset (multiplied by 0)
+ * before the step. An unroll's core0 is the state as reset for its first observation:
+ * first ? 0 : state. Errors as impala_act; SHOAL_ESTATE on a network without a core
+ * (and impala_act is SHOAL_ESTATE on one with). */
+int impala_act_recurrent(impala *l, const float *obs, int B, float *state, const uint8_t *first,
+                         shoal_rng *rng, bool greedy, int32_t *actions, float *logp,
+                         shoal_error *err);
 /* Copies n floats into the network's parameters (n must be its parameter count). */
 int impala_load_params(impala *l, const float *params, size_t n, shoal_error *err);
 void impala_set_lr(impala *l, float lr); /* a schedule's value for the next steps */
@@ -313,6 +337,7 @@ typedef struct ppo ppo;
 ppo *ppo_create(const ac_config *ac, const ppo_config *pc, nn_device device, bool learner,
                 shoal_error *err);
 void ppo_destroy(ppo *p); /* NULL is fine */
+/* The network whose parameters are published (with a core, as impala_model). */
 nn_model *ppo_model(ppo *p);
 const ac_config *ppo_ac_config(const ppo *p);
 /* Acts on B observations: samples (greedy: argmax or the Gaussian mean). actions gets
@@ -329,6 +354,16 @@ int ppo_act(ppo *p, const float *obs, int B, shoal_rng *rng, bool greedy, void *
  * an action out of range, a non-finite input or loss (SHOAL_ENAN; parameters may have
  * taken the earlier minibatches' steps). */
 int ppo_learn(ppo *p, const onpolicy_batch *b, onpolicy_stats *stats, shoal_error *err);
+/* Floats of the recurrent state per env, 2·lstm; 0 without an LSTM core. Can't fail. */
+int ppo_state_size(const ppo *p);
+/* ppo_act for a network with an LSTM core; state and first as impala_act_recurrent.
+ * With a core, ppo_learn takes batches of the config's T x B with core0, re-runs the
+ * core over each unroll for the values and for every minibatch, and its minibatches
+ * are B / minibatches whole unrolls (B must divide). SHOAL_ESTATE on a network without
+ * a core (and ppo_act is SHOAL_ESTATE on one with). */
+int ppo_act_recurrent(ppo *p, const float *obs, int B, float *state, const uint8_t *first,
+                      shoal_rng *rng, bool greedy, void *actions, void *env_actions, float *logp,
+                      float *value, shoal_error *err);
 int ppo_load_params(ppo *p, const float *params, size_t n, shoal_error *err);
 void ppo_set_lr(ppo *p, float lr);
 

@@ -72,8 +72,12 @@ impala *impala_create(const ac_config *ac, const impala_config *ic, nn_device de
   l->learner = learner;
   size_t TB = (size_t)ic->T * ic->B, obs_n = (size_t)ac->obs_c * ac->obs_h * ac->obs_w;
   int max_batch = ac->max_batch;
-  if (learner && (size_t)max_batch < TB + (size_t)ic->B) max_batch = (int)(TB + (size_t)ic->B);
-  if (ac__create(&l->net, ac, device, max_batch, err)) goto fail;
+  /* Feed-forward, one forward covers the T+1 rows of every unroll; with a core, the
+   * unrolled model does and the step model only acts and bootstraps. */
+  if (learner && !ac->lstm && (size_t)max_batch < TB + (size_t)ic->B)
+    max_batch = (int)(TB + (size_t)ic->B);
+  int U = learner && ac->lstm > 0 ? ic->T + 1 : 0;
+  if (ac__create(&l->net, ac, device, max_batch, U, ic->B, err)) goto fail;
   if (learner) {
     size_t od = (size_t)l->net.out_dim;
     l->value = malloc((TB + ic->B) * sizeof *l->value);
@@ -115,10 +119,31 @@ void impala_destroy(impala *l) {
   free(l);
 }
 
-nn_model *impala_model(impala *l) { return l->net.m; }
+nn_model *impala_model(impala *l) { return ac__trained(&l->net); }
+
+int impala_state_size(const impala *l) { return l->net.S; }
+
+int impala_act_recurrent(impala *l, const float *obs, int B, float *state, const uint8_t *first,
+                         shoal_rng *rng, bool greedy, int32_t *actions, float *logp,
+                         shoal_error *err) {
+  if (!l->net.S)
+    return shoal_error_set(err, SHOAL_ESTATE,
+                           "impala: the network has no LSTM core: act with impala_act");
+  if (B < 1 || B > nn_model_max_batch(l->net.m))
+    return shoal_error_set(err, SHOAL_EINVAL, "impala: act batch %d outside [1, %d]", B,
+                           nn_model_max_batch(l->net.m));
+  const float *out;
+  int rc = ac__step(&l->net, obs, B, state, first, &out, err);
+  if (rc) return rc;
+  ac__sample(&l->net, out, B, rng, greedy, actions, logp);
+  return 0;
+}
 
 int impala_act(impala *l, const float *obs, int B, shoal_rng *rng, bool greedy, int32_t *actions,
                float *logp, shoal_error *err) {
+  if (l->net.S)
+    return shoal_error_set(err, SHOAL_ESTATE,
+                           "impala: the network has an LSTM core: act with impala_act_recurrent");
   if (B < 1 || B > nn_model_max_batch(l->net.m))
     return shoal_error_set(err, SHOAL_EINVAL, "impala: act batch %d outside [1, %d]", B,
                            nn_model_max_batch(l->net.m));
@@ -174,11 +199,20 @@ int impala_learn(impala *l, const onpolicy_batch *b, onpolicy_stats *stats, shoa
   int rc = onpolicy__check_batch(&l->net, b, l->ic.T, l->ic.B, "impala", err);
   if (rc) return rc;
   int T = b->T, B = b->B, TB = T * B, A = l->net.cfg.num_actions, od = l->net.out_dim;
-  if ((rc = onpolicy__final_values(&l->net, b, l->fobs, l->fidx, l->vs, l->final_v, err)))
-    return rc;
-  /* One forward over o_0 .. o_T; its activations serve the backward. */
+  bool core = l->net.S > 0;
+  /* One forward over o_0 .. o_T; its activations serve the backward. With a core, the
+   * unrolled model re-runs it from each unroll's core0 (its time-major rows in tm_out),
+   * and the final observations bootstrap from the state their step left. */
   const float *out;
-  if ((rc = nn_model_forward(l->net.m, b->obs, TB + B, &out, err))) return rc;
+  if (core) {
+    if ((rc = ac__seq_forward(&l->net, b, NULL, 0, err))) return rc;
+    out = l->net.tm_out;
+    if ((rc = ac__final_values_core(&l->net, b, l->final_v, err))) return rc;
+  } else {
+    if ((rc = onpolicy__final_values(&l->net, b, l->fobs, l->fidx, l->vs, l->final_v, err)))
+      return rc;
+    if ((rc = nn_model_forward(l->net.m, b->obs, TB + B, &out, err))) return rc;
+  }
   const int32_t *act = b->action;
   double rho_sum = 0, clipped = 0;
   for (int i = 0; i < TB + B; i++) l->value[i] = out[(size_t)i * od + A];
@@ -202,9 +236,12 @@ int impala_learn(impala *l, const onpolicy_batch *b, onpolicy_stats *stats, shoa
               &st);
   memset(l->dout + (size_t)TB * od, 0, (size_t)B * od * sizeof *l->dout);
   if (!isfinite(st.loss)) return shoal_error_set(err, SHOAL_ENAN, "impala: the loss is not finite");
-  nn_model_zero_grad(l->net.m);
-  if ((rc = nn_model_backward(l->net.m, l->dout, NULL, err))) return rc;
+  nn_model_zero_grad(ac__trained(&l->net));
+  rc = core ? ac__seq_backward(&l->net, l->dout, B, err)
+            : nn_model_backward(l->net.m, l->dout, NULL, err);
+  if (rc) return rc;
   if ((rc = nn_optim_step(l->opt, err))) return rc;
+  if ((rc = ac__sync(&l->net, err))) return rc;
   l->updates++;
   if (stats) {
     /* explained variance of v_s by V */

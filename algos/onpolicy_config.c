@@ -56,6 +56,8 @@ static const cfg_key onpolicy_keys[] = {
     {"ac.separate", CFG_BOOL, "true", 0, -1, "separate actor and critic torsos"},
     {"ac.ortho_init", CFG_BOOL, "true", 0, -1, "CleanRL's orthogonal init"},
     {"ac.log_std_init", CFG_FLOAT, "0", -20, 5, "initial log-std of a Gaussian policy"},
+    {"ac.lstm", CFG_INT, "0", 0, 65536,
+     "LSTM core size between torso and heads (0: none; needs ac.separate false)"},
     /* IMPALA */
     {"impala.unroll", CFG_INT, "20", 1, 100000, "T: steps per unroll"},
     {"impala.batch", CFG_INT, "16", 1, 65536, "B: unrolls per update"},
@@ -135,6 +137,7 @@ ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_sha
   c.separate = config_bool(cfg, "ac.separate");
   c.ortho_init = config_bool(cfg, "ac.ortho_init");
   c.log_std_init = (float)config_float(cfg, "ac.log_std_init");
+  c.lstm = (int)config_int(cfg, "ac.lstm");
   c.seed = (uint64_t)config_int(cfg, "run.seed");
   return c;
 }

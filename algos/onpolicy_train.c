@@ -92,10 +92,19 @@ typedef struct agent {
   impala *l;
 } agent;
 
-static int agent_act(agent *a, const float *obs, int B, shoal_rng *rng, bool greedy, void *act,
-                     void *env_act, float *logp, shoal_error *err) {
-  if (a->p) return ppo_act(a->p, obs, B, rng, greedy, act, env_act, logp, NULL, err);
-  int rc = impala_act(a->l, obs, B, rng, greedy, act, logp, err);
+/* state (B, S) and first (B) are the recurrent state and episode starts of a network
+ * with an LSTM core (S > 0); ignored without one. */
+static int agent_act(agent *a, const float *obs, int B, float *state, const uint8_t *first,
+                     shoal_rng *rng, bool greedy, void *act, void *env_act, float *logp,
+                     shoal_error *err) {
+  if (a->p)
+    return ppo_state_size(a->p) > 0
+               ? ppo_act_recurrent(a->p, obs, B, state, first, rng, greedy, act, env_act, logp,
+                                   NULL, err)
+               : ppo_act(a->p, obs, B, rng, greedy, act, env_act, logp, NULL, err);
+  int rc = impala_state_size(a->l) > 0
+               ? impala_act_recurrent(a->l, obs, B, state, first, rng, greedy, act, logp, err)
+               : impala_act(a->l, obs, B, rng, greedy, act, logp, err);
   if (!rc && env_act) memcpy(env_act, act, (size_t)B * sizeof(int32_t));
   return rc;
 }
@@ -122,6 +131,10 @@ typedef struct run {
   rms obs_rms, ret_rms;
   shoal_rng rng, erng;
   agent ag;
+  /* LSTM core: S floats of (h, c) per env; first: the observation begins an episode */
+  int S;
+  float *state, *core0, *estate; /* (B, S), (B, S), (E, S) */
+  uint8_t *first, *efirst;       /* (B), (E) */
 } run;
 
 static void to_float(const run *r, const void *src, float *dst, int B) {
@@ -144,14 +157,16 @@ static int evaluate(run *r, double *mean, double *sd, shoal_error *err) {
     r->eret[i] = 0;
   }
   env_vec_out out = {r->eraw, r->erew, r->eterm, r->etrunc, NULL};
+  if (r->S) memset(r->efirst, 1, (size_t)E);
   while (got < total) {
     to_float(r, r->eraw, r->ecur, E);
     if (tc->norm_obs) rms_normalise(&r->obs_rms, r->ecur, E);
-    int rc = agent_act(&r->ag, r->ecur, E, &r->erng, tc->eval_greedy, r->eact, r->eenv_act,
-                       r->elogp, err);
+    int rc = agent_act(&r->ag, r->ecur, E, r->estate, r->efirst, &r->erng, tc->eval_greedy, r->eact,
+                       r->eenv_act, r->elogp, err);
     if (!rc) rc = env_vec_step(r->ev, r->eenv_act, &out, err);
     if (rc) return rc;
     for (int i = 0; i < E; i++) {
+      if (r->S) r->efirst[i] = r->eterm[i] | r->etrunc[i];
       r->eret[i] += r->erew[i];
       if (!r->eterm[i] && !r->etrunc[i]) continue;
       int quota = total / E + (i < total % E);
@@ -179,7 +194,8 @@ static void run_free(run *r) {
   void *bufs[] = {r->raw,   r->raw_final, r->eraw,     r->cur,     r->fin,   r->ecur,
                   r->obs,   r->final_obs, r->act,      r->env_act, r->eact,  r->eenv_act,
                   r->logp,  r->reward,    r->erew,     r->elogp,   r->term,  r->trunc,
-                  r->eterm, r->etrunc,    r->disc_ret, r->eret,    r->edone, r->ereturns};
+                  r->eterm, r->etrunc,    r->disc_ret, r->eret,    r->edone, r->ereturns,
+                  r->state, r->core0,     r->estate,   r->first,   r->efirst};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
   rms_free(&r->obs_rms);
   rms_free(&r->ret_rms);
@@ -245,6 +261,17 @@ static int run_init(run *r, const onpolicy_train_config *tc, shoal_error *err) {
     r->T = pc.T;
     if (!(r->ag.p = ppo_create(&ac, &pc, NN_CPU, true, err))) return err ? err->code : -1;
   }
+  r->S = r->ag.l ? impala_state_size(r->ag.l) : ppo_state_size(r->ag.p);
+  if (r->S) {
+    size_t S = (size_t)r->S;
+    r->state = calloc((size_t)B * S, sizeof(float));
+    r->core0 = calloc((size_t)B * S, sizeof(float));
+    r->estate = calloc((size_t)r->E * S, sizeof(float));
+    r->first = malloc((size_t)B);
+    r->efirst = malloc((size_t)r->E);
+    if (!r->state || !r->core0 || !r->estate || !r->first || !r->efirst)
+      return shoal_error_set(err, SHOAL_ENOMEM, "train: out of memory");
+  }
   size_t T = (size_t)r->T, ob = env_space_bytes(os), ab = env_space_bytes(as);
   r->raw = malloc((size_t)B * ob);
   r->raw_final = malloc((size_t)B * ob);
@@ -309,6 +336,7 @@ int onpolicy_train_sync(const onpolicy_train_config *tc, onpolicy_train_result *
   if (iters < 1) iters = 1;
   env_vec_reset(r.v, tc->seed, r.raw);
   observe(&r);
+  if (r.S) memset(r.first, 1, (size_t)B);
   float gamma = tc->use_impala ? tc->impala.gamma : tc->ppo.gamma;
   env_vec_out out = {r.raw, NULL, NULL, NULL, r.raw_final};
   while (res->env_steps < tc->max_env_steps) {
@@ -321,17 +349,27 @@ int onpolicy_train_sync(const onpolicy_train_config *tc, onpolicy_train_result *
       else
         impala_set_lr(r.ag.l, lr);
     }
+    if (r.S) /* the state each unroll starts from, as reset for its first observation */
+      for (int i = 0; i < B; i++) {
+        float *c0 = r.core0 + (size_t)i * r.S;
+        if (r.first[i])
+          memset(c0, 0, (size_t)r.S * sizeof *c0);
+        else
+          memcpy(c0, r.state + (size_t)i * r.S, (size_t)r.S * sizeof *c0);
+      }
     for (int t = 0; t < T; t++) {
       size_t row = (size_t)t * B;
       memcpy(r.obs + row * on, r.cur, (size_t)B * on * sizeof(float));
-      rc = agent_act(&r.ag, r.cur, B, &r.rng, false, (char *)r.act + row * ab, r.env_act,
-                     r.logp + row, err);
+      rc = agent_act(&r.ag, r.cur, B, r.state, r.first, &r.rng, false, (char *)r.act + row * ab,
+                     r.env_act, r.logp + row, err);
       if (rc) goto done;
       out.reward = r.reward + row;
       out.terminated = r.term + row;
       out.truncated = r.trunc + row;
       if ((rc = env_vec_step(r.v, r.env_act, &out, err))) goto done;
       observe(&r);
+      if (r.S)
+        for (int i = 0; i < B; i++) r.first[i] = r.term[row + i] | r.trunc[row + i];
       for (int i = 0; i < B; i++) {
         float *rw = &r.reward[row + i];
         if (tc->norm_reward) {
@@ -360,7 +398,8 @@ int onpolicy_train_sync(const onpolicy_train_config *tc, onpolicy_train_result *
     memcpy(r.obs + TB * on, r.cur, (size_t)B * on * sizeof(float));
     onpolicy_batch b = {T,      B,       r.obs,
                         r.act,  r.logp,  r.reward,
-                        r.term, r.trunc, tc->bootstrap_truncation ? r.final_obs : NULL};
+                        r.term, r.trunc, tc->bootstrap_truncation ? r.final_obs : NULL,
+                        r.core0};
     rc =
         r.ag.p ? ppo_learn(r.ag.p, &b, &res->last, err) : impala_learn(r.ag.l, &b, &res->last, err);
     if (rc) goto done;

@@ -191,6 +191,51 @@ const env_type env__cartpole = {
     .configure = cartpole_configure,
 };
 
+/* ---- CartPoleNoVel-v1: CartPole with the velocities hidden ---------------------------
+ * RL Baselines3 Zoo's CartPoleNoVel-v1 (its MaskVelocityWrapper over CartPole-v1): the
+ * same dynamics, rewards and time limit, and observations (x, 0, theta, 0) with the
+ * cart and pole velocities zeroed. A partially observed task: a policy must infer the
+ * velocities from past observations (a recurrent core), or it balances far worse. */
+
+static inline void cartpole_novel_obs(float *obs) { obs[1] = obs[3] = 0.0f; }
+static inline void cartpole_novel_reset_(cartpole_state *s, shoal_rng *rng, float *obs) {
+  cartpole_reset_(s, rng, obs);
+  cartpole_novel_obs(obs);
+}
+static inline void cartpole_novel_step_(cartpole_state *s, shoal_rng *rng, const int32_t *a,
+                                        float *obs, double *reward, int *term) {
+  cartpole_step_(s, rng, a, obs, reward, term);
+  cartpole_novel_obs(obs);
+}
+static void cartpole_novel_reset(void *st, shoal_rng *rng, void *obs) {
+  cartpole_novel_reset_(st, rng, obs);
+}
+static void cartpole_novel_step(void *st, shoal_rng *rng, const void *a, void *obs, double *r,
+                                int *t) {
+  cartpole_novel_step_(st, rng, a, obs, r, t);
+}
+ENV__DEFINE_VEC_STEP(cartpole_novel_vec_step, cartpole_state, cartpole_novel_step_,
+                     cartpole_novel_reset_, float, 4, int32_t, 1)
+
+const env_type env__cartpole_novel = {
+    .spec = {.id = "CartPoleNoVel-v1",
+             .obs = {ENV_FLOAT32, 1, {4}, 4, 0, cp_low, cp_high},
+             .act = {ENV_INT32, 0, {0}, 1, 2, NULL, NULL},
+             .max_episode_steps = 500,
+             .reward_threshold = 475.0,
+             .render_w = 600,
+             .render_h = 400},
+    .state_size = sizeof(cartpole_state),
+    .reset = cartpole_novel_reset,
+    .step = cartpole_novel_step,
+    .render = cartpole_render,
+    .get_state = cartpole_get,
+    .set_state = cartpole_set,
+    .vec_step = cartpole_novel_vec_step,
+    .init = cartpole_init,
+    .configure = cartpole_configure,
+};
+
 /* ---- MountainCar-v0 and MountainCarContinuous-v0 ------------------------------------ */
 
 #define MC_MIN_POSITION -1.2

@@ -26,8 +26,9 @@ static const struct {
 };
 
 static void reg_builtins(void) {
-  static const env_type *const classic[] = {&env__cartpole, &env__mountaincar,
-                                            &env__mountaincar_cont, &env__acrobot, &env__pendulum};
+  static const env_type *const classic[] = {&env__cartpole,         &env__mountaincar,
+                                            &env__mountaincar_cont, &env__acrobot,
+                                            &env__pendulum,         &env__cartpole_novel};
   for (size_t i = 0; i < sizeof classic / sizeof classic[0]; i++) reg_types[reg_n++] = classic[i];
   for (int i = 0; i < env__minatar_ntypes; i++) reg_types[reg_n++] = env__minatar_types[i];
 }

@@ -7,7 +7,8 @@
  * Pendulum-v1), and MinAtar's five games (MinAtar/Breakout-v1, Freeway, Asterix,
  * Seaquest, SpaceInvaders; -v1 has the minimal action set, -v0 all six actions, as
  * MinAtar registers them with Gymnasium). Short aliases: "breakout", "freeway", ... are
- * the -v1 games.
+ * the -v1 games. A partially observed task for recurrent policies: CartPoleNoVel-v1
+ * (RL Baselines3 Zoo's), CartPole-v1 whose observation has the two velocities zeroed.
  *
  * One env:
  *
@@ -166,7 +167,8 @@ int env_make(env **out, const char *id, shoal_error *err);
 
 /* env_make with options: "key=value" pairs separated by commas, values numbers, like
  * Gymnasium's make kwargs and reset options. Every kind takes max_episode_steps (0: none).
- *   CartPole-v1               sutton_barto_reward (0/1), low, high (reset bounds, +-0.05)
+ *   CartPole-v1,
+ *   CartPoleNoVel-v1          sutton_barto_reward (0/1), low, high (reset bounds, +-0.05)
  *   MountainCar-v0,
  *   MountainCarContinuous-v0  goal_velocity (0), low, high (reset bounds, -0.6, -0.4)
  *   Acrobot-v1                nips (0/1: the NeurIPS paper's dynamics), low, high (+-0.1)

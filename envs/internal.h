@@ -11,8 +11,8 @@
 #include "envs/gymmath.h"
 
 /* Built-in kinds, registered on first use of the registry. */
-extern const env_type env__cartpole, env__mountaincar, env__mountaincar_cont, env__acrobot,
-    env__pendulum;
+extern const env_type env__cartpole, env__cartpole_novel, env__mountaincar, env__mountaincar_cont,
+    env__acrobot, env__pendulum;
 extern const env_type *const env__minatar_types[];
 extern const int env__minatar_ntypes;
 

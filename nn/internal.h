@@ -44,6 +44,7 @@ typedef enum nn__kind {
   NN__SLICE,
   NN__ADD,
   NN__CONCAT,
+  NN__MUL,
   NN__KIND_COUNT
 } nn__kind;
 

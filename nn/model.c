@@ -31,6 +31,7 @@ static const char *const kind_names[NN__KIND_COUNT] = {
     [NN__SLICE] = "slice",
     [NN__ADD] = "add",
     [NN__CONCAT] = "concat",
+    [NN__MUL] = "mul",
 };
 
 /* ---- threads and devices ------------------------------------------------------ */
@@ -549,6 +550,14 @@ static int two_input(nn_model *m, nn__kind kind, const char *name, int a, int b)
                         "nn: layer '%s': cannot add '%s' (%d, %d, %d) and '%s' (%d, %d, %d)",
                         t.name, x->name, x->C, x->H, x->W, y->name, y->C, y->H, y->W);
     set_shape(&t, x->C, x->H, x->W);
+  } else if (kind == NN__MUL) {
+    /* b is a's shape, or one value per sample (a mask or gate broadcast over a) */
+    if (y->F != 1 && (x->C != y->C || x->H != y->H || x->W != y->W))
+      return model_fail(m, SHOAL_ESHAPE,
+                        "nn: layer '%s': cannot multiply '%s' (%d, %d, %d) by '%s' (%d, %d, %d): "
+                        "the second must have the first's shape or one value per sample",
+                        t.name, x->name, x->C, x->H, x->W, y->name, y->C, y->H, y->W);
+    set_shape(&t, x->C, x->H, x->W);
   } else {
     if (x->H != y->H || x->W != y->W)
       return model_fail(m, SHOAL_ESHAPE,
@@ -566,16 +575,20 @@ int nn_add(nn_model *m, const char *name, int a, int b) {
 int nn_concat(nn_model *m, const char *name, int a, int b) {
   return two_input(m, NN__CONCAT, name, a, b);
 }
+int nn_mul(nn_model *m, const char *name, int a, int b) {
+  return two_input(m, NN__MUL, name, a, b);
+}
 
 int nn_shared(nn_model *m, const char *name, int like) {
   if (!m) return SHOAL_EINVAL;
   if (like < 1 || like >= m->n_nodes)
     return model_fail(m, SHOAL_ERANGE, "nn: layer '%s': shares node %d, but the layers are 1..%d",
                       name ? name : "?", like, m->n_nodes - 1);
-  const nn__node *src = &m->nodes[like];
   nn__node t;
-  int rc = node_begin(m, &t, src->kind, name);
+  int rc = node_begin(m, &t, m->nodes[like].kind, name);
   if (rc) return rc;
+  /* after node_begin, which may move the node array */
+  const nn__node *src = &m->nodes[like];
   if (src->n_in != 1)
     return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': cannot share '%s', a two-input %s layer",
                       t.name, src->name, kind_names[src->kind]);

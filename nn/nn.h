@@ -113,6 +113,10 @@ int nn_slice(nn_model *m, const char *name, int start, int count);
 int nn_add(nn_model *m, const char *name, int a, int b);
 /* Concatenation of two nodes along C (same H, W). */
 int nn_concat(nn_model *m, const char *name, int a, int b);
+/* Element-wise product y = a ⊙ b. b has a's shape, or one feature per sample (C = H =
+ * W = 1), which scales every feature of that sample: a per-sample mask, such as the
+ * 0/1 that resets a recurrent state at an episode's start. Gradients flow to both. */
+int nn_mul(nn_model *m, const char *name, int a, int b);
 
 /* Applies layer `like` again, to the current node, with the same parameters (and
  * state): tied weights whose gradients add up, for recurrent cells unrolled over time

@@ -199,6 +199,59 @@ static void test_cartpole_first_step(void **unused) {
   env_destroy(e);
 }
 
+/* CartPoleNoVel-v1 is CartPole-v1 step for step, seed for seed, with the cart and pole
+ * velocities zeroed in every observation (reset, step and the vector env's final
+ * observation) and the same rewards, ends and time limit. */
+static void test_cartpole_novel(void **unused) {
+  env *a = make("CartPole-v1"), *b = make("CartPoleNoVel-v1");
+  assert_int_equal(env_get_spec(b)->max_episode_steps, 500);
+  env_seed(a, 9);
+  env_seed(b, 9);
+  float oa[4], ob[4];
+  env_reset(a, oa);
+  env_reset(b, ob);
+  shoal_error err = {0};
+  int episodes = 0;
+  for (int t = 0; t < 600; t++) {
+    assert_true(ob[0] == oa[0] && ob[2] == oa[2] && ob[1] == 0.0f && ob[3] == 0.0f);
+    assert_true(oa[1] != 0.0f || oa[3] != 0.0f);
+    int32_t act = (int32_t)((t * 7) % 3 == 0);
+    env_result ra, rb;
+    assert_int_equal(env_step(a, &act, oa, &ra, &err), 0);
+    assert_int_equal(env_step(b, &act, ob, &rb, &err), 0);
+    assert_true(ra.reward == rb.reward && ra.terminated == rb.terminated &&
+                ra.truncated == rb.truncated);
+    if (ra.terminated || ra.truncated) {
+      episodes++;
+      env_reset(a, oa);
+      env_reset(b, ob);
+    }
+  }
+  assert_true(episodes >= 5);
+  env_destroy(a);
+  env_destroy(b);
+  env_vec *v = NULL;
+  assert_int_equal(env_vec_create(&v, "CartPoleNoVel-v1", 3, NULL, &err), 0);
+  float vo[12], fin[12], rew[3];
+  uint8_t term[3], trunc[3];
+  int32_t acts[3] = {0, 0, 0};
+  env_vec_reset(v, 1, vo);
+  env_vec_out out = {vo, rew, term, trunc, fin};
+  int ended = 0;
+  for (int t = 0; t < 100; t++) {
+    assert_int_equal(env_vec_step(v, acts, &out, &err), 0);
+    for (int i = 0; i < 3; i++) {
+      assert_true(vo[4 * i + 1] == 0.0f && vo[4 * i + 3] == 0.0f);
+      if (term[i]) {
+        ended++;
+        assert_true(fin[4 * i + 1] == 0.0f && fin[4 * i + 3] == 0.0f);
+      }
+    }
+  }
+  assert_true(ended > 0);
+  env_vec_destroy(v);
+}
+
 static void test_mountaincar_first_step(void **unused) {
   env *e = make("MountainCar-v0");
   float obs[2];
@@ -535,6 +588,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reference_trajectories),
       cmocka_unit_test(test_cartpole_first_step),
+      cmocka_unit_test(test_cartpole_novel),
       cmocka_unit_test(test_mountaincar_first_step),
       cmocka_unit_test(test_mountaincar_continuous),
       cmocka_unit_test(test_acrobot_first_step),

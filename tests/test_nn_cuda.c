@@ -225,8 +225,23 @@ static void a_graph(nn_model *m) {
   nn_dense(m, "out", 2);
 }
 
+/* Products: of two branches of one shape, and by one value per sample (a mask). */
+static void a_mul(nn_model *m) {
+  int x = nn_model_current(m);
+  int h = nn_dense(m, "h", 8);
+  nn_model_select(m, x);
+  nn_dense(m, "g", 8);
+  int g = nn_activation(m, "t", NN_TANH, 0);
+  int p = nn_mul(m, "prod", h, g);
+  nn_model_select(m, x);
+  int k = nn_slice(m, "k", 5, 1);
+  nn_mul(m, "mask", p, k);
+  nn_dense(m, "out", 2);
+}
+
 static void test_graph(void **s) {
   compare("add/concat/slice/views", a_graph, 6, 1, 1, 10, true, TOL_GEMM);
+  compare("mul, same shape and per sample", a_mul, 6, 1, 1, 10, true, TOL_GEMM);
 }
 
 /* Recurrent cells: LSTM input [x (4) | h (5) | c (5)], GRU [x (4) | h (5)]. */

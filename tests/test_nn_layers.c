@@ -249,6 +249,58 @@ static void add_unrolled_lstm(nn_model *m, int I, int Hd) {
 }
 static void add_unrolled_small(nn_model *m) { add_unrolled_lstm(m, 2, 3); }
 
+/* fa(x) ⊙ tanh(fb(x)): the product of two branches of one shape. */
+static void add_mul(nn_model *m) {
+  int x = nn_model_current(m);
+  int a = nn_dense(m, "fa", 4);
+  nn_model_select(m, x);
+  nn_dense(m, "fb", 4);
+  int b = nn_activation(m, "t", NN_TANH, 0);
+  nn_mul(m, "prod", a, b);
+}
+/* x[:, :4] ⊙ x[:, 4] (one value per sample, broadcast), then a dense layer. */
+static void add_mul_bcast(nn_model *m) {
+  int x = nn_model_current(m);
+  int a = nn_slice(m, "a", 0, 4);
+  nn_model_select(m, x);
+  int b = nn_slice(m, "b", 4, 1);
+  nn_mul(m, "prod", a, b);
+  nn_dense(m, "fc", 3);
+}
+static void add_mul_same(nn_model *m) { /* one node read by both inputs: d(a²) = 2a */
+  int a = nn_dense(m, "fc", 4);
+  nn_mul(m, "sq", a, a);
+}
+/* [x1 x2 x3 | h0 | c0 | m1 m2 m3] -> 3 LSTM steps, the state multiplied by m_t before
+ * step t (an episode start resets it) -> [h1 c1 | h2 c2 | h3 c3]. */
+static void add_masked_lstm(nn_model *m) {
+  int in = nn_model_current(m);
+  int st = nn_slice(m, "s0", 6, 6);
+  int cell = -1, outs[3];
+  char name[32];
+  for (int t = 0; t < 3; t++) {
+    nn_model_select(m, in);
+    snprintf(name, sizeof name, "m%d", t + 1);
+    int mt = nn_slice(m, name, 12 + t, 1);
+    snprintf(name, sizeof name, "reset%d", t + 1);
+    st = nn_mul(m, name, st, mt);
+    nn_model_select(m, in);
+    snprintf(name, sizeof name, "x%d", t + 1);
+    int xt = nn_slice(m, name, 2 * t, 2);
+    snprintf(name, sizeof name, "cat%d", t + 1);
+    nn_concat(m, name, xt, st);
+    if (t == 0)
+      st = cell = nn_lstm_cell(m, "cell", 3);
+    else {
+      snprintf(name, sizeof name, "cell_t%d", t + 1);
+      st = nn_shared(m, name, cell);
+    }
+    outs[t] = st;
+  }
+  int o12 = nn_concat(m, "o12", outs[0], outs[1]);
+  nn_concat(m, "out", o12, outs[2]);
+}
+
 /* K*P = 144*576 floats per sample: conv2d runs 4 samples as a group of 3 and one of 1. */
 static void add_grouped_conv(nn_model *m) { nn_conv2d(m, "conv", 4, 3, 3, 1, 1, 1); }
 
@@ -303,6 +355,12 @@ GC(unrolled, "lstm cell unrolled x3, tied weights", 12, 1, 1, 2, add_unrolled_sm
 GC(grouped, "conv2d in sample groups (3 + 1)", 16, 24, 24, 4, add_grouped_conv, true, 1e-2f,
    X_UNIFORM, 0, true, true)
 GC(add_same, "add(a, a)", 3, 1, 1, 2, add_twice, true, 1e-2f, X_UNIFORM, 0, true)
+GC(mul, "mul of two branches", 5, 1, 1, 3, add_mul, true, 1e-2f, X_UNIFORM, 0, true)
+GC(mul_bcast, "mul by one value per sample", 5, 1, 1, 3, add_mul_bcast, true, 1e-2f, X_UNIFORM, 0,
+   true)
+GC(mul_same, "mul(a, a)", 3, 1, 1, 2, add_mul_same, true, 1e-2f, X_UNIFORM, 0, true)
+GC(lstm_masked, "lstm x3, state reset by a mask", 15, 1, 1, 2, add_masked_lstm, true, 1e-2f,
+   X_UNIFORM, 0, true)
 
 /* ---- values against PyTorch ------------------------------------------------------ */
 /* Fixtures: tests/reference/nn_layers/<case>.txt, one array a line (see the script).
@@ -537,6 +595,10 @@ static void test_torch_gru(void **s) { value_check("gru_cell", 9, 1, 1, 3, add_f
 static void test_torch_resblock(void **s) { value_check("resblock", 3, 5, 5, 2, add_fx_res, true); }
 static void test_torch_slice_concat(void **s) {
   value_check("slice_concat", 6, 2, 2, 2, add_fx_slice_concat, true);
+}
+static void test_torch_mul(void **s) { value_check("mul", 5, 1, 1, 3, add_mul, true); }
+static void test_torch_lstm_masked(void **s) {
+  value_check("lstm_masked", 15, 1, 1, 2, add_masked_lstm, true);
 }
 
 /* ---- training/eval behaviour ------------------------------------------------------- */
@@ -775,6 +837,8 @@ static void test_bad_shapes_name_the_layer(void **s) {
   assert_int_equal(nn_add(m, "sum", d, 1), SHOAL_ESHAPE);
   assert_non_null(strstr(nn_model_error(m), "layer 'sum'"));
   assert_int_equal(nn_concat(m, "cat", d, 99), SHOAL_ERANGE);
+  assert_int_equal(nn_mul(m, "prod", d, 1), SHOAL_ESHAPE); /* (6) by (3, 5, 5) */
+  assert_non_null(strstr(nn_model_error(m), "one value per sample"));
   assert_int_equal(nn_conv_transpose2d(m, "ct", 2, 3, 3, 2, 0, 2), SHOAL_EINVAL);
   assert_int_equal(nn_model_select(m, 42), SHOAL_ERANGE);
   assert_int_equal(nn_model_set_output(m, 42), SHOAL_ERANGE);
@@ -1103,6 +1167,10 @@ int main(void) {
       cmocka_unit_test(test_grad_residual),
       cmocka_unit_test(test_grad_concat),
       cmocka_unit_test(test_grad_add_same),
+      cmocka_unit_test(test_grad_mul),
+      cmocka_unit_test(test_grad_mul_bcast),
+      cmocka_unit_test(test_grad_mul_same),
+      cmocka_unit_test(test_grad_lstm_masked),
       cmocka_unit_test(test_grad_grouped),
       cmocka_unit_test(test_grad_unrolled),
       cmocka_unit_test(test_grad_big),
@@ -1126,6 +1194,8 @@ int main(void) {
       cmocka_unit_test(test_torch_gru),
       cmocka_unit_test(test_torch_resblock),
       cmocka_unit_test(test_torch_slice_concat),
+      cmocka_unit_test(test_torch_mul),
+      cmocka_unit_test(test_torch_lstm_masked),
       cmocka_unit_test(test_dropout_statistics),
       cmocka_unit_test(test_batchnorm_modes),
       cmocka_unit_test(test_tensor_table_and_init),

@@ -22,6 +22,7 @@ const nn__backend nn__cpu_backend = {
             [NN__SLICE] = &nn__cpu_slice,
             [NN__ADD] = &nn__cpu_add,
             [NN__CONCAT] = &nn__cpu_concat,
+            [NN__MUL] = &nn__cpu_mul,
         },
 };
 

@@ -24,6 +24,6 @@ static inline int nn__in_F(nn_model *m, nn__node *n, int k) { return m->nodes[n-
 
 extern const nn__layer_ops nn__cpu_dense, nn__cpu_act, nn__cpu_dropout, nn__cpu_view, nn__cpu_slice,
     nn__cpu_add, nn__cpu_concat, nn__cpu_embedding, nn__cpu_conv, nn__cpu_convt, nn__cpu_maxpool,
-    nn__cpu_avgpool, nn__cpu_batchnorm, nn__cpu_layernorm, nn__cpu_lstm, nn__cpu_gru;
+    nn__cpu_avgpool, nn__cpu_batchnorm, nn__cpu_layernorm, nn__cpu_lstm, nn__cpu_gru, nn__cpu_mul;
 
 #endif

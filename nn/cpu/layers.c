@@ -249,6 +249,58 @@ static void concat_backward(nn_model *m, nn__node *n, int B) {
 
 const nn__layer_ops nn__cpu_concat = {concat_forward, concat_backward};
 
+/* ---- mul: y = a ⊙ b, b of a's shape or one value per sample --------------------------
+ * da = dy ⊙ b; db = dy ⊙ a, or Σ_i dy_i a_i per sample when b is broadcast. */
+
+static int mul_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  const float *a = nn__in_out(m, n, 0), *b = nn__in_out(m, n, 1);
+  size_t F = (size_t)n->F;
+  if (nn__in_F(m, n, 1) == 1 && F > 1) {
+    for (int s = 0; s < B; s++) {
+      float v = b[s];
+      const float *x = a + s * F;
+      float *y = n->out + s * F;
+      for (size_t i = 0; i < F; i++) y[i] = x[i] * v;
+    }
+  } else {
+    for (size_t i = 0; i < (size_t)B * F; i++) n->out[i] = a[i] * b[i];
+  }
+  return 0;
+}
+
+static void mul_backward(nn_model *m, nn__node *n, int B) {
+  const float *a = nn__in_out(m, n, 0), *b = nn__in_out(m, n, 1), *dy = n->dout;
+  size_t F = (size_t)n->F;
+  bool bcast = nn__in_F(m, n, 1) == 1 && F > 1, acc;
+  float *da = nn__dinput(m, n, 0, &acc);
+  if (da) {
+    if (bcast) {
+      for (int s = 0; s < B; s++) {
+        float v = b[s];
+        float *d = da + s * F;
+        const float *g = dy + s * F;
+        NN__PUT_LOOP(acc, d, F, i, g[i] * v);
+      }
+    } else {
+      NN__PUT_LOOP(acc, da, (size_t)B * F, i, dy[i] * b[i]);
+    }
+  }
+  float *db = nn__dinput(m, n, 1, &acc);
+  if (db) {
+    if (bcast) {
+      for (int s = 0; s < B; s++) {
+        double t = 0;
+        for (size_t i = 0; i < F; i++) t += (double)dy[s * F + i] * a[s * F + i];
+        db[s] = acc ? db[s] + (float)t : (float)t;
+      }
+    } else {
+      NN__PUT_LOOP(acc, db, (size_t)B * F, i, dy[i] * a[i]);
+    }
+  }
+}
+
+const nn__layer_ops nn__cpu_mul = {mul_forward, mul_backward};
+
 /* ---- embedding: y[s, j*dim .. ] = W[x[s, j]]; W (num, dim) ----------------------- */
 
 static int embedding_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {

@@ -127,6 +127,12 @@ cudaError_t nn__k_put(cudaStream_t s, float *y, const float *x, size_t n, bool a
 /* y = acc ? y + a + b : a + b. */
 cudaError_t nn__k_add2(cudaStream_t s, float *y, const float *a, const float *b, size_t n,
                        bool acc);
+/* y[i] (+)= a[i] * b[i], or a[i] * b[i / F] when bcast (one b per row of F), n floats. */
+cudaError_t nn__k_mul(cudaStream_t s, float *y, const float *a, const float *b, size_t n, size_t F,
+                      bool bcast, bool acc);
+/* d[r] (+)= Σ_j x[r, j] y[r, j] over B rows of F. */
+cudaError_t nn__k_rowdot(cudaStream_t s, float *d, const float *x, const float *y, int B, int F,
+                         bool acc);
 /* For each of B rows: dst[r*dld + j] (+)= src[r*sld + j], j < len. */
 cudaError_t nn__k_rows(cudaStream_t s, float *dst, int dld, const float *src, int sld, int B,
                        int len, bool acc);

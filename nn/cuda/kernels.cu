@@ -77,6 +77,21 @@ __global__ void k_add2(float *y, const float *a, const float *b, size_t n, bool 
   GRID_LOOP(i, n) put(y, i, a[i] + b[i], acc);
 }
 
+/* y[i] (+)= a[i] * b[i], or a[i] * b[i / F] with one b per row of F. */
+__global__ void k_mul(float *y, const float *a, const float *b, size_t n, size_t F, bool bcast,
+                      bool acc) {
+  GRID_LOOP(i, n) put(y, i, a[i] * b[bcast ? i / F : i], acc);
+}
+
+/* d[r] (+)= Σ_j x[r, j] y[r, j]: one thread per row (rows are short here: a state). */
+__global__ void k_rowdot(float *d, const float *x, const float *y, int B, int F, bool acc) {
+  GRID_LOOP(r, (size_t)B) {
+    float t = 0;
+    for (int j = 0; j < F; j++) t += x[r * (size_t)F + j] * y[r * (size_t)F + j];
+    put(d, r, t, acc);
+  }
+}
+
 __global__ void k_rows(float *dst, int dld, const float *src, int sld, size_t total, int len,
                        bool acc) {
   GRID_LOOP(i, total) {
@@ -599,6 +614,18 @@ cudaError_t nn__k_put(cudaStream_t s, float *y, const float *x, size_t n, bool a
 cudaError_t nn__k_add2(cudaStream_t s, float *y, const float *a, const float *b, size_t n,
                        bool acc) {
   k_add2<<<blocks_for(n), kThreads, 0, s>>>(y, a, b, n, acc);
+  return cudaGetLastError();
+}
+
+cudaError_t nn__k_mul(cudaStream_t s, float *y, const float *a, const float *b, size_t n,
+                      size_t F, bool bcast, bool acc) {
+  k_mul<<<blocks_for(n), kThreads, 0, s>>>(y, a, b, n, F, bcast, acc);
+  return cudaGetLastError();
+}
+
+cudaError_t nn__k_rowdot(cudaStream_t s, float *d, const float *x, const float *y, int B, int F,
+                         bool acc) {
+  k_rowdot<<<blocks_for((size_t)B), kThreads, 0, s>>>(d, x, y, B, F, acc);
   return cudaGetLastError();
 }
 

@@ -511,6 +511,37 @@ static int concat_bwd(nn_model *m, nn__node *n, int B, shoal_error *err) {
 }
 BACKWARD(concat)
 
+/* y = a ⊙ b (b of a's shape, or one value per sample); da = dy ⊙ b, db = dy ⊙ a or its
+ * per-sample sum. */
+static int mul_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  CTX;
+  const nn__node *a = &m->nodes[n->in[0]], *b = &m->nodes[n->in[1]];
+  bool bcast = b->F == 1 && n->F > 1;
+  NN_CU(c, n->name,
+        nn__k_mul(S, n->out, a->out, b->out, (size_t)B * n->F, (size_t)n->F, bcast, false));
+  return 0;
+}
+
+static int mul_bwd(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  CTX;
+  const nn__node *a = &m->nodes[n->in[0]], *b = &m->nodes[n->in[1]];
+  bool bcast = b->F == 1 && n->F > 1, acc;
+  float *da = nn__dinput(m, n, 0, &acc);
+  if (da)
+    NN_CU(c, n->name,
+          nn__k_mul(S, da, n->dout, b->out, (size_t)B * n->F, (size_t)n->F, bcast, acc));
+  float *db = nn__dinput(m, n, 1, &acc);
+  if (db) {
+    if (bcast)
+      NN_CU(c, n->name, nn__k_rowdot(S, db, n->dout, a->out, B, n->F, acc));
+    else
+      NN_CU(c, n->name,
+            nn__k_mul(S, db, n->dout, a->out, (size_t)B * n->F, (size_t)n->F, false, acc));
+  }
+  return 0;
+}
+BACKWARD(mul)
+
 static const nn__layer_ops cuda_dense = {dense_forward, dense_backward};
 static const nn__layer_ops cuda_conv = {conv_forward, conv_backward};
 static const nn__layer_ops cuda_pool = {pool_forward, pool_backward};
@@ -522,6 +553,7 @@ static const nn__layer_ops cuda_view = {view_forward, view_backward};
 static const nn__layer_ops cuda_slice = {slice_forward, slice_backward};
 static const nn__layer_ops cuda_add = {add_forward, add_backward};
 static const nn__layer_ops cuda_concat = {concat_forward, concat_backward};
+static const nn__layer_ops cuda_mul = {mul_forward, mul_backward};
 static const nn__layer_ops cuda_lstm = {lstm_forward, lstm_backward};
 static const nn__layer_ops cuda_embedding = {embedding_forward, embedding_backward};
 static const nn__layer_ops cuda_gru = {gru_forward, gru_backward};
@@ -544,6 +576,7 @@ const nn__backend nn__cuda_backend = {
             [NN__SLICE] = &cuda_slice,
             [NN__ADD] = &cuda_add,
             [NN__CONCAT] = &cuda_concat,
+            [NN__MUL] = &cuda_mul,
             [NN__LSTM] = &cuda_lstm,
             [NN__EMBEDDING] = &cuda_embedding,
             [NN__GRU] = &cuda_gru,

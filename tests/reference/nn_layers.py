@@ -199,6 +199,35 @@ def main():
         return fc(h.reshape(2, 10, 2, 1).reshape(2, -1))
 
     run("slice_concat", {"cv": cv, "fc": fc}, rnd(2, 6, 2, 2), cat_fwd, 2, gen=g)
+
+    # Element-wise product of two branches of the same shape: fa(x) * tanh(fb(x)).
+    fa, fb = nn.Linear(5, 4), nn.Linear(5, 4)
+    for mod in (fa, fb):
+        randomize(mod, g)
+    run("mul", {"fa": fa, "fb": fb}, rnd(3, 5, 1, 1),
+        lambda x: fa(x.reshape(3, -1)) * torch.tanh(fb(x.reshape(3, -1))), 3, gen=g)
+
+    # The LSTM cell unrolled over 3 steps whose state is reset by a per-sample mask
+    # before each step (an episode start): input [x1 x2 x3 | h0 | c0 | m1 m2 m3] with
+    # x_t of 2 features, hidden 3; (h, c) <- (h, c) * m_t, then the cell; output
+    # [h1 c1 | h2 c2 | h3 c3]. The masks mix 0 and 1 (and one 0.5, which checks the
+    # product itself rather than a select).
+    cell = nn.LSTMCell(2, 3)
+    x = rnd(2, 15, 1, 1)
+    x[:, 12:15, 0, 0] = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.5]])
+
+    def masked(x):
+        v = x.reshape(2, -1)
+        s = v[:, 6:12]
+        outs = []
+        for t in range(3):
+            s = s * v[:, 12 + t:13 + t]
+            h, c = cell(v[:, 2 * t:2 * t + 2], (s[:, :3], s[:, 3:]))
+            s = torch.cat([h, c], dim=1)
+            outs.append(s)
+        return torch.cat(outs, dim=1)
+
+    run("lstm_masked", {"cell": cell}, x, masked, 2, gen=g)
     return 0
 
 
