@@ -106,8 +106,8 @@ static void test_impala_solves_cartpole(void **state) {
   double steps = number_after(done, "\"env_steps\":");
   assert_true(steps > 0 && steps <= 1000000 + 2 * 16 * 20 * 4);
   /* V-trace saw actor data from older versions: the lag is measured and within the
-   * config's bound (replay.max_staleness 8). */
-  assert_true(number_after(done, "\"lag_max\":") <= 8);
+   * config's bound (replay.max_staleness 2). */
+  assert_true(number_after(done, "\"lag_max\":") <= 2);
   free(out);
   assert_true(eval_run("impala-solve") >= 400.0);
 }
