@@ -35,6 +35,30 @@ static int connect_to(const char *addr, const char *run, const char *token, rpc_
   return rpc_client_create(&cc, c, err);
 }
 
+/* A learner busy training on a loaded machine can miss a connection attempt (gRPC then
+ * fails the call at once with UNAVAILABLE): a person's command tries twice more. Both
+ * calls are safe to repeat: Status reads, and SetHyperparams sets absolute values. */
+enum { CLI_TRIES = 3 };
+
+static int status_tries(rpc_client *c, rpc_status *out, shoal_error *err) {
+  int rc = SHOAL_ENET;
+  for (int t = 0; t < CLI_TRIES && rc == SHOAL_ENET; t++) {
+    if (t) usleep(500000);
+    rc = rpc_client_status(c, out, err);
+  }
+  return rc;
+}
+
+static int set_tries(rpc_client *c, const rpc_hyperparam *h, int n, uint32_t *applied,
+                     shoal_error *err) {
+  int rc = SHOAL_ENET;
+  for (int t = 0; t < CLI_TRIES && rc == SHOAL_ENET; t++) {
+    if (t) usleep(500000);
+    rc = rpc_client_set_hyperparams(c, h, n, applied, err);
+  }
+  return rc;
+}
+
 static double counter(const rpc_status *s, const char *name) {
   for (int i = 0; i < s->ncounters; i++)
     if (!strcmp(s->counters[i].name, name)) return s->counters[i].value;
@@ -101,12 +125,12 @@ int cmd_status(int argc, char **argv) {
   rpc_client *c;
   if (connect_to(addr, NULL, token, &c, &err)) return fail("status", &err);
   rpc_status s0, s;
-  int rc = rpc_client_status(c, &s0, &err);
+  int rc = status_tries(c, &s0, &err);
   double dt = 0;
   if (!rc && interval > 0) {
     double t0 = shoal_now_s();
     usleep((useconds_t)(interval * 1e6));
-    rc = rpc_client_status(c, &s, &err);
+    rc = status_tries(c, &s, &err);
     dt = shoal_now_s() - t0;
   } else {
     s = s0;
@@ -199,7 +223,7 @@ int cmd_set(int argc, char **argv) {
       rc = fail("set", &err);
       goto done;
     }
-    int src = rpc_client_status(c, &st, &err);
+    int src = status_tries(c, &st, &err);
     rpc_client_close(c, 0.5, NULL, NULL);
     if (src) {
       rc = fail("set", &err);
@@ -213,7 +237,7 @@ int cmd_set(int argc, char **argv) {
     goto done;
   }
   uint32_t applied = 0;
-  int src = rpc_client_set_hyperparams(c, h, n, &applied, &err);
+  int src = set_tries(c, h, n, &applied, &err);
   rpc_client_close(c, 0.5, NULL, NULL);
   if (src) {
     rc = fail("set", &err);
