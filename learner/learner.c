@@ -106,7 +106,11 @@ typedef struct learner {
    * batches the file already holds and takes the rest. */
   pthread_mutex_t *actor_mu;
   uint64_t *last_seq;
-  uint64_t *ack_copy; /* the table as saved: incarnation, seq per actor */
+  /* The seq tables in the ".acks" file: [0] the one of the last replay save that
+   * succeeded, [1] the one being saved (incarnation, seq per actor, each). */
+  uint64_t *ack_copy;
+  uint64_t ack_steps[2]; /* the replay_steps each table belongs to (UINT64_MAX: none) */
+  int64_t ack_env[2];
   pthread_rwlock_t save_lock;
   atomic_uint_fast64_t batches_inserted, resent_dropped, stream_cuts;
   atomic_uint_fast64_t replay_saves, replay_save_errors;
@@ -601,13 +605,15 @@ static void snapshot(learner *L, int64_t env_steps, double score) {
   L->snapshots++;
 }
 
-/* The ".acks" file beside the saved replay: which batch of each actor incarnation the
- * replay file ends with, and the env step count it stands for.
- *   "SHOALACK" u32 version=1 u32 actors u64 replay_steps i64 env_steps
- *   actors x (u64 incarnation, u64 last_seq)  u64 FNV-1a of everything before it
- * Written after the replay file (temp file, fsync, rename); replay_steps ties it to
- * that file, so a crash between the two renames is detected and the file ignored. */
-enum { ACKS_VERSION = 1 };
+/* The ".acks" file beside the saved replay: which batch of each actor incarnation a
+ * replay file ends with, and the env step count it stands for, for the last replay save
+ * that succeeded and for the one in progress:
+ *   "SHOALACK" u32 version=2 u32 actors
+ *   2 x (u64 replay_steps, i64 env_steps, actors x (u64 incarnation, u64 last_seq))
+ *   u64 FNV-1a of everything before it
+ * It is written (temp file, fsync, rename) before the replay file is renamed into
+ * place, so whichever replay file a crash leaves, one of the two tables describes it. */
+enum { ACKS_VERSION = 2 };
 static const char ACKS_MAGIC[8] = {'S', 'H', 'O', 'A', 'L', 'A', 'C', 'K'};
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
@@ -616,22 +622,24 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
-static int acks_write(const learner *L, uint64_t replay_steps, int64_t env_steps,
-                      shoal_error *err) {
+static size_t acks_len(const learner *L) { return 8 + 8 + 2 * (16 + (size_t)L->actors * 16) + 8; }
+
+static int acks_write(const learner *L, shoal_error *err) {
   char path[4200], tmp[4210];
   snprintf(path, sizeof path, "%s.acks", L->replay_path);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  uint32_t head[3] = {ACKS_VERSION, (uint32_t)L->actors, 0};
-  size_t tab = (size_t)L->actors * 2 * sizeof(uint64_t);
-  size_t len = 8 + 8 + 8 + 8 + tab + 8;
+  uint32_t head[2] = {ACKS_VERSION, (uint32_t)L->actors};
+  size_t tab = (size_t)L->actors * 2 * sizeof(uint64_t), len = acks_len(L);
   uint8_t *buf = malloc(len);
   if (!buf) return shoal_error_set(err, SHOAL_ENOMEM, "replay acks: out of memory");
   size_t o = 0;
   memcpy(buf + o, ACKS_MAGIC, 8), o += 8;
   memcpy(buf + o, head, 8), o += 8;
-  memcpy(buf + o, &replay_steps, 8), o += 8;
-  memcpy(buf + o, &env_steps, 8), o += 8;
-  memcpy(buf + o, L->ack_copy, tab), o += tab;
+  for (int k = 0; k < 2; k++) {
+    memcpy(buf + o, &L->ack_steps[k], 8), o += 8;
+    memcpy(buf + o, &L->ack_env[k], 8), o += 8;
+    memcpy(buf + o, L->ack_copy + (size_t)k * L->actors * 2, tab), o += tab;
+  }
   uint64_t h = fnv1a(0xcbf29ce484222325ull, buf, o);
   memcpy(buf + o, &h, 8), o += 8;
   int rc = 0;
@@ -648,23 +656,22 @@ static int acks_write(const learner *L, uint64_t replay_steps, int64_t env_steps
   return rc;
 }
 
-/* Reads the .acks file into incarnation/last_seq when it matches the loaded replay
- * (replay_steps); *env_steps gets its step count. Returns 0, SHOAL_ENOENT (no file),
- * SHOAL_EFORMAT (damaged, another version or actor count) or SHOAL_ESTATE (it belongs
- * to another replay file). */
+/* Reads the .acks file's table for the loaded replay (replay_steps) into
+ * incarnation/last_seq, and keeps it as the last saved table; *env_steps gets its step
+ * count. Returns 0, SHOAL_ENOENT (no file), SHOAL_EFORMAT (damaged, another version or
+ * actor count) or SHOAL_ESTATE (neither table belongs to this replay file). */
 static int acks_read(learner *L, uint64_t replay_steps, int64_t *env_steps, shoal_error *err) {
   char path[4200];
   snprintf(path, sizeof path, "%s.acks", L->replay_path);
-  size_t len;
   FILE *f = fopen(path, "rb");
   if (!f) return shoal_error_set(err, SHOAL_ENOENT, "'%s': %s", path, strerror(errno));
-  size_t tab = (size_t)L->actors * 2 * sizeof(uint64_t), want = 8 + 8 + 8 + 8 + tab + 8;
+  size_t tab = (size_t)L->actors * 2 * sizeof(uint64_t), want = acks_len(L);
   uint8_t *buf = malloc(want + 1);
-  len = buf ? fread(buf, 1, want + 1, f) : 0;
+  size_t len = buf ? fread(buf, 1, want + 1, f) : 0;
   fclose(f);
   int rc = 0;
   uint32_t head[2];
-  uint64_t steps, h;
+  uint64_t h;
   if (!buf) return shoal_error_set(err, SHOAL_ENOMEM, "'%s': out of memory", path);
   if (len != want || memcmp(buf, ACKS_MAGIC, 8)) {
     rc = shoal_error_set(err, SHOAL_EFORMAT, "'%s': %zu bytes, not a seq table for %d actors", path,
@@ -680,17 +687,23 @@ static int acks_read(learner *L, uint64_t replay_steps, int64_t *env_steps, shoa
                          h == fnv1a(0xcbf29ce484222325ull, buf, want - 8) ? "ok" : "bad");
     goto out;
   }
-  memcpy(&steps, buf + 16, 8);
-  if (steps != replay_steps) {
-    rc = shoal_error_set(err, SHOAL_ESTATE,
-                         "'%s' describes a replay of %llu steps, the saved replay has %llu", path,
-                         (unsigned long long)steps, (unsigned long long)replay_steps);
-    goto out;
-  }
-  memcpy(env_steps, buf + 24, 8);
-  for (int a = 0; a < L->actors; a++) {
-    memcpy(&L->incarnation[a], buf + 32 + (size_t)a * 16, 8);
-    memcpy(&L->last_seq[a], buf + 32 + (size_t)a * 16 + 8, 8);
+  rc = shoal_error_set(err, SHOAL_ESTATE, "'%s' describes no replay of %llu steps", path,
+                       (unsigned long long)replay_steps);
+  for (int k = 1; k >= 0; k--) { /* the newer table first */
+    const uint8_t *e = buf + 16 + (size_t)k * (16 + tab);
+    uint64_t steps;
+    memcpy(&steps, e, 8);
+    if (steps != replay_steps) continue;
+    memcpy(env_steps, e + 8, 8);
+    for (int a = 0; a < L->actors; a++) {
+      memcpy(&L->incarnation[a], e + 16 + (size_t)a * 16, 8);
+      memcpy(&L->last_seq[a], e + 16 + (size_t)a * 16 + 8, 8);
+    }
+    memcpy(L->ack_copy, e + 16, tab);
+    L->ack_steps[0] = steps;
+    L->ack_env[0] = *env_steps;
+    rc = 0;
+    break;
   }
 out:
   free(buf);
@@ -707,14 +720,23 @@ static void save_replay(learner *L) {
   pthread_rwlock_wrlock(&L->save_lock);
   replay_stats rs;
   replay_get_stats(L->mem, &rs);
+  uint64_t *next = L->ack_copy + (size_t)L->actors * 2;
   for (int a = 0; a < L->actors; a++) {
-    L->ack_copy[2 * a] = L->incarnation[a];
-    L->ack_copy[2 * a + 1] = L->last_seq[a];
+    next[2 * a] = L->incarnation[a];
+    next[2 * a + 1] = L->last_seq[a];
   }
-  int64_t env_steps = L->env_steps_base + (int64_t)rs.inserted_steps;
-  int rc = replay_save(L->mem, L->replay_path, &err);
+  L->ack_steps[1] = rs.inserted_steps;
+  L->ack_env[1] = L->env_steps_base + (int64_t)rs.inserted_steps;
+  /* The tables first: a crash before the replay file's rename leaves the old file,
+   * which table [0] describes. */
+  int rc = acks_write(L, &err);
+  if (!rc) rc = replay_save(L->mem, L->replay_path, &err);
+  if (!rc) {
+    memcpy(L->ack_copy, next, (size_t)L->actors * 2 * sizeof *next);
+    L->ack_steps[0] = L->ack_steps[1];
+    L->ack_env[0] = L->ack_env[1];
+  }
   pthread_rwlock_unlock(&L->save_lock);
-  if (!rc) rc = acks_write(L, rs.inserted_steps, env_steps, &err);
   L->replay_save_s = shoal_now_s() - t0;
   if (rc) {
     uint64_t n = atomic_fetch_add(&L->replay_save_errors, 1) + 1;
@@ -909,7 +931,8 @@ int main(int argc, char **argv) {
   L.stream_ret = calloc((size_t)L.actors * L.num_envs + 1, sizeof *L.stream_ret);
   L.incarnation = calloc((size_t)L.actors + 1, sizeof *L.incarnation);
   L.last_seq = calloc((size_t)L.actors + 1, sizeof *L.last_seq);
-  L.ack_copy = calloc((size_t)L.actors * 2 + 1, sizeof *L.ack_copy);
+  L.ack_copy = calloc((size_t)L.actors * 4 + 1, sizeof *L.ack_copy);
+  L.ack_steps[0] = L.ack_steps[1] = UINT64_MAX; /* no table saved yet */
   L.actor_mu = calloc((size_t)L.actors + 1, sizeof *L.actor_mu);
   for (int a = 0; L.actor_mu && a < L.actors; a++) pthread_mutex_init(&L.actor_mu[a], NULL);
   {
