@@ -14,6 +14,10 @@
  * is on (Gymnasium's NormalizeReward, per actor as CleanRL wraps each env copy), and
  * the raw episode returns travel in ep_return for the learner's return100.
  *
+ * With an LSTM core (ac.lstm) the actor carries each copy's (h, c) across unrolls and
+ * parameter pulls, resets it where an episode begins, and sends the state each unroll
+ * started from in the core0 column, from which the learner re-runs the core.
+ *
  * SIGINT/SIGTERM: the unroll in progress is dropped, queued ones flushed, exit 0.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -170,6 +174,16 @@ int main(int argc, char **argv) {
   op_norm ret_rms = {0}; /* NormalizeReward: the discounted return's running variance */
   if (op_norm_init(&ret_rms, 1, &err)) die("normaliser", &err);
   float *disc_f = malloc(Bz * sizeof(float));
+  /* LSTM core: S floats of (h, c) per copy; first: the observation begins an episode */
+  const size_t S = (size_t)ag.S;
+  float *core = calloc(Bz * (S ? S : 1), sizeof(float));
+  float *c_core0 = calloc(Bz * (S ? S : 1), sizeof(float));
+  uint8_t *first = malloc(Bz);
+  if (!core || !c_core0 || !first) {
+    fprintf(stderr, "shoal-onpolicy-actor %d: out of memory\n", idx_arg);
+    return 1;
+  }
+  memset(first, 1, Bz);
   if (!cur || !fin || !cur_f || !act || !env_act || !logp || !rew || !term || !trunc || !ep_ret ||
       !disc_ret || !c_obs || !c_fin || !c_act || !c_rew || !c_logp || !c_epret || !c_term ||
       !c_trunc || !disc_f) {
@@ -180,9 +194,10 @@ int main(int argc, char **argv) {
   op_rpc_spec(&s, run, &spec);
   rpc_batch b = {0};
   b.n = (uint32_t)B;
-  b.ncols = OP_NCOLS;
-  void *data[OP_NCOLS] = {c_obs, c_act, c_rew, c_term, c_trunc, c_fin, c_logp, c_epret};
-  for (int c = 0; c < OP_NCOLS; c++) {
+  b.ncols = spec.ncols;
+  void *data[OP_NCOLS + 1] = {c_obs, c_act,  c_rew,   c_term, c_trunc,
+                              c_fin, c_logp, c_epret, c_core0};
+  for (int c = 0; c < spec.ncols; c++) {
     b.cols[c].name = spec.cols[c].name;
     b.cols[c].dtype = spec.cols[c].dtype;
     b.cols[c].ndim = spec.cols[c].ndim;
@@ -201,12 +216,23 @@ int main(int argc, char **argv) {
   int64_t unrolls = 0;
   while (!stop_signal) {
     memset(c_fin, 0, Bz * Tz * ob);
+    /* The state this unroll starts from, as reset for its first observation. */
+    for (size_t i = 0; i < Bz && S; i++) {
+      if (first[i])
+        memset(c_core0 + i * S, 0, S * sizeof(float));
+      else
+        memcpy(c_core0 + i * S, core + i * S, S * sizeof(float));
+    }
     for (int t = 0; t < T && !stop_signal; t++) {
       for (size_t i = 0; i < Bz; i++)
         memcpy(c_obs + (i * (Tz + 1) + (size_t)t) * ob, (uint8_t *)cur + i * ob, ob);
       op_obs_to_float(&s, cur, cur_f, Bz, s.norm_obs ? &z : NULL);
-      if (op_agent_act(&ag, cur_f, B, &rng, false, act, env_act, logp, &err)) die("act", &err);
+      int arc = S ? op_agent_act_recurrent(&ag, cur_f, B, core, first, &rng, false, act, env_act,
+                                           logp, &err)
+                  : op_agent_act(&ag, cur_f, B, &rng, false, act, env_act, logp, &err);
+      if (arc) die("act", &err);
       if (env_vec_step(ev, env_act, &out, &err)) die("env step", &err);
+      for (size_t i = 0; i < Bz; i++) first[i] = term[i] | trunc[i];
       if (s.norm_reward) {
         /* Gymnasium 1.x NormalizeReward: scale by the std of the discounted return. */
         for (size_t i = 0; i < Bz; i++) {
@@ -269,5 +295,6 @@ int main(int argc, char **argv) {
   free(cur), free(fin), free(cur_f), free(act), free(env_act), free(logp), free(rew);
   free(term), free(trunc), free(ep_ret), free(disc_ret), free(c_obs), free(c_fin), free(c_act);
   free(c_rew), free(c_logp), free(c_epret), free(c_term), free(c_trunc), free(disc_f);
+  free(core), free(c_core0), free(first);
   return 0;
 }

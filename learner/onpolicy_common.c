@@ -20,6 +20,7 @@ int op_spec_from_config(const config *cfg, op_spec *s, shoal_error *err) {
   s->norm_reward = config_bool(cfg, "env.norm_reward");
   s->bootstrap_truncation = config_bool(cfg, "env.bootstrap_truncation");
   s->gamma = (float)config_float(cfg, s->impala ? "impala.gamma" : "ppo.gamma");
+  s->lstm = (int)config_int(cfg, "ac.lstm");
   env *e;
   int rc = s->env_options[0] ? env_make_opts(&e, s->env_id, s->env_options, err)
                              : env_make(&e, s->env_id, err);
@@ -79,6 +80,7 @@ int op_agent_create(const config *cfg, const op_spec *s, int max_batch, bool lea
   }
   a->max_batch = max_batch;
   a->learner = learner;
+  a->S = a->p ? ppo_state_size(a->p) : impala_state_size(a->l);
   return 0;
 }
 
@@ -98,6 +100,17 @@ int op_agent_act(op_agent *a, const float *obs, int B, shoal_rng *rng, bool gree
   return rc;
 }
 
+int op_agent_act_recurrent(op_agent *a, const float *obs, int B, float *state, const uint8_t *first,
+                           shoal_rng *rng, bool greedy, void *act, void *env_act, float *logp,
+                           shoal_error *err) {
+  if (a->p)
+    return ppo_act_recurrent(a->p, obs, B, state, first, rng, greedy, act, env_act, logp, NULL,
+                             err);
+  int rc = impala_act_recurrent(a->l, obs, B, state, first, rng, greedy, act, logp, err);
+  if (!rc && env_act) memcpy(env_act, act, (size_t)B * sizeof(int32_t));
+  return rc;
+}
+
 int op_agent_learn(op_agent *a, const onpolicy_batch *b, onpolicy_stats *st, shoal_error *err) {
   return a->p ? ppo_learn(a->p, b, st, err) : impala_learn(a->l, b, st, err);
 }
@@ -109,11 +122,13 @@ void op_agent_set_lr(op_agent *a, float lr) {
     impala_set_lr(a->l, lr);
 }
 
+int op_spec_ncols(const op_spec *s) { return OP_NCOLS + (s->lstm > 0); }
+
 void op_rpc_spec(const op_spec *s, const char *run_id, rpc_spec *out) {
   memset(out, 0, sizeof *out);
   out->run_id = run_id;
   out->max_items = (uint32_t)s->num_envs;
-  out->ncols = OP_NCOLS;
+  out->ncols = op_spec_ncols(s);
   int odt = s->obs_u8 ? RPC_U8 : RPC_F32;
   rpc_column_spec *c = out->cols;
   c[OP_OBS] = (rpc_column_spec){.name = "obs", .dtype = odt, .ndim = 1 + s->obs_ndim};
@@ -136,6 +151,9 @@ void op_rpc_spec(const op_spec *s, const char *run_id, rpc_spec *out) {
   c[OP_EPRET] = (rpc_column_spec){.name = "ep_return", .dtype = RPC_F32, .ndim = 1};
   c[OP_REWARD].shape[0] = c[OP_TERM].shape[0] = c[OP_TRUNC].shape[0] = c[OP_LOGP].shape[0] =
       c[OP_EPRET].shape[0] = s->T;
+  if (s->lstm > 0) /* the rpc layer then checks its shape and that it is finite */
+    c[OP_CORE0] =
+        (rpc_column_spec){.name = "core0", .dtype = RPC_F32, .ndim = 1, .shape = {2 * s->lstm}};
 }
 
 /* ---- normaliser ---- */
@@ -345,6 +363,9 @@ struct op_eval {
   uint8_t *term, *trunc;
   int *done;
   double *ret, *returns;
+  int S;          /* recurrent state floats per env (2·lstm), 0 without a core */
+  float *state;   /* (E, S) */
+  uint8_t *first; /* (E) the observation begins an episode */
 };
 
 op_eval *op_eval_create(const op_spec *s, int episodes, shoal_error *err) {
@@ -374,8 +395,11 @@ op_eval *op_eval_create(const op_spec *s, int episodes, shoal_error *err) {
   e->done = malloc(E * sizeof(int));
   e->ret = malloc(E * sizeof(double));
   e->returns = malloc((size_t)episodes * sizeof(double));
+  e->S = 2 * s->lstm;
+  e->state = calloc(E * (size_t)(e->S ? e->S : 1), sizeof(float));
+  e->first = malloc(E);
   if (!e->raw || !e->fin || !e->obs || !e->rew || !e->act || !e->env_act || !e->term || !e->trunc ||
-      !e->done || !e->ret || !e->returns) {
+      !e->done || !e->ret || !e->returns || !e->state || !e->first) {
     op_eval_destroy(e);
     shoal_error_set(err, SHOAL_ENOMEM, "evaluation: out of memory");
     return NULL;
@@ -388,13 +412,20 @@ void op_eval_destroy(op_eval *e) {
   env_vec_destroy(e->ev);
   free(e->raw), free(e->fin), free(e->obs), free(e->rew), free(e->act), free(e->env_act);
   free(e->term), free(e->trunc), free(e->done), free(e->ret), free(e->returns);
+  free(e->state), free(e->first);
   free(e);
 }
 
 int op_eval_run(op_eval *e, op_agent *a, const op_norm *z, bool greedy, uint64_t seed, double *mean,
                 double *sd, double *min, double *max, shoal_error *err) {
   int E = e->E, total = e->episodes, got = 0;
+  if (a->S != e->S)
+    return shoal_error_set(err, SHOAL_ESTATE,
+                           "evaluation: the network's recurrent state is %d floats, the run's "
+                           "%d",
+                           a->S, e->S);
   env_vec_reset(e->ev, seed, e->raw);
+  memset(e->first, 1, (size_t)E); /* every copy starts an episode: its state is reset */
   for (int i = 0; i < E; i++) e->done[i] = 0, e->ret[i] = 0;
   env_vec_out out = {e->raw, e->rew, e->term, e->trunc, e->fin};
   shoal_rng rng;
@@ -403,11 +434,14 @@ int op_eval_run(op_eval *e, op_agent *a, const op_norm *z, bool greedy, uint64_t
   int64_t cap = (int64_t)27000 * ((total + E - 1) / E), t = 0;
   while (got < total && t++ < cap) {
     op_obs_to_float(e->s, e->raw, e->obs, (size_t)E, z);
-    int rc = op_agent_act(a, e->obs, E, &rng, greedy, e->act, e->env_act, NULL, err);
+    int rc = e->S ? op_agent_act_recurrent(a, e->obs, E, e->state, e->first, &rng, greedy, e->act,
+                                           e->env_act, NULL, err)
+                  : op_agent_act(a, e->obs, E, &rng, greedy, e->act, e->env_act, NULL, err);
     if (!rc) rc = env_vec_step(e->ev, e->env_act, &out, err);
     if (rc) return rc;
     for (int i = 0; i < E; i++) {
       e->ret[i] += e->rew[i];
+      e->first[i] = e->term[i] | e->trunc[i]; /* the env autoresets: a new episode next */
       if (!e->term[i] && !e->trunc[i]) continue;
       int quota = total / E + (i < total % E);
       if (e->done[i] < quota) e->returns[got++] = e->ret[i], e->done[i]++;

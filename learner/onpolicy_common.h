@@ -16,6 +16,9 @@
  *                ended it (zeros elsewhere; sent LZ4-compressed)
  *   logp         (T) f32: log μ(a_t | o_t) of the behaviour policy
  *   ep_return    (T) f32: the raw return of the episode that ended at the step (0 else)
+ *   core0        (2·lstm) f32, only when the run's network has an LSTM core (ac.lstm):
+ *                the (h, c) that entered the core at obs row 0, as the actor held it,
+ *                zero where row 0 begins an episode (onpolicy_batch.core0)
  * and the batch's policy_version: the one parameter version that acted for all T steps.
  *
  *   op_spec s;  op_spec_from_config(cfg, &s, &err);
@@ -35,6 +38,8 @@
 #include "rpc/rpc.h"
 
 enum { OP_OBS, OP_ACTION, OP_REWARD, OP_TERM, OP_TRUNC, OP_FINAL, OP_LOGP, OP_EPRET, OP_NCOLS };
+/* The optional column after the OP_NCOLS fixed ones (runs with an LSTM core). */
+enum { OP_CORE0 = OP_NCOLS };
 
 /* The shape of a run, from its config and its env's spaces. */
 typedef struct op_spec {
@@ -53,7 +58,11 @@ typedef struct op_spec {
   float low[AC_MAX_ACT_DIM], high[AC_MAX_ACT_DIM];
   bool norm_obs, norm_reward, bootstrap_truncation;
   float gamma;
+  int lstm; /* ac.lstm: the LSTM core's size, 0 without one; its state is 2·lstm floats */
 } op_spec;
+
+/* Columns of the run's unroll batches: OP_NCOLS, plus core0 with an LSTM core. */
+int op_spec_ncols(const op_spec *s);
 
 /* Reads s from a resolved, checked config (onpolicy_schema + onpolicy_check), making
  * one env to learn its spaces. SHOAL_ENOENT for an unknown env, SHOAL_EINVAL for
@@ -65,6 +74,7 @@ typedef struct op_agent {
   ppo *p;
   impala *l;
   int max_batch;
+  int S;        /* recurrent state floats per env (2·lstm); 0 without a core */
   bool learner; /* has the optimizer: its snapshots carry the learner state */
 } op_agent;
 
@@ -79,11 +89,19 @@ nn_model *op_agent_model(op_agent *a);
  * logp (may be NULL) their log-probabilities. */
 int op_agent_act(op_agent *a, const float *obs, int B, shoal_rng *rng, bool greedy, void *act,
                  void *env_act, float *logp, shoal_error *err);
+/* As op_agent_act for an agent with an LSTM core (a->S > 0): state (B, a->S) is each
+ * env's (h, c), read and replaced by the state after the step; first (B) marks the
+ * observations that begin an episode, whose state is reset first. SHOAL_ESTATE for an
+ * agent without a core (and op_agent_act is SHOAL_ESTATE for one with). */
+int op_agent_act_recurrent(op_agent *a, const float *obs, int B, float *state, const uint8_t *first,
+                           shoal_rng *rng, bool greedy, void *act, void *env_act, float *logp,
+                           shoal_error *err);
 /* One update from a time-major batch (impala_learn or ppo_learn). */
 int op_agent_learn(op_agent *a, const onpolicy_batch *b, onpolicy_stats *st, shoal_error *err);
 void op_agent_set_lr(op_agent *a, float lr);
 
-/* The learner's rpc spec for the run (columns above); run_id borrowed. */
+/* The learner's rpc spec for the run (columns above; core0 only with an LSTM core);
+ * run_id borrowed. */
 void op_rpc_spec(const op_spec *s, const char *run_id, rpc_spec *out);
 
 /* ---- observation normaliser (Gymnasium's NormalizeObservation: running mean and
@@ -142,8 +160,10 @@ typedef struct op_eval op_eval;
 op_eval *op_eval_create(const op_spec *s, int episodes, shoal_error *err);
 void op_eval_destroy(op_eval *e);
 /* Mean and standard deviation of the undiscounted return over the episodes, acting
- * greedily (or sampling) with a, observations normalised by z (may be NULL). min/max
- * may be NULL. Episodes of envs without a time limit are cut at 27,000 steps. */
+ * greedily (or sampling) with a, observations normalised by z (may be NULL). With an
+ * LSTM core the state is carried per env copy and reset at each episode's start
+ * (every copy starts from zeros). min/max may be NULL. Episodes of envs without a time limit are
+ * cut at 27,000 steps. */
 int op_eval_run(op_eval *e, op_agent *a, const op_norm *z, bool greedy, uint64_t seed, double *mean,
                 double *sd, double *min, double *max, shoal_error *err);
 

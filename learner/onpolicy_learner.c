@@ -17,6 +17,10 @@
  * the run's latest snapshot: parameters, observation statistics, the learner state
  * (optimizer moments and step, PPO's shuffling RNG; a snapshot from before it was kept
  * restarts the optimizer, with a note), version, update and env-step counters.
+ *
+ * With an LSTM core (ac.lstm) every unroll brings the (h, c) its first step started
+ * from (the core0 column); it waits in the FIFO's one-row unroll column and becomes
+ * onpolicy_batch.core0, from which learn() re-runs the core over the unroll.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -156,6 +160,16 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
       return bad(L, err, "unroll %zu step %zu: log-probability %g > 0", k / T, k % T,
                  (double)logp[k]);
   }
+  if (s->lstm > 0) {
+    /* The rpc layer checked its shape and that it is finite; h = o · tanh(c) lies in
+     * [−1, 1], so a larger h was not produced by this network. */
+    const float *core0 = b->cols[OP_CORE0].data;
+    for (uint32_t i = 0; i < b->n; i++)
+      for (int k = 0; k < s->lstm; k++)
+        if (fabsf(core0[(size_t)i * 2 * (size_t)s->lstm + (size_t)k]) > 1.0f + 1e-5f)
+          return bad(L, err, "unroll %u: core0 h[%d] = %g outside [-1, 1]", i, k,
+                     (double)core0[(size_t)i * 2 * (size_t)s->lstm + (size_t)k]);
+  }
   if (s->A > 0) {
     const int32_t *a = b->cols[OP_ACTION].data;
     for (size_t k = 0; k < NT; k++)
@@ -181,13 +195,16 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
     for (; c < 5; c++)
       cols[c] =
           (const uint8_t *)b->cols[which[c]].data + (size_t)i * (b->cols[which[c]].bytes / b->n);
-    const void *all[6] = {
+    const void *all[7] = {
         cols[0],
         cols[1],
         cols[2],
         cols[3],
         cols[4],
-        (const uint8_t *)b->cols[OP_FINAL].data + (size_t)i * (b->cols[OP_FINAL].bytes / b->n)};
+        (const uint8_t *)b->cols[OP_FINAL].data + (size_t)i * (b->cols[OP_FINAL].bytes / b->n),
+        s->lstm > 0
+            ? (const uint8_t *)b->cols[OP_CORE0].data + (size_t)i * (b->cols[OP_CORE0].bytes / b->n)
+            : NULL};
     int rc = replay_traj_push(L->q, all, logp + (size_t)i * T, b->policy_version, err);
     if (rc == SHOAL_ECLOSED) return shoal_error_set(err, SHOAL_EFULL, "the learner is stopping");
     if (rc) return rc;
@@ -468,6 +485,11 @@ int main(int argc, char **argv) {
   qc.cols[3] = (replay_column){.name = "terminated", .dtype = REPLAY_U8};
   qc.cols[4] = (replay_column){.name = "truncated", .dtype = REPLAY_U8};
   qc.bootstrap_column = "obs";
+  if (s->lstm > 0) { /* the (h, c) each unroll started from: one row per unroll */
+    qc.cols[qc.ncols++] = (replay_column){
+        .name = "core0", .dtype = REPLAY_F32, .ndim = 1, .shape = {2 * (int64_t)s->lstm}};
+    qc.unroll_column = "core0";
+  }
   qc.capacity = capacity;
   qc.max_staleness = L.max_staleness;
   qc.full = REPLAY_FULL_BLOCK;
@@ -548,12 +570,14 @@ int main(int argc, char **argv) {
   float *rew = malloc(Tz * Bz * sizeof(float)), *logp = malloc(Tz * Bz * sizeof(float));
   uint8_t *term = malloc(Tz * Bz), *trunc = malloc(Tz * Bz);
   int64_t *ver = malloc(Bz * sizeof(int64_t));
+  const size_t S = 2 * (size_t)s->lstm;
+  float *core0 = S ? malloc(Bz * S * sizeof(float)) : NULL;
   if (!obs_raw || !fin_raw || !obs_f || !fin_f || !act || !rew || !logp || !term || !trunc ||
-      !ver) {
+      !ver || (S && !core0)) {
     fprintf(stderr, "shoal-onpolicy-learner: out of memory\n");
     return 1;
   }
-  replay_traj_batch qb = {{obs_raw, act, rew, term, trunc, fin_raw}, logp, ver, 1};
+  replay_traj_batch qb = {{obs_raw, act, rew, term, trunc, fin_raw, core0}, logp, ver, 1};
 
   const bool anneal = config_bool(L.cfg, s->impala ? "impala.anneal_lr" : "ppo.anneal_lr");
   const bool eval_greedy = config_bool(L.cfg, "run.eval_greedy");
@@ -623,7 +647,7 @@ int main(int argc, char **argv) {
         lr_set = lr0;
       }
       onpolicy_batch ob_ = {
-          T, B, obs_f, act, logp, rew, term, trunc, s->bootstrap_truncation ? fin_f : NULL};
+          T, B, obs_f, act, logp, rew, term, trunc, s->bootstrap_truncation ? fin_f : NULL, core0};
       rc = op_agent_learn(&L.ag, &ob_, &last, &err);
       L.steps_trained += (int64_t)(Tz * Bz);
       if (rc == SHOAL_ENAN) {
@@ -764,6 +788,6 @@ int main(int argc, char **argv) {
   config_destroy(L.cfg);
   free(L.pub);
   free(obs_raw), free(fin_raw), free(obs_f), free(fin_f), free(act), free(rew), free(logp);
-  free(term), free(trunc), free(ver);
+  free(term), free(trunc), free(ver), free(core0);
   return 0;
 }

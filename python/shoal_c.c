@@ -322,6 +322,14 @@ static int policy_build_onpolicy(shoal_c_policy **out, const char *yaml, const c
   p->onpolicy = true;
   if ((rc = config_load_string(cfg, yaml, origin, &err)) || (rc = onpolicy_check(cfg, &err)) ||
       (rc = op_spec_from_config(cfg, &p->s, &err)) ||
+      /* A policy here maps observations to actions with no memory between calls; a core's
+       * (h, c) per episode would need one. */
+      (p->s.lstm > 0 &&
+       (rc = shoal_error_set(&err, SHOAL_ENOTSUP,
+                             "policy: the run's network has an LSTM core (ac.lstm %d), whose "
+                             "state the Python policy does not carry; evaluate it with `shoal "
+                             "eval`",
+                             p->s.lstm))) ||
       (rc = op_agent_create(cfg, &p->s, POLICY_CHUNK, false, NN_CPU, &p->a, &err)) ||
       (p->s.norm_obs && (rc = op_norm_init(&p->z, (int)p->s.obs_n, &err))) ||
       (rc = op_snapshot_decode(&p->a, &p->s, p->s.norm_obs ? &p->z : NULL, bytes, len, &err))) {

@@ -322,6 +322,9 @@ typedef struct replay_traj_config {
   int ncols;                              /* 1..REPLAY_MAX_COLUMNS */
   replay_column cols[REPLAY_MAX_COLUMNS]; /* per step */
   const char *bootstrap_column;           /* this column holds T+1 rows (o_0..o_T), or NULL */
+  const char *unroll_column;              /* this column holds ONE row per unroll (a recurrent
+                                             core's initial state), or NULL; popped
+                                             time-major it is (B, item) */
   int64_t capacity;                       /* unrolls held, >= 1 */
   int64_t max_staleness;                  /* pop drops unrolls with version < learner - this;
                                              < 0: no bound */
@@ -336,7 +339,8 @@ int replay_traj_create(const replay_traj_config *cfg, replay_traj **out, shoal_e
 /* Frees q. No call may be running or blocked on it (replay_traj_close first). */
 void replay_traj_destroy(replay_traj *q);
 size_t replay_traj_memory_bytes(const replay_traj_config *cfg);
-/* Rows of column c in one unroll: T, or T+1 for the bootstrap column. */
+/* Rows of column c in one unroll: T, T+1 for the bootstrap column, 1 for the unroll
+ * column. */
 int replay_traj_rows(const replay_traj *q, int c);
 
 /* Pushes one unroll: cols[c] holds rows(c) items of column c, logp T floats (may be

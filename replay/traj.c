@@ -19,8 +19,9 @@ enum { SLOT_FREE = 0, SLOT_WRITING = 1, SLOT_READY = 2, SLOT_READING = 3 };
 
 struct replay_traj {
   replay_traj_config cfg;
-  char boot_name[REPLAY_NAME_MAX];
-  int boot; /* index of the T+1-row column, or -1 */
+  char boot_name[REPLAY_NAME_MAX], unroll_name[REPLAY_NAME_MAX];
+  int boot;   /* index of the T+1-row column, or -1 */
+  int unroll; /* index of the one-row column, or -1 */
   size_t item[REPLAY_MAX_COLUMNS];
   size_t rows_bytes[REPLAY_MAX_COLUMNS]; /* bytes of one unroll of column c */
   uint8_t *col[REPLAY_MAX_COLUMNS];      /* (capacity, rows, item) */
@@ -50,7 +51,11 @@ static int traj_check(const replay_traj_config *c, shoal_error *err) {
   if (c->full != REPLAY_FULL_BLOCK && c->full != REPLAY_FULL_DROP_OLDEST &&
       c->full != REPLAY_FULL_DROP_NEW)
     return shoal_error_set(err, SHOAL_EINVAL, "replay_traj: unknown full policy %d", (int)c->full);
-  int boot_found = !c->bootstrap_column;
+  int boot_found = !c->bootstrap_column, unroll_found = !c->unroll_column;
+  if (c->bootstrap_column && c->unroll_column && !strcmp(c->bootstrap_column, c->unroll_column))
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "replay_traj: '%s' cannot be both the bootstrap and the unroll column",
+                           c->unroll_column);
   for (int i = 0; i < c->ncols; i++) {
     const replay_column *col = &c->cols[i];
     size_t len = strnlen(col->name, REPLAY_NAME_MAX);
@@ -65,7 +70,11 @@ static int traj_check(const replay_traj_config *c, shoal_error *err) {
         return shoal_error_set(err, SHOAL_EINVAL, "replay_traj: column name '%s' appears twice",
                                col->name);
     if (c->bootstrap_column && strcmp(c->bootstrap_column, col->name) == 0) boot_found = 1;
+    if (c->unroll_column && strcmp(c->unroll_column, col->name) == 0) unroll_found = 1;
   }
+  if (!unroll_found)
+    return shoal_error_set(err, SHOAL_EINVAL, "replay_traj: unroll_column '%s' is not a column",
+                           c->unroll_column);
   if (!boot_found)
     return shoal_error_set(err, SHOAL_EINVAL, "replay_traj: bootstrap_column '%s' is not a column",
                            c->bootstrap_column);
@@ -78,6 +87,7 @@ size_t replay_traj_memory_bytes(const replay_traj_config *c) {
   for (int i = 0; i < c->ncols; i++) {
     size_t rows =
         (size_t)c->T + (c->bootstrap_column && !strcmp(c->bootstrap_column, c->cols[i].name));
+    if (c->unroll_column && !strcmp(c->unroll_column, c->cols[i].name)) rows = 1;
     n += cap * rows * replay_column_bytes(&c->cols[i]);
   }
   return n + cap * ((size_t)c->T * sizeof(float) + sizeof(int64_t) + 1) +
@@ -91,18 +101,23 @@ int replay_traj_create(const replay_traj_config *cfg, replay_traj **out, shoal_e
   replay_traj *q = calloc(1, sizeof *q);
   if (!q) return shoal_error_set(err, SHOAL_ENOMEM, "replay_traj: out of memory");
   q->cfg = *cfg;
-  q->boot = -1;
+  q->boot = q->unroll = -1;
   if (cfg->bootstrap_column) {
     memcpy(q->boot_name, cfg->bootstrap_column,
            strnlen(cfg->bootstrap_column, REPLAY_NAME_MAX - 1));
     q->cfg.bootstrap_column = q->boot_name;
   }
+  if (cfg->unroll_column) {
+    memcpy(q->unroll_name, cfg->unroll_column, strnlen(cfg->unroll_column, REPLAY_NAME_MAX - 1));
+    q->cfg.unroll_column = q->unroll_name;
+  }
   size_t cap = (size_t)cfg->capacity;
   int ok = 1;
   for (int i = 0; i < cfg->ncols; i++) {
     if (cfg->bootstrap_column && !strcmp(cfg->cols[i].name, q->boot_name)) q->boot = i;
+    if (cfg->unroll_column && !strcmp(cfg->cols[i].name, q->unroll_name)) q->unroll = i;
     q->item[i] = replay_column_bytes(&cfg->cols[i]);
-    q->rows_bytes[i] = q->item[i] * (size_t)(cfg->T + (q->boot == i));
+    q->rows_bytes[i] = q->item[i] * (size_t)replay_traj_rows(q, i);
     ok &= (q->col[i] = calloc(cap, q->rows_bytes[i])) != NULL;
   }
   ok &= (q->logp = calloc(cap * (size_t)cfg->T, sizeof(float))) != NULL;
@@ -141,7 +156,9 @@ void replay_traj_destroy(replay_traj *q) {
   free(q);
 }
 
-int replay_traj_rows(const replay_traj *q, int c) { return q->cfg.T + (c == q->boot); }
+int replay_traj_rows(const replay_traj *q, int c) {
+  return c == q->unroll ? 1 : q->cfg.T + (c == q->boot);
+}
 
 static struct timespec deadline_after(int64_t ms) {
   struct timespec t;

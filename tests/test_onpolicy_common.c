@@ -2,7 +2,9 @@
  * (learner/onpolicy_common.h): the run's shape from a config, the unroll columns, the
  * observation normaliser against Gymnasium's RunningMeanStd (two-pass moments), the
  * published parameter blob and snapshots with the normaliser's trailer (round trips,
- * damage named, a run that needs statistics refusing a snapshot without them). */
+ * damage named, a run that needs statistics refusing a snapshot without them), and a
+ * network with an LSTM core: the core0 column, and evaluation carrying its state per
+ * env copy from a reset at each episode start, as a hand-run episode does. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +12,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -207,12 +210,107 @@ static void test_eval_greedy(void **state) {
   config_destroy(c);
 }
 
+/* One greedy episode of CartPoleNoVel-v1 (seed 9) with a's core, the state carried
+ * from zeros (carry) or reset before every step; returns its return. */
+static double play_by_hand(op_agent *a, bool carry) {
+  shoal_error err = {0};
+  env_vec *ev;
+  env_vec_config vc = {0};
+  assert_int_equal(env_vec_create(&ev, "CartPoleNoVel-v1", 1, &vc, &err), 0);
+  float obs[4], fin[4], rew, st[64] = {0};
+  uint8_t term = 0, trunc = 0, first = 1;
+  int32_t act;
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 1);
+  env_vec_reset(ev, 9, obs);
+  env_vec_out out = {obs, &rew, &term, &trunc, fin};
+  double ret = 0;
+  while (!term && !trunc) {
+    assert_int_equal(
+        op_agent_act_recurrent(a, obs, 1, st, &first, &rng, true, &act, NULL, NULL, &err), 0);
+    first = !carry;
+    assert_int_equal(env_vec_step(ev, &act, &out, &err), 0);
+    ret += rew;
+  }
+  env_vec_destroy(ev);
+  return ret;
+}
+
+static void test_lstm_columns_and_eval(void **state) {
+  config *c = make_cfg(
+      "algo: impala\nenv: {id: CartPoleNoVel-v1, num_envs: 3}\nimpala: {unroll: 7}\n"
+      "ac: {separate: false, hidden0: 16, hidden1: 0, lstm: 6}\n");
+  op_spec s;
+  shoal_error err = {0};
+  assert_int_equal(op_spec_from_config(c, &s, &err), 0);
+  assert_int_equal(s.lstm, 6);
+  rpc_spec rs;
+  op_rpc_spec(&s, "r", &rs);
+  assert_int_equal(rs.ncols, OP_NCOLS + 1);
+  assert_int_equal(op_spec_ncols(&s), OP_NCOLS + 1);
+  assert_string_equal(rs.cols[OP_CORE0].name, "core0");
+  assert_int_equal(rs.cols[OP_CORE0].dtype, RPC_F32);
+  assert_int_equal(rs.cols[OP_CORE0].ndim, 1);
+  assert_int_equal((int)rs.cols[OP_CORE0].shape[0], 12); /* (h, c) */
+  assert_false(rs.cols[OP_CORE0].allow_nonfinite);
+  assert_int_equal(rpc_spec_check(&rs, &err), 0);
+
+  op_agent a;
+  assert_int_equal(op_agent_create(c, &s, 16, false, NN_CPU, &a, &err), 0);
+  assert_int_equal(a.S, 12);
+  /* the stateless call is refused for a recurrent network */
+  float o1[4] = {0};
+  int32_t a1;
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 1);
+  assert_int_equal(op_agent_act(&a, o1, 1, &rng, true, &a1, NULL, NULL, &err), SHOAL_ESTATE);
+  /* Random parameters of a larger scale than the init's (its policy head is 0.01 x),
+   * drawn until carrying the state changes the greedy play of the seed-9 episode from
+   * resetting it every step: then the comparison below can tell the two apart. */
+  size_t np = op_params_floats(&a, &s);
+  float *blob = malloc(np * sizeof *blob);
+  assert_non_null(blob);
+  double ret = 0, ret_nostate = 0;
+  for (int draw = 0; draw < 50 && ret == ret_nostate; draw++) {
+    for (size_t i = 0; i < np; i++) blob[i] = 2.0f * (2 * shoal_rng_uniformf(&rng) - 1);
+    assert_int_equal(op_params_unpack(&a, &s, blob, np, NULL, &err), 0);
+    ret = play_by_hand(&a, true);
+    ret_nostate = play_by_hand(&a, false);
+  }
+  free(blob);
+  printf("hand-run return %g (the state reset every step: %g)\n", ret, ret_nostate);
+  assert_true(ret != ret_nostate);
+  op_eval *e = op_eval_create(&s, 1, &err);
+  assert_non_null(e);
+  double m, sd;
+  assert_int_equal(op_eval_run(e, &a, NULL, true, 9, &m, &sd, NULL, NULL, &err), 0);
+  assert_true(m == ret);
+  /* again: the state left by the last run is reset, not carried into the next */
+  assert_int_equal(op_eval_run(e, &a, NULL, true, 9, &m, &sd, NULL, NULL, &err), 0);
+  assert_true(m == ret);
+  op_eval_destroy(e);
+  /* a feed-forward agent cannot evaluate for a run with a core, nor the other way */
+  config *cf = make_cfg("algo: impala\nenv: {id: CartPoleNoVel-v1}\n");
+  op_spec sf;
+  assert_int_equal(op_spec_from_config(cf, &sf, &err), 0);
+  op_agent af;
+  assert_int_equal(op_agent_create(cf, &sf, 16, false, NN_CPU, &af, &err), 0);
+  assert_int_equal(af.S, 0);
+  e = op_eval_create(&s, 2, &err);
+  assert_int_equal(op_eval_run(e, &af, NULL, true, 9, &m, &sd, NULL, NULL, &err), SHOAL_ESTATE);
+  assert_non_null(strstr(err.msg, "recurrent state"));
+  op_eval_destroy(e);
+  op_agent_destroy(&af);
+  config_destroy(cf);
+  op_agent_destroy(&a);
+  config_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_spec_and_columns),
-      cmocka_unit_test(test_norm_matches_two_pass),
-      cmocka_unit_test(test_params_and_snapshots),
-      cmocka_unit_test(test_eval_greedy),
+      cmocka_unit_test(test_spec_and_columns),      cmocka_unit_test(test_norm_matches_two_pass),
+      cmocka_unit_test(test_params_and_snapshots),  cmocka_unit_test(test_eval_greedy),
+      cmocka_unit_test(test_lstm_columns_and_eval),
   };
   return cmocka_run_group_tests_name("onpolicy_common", tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 """shoal.load_policy on IMPALA and PPO runs against the C code: the actor-critic built
 from the run's config as shoal-onpolicy-actor builds it, with the observation normaliser
 stored in the snapshot, gives the same actions (greedy and sampled, discrete and
-Gaussian) and log-probabilities on the same observations.
+Gaussian) and log-probabilities on the same observations. A run whose network has an
+LSTM core is refused with an error that names it (the policy carries no state).
 
 References: tests/python_ref.c (SHOAL_REF) `opmkrun` writes runs with learner snapshots
 (parameters, normaliser, optimizer state) into a file store, and `opact` acts with
@@ -161,3 +162,11 @@ def test_bad_inputs(tmp_path, store):
     pol.close()
     with pytest.raises(ValueError, match="closed"):
         pol.sample(np.zeros(4, np.float32))
+
+
+def test_recurrent_snapshot_refused(tmp_path):
+    d = tmp_path / "store"
+    subprocess.run([REF, "opmkrun", str(d), "lstm",
+                    os.path.join(SRC, "configs", "cartpole-novel-impala-lstm.yaml")], check=True)
+    with pytest.raises(shoal.ShoalError, match="LSTM core"):
+        shoal.load_policy("file://" + str(d), run="lstm")

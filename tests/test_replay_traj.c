@@ -1,7 +1,8 @@
 /* tests/test_replay_traj.c — the trajectory FIFO: contents and order, the
  * bootstrap row, the staleness bound (also when stale unrolls sit behind fresh
  * ones in a full queue), the three full policies, timeouts, close, and many
- * pushers with one popper (exact counts, whole unrolls, per-pusher order). */
+ * pushers with one popper (exact counts, whole unrolls, per-pusher order), and the
+ * one-row-per-unroll column (a recurrent core's initial state) in both layouts. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -351,6 +352,60 @@ static void test_many_pushers_one_popper(void **state) {
   replay_traj_destroy(q);
 }
 
+/* A per-unroll column (an LSTM's initial (h, c)) beside the step columns: one row per
+ * unroll, (B, item) in both layouts, dropped with its stale unroll. */
+static void test_unroll_column(void **state) {
+  enum { S = 4 };
+  replay_traj_config c = traj_config(4, 1, REPLAY_FULL_BLOCK, -1);
+  c.ncols = 3;
+  c.cols[2] = (replay_column){.name = "core0", .dtype = REPLAY_F32, .ndim = 1, .shape = {S}};
+  c.unroll_column = "core0";
+  /* the memory estimate counts one row of it */
+  replay_traj_config c2 = c;
+  c2.unroll_column = NULL;
+  assert_int_equal(replay_traj_memory_bytes(&c2) - replay_traj_memory_bytes(&c),
+                   (size_t)4 * (T - 1) * S * sizeof(float));
+  replay_traj *q;
+  assert_int_equal(replay_traj_create(&c, &q, NULL), 0);
+  assert_int_equal(replay_traj_rows(q, 0), T + 1);
+  assert_int_equal(replay_traj_rows(q, 1), T);
+  assert_int_equal(replay_traj_rows(q, 2), 1);
+  /* versions 0, 5, 5, 5: at learner version 5 the first is stale (bound 1) */
+  for (int id = 0; id < 4; id++) {
+    unroll u;
+    make(&u, id);
+    float core[S];
+    for (int k = 0; k < S; k++) core[k] = (float)(id * 10 + k);
+    const void *cols[3] = {u.obs, u.act, core};
+    assert_int_equal(replay_traj_push(q, cols, u.logp, id ? 5 : 0, NULL), 0);
+  }
+  float obs[T + 1][2][D], core0[2][S], lp[T][2];
+  int32_t act[T][2];
+  int64_t ver[2];
+  replay_traj_batch b = {{obs, act, core0}, &lp[0][0], ver, 1};
+  assert_int_equal(replay_traj_pop(q, 2, 5, 0, &b, NULL), 0);
+  for (int i = 0; i < 2; i++) {
+    int id = (int)(obs[0][i][0] / 100.0f + 0.5f);
+    assert_int_equal(id, i + 1);
+    assert_int_equal(act[T - 1][i], id * 7 + T - 1);
+    for (int k = 0; k < S; k++) assert_true(core0[i][k] == (float)(id * 10 + k));
+  }
+  /* batch-major: the same (B, item) */
+  float obs_b[1][T + 1][D], core_b[1][S];
+  replay_traj_batch bb = {{obs_b, NULL, core_b}, NULL, NULL, 0};
+  assert_int_equal(replay_traj_pop(q, 1, 5, 0, &bb, NULL), 0);
+  for (int k = 0; k < S; k++) assert_true(core_b[0][k] == (float)(30 + k));
+  replay_traj_destroy(q);
+  /* a name that is not a column, or the bootstrap column too: refused */
+  shoal_error err = {0};
+  c.unroll_column = "h0";
+  assert_int_equal(replay_traj_create(&c, &q, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "h0"));
+  c.unroll_column = "obs";
+  assert_int_equal(replay_traj_create(&c, &q, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "both"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_order_contents_and_bootstrap_row),
@@ -359,6 +414,7 @@ int main(void) {
       cmocka_unit_test(test_full_policies),
       cmocka_unit_test(test_close_wakes_blocked_pop),
       cmocka_unit_test(test_many_pushers_one_popper),
+      cmocka_unit_test(test_unroll_column),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
