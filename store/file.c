@@ -72,14 +72,14 @@ static void tmp_host_init(void) {
     if (isalnum((unsigned char)h[i]) || h[i] == '-') tmp_host[o++] = h[i];
   if (!o) snprintf(tmp_host, sizeof tmp_host, "host");
 }
-static const char *host_tag(void) {
+const char *store__host_tag(void) {
   pthread_once(&tmp_host_once, tmp_host_init);
   return tmp_host;
 }
 
 /* ---- errors and paths ---------------------------------------------------- */
 
-static int sys_err(shoal_error *err, int e, const char *what, const char *path) {
+int store__sys_err(shoal_error *err, int e, const char *what, const char *path) {
   int code = e == ENOENT ? SHOAL_ENOENT : e == EEXIST ? SHOAL_EEXIST : SHOAL_EIO;
   return shoal_error_set(err, code, "store: %s '%s': %s", what, path, strerror(e));
 }
@@ -98,14 +98,15 @@ static int path_fmt(char *out, shoal_error *err, const char *fmt, ...) {
 
 static int fsync_dir(const char *dir, shoal_error *err) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return sys_err(err, errno, "cannot open folder", dir);
+  if (fd < 0) return store__sys_err(err, errno, "cannot open folder", dir);
   int rc = 0;
-  if (fsync(fd) != 0 && errno != EINVAL) rc = sys_err(err, errno, "cannot fsync folder", dir);
+  if (fsync(fd) != 0 && errno != EINVAL)
+    rc = store__sys_err(err, errno, "cannot fsync folder", dir);
   close(fd);
   return rc;
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
+int store__write_all(int fd, const void *buf, size_t len) {
   const char *p = buf;
   while (len) {
     ssize_t w = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
@@ -120,7 +121,7 @@ static int write_all(int fd, const void *buf, size_t len) {
   return 0;
 }
 
-static int read_all(int fd, void *buf, size_t len) {
+int store__read_all(int fd, void *buf, size_t len) {
   char *p = buf;
   while (len) {
     ssize_t r = read(fd, p, len > (1u << 30) ? (1u << 30) : len);
@@ -141,28 +142,29 @@ static int write_atomic(const char *dir, const char *name, const void *a, size_t
                         size_t nb, int exclusive, shoal_error *err) {
   char tmp[PATH_MAX], dst[PATH_MAX];
   unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
-  int rc = path_fmt(tmp, err, "%s/.tmp.%s.%s.%ld.%llu", dir, name, host_tag(), (long)getpid(), c);
+  int rc =
+      path_fmt(tmp, err, "%s/.tmp.%s.%s.%ld.%llu", dir, name, store__host_tag(), (long)getpid(), c);
   if (!rc) rc = path_fmt(dst, err, "%s/%s", dir, name);
   if (rc) return rc;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return sys_err(err, errno, "cannot create", tmp);
-  int e = write_all(fd, a, na);
-  if (!e && b) e = write_all(fd, b, nb);
+  if (fd < 0) return store__sys_err(err, errno, "cannot create", tmp);
+  int e = store__write_all(fd, a, na);
+  if (!e && b) e = store__write_all(fd, b, nb);
   if (e) {
-    rc = sys_err(err, e, "cannot write", tmp);
+    rc = store__sys_err(err, e, "cannot write", tmp);
   } else if (fsync(fd) != 0) {
-    rc = sys_err(err, errno, "cannot fsync", tmp);
+    rc = store__sys_err(err, errno, "cannot fsync", tmp);
   }
-  if (close(fd) != 0 && !rc) rc = sys_err(err, errno, "cannot close", tmp);
+  if (close(fd) != 0 && !rc) rc = store__sys_err(err, errno, "cannot close", tmp);
   if (!rc) {
     if (exclusive) {
       if (link(tmp, dst) != 0) {
-        rc = errno == EEXIST ? SHOAL_EEXIST : sys_err(err, errno, "cannot link", dst);
+        rc = errno == EEXIST ? SHOAL_EEXIST : store__sys_err(err, errno, "cannot link", dst);
         if (rc == SHOAL_EEXIST) shoal_error_set(err, SHOAL_EEXIST, "store: '%s' exists", dst);
       }
       unlink(tmp);
     } else if (rename(tmp, dst) != 0) {
-      rc = sys_err(err, errno, "cannot rename into", dst);
+      rc = store__sys_err(err, errno, "cannot rename into", dst);
     }
   }
   if (rc) {
@@ -175,12 +177,12 @@ static int write_atomic(const char *dir, const char *name, const void *a, size_t
 /* Reads path whole into a new buffer with a NUL after the last byte. */
 static int read_file(const char *path, char **out, size_t *len, shoal_error *err) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return sys_err(err, errno, "cannot open", path);
+  if (fd < 0) return store__sys_err(err, errno, "cannot open", path);
   struct stat sb;
   int rc = 0;
   char *buf = NULL;
   if (fstat(fd, &sb) != 0) {
-    rc = sys_err(err, errno, "cannot stat", path);
+    rc = store__sys_err(err, errno, "cannot stat", path);
     goto done;
   }
   buf = malloc((size_t)sb.st_size + 1);
@@ -189,10 +191,10 @@ static int read_file(const char *path, char **out, size_t *len, shoal_error *err
                          (long long)sb.st_size);
     goto done;
   }
-  int e = read_all(fd, buf, (size_t)sb.st_size);
+  int e = store__read_all(fd, buf, (size_t)sb.st_size);
   if (e) {
     rc = e < 0 ? shoal_error_set(err, SHOAL_EFORMAT, "store: '%s' shrank while being read", path)
-               : sys_err(err, e, "cannot read", path);
+               : store__sys_err(err, e, "cannot read", path);
     goto done;
   }
   buf[sb.st_size] = 0;
@@ -217,14 +219,14 @@ static int mkdir_p(const char *path, shoal_error *err) {
         int e = errno;
         struct stat sb;
         if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
-          return sys_err(err, e, "cannot create folder", p);
+          return store__sys_err(err, e, "cannot create folder", p);
       }
       *s = c;
       if (!c) break;
     }
   }
   struct stat sb;
-  if (stat(p, &sb) != 0) return sys_err(err, errno, "cannot stat", p);
+  if (stat(p, &sb) != 0) return store__sys_err(err, errno, "cannot stat", p);
   if (!S_ISDIR(sb.st_mode))
     return shoal_error_set(err, SHOAL_EIO, "store: '%s' is not a folder", p);
   return 0;
@@ -255,10 +257,10 @@ static int lock_file(const char *dir, int *fd_out, shoal_error *err) {
   if (rc) return rc;
   int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) fd = open(p, O_RDONLY | O_CLOEXEC); /* a read-only store still reads */
-  if (fd < 0) return sys_err(err, errno, "cannot open lock", p);
+  if (fd < 0) return store__sys_err(err, errno, "cannot open lock", p);
   while (flock(fd, LOCK_EX) != 0) {
     if (errno == EINTR) continue;
-    rc = sys_err(err, errno, "cannot lock", p);
+    rc = store__sys_err(err, errno, "cannot lock", p);
     close(fd);
     return rc;
   }
@@ -436,15 +438,15 @@ static int file_run_create(void *impl, const char *id, const char *config, int s
   file_store *fs = impl;
   char tmp[PATH_MAX], dst[PATH_MAX], sub[PATH_MAX];
   unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
-  int rc =
-      path_fmt(tmp, err, "%s/.tmp.run.%s.%s.%ld.%llu", fs->root, id, host_tag(), (long)getpid(), c);
+  int rc = path_fmt(tmp, err, "%s/.tmp.run.%s.%s.%ld.%llu", fs->root, id, store__host_tag(),
+                    (long)getpid(), c);
   if (!rc) rc = path_fmt(dst, err, "%s/%s", fs->root, id);
   if (rc) return rc;
   struct stat sb;
   if (stat(dst, &sb) == 0)
     return shoal_error_set(err, SHOAL_EEXIST, "store: run '%s' exists in '%s'", id, fs->root);
   sweep_stale_tmp(fs->root);
-  if (mkdir(tmp, 0755) != 0) return sys_err(err, errno, "cannot create folder", tmp);
+  if (mkdir(tmp, 0755) != 0) return store__sys_err(err, errno, "cannot create folder", tmp);
   double now = store__wall_time();
   bson_t doc;
   run_json_doc(&doc, id, status, now, now);
@@ -452,15 +454,15 @@ static int file_run_create(void *impl, const char *id, const char *config, int s
   if (!rc) rc = json_write(tmp, "run.json", &doc, 0, err);
   bson_destroy(&doc);
   if (!rc) rc = path_fmt(sub, err, "%s/snapshots", tmp);
-  if (!rc && mkdir(sub, 0755) != 0) rc = sys_err(err, errno, "cannot create folder", sub);
+  if (!rc && mkdir(sub, 0755) != 0) rc = store__sys_err(err, errno, "cannot create folder", sub);
   if (!rc) rc = path_fmt(sub, err, "%s/replay", tmp);
-  if (!rc && mkdir(sub, 0755) != 0) rc = sys_err(err, errno, "cannot create folder", sub);
+  if (!rc && mkdir(sub, 0755) != 0) rc = store__sys_err(err, errno, "cannot create folder", sub);
   if (!rc) rc = fsync_dir(tmp, err);
   if (!rc && rename(tmp, dst) != 0) {
     int e = errno;
     rc = (e == EEXIST || e == ENOTEMPTY)
              ? shoal_error_set(err, SHOAL_EEXIST, "store: run '%s' exists in '%s'", id, fs->root)
-             : sys_err(err, e, "cannot rename into", dst);
+             : store__sys_err(err, e, "cannot rename into", dst);
   }
   if (rc) {
     char s1[PATH_MAX];
@@ -512,7 +514,7 @@ static int cmp_run(const void *a, const void *b) {
 static int file_run_list(void *impl, store_run **out, size_t *n, shoal_error *err) {
   file_store *fs = impl;
   DIR *d = opendir(fs->root);
-  if (!d) return sys_err(err, errno, "cannot list", fs->root);
+  if (!d) return store__sys_err(err, errno, "cannot list", fs->root);
   store_run *arr = NULL;
   size_t k = 0, cap = 0;
   int rc = 0;
@@ -571,7 +573,7 @@ static int file_run_set_status(void *impl, const char *id, int status, shoal_err
 static void sweep_stale_tmp(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
-  const char *host = host_tag();
+  const char *host = store__host_tag();
   size_t hl = strlen(host);
   struct dirent *de;
   while ((de = readdir(d))) {
@@ -799,33 +801,21 @@ static int file_snapshot_list(void *impl, const char *run, store_snapshot_meta *
 
 /* ---- replay -------------------------------------------------------------- */
 
-static void put_le32(unsigned char *p, uint32_t v) {
+void store__put_le32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
-static void put_le64(unsigned char *p, uint64_t v) {
+void store__put_le64(unsigned char *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
-static uint32_t get_le32(const unsigned char *p) {
+uint32_t store__get_le32(const unsigned char *p) {
   uint32_t v = 0;
   for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
   return v;
 }
-static uint64_t get_le64(const unsigned char *p) {
+uint64_t store__get_le64(const unsigned char *p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
   return v;
-}
-
-static uint32_t crc_of(const void *bytes, size_t len) {
-  uLong c = crc32(0L, Z_NULL, 0);
-  const unsigned char *p = bytes;
-  while (len) {
-    uInt n = len > (1u << 30) ? (1u << 30) : (uInt)len;
-    c = crc32(c, p, n);
-    p += n;
-    len -= n;
-  }
-  return (uint32_t)c;
 }
 
 static int file_replay_append(void *impl, const char *run, uint64_t seq, const void *bytes,
@@ -838,10 +828,10 @@ static int file_replay_append(void *impl, const char *run, uint64_t seq, const v
   snprintf(name, sizeof name, "%020" PRIu64 ".bin", seq);
   unsigned char h[REPLAY_HEADER];
   memcpy(h, REPLAY_MAGIC, 8);
-  put_le32(h + 8, 1);
-  put_le32(h + 12, crc_of(bytes, len));
-  put_le64(h + 16, seq);
-  put_le64(h + 24, len);
+  store__put_le32(h + 8, 1);
+  store__put_le32(h + 12, store__crc32(bytes, len));
+  store__put_le64(h + 16, seq);
+  store__put_le64(h + 24, len);
   rc = write_atomic(dir, name, h, sizeof h, bytes, len, 1, err);
   if (rc == SHOAL_EEXIST)
     return shoal_error_set(err, SHOAL_EEXIST,
@@ -868,7 +858,7 @@ static int file_replay_iter(void *impl, const char *run, uint64_t from_seq, stor
       if (!path_fmt(rp, err, "%s/%s", fs->root, run) && stat(rp, &sb) == 0) return 0;
       return shoal_error_set(err, SHOAL_ENOENT, "store: no run '%s' in '%s'", run, fs->root);
     }
-    return sys_err(err, errno, "cannot list", dir);
+    return store__sys_err(err, errno, "cannot list", dir);
   }
   uint64_t *seqs = NULL;
   size_t n = 0, cap = 0;
@@ -903,15 +893,17 @@ static int file_replay_iter(void *impl, const char *run, uint64_t from_seq, stor
                            "store: '%s' is not a shoal replay segment "
                            "(bad magic)",
                            p);
-    } else if (get_le32(h + 8) != 1) {
+    } else if (store__get_le32(h + 8) != 1) {
       rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s' has format version %u, expected 1", p,
-                           get_le32(h + 8));
-    } else if (get_le64(h + 16) != seqs[i] || get_le64(h + 24) != len - REPLAY_HEADER) {
+                           store__get_le32(h + 8));
+    } else if (store__get_le64(h + 16) != seqs[i] ||
+               store__get_le64(h + 24) != len - REPLAY_HEADER) {
       rc = shoal_error_set(err, SHOAL_EFORMAT,
                            "store: '%s' says seq %" PRIu64 " length %" PRIu64
                            "; the file holds seq %" PRIu64 " length %zu",
-                           p, get_le64(h + 16), get_le64(h + 24), seqs[i], len - REPLAY_HEADER);
-    } else if (crc_of(buf + REPLAY_HEADER, len - REPLAY_HEADER) != get_le32(h + 12)) {
+                           p, store__get_le64(h + 16), store__get_le64(h + 24), seqs[i],
+                           len - REPLAY_HEADER);
+    } else if (store__crc32(buf + REPLAY_HEADER, len - REPLAY_HEADER) != store__get_le32(h + 12)) {
       rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s': checksum mismatch (damaged data)", p);
     } else {
       rc = fn(ctx, seqs[i], buf + REPLAY_HEADER, len - REPLAY_HEADER);
@@ -929,19 +921,19 @@ static int file_replay_iter(void *impl, const char *run, uint64_t from_seq, stor
  * *size becomes the size after the cut. */
 static int metrics_repair(int fd, off_t *size, const char *path, shoal_error *err) {
   char c;
-  if (pread(fd, &c, 1, *size - 1) != 1) return sys_err(err, errno, "cannot read", path);
+  if (pread(fd, &c, 1, *size - 1) != 1) return store__sys_err(err, errno, "cannot read", path);
   if (c == '\n') return 0;
   char buf[4096];
   off_t end = *size, keep = 0;
   while (end > 0 && !keep) {
     off_t start = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
     ssize_t r = pread(fd, buf, (size_t)(end - start), start);
-    if (r != end - start) return sys_err(err, errno ? errno : EIO, "cannot read", path);
+    if (r != end - start) return store__sys_err(err, errno ? errno : EIO, "cannot read", path);
     for (ssize_t i = r - 1; i >= 0 && !keep; i--)
       if (buf[i] == '\n') keep = start + i + 1;
     end = start;
   }
-  if (ftruncate(fd, keep) != 0) return sys_err(err, errno, "cannot truncate", path);
+  if (ftruncate(fd, keep) != 0) return store__sys_err(err, errno, "cannot truncate", path);
   *size = keep;
   return 0;
 }
@@ -958,7 +950,7 @@ static int file_metrics_append_run(file_store *fs, const store_metric *rows, siz
   if (!buf) return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory for %zu rows", n);
   int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
-    rc = sys_err(err, errno, "cannot open", path);
+    rc = store__sys_err(err, errno, "cannot open", path);
     free(buf);
     return rc;
   }
@@ -968,7 +960,7 @@ static int file_metrics_append_run(file_store *fs, const store_metric *rows, siz
   size_t o = 0;
   int created = 0;
   if (fstat(fd, &sb) != 0) {
-    rc = sys_err(err, errno, "cannot stat", path);
+    rc = store__sys_err(err, errno, "cannot stat", path);
     goto done;
   }
   off_t size = sb.st_size;
@@ -990,18 +982,18 @@ static int file_metrics_append_run(file_store *fs, const store_metric *rows, siz
   for (size_t i = 0; i < n; i++)
     o += (size_t)snprintf(buf + o, cap - o, "%" PRId64 ",%.17g,%s,%.17g\n", rows[i].step,
                           rows[i].time, rows[i].name, rows[i].value);
-  int e = write_all(fd, buf, o);
+  int e = store__write_all(fd, buf, o);
   if (e) {
     /* Leave no partial rows behind: cut back to the size before this append. */
     if (ftruncate(fd, size) != 0) {
       /* The torn rows stay; the next append cuts a torn last line, and a reader
        * stops at one. */
     }
-    rc = sys_err(err, e, "cannot append to", path);
+    rc = store__sys_err(err, e, "cannot append to", path);
     goto done;
   }
   if (fs->sync_metrics && fdatasync(fd) != 0) {
-    rc = sys_err(err, errno, "cannot fsync", path);
+    rc = store__sys_err(err, errno, "cannot fsync", path);
     goto done;
   }
   if (created) rc = fsync_dir(dir, err);
@@ -1157,7 +1149,7 @@ static int claim_doc_write(const char *dir, int64_t k, const char *worker, doubl
 static int trial_state_read(const char *dir, trial_state *st, double *claimed, shoal_error *err) {
   memset(st, 0, sizeof *st);
   DIR *d = opendir(dir);
-  if (!d) return sys_err(err, errno, "cannot list", dir);
+  if (!d) return store__sys_err(err, errno, "cannot list", dir);
   int64_t kmax = 0;
   int done = 0;
   struct dirent *de;
@@ -1258,11 +1250,12 @@ static int file_trial_create(void *impl, const char *sweep, const char *id, cons
   if (!rc) rc = trial_dir(fs, dst, sweep, id, err);
   unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
   if (!rc)
-    rc = path_fmt(tmp, err, "%s/.tmp.%s.%s.%ld.%llu", sdir, id, host_tag(), (long)getpid(), c);
+    rc = path_fmt(tmp, err, "%s/.tmp.%s.%s.%ld.%llu", sdir, id, store__host_tag(), (long)getpid(),
+                  c);
   if (rc) return rc;
   if ((rc = mkdir_p(sdir, err))) return rc;
   sweep_stale_tmp(sdir);
-  if (mkdir(tmp, 0755) != 0) return sys_err(err, errno, "cannot create folder", tmp);
+  if (mkdir(tmp, 0755) != 0) return store__sys_err(err, errno, "cannot create folder", tmp);
   bson_t doc;
   bson_init(&doc);
   jformat(&doc, "shoal-trial");
@@ -1277,7 +1270,7 @@ static int file_trial_create(void *impl, const char *sweep, const char *id, cons
     rc = (e == EEXIST || e == ENOTEMPTY)
              ? shoal_error_set(err, SHOAL_EEXIST, "store: sweep '%s' has trial '%s' already", sweep,
                                id)
-             : sys_err(err, e, "cannot rename into", dst);
+             : store__sys_err(err, e, "cannot rename into", dst);
   }
   if (rc) {
     rm_flat_dir(tmp);
@@ -1306,7 +1299,7 @@ static int trial_refs(file_store *fs, const char *sweep, trial_ref **out, size_t
   *out = NULL;
   *n = 0;
   DIR *d = opendir(sdir);
-  if (!d) return errno == ENOENT ? 0 : sys_err(err, errno, "cannot list", sdir);
+  if (!d) return errno == ENOENT ? 0 : store__sys_err(err, errno, "cannot list", sdir);
   trial_ref *arr = NULL;
   size_t k = 0, cap = 0;
   struct dirent *de;
@@ -1459,7 +1452,7 @@ static int file_trial_requeue_stale(void *impl, const char *sweep, double max_ag
     int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
       if (errno == EEXIST) continue; /* another process requeued it */
-      rc = sys_err(err, errno, "cannot create", p);
+      rc = store__sys_err(err, errno, "cannot create", p);
       break;
     }
     close(fd);

@@ -36,65 +36,17 @@
 
 static atomic_uint_fast64_t hub_counter;
 
-static char host[64];
-static pthread_once_t host_once = PTHREAD_ONCE_INIT;
-static void host_init(void) {
-  char h[256] = {0};
-  if (gethostname(h, sizeof h - 1) != 0) snprintf(h, sizeof h, "host");
-  size_t o = 0;
-  for (size_t i = 0; h[i] && o < sizeof host - 1; i++)
-    if (isalnum((unsigned char)h[i]) || h[i] == '-') host[o++] = h[i];
-  if (!o) snprintf(host, sizeof host, "host");
-}
-static const char *host_tag(void) {
-  pthread_once(&host_once, host_init);
-  return host;
-}
-
-static int sys_err(shoal_error *err, int e, const char *what, const char *path) {
-  int code = e == ENOENT ? SHOAL_ENOENT : e == EEXIST ? SHOAL_EEXIST : SHOAL_EIO;
-  return shoal_error_set(err, code, "store: %s '%s': %s", what, path, strerror(e));
-}
-
 static int path_ok(int n, shoal_error *err) {
   if (n < 0 || n >= PATH_MAX) return shoal_error_set(err, SHOAL_EINVAL, "store: path too long");
   return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
-  const char *p = buf;
-  while (len) {
-    ssize_t w = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (w == 0) return EIO;
-    p += w, len -= (size_t)w;
-  }
-  return 0;
-}
-
-/* 0, an errno, or -1 at an early end of file. */
-static int read_all(int fd, void *buf, size_t len) {
-  char *p = buf;
-  while (len) {
-    ssize_t r = read(fd, p, len > (1u << 30) ? (1u << 30) : len);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (r == 0) return -1;
-    p += r, len -= (size_t)r;
-  }
-  return 0;
-}
-
 static int fsync_dir(const char *dir, shoal_error *err) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return sys_err(err, errno, "cannot open folder", dir);
+  if (fd < 0) return store__sys_err(err, errno, "cannot open folder", dir);
   int rc = 0;
-  if (fsync(fd) != 0 && errno != EINVAL) rc = sys_err(err, errno, "cannot fsync folder", dir);
+  if (fsync(fd) != 0 && errno != EINVAL)
+    rc = store__sys_err(err, errno, "cannot fsync folder", dir);
   close(fd);
   return rc;
 }
@@ -103,20 +55,21 @@ static int fsync_dir(const char *dir, shoal_error *err) {
 static int write_new(const char *path, const void *a, size_t na, const void *b, size_t nb,
                      shoal_error *err) {
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return sys_err(err, errno, "cannot create", path);
-  int e = write_all(fd, a, na), rc = 0;
-  if (!e && b) e = write_all(fd, b, nb);
+  if (fd < 0) return store__sys_err(err, errno, "cannot create", path);
+  int e = store__write_all(fd, a, na), rc = 0;
+  if (!e && b) e = store__write_all(fd, b, nb);
   if (e)
-    rc = sys_err(err, e, "cannot write", path);
+    rc = store__sys_err(err, e, "cannot write", path);
   else if (fsync(fd) != 0)
-    rc = sys_err(err, errno, "cannot fsync", path);
-  if (close(fd) != 0 && !rc) rc = sys_err(err, errno, "cannot close", path);
+    rc = store__sys_err(err, errno, "cannot fsync", path);
+  if (close(fd) != 0 && !rc) rc = store__sys_err(err, errno, "cannot close", path);
   if (rc) unlink(path);
   return rc;
 }
 
 static int mkdir_one(const char *p, shoal_error *err) {
-  if (mkdir(p, 0755) != 0 && errno != EEXIST) return sys_err(err, errno, "cannot create folder", p);
+  if (mkdir(p, 0755) != 0 && errno != EEXIST)
+    return store__sys_err(err, errno, "cannot create folder", p);
   return 0;
 }
 
@@ -139,7 +92,7 @@ static void rm_flat_dir(const char *dir) {
 static void sweep_stale(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
-  const char *h = host_tag();
+  const char *h = store__host_tag();
   size_t hl = strlen(h);
   struct dirent *de;
   char p[PATH_MAX];
@@ -158,19 +111,19 @@ static void sweep_stale(const char *dir) {
 
 static int read_whole(const char *path, char **out, size_t *len, shoal_error *err) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return sys_err(err, errno, "cannot open", path);
+  if (fd < 0) return store__sys_err(err, errno, "cannot open", path);
   struct stat sb;
   int rc = 0;
   char *buf = NULL;
   if (fstat(fd, &sb) != 0) {
-    rc = sys_err(err, errno, "cannot stat", path);
+    rc = store__sys_err(err, errno, "cannot stat", path);
   } else if (!(buf = malloc((size_t)sb.st_size + 1))) {
     rc = shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory reading '%s'", path);
   } else {
-    int e = read_all(fd, buf, (size_t)sb.st_size);
+    int e = store__read_all(fd, buf, (size_t)sb.st_size);
     if (e)
       rc = e < 0 ? shoal_error_set(err, SHOAL_EFORMAT, "store: '%s' shrank while read", path)
-                 : sys_err(err, e, "cannot read", path);
+                 : store__sys_err(err, e, "cannot read", path);
   }
   close(fd);
   if (rc) {
@@ -209,19 +162,6 @@ typedef struct upload {
   char id[48];
 } upload;
 
-static void put_le32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> 8 * i);
-}
-static void put_le64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> 8 * i);
-}
-static uint32_t get_le32(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get_le64(const unsigned char *p) {
-  return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
-}
-
 static int ds_begin(void *impl, const char *name, void **out, shoal_error *err) {
   upload *u = calloc(1, sizeof *u);
   if (!u) return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
@@ -230,12 +170,13 @@ static int ds_begin(void *impl, const char *name, void **out, shoal_error *err) 
   snprintf(u->id, sizeof u->id, "%ld-%llu", (long)getpid(), c);
   int rc = path_ok(snprintf(u->root, sizeof u->root, "%s/_datasets", store__file_root(impl)), err);
   if (!rc)
-    rc = path_ok(snprintf(u->tmp, sizeof u->tmp, "%s/.tmp.%s.%ld.%llu.%s", u->root, host_tag(),
-                          (long)getpid(), c, name),
+    rc = path_ok(snprintf(u->tmp, sizeof u->tmp, "%s/.tmp.%s.%ld.%llu.%s", u->root,
+                          store__host_tag(), (long)getpid(), c, name),
                  err);
   if (!rc) rc = mkdir_one(u->root, err);
   if (!rc) sweep_stale(u->root);
-  if (!rc && mkdir(u->tmp, 0755) != 0) rc = sys_err(err, errno, "cannot create folder", u->tmp);
+  if (!rc && mkdir(u->tmp, 0755) != 0)
+    rc = store__sys_err(err, errno, "cannot create folder", u->tmp);
   if (rc) {
     free(u);
     return rc;
@@ -254,11 +195,11 @@ static int ds_chunk_put(void *impl, void *up, uint32_t c, uint32_t records, uint
   if (rc) return rc;
   unsigned char h[STORE__CHUNK_HEADER] = {0};
   memcpy(h, store__chunk_magic, 8);
-  put_le32(h + 8, STORE__CHUNK_VERSION);
-  put_le32(h + 12, c);
-  put_le32(h + 16, records);
-  put_le32(h + 20, crc);
-  put_le64(h + 24, len);
+  store__put_le32(h + 8, STORE__CHUNK_VERSION);
+  store__put_le32(h + 12, c);
+  store__put_le32(h + 16, records);
+  store__put_le32(h + 20, crc);
+  store__put_le64(h + 24, len);
   return write_new(p, h, sizeof h, bytes, len, err);
 }
 
@@ -284,7 +225,7 @@ static int ds_commit(void *impl, void *up, const bson_t *manifest, shoal_error *
     if (e == EEXIST || e == ENOTEMPTY)
       rc = shoal_error_set(err, SHOAL_EEXIST, "store: dataset '%s' exists ('%s')", u->name, dst);
     else
-      rc = sys_err(err, e, "cannot rename a dataset into", dst);
+      rc = store__sys_err(err, e, "cannot rename a dataset into", dst);
   }
   if (!rc) rc = fsync_dir(u->root, err);
   bson_free(txt);
@@ -322,7 +263,7 @@ static int ds_names(void *impl, char (**names)[STORE_NAME_MAX], size_t *n, shoal
   if (rc) return rc;
   *names = NULL, *n = 0;
   DIR *dir = opendir(d);
-  if (!dir) return errno == ENOENT ? 0 : sys_err(err, errno, "cannot list", d);
+  if (!dir) return errno == ENOENT ? 0 : store__sys_err(err, errno, "cannot list", d);
   char(*arr)[STORE_NAME_MAX] = NULL;
   size_t k = 0, cap = 0;
   struct dirent *de;
@@ -358,9 +299,9 @@ static int ds_chunk_get(void *impl, const char *name, const char *upload_id, uin
   }
   unsigned char h[STORE__CHUNK_HEADER];
   struct stat sb;
-  int e = read_all(fd, h, sizeof h);
+  int e = store__read_all(fd, h, sizeof h);
   if (e > 0) {
-    rc = sys_err(err, e, "cannot read", p);
+    rc = store__sys_err(err, e, "cannot read", p);
   } else if (e < 0) {
     rc = shoal_error_set(err, SHOAL_EFORMAT,
                          "store: dataset '%s' chunk %u: '%s' is shorter than its header", name, c,
@@ -370,29 +311,30 @@ static int ds_chunk_get(void *impl, const char *name, const char *upload_id, uin
                          "store: dataset '%s' chunk %u: '%s' has a bad magic (not a shoal "
                          "dataset chunk)",
                          name, c, p);
-  } else if (get_le32(h + 8) != STORE__CHUNK_VERSION) {
+  } else if (store__get_le32(h + 8) != STORE__CHUNK_VERSION) {
     rc = shoal_error_set(err, SHOAL_EFORMAT,
                          "store: dataset '%s' chunk %u: '%s' has format version %u (this shoal "
                          "reads %d)",
-                         name, c, p, get_le32(h + 8), STORE__CHUNK_VERSION);
-  } else if (get_le32(h + 12) != c) {
+                         name, c, p, store__get_le32(h + 8), STORE__CHUNK_VERSION);
+  } else if (store__get_le32(h + 12) != c) {
     rc = shoal_error_set(err, SHOAL_EFORMAT,
                          "store: dataset '%s' chunk %u: '%s' says it is chunk %u", name, c, p,
-                         get_le32(h + 12));
-  } else if (get_le64(h + 24) > cap || fstat(fd, &sb) != 0 ||
-             (uint64_t)sb.st_size != STORE__CHUNK_HEADER + get_le64(h + 24)) {
+                         store__get_le32(h + 12));
+  } else if (store__get_le64(h + 24) > cap || fstat(fd, &sb) != 0 ||
+             (uint64_t)sb.st_size != STORE__CHUNK_HEADER + store__get_le64(h + 24)) {
     rc = shoal_error_set(err, SHOAL_EFORMAT,
                          "store: dataset '%s' chunk %u: '%s' is %lld bytes, its header says "
                          "%llu of data (truncated or damaged)",
-                         name, c, p, (long long)sb.st_size, (unsigned long long)get_le64(h + 24));
-  } else if ((e = read_all(fd, buf, (size_t)get_le64(h + 24))) != 0) {
+                         name, c, p, (long long)sb.st_size,
+                         (unsigned long long)store__get_le64(h + 24));
+  } else if ((e = store__read_all(fd, buf, (size_t)store__get_le64(h + 24))) != 0) {
     rc = e < 0 ? shoal_error_set(err, SHOAL_EFORMAT, "store: dataset '%s' chunk %u: '%s' shrank",
                                  name, c, p)
-               : sys_err(err, e, "cannot read", p);
+               : store__sys_err(err, e, "cannot read", p);
   } else {
-    *len = (size_t)get_le64(h + 24);
-    *records = get_le32(h + 16);
-    *crc = get_le32(h + 20);
+    *len = (size_t)store__get_le64(h + 24);
+    *records = store__get_le32(h + 16);
+    *crc = store__get_le32(h + 20);
   }
   close(fd);
   return rc;
@@ -404,14 +346,14 @@ static int ds_delete(void *impl, const char *name, shoal_error *err) {
   int rc = ds_dir(impl, name, d, err);
   if (!rc)
     rc = path_ok(snprintf(gone, sizeof gone, "%s/_datasets/.del.%s.%ld.%llu.%s",
-                          store__file_root(impl), host_tag(), (long)getpid(), c, name),
+                          store__file_root(impl), store__host_tag(), (long)getpid(), c, name),
                  err);
   if (rc) return rc;
   if (rename(d, gone) != 0) {
     if (errno == ENOENT)
       return shoal_error_set(err, SHOAL_ENOENT, "store: no dataset '%s' in '%s'", name,
                              store__file_root(impl));
-    return sys_err(err, errno, "cannot remove dataset", d);
+    return store__sys_err(err, errno, "cannot remove dataset", d);
   }
   rm_flat_dir(gone);
   return 0;
@@ -440,7 +382,7 @@ static int media_put(void *impl, const char *run, const char *name, const bson_t
     unlink(tmp);
     if (e == EEXIST)
       return shoal_error_set(err, SHOAL_EEXIST, "store: media '%s' of run '%s' exists", name, run);
-    return sys_err(err, e, "cannot link", dst);
+    return store__sys_err(err, e, "cannot link", dst);
   }
   unlink(tmp);
   size_t tl;
@@ -449,7 +391,7 @@ static int media_put(void *impl, const char *run, const char *name, const bson_t
            : shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
   bson_free(txt);
   if (!rc && rename(mtmp, mdst) != 0) {
-    rc = sys_err(err, errno, "cannot rename into", mdst);
+    rc = store__sys_err(err, errno, "cannot rename into", mdst);
     unlink(mtmp);
   }
   if (rc) unlink(dst); /* without its metadata the item would block its name for good */
@@ -486,7 +428,7 @@ static int media_list(void *impl, const char *run, bson_t ***metas, size_t *n, s
   *metas = NULL, *n = 0;
   DIR *d = opendir(dir);
   if (!d) {
-    if (errno != ENOENT) return sys_err(err, errno, "cannot list", dir);
+    if (errno != ENOENT) return store__sys_err(err, errno, "cannot list", dir);
     char rd[PATH_MAX];
     struct stat sb;
     if (path_ok(snprintf(rd, sizeof rd, "%s/%s", store__file_root(impl), run), NULL) == 0 &&

@@ -74,6 +74,18 @@ void *store__mongo_pop(void *impl, const char **db); /* mongo.c: a pooled client
 void store__mongo_push(void *impl, void *client);
 int store__mongo_error(void *impl, shoal_error *err, const void *bson_err, const char *what);
 
+/* Helpers shared by the file-store code (file.c defines them). */
+const char *store__host_tag(void); /* this host's name, [A-Za-z0-9-] only: temp names */
+/* An errno as a shoal error: ENOENT/EEXIST keep their meaning, the rest is SHOAL_EIO. */
+int store__sys_err(shoal_error *err, int e, const char *what, const char *path);
+int store__write_all(int fd, const void *buf, size_t len); /* 0 or an errno */
+int store__read_all(int fd, void *buf, size_t len);        /* 0, an errno, or -1 at an early end */
+void store__put_le32(unsigned char *p, uint32_t v);
+void store__put_le64(unsigned char *p, uint64_t v);
+uint32_t store__get_le32(const unsigned char *p);
+uint64_t store__get_le64(const unsigned char *p);
+uint32_t store__crc32(const void *bytes, size_t len); /* zlib's CRC-32 (dataset.c) */
+
 /* Helpers. */
 int store__metric_name_valid(const char *name);
 int store__worker_valid(const char *name);

@@ -38,35 +38,6 @@ enum { MAX_ITEM_ELEMS = 1 << 24 };
 
 /* ---- little-endian fields ------------------------------------------------ */
 
-static void put32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-static uint64_t get64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-
-static uint32_t crc_of(const void *bytes, size_t len) {
-  uLong c = crc32(0L, Z_NULL, 0);
-  const unsigned char *p = bytes;
-  while (len) {
-    uInt n = len > (1u << 30) ? (1u << 30) : (uInt)len;
-    c = crc32(c, p, n);
-    p += n;
-    len -= n;
-  }
-  return (uint32_t)c;
-}
-
 static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 /* ---- spec and layout ----------------------------------------------------- */
@@ -310,28 +281,28 @@ static void header_write(store_segment *seg) {
   unsigned char *h = seg->buf;
   memset(h, 0, STORE_SEG_HEADER);
   memcpy(h, SEG_MAGIC, 8);
-  put32(h + 8, SEG_VERSION);
-  put64(h + 16, seg->seq);
+  store__put_le32(h + 8, SEG_VERSION);
+  store__put_le64(h + 16, seg->seq);
   uint64_t wt;
   memcpy(&wt, &seg->wall_time, 8);
-  put64(h + 24, wt);
-  put32(h + 32, seg->rows);
-  put32(h + 36, seg->ends);
-  put32(h + 40, seg->has_priority ? SEG_FLAG_PRIORITY : 0);
-  put32(h + 44, STORE_SEG_HEADER);
+  store__put_le64(h + 24, wt);
+  store__put_le32(h + 32, seg->rows);
+  store__put_le32(h + 36, seg->ends);
+  store__put_le32(h + 40, seg->has_priority ? SEG_FLAG_PRIORITY : 0);
+  store__put_le32(h + 44, STORE_SEG_HEADER);
   memcpy(h + 48, seg->run, strnlen(seg->run, 63));
   memcpy(h + 112, seg->source, strnlen(seg->source, 63));
   const store_segment_spec *s = &seg->spec;
-  put32(h + 176, (uint32_t)s->obs_dtype);
-  put32(h + 180, (uint32_t)s->obs_ndim);
-  put32(h + 216, (uint32_t)s->act_dtype);
-  put32(h + 220, (uint32_t)s->act_ndim);
+  store__put_le32(h + 176, (uint32_t)s->obs_dtype);
+  store__put_le32(h + 180, (uint32_t)s->obs_ndim);
+  store__put_le32(h + 216, (uint32_t)s->act_dtype);
+  store__put_le32(h + 220, (uint32_t)s->act_ndim);
   for (int d = 0; d < STORE_SEG_MAX_DIMS; d++) {
-    put64(h + 184 + 8 * d, (uint64_t)s->obs_shape[d]);
-    put64(h + 224 + 8 * d, (uint64_t)s->act_shape[d]);
+    store__put_le64(h + 184 + 8 * d, (uint64_t)s->obs_shape[d]);
+    store__put_le64(h + 224 + 8 * d, (uint64_t)s->act_shape[d]);
   }
-  seg->crc = crc_of(h + 16, seg->len - 16);
-  put32(h + 12, seg->crc);
+  seg->crc = store__crc32(h + 16, seg->len - 16);
+  store__put_le32(h + 12, seg->crc);
 }
 
 /* Parses the header of the len bytes in seg->buf (from `where`, for messages) and
@@ -342,30 +313,31 @@ static int header_read(store_segment *seg, size_t len, const char *where, shoal_
   if (len < STORE_SEG_HEADER || memcmp(h, SEG_MAGIC, 8) != 0)
     return shoal_error_set(err, SHOAL_EFORMAT, "store: %s is not a shoal experience segment (%s)",
                            where, len < STORE_SEG_HEADER ? "shorter than its header" : "bad magic");
-  if (get32(h + 8) != SEG_VERSION)
+  if (store__get_le32(h + 8) != SEG_VERSION)
     return shoal_error_set(err, SHOAL_EFORMAT,
                            "store: %s has segment format version %u, expected %d", where,
-                           get32(h + 8), SEG_VERSION);
-  if (get32(h + 44) != STORE_SEG_HEADER)
+                           store__get_le32(h + 8), SEG_VERSION);
+  if (store__get_le32(h + 44) != STORE_SEG_HEADER)
     return shoal_error_set(err, SHOAL_EFORMAT, "store: %s: header size %u, expected %d", where,
-                           get32(h + 44), STORE_SEG_HEADER);
-  uint32_t crc = crc_of(h + 16, len - 16);
-  if (crc != get32(h + 12))
+                           store__get_le32(h + 44), STORE_SEG_HEADER);
+  uint32_t crc = store__crc32(h + 16, len - 16);
+  if (crc != store__get_le32(h + 12))
     return shoal_error_set(err, SHOAL_EFORMAT,
                            "store: %s: CRC mismatch (stored %08x, data %08x): damaged or "
                            "truncated",
-                           where, get32(h + 12), crc);
+                           where, store__get_le32(h + 12), crc);
   store_segment_spec s;
   memset(&s, 0, sizeof s);
-  s.obs_dtype = (int)get32(h + 176);
-  s.obs_ndim = (int)get32(h + 180);
-  s.act_dtype = (int)get32(h + 216);
-  s.act_ndim = (int)get32(h + 220);
+  s.obs_dtype = (int)store__get_le32(h + 176);
+  s.obs_ndim = (int)store__get_le32(h + 180);
+  s.act_dtype = (int)store__get_le32(h + 216);
+  s.act_ndim = (int)store__get_le32(h + 220);
   for (int d = 0; d < STORE_SEG_MAX_DIMS; d++) {
-    s.obs_shape[d] = (int64_t)get64(h + 184 + 8 * d);
-    s.act_shape[d] = (int64_t)get64(h + 224 + 8 * d);
+    s.obs_shape[d] = (int64_t)store__get_le64(h + 184 + 8 * d);
+    s.act_shape[d] = (int64_t)store__get_le64(h + 224 + 8 * d);
   }
-  uint32_t rows = get32(h + 32), ends = get32(h + 36), flags = get32(h + 40);
+  uint32_t rows = store__get_le32(h + 32), ends = store__get_le32(h + 36),
+           flags = store__get_le32(h + 40);
   size_t want = store_segment_encoded_bytes(&s, rows, ends, flags & SEG_FLAG_PRIORITY);
   if (!spec_ok(&s) || rows == 0 || ends > rows || (flags & ~(uint32_t)SEG_FLAG_PRIORITY))
     return shoal_error_set(err, SHOAL_EFORMAT, "store: %s: invalid spec, row count or flags",
@@ -378,8 +350,8 @@ static int header_read(store_segment *seg, size_t len, const char *where, shoal_
   seg->rows = rows;
   seg->ends = ends;
   seg->has_priority = (flags & SEG_FLAG_PRIORITY) != 0;
-  seg->seq = get64(h + 16);
-  uint64_t wt = get64(h + 24);
+  seg->seq = store__get_le64(h + 16);
+  uint64_t wt = store__get_le64(h + 24);
   memcpy(&seg->wall_time, &wt, 8);
   memcpy(seg->run, h + 48, 63);
   seg->run[63] = 0;
@@ -394,11 +366,6 @@ static int header_read(store_segment *seg, size_t len, const char *where, shoal_
 /* ---- the file store ------------------------------------------------------ */
 
 static atomic_uint_fast64_t tmp_counter;
-
-static int sys_err(shoal_error *err, int e, const char *what, const char *path) {
-  int code = e == ENOENT ? SHOAL_ENOENT : e == EEXIST ? SHOAL_EEXIST : SHOAL_EIO;
-  return shoal_error_set(err, code, "store: %s '%s': %s", what, path, strerror(e));
-}
 
 static int seg_dir(store *st, const char *run, char *out, shoal_error *err) {
   int n = snprintf(out, PATH_MAX, "%s/%s/segments", store__file_root(store__impl(st)), run);
@@ -429,7 +396,7 @@ static int file_seqs(const char *dir, uint64_t after, uint64_t **out, size_t *n,
   *out = NULL;
   *n = 0;
   DIR *d = opendir(dir);
-  if (!d) return errno == ENOENT ? 0 : sys_err(err, errno, "cannot list", dir);
+  if (!d) return errno == ENOENT ? 0 : store__sys_err(err, errno, "cannot list", dir);
   uint64_t *v = NULL;
   size_t k = 0, cap = 0;
   struct dirent *de;
@@ -454,14 +421,14 @@ static int file_seqs(const char *dir, uint64_t after, uint64_t **out, size_t *n,
 
 static int mkdir_1(const char *p, shoal_error *err) {
   if (mkdir(p, 0755) == 0 || errno == EEXIST) return 0;
-  return sys_err(err, errno, "cannot create folder", p);
+  return store__sys_err(err, errno, "cannot create folder", p);
 }
 
 static int fsync_path(const char *p, shoal_error *err) {
   int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return sys_err(err, errno, "cannot open folder", p);
+  if (fd < 0) return store__sys_err(err, errno, "cannot open folder", p);
   int rc = 0;
-  if (fsync(fd) != 0 && errno != EINVAL) rc = sys_err(err, errno, "cannot fsync folder", p);
+  if (fsync(fd) != 0 && errno != EINVAL) rc = store__sys_err(err, errno, "cannot fsync folder", p);
   close(fd);
   return rc;
 }
@@ -539,15 +506,15 @@ static int file_write(store *st, const char *run, store_segment *seg, shoal_erro
     snprintf(tmp, sizeof tmp, "%s/.tmp.seg.%ld.%llu", dir, (long)getpid(), c);
     snprintf(dst, sizeof dst, "%s/%020" PRIu64 ".seg", dir, seq);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return sys_err(err, errno, "cannot create", tmp);
+    if (fd < 0) return store__sys_err(err, errno, "cannot create", tmp);
     int e = write_fd(fd, seg->buf, seg->len);
     if (e)
-      rc = sys_err(err, e, "cannot write", tmp);
+      rc = store__sys_err(err, e, "cannot write", tmp);
     else if (fsync(fd) != 0)
-      rc = sys_err(err, errno, "cannot fsync", tmp);
-    if (close(fd) != 0 && !rc) rc = sys_err(err, errno, "cannot close", tmp);
+      rc = store__sys_err(err, errno, "cannot fsync", tmp);
+    if (close(fd) != 0 && !rc) rc = store__sys_err(err, errno, "cannot close", tmp);
     if (!rc && link(tmp, dst) != 0)
-      rc = errno == EEXIST ? SHOAL_EEXIST : sys_err(err, errno, "cannot link", dst);
+      rc = errno == EEXIST ? SHOAL_EEXIST : store__sys_err(err, errno, "cannot link", dst);
     unlink(tmp);
     if (rc == SHOAL_EEXIST) {
       /* Taken by another writer: from the folder's end (the loop adds one). */
@@ -593,10 +560,10 @@ static int file_read(store *st, const char *run, uint64_t seq, store_segment *se
   if (fd < 0)
     return errno == ENOENT ? shoal_error_set(err, SHOAL_ENOENT,
                                              "store: run '%s' has no segment %" PRIu64, run, seq)
-                           : sys_err(err, errno, "cannot open", p);
+                           : store__sys_err(err, errno, "cannot open", p);
   struct stat sb;
   if (fstat(fd, &sb) != 0) {
-    rc = sys_err(err, errno, "cannot stat", p);
+    rc = store__sys_err(err, errno, "cannot stat", p);
   } else if ((size_t)sb.st_size > STORE_SEGMENT_MAX) {
     rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s' has %lld bytes, above the %zu-byte limit",
                          p, (long long)sb.st_size, STORE_SEGMENT_MAX);
