@@ -30,6 +30,7 @@
 #include "config/config.h"
 #include "envs/envs.h"
 #include "learner/follow.h"
+#include "learner/live_hp.h"
 #include "replay/replay.h"
 #include "rpc/rpc.h"
 #include "store/store.h"
@@ -140,16 +141,7 @@ typedef struct learner {
   int64_t last_snapshot_version; /* each version is stored once */
   double eval_return, best_eval;
 
-  /* Live tuning. hp holds the values in effect; the trainer thread is their only
-   * writer (under hp_mu, which Status readers take). Requests from rpc threads wait in
-   * hp_pending until the trainer applies them between two updates. */
-  pthread_mutex_t hp_mu;
-  pthread_cond_t hp_cv;
-  double hp[HP_COUNT];
-  double hp_pending[HP_COUNT];
-  bool hp_has[HP_COUNT];
-  uint64_t hp_requested, hp_applied, hp_changes;
-  const cfg_key *hp_schema[HP_COUNT];
+  live_hp live;        /* live tuning: live.hp holds the values in effect (learner/live_hp.h) */
   bool tolerance_auto; /* learner.ratio_tolerance 0: derived from the replay ratio */
   double tolerance_per_ratio;
 } learner;
@@ -383,171 +375,42 @@ static void on_status(void *user, rpc_counter *out, int *n) {
     snprintf(out[k].name, sizeof out[k].name, "%s", figs[i].name);
     out[k].value = figs[i].v;
   }
-  pthread_mutex_lock(&L->hp_mu);
-  if (k < *n) {
-    snprintf(out[k].name, sizeof out[k].name, "hparam_changes");
-    out[k++].value = (double)L->hp_changes;
-  }
-  for (int h = 0; h < HP_COUNT && k < *n; h++, k++) {
-    snprintf(out[k].name, sizeof out[k].name, "hparam/%s", hp_names[h]);
-    out[k].value = L->hp[h];
-  }
-  pthread_mutex_unlock(&L->hp_mu);
+  live_hp_counters(&L->live, out, &k, *n);
   *n = k;
 }
 
 /* ---- live tuning ---------------------------------------------------------------- */
 
-static int hp_index(const char *key) {
-  for (int h = 0; h < HP_COUNT; h++)
-    if (!strcmp(key, hp_names[h])) return h;
-  return -1;
-}
-
-/* SetHyperparams, on an rpc thread: checks every entry (all or none are taken), hands
- * them to the trainer and waits up to 5 s for it to apply them, so that when `shoal set`
- * returns the change is in effect (a trainer busy evaluating applies it right after). */
+/* SetHyperparams, on an rpc thread (learner/live_hp.c). */
 static int on_hyperparams(void *user, const rpc_hyperparam *h, int n, uint32_t *applied,
                           shoal_error *err) {
   learner *L = user;
-  if (n < 1) return shoal_error_set(err, SHOAL_EINVAL, "no hyperparameters given");
-  for (int i = 0; i < n; i++) {
-    int k = hp_index(h[i].key);
-    if (k < 0) {
-      char list[512] = "";
-      for (int j = 0; j < HP_COUNT; j++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
-                 hp_names[j]);
-      return shoal_error_set(err, SHOAL_EINVAL,
-                             "'%s' cannot be changed on a running learner "
-                             "(live keys: %s)",
-                             h[i].key, list);
+  return live_hp_request(&L->live, h, n, applied, err);
+}
+
+/* What a live change does beyond L->live.hp[k], on the trainer thread. */
+static int apply_hparam(void *user, int k, double v, shoal_error *err) {
+  learner *L = user;
+  if (k == HP_LR) return dqn_set_lr(L->q, (float)v, err);
+  if (k == HP_TARGET) return dqn_set_target_period(L->q, (int)v, err);
+  if (k == HP_RATIO) {
+    /* The limiter compares samples taken with ratio × inserts since warm-up; move
+     * the sample count so the slack stays as it was and the new ratio holds from now
+     * on, instead of a burst (or a stall) that settles the whole history. */
+    pthread_mutex_lock(&L->rl_mu);
+    replay_stats rs;
+    replay_get_stats(L->mem, &rs);
+    double since = (double)rs.inserted_steps - (double)L->warmup;
+    if (since > 0) {
+      int64_t sampled = atomic_load(&L->sampled) + (int64_t)((v - L->ratio) * since);
+      atomic_store(&L->sampled, sampled > 0 ? sampled : 0);
     }
-    const cfg_key *ck = L->hp_schema[k];
-    if (h[i].is_text || !isfinite(h[i].number))
-      return shoal_error_set(err, SHOAL_EINVAL, "'%s' needs a finite number", h[i].key);
-    if (h[i].number < ck->min || h[i].number > ck->max)
-      return shoal_error_set(err, SHOAL_EINVAL, "'%s': %g is outside [%g, %g]", h[i].key,
-                             h[i].number, ck->min, ck->max);
-    if (ck->type == CFG_INT && h[i].number != floor(h[i].number))
-      return shoal_error_set(err, SHOAL_EINVAL, "'%s' needs a whole number, not %g", h[i].key,
-                             h[i].number);
-    if (k == HP_LR && !(h[i].number > 0))
-      return shoal_error_set(err, SHOAL_EINVAL, "'dqn.lr' must be positive");
+    L->ratio = v;
+    if (L->tolerance_auto) L->tolerance = L->tolerance_per_ratio * v;
+    pthread_cond_broadcast(&L->rl_cv);
+    pthread_mutex_unlock(&L->rl_mu);
   }
-  pthread_mutex_lock(&L->hp_mu);
-  for (int i = 0; i < n; i++) {
-    int k = hp_index(h[i].key);
-    L->hp_pending[k] = h[i].number;
-    L->hp_has[k] = true;
-  }
-  uint64_t gen = ++L->hp_requested;
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 5;
-  while (L->hp_applied < gen && !atomic_load(&L->stopping))
-    if (pthread_cond_timedwait(&L->hp_cv, &L->hp_mu, &until) == ETIMEDOUT) break;
-  pthread_mutex_unlock(&L->hp_mu);
-  *applied = (uint32_t)n;
   return 0;
-}
-
-/* The trainer's side: applies pending changes between two updates, records each as a
- * metric "hparam/<key>" at the current env step (so curves show when it changed) and as
- * a JSON line for `shoal run`. */
-static void apply_hparams(learner *L, int64_t env_steps) {
-  pthread_mutex_lock(&L->hp_mu);
-  if (L->hp_applied == L->hp_requested) {
-    pthread_mutex_unlock(&L->hp_mu);
-    return;
-  }
-  for (int k = 0; k < HP_COUNT; k++) {
-    if (!L->hp_has[k]) continue;
-    L->hp_has[k] = false;
-    double v = L->hp_pending[k], old = L->hp[k];
-    shoal_error err = {0};
-    int rc = 0;
-    if (k == HP_LR) {
-      rc = dqn_set_lr(L->q, (float)v, &err);
-    } else if (k == HP_TARGET) {
-      rc = dqn_set_target_period(L->q, (int)v, &err);
-    } else if (k == HP_RATIO) {
-      /* The limiter compares samples taken with ratio × inserts since warm-up; move
-       * the sample count so the slack stays as it was and the new ratio holds from now
-       * on, instead of a burst (or a stall) that settles the whole history. */
-      pthread_mutex_lock(&L->rl_mu);
-      replay_stats rs;
-      replay_get_stats(L->mem, &rs);
-      double since = (double)rs.inserted_steps - (double)L->warmup;
-      if (since > 0) {
-        int64_t s = atomic_load(&L->sampled) + (int64_t)((v - L->ratio) * since);
-        atomic_store(&L->sampled, s > 0 ? s : 0);
-      }
-      L->ratio = v;
-      if (L->tolerance_auto) L->tolerance = L->tolerance_per_ratio * v;
-      pthread_cond_broadcast(&L->rl_cv);
-      pthread_mutex_unlock(&L->rl_mu);
-    }
-    if (rc) {
-      fprintf(stderr, "shoal-learner: live %s=%g not applied: %s\n", hp_names[k], v, err.msg);
-      continue;
-    }
-    L->hp[k] = v;
-    L->hp_changes++;
-    char name[STORE_NAME_MAX];
-    snprintf(name, sizeof name, "hparam/%s", hp_names[k]);
-    store_writer_metric(L->wr, L->run, name, env_steps, unix_now(), v);
-    emit(
-        "{\"event\":\"hparam\",\"key\":\"%s\",\"value\":%.9g,\"old\":%.9g,"
-        "\"env_steps\":%lld}",
-        hp_names[k], v, old, (long long)env_steps);
-  }
-  L->hp_applied = L->hp_requested;
-  pthread_cond_broadcast(&L->hp_cv);
-  pthread_mutex_unlock(&L->hp_mu);
-}
-
-/* Starting values: the config's. Each is recorded once at the start so a plot of
- * hparam/<key> begins at the run's first value. A learner restarted by `shoal run`
- * after a crash (its config file older than the live changes) takes those changes
- * back from the store's latest hparam/<key> rows. */
-static void init_hparams(learner *L, const char *cfg_path, int64_t env_steps, bool resume) {
-  int nkeys;
-  const cfg_key *keys = apex_schema(&nkeys);
-  for (int k = 0; k < HP_COUNT; k++) {
-    for (int j = 0; j < nkeys; j++)
-      if (!strcmp(keys[j].name, hp_names[k])) L->hp_schema[k] = &keys[j];
-    SHOAL_ASSERT(L->hp_schema[k]);
-    L->hp[k] = L->hp_schema[k]->type == CFG_INT ? (double)config_int(L->cfg, hp_names[k])
-                                                : config_float(L->cfg, hp_names[k]);
-  }
-  double t_unix = unix_now();
-  struct stat sb;
-  double cfg_time = stat(cfg_path, &sb) == 0
-                        ? (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec
-                        : t_unix;
-  for (int k = 0; k < HP_COUNT; k++) {
-    char name[STORE_NAME_MAX];
-    snprintf(name, sizeof name, "hparam/%s", hp_names[k]);
-    if (resume) {
-      store_metric *rows = NULL;
-      size_t n = 0;
-      shoal_error err = {0};
-      /* The newest row by time: a resumed learner may have counted steps from an
-       * older snapshot, so the last by step need not be the last written. */
-      size_t last = 0;
-      int qrc = store_metrics_query(L->st, L->run, name, INT64_MIN, INT64_MAX, &rows, &n, &err);
-      for (size_t i = 1; qrc == 0 && i < n; i++)
-        if (rows[i].time >= rows[last].time) last = i;
-      if (qrc == 0 && n && rows[last].time > cfg_time && rows[last].value != L->hp[k]) {
-        L->hp_pending[k] = rows[last].value;
-        L->hp_has[k] = true;
-        L->hp_requested = 1;
-      }
-      free(rows);
-    }
-    store_writer_metric(L->wr, L->run, name, env_steps, t_unix, L->hp[k]);
-  }
 }
 
 /* ---- parameters, snapshots, evaluation ------------------------------------------ */
@@ -926,8 +789,6 @@ int main(int argc, char **argv) {
       (L.store_streams ? 2.0 * FOLLOW_CHUNK : 0);
   L.tolerance_auto = L.tolerance <= 0;
   if (L.tolerance_auto) L.tolerance = L.tolerance_per_ratio * L.ratio;
-  pthread_mutex_init(&L.hp_mu, NULL);
-  pthread_cond_init(&L.hp_cv, NULL);
   L.stream_ret = calloc((size_t)L.actors * L.num_envs + 1, sizeof *L.stream_ret);
   L.incarnation = calloc((size_t)L.actors + 1, sizeof *L.incarnation);
   L.last_seq = calloc((size_t)L.actors + 1, sizeof *L.last_seq);
@@ -1037,7 +898,10 @@ int main(int argc, char **argv) {
   {
     replay_stats rs0;
     replay_get_stats(L.mem, &rs0);
-    init_hparams(&L, cfg_path, L.env_steps_base + (int64_t)rs0.inserted_steps, resume);
+    int nk;
+    const cfg_key *schema = apex_schema(&nk);
+    live_hp_init(&L.live, hp_names, HP_COUNT, HP_LR, schema, nk, L.cfg, &L.stopping, L.st, L.wr,
+                 run, cfg_path, L.env_steps_base + (int64_t)rs0.inserted_steps, resume);
   }
   rpc_spec spec;
   uint32_t max_items =
@@ -1100,8 +964,8 @@ int main(int argc, char **argv) {
 
   const int64_t warmup = config_int(L.cfg, "learner.warmup");
   const double log_every = config_float(L.cfg, "learner.log_every_s");
-  /* The live-tunable settings are read from L.hp each time (apply_hparams). */
-  replay_sample_args sa_args = {B, dc.n_step, dc.gamma, L.hp[HP_BETA0]};
+  /* The live-tunable settings are read from L.live.hp each time (live_hp_apply). */
+  replay_sample_args sa_args = {B, dc.n_step, dc.gamma, L.live.hp[HP_BETA0]};
   shoal_rng rng;
   shoal_rng_seed(&rng, (uint64_t)config_int(L.cfg, "run.seed") * 7919 + 17);
 
@@ -1117,10 +981,10 @@ int main(int argc, char **argv) {
     replay_stats rs;
     replay_get_stats(L.mem, &rs);
     int64_t env_steps = L.env_steps_base + (int64_t)rs.inserted_steps;
-    apply_hparams(&L, env_steps);
-    const int64_t max_steps = (int64_t)L.hp[HP_MAX_STEPS],
-                  publish_every = (int64_t)L.hp[HP_PUBLISH];
-    const double max_s = L.hp[HP_MAX_S], solve = L.hp[HP_SOLVE], ratio = L.ratio;
+    live_hp_apply(&L.live, apply_hparam, &L, L.wr, run, env_steps, "shoal-learner");
+    const int64_t max_steps = (int64_t)L.live.hp[HP_MAX_STEPS],
+                  publish_every = (int64_t)L.live.hp[HP_PUBLISH];
+    const double max_s = L.live.hp[HP_MAX_S], solve = L.live.hp[HP_SOLVE], ratio = L.ratio;
     if (max_steps > 0 && env_steps >= max_steps) {
       reason = "max_env_steps";
       break;
@@ -1143,8 +1007,8 @@ int main(int argc, char **argv) {
       rb.weight = L.w;
       rb.index = L.idx;
       rb.generation = L.gen;
-      sa_args.beta =
-          replay_beta_linear(L.hp[HP_BETA0], 1.0, L.updates, (int64_t)L.hp[HP_BETA_STEPS]);
+      sa_args.beta = replay_beta_linear(L.live.hp[HP_BETA0], 1.0, L.updates,
+                                        (int64_t)L.live.hp[HP_BETA_STEPS]);
       int rc = replay_sample(L.mem, &rng, &sa_args, &rb, &err);
       if (rc == 0) {
         obs_to_float(&L, L.obs_b, L.obs_f, (size_t)B);
@@ -1180,7 +1044,7 @@ int main(int argc, char **argv) {
       nanosleep(&ts, NULL);
     }
     now = shoal_now_s();
-    if (solve != 0 && rs.held >= warmup && now - t_eval >= L.hp[HP_EVAL_EVERY]) {
+    if (solve != 0 && rs.held >= warmup && now - t_eval >= L.live.hp[HP_EVAL_EVERY]) {
       t_eval = now;
       L.eval_return = evaluate(&L, ev, E, eval_seed++, e_obs, e_obsf, e_fin, e_rew, e_term, e_trunc,
                                e_act, e_ret, e_done);
@@ -1191,7 +1055,7 @@ int main(int argc, char **argv) {
         break;
       }
     }
-    if (now - t_snap >= L.hp[HP_SNAP]) {
+    if (now - t_snap >= L.live.hp[HP_SNAP]) {
       t_snap = now;
       snapshot(&L, env_steps, L.eval_return);
       save_replay(&L);
@@ -1249,9 +1113,7 @@ int main(int argc, char **argv) {
   int64_t env_steps = L.env_steps_base + (int64_t)rs.inserted_steps;
   follow_halt(L.fol); /* before the rate limiter lets every insert through */
   atomic_store(&L.stopping, true);
-  pthread_mutex_lock(&L.hp_mu);
-  pthread_cond_broadcast(&L.hp_cv);
-  pthread_mutex_unlock(&L.hp_mu);
+  live_hp_wake(&L.live);
   pthread_mutex_lock(&L.rl_mu);
   pthread_cond_broadcast(&L.rl_cv);
   pthread_mutex_unlock(&L.rl_mu);
@@ -1292,6 +1154,7 @@ int main(int argc, char **argv) {
   free(L.last_seq);
   free(L.ack_copy);
   for (int a = 0; a < L.actors; a++) pthread_mutex_destroy(&L.actor_mu[a]);
+  live_hp_destroy(&L.live);
   free(L.actor_mu);
   pthread_rwlock_destroy(&L.save_lock);
   free(L.obs_b), free(L.nobs_b), free(L.obs_f), free(L.nobs_f), free(L.ret), free(L.disc);

@@ -34,6 +34,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "learner/live_hp.h"
 #include "learner/onpolicy_common.h"
 #include "replay/replay.h"
 #include "store/store.h"
@@ -75,14 +76,7 @@ typedef struct learner {
   double returns[RETURNS_KEPT];
   uint64_t episodes;
 
-  /* Live tuning: hp holds the values in effect (the trainer writes them, under hp_mu);
-   * rpc threads leave requests in hp_pending and wait for hp_applied to catch up. */
-  pthread_mutex_t hp_mu;
-  pthread_cond_t hp_cv;
-  double hp[HP_COUNT], hp_pending[HP_COUNT];
-  bool hp_has[HP_COUNT];
-  uint64_t hp_requested, hp_applied, hp_changes;
-  const cfg_key *hp_schema[HP_COUNT];
+  live_hp live; /* live tuning: live.hp holds the values in effect (learner/live_hp.h) */
   atomic_bool stopping;
 
   int64_t env_steps_base, updates, steps_trained;
@@ -232,115 +226,18 @@ static void on_status(void *user, rpc_counter *out, int *n) {
     snprintf(out[k].name, sizeof out[k].name, "%s", figs[i].name);
     out[k].value = figs[i].v;
   }
-  pthread_mutex_lock(&L->hp_mu);
-  if (k < *n) {
-    snprintf(out[k].name, sizeof out[k].name, "hparam_changes");
-    out[k++].value = (double)L->hp_changes;
-  }
-  for (int h = 0; h < HP_COUNT && k < *n; h++, k++) {
-    snprintf(out[k].name, sizeof out[k].name, "hparam/%s", hp_names[h]);
-    out[k].value = L->hp[h];
-  }
-  pthread_mutex_unlock(&L->hp_mu);
+  live_hp_counters(&L->live, out, &k, *n);
   *n = k;
 }
 
 /* ---- live tuning ---------------------------------------------------------------- */
 
-static int hp_index(const char *key) {
-  for (int h = 0; h < HP_COUNT; h++)
-    if (!strcmp(key, hp_names[h])) return h;
-  return -1;
-}
-
-/* SetHyperparams on an rpc thread: all entries are checked against the schema's bounds
- * before any is taken; then waits up to 5 s for the trainer to apply them. */
+/* SetHyperparams, on an rpc thread (learner/live_hp.c). The trainer reads
+ * L->live.hp between updates; a new lr takes effect there (the schedule goes on from it). */
 static int on_hyperparams(void *user, const rpc_hyperparam *h, int n, uint32_t *applied,
                           shoal_error *err) {
   learner *L = user;
-  if (n < 1) return shoal_error_set(err, SHOAL_EINVAL, "no hyperparameters given");
-  for (int i = 0; i < n; i++) {
-    int k = hp_index(h[i].key);
-    if (k < 0) {
-      char list[512] = "";
-      for (int j = 0; j < HP_COUNT; j++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
-                 hp_names[j]);
-      return shoal_error_set(err, SHOAL_EINVAL,
-                             "'%s' cannot be changed on a running learner (live keys: %s)",
-                             h[i].key, list);
-    }
-    const cfg_key *ck = L->hp_schema[k];
-    if (h[i].is_text || !isfinite(h[i].number))
-      return shoal_error_set(err, SHOAL_EINVAL, "'%s' needs a finite number", h[i].key);
-    if (h[i].number < ck->min || h[i].number > ck->max)
-      return shoal_error_set(err, SHOAL_EINVAL, "'%s': %g is outside [%g, %g]", h[i].key,
-                             h[i].number, ck->min, ck->max);
-    if (ck->type == CFG_INT && h[i].number != floor(h[i].number))
-      return shoal_error_set(err, SHOAL_EINVAL, "'%s' needs a whole number, not %g", h[i].key,
-                             h[i].number);
-  }
-  pthread_mutex_lock(&L->hp_mu);
-  for (int i = 0; i < n; i++) {
-    int k = hp_index(h[i].key);
-    L->hp_pending[k] = h[i].number;
-    L->hp_has[k] = true;
-  }
-  uint64_t gen = ++L->hp_requested;
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 5;
-  while (L->hp_applied < gen && !atomic_load(&L->stopping))
-    if (pthread_cond_timedwait(&L->hp_cv, &L->hp_mu, &until)) break;
-  pthread_mutex_unlock(&L->hp_mu);
-  *applied = (uint32_t)n;
-  return 0;
-}
-
-/* The trainer's side, between two updates: each change becomes a metric
- * "hparam/<key>" at the current env step and a JSON line for `shoal run`. */
-static void apply_hparams(learner *L, int64_t env_steps) {
-  pthread_mutex_lock(&L->hp_mu);
-  if (L->hp_applied == L->hp_requested) {
-    pthread_mutex_unlock(&L->hp_mu);
-    return;
-  }
-  for (int k = 0; k < HP_COUNT; k++) {
-    if (!L->hp_has[k]) continue;
-    L->hp_has[k] = false;
-    double v = L->hp_pending[k], old = L->hp[k];
-    L->hp[k] = v;
-    L->hp_changes++;
-    char name[STORE_NAME_MAX];
-    snprintf(name, sizeof name, "hparam/%s", hp_names[k]);
-    store_writer_metric(L->wr, L->run, name, env_steps, unix_now(), v);
-    emit(
-        "{\"event\":\"hparam\",\"key\":\"%s\",\"value\":%.9g,\"old\":%.9g,"
-        "\"env_steps\":%lld}",
-        hp_names[k], v, old, (long long)env_steps);
-  }
-  L->hp_applied = L->hp_requested;
-  pthread_cond_broadcast(&L->hp_cv);
-  pthread_mutex_unlock(&L->hp_mu);
-}
-
-/* The config's values to start with, recorded once so plots of hparam/<key> begin at
- * the run's first value. */
-static void init_hparams(learner *L, int64_t env_steps) {
-  if (L->s.impala) hp_names[HP_LR] = "impala.lr";
-  int nkeys;
-  const cfg_key *keys = onpolicy_schema(&nkeys);
-  double t = unix_now();
-  for (int k = 0; k < HP_COUNT; k++) {
-    for (int j = 0; j < nkeys; j++)
-      if (!strcmp(keys[j].name, hp_names[k])) L->hp_schema[k] = &keys[j];
-    SHOAL_ASSERT(L->hp_schema[k]);
-    L->hp[k] = L->hp_schema[k]->type == CFG_INT ? (double)config_int(L->cfg, hp_names[k])
-                                                : config_float(L->cfg, hp_names[k]);
-    char name[STORE_NAME_MAX];
-    snprintf(name, sizeof name, "hparam/%s", hp_names[k]);
-    store_writer_metric(L->wr, L->run, name, env_steps, t, L->hp[k]);
-  }
+  return live_hp_request(&L->live, h, n, applied, err);
 }
 
 /* ---- parameters, snapshots ------------------------------------------------------ */
@@ -544,9 +441,11 @@ int main(int argc, char **argv) {
   sc.on_status = on_status;
   sc.on_hyperparams = on_hyperparams;
   sc.user = &L;
-  pthread_mutex_init(&L.hp_mu, NULL);
-  pthread_cond_init(&L.hp_cv, NULL);
-  init_hparams(&L, L.env_steps_base);
+  if (L.s.impala) hp_names[HP_LR] = "impala.lr";
+  int nk;
+  const cfg_key *schema = onpolicy_schema(&nk);
+  live_hp_init(&L.live, hp_names, HP_COUNT, HP_LR, schema, nk, L.cfg, &L.stopping, L.st, L.wr, run,
+               cfg_path, L.env_steps_base, resume);
   rpc_spec spec;
   op_rpc_spec(s, run, &spec);
   if (rpc_server_create(&sc, &spec, &L.srv, &err)) die("rpc server", &err);
@@ -582,11 +481,11 @@ int main(int argc, char **argv) {
   const bool anneal = config_bool(L.cfg, s->impala ? "impala.anneal_lr" : "ppo.anneal_lr");
   const bool eval_greedy = config_bool(L.cfg, "run.eval_greedy");
   const double log_every = config_float(L.cfg, "learner.log_every_s");
-  float lr_set = (float)L.hp[HP_LR];
+  float lr_set = (float)L.live.hp[HP_LR];
 
   double t0 = shoal_now_s(), t_log = t0, t_snap = t0;
   int64_t steps_at_log = 0, updates_at_log = L.updates, last_eval_steps = L.steps_trained;
-  int64_t next_eval = L.steps_trained + (int64_t)L.hp[HP_EVAL_EVERY];
+  int64_t next_eval = L.steps_trained + (int64_t)L.live.hp[HP_EVAL_EVERY];
   uint64_t samples_at_log = 0, skipped = 0;
   onpolicy_stats last = {0};
   last.loss = NAN;
@@ -600,13 +499,14 @@ int main(int argc, char **argv) {
   for (;;) {
     if (stop_signal) break;
     int64_t env_steps = L.env_steps_base + atomic_load(&L.steps_in);
-    apply_hparams(&L, env_steps);
+    live_hp_apply(&L.live, NULL, NULL, L.wr, run, env_steps, "shoal-onpolicy-learner");
     /* The live-tunable settings, read from L.hp each time. */
-    const int64_t max_steps = (int64_t)L.hp[HP_MAX_STEPS],
-                  eval_every = (int64_t)L.hp[HP_EVAL_EVERY];
-    const int64_t publish_every = (int64_t)L.hp[HP_PUBLISH];
-    const double max_s = L.hp[HP_MAX_S], solve = L.hp[HP_SOLVE], snap_every = L.hp[HP_SNAP];
-    const float lr0 = (float)L.hp[HP_LR];
+    const int64_t max_steps = (int64_t)L.live.hp[HP_MAX_STEPS],
+                  eval_every = (int64_t)L.live.hp[HP_EVAL_EVERY];
+    const int64_t publish_every = (int64_t)L.live.hp[HP_PUBLISH];
+    const double max_s = L.live.hp[HP_MAX_S], solve = L.live.hp[HP_SOLVE],
+                 snap_every = L.live.hp[HP_SNAP];
+    const float lr0 = (float)L.live.hp[HP_LR];
     double now = shoal_now_s();
     if (max_steps > 0 && env_steps >= max_steps) {
       reason = "max_env_steps";
@@ -755,9 +655,7 @@ int main(int argc, char **argv) {
   /* Stop: no more batches (blocked inserts wake with ECLOSED), then keep what was learned. */
   int64_t env_steps = L.env_steps_base + atomic_load(&L.steps_in);
   atomic_store(&L.stopping, true);
-  pthread_mutex_lock(&L.hp_mu);
-  pthread_cond_broadcast(&L.hp_cv);
-  pthread_mutex_unlock(&L.hp_mu);
+  live_hp_wake(&L.live);
   replay_traj_close(L.q);
   rpc_server_destroy(L.srv, 1.0);
   L.srv = NULL;
@@ -783,6 +681,7 @@ int main(int argc, char **argv) {
   store_close(L.st);
   op_eval_destroy(ev);
   op_agent_destroy(&L.ag);
+  live_hp_destroy(&L.live);
   op_norm_free(&L.norm);
   replay_traj_destroy(L.q);
   config_destroy(L.cfg);
