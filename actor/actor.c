@@ -156,11 +156,9 @@ int main(int argc, char **argv) {
   int nkeys;
   const cfg_key *keys = apex_schema(&nkeys);
   config *cfg = config_create(keys, nkeys, &err);
-  if (!cfg || config_load_file(cfg, cfg_path, &err)) die("config", &err);
-  for (int i = 0; i < nsets; i++)
-    if (config_set(cfg, sets[i], &err)) die("config", &err);
-  /* A config from the store or `shoal init --out` has its secrets redacted. */
-  if (config_restore_secrets(cfg, cfg_path, &err)) die("config", &err);
+  /* A config from the store or `shoal init --out` has its secrets redacted: they come
+   * back from the environment (config_restore_secrets). */
+  if (!cfg || config_load_program(cfg, cfg_path, sets, nsets, &err)) die("config", &err);
   if (apex_check(cfg, &err)) die("config", &err);
   const int actors = (int)config_int(cfg, "actors");
   if (idx_arg >= actors) {

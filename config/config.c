@@ -667,3 +667,10 @@ int config_restore_secrets(config *c, const char *where, shoal_error *err) {
                            where);
   return 0;
 }
+
+int config_load_program(config *c, const char *path, const char *const *sets, int nsets,
+                        shoal_error *err) {
+  int rc = config_load_file(c, path, err);
+  for (int i = 0; i < nsets && !rc; i++) rc = config_set(c, sets[i], err);
+  return rc ? rc : config_restore_secrets(c, path, err);
+}

@@ -100,6 +100,11 @@ int config_dump_redacted(const config *c, char **yaml, shoal_error *err);
  * command line); a placeholder never becomes the real secret. Returns 0, or
  * SHOAL_EINVAL naming `where` when a redacted value stays without a replacement. */
 int config_restore_secrets(config *c, const char *where, shoal_error *err);
+/* What the learner and actor programs do with their --config FILE and --set overrides:
+ * config_load_file, each config_set in order, then config_restore_secrets. Returns 0
+ * or the first error. */
+int config_load_program(config *c, const char *path, const char *const *sets, int nsets,
+                        shoal_error *err);
 
 #ifdef __cplusplus
 }

@@ -326,11 +326,9 @@ int main(int argc, char **argv) {
       usage();
   }
   if (!cfg_path || !run) usage();
-  if (config_load_file(L.cfg, cfg_path, &err)) die("config", &err);
-  for (int i = 0; i < nsets; i++)
-    if (config_set(L.cfg, sets[i], &err)) die("config", &err);
-  /* A config from the store or `shoal init --out` has its secrets redacted. */
-  if (config_restore_secrets(L.cfg, cfg_path, &err)) die("config", &err);
+  /* A config from the store or `shoal init --out` has its secrets redacted: they come
+   * back from the environment (config_restore_secrets). */
+  if (config_load_program(L.cfg, cfg_path, sets, nsets, &err)) die("config", &err);
   if (onpolicy_check(L.cfg, &err)) die("config", &err);
   L.run = run;
   L.actors = (int)config_int(L.cfg, "actors");
