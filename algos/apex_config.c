@@ -48,6 +48,14 @@ static const cfg_key apex_keys[] = {
     {"replay.beta0", CFG_FLOAT, "0.4", 0, 1, "PER importance exponent at the start"},
     {"replay.beta_steps", CFG_INT, "20000", 1, 1e15, "updates over which β anneals to 1"},
     {"replay.eps", CFG_FLOAT, "1e-6", 1e-12, 1, "PER priority floor"},
+    /* the replay log (learner/replay_log.h, docs/replay-log.md) */
+    {"replay.log", CFG_BOOL, "true", 0, -1,
+     "keep every accepted batch in the store (resume rebuilds the replay from it)"},
+    {"replay.keep_log", CFG_BOOL, "false", 0, -1,
+     "keep the whole log (default: segments the replay no longer holds are deleted)"},
+    {"replay.log_flush_s", CFG_FLOAT, "1", 0.01, 3600,
+     "a log segment is written at most this long after its first batch (the crash loss bound)"},
+    {"replay.log_segment_mb", CFG_FLOAT, "4", 0.0625, 12, "raw MiB that fill a log segment"},
     /* experience from the store (learner/follow.c, store.h's segments) */
     {"replay.source", CFG_STRING, "actors", 0, -1,
      "actors, store (segments only: no actors are started) or mixed"},
@@ -57,6 +65,9 @@ static const cfg_key apex_keys[] = {
     {"replay.store_poll_s", CFG_FLOAT, "0.2", 0.001, 3600, "seconds between polls for segments"},
     {"replay.store_streams", CFG_INT, "16", 1, 4096,
      "replay streams for store sources (more sources share them)"},
+    {"replay.store_format", CFG_STRING, "experience", 0, -1,
+     "what to follow: experience (segments: imports, other systems) or log (another "
+     "Ape-X learner's replay log; docs/replay-log.md)"},
     /* the DQN */
     {"dqn.net", CFG_STRING, "mlp", 0, -1, "mlp or minatar"},
     {"dqn.hidden0", CFG_INT, "64", 0, 65536, "first hidden width (mlp)"},
@@ -84,6 +95,8 @@ int apex_check(const config *cfg, shoal_error *err) {
   if (!rc) rc = config_check_choice(cfg, "learner.device", devices, 3, err);
   static const char *const sources[] = {"actors", "store", "mixed"};
   if (!rc) rc = config_check_choice(cfg, "replay.source", sources, 3, err);
+  static const char *const formats[] = {"experience", "log"};
+  if (!rc) rc = config_check_choice(cfg, "replay.store_format", formats, 2, err);
   return rc;
 }
 

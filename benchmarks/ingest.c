@@ -18,6 +18,11 @@
  * at the same N, so the ratio is the gain of sending each frame once), ingest.atari_full.n<N>
  * (MB/s; baseline: raw TCP MB/s).
  *
+ * SHOAL_INGEST_LOG=1 runs the learner's replay log beside the inserts as shoal-learner
+ * does (learner/replay_log.h: insert and record under one lock, segments compressed and
+ * written to a file store in /tmp by their own threads); benchmarks/replay_log compares
+ * the two.
+ *
  * The program re-executes itself as the actors (--actor). Actors fill batches from a
  * pool of random bytes made once, so the figure is the transport and the learner.
  */
@@ -26,6 +31,7 @@
 #include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +40,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "learner/replay_log.h"
 #include "replay/replay.h"
 #include "rpc/rpc.h"
 
@@ -147,6 +154,10 @@ typedef struct learner {
   replay *r;
   int sc;
   size_t ob;
+  rlog *log; /* SHOAL_INGEST_LOG=1 */
+  pthread_mutex_t log_mu;
+  store *st;
+  store_writer *wr;
 } learner;
 
 /* Inserts a validated batch into replay: the actor's stream of consecutive steps. An
@@ -172,7 +183,67 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
                     .terminated = b->cols[3].data,
                     .truncated = b->cols[4].data,
                     .final_obs = k ? final : NULL};
-  return replay_insert(L->r, (int)(b->actor_id % 8), &s, err);
+  if (!L->log) return replay_insert(L->r, (int)(b->actor_id % 8), &s, err);
+  pthread_mutex_lock(&L->log_mu);
+  int rc = replay_insert(L->r, (int)(b->actor_id % 8), &s, err);
+  if (!rc) {
+    rlog_batch rec = {.actor = (uint32_t)b->actor_id,
+                      .incarnation = b->incarnation,
+                      .seq = b->seq,
+                      .rows = b->n,
+                      .steps = b->n,
+                      .items = b->n + k};
+    for (int c = 0; c < 5; c++) rec.cols[c] = b->cols[c].data;
+    rc = rlog_append_batch(L->log, &rec, err);
+  }
+  pthread_mutex_unlock(&L->log_mu);
+  return rc;
+}
+
+/* The replay log of SHOAL_INGEST_LOG=1 into a file store under dir. */
+static int open_log(learner *L, const rpc_spec *spec, const char *dir) {
+  shoal_error err = {0};
+  char uri[300];
+  snprintf(uri, sizeof uri, "file://%s", dir);
+  rlog_config c = {.run = RUN, .ncols = 5};
+  for (int i = 0; i < 5; i++) {
+    snprintf(c.cols[i].name, sizeof c.cols[i].name, "%s", spec->cols[i].name);
+    c.cols[i].dtype = spec->cols[i].dtype == RPC_F32   ? REPLAY_F32
+                      : spec->cols[i].dtype == RPC_I32 ? REPLAY_I32
+                                                       : REPLAY_U8;
+    c.cols[i].ndim = (uint32_t)spec->cols[i].ndim;
+    for (int d = 0; d < spec->cols[i].ndim; d++) c.cols[i].shape[d] = spec->cols[i].shape[d];
+  }
+  if (store_open(&L->st, uri, &err) || store_run_create(L->st, RUN, NULL, 1, &err) ||
+      store_writer_create(&L->wr, L->st, NULL, &err)) {
+    fprintf(stderr, "replay log store: %s\n", err.msg);
+    return 1;
+  }
+  c.st = L->st;
+  c.wr = L->wr;
+  pthread_mutex_init(&L->log_mu, NULL);
+  if (rlog_open(&L->log, &c, &err)) {
+    fprintf(stderr, "replay log: %s\n", err.msg);
+    return 1;
+  }
+  return 0;
+}
+
+static void close_log(learner *L) {
+  if (!L->log) return;
+  rlog_stats ls;
+  store_writer_stats ws;
+  rlog_close(L->log, 60, &ls);
+  store_writer_close(L->wr, 120, &ws);
+  printf(
+      "replay log: %llu batches, %llu segments written (%.1f MB raw, %.1f MB stored), %llu "
+      "dropped\n",
+      (unsigned long long)ls.records, (unsigned long long)ws.replay_written,
+      (double)ls.bytes_raw / 1e6, (double)ls.bytes_stored / 1e6,
+      (unsigned long long)(ls.segments_dropped + ws.replay_dropped));
+  store_close(L->st);
+  pthread_mutex_destroy(&L->log_mu);
+  L->log = NULL;
 }
 
 static int make_replay(int sc, replay **out) {
@@ -218,6 +289,9 @@ static int run_case(const char *self, int sc, int nactors, result *out) {
   learner L = {.sc = sc, .ob = obs_bytes(sc)};
   if (make_replay(sc, &L.r)) return 1;
   rpc_spec spec = make_spec(sc);
+  char logdir[64] = "/tmp/shoal-ingest-log-XXXXXX";
+  const char *lg = getenv("SHOAL_INGEST_LOG");
+  if (lg && !strcmp(lg, "1") && (!mkdtemp(logdir) || open_log(&L, &spec, logdir))) return 1;
   const char *th = getenv("SHOAL_INGEST_THREADS");
   /* One polling thread: on 2 cores shared with the actors a second one only contends. */
   rpc_server_config cfg = {.threads = th ? atoi(th) : 1, .on_batch = on_batch, .user = &L};
@@ -250,6 +324,12 @@ static int run_case(const char *self, int sc, int nactors, result *out) {
   out->refused = s1.refused;
   out->rejected = s1.rejected;
   rpc_server_destroy(srv, 1.0);
+  if (L.log) {
+    close_log(&L);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", logdir);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", logdir);
+  }
   replay_destroy(L.r);
   return 0;
 }

@@ -236,11 +236,17 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
     if (serr > 0)
       snprintf(store_note, sizeof store_note, "  store errors %.0f (%s)", serr,
                strstr(line, "\"store_ok\":true") ? "recovered" : "failing");
+    /* Replay log segments waiting for the store or dropped (an outage past its queues). */
+    char log_note[96] = "";
+    double ldrop = json_num(line, "log_dropped"), lpend = json_num(line, "log_pending_bytes");
+    if (ldrop > 0 || lpend > 64e6)
+      snprintf(log_note, sizeof log_note, "  log %.0f MB waiting, %.0f segments dropped",
+               lpend / 1e6, ldrop > 0 ? ldrop : 0);
     printf(
         "%6.0fs  steps %s (%s/s)  ingest %s/s  updates %s (%s/s)  replay %s  return100 %s  "
-        "eval %s  v%.0f%s%s%s\n",
+        "eval %s  v%.0f%s%s%s%s\n",
         json_num(line, "t"), steps, sps, smp, upd, ups, rep, ret, ev, json_num(line, "version"),
-        lags, from_store, store_note);
+        lags, from_store, store_note, log_note);
     fflush(stdout);
   } else if (!strcmp(event, "hparam")) {
     char key[64] = "?";
@@ -451,9 +457,10 @@ static int cmd_run(int argc, char **argv) {
     if (i == 0) ctx.first_actor = idx;
   }
   char tb_dir[PATH_MAX];
-  if (tb && tb_store_folder(config_string(cfg, "store.uri"), tb_dir, sizeof tb_dir - 80) == 0) {
+  shoal_error tb_err = {0};
+  if (tb && store_local_dir(st, run, tb_dir, sizeof tb_dir - 8, &tb_err) == 0) {
     /* File stores get <dir>/<run>/tb/events.out.tfevents.*: `tensorboard --logdir DIR`. */
-    snprintf(tb_dir + strlen(tb_dir), 80, "/%s/tb", run);
+    snprintf(tb_dir + strlen(tb_dir), 8, "/tb");
     if (tb_mirror_create(&ctx.tb, st, run, tb_dir, &err) ||
         (resume && tb_mirror_skip_existing(ctx.tb, &err))) {
       fprintf(stderr, "shoal: no tensorboard events: %s\n", err.msg);

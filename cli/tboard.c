@@ -282,37 +282,3 @@ void tb_mirror_destroy(tb_mirror *m) {
   tb_writer_close(m->w);
   free(m);
 }
-
-/* ---- the folder of a file store ---------------------------------------------- */
-
-static int hexval(int c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-int tb_store_folder(const char *uri, char *out, size_t cap) {
-  const char *p = uri && uri[0] ? uri : "file:runs";
-  if (!strncmp(p, "file://", 7)) {
-    p += 7;
-    if (!strncmp(p, "localhost/", 10)) p += 9;
-  } else if (!strncmp(p, "file:", 5)) {
-    p += 5;
-  } else if (strstr(p, "://")) {
-    return SHOAL_ENOTSUP;
-  }
-  size_t n = strcspn(p, "?#"), o = 0;
-  for (size_t i = 0; i < n && o + 1 < cap; i++) {
-    int h, l;
-    if (p[i] == '%' && i + 2 < n && (h = hexval(p[i + 1])) >= 0 && (l = hexval(p[i + 2])) >= 0) {
-      out[o++] = (char)(h * 16 + l);
-      i += 2;
-    } else {
-      out[o++] = p[i];
-    }
-  }
-  while (o > 1 && out[o - 1] == '/') o--;
-  out[o] = 0;
-  return o ? 0 : SHOAL_ENOTSUP;
-}

@@ -64,9 +64,5 @@ const char *tb_mirror_path(const tb_mirror *m);
 int tb_mirror_skip_existing(tb_mirror *m, shoal_error *err);
 void tb_mirror_destroy(tb_mirror *m);
 
-/* The folder a file:// store URI names (file:///abs, file://localhost/abs, file://rel,
- * file:rel, a plain path; %XX decoded) into out. Returns 0, or SHOAL_ENOTSUP for other
- * schemes (mongodb://). */
-int tb_store_folder(const char *uri, char *out, size_t cap);
 
 #endif

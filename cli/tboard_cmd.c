@@ -61,10 +61,11 @@ int cmd_tboard(int argc, char **argv) {
     }
     store_run_clear(&run);
     char dir[PATH_MAX], folder[PATH_MAX - 128];
+    shoal_error le = {0};
     if (out)
       snprintf(dir, sizeof dir, "%s/%s", out, runs[r]);
-    else if (tb_store_folder(store_uri(st), folder, sizeof folder) == 0)
-      snprintf(dir, sizeof dir, "%s/%s/tb", folder, runs[r]);
+    else if (store_local_dir(st, runs[r], folder, sizeof folder, &le) == 0)
+      snprintf(dir, sizeof dir, "%s/tb", folder);
     else
       snprintf(dir, sizeof dir, "tb/%s", runs[r]);
     if (!out && has_event_files(dir)) {

@@ -1,6 +1,10 @@
 # Build helpers shared by every part.
 
 find_package(PkgConfig)
+# The tests of the MongoDB backend link libmongoc themselves (tests/mongo_test.h).
+if(PKG_CONFIG_FOUND AND NOT SHOAL_ONLY_NN)
+  pkg_check_modules(SHOAL_TEST_MONGOC QUIET IMPORTED_TARGET libmongoc-1.0)
+endif()
 
 # Warnings: -Wall -Wextra -Werror, with these exceptions:
 #  -Wno-unused-parameter: vtable implementations (layers, envs, backends) take
@@ -85,6 +89,24 @@ function(shoal_add_test)
   set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
     SKIP_RETURN_CODE 77
     ENVIRONMENT "SHOAL_SOURCE_DIR=${PROJECT_SOURCE_DIR};SHOAL_BINARY_DIR=${PROJECT_BINARY_DIR}")
+  # ARGS mongodb: a test of the MongoDB backend.
+  if("mongodb" IN_LIST A_ARGS)
+    shoal_mongodb_test(${A_NAME})
+  endif()
+endfunction()
+
+# shoal_mongodb_test(name): test <name> (of this directory) needs a MongoDB server: ctest's
+# fixture mongo_standin (tests/mongo_standin) starts the stand-in for it unless
+# $SHOAL_TEST_MONGO_URI names a server; tests/mongo_test.h finds either. Its program, when
+# it is a target, links libmongoc and gets SHOAL_TEST_MONGOC.
+function(shoal_mongodb_test name)
+  if(TARGET ${name} AND TARGET PkgConfig::SHOAL_TEST_MONGOC)
+    target_link_libraries(${name} PRIVATE PkgConfig::SHOAL_TEST_MONGOC)
+    target_compile_definitions(${name} PRIVATE SHOAL_TEST_MONGOC=1)
+  endif()
+  set_property(TEST ${name} APPEND PROPERTY FIXTURES_REQUIRED mongo_standin)
+  set_property(TEST ${name} APPEND PROPERTY ENVIRONMENT
+    "SHOAL_TEST_MONGO_URI_FILE=${PROJECT_BINARY_DIR}/mongo_standin/uri")
 endfunction()
 
 # shoal_add_bench(NAME name SOURCES ... [DEPS ...])

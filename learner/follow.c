@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "learner/follow.h"
 
+#include "learner/replay_log.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -33,6 +35,7 @@ struct follow {
   uint64_t tick;
   uint64_t seqs[LIST_MAX];
   store_segment seg; /* reused for every read */
+  rlog_segment lseg; /* cfg.replay_log: the log segment being taken apart */
 };
 
 static void say(follow *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -209,6 +212,160 @@ static int handle(follow *f, uint64_t seq) {
   return 0;
 }
 
+/* ---- following another learner's replay log (cfg.replay_log) ------------------- */
+
+/* The log's columns this follower reads, by name. */
+enum { LC_OBS, LC_ACTION, LC_REWARD, LC_TERM, LC_TRUNC, LC_PRIO, LC_ENV, LC_TAIL, LC_N };
+static const char *const lc_name[LC_N] = {"obs",       "action",   "reward", "terminated",
+                                          "truncated", "priority", "env",    "tail"};
+
+static int seg_dtype(uint32_t replay_dtype) {
+  return replay_dtype == REPLAY_U8    ? STORE_SEG_U8
+         : replay_dtype == REPLAY_I32 ? STORE_SEG_I32
+         : replay_dtype == REPLAY_F32 ? STORE_SEG_F32
+                                      : -1;
+}
+
+/* One env's group of a batch record (steps, then a final observation per ended step)
+ * as an experience segment in f->seg of source "a<actor>-e<env>", checked and
+ * inserted as any other. Returns 0, or nonzero when the record must be rejected. */
+static int take_group(follow *f, const rlog_batch *b, const int *ci, uint32_t s0, uint32_t nsteps,
+                      uint32_t ntails, size_t ob, size_t ab, shoal_error *err) {
+  const rlog_segment *ls = &f->lseg;
+  store_segment_spec sp = {0};
+  const rlog_column *oc = &ls->cols[ci[LC_OBS]], *acol = &ls->cols[ci[LC_ACTION]];
+  sp.obs_dtype = seg_dtype(oc->dtype);
+  sp.obs_ndim = (int)oc->ndim;
+  for (uint32_t d = 0; d < oc->ndim; d++) sp.obs_shape[d] = oc->shape[d];
+  sp.act_dtype = seg_dtype(acol->dtype);
+  sp.act_ndim = (int)acol->ndim;
+  for (uint32_t d = 0; d < acol->ndim; d++) sp.act_shape[d] = acol->shape[d];
+  int prio = ci[LC_PRIO] >= 0;
+  int rc = store_segment_reserve(&f->seg, &sp, nsteps, ntails, prio, err);
+  if (rc) return rc;
+  store_segment *g = &f->seg;
+  snprintf(g->source, sizeof g->source, "a%u-e%d", b->actor,
+           ((const int32_t *)b->cols[ci[LC_ENV]])[s0]);
+  memcpy(g->obs, (const unsigned char *)b->cols[ci[LC_OBS]] + (size_t)s0 * ob, nsteps * ob);
+  memcpy(g->action, (const unsigned char *)b->cols[ci[LC_ACTION]] + (size_t)s0 * ab, nsteps * ab);
+  memcpy(g->reward, (const float *)b->cols[ci[LC_REWARD]] + s0, nsteps * sizeof(float));
+  memcpy(g->terminated, (const uint8_t *)b->cols[ci[LC_TERM]] + s0, nsteps);
+  if (ci[LC_TRUNC] >= 0)
+    memcpy(g->truncated, (const uint8_t *)b->cols[ci[LC_TRUNC]] + s0, nsteps);
+  else
+    memset(g->truncated, 0, nsteps);
+  if (ntails)
+    memcpy(g->final_obs, (const unsigned char *)b->cols[ci[LC_OBS]] + (size_t)(s0 + nsteps) * ob,
+           ntails * ob);
+  if (prio) memcpy(g->priority, (const float *)b->cols[ci[LC_PRIO]] + s0, nsteps * sizeof(float));
+  if ((rc = store_segment_check(g, &f->cfg.limits, err))) return rc;
+  int stream = stream_of(f, g->source, err);
+  if (stream < 0) return stream;
+  uint32_t done;
+  return insert_segment(f, stream, &done, err);
+}
+
+/* Log segment seq: every batch record's env groups into replay (priority checkpoints
+ * are the writing learner's own and are skipped). Returns as handle(). */
+static int handle_log(follow *f, uint64_t seq) {
+  shoal_error err = {0};
+  void *bytes = NULL;
+  size_t len = 0;
+  int rc = store_replay_read(f->cfg.st, f->run, seq, &bytes, &len, &err);
+  if (!rc) rc = rlog_decode(bytes, len, seq, &f->lseg, &err);
+  free(bytes);
+  if (rc == SHOAL_EFORMAT || rc == SHOAL_ENOENT) { /* damaged, or trimmed by its learner */
+    reject(f, seq, 0, err.msg);
+    return 0;
+  }
+  if (rc) {
+    pthread_mutex_lock(&f->mu);
+    bool first = f->stats.store_errors++ == 0;
+    pthread_mutex_unlock(&f->mu);
+    if (first) say(f, "reading log segment %llu: %s (retrying)", (unsigned long long)seq, err.msg);
+    return rc;
+  }
+  const rlog_segment *ls = &f->lseg;
+  if (ls->flags & RLOG_SEG_PRIORITIES) {
+    pthread_mutex_lock(&f->mu);
+    f->stats.last_seq = seq;
+    pthread_mutex_unlock(&f->mu);
+    return 0;
+  }
+  int ci[LC_N];
+  for (int k = 0; k < LC_N; k++) {
+    ci[k] = -1;
+    for (uint32_t c = 0; c < ls->ncols; c++)
+      if (!strcmp(ls->cols[c].name, lc_name[k])) ci[k] = (int)c;
+  }
+  if (ci[LC_OBS] < 0 || ci[LC_ACTION] < 0 || ci[LC_REWARD] < 0 || ci[LC_TERM] < 0 ||
+      ci[LC_ENV] < 0 || ci[LC_TAIL] < 0) {
+    reject(f, seq, ls->steps, "not an Ape-X learner's log (columns missing)");
+    return 0;
+  }
+  if (!within_fraction(f, (uint32_t)ls->steps)) {
+    pthread_mutex_lock(&f->mu);
+    f->stats.held_back++;
+    pthread_mutex_unlock(&f->mu);
+    return SHOAL_EFULL;
+  }
+  size_t ob = rlog_column_bytes(&ls->cols[ci[LC_OBS]]);
+  size_t ab = rlog_column_bytes(&ls->cols[ci[LC_ACTION]]);
+  pthread_mutex_lock(&f->mu);
+  f->inserting = true;
+  pthread_mutex_unlock(&f->mu);
+  size_t pos = 0;
+  rlog_record r;
+  int got;
+  uint64_t bad_rows = 0;
+  char why[600] = "";
+  while ((got = rlog_next(ls, &pos, &r, &err)) == 1) {
+    if (r.kind != RLOG_REC_BATCH) continue;
+    const rlog_batch *b = &r.batch;
+    const int32_t *env = b->cols[ci[LC_ENV]];
+    const uint8_t *tail = b->cols[ci[LC_TAIL]];
+    for (uint32_t i = 0; i < b->rows;) {
+      uint32_t s0 = i, nsteps = 0, ntails = 0;
+      while (i < b->rows && env[i] == env[s0] && !tail[i]) nsteps++, i++;
+      while (i < b->rows && env[i] == env[s0] && tail[i]) ntails++, i++;
+      if (!nsteps) { /* tails without steps: malformed */
+        bad_rows += ntails;
+        continue;
+      }
+      shoal_error ge = {0};
+      if (take_group(f, b, ci, s0, nsteps, ntails, ob, ab, &ge)) {
+        bad_rows += nsteps;
+        if (!why[0]) snprintf(why, sizeof why, "%s", ge.msg);
+      }
+    }
+  }
+  pthread_mutex_lock(&f->mu);
+  f->inserting = false;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  if (got < 0 || bad_rows) {
+    reject(f, seq, bad_rows, got < 0 ? err.msg : why);
+    return 0;
+  }
+  pthread_mutex_lock(&f->mu);
+  f->stats.segments++;
+  f->stats.last_seq = seq;
+  pthread_mutex_unlock(&f->mu);
+  return 0;
+}
+
+/* The log's segments above after, at most LIST_MAX, into f->seqs. */
+static int list_log(follow *f, uint64_t after, size_t *n, shoal_error *err) {
+  uint64_t *all = NULL;
+  size_t na = 0;
+  int rc = store_replay_list(f->cfg.st, f->run, &all, &na, err);
+  *n = 0;
+  for (size_t i = 0; !rc && i < na && *n < LIST_MAX; i++)
+    if (after == STORE_SEG_FIRST || all[i] > after) f->seqs[(*n)++] = all[i];
+  free(all);
+  return rc;
+}
+
 static void *loop(void *arg) {
   follow *f = arg;
   while (!stopping(f)) {
@@ -217,7 +374,9 @@ static void *loop(void *arg) {
     pthread_mutex_unlock(&f->mu);
     size_t n = 0;
     shoal_error err = {0};
-    int rc = store_segment_list(f->cfg.st, f->run, after, f->seqs, LIST_MAX, &n, &err);
+    int rc = f->cfg.replay_log
+                 ? list_log(f, after, &n, &err)
+                 : store_segment_list(f->cfg.st, f->run, after, f->seqs, LIST_MAX, &n, &err);
     if (rc) {
       pthread_mutex_lock(&f->mu);
       bool first = f->stats.store_errors++ == 0;
@@ -229,7 +388,7 @@ static void *loop(void *arg) {
     }
     size_t i = 0;
     for (; i < n && !stopping(f); i++)
-      if (handle(f, f->seqs[i])) break;
+      if (f->cfg.replay_log ? handle_log(f, f->seqs[i]) : handle(f, f->seqs[i])) break;
     if (i < n || n == 0) nap(f, f->cfg.poll_s); /* nothing new, or held back / failing */
   }
   return NULL;
@@ -290,6 +449,7 @@ void follow_stop(follow *f) {
   pthread_mutex_destroy(&f->mu);
   pthread_cond_destroy(&f->cv);
   store_segment_free(&f->seg);
+  rlog_segment_free(&f->lseg);
   free(f->slots);
   free(f);
 }

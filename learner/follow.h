@@ -11,6 +11,9 @@
  *   ... follow_stats_get(f, &fs) in progress lines ...
  *   follow_stop(f);
  *
+ * With replay_log set it follows another learner's replay log instead (one format for
+ * a learner's experience: docs/replay-log.md).
+ *
  * Each segment is taken exactly once, in sequence order: the follower keeps the last
  * sequence number it handled and lists only those above it. A damaged segment (CRC,
  * truncation) or one that fails the checks (spec, NaN, action range) is skipped,
@@ -48,6 +51,11 @@ typedef struct follow_config {
   double poll_s;               /* seconds between polls when nothing is new */
   uint64_t start_after;        /* the last seq already taken, or STORE_SEG_FIRST */
   double store_fraction;       /* mixed: f in (0, 1); 0: no cap (store only) */
+  /* Follow the run's replay log (learner/replay_log.h: what another Ape-X learner
+   * accepted) instead of its experience segments: each batch record's env groups go in
+   * as segments of source "a<actor>-e<env>", checked as any other; priority
+   * checkpoints are skipped. start_after is then a log segment seq. */
+  bool replay_log;
   /* The learner's rate limiter: 0 when n rows may be inserted now, nonzero to be asked
    * again (it may wait a while itself). It must return 0 once its owner is shutting
    * down, as a segment is always inserted whole. NULL: never waits. */

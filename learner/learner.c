@@ -31,6 +31,7 @@
 #include "envs/envs.h"
 #include "learner/follow.h"
 #include "learner/live_hp.h"
+#include "learner/replay_log.h"
 #include "replay/replay.h"
 #include "rpc/rpc.h"
 #include "store/store.h"
@@ -86,9 +87,18 @@ typedef struct learner {
   rpc_server *srv;
   store *st;
   store_writer *wr;
-  char replay_path[4096];
-  follow *fol;       /* replay.source store|mixed: segments from the store (follow.c) */
-  int store_streams; /* replay streams after the actors' for store sources */
+  rlog *log; /* the replay log (learner/replay_log.h); NULL when replay.log is off */
+  /* Inserts and their log records go in one at a time, so the log's item order is the
+   * replay's and an item's log number is its replay seq + item_offset. */
+  pthread_mutex_t log_mu;
+  int64_t item_offset;
+  uint64_t log_seq_lo; /* replay seqs below this one have no log number (a gap) */
+  uint64_t log_errors;
+  rlog_restore_info restored; /* what --resume rebuilt from the log */
+  bool restoring;             /* restore_replay is inserting: no episode counts */
+  uint64_t restore_skipped;   /* records of actors beyond this config's */
+  follow *fol;                /* replay.source store|mixed: segments from the store (follow.c) */
+  int store_streams;          /* replay streams after the actors' for store sources */
 
   /* Episode returns, from the rewards and flags of each replay stream. */
   pthread_mutex_t ep_mu;
@@ -101,22 +111,13 @@ typedef struct learner {
   /* Exactly-once ingest, also across a learner crash. Per actor: the last seq inserted
    * into replay for its incarnation. One batch of an actor is inserted at a time
    * (actor_mu), so a batch resent on a new stream while the old stream's copy is still
-   * being inserted is seen as the duplicate it is. Inserts read-hold save_lock and a
-   * replay save write-holds it, so the saved memory and the saved seq table (the
-   * ".acks" file beside it) describe the same batches: a resumed learner drops resent
-   * batches the file already holds and takes the rest. */
+   * being inserted is seen as the duplicate it is. Each batch's record in the replay
+   * log names its actor, incarnation and seq, so a resumed learner rebuilds this table
+   * from the same log as its replay: it drops resent batches the log holds and takes
+   * the rest. */
   pthread_mutex_t *actor_mu;
   uint64_t *last_seq;
-  /* The seq tables in the ".acks" file: [0] the one of the last replay save that
-   * succeeded, [1] the one being saved (incarnation, seq per actor, each). */
-  uint64_t *ack_copy;
-  uint64_t ack_steps[2]; /* the replay_steps each table belongs to (UINT64_MAX: none) */
-  int64_t ack_env[2];
-  pthread_rwlock_t save_lock;
   atomic_uint_fast64_t batches_inserted, resent_dropped, stream_cuts;
-  atomic_uint_fast64_t replay_saves, replay_save_errors;
-  double replay_save_s;            /* the last save's duration */
-  atomic_bool replay_save_failing; /* the last save failed */
 
   /* The rate limiter (as Reverb's SampleToInsertRatio): the trainer samples at most
    * replay_ratio transitions per transition inserted after warm-up, and inserts wait
@@ -223,20 +224,20 @@ static int follow_wait(void *user, uint32_t n) { return wait_for_room(user, n); 
 /* The rows of env e's group starting at row i: nsteps steps, then ntails tail rows
  * (one per step that ended an episode). Returns the row after the group, or 0 with err
  * set when the group is malformed. */
-static uint32_t env_group(const learner *L, const rpc_batch *b, uint32_t i, uint32_t *nsteps,
-                          uint32_t *ntails, shoal_error *err) {
-  const uint8_t *term = b->cols[COL_TERM].data, *trunc = b->cols[COL_TRUNC].data;
-  const int32_t *envi = b->cols[COL_ENV].data;
-  const uint8_t *tail = b->cols[COL_TAIL].data;
+static uint32_t env_group(const learner *L, uint32_t n, const void *const *cols, uint32_t i,
+                          uint32_t *nsteps, uint32_t *ntails, shoal_error *err) {
+  const uint8_t *term = cols[COL_TERM], *trunc = cols[COL_TRUNC];
+  const int32_t *envi = cols[COL_ENV];
+  const uint8_t *tail = cols[COL_TAIL];
   int e = envi[i];
   if (e < 0 || e >= L->num_envs) {
     shoal_error_set(err, SHOAL_EINVAL, "row %u: env %d outside [0, %d)", i, e, L->num_envs);
     return 0;
   }
   uint32_t s0 = i, ended = 0;
-  while (i < b->n && envi[i] == e && !tail[i]) ended += (term[i] || trunc[i]), i++;
+  while (i < n && envi[i] == e && !tail[i]) ended += (term[i] || trunc[i]), i++;
   uint32_t t0 = i;
-  while (i < b->n && envi[i] == e && tail[i]) i++;
+  while (i < n && envi[i] == e && tail[i]) i++;
   *nsteps = t0 - s0;
   *ntails = i - t0;
   if (*ntails != ended || *nsteps == 0) {
@@ -248,6 +249,99 @@ static uint32_t env_group(const learner *L, const rpc_batch *b, uint32_t i, uint
   return i;
 }
 
+/* Checks the env groups of a batch's n rows; *steps gets the env steps among them. */
+static int batch_steps(const learner *L, uint32_t n, const void *const *cols, uint32_t *steps,
+                       shoal_error *err) {
+  uint32_t total = 0, nsteps, ntails;
+  for (uint32_t i = 0; i < n;) {
+    i = env_group(L, n, cols, i, &nsteps, &ntails, err);
+    if (!i) return err && err->code ? err->code : SHOAL_EINVAL;
+    total += nsteps;
+  }
+  *steps = total;
+  return 0;
+}
+
+/* Puts a checked batch of actor a into replay: the streams cut where batches are
+ * missing or a new process speaks, then each env's group; the actor's seq table moves
+ * to it. With the log on, the batch's record goes into the log under the same lock as
+ * the inserts, so the log's item order is the replay's. Called with actor_mu[a] held,
+ * and by a restore (with the log not open yet). */
+static int insert_batch(learner *L, int a, uint64_t incarnation, uint64_t seq, uint32_t n,
+                        const void *const *cols, uint32_t steps, shoal_error *err) {
+  const uint8_t *obs = cols[COL_OBS];
+  const int32_t *action = cols[COL_ACTION];
+  const float *reward = cols[COL_REWARD];
+  const uint8_t *term = cols[COL_TERM], *trunc = cols[COL_TRUNC];
+  const float *prio = cols[COL_PRIO];
+  const int32_t *envi = cols[COL_ENV];
+  const uint8_t *tail = cols[COL_TAIL];
+  int rc = 0;
+  /* A new process (incarnation), or batches missing in between (lost with a learner
+   * crash, refused as invalid, dropped by the client): the streams' episodes are cut
+   * there, never joined across the gap. */
+  if (L->incarnation[a] != incarnation || seq != L->last_seq[a] + 1) {
+    atomic_fetch_add(&L->stream_cuts, 1);
+    for (int e = 0; e < L->num_envs && !rc; e++) {
+      int stream = a * L->num_envs + e;
+      rc = replay_reset_stream(L->mem, stream, err);
+      pthread_mutex_lock(&L->ep_mu);
+      L->stream_ret[stream] = 0;
+      pthread_mutex_unlock(&L->ep_mu);
+    }
+    L->incarnation[a] = incarnation;
+  }
+  if (L->log) pthread_mutex_lock(&L->log_mu);
+  for (uint32_t i = 0; i < n && !rc;) {
+    uint32_t s0 = i, e = (uint32_t)envi[i], nsteps = 0, ntails = 0;
+    while (i < n && (uint32_t)envi[i] == e && !tail[i]) nsteps++, i++;
+    while (i < n && (uint32_t)envi[i] == e && tail[i]) ntails++, i++;
+    uint32_t t0 = s0 + nsteps;
+    int stream = a * L->num_envs + (int)e;
+    replay_steps rs = {0};
+    rs.n = nsteps;
+    rs.cols[0] = obs + (size_t)s0 * L->obs_bytes;
+    rs.cols[1] = action + s0;
+    rs.reward = reward + s0;
+    rs.terminated = term + s0;
+    rs.truncated = trunc + s0;
+    rs.final_obs = ntails ? obs + (size_t)t0 * L->obs_bytes : NULL;
+    rs.priority = L->prioritized ? prio + s0 : NULL;
+    rc = replay_insert(L->mem, stream, &rs, err);
+    if (rc) {
+      atomic_fetch_add(&L->bad_batches, 1);
+      if (L->log && s0) {
+        /* Part of the batch went in without a record: the log's numbering follows the
+         * replay again from the next item, and priorities before it are not logged. */
+        replay_stats now;
+        replay_get_stats(L->mem, &now);
+        L->item_offset = (int64_t)rlog_next_item(L->log) - (int64_t)now.next_seq;
+        L->log_seq_lo = now.next_seq;
+      }
+      break;
+    }
+    if (!L->restoring) count_episodes(L, stream, reward + s0, term + s0, trunc + s0, (int)nsteps);
+  }
+  if (!rc && L->log) {
+    rlog_batch rec = {.actor = (uint32_t)a,
+                      .incarnation = incarnation,
+                      .seq = seq,
+                      .rows = n,
+                      .steps = steps,
+                      .items = n};
+    for (int c = 0; c < NCOLS; c++) rec.cols[c] = cols[c];
+    shoal_error le = {0};
+    if (rlog_append_batch(L->log, &rec, &le) && L->log_errors++ == 0)
+      fprintf(stderr, "shoal-learner: replay log: %s (counted; training goes on)\n", le.msg);
+  }
+  if (L->log) pthread_mutex_unlock(&L->log_mu);
+  if (!rc) {
+    L->last_seq[a] = seq;
+    atomic_fetch_add(&L->batches_inserted, 1);
+  }
+  return rc;
+}
+
 static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
   learner *L = user;
   if (b->actor_id >= (uint64_t)L->actors) {
@@ -255,22 +349,14 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
     return shoal_error_set(err, SHOAL_EINVAL, "actor id %llu outside [0, %d)",
                            (unsigned long long)b->actor_id, L->actors);
   }
-  const uint8_t *obs = b->cols[COL_OBS].data;
-  const int32_t *action = b->cols[COL_ACTION].data;
-  const float *reward = b->cols[COL_REWARD].data;
-  const uint8_t *term = b->cols[COL_TERM].data, *trunc = b->cols[COL_TRUNC].data;
-  const float *prio = b->cols[COL_PRIO].data;
-  const int32_t *envi = b->cols[COL_ENV].data;
   /* The whole batch is checked, and room made for all of it, before anything goes
    * in: a batch is inserted whole or not at all, so its resend cannot repeat a part. */
-  uint32_t total = 0, nsteps, ntails;
-  for (uint32_t i = 0; i < b->n;) {
-    i = env_group(L, b, i, &nsteps, &ntails, err);
-    if (!i) {
-      atomic_fetch_add(&L->bad_batches, 1);
-      return err ? err->code : SHOAL_EINVAL;
-    }
-    total += nsteps;
+  const void *cols[NCOLS];
+  for (int c = 0; c < NCOLS; c++) cols[c] = b->cols[c].data;
+  uint32_t total = 0;
+  if (batch_steps(L, b->n, cols, &total, err)) {
+    atomic_fetch_add(&L->bad_batches, 1);
+    return err ? err->code : SHOAL_EINVAL;
   }
   const int a = (int)b->actor_id;
   int rc = 0;
@@ -286,65 +372,43 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
   pthread_mutex_lock(&L->actor_mu[a]);
   if (L->incarnation[a] == b->incarnation && b->seq <= L->last_seq[a]) {
     /* Already in replay: resent after a reconnect, or after this learner resumed from a
-     * save that holds it. Accept (the client stops resending) without inserting. */
+     * log that holds it. Accept (the client stops resending) without inserting. */
     atomic_fetch_add(&L->resent_dropped, 1);
-    goto done;
+  } else {
+    rc = insert_batch(L, a, b->incarnation, b->seq, b->n, cols, total, err);
   }
-  pthread_rwlock_rdlock(&L->save_lock);
-  /* A new process (incarnation), or batches missing in between (lost with a learner
-   * crash, refused as invalid, dropped by the client): the streams' episodes are cut
-   * there, never joined across the gap. */
-  if (L->incarnation[a] != b->incarnation || b->seq != L->last_seq[a] + 1) {
-    atomic_fetch_add(&L->stream_cuts, 1);
-    for (int e = 0; e < L->num_envs && !rc; e++) {
-      int stream = a * L->num_envs + e;
-      rc = replay_reset_stream(L->mem, stream, err);
-      pthread_mutex_lock(&L->ep_mu);
-      L->stream_ret[stream] = 0;
-      pthread_mutex_unlock(&L->ep_mu);
-    }
-    L->incarnation[a] = b->incarnation;
-  }
-  for (uint32_t i = 0; i < b->n && !rc;) {
-    uint32_t s0 = i;
-    i = env_group(L, b, i, &nsteps, &ntails, err);
-    uint32_t t0 = s0 + nsteps;
-    int stream = a * L->num_envs + envi[s0];
-    replay_steps rs = {0};
-    rs.n = nsteps;
-    rs.cols[0] = obs + (size_t)s0 * L->obs_bytes;
-    rs.cols[1] = action + s0;
-    rs.reward = reward + s0;
-    rs.terminated = term + s0;
-    rs.truncated = trunc + s0;
-    rs.final_obs = ntails ? obs + (size_t)t0 * L->obs_bytes : NULL;
-    rs.priority = L->prioritized ? prio + s0 : NULL;
-    rc = replay_insert(L->mem, stream, &rs, err);
-    if (rc) {
-      atomic_fetch_add(&L->bad_batches, 1);
-      break;
-    }
-    count_episodes(L, stream, reward + s0, term + s0, trunc + s0, (int)nsteps);
-  }
-  if (!rc) {
-    L->last_seq[a] = b->seq;
-    atomic_fetch_add(&L->batches_inserted, 1);
-  }
-  pthread_rwlock_unlock(&L->save_lock);
-done:
   pthread_mutex_unlock(&L->actor_mu[a]);
   return rc;
 }
 
-/* Failed store calls so far (the writer's, retries included, plus replay saves), and
- * whether the store works now: shown in progress lines and Status. */
+/* Failed store calls so far (the writer's, retries included), and whether the store
+ * works now: shown in progress lines and Status. */
 static uint64_t store_errors(learner *L, int *healthy) {
   store_writer_stats ws;
   store_writer_stats_get(L->wr, &ws);
-  uint64_t n = atomic_load(&L->replay_save_errors);
+  uint64_t n = 0;
   for (int k = 0; k < STORE_KIND_COUNT; k++) n += ws.errors[k];
-  *healthy = ws.healthy && !atomic_load(&L->replay_save_failing);
+  *healthy = ws.healthy;
   return n;
+}
+
+/* The replay log's figures: segments in the store, dropped (queues full through an
+ * outage), and raw bytes not yet in the store (what a crash now would lose). */
+typedef struct log_figs {
+  double written, dropped, pending_bytes, trimmed;
+} log_figs;
+static log_figs log_figures(learner *L) {
+  log_figs f = {0};
+  if (!L->log) return f;
+  store_writer_stats ws;
+  rlog_stats ls;
+  store_writer_stats_get(L->wr, &ws);
+  rlog_stats_get(L->log, &ls);
+  f.written = (double)ws.replay_written;
+  f.dropped = (double)(ls.segments_dropped + ws.replay_dropped);
+  f.pending_bytes = (double)(ls.pending_bytes + ws.pending_bytes);
+  f.trimmed = (double)ls.trimmed;
+  return f;
 }
 
 static void on_status(void *user, rpc_counter *out, int *n) {
@@ -352,6 +416,7 @@ static void on_status(void *user, rpc_counter *out, int *n) {
   int healthy;
   /* Before the table: its initialisers are evaluated in no set order. */
   const uint64_t store_errs = store_errors(L, &healthy);
+  const log_figs lf = log_figures(L);
   replay_stats rs;
   replay_get_stats(L->mem, &rs);
   int k = 0;
@@ -369,8 +434,10 @@ static void on_status(void *user, rpc_counter *out, int *n) {
               {"stream_cuts", (double)atomic_load(&L->stream_cuts)},
               {"store_errors", (double)store_errs},
               {"store_healthy", (double)healthy},
-              {"replay_saves", (double)atomic_load(&L->replay_saves)},
-              {"replay_save_errors", (double)atomic_load(&L->replay_save_errors)}};
+              {"log_segments", lf.written},
+              {"log_dropped", lf.dropped},
+              {"log_pending_bytes", lf.pending_bytes},
+              {"log_trimmed", lf.trimmed}};
   for (size_t i = 0; i < sizeof figs / sizeof *figs && k < *n; i++, k++) {
     snprintf(out[k].name, sizeof out[k].name, "%s", figs[i].name);
     out[k].value = figs[i].v;
@@ -468,151 +535,29 @@ static void snapshot(learner *L, int64_t env_steps, double score) {
   L->snapshots++;
 }
 
-/* The ".acks" file beside the saved replay: which batch of each actor incarnation a
- * replay file ends with, and the env step count it stands for, for the last replay save
- * that succeeded and for the one in progress:
- *   "SHOALACK" u32 version=2 u32 actors
- *   2 x (u64 replay_steps, i64 env_steps, actors x (u64 incarnation, u64 last_seq))
- *   u64 FNV-1a of everything before it
- * It is written (temp file, fsync, rename) before the replay file is renamed into
- * place, so whichever replay file a crash leaves, one of the two tables describes it. */
-enum { ACKS_VERSION = 2 };
-static const char ACKS_MAGIC[8] = {'S', 'H', 'O', 'A', 'L', 'A', 'C', 'K'};
-
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
-  const uint8_t *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
-
-static size_t acks_len(const learner *L) { return 8 + 8 + 2 * (16 + (size_t)L->actors * 16) + 8; }
-
-static int acks_write(const learner *L, shoal_error *err) {
-  char path[4200], tmp[4210];
-  snprintf(path, sizeof path, "%s.acks", L->replay_path);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  uint32_t head[2] = {ACKS_VERSION, (uint32_t)L->actors};
-  size_t tab = (size_t)L->actors * 2 * sizeof(uint64_t), len = acks_len(L);
-  uint8_t *buf = malloc(len);
-  if (!buf) return shoal_error_set(err, SHOAL_ENOMEM, "replay acks: out of memory");
-  size_t o = 0;
-  memcpy(buf + o, ACKS_MAGIC, 8), o += 8;
-  memcpy(buf + o, head, 8), o += 8;
-  for (int k = 0; k < 2; k++) {
-    memcpy(buf + o, &L->ack_steps[k], 8), o += 8;
-    memcpy(buf + o, &L->ack_env[k], 8), o += 8;
-    memcpy(buf + o, L->ack_copy + (size_t)k * L->actors * 2, tab), o += tab;
-  }
-  uint64_t h = fnv1a(0xcbf29ce484222325ull, buf, o);
-  memcpy(buf + o, &h, 8), o += 8;
-  int rc = 0;
-  FILE *f = fopen(tmp, "wb");
-  if (!f || fwrite(buf, 1, o, f) != o || fflush(f) || fsync(fileno(f))) {
-    rc = shoal_error_set(err, SHOAL_EIO, "writing '%s': %s", tmp, strerror(errno));
-  }
-  if (f && fclose(f) && !rc)
-    rc = shoal_error_set(err, SHOAL_EIO, "closing '%s': %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, path))
-    rc = shoal_error_set(err, SHOAL_EIO, "renaming '%s': %s", tmp, strerror(errno));
-  if (rc) unlink(tmp);
-  free(buf);
-  return rc;
-}
-
-/* Reads the .acks file's table for the loaded replay (replay_steps) into
- * incarnation/last_seq, and keeps it as the last saved table; *env_steps gets its step
- * count. Returns 0, SHOAL_ENOENT (no file), SHOAL_EFORMAT (damaged, another version or
- * actor count) or SHOAL_ESTATE (neither table belongs to this replay file). */
-static int acks_read(learner *L, uint64_t replay_steps, int64_t *env_steps, shoal_error *err) {
-  char path[4200];
-  snprintf(path, sizeof path, "%s.acks", L->replay_path);
-  FILE *f = fopen(path, "rb");
-  if (!f) return shoal_error_set(err, SHOAL_ENOENT, "'%s': %s", path, strerror(errno));
-  size_t tab = (size_t)L->actors * 2 * sizeof(uint64_t), want = acks_len(L);
-  uint8_t *buf = malloc(want + 1);
-  size_t len = buf ? fread(buf, 1, want + 1, f) : 0;
-  fclose(f);
-  int rc = 0;
-  uint32_t head[2];
-  uint64_t h;
-  if (!buf) return shoal_error_set(err, SHOAL_ENOMEM, "'%s': out of memory", path);
-  if (len != want || memcmp(buf, ACKS_MAGIC, 8)) {
-    rc = shoal_error_set(err, SHOAL_EFORMAT, "'%s': %zu bytes, not a seq table for %d actors", path,
-                         len, L->actors);
-    goto out;
-  }
-  memcpy(head, buf + 8, 8);
-  memcpy(&h, buf + want - 8, 8);
-  if (head[0] != ACKS_VERSION || head[1] != (uint32_t)L->actors ||
-      h != fnv1a(0xcbf29ce484222325ull, buf, want - 8)) {
-    rc = shoal_error_set(err, SHOAL_EFORMAT, "'%s': version %u, %u actors, checksum %s", path,
-                         head[0], head[1],
-                         h == fnv1a(0xcbf29ce484222325ull, buf, want - 8) ? "ok" : "bad");
-    goto out;
-  }
-  rc = shoal_error_set(err, SHOAL_ESTATE, "'%s' describes no replay of %llu steps", path,
-                       (unsigned long long)replay_steps);
-  for (int k = 1; k >= 0; k--) { /* the newer table first */
-    const uint8_t *e = buf + 16 + (size_t)k * (16 + tab);
-    uint64_t steps;
-    memcpy(&steps, e, 8);
-    if (steps != replay_steps) continue;
-    memcpy(env_steps, e + 8, 8);
-    for (int a = 0; a < L->actors; a++) {
-      memcpy(&L->incarnation[a], e + 16 + (size_t)a * 16, 8);
-      memcpy(&L->last_seq[a], e + 16 + (size_t)a * 16 + 8, 8);
-    }
-    memcpy(L->ack_copy, e + 16, tab);
-    L->ack_steps[0] = steps;
-    L->ack_env[0] = *env_steps;
-    rc = 0;
-    break;
-  }
-out:
-  free(buf);
-  return rc;
-}
-
-/* Saves the replay and its seq table together (file stores). Inserts pause meanwhile,
- * so both describe the same batches. What a learner crash loses is what was inserted
- * after the last save that succeeded: at most learner.snapshot_every_s of ingest. */
-static void save_replay(learner *L) {
-  if (!L->replay_path[0]) return;
-  shoal_error err = {0};
-  double t0 = shoal_now_s();
-  pthread_rwlock_wrlock(&L->save_lock);
+/* A priority checkpoint into the log, and what retention may cut: on the trainer
+ * thread (it alone changes priorities), at each snapshot. The range is read under
+ * log_mu so that every item in it has its record in the log before the checkpoint. */
+static void log_checkpoint(learner *L) {
+  if (!L->log) return;
+  pthread_mutex_lock(&L->log_mu);
   replay_stats rs;
   replay_get_stats(L->mem, &rs);
-  uint64_t *next = L->ack_copy + (size_t)L->actors * 2;
-  for (int a = 0; a < L->actors; a++) {
-    next[2 * a] = L->incarnation[a];
-    next[2 * a + 1] = L->last_seq[a];
+  int64_t off = L->item_offset;
+  uint64_t lo = rs.next_seq - (uint64_t)rs.held, hi = rs.next_seq;
+  if (lo < L->log_seq_lo) lo = L->log_seq_lo;
+  pthread_mutex_unlock(&L->log_mu);
+  if (lo < hi) rlog_retain(L->log, (uint64_t)((int64_t)lo + off));
+  if (!L->prioritized || lo >= hi) return;
+  shoal_error err = {0};
+  float *p = malloc((size_t)(hi - lo) * sizeof *p);
+  if (!p || replay_priorities_get(L->mem, lo, (int64_t)(hi - lo), p, &err) ||
+      rlog_append_priorities(L->log, (uint64_t)((int64_t)lo + off), hi - lo, p, &err)) {
+    if (L->log_errors++ == 0)
+      fprintf(stderr, "shoal-learner: replay log: priority checkpoint: %s\n",
+              p ? err.msg : "out of memory");
   }
-  L->ack_steps[1] = rs.inserted_steps;
-  L->ack_env[1] = L->env_steps_base + (int64_t)rs.inserted_steps;
-  /* The tables first: a crash before the replay file's rename leaves the old file,
-   * which table [0] describes. */
-  int rc = acks_write(L, &err);
-  if (!rc) rc = replay_save(L->mem, L->replay_path, &err);
-  if (!rc) {
-    memcpy(L->ack_copy, next, (size_t)L->actors * 2 * sizeof *next);
-    L->ack_steps[0] = L->ack_steps[1];
-    L->ack_env[0] = L->ack_env[1];
-  }
-  pthread_rwlock_unlock(&L->save_lock);
-  L->replay_save_s = shoal_now_s() - t0;
-  if (rc) {
-    uint64_t n = atomic_fetch_add(&L->replay_save_errors, 1) + 1;
-    /* The first failure and the first after a recovery are printed, not each retry. */
-    if (!atomic_exchange(&L->replay_save_failing, true))
-      fprintf(stderr, "shoal-learner: replay save failed (%llu so far; training goes on): %s\n",
-              (unsigned long long)n, err.msg);
-  } else {
-    atomic_fetch_add(&L->replay_saves, 1);
-    if (atomic_exchange(&L->replay_save_failing, false))
-      fprintf(stderr, "shoal-learner: replay save works again (%llu failed before)\n",
-              (unsigned long long)atomic_load(&L->replay_save_errors));
-  }
+  free(p);
 }
 
 static void obs_to_float(const learner *L, const void *src, float *dst, size_t rows) {
@@ -699,12 +644,107 @@ static void fill_spec(const learner *L, rpc_spec *sp, uint32_t max_items) {
   c[COL_TAIL] = (rpc_column_spec){.name = "tail", .dtype = RPC_U8};
 }
 
-/* A file store keeps the replay beside the run's folder; other stores do not. */
-static void replay_path_for(learner *L) {
-  L->replay_path[0] = 0;
-  const char *uri = config_string(L->cfg, "store.uri");
-  if (strncmp(uri, "file://", 7) == 0)
-    snprintf(L->replay_path, sizeof L->replay_path, "%s/%s/replay.shoalrpl", uri + 7, L->run);
+/* ---- the replay log: resume and open ------------------------------------------ */
+
+/* The wire columns as the log records them. */
+static int log_columns(const learner *L, rlog_column *c) {
+  static const struct {
+    const char *name;
+    replay_dtype dt;
+  } wire[NCOLS] = {{"obs", REPLAY_U8},        {"action", REPLAY_I32},   {"reward", REPLAY_F32},
+                   {"terminated", REPLAY_U8}, {"truncated", REPLAY_U8}, {"priority", REPLAY_F32},
+                   {"env", REPLAY_I32},       {"tail", REPLAY_U8}};
+  for (int i = 0; i < NCOLS; i++) {
+    memset(&c[i], 0, sizeof c[i]);
+    snprintf(c[i].name, sizeof c[i].name, "%s", wire[i].name);
+    c[i].dtype = (uint32_t)wire[i].dt;
+  }
+  c[COL_OBS].dtype = L->obs_u8 ? REPLAY_U8 : REPLAY_F32;
+  c[COL_OBS].ndim = (uint32_t)L->spec->obs.ndim;
+  for (int d = 0; d < L->spec->obs.ndim; d++) c[COL_OBS].shape[d] = L->spec->obs.shape[d];
+  return NCOLS;
+}
+
+static int restore_one(void *ctx, const rlog_batch *b, shoal_error *err) {
+  learner *L = ctx;
+  uint32_t steps;
+  /* A record of an actor this config no longer has (fewer actors after a change), or
+   * one that does not fit this learner's envs, is left out and counted. */
+  if (b->actor >= (uint32_t)L->actors || batch_steps(L, b->rows, b->cols, &steps, NULL)) {
+    L->restore_skipped++;
+    return 0;
+  }
+  return insert_batch(L, (int)b->actor, b->incarnation, b->seq, b->rows, b->cols, steps, err);
+}
+
+/* --resume: the replay, its priorities and the exactly-once table from the log. */
+static void restore_replay(learner *L, const char *run) {
+  if (!config_bool(L->cfg, "replay.log") || L->store_streams) return;
+  rlog_column cols[NCOLS];
+  shoal_error err = {0};
+  L->restoring = true;
+  const replay_config *rc = replay_get_config(L->mem);
+  int e = rlog_restore(L->st, run, cols, log_columns(L, cols), (uint64_t)rc->capacity, L->mem,
+                       restore_one, L, &L->restored, &err);
+  L->restoring = false;
+  if (e) die("resume: replay log", &err);
+  if (!L->restored.segments) {
+    fprintf(stderr, "shoal-learner: resume: the store holds no replay log for %s\n", run);
+    return;
+  }
+  replay_stats rs;
+  replay_get_stats(L->mem, &rs);
+  /* The step counter continues from what the log holds. */
+  L->env_steps_base = (int64_t)L->restored.steps_total - (int64_t)rs.inserted_steps;
+  /* The rate limiter starts level with what the memory holds, so a resumed learner does
+   * not replay it in one burst. */
+  double level = L->ratio * ((double)rs.inserted_steps - (double)L->warmup);
+  atomic_store(&L->sampled, level > 0 ? (int64_t)level : 0);
+  fprintf(stderr,
+          "shoal-learner: resume: replay rebuilt from the log: %lld items held from %llu "
+          "segments (%llu batches, %llu priorities, %llu gaps, %llu records skipped) in "
+          "%.2f s; %llu env steps logged\n",
+          (long long)rs.held, (unsigned long long)L->restored.segments,
+          (unsigned long long)L->restored.records, (unsigned long long)L->restored.priorities,
+          (unsigned long long)L->restored.gaps, (unsigned long long)L->restore_skipped,
+          L->restored.seconds, (unsigned long long)L->restored.steps_total);
+}
+
+static void open_log(learner *L, const char *run) {
+  if (!config_bool(L->cfg, "replay.log")) return;
+  if (L->store_streams) {
+    /* Its experience is in the store already (the followed run's segments). */
+    fprintf(stderr, "shoal-learner: replay.source %s: no replay log is written\n",
+            config_string(L->cfg, "replay.source"));
+    return;
+  }
+  shoal_error err = {0};
+  rlog_config c = {0};
+  c.st = L->st;
+  c.wr = L->wr;
+  c.run = run;
+  c.ncols = log_columns(L, c.cols);
+  c.segment_bytes = (size_t)(config_float(L->cfg, "replay.log_segment_mb") * 1048576.0);
+  c.flush_s = config_float(L->cfg, "replay.log_flush_s");
+  c.keep = config_bool(L->cfg, "replay.keep_log");
+  c.next_seq = L->restored.next_seq;
+  c.next_item = L->restored.next_item;
+  c.steps_before = L->restored.steps_total;
+  if (!L->restored.segments) {
+    /* A run that has a log but was not resumed from it goes on after its last segment
+     * (a store that cannot be read now starts at 0: a clash is counted by the writer). */
+    uint64_t *seqs = NULL;
+    size_t n = 0;
+    if (store_replay_list(L->st, run, &seqs, &n, &err) == 0 && n) c.next_seq = seqs[n - 1] + 1;
+    free(seqs);
+  }
+  replay_stats rs;
+  replay_get_stats(L->mem, &rs);
+  L->item_offset = (int64_t)c.next_item - (int64_t)rs.next_seq;
+  L->log_seq_lo = L->restored.segments
+                      ? (uint64_t)((int64_t)L->restored.contiguous_from - L->item_offset)
+                      : rs.next_seq;
+  if (rlog_open(&L->log, &c, &err)) die("replay log", &err);
 }
 
 static void usage(void) {
@@ -790,19 +830,10 @@ int main(int argc, char **argv) {
   L.stream_ret = calloc((size_t)L.actors * L.num_envs + 1, sizeof *L.stream_ret);
   L.incarnation = calloc((size_t)L.actors + 1, sizeof *L.incarnation);
   L.last_seq = calloc((size_t)L.actors + 1, sizeof *L.last_seq);
-  L.ack_copy = calloc((size_t)L.actors * 4 + 1, sizeof *L.ack_copy);
-  L.ack_steps[0] = L.ack_steps[1] = UINT64_MAX; /* no table saved yet */
   L.actor_mu = calloc((size_t)L.actors + 1, sizeof *L.actor_mu);
   for (int a = 0; L.actor_mu && a < L.actors; a++) pthread_mutex_init(&L.actor_mu[a], NULL);
-  {
-    /* A save must not wait behind a steady stream of inserts. */
-    pthread_rwlockattr_t ra;
-    pthread_rwlockattr_init(&ra);
-    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&L.save_lock, &ra);
-    pthread_rwlockattr_destroy(&ra);
-  }
-  if (!L.stream_ret || !L.incarnation || !L.last_seq || !L.ack_copy || !L.actor_mu) {
+  pthread_mutex_init(&L.log_mu, NULL);
+  if (!L.stream_ret || !L.incarnation || !L.last_seq || !L.actor_mu) {
     fprintf(stderr, "shoal-learner: out of memory\n");
     return 1;
   }
@@ -813,7 +844,6 @@ int main(int argc, char **argv) {
   /* Through an outage of the store the learner trains on; the writer counts errors. */
   if (store_open_lazy(&L.st, config_string(L.cfg, "store.uri"), &err)) die("store", &err);
   if (store_writer_create(&L.wr, L.st, NULL, &err)) die("store writer", &err);
-  replay_path_for(&L);
 
   /* Resume: the latest snapshot's parameters and counters, and the saved replay. */
   if (resume) {
@@ -847,39 +877,9 @@ int main(int argc, char **argv) {
     } else if (rc != SHOAL_ENOENT) {
       die("resume: latest snapshot", &err);
     }
-    struct stat sb;
-    if (L.replay_path[0] && stat(L.replay_path, &sb) == 0) {
-      if (replay_load(L.mem, L.replay_path, &err)) {
-        fprintf(stderr, "shoal-learner: resume: saved replay not used: %s\n", err.msg);
-        replay_destroy(L.mem);
-        if (!(L.mem = make_replay(&L, &err))) die("replay", &err);
-      } else {
-        replay_stats rs;
-        replay_get_stats(L.mem, &rs);
-        /* The replay's counters continue too: count only new steps on top of them. */
-        L.env_steps_base -= (int64_t)rs.inserted_steps;
-        /* Which batches the saved replay holds: resent ones are dropped, the rest taken. */
-        int64_t acked_steps = 0;
-        int arc = acks_read(&L, rs.inserted_steps, &acked_steps, &err);
-        if (arc == 0) {
-          L.env_steps_base = acked_steps - (int64_t)rs.inserted_steps;
-        } else {
-          memset(L.incarnation, 0, (size_t)L.actors * sizeof *L.incarnation);
-          memset(L.last_seq, 0, (size_t)L.actors * sizeof *L.last_seq);
-          fprintf(stderr,
-                  "shoal-learner: resume: no seq table for the saved replay (%s): batches "
-                  "in flight at the crash may be inserted twice\n",
-                  err.msg);
-        }
-        /* The rate limiter starts level with what the memory holds, so a resumed
-         * learner does not replay it in one burst. */
-        double level = L.ratio * ((double)rs.inserted_steps - (double)L.warmup);
-        atomic_store(&L.sampled, level > 0 ? (int64_t)level : 0);
-        fprintf(stderr, "shoal-learner: resume: %lld transitions from the saved replay\n",
-                (long long)rs.held);
-      }
-    }
+    restore_replay(&L, run);
   }
+  open_log(&L, run);
 
   rpc_server_config sc = {0};
   sc.listen = config_string(L.cfg, "learner.listen");
@@ -919,6 +919,7 @@ int main(int argc, char **argv) {
         .poll_s = config_float(L.cfg, "replay.store_poll_s"),
         .start_after = resume ? follow_resume_after(L.st, run) : STORE_SEG_FIRST,
         .store_fraction = strcmp(source, "mixed") ? 0 : config_float(L.cfg, "replay.store_ratio"),
+        .replay_log = !strcmp(config_string(L.cfg, "replay.store_format"), "log"),
         .wait_room = follow_wait,
         .ctx = &L};
     if (follow_limits_from_env(L.spec, &fc.limits, &err) || follow_start(&L.fol, &fc, &err))
@@ -1056,7 +1057,7 @@ int main(int argc, char **argv) {
     if (now - t_snap >= L.live.hp[HP_SNAP]) {
       t_snap = now;
       snapshot(&L, env_steps, L.eval_return);
-      save_replay(&L);
+      log_checkpoint(&L);
     }
     if (now - t_log >= log_every) {
       double dt = now - t_log;
@@ -1076,6 +1077,7 @@ int main(int argc, char **argv) {
       follow_progress_json(L.fol, fol_json, sizeof fol_json);
       int healthy;
       uint64_t store_errs = store_errors(&L, &healthy);
+      log_figs lf = log_figures(&L);
       double sps = (double)(env_steps - steps_at_log) / dt;
       double ups = (double)(L.updates - updates_at_log) / dt;
       double samples_s = (double)(ss.samples - samples_at_log) / dt;
@@ -1084,14 +1086,15 @@ int main(int argc, char **argv) {
           "\"samples_s\":%.1f,\"updates\":%lld,\"ups\":%.1f,\"replay\":%lld,"
           "\"episodes\":%llu,\"return100\":%s,\"eval\":%s,\"version\":%lld,"
           "\"loss\":%s,\"rejected\":%llu,\"insert_waits\":%llu,\"resent_dropped\":%llu,"
-          "\"store_errors\":%llu,\"store_ok\":%s%s}",
+          "\"store_errors\":%llu,\"store_ok\":%s,\"log_segments\":%.0f,\"log_dropped\":%.0f,"
+          "\"log_pending_bytes\":%.0f%s}",
           now - t0, (long long)env_steps, sps, samples_s, (long long)L.updates, ups,
           (long long)rs.held, (unsigned long long)neps, jnum(j1, sizeof j1, ret100),
           jnum(j2, sizeof j2, L.eval_return), (long long)L.version, jnum(j3, sizeof j3, last_loss),
           (unsigned long long)(ss.rejected + L.bad_batches),
           (unsigned long long)atomic_load(&L.insert_waits),
           (unsigned long long)atomic_load(&L.resent_dropped), (unsigned long long)store_errs,
-          healthy ? "true" : "false", fol_json);
+          healthy ? "true" : "false", lf.written, lf.dropped, lf.pending_bytes, fol_json);
       double t_unix = unix_now();
       follow_metrics(L.fol, L.wr, run, env_steps, t_unix);
       store_writer_metric(L.wr, run, "sps", env_steps, t_unix, sps);
@@ -1125,7 +1128,11 @@ int main(int argc, char **argv) {
   L.srv = NULL;
   L.version++;
   snapshot(&L, env_steps, L.eval_return);
-  save_replay(&L);
+  log_checkpoint(&L);
+  /* The open segment and the checkpoint to the writer; then the writer's flush below. */
+  rlog_stats ls = {0};
+  int lrc = rlog_close(L.log, 30.0, &ls);
+  L.log = NULL;
   store_writer_run_status(L.wr, run,
                           !strcmp(reason, "signal") ? STORE_RUN_STOPPED : STORE_RUN_FINISHED);
   store_writer_stats ws;
@@ -1137,10 +1144,12 @@ int main(int argc, char **argv) {
   char j1[32], j2[32];
   emit(
       "{\"event\":\"done\",\"reason\":\"%s\",\"t\":%.2f,\"env_steps\":%lld,\"updates\":%lld,"
-      "\"version\":%lld,\"eval\":%s,\"best_eval\":%s,\"store_ok\":%s}",
+      "\"version\":%lld,\"eval\":%s,\"best_eval\":%s,\"store_ok\":%s,\"log_segments\":%llu,"
+      "\"log_dropped\":%llu}",
       reason, shoal_now_s() - t0, (long long)env_steps, (long long)L.updates, (long long)L.version,
       jnum(j1, sizeof j1, L.eval_return), jnum(j2, sizeof j2, L.best_eval),
-      wrc == 0 ? "true" : "false");
+      wrc == 0 && lrc == 0 ? "true" : "false", (unsigned long long)ws.replay_written,
+      (unsigned long long)(ls.segments_dropped + ws.replay_dropped));
   store_close(L.st);
   env_vec_destroy(ev);
   env_destroy(L.spec_env);
@@ -1150,11 +1159,10 @@ int main(int argc, char **argv) {
   free(L.stream_ret);
   free(L.incarnation);
   free(L.last_seq);
-  free(L.ack_copy);
   for (int a = 0; a < L.actors; a++) pthread_mutex_destroy(&L.actor_mu[a]);
   live_hp_destroy(&L.live);
   free(L.actor_mu);
-  pthread_rwlock_destroy(&L.save_lock);
+  pthread_mutex_destroy(&L.log_mu);
   free(L.obs_b), free(L.nobs_b), free(L.obs_f), free(L.nobs_f), free(L.ret), free(L.disc);
   free(L.w), free(L.prio), free(L.act), free(L.idx), free(L.gen);
   free(e_obs), free(e_fin), free(e_obsf), free(e_rew), free(e_term), free(e_trunc);

@@ -312,6 +312,7 @@ void replay_get_stats(const replay *r, replay_stats *o) {
   o->stale_updates = atomic_load(&m->n_stale);
   o->writer_waits = atomic_load(&m->n_waits);
   o->writer_wait_s = (double)atomic_load(&m->wait_ns) * 1e-9;
+  o->next_seq = h + 1;
   pthread_mutex_lock(&m->lim_mu);
   o->limiter_waits = m->n_limited;
   pthread_mutex_unlock(&m->lim_mu);
@@ -1058,6 +1059,58 @@ int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, rep
 }
 
 /* ---------------------------------------------------------------- priorities */
+
+int replay_priorities_get(replay *r, uint64_t lo, int64_t n, float *p, shoal_error *err) {
+  if (!r || n < 0 || (n && !p))
+    return shoal_error_set(err, SHOAL_EINVAL, "replay_priorities_get: bad argument");
+  if (!r->sum)
+    return shoal_error_set(err, SHOAL_ENOTSUP,
+                           "replay_priorities_get: the memory is uniform, not prioritized");
+  pthread_mutex_lock(&r->tree_lock);
+  const double *leaf = replay__leaves(r);
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t q = lo + (uint64_t)i;
+    int64_t slot = replay__slot(r, q);
+    int held = q && atomic_load_explicit(&r->meta[slot].seq, memory_order_acquire) == q;
+    p[i] = held && leaf[slot] > 0 ? (float)leaf[slot] : -1.0f;
+  }
+  pthread_mutex_unlock(&r->tree_lock);
+  return 0;
+}
+
+int replay_priorities_set(replay *r, uint64_t lo, int64_t n, const float *p, int64_t *set,
+                          shoal_error *err) {
+  if (!r || n < 0 || (n && !p))
+    return shoal_error_set(err, SHOAL_EINVAL, "replay_priorities_set: bad argument");
+  if (!r->sum)
+    return shoal_error_set(err, SHOAL_ENOTSUP,
+                           "replay_priorities_set: the memory is uniform, not prioritized");
+  for (int64_t i = 0; i < n; i++)
+    if (!isfinite(p[i]))
+      return shoal_error_set(err, SHOAL_ENAN, "replay_priorities_set: p[%lld] = %g", (long long)i,
+                             (double)p[i]);
+  int64_t k = 0;
+  pthread_mutex_lock(&r->tree_lock);
+  const double *leaf = replay__leaves(r);
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t q = lo + (uint64_t)i;
+    int64_t slot = replay__slot(r, q);
+    /* Tails keep 0: they are never sampled. A priority of 0 would hide a step for
+     * good, so the smallest one kept is the floor eps^alpha. */
+    if (p[i] < 0 || !q || atomic_load_explicit(&r->meta[slot].seq, memory_order_acquire) != q ||
+        leaf[slot] <= 0)
+      continue;
+    double v = p[i];
+    double floor_p = pow(r->cfg.eps, r->cfg.alpha);
+    if (v < floor_p) v = floor_p;
+    if (v > r->max_p) r->max_p = v;
+    replay__tree_set(r, slot, slot + 1, &v);
+    k++;
+  }
+  pthread_mutex_unlock(&r->tree_lock);
+  if (set) *set = k;
+  return 0;
+}
 
 int replay_update_priorities(replay *r, int64_t n, const int64_t *index, const uint64_t *generation,
                              const float *td_abs, shoal_error *err) {

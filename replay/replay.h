@@ -267,6 +267,22 @@ int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, rep
 int replay_update_priorities(replay *r, int64_t n, const int64_t *index, const uint64_t *generation,
                              const float *td_abs, shoal_error *err);
 
+/* The priorities p = (|delta| + eps)^alpha of the n items with sequence numbers
+ * lo, lo+1, ... into p[0..n): an item the memory no longer holds (overwritten, or
+ * not yet inserted) or a final-observation tail gives -1. For saving priorities
+ * beside a log of the inserts (the learner's replay log). Only the sampling thread
+ * calls it. Returns 0, SHOAL_EINVAL or SHOAL_ENOTSUP (uniform memory). */
+int replay_priorities_get(replay *r, uint64_t lo, int64_t n, float *p, shoal_error *err);
+
+/* Sets the priority of the items with sequence numbers lo .. lo+n-1 to p[i] as is
+ * (already exponentiated, as replay_priorities_get gives them); entries < 0, items not
+ * held and tails are skipped. The largest priority seen is raised to the largest one
+ * set; *set (may be NULL) gets how many were set. Only the sampling thread calls it (or one thread
+ * before sampling starts). Returns 0, SHOAL_EINVAL, SHOAL_ENAN (a non-finite entry: nothing set) or
+ * SHOAL_ENOTSUP (uniform memory). */
+int replay_priorities_set(replay *r, uint64_t lo, int64_t n, const float *p, int64_t *set,
+                          shoal_error *err);
+
 /* Linear beta annealing from beta0 at step 0 to beta1 at step `steps` (then flat),
  * as in the paper. Can't fail. */
 double replay_beta_linear(double beta0, double beta1, int64_t step, int64_t steps);
@@ -283,6 +299,8 @@ typedef struct replay_stats {
   uint64_t limiter_waits;  /* inserts and samples the rate limiter held back */
   double priority_total;   /* sum of priorities (PER) */
   double priority_max;     /* largest priority seen (PER) */
+  uint64_t next_seq;       /* the sequence number (generation) the next item gets;
+                              items get consecutive numbers from 1 in insert order */
 } replay_stats;
 
 /* Wakes every insert and sample waiting on the rate limiter with SHOAL_ECLOSED;

@@ -844,12 +844,14 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static int file_replay_iter(void *impl, const char *run, uint64_t from_seq, store_replay_fn fn,
-                            void *ctx, shoal_error *err) {
-  file_store *fs = impl;
-  char dir[PATH_MAX], p[PATH_MAX];
+/* The seqs of run's replay segments >= from_seq, ascending, in a new array. */
+static int file_replay_seqs(file_store *fs, const char *run, uint64_t from_seq, uint64_t **out,
+                            size_t *n_out, shoal_error *err) {
+  char dir[PATH_MAX];
   int rc = path_fmt(dir, err, "%s/%s/replay", fs->root, run);
   if (rc) return rc;
+  *out = NULL;
+  *n_out = 0;
   DIR *d = opendir(dir);
   if (!d) {
     if (errno == ENOENT) {
@@ -882,36 +884,111 @@ static int file_replay_iter(void *impl, const char *run, uint64_t from_seq, stor
     return shoal_error_set(err, rc, "store: out of memory listing '%s'", dir);
   }
   if (n) qsort(seqs, n, sizeof *seqs, cmp_u64);
+  *out = seqs;
+  *n_out = n;
+  return 0;
+}
+
+/* Reads replay segment seq of run and checks its header; on success *buf holds the
+ * file (header first) and the segment is its bytes from REPLAY_HEADER on. */
+static int file_replay_load(file_store *fs, const char *run, uint64_t seq, char **buf, size_t *len,
+                            shoal_error *err) {
+  char p[PATH_MAX];
+  int rc = path_fmt(p, err, "%s/%s/replay/%020" PRIu64 ".bin", fs->root, run, seq);
+  if (rc) return rc;
+  if ((rc = read_file(p, buf, len, err))) {
+    if (rc == SHOAL_ENOENT)
+      shoal_error_set(err, rc, "store: run '%s' has no replay segment %" PRIu64, run, seq);
+    return rc;
+  }
+  const unsigned char *h = (const unsigned char *)*buf;
+  if (*len < REPLAY_HEADER || memcmp(h, REPLAY_MAGIC, 8) != 0) {
+    rc = shoal_error_set(err, SHOAL_EFORMAT,
+                         "store: '%s' is not a shoal replay segment (bad magic)", p);
+  } else if (store__get_le32(h + 8) != 1) {
+    rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s' has format version %u, expected 1", p,
+                         store__get_le32(h + 8));
+  } else if (store__get_le64(h + 16) != seq || store__get_le64(h + 24) != *len - REPLAY_HEADER) {
+    rc = shoal_error_set(err, SHOAL_EFORMAT,
+                         "store: '%s' says seq %" PRIu64 " length %" PRIu64
+                         "; the file holds seq %" PRIu64 " length %zu",
+                         p, store__get_le64(h + 16), store__get_le64(h + 24), seq,
+                         *len - REPLAY_HEADER);
+  } else if (store__crc32(*buf + REPLAY_HEADER, *len - REPLAY_HEADER) != store__get_le32(h + 12)) {
+    rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s': checksum mismatch (damaged data)", p);
+  }
+  if (rc) {
+    free(*buf);
+    *buf = NULL;
+  }
+  return rc;
+}
+
+static int file_replay_iter(void *impl, const char *run, uint64_t from_seq, store_replay_fn fn,
+                            void *ctx, shoal_error *err) {
+  uint64_t *seqs;
+  size_t n;
+  int rc = file_replay_seqs(impl, run, from_seq, &seqs, &n, err);
   for (size_t i = 0; i < n && !rc; i++) {
     char *buf = NULL;
     size_t len = 0;
-    if ((rc = path_fmt(p, err, "%s/%020" PRIu64 ".bin", dir, seqs[i]))) break;
-    if ((rc = read_file(p, &buf, &len, err))) break;
-    const unsigned char *h = (const unsigned char *)buf;
-    if (len < REPLAY_HEADER || memcmp(h, REPLAY_MAGIC, 8) != 0) {
-      rc = shoal_error_set(err, SHOAL_EFORMAT,
-                           "store: '%s' is not a shoal replay segment "
-                           "(bad magic)",
-                           p);
-    } else if (store__get_le32(h + 8) != 1) {
-      rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s' has format version %u, expected 1", p,
-                           store__get_le32(h + 8));
-    } else if (store__get_le64(h + 16) != seqs[i] ||
-               store__get_le64(h + 24) != len - REPLAY_HEADER) {
-      rc = shoal_error_set(err, SHOAL_EFORMAT,
-                           "store: '%s' says seq %" PRIu64 " length %" PRIu64
-                           "; the file holds seq %" PRIu64 " length %zu",
-                           p, store__get_le64(h + 16), store__get_le64(h + 24), seqs[i],
-                           len - REPLAY_HEADER);
-    } else if (store__crc32(buf + REPLAY_HEADER, len - REPLAY_HEADER) != store__get_le32(h + 12)) {
-      rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s': checksum mismatch (damaged data)", p);
-    } else {
-      rc = fn(ctx, seqs[i], buf + REPLAY_HEADER, len - REPLAY_HEADER);
+    rc = file_replay_load(impl, run, seqs[i], &buf, &len, err);
+    /* Trimmed between the listing and the read: it is gone, not damaged. */
+    if (rc == SHOAL_ENOENT) {
+      rc = 0;
+      continue;
     }
+    if (!rc) rc = fn(ctx, seqs[i], buf + REPLAY_HEADER, len - REPLAY_HEADER);
     free(buf);
   }
   free(seqs);
   return rc;
+}
+
+static int file_replay_list(void *impl, const char *run, uint64_t **seqs, size_t *n,
+                            shoal_error *err) {
+  return file_replay_seqs(impl, run, 0, seqs, n, err);
+}
+
+static int file_replay_read(void *impl, const char *run, uint64_t seq, void **bytes, size_t *len,
+                            shoal_error *err) {
+  char *buf;
+  size_t l;
+  int rc = file_replay_load(impl, run, seq, &buf, &l, err);
+  if (rc) return rc;
+  /* The segment without its header, in a buffer of its own size. */
+  memmove(buf, buf + REPLAY_HEADER, l - REPLAY_HEADER);
+  *bytes = buf;
+  *len = l - REPLAY_HEADER;
+  return 0;
+}
+
+static int file_replay_trim(void *impl, const char *run, uint64_t below, size_t *removed,
+                            shoal_error *err) {
+  file_store *fs = impl;
+  uint64_t *seqs;
+  size_t n, k = 0;
+  int rc = file_replay_seqs(fs, run, 0, &seqs, &n, err);
+  for (size_t i = 0; i < n && !rc && seqs[i] < below; i++) {
+    char p[PATH_MAX];
+    if ((rc = path_fmt(p, err, "%s/%s/replay/%020" PRIu64 ".bin", fs->root, run, seqs[i]))) break;
+    if (unlink(p) == 0)
+      k++;
+    else if (errno != ENOENT) /* another trim got there first: fine */
+      rc = store__sys_err(err, errno, "cannot remove", p);
+  }
+  free(seqs);
+  *removed = k;
+  return rc;
+}
+
+static int file_local_dir(void *impl, const char *run, char *out, size_t cap, shoal_error *err) {
+  file_store *fs = impl;
+  int n = run ? snprintf(out, cap, "%s/%s", fs->root, run) : snprintf(out, cap, "%s", fs->root);
+  if (n < 0 || (size_t)n >= cap)
+    return shoal_error_set(err, SHOAL_EINVAL, "store: the folder of '%s' needs %d bytes", fs->root,
+                           n + 1);
+  return 0;
 }
 
 /* ---- metrics ------------------------------------------------------------- */
@@ -1507,6 +1584,10 @@ const store__backend store__file_backend = {
     .snapshot_list = file_snapshot_list,
     .replay_append = file_replay_append,
     .replay_iter = file_replay_iter,
+    .replay_list = file_replay_list,
+    .replay_read = file_replay_read,
+    .replay_trim = file_replay_trim,
+    .local_dir = file_local_dir,
     .metrics_append = file_metrics_append,
     .metrics_query = file_metrics_query,
     .trial_create = file_trial_create,

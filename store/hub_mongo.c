@@ -431,10 +431,10 @@ static int media_put(void *impl, const char *run, const char *name, const bson_t
   if (s) {
     if (rc) {
       mongoc_gridfs_bucket_abort_upload(s);
-    } else if (mongoc_stream_close(s) != 0 || mongoc_gridfs_bucket_stream_error(s, &be)) {
+    } else if ((rc = store__mongo_upload_close(
+                    k.impl, s, err, "cannot finish media '%s' of run '%s'", name, run))) {
       /* The files document comes last; a duplicate key there means the name exists.
        * Its chunks are then orphans: remove them. */
-      rc = herr(&k, err, &be, "cannot finish a media upload");
       mongoc_collection_t *chunks = coll(&k, "media.chunks");
       bson_t sel;
       bson_init(&sel);

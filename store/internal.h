@@ -33,6 +33,13 @@ typedef struct store__backend {
                        shoal_error *err);
   int (*replay_iter)(void *impl, const char *run, uint64_t from_seq, store_replay_fn fn, void *ctx,
                      shoal_error *err);
+  int (*replay_list)(void *impl, const char *run, uint64_t **seqs, size_t *n, shoal_error *err);
+  int (*replay_read)(void *impl, const char *run, uint64_t seq, void **bytes, size_t *len,
+                     shoal_error *err);
+  int (*replay_trim)(void *impl, const char *run, uint64_t below, size_t *removed,
+                     shoal_error *err);
+  /* NULL for a backend without local files. run may be NULL (the store's folder). */
+  int (*local_dir)(void *impl, const char *run, char *out, size_t cap, shoal_error *err);
 
   int (*metrics_append)(void *impl, const store_metric *rows, size_t n, shoal_error *err);
   int (*metrics_query)(void *impl, const char *run, const char *name, int64_t step_min,
@@ -73,6 +80,12 @@ const char *store__file_root(void *impl);            /* file.c: the store's fold
 void *store__mongo_pop(void *impl, const char **db); /* mongo.c: a pooled client */
 void store__mongo_push(void *impl, void *client);
 int store__mongo_error(void *impl, shoal_error *err, const void *bson_err, const char *what);
+/* Closes a GridFS upload stream (a mongoc_stream_t *) and, when the close fails, reports the
+ * stream's own error (GridFS writes the files document on close: a duplicate key there, from
+ * a unique index, is SHOAL_EEXIST). what (printf format) says what was being written. 0 or
+ * the error; the caller still destroys the stream. */
+int store__mongo_upload_close(void *impl, void *stream, shoal_error *err, const char *what, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Helpers shared by the file-store code (file.c defines them). */
 const char *store__host_tag(void); /* this host's name, [A-Za-z0-9-] only: temp names */

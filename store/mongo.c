@@ -50,6 +50,9 @@ void store__mongo_push(void *impl, void *client) {}
 int store__mongo_error(void *impl, shoal_error *err, const void *bson_err, const char *what) {
   return shoal_error_set(err, SHOAL_ENOTSUP, "store: %s: no MongoDB support in this build", what);
 }
+int store__mongo_upload_close(void *impl, void *stream, shoal_error *err, const char *what, ...) {
+  return shoal_error_set(err, SHOAL_ENOTSUP, "store: no MongoDB support in this build");
+}
 const store__backend store__mongo_backend = {.name = "mongodb", .close = mongo_close};
 
 #else
@@ -311,6 +314,23 @@ void store__mongo_push(void *impl, void *client) {
 }
 int store__mongo_error(void *impl, shoal_error *err, const void *bson_err, const char *what) {
   return merr(impl, err, bson_err, "%s", what);
+}
+int store__mongo_upload_close(void *impl, void *stream, shoal_error *err, const char *what, ...) {
+  mongoc_stream_t *s = stream;
+  bson_error_t be;
+  memset(&be, 0, sizeof be);
+  /* The stream's error is read whether or not the close succeeded: after a failed close it
+   * holds the reason (the files document's insert), which must not be skipped. */
+  bool closed = mongoc_stream_close(s) == 0;
+  bool failed = mongoc_gridfs_bucket_stream_error(s, &be);
+  if (closed && !failed) return 0;
+  if (!failed) bson_set_error(&be, MONGOC_ERROR_GRIDFS, 0, "the upload could not be finished");
+  char msg[256];
+  va_list ap;
+  va_start(ap, what);
+  vsnprintf(msg, sizeof msg, what, ap);
+  va_end(ap);
+  return merr(impl, err, &be, "%s", msg);
 }
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -601,11 +621,11 @@ static int mongo_snapshot_put(void *impl, const store_snapshot_meta *meta, const
   if (s) {
     if (rc) {
       mongoc_gridfs_bucket_abort_upload(s);
-    } else if (mongoc_stream_close(s) != 0 || mongoc_gridfs_bucket_stream_error(s, &be)) {
+    } else if ((rc = store__mongo_upload_close(ms, s, err,
+                                               "cannot finish snapshot %" PRId64 " of run '%s'",
+                                               meta->version, meta->run))) {
       /* The files document is written on close; a duplicate key here means another
        * writer put the same version at the same time, and its copy stands. */
-      rc = merr(ms, err, &be, "cannot finish snapshot %" PRId64 " of run '%s'", meta->version,
-                meta->run);
       /* No files document names the chunks written: remove them (delete_by_id
        * would stop at the missing files document). */
       if (have_id) {
@@ -767,6 +787,7 @@ static int mongo_replay_append(void *impl, const char *run, uint64_t seq, const 
   BSON_APPEND_INT64(&doc, "seq", (int64_t)seq);
   BSON_APPEND_INT64(&doc, "len", (int64_t)len);
   BSON_APPEND_BINARY(&doc, "data", BSON_SUBTYPE_BINARY, bytes, (uint32_t)len);
+  BSON_APPEND_INT64(&doc, "crc", (int64_t)store__crc32(bytes, len));
   BSON_APPEND_DOUBLE(&doc, "created", store__wall_time());
   bson_error_t be;
   int rc = 0;
@@ -787,6 +808,32 @@ static int mongo_run_exists(void *impl, const char *run, shoal_error *err) {
   return rc;
 }
 
+/* Checks one replay document: its length and, when it has one, its CRC-32. */
+static int mongo_replay_doc(const bson_t *d, const char *run, uint64_t *seq_out,
+                            const uint8_t **data_out, uint32_t *len_out, shoal_error *err) {
+  bson_iter_t it;
+  bson_subtype_t sub;
+  uint32_t blen = 0;
+  const uint8_t *data = NULL;
+  int64_t seq = dint(d, "seq", -1), want = dint(d, "len", -1), crc = dint(d, "crc", -1);
+  if (bson_iter_init_find(&it, d, "data") && BSON_ITER_HOLDS_BINARY(&it))
+    bson_iter_binary(&it, &sub, &blen, &data);
+  if (!data || seq < 0 || want != (int64_t)blen)
+    return shoal_error_set(err, SHOAL_EFORMAT,
+                           "store: replay segment %" PRId64
+                           " of run '%s' is damaged (%u bytes of data, len says %" PRId64 ")",
+                           seq, run, blen, want);
+  if (crc >= 0 && (uint32_t)crc != store__crc32(data, blen))
+    return shoal_error_set(err, SHOAL_EFORMAT,
+                           "store: replay segment %" PRId64
+                           " of run '%s': checksum mismatch (damaged data)",
+                           seq, run);
+  *seq_out = (uint64_t)seq;
+  *data_out = data;
+  *len_out = blen;
+  return 0;
+}
+
 static int mongo_replay_iter(void *impl, const char *run, uint64_t from_seq, store_replay_fn fn,
                              void *ctx, shoal_error *err) {
   int rc = mongo_run_exists(impl, run, err);
@@ -798,22 +845,11 @@ static int mongo_replay_iter(void *impl, const char *run, uint64_t from_seq, sto
   mongoc_cursor_t *cur = mongoc_collection_find_with_opts(o.coll, filter, opts, NULL);
   const bson_t *d;
   while (!rc && mongoc_cursor_next(cur, &d)) {
-    bson_iter_t it;
-    bson_subtype_t sub;
-    uint32_t blen = 0;
-    const uint8_t *data = NULL;
-    int64_t seq = dint(d, "seq", -1), want = dint(d, "len", -1);
-    if (bson_iter_init_find(&it, d, "data") && BSON_ITER_HOLDS_BINARY(&it))
-      bson_iter_binary(&it, &sub, &blen, &data);
-    if (!data || seq < 0 || want != (int64_t)blen) {
-      rc = shoal_error_set(err, SHOAL_EFORMAT,
-                           "store: replay segment %" PRId64
-                           " of run '%s' is "
-                           "damaged (%u bytes of data, len says %" PRId64 ")",
-                           seq, run, blen, want);
-      break;
-    }
-    rc = fn(ctx, (uint64_t)seq, data, blen);
+    uint64_t seq;
+    const uint8_t *data;
+    uint32_t blen;
+    rc = mongo_replay_doc(d, run, &seq, &data, &blen, err);
+    if (!rc) rc = fn(ctx, seq, data, blen);
   }
   bson_error_t be;
   if (!rc && mongoc_cursor_error(cur, &be))
@@ -821,6 +857,95 @@ static int mongo_replay_iter(void *impl, const char *run, uint64_t from_seq, sto
   mongoc_cursor_destroy(cur);
   bson_destroy(opts);
   bson_destroy(filter);
+  op_end(&o);
+  return rc;
+}
+
+static int mongo_replay_list(void *impl, const char *run, uint64_t **seqs, size_t *n_out,
+                             shoal_error *err) {
+  int rc = mongo_run_exists(impl, run, err);
+  if (rc) return rc;
+  op o = op_begin(impl, "replay");
+  bson_t *filter = BCON_NEW("run", BCON_UTF8(run));
+  bson_t *opts = BCON_NEW("sort", "{", "seq", BCON_INT32(1), "}", "projection", "{", "seq",
+                          BCON_INT32(1), "_id", BCON_INT32(0), "}");
+  mongoc_cursor_t *cur = mongoc_collection_find_with_opts(o.coll, filter, opts, NULL);
+  const bson_t *d;
+  uint64_t *v = NULL;
+  size_t n = 0, cap = 0;
+  while (!rc && mongoc_cursor_next(cur, &d)) {
+    int64_t seq = dint(d, "seq", -1);
+    if (seq < 0) continue;
+    if ((rc = store__grow((void **)&v, &cap, n, sizeof *v)))
+      shoal_error_set(err, rc, "store: out of memory listing replay segments of '%s'", run);
+    else
+      v[n++] = (uint64_t)seq;
+  }
+  bson_error_t be;
+  if (!rc && mongoc_cursor_error(cur, &be))
+    rc = merr(impl, err, &be, "cannot list replay segments of run '%s'", run);
+  mongoc_cursor_destroy(cur);
+  bson_destroy(opts);
+  bson_destroy(filter);
+  op_end(&o);
+  if (rc) {
+    free(v);
+    return rc;
+  }
+  *seqs = v;
+  *n_out = n;
+  return 0;
+}
+
+static int mongo_replay_read(void *impl, const char *run, uint64_t seq, void **bytes, size_t *len,
+                             shoal_error *err) {
+  op o = op_begin(impl, "replay");
+  bson_t *filter = BCON_NEW("run", BCON_UTF8(run), "seq", BCON_INT64((int64_t)seq));
+  mongoc_cursor_t *cur = mongoc_collection_find_with_opts(o.coll, filter, NULL, NULL);
+  const bson_t *d;
+  int rc = SHOAL_ENOENT;
+  if (mongoc_cursor_next(cur, &d)) {
+    uint64_t s;
+    const uint8_t *data;
+    uint32_t blen;
+    rc = mongo_replay_doc(d, run, &s, &data, &blen, err);
+    if (!rc) {
+      void *b = malloc(blen ? blen : 1);
+      if (!b) {
+        rc = shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory reading replay segment");
+      } else {
+        memcpy(b, data, blen);
+        *bytes = b;
+        *len = blen;
+      }
+    }
+  }
+  bson_error_t be;
+  if (rc == SHOAL_ENOENT) {
+    if (mongoc_cursor_error(cur, &be))
+      rc = merr(impl, err, &be, "cannot read replay segment %" PRIu64 " of run '%s'", seq, run);
+    else
+      shoal_error_set(err, rc, "store: run '%s' has no replay segment %" PRIu64, run, seq);
+  }
+  mongoc_cursor_destroy(cur);
+  bson_destroy(filter);
+  op_end(&o);
+  return rc;
+}
+
+static int mongo_replay_trim(void *impl, const char *run, uint64_t below, size_t *removed,
+                             shoal_error *err) {
+  op o = op_begin(impl, "replay");
+  bson_t *sel = BCON_NEW("run", BCON_UTF8(run), "seq", "{", "$lt", BCON_INT64((int64_t)below), "}");
+  bson_t reply;
+  bson_error_t be;
+  int rc = 0;
+  if (!mongoc_collection_delete_many(o.coll, sel, NULL, &reply, &be))
+    rc = merr(impl, err, &be, "cannot trim replay segments of run '%s'", run);
+  else
+    *removed = (size_t)reply_count(&reply, "deletedCount");
+  bson_destroy(&reply);
+  bson_destroy(sel);
   op_end(&o);
   return rc;
 }
@@ -1147,6 +1272,9 @@ const store__backend store__mongo_backend = {
     .snapshot_list = mongo_snapshot_list,
     .replay_append = mongo_replay_append,
     .replay_iter = mongo_replay_iter,
+    .replay_list = mongo_replay_list,
+    .replay_read = mongo_replay_read,
+    .replay_trim = mongo_replay_trim,
     .metrics_append = mongo_metrics_append,
     .metrics_query = mongo_metrics_query,
     .trial_create = mongo_trial_create,

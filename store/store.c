@@ -445,6 +445,55 @@ int store_replay_iter(store *st, const char *run, uint64_t from_seq, store_repla
   return st->be->replay_iter(st->impl, run, from_seq, fn, ctx, err);
 }
 
+int store_replay_list(store *st, const char *run, uint64_t **seqs, size_t *n, shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(seqs);
+  CHECK_PTR(n);
+  CHECK_NAME("run", run);
+  uint64_t *s = NULL;
+  size_t k = 0;
+  int rc = st->be->replay_list(st->impl, run, &s, &k, err);
+  if (rc) return rc;
+  *seqs = s;
+  *n = k;
+  return 0;
+}
+
+int store_replay_read(store *st, const char *run, uint64_t seq, void **bytes, size_t *len,
+                      shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(bytes);
+  CHECK_PTR(len);
+  CHECK_NAME("run", run);
+  void *b = NULL;
+  size_t l = 0;
+  int rc = st->be->replay_read(st->impl, run, seq, &b, &l, err);
+  if (rc) return rc;
+  *bytes = b;
+  *len = l;
+  return 0;
+}
+
+int store_replay_trim(store *st, const char *run, uint64_t below, size_t *removed,
+                      shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_NAME("run", run);
+  size_t k = 0;
+  int rc = st->be->replay_trim(st->impl, run, below, &k, err);
+  if (removed) *removed = k;
+  return rc;
+}
+
+int store_local_dir(store *st, const char *run, char *out, size_t cap, shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_PTR(out);
+  if (run) CHECK_NAME("run", run);
+  if (!st->be->local_dir)
+    return shoal_error_set(err, SHOAL_ENOTSUP, "store: %s keeps no local files (%s)", st->be->name,
+                           st->uri);
+  return st->be->local_dir(st->impl, run, out, cap, err);
+}
+
 /* ---- metrics ------------------------------------------------------------- */
 
 int store_metrics_append(store *st, const store_metric *rows, size_t n, shoal_error *err) {

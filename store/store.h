@@ -184,6 +184,29 @@ typedef int (*store_replay_fn)(void *ctx, uint64_t seq, const void *bytes, size_
 int store_replay_iter(store *st, const char *run, uint64_t from_seq, store_replay_fn fn, void *ctx,
                       shoal_error *err);
 
+/* Lists the sequence numbers of run's replay segments, ascending: *seqs is a new
+ * array of *n entries (caller frees it with free()), NULL when n is 0. A run without
+ * segments gives n = 0; a missing run SHOAL_ENOENT. */
+int store_replay_list(store *st, const char *run, uint64_t **seqs, size_t *n, shoal_error *err);
+
+/* Reads replay segment seq of run, checked as by store_replay_iter: *bytes is a new
+ * buffer of *len bytes (caller frees it with free()). SHOAL_ENOENT when there is no
+ * such segment, SHOAL_EFORMAT when it is damaged. Outputs untouched on error. */
+int store_replay_read(store *st, const char *run, uint64_t seq, void **bytes, size_t *len,
+                      shoal_error *err);
+
+/* Deletes run's replay segments with seq < below (a replay log's retention).
+ * *removed (may be NULL) is how many went. Segments already gone are no error, so
+ * concurrent trims are safe. */
+int store_replay_trim(store *st, const char *run, uint64_t below, size_t *removed,
+                      shoal_error *err);
+
+/* The one way to ask where a store keeps local files: writes the folder of run (or,
+ * run NULL, of the whole store) into out (cap bytes). SHOAL_ENOTSUP for a store with
+ * no local folder (MongoDB), SHOAL_EINVAL when cap is too small. The folder may not
+ * exist yet. No program parses a store URI by itself. */
+int store_local_dir(store *st, const char *run, char *out, size_t cap, shoal_error *err);
+
 /* ---- experience segments (store/segments.c) ------------------------------ */
 
 /* Experience written by other systems (a deployed policy's logs, `shoal import`) or
@@ -429,8 +452,8 @@ int store_trial_list(store *st, const char *sweep, store_trial **out, size_t *n,
  *    coalesced), or is dropped when no such row is queued (counted as dropped);
  *  - snapshots: only the newest queued snapshot of each run is kept (older ones are
  *    counted as superseded);
- *  - replay segments: at most max_pending_bytes are queued; more are dropped
- *    (SHOAL_EFULL, counted);
+ *  - replay segments: at most max_pending_bytes are queued; past that the oldest
+ *    waiting segments are dropped to make room for the new one (counted);
  *  - a failed write is retried with backoff (100 ms doubling to 2 s) while it can
  *    succeed later (I/O, network, timeout); other errors drop the item.
  * Every failure is counted by kind (metrics, snapshot, replay, run) and the first of
@@ -484,9 +507,10 @@ int store_writer_metric(store_writer *w, const char *run, const char *name, int6
 int store_writer_snapshot(store_writer *w, const store_snapshot_meta *meta, void *bytes,
                           size_t len);
 
-/* Queues replay segment seq of run. Takes ownership of bytes as above. Returns 0,
- * SHOAL_EFULL (dropped: more than max_pending_bytes queued), SHOAL_EINVAL or
- * SHOAL_ECLOSED. */
+/* Queues replay segment seq of run. Takes ownership of bytes as above. When the queue
+ * would hold more than max_pending_bytes, the oldest waiting segments are dropped
+ * (counted in replay_dropped). Returns 0, SHOAL_EFULL (the segment alone is larger
+ * than max_pending_bytes: dropped), SHOAL_EINVAL or SHOAL_ECLOSED. */
 int store_writer_replay(store_writer *w, const char *run, uint64_t seq, void *bytes, size_t len);
 
 /* Queues a status change of run (run creation is done directly, at start). */

@@ -23,6 +23,7 @@ typedef struct snap_item {
   store_snapshot_meta meta;
   void *bytes;
   size_t len;
+  int failed; /* an earlier try failed: it may have been stored all the same */
   struct snap_item *next;
 } snap_item;
 
@@ -31,6 +32,7 @@ typedef struct replay_item {
   uint64_t seq;
   void *bytes;
   size_t len;
+  int failed;
   struct replay_item *next;
 } replay_item;
 
@@ -237,6 +239,11 @@ static void *writer_main(void *arg) {
     if (sn) rc[1] = store_snapshot_put(w->st, &sn->meta, sn->bytes, sn->len, &e[1]);
     if (rp) rc[2] = store_replay_append(w->st, rp->run, rp->seq, rp->bytes, rp->len, &e[2]);
     if (ru) rc[3] = store_run_set_status(w->st, ru->run, ru->status, &e[3]);
+    /* A write that timed out may have landed anyway (the server got it, the answer was
+     * lost): its retry then finds it there. Snapshots and segments never change once
+     * written, so that is success, not a clash. */
+    if (sn && sn->failed && rc[1] == SHOAL_EEXIST) rc[1] = 0;
+    if (rp && rp->failed && rc[2] == SHOAL_EEXIST) rc[2] = 0;
 
     pthread_mutex_lock(&w->mu);
     int did[STORE_KIND_COUNT] = {nrows > 0, sn != NULL, rp != NULL, ru != NULL};
@@ -244,6 +251,8 @@ static void *writer_main(void *arg) {
       if (!did[k]) continue;
       outcome(w, k, rc[k], &e[k]);
       int finished = rc[k] == 0 || !retryable(rc[k]);
+      if (!finished && sn && k == STORE_KIND_SNAPSHOT) sn->failed = 1;
+      if (!finished && rp && k == STORE_KIND_REPLAY) rp->failed = 1;
       if (!finished) {
         backoff[k] = backoff[k] == 0 ? 0.1 : (backoff[k] * 2 > 2.0 ? 2.0 : backoff[k] * 2);
         next_try[k] = now_s() + backoff[k];
@@ -448,10 +457,24 @@ int store_writer_replay(store_writer *w, const char *run, uint64_t seq, void *by
   int rc = 0;
   if (w->closing) {
     rc = SHOAL_ECLOSED;
-  } else if (w->replay_bytes + len > w->opts.max_pending_bytes) {
+  } else if (len > w->opts.max_pending_bytes) {
     w->stats.replay_dropped++;
-    note_full(w, STORE_KIND_REPLAY, "segments beyond max_pending_bytes are dropped");
+    note_full(w, STORE_KIND_REPLAY, "a segment larger than max_pending_bytes is dropped");
     rc = SHOAL_EFULL;
+  } else {
+    /* Past the bound the oldest waiting segments go: a replay restored from the store
+     * wants the newest data. The one being written stays. */
+    while (w->replay_bytes + len > w->opts.max_pending_bytes && w->replay_head) {
+      replay_item *old = w->replay_head;
+      w->replay_head = old->next;
+      if (!w->replay_head) w->replay_tail = NULL;
+      w->n_replay--;
+      w->replay_bytes -= old->len;
+      w->stats.replay_dropped++;
+      free(old->bytes);
+      free(old);
+      note_full(w, STORE_KIND_REPLAY, "the oldest waiting segments are dropped");
+    }
   }
   if (rc) {
     pthread_mutex_unlock(&w->mu);

@@ -3,7 +3,8 @@
  * store, driven directly: mixed mode keeps the stated fraction of inserted rows from
  * the store while an "actor" thread inserts the rest; more sources than streams;
  * a segment whose source continues an episode into its next segment; resume after the
- * last recorded seq.
+ * last recorded seq; another learner's replay log followed as experience (its batch
+ * records taken apart into env groups, episode ends kept, a bad record rejected).
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "learner/follow.h"
+#include "learner/replay_log.h"
 
 static char g_dir[128], g_uri[160];
 
@@ -208,6 +210,103 @@ static void test_sources_share_streams(void **state) {
   store_close(st);
 }
 
+/* An Ape-X learner's log (the wire columns), read by a follower: 2 actors x 2 envs, 8
+ * steps per env per batch, env 1 ending an episode in every batch (its final obs as a
+ * tail row after its steps). */
+static void write_log(store *st, const char *run, int batches, int bad_batch) {
+  shoal_error err = {0};
+  store_writer *wr;
+  assert_int_equal(store_writer_create(&wr, st, NULL, &err), 0);
+  rlog_config c = {.st = st, .wr = wr, .run = run, .ncols = 8, .segment_bytes = 4096, .keep = 1};
+  const char *names[8] = {"obs",       "action",   "reward", "terminated",
+                          "truncated", "priority", "env",    "tail"};
+  const uint32_t dt[8] = {REPLAY_F32, REPLAY_I32, REPLAY_F32, REPLAY_U8,
+                          REPLAY_U8,  REPLAY_F32, REPLAY_I32, REPLAY_U8};
+  for (int i = 0; i < 8; i++) {
+    snprintf(c.cols[i].name, sizeof c.cols[i].name, "%s", names[i]);
+    c.cols[i].dtype = dt[i];
+  }
+  c.cols[0].ndim = 1;
+  c.cols[0].shape[0] = 4;
+  rlog *l;
+  assert_int_equal(rlog_open(&l, &c, &err), 0);
+  enum { ROWS = 17 }; /* env 0: 8 steps; env 1: 8 steps and 1 tail */
+  float obs[ROWS * 4], rew[ROWS], prio[ROWS];
+  int32_t act[ROWS], env[ROWS];
+  uint8_t term[ROWS], trunc[ROWS], tail[ROWS];
+  for (int b = 0; b < batches; b++) {
+    memset(term, 0, sizeof term), memset(trunc, 0, sizeof trunc), memset(tail, 0, sizeof tail);
+    for (int i = 0; i < ROWS; i++) {
+      for (int k = 0; k < 4; k++) obs[4 * i + k] = 0.01f * (float)(b + i + k);
+      act[i] = i % 2;
+      rew[i] = 1;
+      prio[i] = 0.5f;
+      env[i] = i < 8 ? 0 : 1;
+    }
+    term[15] = 1;
+    tail[16] = 1;
+    if (b == bad_batch) act[3] = 7; /* outside the env's 2 actions */
+    rlog_batch rec = {.actor = (uint32_t)(b % 2),
+                      .incarnation = 1,
+                      .seq = (uint64_t)(b / 2 + 1),
+                      .rows = ROWS,
+                      .steps = 16,
+                      .items = ROWS,
+                      .cols = {obs, act, rew, term, trunc, prio, env, tail}};
+    assert_int_equal(rlog_append_batch(l, &rec, &err), 0);
+  }
+  float p[4] = {1, 2, 3, 4};
+  assert_int_equal(rlog_append_priorities(l, 0, 4, p, &err), 0);
+  assert_int_equal(rlog_close(l, 10, NULL), 0);
+  assert_int_equal(store_writer_close(wr, 10, NULL), 0);
+}
+
+static void test_follow_replay_log(void **state) {
+  (void)state;
+  const char *run = "logged";
+  store *st = open_store(run);
+  write_log(st, run, 40, 13);
+  replay *mem = make_replay(8, 1 << 14);
+  follow_config fc = base_config(st, run, mem, 0, 8);
+  fc.replay_log = true;
+  follow *f;
+  shoal_error err = {0};
+  assert_int_equal(follow_start(&f, &fc, &err), 0);
+  /* 40 batches of 16 steps; batch 13's env 0 group (8 steps) fails the action check. */
+  follow_stats s = wait_rows(f, 40 * 16, 20);
+  usleep(100000);
+  follow_stats_get(f, &s);
+  follow_stop(f);
+  uint64_t *seqs;
+  size_t n;
+  assert_int_equal(store_replay_list(st, run, &seqs, &n, &err), 0);
+  assert_int_equal(s.rows, 40 * 16 - 8);
+  assert_int_equal(s.rejected_rows, 8);
+  assert_int_equal(s.rejected_segments, 1);
+  assert_int_equal(s.segments + s.rejected_segments, n - 1); /* the checkpoint is skipped */
+  assert_int_equal(s.last_seq, seqs[n - 1]);
+  replay_stats rs;
+  replay_get_stats(mem, &rs);
+  assert_int_equal(rs.inserted_steps, 40 * 16 - 8);
+  assert_int_equal(rs.inserted_tails, 40); /* every env 1 episode end kept its final obs */
+
+  /* Started after the second-to-last segment: only the last comes in. */
+  replay_destroy(mem);
+  mem = make_replay(8, 1 << 14);
+  fc = base_config(st, run, mem, 0, 8);
+  fc.replay_log = true;
+  fc.start_after = seqs[n - 3];
+  assert_int_equal(follow_start(&f, &fc, &err), 0);
+  usleep(300000);
+  follow_stats_get(f, &s);
+  follow_stop(f);
+  assert_int_equal(s.segments, 1);
+  assert_int_equal(s.last_seq, seqs[n - 1]);
+  free(seqs);
+  replay_destroy(mem);
+  store_close(st);
+}
+
 static void test_bad_config(void **state) {
   (void)state;
   store *st = open_store("cfg");
@@ -234,6 +333,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mixed_fraction),
       cmocka_unit_test(test_sources_share_streams),
+      cmocka_unit_test(test_follow_replay_log),
       cmocka_unit_test(test_bad_config),
   };
   int rc = cmocka_run_group_tests_name("follow", tests, NULL, NULL);

@@ -4,7 +4,7 @@
  * and named, a learner training from the store only (replay.source store, no actors),
  * and a learner following segments that another process appends while it runs.
  *   test_import file       a file store in a fresh folder
- *   test_import mongodb    MongoDB at $SHOAL_TEST_MONGO_URI (else SKIPPED, 77)
+ *   test_import mongodb    MongoDB: ctest's stand-in or $SHOAL_TEST_MONGO_URI (tests/mongo_test.h)
  * The experience is CartPole-v1 played through envs/ by an ε-greedy scripted policy.
  */
 #define _GNU_SOURCE
@@ -20,6 +20,7 @@
 
 #include "envs/envs.h"
 #include "store/store.h"
+#include "tests/mongo_test.h"
 #include "tests/proc_util.h"
 
 static char g_uri[1024], g_prefix[32];
@@ -663,15 +664,11 @@ int main(int argc, char **argv) {
   clock_gettime(CLOCK_REALTIME, &ts);
   snprintf(g_prefix, sizeof g_prefix, "imp%ld-%ld", (long)getpid(), (long)(ts.tv_nsec % 100000));
   if (strcmp(backend, "mongodb") == 0) {
-    const char *u = getenv("SHOAL_TEST_MONGO_URI");
-    if (!u || !u[0]) {
-      printf(
-          "SKIPPED: SHOAL_TEST_MONGO_URI is not set (the MongoDB backend needs a server: "
-          "export SHOAL_TEST_MONGO_URI=mongodb://host:27017/shoal_test)\n");
+    int mrc = mongo_test_uri(g_uri, sizeof g_uri, "shoal_test_import");
+    if (mrc) {
       wf_teardown();
-      return 77;
+      return mrc;
     }
-    snprintf(g_uri, sizeof g_uri, "%s", u);
   } else {
     g_file = 1;
     snprintf(g_uri, sizeof g_uri, "file://%s/store", wf_dir);

@@ -3,7 +3,7 @@
  * the store, and `shoal eval --render` / `shoal media ls|get` end to end; and the other
  * data-hub command, `shoal dataset put|ls|info|rm`, end to end.
  *   test_media file      the file store in a temporary folder
- *   test_media mongodb   the MongoDB store at $SHOAL_TEST_MONGO_URI (else SKIPPED, 77)
+ *   test_media mongodb   MongoDB: ctest's stand-in or $SHOAL_TEST_MONGO_URI (tests/mongo_test.h)
  *
  * Files are read back by a decoder written here from the PNG and APNG specifications
  * (chunk CRCs, zlib, the five row filters, frame rectangles), and also by Python's PIL
@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,6 +34,7 @@
 #include "envs/envs.h"
 #include "nn/nn.h"
 #include "store/store.h"
+#include "tests/mongo_test.h"
 
 static char g_uri[600], g_dir[300], g_prefix[48], g_tmp[300];
 static int g_file;
@@ -226,9 +228,12 @@ static void test_media_round_trip(void **state) {
   assert_int_equal(store_media_put(st, &m, b, n, &err), 0);
   m.version = 4, snprintf(m.name, sizeof m.name, "a-strip.png"), m.ret = NAN;
   assert_int_equal(store_media_put(st, &m, "png!", 4, &err), 0);
-  /* Once written, never replaced. */
+  /* Once written, never replaced: EEXIST naming the run and the item (on MongoDB the
+   * duplicate shows when GridFS writes the files document, at the stream's close). */
+  err = (shoal_error){0};
   assert_int_equal(store_media_put(st, &m, "other", 5, &err), SHOAL_EEXIST);
   assert_non_null(strstr(err.msg, "a-strip.png"));
+  assert_non_null(strstr(err.msg, run));
 
   void *got;
   size_t gl;
@@ -281,6 +286,78 @@ static void test_media_round_trip(void **state) {
     assert_non_null(strstr(err.msg, "damaged"));
   }
   free(b);
+  store_close(st);
+}
+
+/* Writers of one media name at the same time: one copy is stored, whole; every other
+ * writer gets SHOAL_EEXIST naming the run and the item. */
+enum { RACERS = 6, RACE_BYTES = 2 * 1024 * 1024 + 99 };
+typedef struct {
+  store *st;
+  const char *run;
+  int idx, rc;
+  shoal_error err;
+  pthread_barrier_t *go;
+} racer;
+
+static void *media_racer(void *p) {
+  racer *a = p;
+  store_media_meta m;
+  store_media_meta_init(&m);
+  snprintf(m.run, sizeof m.run, "%s", a->run);
+  snprintf(m.name, sizeof m.name, "raced.png");
+  snprintf(m.content_type, sizeof m.content_type, "image/png");
+  m.episode = a->idx;
+  uint8_t *b = malloc(RACE_BYTES);
+  memset(b, 'a' + a->idx, RACE_BYTES);
+  pthread_barrier_wait(a->go);
+  a->rc = store_media_put(a->st, &m, b, RACE_BYTES, &a->err);
+  free(b);
+  return NULL;
+}
+
+static void test_media_same_name_racing(void **state) {
+  store *st = open_store();
+  shoal_error err = {0};
+  char run[STORE_NAME_MAX];
+  rname(run, sizeof run, "race");
+  assert_int_equal(store_run_create(st, run, "x: 1\n", STORE_RUN_FINISHED, &err), 0);
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, RACERS);
+  pthread_t th[RACERS];
+  racer a[RACERS];
+  for (int i = 0; i < RACERS; i++) {
+    a[i] = (racer){.st = st, .run = run, .idx = i, .go = &go};
+    assert_int_equal(pthread_create(&th[i], NULL, media_racer, &a[i]), 0);
+  }
+  int won = -1;
+  for (int i = 0; i < RACERS; i++) {
+    pthread_join(th[i], NULL);
+    if (a[i].rc == 0) {
+      assert_int_equal(won, -1);
+      won = i;
+      continue;
+    }
+    if (a[i].rc != SHOAL_EEXIST) fail_msg("writer %d: %d %s", i, a[i].rc, a[i].err.msg);
+    assert_non_null(strstr(a[i].err.msg, "raced.png"));
+    assert_non_null(strstr(a[i].err.msg, run));
+  }
+  pthread_barrier_destroy(&go);
+  assert_true(won >= 0);
+  void *got;
+  size_t gl;
+  store_media_meta gm;
+  assert_int_equal(store_media_get(st, run, "raced.png", &gm, &got, &gl, &err), 0);
+  assert_int_equal(gl, RACE_BYTES);
+  assert_int_equal(gm.episode, won);
+  for (size_t i = 0; i < gl; i++)
+    if (((uint8_t *)got)[i] != 'a' + won) fail_msg("byte %zu is not the winner's", i);
+  free(got);
+  store_media_meta *all;
+  size_t k;
+  assert_int_equal(store_media_list(st, run, &all, &k, &err), 0);
+  assert_int_equal(k, 1);
+  free(all);
   store_close(st);
 }
 
@@ -578,15 +655,11 @@ int main(int argc, char **argv) {
   snprintf(g_tmp, sizeof g_tmp, "/tmp/shoal-test-media-XXXXXX");
   if (!mkdtemp(g_tmp)) return perror("mkdtemp"), 1;
   if (!strcmp(backend, "mongodb")) {
-    const char *u = getenv("SHOAL_TEST_MONGO_URI");
-    if (!u || !u[0]) {
-      printf(
-          "SKIPPED: SHOAL_TEST_MONGO_URI is not set (the MongoDB backend needs a server: "
-          "export SHOAL_TEST_MONGO_URI=mongodb://host:27017/shoal_test)\n");
+    int mrc = mongo_test_uri(g_uri, sizeof g_uri, "shoal_test_media");
+    if (mrc) {
       rmdir(g_tmp);
-      return 77;
+      return mrc;
     }
-    snprintf(g_uri, sizeof g_uri, "%s", u);
   } else if (!strcmp(backend, "file")) {
     g_file = 1;
     snprintf(g_dir, sizeof g_dir, "%s", g_tmp);
@@ -598,6 +671,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_apng_writer),
       cmocka_unit_test(test_media_round_trip),
+      cmocka_unit_test(test_media_same_name_racing),
       cmocka_unit_test(test_eval_render_to_media),
       cmocka_unit_test(test_dataset_cli),
   };

@@ -1,7 +1,7 @@
 /*
  * tests/test_segments.c — experience segments in the store (store/segments.c):
  *   test_segments file       the file backend in a fresh temporary folder
- *   test_segments mongodb    MongoDB at $SHOAL_TEST_MONGO_URI (else SKIPPED, 77)
+ *   test_segments mongodb    MongoDB: ctest's stand-in or $SHOAL_TEST_MONGO_URI (mongo_test.h)
  * Round trips, sequence numbers under concurrent writers (processes), damaged
  * segments (bad CRC, truncated, bad magic) and the value checks (NaN, action range,
  * spec, flags).
@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
+#include "tests/mongo_test.h"
 
 static char g_uri[1024], g_dir[512], g_prefix[32];
 static int g_file;
@@ -237,11 +238,79 @@ static void damage(const char *run, uint64_t seq, long off, int truncate_to) {
   close(fd);
 }
 
+#ifdef SHOAL_TEST_MONGOC
+/* MongoDB: runs update u on segment seq of run (through libmongoc, beside the store). */
+static void damage_doc(const char *run, int seq, const char *u) {
+  char db[128], cmd[2048], reply[1024];
+  mongo_test_db(g_uri, db, sizeof db);
+  snprintf(cmd, sizeof cmd,
+           "{\"update\": \"segments\", \"updates\": [{\"q\": {\"run\": \"%s\", \"seq\": "
+           "{\"$numberLong\": \"%d\"}}, \"u\": %s}]}",
+           run, seq, u);
+  if (mongo_test_command(g_uri, db, cmd, reply, sizeof reply)) fail_msg("%s: %s", cmd, reply);
+  if (!strstr(reply, "\"nModified\" : 1")) fail_msg("%s: %s", cmd, reply);
+}
+
+/* The documents of five segments damaged in place: each read is refused with
+ * SHOAL_EFORMAT naming the segment, and the numbers stay taken. */
+static void damaged_mongo(void) {
+  store *st = open_store();
+  char run[STORE_NAME_MAX];
+  run_name(run, "dmg");
+  make_run(st, run);
+  shoal_error err = {0};
+  store_segment w = {0}, r = {0};
+  for (int s = 0; s < 5; s++) {
+    fill(&w, 20, 0, (float)s);
+    assert_int_equal(store_segment_write(st, run, &w, &err), 0);
+  }
+  char zeros[512]; /* 320 zero bytes in base64: obs of 20 rows of 4 floats, all zero */
+  memset(zeros, 'A', 424);
+  zeros[424] = 0;
+  char u[1024];
+  snprintf(u, sizeof u,
+           "{\"$set\": {\"obs\": {\"$binary\": {\"base64\": \"%sAAA=\", \"subType\": \"00\"}}}}",
+           zeros);
+  damage_doc(run, 0, u);                            /* data changed, same size */
+  damage_doc(run, 1, "{\"$set\": {\"rows\": 19}}"); /* the row count */
+  damage_doc(run, 2,
+             "{\"$set\": {\"obs\": {\"$binary\": {\"base64\": \"AAAA\", "
+             "\"subType\": \"00\"}}}}");                           /* a column cut short */
+  damage_doc(run, 3, "{\"$unset\": {\"crc\": \"\"}}");             /* the CRC gone */
+  damage_doc(run, 4, "{\"$set\": {\"spec.obs.dtype\": \"f99\"}}"); /* an unknown dtype */
+  const char *want[5] = {"CRC mismatch", "column 'obs' is missing or has the wrong size",
+                         "column 'obs' is missing or has the wrong size",
+                         "missing or invalid fields", "missing or invalid fields"};
+  for (int s = 0; s < 5; s++) {
+    err = (shoal_error){0};
+    assert_int_equal(store_segment_read(st, run, (uint64_t)s, &r, &err), SHOAL_EFORMAT);
+    if (!strstr(err.msg, want[s])) fail_msg("segment %d: '%s' lacks '%s'", s, err.msg, want[s]);
+    char where[160];
+    snprintf(where, sizeof where, "segment %d of run '%s'", s, run);
+    assert_non_null(strstr(err.msg, where));
+    assert_null(r.obs);
+    assert_int_equal(r.rows, 0);
+  }
+  fill(&w, 3, 0, 9);
+  assert_int_equal(store_segment_write(st, run, &w, &err), 0);
+  assert_int_equal(w.seq, 5);
+  assert_int_equal(store_segment_read(st, run, 5, &r, &err), 0);
+  store_segment_free(&w);
+  store_segment_free(&r);
+  store_close(st);
+}
+#endif
+
 static void test_damaged(void **state) {
   (void)state;
   if (!g_file) {
-    printf("(damaged files: file backend only; MongoDB documents are checked by CRC on read)\n");
+#ifdef SHOAL_TEST_MONGOC
+    damaged_mongo();
+    return;
+#else
+    printf("(damaged documents: needs the test built with libmongoc)\n");
     skip();
+#endif
   }
   store *st = open_store();
   char run[STORE_NAME_MAX];
@@ -348,14 +417,8 @@ int main(int argc, char **argv) {
   clock_gettime(CLOCK_REALTIME, &ts);
   snprintf(g_prefix, sizeof g_prefix, "seg%ld-%ld", (long)getpid(), (long)(ts.tv_nsec % 100000));
   if (strcmp(backend, "mongodb") == 0) {
-    const char *u = getenv("SHOAL_TEST_MONGO_URI");
-    if (!u || !u[0]) {
-      printf(
-          "SKIPPED: SHOAL_TEST_MONGO_URI is not set (the MongoDB backend needs a server: "
-          "export SHOAL_TEST_MONGO_URI=mongodb://host:27017/shoal_test)\n");
-      return 77;
-    }
-    snprintf(g_uri, sizeof g_uri, "%s", u);
+    int mrc = mongo_test_uri(g_uri, sizeof g_uri, "shoal_test_segments");
+    if (mrc) return mrc;
   } else {
     g_file = 1;
     snprintf(g_dir, sizeof g_dir, "/tmp/shoal-test-seg-XXXXXX");

@@ -1,6 +1,6 @@
 /* tests/test_store.c — the store's suite, run once per backend:
  *   test_store file       the file backend in a fresh temporary folder (always)
- *   test_store mongodb    the MongoDB backend at $SHOAL_TEST_MONGO_URI (else SKIPPED, 77)
+ *   test_store mongodb    MongoDB: ctest's stand-in or $SHOAL_TEST_MONGO_URI (tests/mongo_test.h)
  * The same checks run on both; a few more that need the file system (a process
  * killed mid-write, a full disk, a read-only folder, damaged files) run on file only.
  * `test_store claim-worker URI SWEEP WORKER` is the child process of the two-process
@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
+#include "tests/mongo_test.h"
 
 static char g_uri[1024];   /* the store under test */
 static char g_dir[512];    /* file backend: its folder */
@@ -317,7 +318,10 @@ static void test_snapshots_latest_best(void **state) {
   unsigned char x[4] = {1, 2, 3, 4};
   store_snapshot_meta m = {.version = 2, .score = 9};
   snprintf(m.run, sizeof m.run, "%s", run);
+  err = (shoal_error){0};
   assert_int_equal(store_snapshot_put(st, &m, x, 4, &err), SHOAL_EEXIST);
+  assert_non_null(strstr(err.msg, run));
+  assert_non_null(strstr(err.msg, "snapshot 2 "));
   check_snap(st, run, 2, 2, 2000);
   m.version = -3;
   assert_int_equal(store_snapshot_put(st, &m, x, 4, &err), SHOAL_EINVAL);
@@ -413,6 +417,67 @@ static void test_replay_round_trip(void **state) {
   name(ghost, sizeof ghost, "ghost-replay");
   assert_int_equal(store_replay_iter(st, ghost, 0, on_segment, &c, &err), SHOAL_ENOENT);
   assert_int_equal(store_replay_append(st, ghost, 0, &one, 1, &err), SHOAL_ENOENT);
+}
+
+/* List, read one, trim: what the learner's replay log needs, on either backend. */
+static void test_replay_list_read_trim(void **state) {
+  store *st = *state;
+  shoal_error err = {0};
+  char run[64];
+  name(run, sizeof run, "replay-trim");
+  make_run(st, run);
+  uint64_t *seqs = NULL;
+  size_t n = 99;
+  assert_int_equal(store_replay_list(st, run, &seqs, &n, &err), 0);
+  assert_int_equal(n, 0);
+  assert_null(seqs);
+  const uint64_t order[] = {4, 0, 2, 1, 3, 9};
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    size_t len = 100 + (size_t)order[i] * 37;
+    unsigned char buf[1000];
+    fill(buf, len, order[i] + 1000);
+    assert_int_equal(store_replay_append(st, run, order[i], buf, len, &err), 0);
+  }
+  assert_int_equal(store_replay_list(st, run, &seqs, &n, &err), 0);
+  assert_int_equal(n, 6);
+  const uint64_t want[] = {0, 1, 2, 3, 4, 9};
+  for (size_t i = 0; i < n; i++) assert_int_equal(seqs[i], want[i]);
+  free(seqs);
+
+  void *bytes = NULL;
+  size_t len = 0;
+  assert_int_equal(store_replay_read(st, run, 3, &bytes, &len, &err), 0);
+  unsigned char ref[1000];
+  fill(ref, 100 + 3 * 37, 1003);
+  assert_int_equal(len, 100 + 3 * 37);
+  assert_memory_equal(bytes, ref, len);
+  free(bytes);
+  bytes = NULL;
+  assert_int_equal(store_replay_read(st, run, 5, &bytes, &len, &err), SHOAL_ENOENT);
+  assert_null(bytes);
+  assert_non_null(strstr(err.msg, "no replay segment 5"));
+
+  size_t removed = 0;
+  assert_int_equal(store_replay_trim(st, run, 3, &removed, &err), 0);
+  assert_int_equal(removed, 3);
+  /* Again, and below what is gone already: nothing more, no error. */
+  assert_int_equal(store_replay_trim(st, run, 3, &removed, &err), 0);
+  assert_int_equal(removed, 0);
+  assert_int_equal(store_replay_list(st, run, &seqs, &n, &err), 0);
+  assert_int_equal(n, 3);
+  assert_int_equal(seqs[0], 3);
+  assert_int_equal(seqs[2], 9);
+  free(seqs);
+  assert_int_equal(store_replay_read(st, run, 1, &bytes, &len, &err), SHOAL_ENOENT);
+
+  char ghost[64];
+  name(ghost, sizeof ghost, "ghost-trim");
+  assert_int_equal(store_replay_list(st, ghost, &seqs, &n, &err), SHOAL_ENOENT);
+  if (!g_file) { /* MongoDB keeps nothing in a local folder */
+    char dir[256];
+    assert_int_equal(store_local_dir(st, run, dir, sizeof dir, &err), SHOAL_ENOTSUP);
+    assert_non_null(strstr(err.msg, "no local files"));
+  }
 }
 
 /* ---- metrics ------------------------------------------------------------- */
@@ -663,6 +728,76 @@ static void test_concurrent_writers(void **state) {
   assert_int_equal(store_snapshot_get(st, run, STORE_BEST, &m, &b, &n, &err), 0);
   assert_int_equal(m.version, (THREADS - 1) * 100 + 32);
   free(b);
+}
+
+/* Writers of one snapshot version at the same time (several GridFS chunks each on
+ * MongoDB, where a loser finds the version either when it looks before writing or when
+ * its files document meets the unique index at the close): one copy is stored, whole;
+ * every other writer gets SHOAL_EEXIST naming the run and the version. */
+enum { RACERS = 6, RACE_BYTES = (3 << 20) + 5 };
+typedef struct {
+  store *st;
+  const char *run;
+  int idx, rc;
+  shoal_error err;
+  pthread_barrier_t *go;
+} racer;
+
+static void *snapshot_racer(void *p) {
+  racer *a = p;
+  store_snapshot_meta m = {.version = 7, .score = a->idx, .env_steps = a->idx};
+  snprintf(m.run, sizeof m.run, "%s", a->run);
+  unsigned char *b = malloc(RACE_BYTES);
+  fill(b, RACE_BYTES, (uint64_t)a->idx + 1);
+  pthread_barrier_wait(a->go);
+  a->rc = store_snapshot_put(a->st, &m, b, RACE_BYTES, &a->err);
+  free(b);
+  return NULL;
+}
+
+static void test_snapshot_same_version_racing(void **state) {
+  store *st = *state;
+  shoal_error err = {0};
+  char run[64];
+  name(run, sizeof run, "snaprace");
+  make_run(st, run);
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, RACERS);
+  pthread_t th[RACERS];
+  racer a[RACERS];
+  for (int i = 0; i < RACERS; i++) {
+    a[i] = (racer){.st = st, .run = run, .idx = i, .go = &go};
+    assert_int_equal(pthread_create(&th[i], NULL, snapshot_racer, &a[i]), 0);
+  }
+  int won = -1;
+  for (int i = 0; i < RACERS; i++) {
+    pthread_join(th[i], NULL);
+    if (a[i].rc == 0) {
+      assert_int_equal(won, -1);
+      won = i;
+      continue;
+    }
+    if (a[i].rc != SHOAL_EEXIST) fail_msg("writer %d: %d %s", i, a[i].rc, a[i].err.msg);
+    assert_non_null(strstr(a[i].err.msg, run));
+    assert_non_null(strstr(a[i].err.msg, "snapshot 7 "));
+  }
+  pthread_barrier_destroy(&go);
+  assert_true(won >= 0);
+  void *b = NULL;
+  size_t n = 0;
+  store_snapshot_meta m;
+  assert_int_equal(store_snapshot_get(st, run, 7, &m, &b, &n, &err), 0);
+  assert_int_equal(n, RACE_BYTES);
+  assert_int_equal(m.env_steps, won);
+  unsigned char *want = malloc(RACE_BYTES);
+  fill(want, RACE_BYTES, (uint64_t)won + 1);
+  assert_memory_equal(b, want, RACE_BYTES);
+  free(want);
+  free(b);
+  store_snapshot_meta *list = NULL;
+  assert_int_equal(store_snapshot_list(st, run, &list, &n, &err), 0);
+  assert_int_equal(n, 1);
+  free(list);
 }
 
 static void *claim_thread(void *p) {
@@ -1096,6 +1231,25 @@ static void test_file_uri_forms(void **state) {
   assert_int_equal(store_run_find(st, "r", &r, &err), 0);
   store_run_clear(&r);
   store_close(st);
+  /* Every form names the same folder, and the store says which: no program parses a
+   * store URI itself. */
+  for (int i = 0; i < 4; i++) {
+    char dir[900], want[900];
+    if (i == 0) snprintf(uri, sizeof uri, "file://%s/with%%20space/?sync=never", g_dir);
+    if (i == 1) snprintf(uri, sizeof uri, "file://localhost%s/with%%20space", g_dir);
+    if (i == 2) snprintf(uri, sizeof uri, "%s/with space", g_dir);
+    if (i == 3) snprintf(uri, sizeof uri, "file:%s/with%%20space", g_dir);
+    assert_int_equal(store_open(&st, uri, &err), 0);
+    assert_int_equal(store_local_dir(st, "r", dir, sizeof dir, &err), 0);
+    snprintf(want, sizeof want, "%s/with space/r", g_dir);
+    assert_string_equal(dir, want);
+    assert_int_equal(store_local_dir(st, NULL, dir, sizeof dir, &err), 0);
+    snprintf(want, sizeof want, "%s/with space", g_dir);
+    assert_string_equal(dir, want);
+    assert_int_equal(store_local_dir(st, "r", dir, 4, &err), SHOAL_EINVAL);
+    assert_int_equal(store_local_dir(st, "../x", dir, sizeof dir, &err), SHOAL_EINVAL);
+    store_close(st);
+  }
   /* A folder that is a file. */
   snprintf(uri, sizeof uri, "file://%s/with%%20space/r/run.json", g_dir);
   assert_int_equal(store_open(&st, uri, &err), SHOAL_EIO);
@@ -1184,14 +1338,8 @@ int main(int argc, char **argv) {
   clock_gettime(CLOCK_REALTIME, &ts);
   snprintf(g_prefix, sizeof g_prefix, "t%ld-%ld", (long)getpid(), (long)(ts.tv_nsec % 100000));
   if (strcmp(backend, "mongodb") == 0) {
-    const char *u = getenv("SHOAL_TEST_MONGO_URI");
-    if (!u || !u[0]) {
-      printf(
-          "SKIPPED: SHOAL_TEST_MONGO_URI is not set (the MongoDB backend needs a server: "
-          "export SHOAL_TEST_MONGO_URI=mongodb://host:27017/shoal_test)\n");
-      return 77;
-    }
-    snprintf(g_uri, sizeof g_uri, "%s", u);
+    int mrc = mongo_test_uri(g_uri, sizeof g_uri, "shoal_test_store");
+    if (mrc) return mrc;
   } else if (strcmp(backend, "file") == 0) {
     g_file = 1;
     snprintf(g_dir, sizeof g_dir, "/tmp/shoal-test-store-XXXXXX");
@@ -1212,9 +1360,11 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_snapshots_latest_best, setup, teardown),
       cmocka_unit_test_setup_teardown(test_snapshot_over_16mb, setup, teardown),
       cmocka_unit_test_setup_teardown(test_replay_round_trip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_replay_list_read_trim, setup, teardown),
       cmocka_unit_test_setup_teardown(test_metrics_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_trials_lifecycle, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_writers, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_snapshot_same_version_racing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_claims_threads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_claims_processes, setup, teardown),
   };

@@ -1,6 +1,7 @@
 /* tests/faults/faults_util.h — what the fault tests share: a learner run with
  * fault_pushers as its actors, Status read through `shoal status --json`, and the
- * saved replay read back row by row. Include after cmocka.h and tests/proc_util.h. */
+ * learner's replay log read back row by row. Include after cmocka.h and
+ * tests/proc_util.h. */
 #ifndef SHOAL_TEST_FAULTS_UTIL_H
 #define SHOAL_TEST_FAULTS_UTIL_H
 
@@ -10,6 +11,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include "learner/replay_log.h"
+#include "store/store.h"
 #include "tests/faults/faults_log.h"
 
 /* Processes a test started, killed (with their process groups) by fu_kill_all in
@@ -91,7 +94,7 @@ static inline void fu_write_config(const char *path, const char *store_uri, int 
           "actor:\n  send_steps: 8\n"
           "learner:\n  listen: 127.0.0.1:0\n  batch: 32\n  warmup: 500\n  replay_ratio: 0.25\n"
           "  publish_every: 5\n  snapshot_every_s: %g\n  log_every_s: 0.5\n  threads: 1\n"
-          "replay:\n  capacity: 1000000\n  prioritized: false\n"
+          "replay:\n  capacity: 1000000\n  prioritized: false\n  log_flush_s: 0.5\n"
           "dqn:\n  net: mlp\n  hidden0: 16\n  hidden1: 16\n  lr: 0.00001\n"
           "store:\n  uri: %s\n%s",
           actors, snapshot_s, store_uri, extra);
@@ -185,51 +188,51 @@ static inline void fu_pusher_start(wf_proc *p, int port, const char *run, int a,
   fu_start(p, argv);
 }
 
-/* ---- the saved replay, read back (replay/save.c's format, uniform memory) ---------- */
+/* ---- the replay log, read back (learner/replay_log.h) ------------------------------ */
 
 typedef struct fu_row {
   float obs[4];
 } fu_row;
 
-/* Reads the step rows (not final-observation tails) of a replay file saved by a
- * uniform CartPole memory (obs f32[4], action i32). Returns their count; *rows gets a
- * malloc'd array. Fails the test on a file it cannot read. */
-static inline size_t fu_replay_rows(const char *path, fu_row **rows) {
-  size_t len;
-  char *s = wf_slurp(path, &len);
-  const uint8_t *b = (const uint8_t *)s;
-  assert_true(len > 16);
-  assert_memory_equal(b, "SHOALRPL", 8);
-  size_t o = 16;
-  uint32_t kind, streams, ncols;
-  memcpy(&kind, b + o, 4), o += 4;
-  o += 8; /* capacity */
-  memcpy(&streams, b + o, 4), o += 4;
-  memcpy(&ncols, b + o, 4), o += 4;
-  assert_int_equal(kind, 0); /* uniform: no per-item priority */
-  assert_int_equal(ncols, 2);
-  o += (size_t)ncols * (32 + 4 + 4 + 32) + 32 + 4 + 8 + 8 + 4; /* cols, obs name, k, α, ε, crc */
-  uint64_t hi, lo;
-  memcpy(&hi, b + o, 8), o += 8;
-  memcpy(&lo, b + o, 8), o += 8;
-  o += 8 + 8 + 8 + (size_t)streams * 8; /* max priority, steps, tails, stream heads */
-  *rows = malloc((size_t)(hi - lo + 1) * sizeof **rows);
-  size_t n = 0;
-  for (uint64_t k = lo; k < hi; k++) {
-    assert_true(o + 29 <= len);
-    uint8_t flags = b[o + 28];
-    o += 29;         /* seq, prev, link, reward, flags */
-    if (flags & 1) { /* a tail: the obs only */
-      o += 16;
-      continue;
+/* Reads the step rows (not final-observation tails) of every batch in run's replay
+ * log in the store at uri (CartPole: obs f32[4] first, "tail" last). Returns their
+ * count; *rows gets a malloc'd array. Fails the test on a log it cannot read. */
+static inline size_t fu_log_rows(const char *uri, const char *run, fu_row **rows) {
+  shoal_error err = {0};
+  store *st;
+  if (store_open(&st, uri, &err)) fail_msg("store %s: %s", uri, err.msg);
+  uint64_t *seqs = NULL;
+  size_t nseg = 0, n = 0, cap = 1024;
+  if (store_replay_list(st, run, &seqs, &nseg, &err)) fail_msg("replay log: %s", err.msg);
+  *rows = malloc(cap * sizeof **rows);
+  rlog_segment seg = {0};
+  for (size_t i = 0; i < nseg; i++) {
+    void *bytes;
+    size_t len;
+    if (store_replay_read(st, run, seqs[i], &bytes, &len, &err) ||
+        rlog_decode(bytes, len, seqs[i], &seg, &err))
+      fail_msg("replay log segment %zu: %s", (size_t)seqs[i], err.msg);
+    free(bytes);
+    size_t pos = 0;
+    rlog_record r;
+    int got;
+    while ((got = rlog_next(&seg, &pos, &r, &err)) == 1) {
+      if (r.kind != RLOG_REC_BATCH) continue;
+      assert_int_equal(seg.cols[0].ndim, 1);
+      assert_int_equal(seg.cols[0].shape[0], 4);
+      const float *obs = r.batch.cols[0];
+      const uint8_t *tail = r.batch.cols[seg.ncols - 1];
+      for (uint32_t k = 0; k < r.batch.rows; k++) {
+        if (tail[k]) continue;
+        if (n == cap) *rows = realloc(*rows, (cap *= 2) * sizeof **rows);
+        memcpy((*rows)[n++].obs, obs + 4 * (size_t)k, 16);
+      }
     }
-    memcpy((*rows)[n].obs, b + o, 16);
-    n++;
-    o += 16 + 4;
+    if (got < 0) fail_msg("%s", err.msg);
   }
-  assert_true(o + 12 <= len);
-  assert_memory_equal(b + o, "SHOALEND", 8);
-  free(s);
+  rlog_segment_free(&seg);
+  free(seqs);
+  store_close(st);
   return n;
 }
 

@@ -2,16 +2,19 @@
  * Fault injection on the ingest path, with exact accounting: fault_pushers (actors
  * whose rows name their actor, generation, batch seq and row) stream to a real
  * shoal-learner; the test kills them or the learner with SIGKILL at random times, then
- * reads the learner's saved replay back and checks it row by row against what each
- * pusher saw acknowledged (its log survives its kill).
+ * reads the learner's replay log (in the store) back and checks it row by row against
+ * what each pusher saw acknowledged (its log survives its kill).
  *
  *   actor_kills    dozens of pusher kills, each restarted at once as a new process:
  *                  no batch twice, none partial, every acknowledged batch present,
  *                  the learner's counters equal to what the replay holds.
- *   learner_kill   the learner killed mid-run and restarted with --resume: pushers
+ *   learner_kill   the learner killed mid-run and restarted with --resume, which
+ *                  rebuilds its replay and exactly-once table from the log: pushers
  *                  reconnect on their own and resend what was not acknowledged; the
  *                  only batches missing are ones acknowledged within one
- *                  learner.snapshot_every_s (+ slack) before the kill; nothing twice.
+ *                  replay.log_flush_s (+ slack) before the kill; nothing twice.
+ *   learner_kill_mongo  the same on a MongoDB store ($SHOAL_TEST_MONGO_URI: the
+ *                  tests' stand-in server, or a real one).
  *
  * Prints FAULTS lines (kills, lost batches, recovery times) for the README's table.
  */
@@ -23,8 +26,11 @@
 #include <cmocka.h>
 #include <time.h>
 
+#include "tests/mongo_test.h"
 #include "tests/proc_util.h"
 #include "tests/faults/faults_util.h"
+
+static const char *RUN = "faults1";
 
 enum { ROWS = 32, MAX_ACTORS = 4, MAX_GENS = 64, MAX_SEQ = 8192 };
 
@@ -49,9 +55,9 @@ static uint32_t *cell(tally *t, int a, int g, int s) {
   return &t->mask[((size_t)a * MAX_GENS + (size_t)g) * MAX_SEQ + (size_t)s];
 }
 
-static void tally_replay(tally *t, const char *path, int actors) {
+static void tally_replay(tally *t, const char *uri, int actors) {
   fu_row *rows;
-  size_t n = fu_replay_rows(path, &rows);
+  size_t n = fu_log_rows(uri, RUN, &rows);
   memset(t, 0, sizeof *t);
   t->mask = calloc((size_t)MAX_ACTORS * MAX_GENS * MAX_SEQ, sizeof *t->mask);
   assert_non_null(t->mask);
@@ -83,8 +89,6 @@ typedef struct pusher {
   int gen;
 } pusher;
 
-static const char *RUN = "faults1";
-
 /* Stops every pusher with SIGTERM (they flush), waits, then the learner. */
 static void stop_all(pusher *ps, int np, wf_proc *learner) {
   for (int i = 0; i < np; i++) kill(ps[i].p.pid, SIGTERM);
@@ -96,10 +100,9 @@ static void stop_all(pusher *ps, int np, wf_proc *learner) {
 static void test_actor_kills(void **state) {
   (void)state;
   const int actors = 3;
-  char cfg[600], uri[600], rpl[700];
+  char cfg[600], uri[600];
   snprintf(cfg, sizeof cfg, "%s/run.yaml", wf_dir);
   snprintf(uri, sizeof uri, "file://%s/runs", wf_dir);
-  snprintf(rpl, sizeof rpl, "%s/runs/%s/replay.shoalrpl", wf_dir, RUN);
   fu_write_config(cfg, uri, actors, 5, "");
   fu_init(cfg, RUN);
   wf_proc L;
@@ -135,7 +138,7 @@ static void test_actor_kills(void **state) {
   assert_int_equal(wf_wait(&L, 60), 0);
 
   tally t;
-  tally_replay(&t, rpl, actors);
+  tally_replay(&t, uri, actors);
   /* Every acknowledged batch is in replay once; unacknowledged ones that the learner
    * had taken before their pusher died are there too, whole. */
   size_t acked = 0, in_flight = 0, missing = 0;
@@ -209,20 +212,30 @@ static double kill_and_resume(wf_proc *L, const char *cfg, int port, fault_log *
   return 0;
 }
 
-static double mtime_of(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) ? 0 : (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec;
+/* Waits until everything the learner has inserted is in the store: nothing pending in
+ * the log, and the inserted count steady over two looks. */
+static void wait_logged(int port) {
+  double last = -1;
+  for (double t0 = shoal_now_s(); shoal_now_s() - t0 < 20;) {
+    char *s = fu_status(port);
+    double pending = s ? fu_json(s, "log_pending_bytes") : 1;
+    double inserted = s ? fu_json(s, "batches_inserted") : -1;
+    free(s);
+    if (pending == 0 && inserted == last) return;
+    last = pending == 0 ? inserted : -1;
+    usleep(100000);
+  }
+  fail_msg("the replay log did not reach the store within 20 s");
 }
 
-static void test_learner_kill(void **state) {
-  (void)state;
+static void learner_kill(const char *uri) {
   const int actors = 2;
-  const double snap_s = 1.5, slack_s = 1.0;
-  char cfg[600], uri[600], rpl[700], acks[720];
+  /* Snapshots are rare (they carry no replay); what a crash loses is bounded by how
+   * long a batch waits in the log's open segment (log_flush_s 0.5, faults_util.h) and
+   * in the store writer's queue. */
+  const double snap_s = 3.0, flush_s = 0.5, slack_s = 1.0;
+  char cfg[600];
   snprintf(cfg, sizeof cfg, "%s/run2.yaml", wf_dir);
-  snprintf(uri, sizeof uri, "file://%s/runs2", wf_dir);
-  snprintf(rpl, sizeof rpl, "%s/runs2/%s/replay.shoalrpl", wf_dir, RUN);
-  snprintf(acks, sizeof acks, "%s.acks", rpl);
   fu_write_config(cfg, uri, actors, snap_s, "");
   fu_init(cfg, RUN);
   wf_proc L;
@@ -238,7 +251,7 @@ static void test_learner_kill(void **state) {
 
   /* At 100 batches/s a pusher's queue never idles long enough (20 ms) for an early
    * acknowledgement, so acknowledgements come every 64 batches (0.64 s). */
-  /* Kill 1 at a random time: what it loses is bounded by the save period. */
+  /* Kill 1 at a random time: what it loses is bounded by the log's flush period. */
   sleep_s(5.0 + snap_s * shoal_rng_uniform(&rng));
   char *before = fu_status(port);
   assert_non_null(before);
@@ -248,30 +261,31 @@ static void test_learner_kill(void **state) {
   const char *res = strstr(lout, "resumed run faults1 at version ");
   assert_non_null(res);
   long long v_resumed = atoll(res + strlen("resumed run faults1 at version "));
-  assert_null(strstr(lout, "no seq table"));
-  assert_non_null(strstr(lout, "transitions from the saved replay"));
+  assert_non_null(strstr(lout, "replay rebuilt from the log"));
   free(lout);
   sleep_s(2.0);
   char *after = fu_status(port);
   assert_non_null(after);
   double v_before = fu_json(before, "version"), v_after = fu_json(after, "version");
   double s_before = fu_json(before, "env_steps"), s_after = fu_json(after, "env_steps");
-  /* The resumed version is the last snapshot's: at most one save period behind the
+  /* The resumed version is the last snapshot's: at most one snapshot period behind the
    * version seen just before the kill (or a little ahead: training went on between
    * that Status call and the kill). */
   double per_s = v_before / fu_json(before, "uptime_s");
   assert_true(v_resumed >= 1);
   assert_true(v_resumed >= v_before - per_s * (snap_s + slack_s) - 1);
+  /* The replay came back whole: what the log held then, held again. */
+  assert_true(fu_json(after, "replay_held") >= fu_json(before, "replay_held") * 0.5);
   assert_true(v_resumed <= v_before + per_s * 0.5 + 1);
   assert_true(v_after > (double)v_resumed);
   assert_true(s_after > s_before);
 
-  /* Kill 2 right after a replay save: the saved replay holds batches whose
+  /* Kill 2 once everything taken is in the log: the log holds batches whose
    * acknowledgement the pushers never got; they resend them and the resumed learner,
-   * from the seq table saved with the replay, drops those instead of inserting twice. */
-  /* The pushers are frozen (SIGSTOP) while some of what they sent is unacknowledged;
-   * the learner, which has taken those batches, saves; then it is killed and the
-   * pushers thawed. */
+   * from the seq table rebuilt from the same log, drops those instead of inserting
+   * twice. The pushers are frozen (SIGSTOP) while some of what they sent is
+   * unacknowledged; the learner, which has taken those batches, writes them to the
+   * store; then it is killed and the pushers thawed. */
   uint64_t unacked = 0;
   for (int tries = 0; tries < 200 && unacked == 0; tries++) {
     if (tries) {
@@ -284,8 +298,7 @@ static void test_learner_kill(void **state) {
     for (int a = 0; a < actors; a++) unacked += lg[a]->pushed - lg[a]->delivered;
   }
   assert_true(unacked > 0);
-  double m0 = mtime_of(acks);
-  while (mtime_of(acks) == m0) usleep(2000);
+  wait_logged(port);
   double rec2 = kill_and_resume(&L, cfg, port, lg, actors, 0.5, &t_kill2, ps);
   sleep_s(2.0);
   char *last = fu_status(port);
@@ -293,7 +306,7 @@ static void test_learner_kill(void **state) {
   stop_all(ps, actors, &L);
 
   tally t;
-  tally_replay(&t, rpl, actors);
+  tally_replay(&t, uri, actors);
   size_t acked = 0, lost = 0, late_lost = 0, window = 0;
   double oldest_lost = 0;
   for (int a = 0; a < actors; a++) {
@@ -305,10 +318,10 @@ static void test_learner_kill(void **state) {
       }
       acked++;
       double ta = lg[a]->ack_t[s];
-      /* Acknowledged after the last save before a kill: the only batches a crash may
-       * lose (they are not resent). */
-      bool w1 = ta > t_kill1 - snap_s - slack_s && ta <= t_kill1 + 0.05;
-      bool w2 = ta > t_kill2 - snap_s - slack_s && ta <= t_kill2 + 0.05;
+      /* Acknowledged after the last segment written before a kill: the only batches a
+       * crash may lose (they are not resent). */
+      bool w1 = ta > t_kill1 - flush_s - slack_s && ta <= t_kill1 + 0.05;
+      bool w2 = ta > t_kill2 - flush_s - slack_s && ta <= t_kill2 + 0.05;
       window += w1 || w2;
       if (m == 0xffffffffu) continue;
       lost++;
@@ -322,7 +335,7 @@ static void test_learner_kill(void **state) {
       "FAULTS learner_kill kills=2 acked=%zu lost=%zu bound=%zu (acked in the %.1f s before "
       "a kill) oldest_lost_s=%.2f dup_rows=%zu partial=%zu recovery_s=%.2f,%.2f "
       "version %.0f -> resumed %lld -> %.0f env_steps %.0f -> %.0f resent_dropped=%.0f\n",
-      acked, lost, window, snap_s + slack_s, oldest_lost, t.dup_rows, t.partial, rec1, rec2,
+      acked, lost, window, flush_s + slack_s, oldest_lost, t.dup_rows, t.partial, rec1, rec2,
       v_before, v_resumed, v_after, s_before, s_after, resent);
   assert_int_equal(late_lost, 0);
   assert_true(lost <= window);
@@ -331,9 +344,25 @@ static void test_learner_kill(void **state) {
   assert_int_equal(t.bad_rows, 0);
   assert_true(acked > 300);
   /* resent_dropped is printed, not asserted: whether a batch in flight at the kill was
-   * already in the saved replay depends on timing. dup_rows == 0 is the property. */
+   * already in the log depends on timing. dup_rows == 0 is the property. */
   for (int a = 0; a < actors; a++) munmap(lg[a], sizeof *lg[a]);
   free(before), free(after), free(last), free(t.mask);
+}
+
+static void test_learner_kill(void **state) {
+  (void)state;
+  char uri[600];
+  snprintf(uri, sizeof uri, "file://%s/runs2", wf_dir);
+  learner_kill(uri);
+}
+
+static void test_learner_kill_mongo(void **state) {
+  (void)state;
+  char uri[1024]; /* the stand-in ctest started, or $SHOAL_TEST_MONGO_URI */
+  int rc = mongo_test_uri(uri, sizeof uri, "shoal_test_faults_ingest");
+  if (rc == 77) skip();
+  assert_int_equal(rc, 0);
+  learner_kill(uri);
 }
 
 static int setup(void **state) {
@@ -349,7 +378,13 @@ int main(int argc, char **argv) {
   const struct CMUnitTest all[] = {
       cmocka_unit_test_teardown(test_actor_kills, fu_kill_all),
       cmocka_unit_test_teardown(test_learner_kill, fu_kill_all),
+      cmocka_unit_test_teardown(test_learner_kill_mongo, fu_kill_all),
   };
-  if (argc > 1) cmocka_set_test_filter(argv[1]);
+  /* The MongoDB case is a ctest of its own (test_faults_ingest_mongo), beside the store
+   * server the tests start. */
+  if (argc > 1)
+    cmocka_set_test_filter(argv[1]);
+  else
+    cmocka_set_skip_filter("*_mongo");
   return cmocka_run_group_tests_name("faults_ingest", all, setup, teardown);
 }

@@ -293,10 +293,9 @@ static void netem(const char *args) {
 static void test_net(void **state) {
   (void)state;
   if (!have_ns) skip();
-  char cfg[600], uri[600], rpl[700];
+  char cfg[600], uri[600];
   snprintf(cfg, sizeof cfg, "%s/net.yaml", wf_dir);
   snprintf(uri, sizeof uri, "file://%s/runs", wf_dir);
-  snprintf(rpl, sizeof rpl, "%s/runs/net1/replay.shoalrpl", wf_dir);
   fu_write_config(cfg, uri, ACTORS, 2.0, "");
   fu_init(cfg, "net1");
 
@@ -445,7 +444,7 @@ static void test_net(void **state) {
 
   /* Nothing twice, nothing partial, nothing acknowledged missing. */
   fu_row *rows;
-  size_t n = fu_replay_rows(rpl, &rows);
+  size_t n = fu_log_rows(uri, "net1", &rows);
   uint32_t *mask = calloc((size_t)ACTORS * FAULT_LOG_SEQS, sizeof *mask);
   size_t dup = 0, bad = 0, partial = 0, missing = 0, present = 0;
   for (size_t i = 0; i < n; i++) {

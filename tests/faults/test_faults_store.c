@@ -7,14 +7,22 @@
  *                  then read-write. Meanwhile the learner keeps training (its update
  *                  count grows), counts the failed writes (Status store_errors,
  *                  store_healthy) and the progress line says "store errors N
- *                  (failing)"; once the store is back the next snapshot and replay save
+ *                  (failing)"; once the store is back the next snapshot and log segment
  *                  succeed, the line says "(recovered)", and after a clean stop the
  *                  stored snapshot is the last version.
  *   mongo_down     the learner on a MongoDB store at a closed port: it starts, trains
  *                  and counts every failed write; a clean stop still exits 0 and says
  *                  the store was not written. Resuming needs the store: a clear error.
  *
- * `test_faults_store mongo` runs the second alone (it needs no privileges).
+ *   mongo_outage   the learner on the tests' MongoDB stand-in (a server of its own, started
+ *                  here), which is frozen (SIGSTOP) for 6 s mid-run: training goes on,
+ *                  replay log segments wait in the learner's queues (log_pending_bytes
+ *                  grows, store_healthy 0), and once the server answers again they are
+ *                  written, in order, none dropped (the actor stops when the server is
+ *                  back, so the wait ends); the log then holds every batch the learner
+ *                  took. (A stand-in, not MongoDB: see README.)
+ *
+ * `test_faults_store test_mongo_down` runs the second alone (it needs no privileges).
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -55,7 +63,7 @@ static bool failing_beyond(const char *st, double errors) {
   return fu_json(st, "store_healthy") == 0 && fu_json(st, "store_errors") > errors;
 }
 static bool healthy_after(const char *st, double saves) {
-  return fu_json(st, "store_healthy") == 1 && fu_json(st, "replay_saves") > saves;
+  return fu_json(st, "store_healthy") == 1 && fu_json(st, "log_segments") > saves;
 }
 
 static void fill(const char *path) {
@@ -121,7 +129,7 @@ static void test_file_full_ro(void **state) {
   assert_true(fu_json(s2, "updates") > fu_json(s1, "updates")); /* training goes on */
   assert_true(fu_json(s2, "store_healthy") == 0);
   free(wf_wait_text(p.out, "(failing)", 10));
-  double saves = fu_json(s2, "replay_saves"), errors_full = fu_json(s2, "store_errors");
+  double saves = fu_json(s2, "log_segments"), errors_full = fu_json(s2, "store_errors");
   assert_int_equal(unlink(filler), 0);
   double t_free = shoal_now_s();
   char *s3 = wait_status(port, healthy_after, saves, 15);
@@ -139,7 +147,7 @@ static void test_file_full_ro(void **state) {
   assert_true(fu_json(s5, "updates") > fu_json(s4, "updates"));
   remount(0);
   double t_rw = shoal_now_s();
-  char *s6 = wait_status(port, healthy_after, fu_json(s5, "replay_saves"), 15);
+  char *s6 = wait_status(port, healthy_after, fu_json(s5, "log_segments"), 15);
   double rec_ro = shoal_now_s() - t_rw;
   double version = fu_json(s6, "version");
 
@@ -236,6 +244,114 @@ static void test_mongo_down(void **state) {
   free(out);
 }
 
+/* Starts tests/mongo_standin/standin.py on a free port: its pid, and the port in *port.
+ * 0 when it cannot be started (no python3-mockupdb): the test then skips. */
+static pid_t start_standin(int *port) {
+  char script[4200], pfile[700], pidfile[700], logf[700], parent[32];
+  snprintf(script, sizeof script, "%s/tests/mongo_standin/standin.py", wf_src);
+  snprintf(pfile, sizeof pfile, "%s/standin.port", wf_dir);
+  snprintf(pidfile, sizeof pidfile, "%s/standin.pid", wf_dir);
+  snprintf(logf, sizeof logf, "%s/standin.log", wf_dir);
+  snprintf(parent, sizeof parent, "%d", (int)getpid());
+  char *argv[] = {"/usr/bin/python3", script,  "--port",    "0",     "--port-file",  pfile,
+                  "--pid-file",       pidfile, "--replset", "shoal", "--parent-pid", parent,
+                  "--background",     "--log", logf,        NULL};
+  int rc;
+  char *out = wf_run(argv, 60, &rc);
+  free(out);
+  if (rc) return 0;
+  char *ps = wf_slurp(pfile, NULL), *pp = wf_slurp(pidfile, NULL);
+  *port = atoi(ps);
+  pid_t pid = (pid_t)atoi(pp);
+  free(ps), free(pp);
+  return pid;
+}
+
+static void test_mongo_outage(void **state) {
+  (void)state;
+  int sport = 0;
+  pid_t spid = start_standin(&sport);
+  if (!spid) {
+    printf("SKIPPED: mongo_outage: the MongoDB stand-in (tests/mongo_standin) did not start\n");
+    skip();
+  }
+  fu_track(spid);
+  char cfg[600], uri[300];
+  snprintf(cfg, sizeof cfg, "%s/outage.yaml", wf_dir);
+  /* Short timeouts, so a frozen server shows as errors within seconds. */
+  snprintf(uri, sizeof uri,
+           "mongodb://127.0.0.1:%d/shoal_outage?replicaSet=shoal&serverSelectionTimeoutMS=1000"
+           "&socketTimeoutMS=1500&connectTimeoutMS=1000&heartbeatFrequencyMS=500",
+           sport);
+  fu_write_config(cfg, uri, 1, 1.0, "");
+  fu_init(cfg, "outage1");
+  wf_proc L, P;
+  int port = fu_learner_start(&L, cfg, "outage1", 0, false);
+  char log[600];
+  fu_pusher_start(&P, port, "outage1", 0, 0, 60, log, sizeof log);
+  sleep_s(3.0);
+  char *s0 = fu_status(port);
+  assert_non_null(s0);
+  assert_true(fu_json(s0, "log_segments") > 0);
+  assert_true(fu_json(s0, "store_healthy") == 1);
+
+  kill(spid, SIGSTOP);
+  sleep_s(3.0);
+  char *s1 = fu_status(port);
+  sleep_s(3.0);
+  char *s2 = fu_status(port);
+  assert_non_null(s1);
+  assert_non_null(s2);
+  kill(spid, SIGCONT);
+  double t_back = shoal_now_s();
+  /* Ingest stops, so "nothing pending" means the backlog is in the store. */
+  kill(P.pid, SIGTERM);
+  assert_int_equal(wf_wait(&P, 30), 0);
+  /* Training went on; the log waited. */
+  assert_true(fu_json(s2, "updates") > fu_json(s1, "updates"));
+  assert_true(fu_json(s2, "log_pending_bytes") > fu_json(s0, "log_pending_bytes"));
+  assert_true(fu_json(s2, "store_healthy") == 0);
+  double pending_max = fu_json(s2, "log_pending_bytes");
+
+  /* Back: what waited is written. */
+  char *s3 = NULL;
+  while (shoal_now_s() - t_back < 30) {
+    free(s3);
+    s3 = fu_status(port);
+    if (s3 && fu_json(s3, "log_pending_bytes") == 0 && fu_json(s3, "store_healthy") == 1) break;
+    sleep_s(0.2);
+  }
+  double recovery = shoal_now_s() - t_back;
+  assert_non_null(s3);
+  if (fu_json(s3, "log_pending_bytes") != 0) { /* say why before failing */
+    char *lo = wf_slurp(L.out, NULL);
+    size_t ll = strlen(lo);
+    fprintf(stderr, "learner output (end):\n%s\nstatus: %s\n", lo + (ll > 3000 ? ll - 3000 : 0),
+            s3);
+    free(lo);
+  }
+  assert_true(fu_json(s3, "log_pending_bytes") == 0);
+  assert_true(fu_json(s3, "log_segments") > fu_json(s2, "log_segments"));
+  assert_true(fu_json(s3, "log_dropped") == 0);
+  kill(L.pid, SIGTERM);
+  assert_int_equal(wf_wait(&L, 90), 0);
+  char *st = wf_slurp(L.out, NULL);
+  /* Every batch the learner took is in the log, once. */
+  const char *done = strstr(st, "\"event\":\"done\"");
+  assert_non_null(done);
+  fu_row *rows;
+  size_t n = fu_log_rows(uri, "outage1", &rows);
+  double env_steps = fu_json(done, "env_steps");
+  printf(
+      "FAULTS mongo_outage frozen_s=6 store_errors=%.0f log_waiting_mb=%.2f recovery_s=%.2f "
+      "log_rows=%zu env_steps=%.0f dropped=%.0f (stand-in server)\n",
+      fu_json(s2, "store_errors"), pending_max / 1e6, recovery, n, env_steps,
+      fu_json(done, "log_dropped"));
+  assert_true((double)n == env_steps);
+  assert_true(fu_json(done, "log_dropped") == 0);
+  free(rows), free(st), free(s0), free(s1), free(s2), free(s3);
+}
+
 static int setup(void **state) {
   (void)state;
   if (wf_setup("faults-store")) return -1;
@@ -258,6 +374,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest all[] = {
       cmocka_unit_test_teardown(test_file_full_ro, fu_kill_all),
       cmocka_unit_test_teardown(test_mongo_down, fu_kill_all),
+      cmocka_unit_test_teardown(test_mongo_outage, fu_kill_all),
   };
   const char *filter = argc > 1 ? argv[1] : NULL;
   if (filter) cmocka_set_test_filter(filter);
