@@ -56,6 +56,9 @@ static const cfg_key apex_keys[] = {
     {"replay.log_flush_s", CFG_FLOAT, "1", 0.01, 3600,
      "a log segment is written at most this long after its first batch (the crash loss bound)"},
     {"replay.log_segment_mb", CFG_FLOAT, "4", 0.0625, 12, "raw MiB that fill a log segment"},
+    {"replay.memory_limit_mb", CFG_FLOAT, "0", 0, 1e9,
+     "MiB of replay columns kept in memory; the rest lives in a mapped spill file and is "
+     "read back when sampled (0: all in memory)"},
     /* experience from the store (learner/follow.c, store.h's segments) */
     {"replay.source", CFG_STRING, "actors", 0, -1,
      "actors, store (segments only: no actors are started) or mixed"},

@@ -18,9 +18,11 @@
  *                   decompress, check, insert) vs reading the same transitions'
  *                   uncompressed bytes from a plain file in the page cache.
  *                   transitions/s.
+ *   sample_memory_limit.atari  prioritized sampling (b32, n-step 3, frame stack 4) of
+ *                   Atari-sized transitions from a replay with memory_limit at a quarter
+ *                   of its columns vs all in memory. transitions/s; goal >= 0.5.
  * Scenarios: cartpole (obs 4 x f32, batches of 32 envs x 64 steps), atari (obs one
- * 84x84 u8 frame, batches of 2 envs x 32 steps). Memory sampling with
- * replay.memory_limit is not built yet: no row for it.
+ * 84x84 u8 frame, batches of 2 envs x 32 steps).
  *
  *   make bench BENCH=replay_log   (or build/benchmarks/replay_log [--quick])
  */
@@ -390,6 +392,90 @@ static void bench_restore(void) {
   }
 }
 
+/* Sampling with replay.memory_limit at a quarter of the columns vs all in memory:
+ * Atari-sized (84x84 u8 frames, frame_stack 4, n-step 3), PER, batch 32. The cold
+ * three quarters are read back from the spill file through the page cache (this machine
+ * has the RAM to keep it cached; from disk it would be slower). */
+static replay *atari_mem(int64_t cap, size_t limit) {
+  replay_config rc = {.kind = REPLAY_PRIORITIZED,
+                      .capacity = cap,
+                      .streams = 8,
+                      .ncols = 2,
+                      .obs_column = "obs",
+                      .frame_stack = 4,
+                      .alpha = 0.6,
+                      .eps = 1e-6,
+                      .writer_slack = -1,
+                      .memory_limit = limit,
+                      .spill_dir = g_dir};
+  rc.cols[0] = (replay_column){.name = "obs", .dtype = REPLAY_U8, .ndim = 2, .shape = {84, 84}};
+  rc.cols[1] = (replay_column){.name = "action", .dtype = REPLAY_I32};
+  replay *r;
+  shoal_error err = {0};
+  if (replay_create(&rc, &r, &err)) die("replay", &err);
+  batch b;
+  make_batch(SC_ATARI, &b, 5);
+  for (int64_t n = 0; n < cap + cap / 4; n += b.rows)
+    for (int g = 0; g < sc_envs[SC_ATARI]; g++) {
+      replay_steps st = {.n = sc_steps[SC_ATARI]};
+      st.cols[0] = (unsigned char *)b.cols[0] + (size_t)g * sc_steps[SC_ATARI] * 84 * 84;
+      st.cols[1] = (int32_t *)b.cols[1] + g * sc_steps[SC_ATARI];
+      st.reward = (float *)b.cols[2] + g * sc_steps[SC_ATARI];
+      st.terminated = (uint8_t *)b.cols[3] + g * sc_steps[SC_ATARI];
+      if (replay_insert(r, (int)((n / b.rows) % 4) * 2 + g, &st, &err)) die("insert", &err);
+    }
+  free_batch(&b);
+  return r;
+}
+
+static double sample_rate(replay *r, double secs) {
+  enum { B = 32 };
+  static uint8_t obs[B * 4 * 84 * 84], nobs[B * 4 * 84 * 84];
+  int32_t act[B];
+  float ret[B], disc[B], w[B], td[B];
+  int64_t idx[B];
+  uint64_t gen[B];
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 9);
+  shoal_error err = {0};
+  replay_sample_args a = {.batch = B, .n_step = 3, .gamma = 0.99, .beta = 0.4};
+  double t0 = shoal_now_s();
+  long n = 0;
+  while (shoal_now_s() - t0 < secs) {
+    replay_batch b = {.cols = {obs, act},
+                      .next_obs = nobs,
+                      .reward = ret,
+                      .discount = disc,
+                      .weight = w,
+                      .index = idx,
+                      .generation = gen};
+    if (replay_sample(r, &rng, &a, &b, &err)) die("sample", &err);
+    for (int i = 0; i < B; i++) td[i] = (float)(gen[i] % 7) * 0.1f;
+    if (replay_update_priorities(r, B, idx, gen, td, &err)) die("priorities", &err);
+    n += B;
+  }
+  return (double)n / (shoal_now_s() - t0);
+}
+
+static void bench_memory_limit(void) {
+  int64_t cap = quick ? 20000 : 50000;
+  size_t cols = (size_t)cap * (84 * 84 + 4);
+  replay *mem = atari_mem(cap, 0), *spill = atari_mem(cap, cols / 4);
+  int reps = quick ? 1 : 3;
+  double a[3], b[3];
+  for (int k = 0; k < reps; k++) {
+    a[k] = sample_rate(mem, quick ? 0.5 : 1.5);
+    b[k] = sample_rate(spill, quick ? 0.5 : 1.5);
+  }
+  double ma = median(a, reps), mb = median(b, reps);
+  printf("\n%-40s %14s %14s %7s\n", "sampling b32, Atari-sized, PER, n-step 3", "in memory",
+         "limit 1/4", "ratio");
+  printf("%-40s %14.0f %14.0f %7.3f\n", "transitions/s", ma, mb, mb / ma);
+  bench_line("sample_memory_limit.atari", mb, "transitions/s", ma);
+  replay_destroy(mem);
+  replay_destroy(spill);
+}
+
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -400,6 +486,7 @@ int main(int argc, char **argv) {
   bench_ingest();
   bench_segment_write();
   bench_restore();
+  bench_memory_limit();
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
   if (system(cmd)) fprintf(stderr, "bench_replay_log: could not remove %s\n", g_dir);

@@ -622,6 +622,15 @@ static replay *make_replay(learner *L, shoal_error *err) {
   rc.alpha = config_float(L->cfg, "replay.alpha");
   rc.eps = config_float(L->cfg, "replay.eps");
   rc.writer_slack = -1;
+  /* Larger than memory: the columns beyond the limit in a spill file, beside the run's
+   * files on a file store (else in $TMPDIR). */
+  rc.memory_limit = (size_t)(config_float(L->cfg, "replay.memory_limit_mb") * 1048576.0);
+  char dir[4096];
+  shoal_error derr = {0};
+  struct stat sb;
+  if (rc.memory_limit && L->st && store_local_dir(L->st, L->run, dir, sizeof dir, &derr) == 0 &&
+      stat(dir, &sb) == 0)
+    rc.spill_dir = dir;
   replay *r = NULL;
   return replay_create(&rc, &r, err) ? NULL : r;
 }
@@ -815,6 +824,9 @@ int main(int argc, char **argv) {
   dqn_config dc = apex_dqn_config(L.cfg, L.spec->obs.ndim, L.spec->obs.shape, L.spec->act.n);
   dc.max_batch = B > E ? B : E;
   if (!(L.q = dqn_create(&dc, device, true, &err))) die("network", &err);
+  /* Through an outage of the store the learner trains on; the writer counts errors. */
+  if (store_open_lazy(&L.st, config_string(L.cfg, "store.uri"), &err)) die("store", &err);
+  if (store_writer_create(&L.wr, L.st, NULL, &err)) die("store writer", &err);
   if (!(L.mem = make_replay(&L, &err))) die("replay", &err);
   pthread_mutex_init(&L.ep_mu, NULL);
   pthread_mutex_init(&L.rl_mu, NULL);
@@ -840,10 +852,6 @@ int main(int argc, char **argv) {
   L.eval_return = NAN;
   L.last_snapshot_version = -1;
   L.best_eval = -INFINITY;
-
-  /* Through an outage of the store the learner trains on; the writer counts errors. */
-  if (store_open_lazy(&L.st, config_string(L.cfg, "store.uri"), &err)) die("store", &err);
-  if (store_writer_create(&L.wr, L.st, NULL, &err)) die("store writer", &err);
 
   /* Resume: the latest snapshot's parameters and counters, and the saved replay. */
   if (resume) {

@@ -96,6 +96,17 @@ struct replay {
 
   _Atomic uint64_t n_steps, n_tails, n_sampled, n_rejected, n_stale, n_waits, wait_ns;
 
+  /* memory_limit: the columns in one mapped file (spill_len bytes at spill_base), of
+   * which the newest `hot` items stay resident; the sampling thread releases the pages
+   * of older items once the head has moved `sweep_every` items on (whichever inserting
+   * thread sees it first). */
+  int spill_fd;
+  uint8_t *spill_base;
+  size_t spill_len;
+  int64_t hot, sweep_every;
+  _Atomic uint64_t swept_at, n_sweeps;
+  uint8_t *gather_buf; /* the sampling thread's: a cold stack and its successor's */
+
   /* The rate limiter (cfg.samples_per_insert > 0): counts under lim_mu. */
   pthread_mutex_t lim_mu;
   pthread_cond_t lim_cv;

@@ -18,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
@@ -162,6 +163,7 @@ size_t replay_memory_bytes(const replay_config *c) {
   if (check_config(c, NULL)) return 0;
   size_t cap = (size_t)c->capacity, n = 0;
   for (int i = 0; i < c->ncols; i++) n += cap * replay_column_bytes(&c->cols[i]);
+  if (c->memory_limit && n > c->memory_limit) n = c->memory_limit; /* the rest is spilled */
   n += cap * sizeof(replay__meta) + REPLAY__CHUNK * sizeof(replay__resolved);
   n += (size_t)(c->streams ? c->streams : 1) * sizeof(replay__stream);
   if (c->kind == REPLAY_PRIORITIZED) {
@@ -181,6 +183,104 @@ static void *alloc_touched(size_t n) {
   if (align > 64) madvise(p, n, MADV_HUGEPAGE);
   memset(p, 0, n); /* touch now: memory use is known and paid at create */
   return p;
+}
+
+/* memory_limit: columns of large items (observations) go to the spill file; small ones
+ * (actions, log-probs) stay in memory, where a cold sample reads them without a call. */
+static int spilled(const struct replay *r, int c) { return r->item[c] >= 256; }
+
+static size_t page_up(size_t n) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  return (n + pg - 1) / pg * pg;
+}
+
+/* memory_limit: maps every column into one unlinked file in dir, each column at a page
+ * boundary. Nothing is touched: pages come in as items are written. */
+static int spill_map(struct replay *r, const char *dir, shoal_error *err) {
+  size_t cap = (size_t)r->cap, total = 0, per_item = 0;
+  for (int i = 0; i < r->cfg.ncols; i++) {
+    if (!spilled(r, i)) continue;
+    total += page_up(cap * r->item[i]);
+    per_item += r->item[i];
+  }
+  char path[4096];
+  const char *d = dir && dir[0] ? dir : getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/shoal-replay-spill-XXXXXX", d && d[0] ? d : "/tmp");
+  int fd = mkostemp(path, O_CLOEXEC);
+  if (fd < 0)
+    return shoal_error_set(err, SHOAL_EIO, "replay: cannot create a spill file in '%s': %s",
+                           d && d[0] ? d : "/tmp", strerror(errno));
+  unlink(path); /* lives as long as it is mapped */
+  if (ftruncate(fd, (off_t)total)) {
+    int e = errno;
+    close(fd);
+    return shoal_error_set(err, SHOAL_EIO, "replay: cannot size a %zu-byte spill file: %s", total,
+                           strerror(e));
+  }
+  void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    return shoal_error_set(err, SHOAL_ENOMEM, "replay: cannot map a %zu-byte spill file: %s", total,
+                           strerror(e));
+  }
+  /* Samples read single items at random: no read-ahead or fault-around of neighbours,
+   * which would make a cold read map 64 KiB instead of a page. */
+  madvise(base, total, MADV_RANDOM);
+  r->spill_fd = fd;
+  r->spill_base = base;
+  r->spill_len = total;
+  size_t off = 0;
+  for (int i = 0; i < r->cfg.ncols; i++) {
+    if (!spilled(r, i)) {
+      if (!(r->col[i] = alloc_touched(cap * r->item[i])))
+        return shoal_error_set(err, SHOAL_ENOMEM, "replay: out of memory");
+      continue;
+    }
+    r->col[i] = r->spill_base + off;
+    off += page_up(cap * r->item[i]);
+  }
+  if (r->obs >= 0 && spilled(r, r->obs) &&
+      !(r->gather_buf = malloc((size_t)(2 * r->k + 64) * r->item[r->obs])))
+    return shoal_error_set(err, SHOAL_ENOMEM, "replay: out of memory");
+  /* At least what writers and one sample touch near the head stays resident. */
+  r->hot = (int64_t)(r->cfg.memory_limit / (per_item ? per_item : 1));
+  int64_t floor_hot = r->slack + 4096;
+  if (r->hot < floor_hot) r->hot = floor_hot;
+  if (r->hot > r->cap) r->hot = r->cap;
+  r->sweep_every = r->hot / 8 > 1024 ? r->hot / 8 : 1024;
+  return 0;
+}
+
+/* Releases the resident pages of items older than the newest r->hot, when the head has
+ * moved sweep_every items on (an inserting thread, after its insert). Samples read cold
+ * items with pread (gather), so only writes bring pages in; a page released while a
+ * sample copies from it is read back from the file, unchanged. Their data stays in the
+ * file (the kernel writes it back). Writers work near the head, never in the released
+ * range. */
+static void spill_sweep(struct replay *r) {
+  if (!r->spill_base) return;
+  uint64_t head = atomic_load(&r->head), at = atomic_load(&r->swept_at);
+  if (head < at + (uint64_t)r->sweep_every) return;
+  if (!atomic_compare_exchange_strong(&r->swept_at, &at, head)) return; /* another does it */
+  if ((int64_t)head - 1 <= r->hot) return;
+  uint64_t lo = head > (uint64_t)r->cap ? head - (uint64_t)r->cap : 1;
+  uint64_t hi = head - (uint64_t)r->hot; /* items [lo, hi) go */
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  /* In slots, the range may wrap around the ring: at most two pieces. */
+  int64_t s0 = replay__slot(r, lo), n = (int64_t)(hi - lo);
+  int64_t piece[2][2] = {{s0, s0 + n < r->cap ? s0 + n : r->cap}, {0, 0}};
+  if (s0 + n > r->cap) piece[1][1] = s0 + n - r->cap;
+  for (int c = 0; c < r->cfg.ncols; c++)
+    for (int k = 0; k < 2; k++) {
+      if (!spilled(r, c) || piece[k][1] <= piece[k][0]) continue;
+      uintptr_t a = (uintptr_t)(r->col[c] + (size_t)piece[k][0] * r->item[c]);
+      uintptr_t b = (uintptr_t)(r->col[c] + (size_t)piece[k][1] * r->item[c]);
+      a = (a + pg - 1) / pg * pg; /* whole pages inside the range only */
+      b = b / pg * pg;
+      if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+    }
+  atomic_fetch_add(&r->n_sweeps, 1);
 }
 
 int replay_create(const replay_config *cfg, replay **out, shoal_error *err) {
@@ -203,11 +303,33 @@ int replay_create(const replay_config *cfg, replay **out, shoal_error *err) {
   r->cap = cfg->capacity;
   r->slack = cfg->writer_slack < 0 ? cfg->capacity / 64 : cfg->writer_slack;
   if (cfg->kind == REPLAY_UNIFORM) r->cfg.alpha = r->cfg.eps = 0;
-  size_t cap = (size_t)r->cap;
+  size_t cap = (size_t)r->cap, col_bytes = 0;
   int ok = 1;
+  r->spill_fd = -1;
   for (int i = 0; i < cfg->ncols; i++) {
     r->item[i] = replay_column_bytes(&cfg->cols[i]);
-    ok &= (r->col[i] = alloc_touched(cap * r->item[i])) != NULL;
+    col_bytes += cap * r->item[i];
+  }
+  size_t spillable = 0;
+  for (int i = 0; i < cfg->ncols; i++) spillable += spilled(r, i) ? cap * r->item[i] : 0;
+  if (cfg->memory_limit && col_bytes > cfg->memory_limit && spillable > 0) {
+    rc = spill_map(r, cfg->spill_dir, err);
+    r->cfg.spill_dir = NULL; /* borrowed for create only */
+    if (rc) {
+      for (int i = 0; i < cfg->ncols; i++)
+        if (!spilled(r, i)) free(r->col[i]);
+      if (r->spill_base) {
+        munmap(r->spill_base, r->spill_len);
+        close(r->spill_fd);
+      }
+      free(r->gather_buf);
+      free(r);
+      return rc;
+    }
+  } else {
+    r->hot = r->cap;
+    for (int i = 0; i < cfg->ncols; i++)
+      ok &= (r->col[i] = alloc_touched(cap * r->item[i])) != NULL;
   }
   ok &= (r->meta = alloc_touched(cap * sizeof *r->meta)) != NULL;
   ok &= (r->scratch = alloc_touched(REPLAY__CHUNK * sizeof *r->scratch)) != NULL;
@@ -263,6 +385,7 @@ void replay__clear(struct replay *r) {
   }
   r->max_p = 1.0;
   atomic_store(&r->head, 1);
+  atomic_store(&r->swept_at, 0);
   atomic_store(&r->pin, UINT64_MAX);
   atomic_store(&r->n_steps, 0);
   atomic_store(&r->n_tails, 0);
@@ -279,7 +402,13 @@ void replay__clear(struct replay *r) {
 
 void replay_destroy(replay *r) {
   if (!r) return;
-  for (int i = 0; i < REPLAY_MAX_COLUMNS; i++) free(r->col[i]);
+  for (int i = 0; i < REPLAY_MAX_COLUMNS; i++)
+    if (!r->spill_base || i >= r->cfg.ncols || !spilled(r, i)) free(r->col[i]);
+  if (r->spill_base) {
+    munmap(r->spill_base, r->spill_len);
+    close(r->spill_fd);
+  }
+  free(r->gather_buf);
   free(r->meta);
   free(r->scratch);
   free(r->streams);
@@ -313,6 +442,8 @@ void replay_get_stats(const replay *r, replay_stats *o) {
   o->writer_waits = atomic_load(&m->n_waits);
   o->writer_wait_s = (double)atomic_load(&m->wait_ns) * 1e-9;
   o->next_seq = h + 1;
+  o->resident_items = m->hot;
+  o->spill_sweeps = atomic_load(&m->n_sweeps);
   pthread_mutex_lock(&m->lim_mu);
   o->limiter_waits = m->n_limited;
   pthread_mutex_unlock(&m->lim_mu);
@@ -673,6 +804,7 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
   atomic_fetch_add_explicit(&r->n_steps, (uint64_t)n, memory_order_relaxed);
   if (tails) atomic_fetch_add_explicit(&r->n_tails, (uint64_t)K, memory_order_relaxed);
   atomic_store_explicit(&sm->busy, 0, memory_order_release);
+  spill_sweep(r);
   return 0;
 }
 
@@ -878,27 +1010,91 @@ static inline void copy_item(void *dst, const void *src, size_t n) {
   }
 }
 
+/* memory_limit: whether item seq is cold (its pages released; read with pread, so a
+ * sample maps nothing into the process). head is the head when the gather began. */
+static inline int cold(const struct replay *r, int c, uint64_t seq, uint64_t head) {
+  return r->spill_base && spilled(r, c) && seq + (uint64_t)r->hot < head;
+}
+
+/* n consecutive items of column c from seq on (their slots consecutive) into dst. */
+static void fetch(const struct replay *r, int c, uint8_t *dst, uint64_t seq, int n, uint64_t head) {
+  size_t isz = r->item[c];
+  const uint8_t *src = r->col[c] + (size_t)replay__slot(r, seq) * isz;
+  if (!cold(r, c, seq, head)) {
+    if (n == 1)
+      copy_item(dst, src, isz);
+    else
+      memcpy(dst, src, (size_t)n * isz);
+    return;
+  }
+  size_t len = (size_t)n * isz, got = 0;
+  off_t off = (off_t)(src - r->spill_base);
+  while (got < len) {
+    ssize_t k = pread(r->spill_fd, dst + got, len - got, off + (off_t)got);
+    if (k <= 0) { /* cannot happen with the file mapped; read through the mapping then */
+      memcpy(dst + got, src + got, len - got);
+      break;
+    }
+    got += (size_t)k;
+  }
+}
+
+/* A stack of k frames (items seqs[0..k-1]) into dst, consecutive items in one read. */
+static void fetch_stack(const struct replay *r, int c, uint8_t *dst, const uint64_t *seqs, int k,
+                        uint64_t head) {
+  size_t isz = r->item[c];
+  for (int j = 0; j < k;) {
+    int n = 1;
+    while (j + n < k && seqs[j + n] == seqs[j] + (uint64_t)n &&
+           replay__slot(r, seqs[j]) + n < r->cap)
+      n++;
+    fetch(r, c, dst + (size_t)j * isz, seqs[j], n, head);
+    j += n;
+  }
+}
+
+/* A cold stack and its bootstrap stack, when together they are one run of consecutive
+ * items (the usual case: frames t-k+1 .. t+m), in one read into gather_buf. Returns 1
+ * when it filled both, else 0 (the caller reads them apart). */
+static int fetch_span(const struct replay *r, const replay__resolved *rs, uint8_t *dst,
+                      uint8_t *ndst, uint64_t head) {
+  int k = r->k;
+  uint64_t a = rs->frames[0], z = rs->nframes[k - 1];
+  if (!r->gather_buf || z < a || z - a + 1 > (uint64_t)(2 * k + 64) || !cold(r, r->obs, a, head) ||
+      replay__slot(r, a) + (int64_t)(z - a) >= r->cap)
+    return 0;
+  for (int j = 0; j < k; j++)
+    if (rs->frames[j] != a + (uint64_t)j || rs->nframes[j] != z - (uint64_t)(k - 1 - j)) return 0;
+  size_t isz = r->item[r->obs];
+  fetch(r, r->obs, r->gather_buf, a, (int)(z - a + 1), head);
+  memcpy(dst, r->gather_buf, (size_t)k * isz);
+  memcpy(ndst, r->gather_buf + (size_t)(z - a + 1 - (uint64_t)k) * isz, (size_t)k * isz);
+  return 1;
+}
+
 static void gather(const struct replay *r, uint64_t s, const replay__resolved *rs, int b,
                    replay_batch *out) {
   int64_t slot = replay__slot(r, s);
-  for (int c = 0; c < r->cfg.ncols; c++) {
-    if (!out->cols[c]) continue;
-    size_t isz = r->item[c];
-    if (c == r->obs) {
-      uint8_t *dst = (uint8_t *)out->cols[c] + (size_t)b * (size_t)r->k * isz;
-      for (int j = 0; j < r->k; j++)
-        copy_item(dst + (size_t)j * isz, r->col[c] + (size_t)replay__slot(r, rs->frames[j]) * isz,
-                  isz);
-    } else {
-      copy_item((uint8_t *)out->cols[c] + (size_t)b * isz, r->col[c] + (size_t)slot * isz, isz);
-    }
-  }
-  if (out->next_obs && r->obs >= 0) {
+  uint64_t head = r->spill_base ? atomic_load(&((struct replay *)r)->head) : 0;
+  int both = 0;
+  if (r->obs >= 0 && out->cols[r->obs] && out->next_obs) {
     size_t isz = r->item[r->obs];
-    uint8_t *dst = (uint8_t *)out->next_obs + (size_t)b * (size_t)r->k * isz;
-    for (int j = 0; j < r->k; j++)
-      copy_item(dst + (size_t)j * isz,
-                r->col[r->obs] + (size_t)replay__slot(r, rs->nframes[j]) * isz, isz);
+    both = fetch_span(r, rs, (uint8_t *)out->cols[r->obs] + (size_t)b * (size_t)r->k * isz,
+                      (uint8_t *)out->next_obs + (size_t)b * (size_t)r->k * isz, head);
+  }
+  for (int c = 0; c < r->cfg.ncols; c++) {
+    if (!out->cols[c] || (c == r->obs && both)) continue;
+    size_t isz = r->item[c];
+    if (c == r->obs)
+      fetch_stack(r, c, (uint8_t *)out->cols[c] + (size_t)b * (size_t)r->k * isz, rs->frames, r->k,
+                  head);
+    else
+      fetch(r, c, (uint8_t *)out->cols[c] + (size_t)b * isz, s, 1, head);
+  }
+  if (out->next_obs && r->obs >= 0 && !both) {
+    size_t isz = r->item[r->obs];
+    fetch_stack(r, r->obs, (uint8_t *)out->next_obs + (size_t)b * (size_t)r->k * isz, rs->nframes,
+                r->k, head);
   }
   if (out->reward) out->reward[b] = (float)rs->ret;
   if (out->discount) out->discount[b] = (float)rs->disc;

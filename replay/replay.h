@@ -162,6 +162,17 @@ typedef struct replay_config {
   double spi_tolerance;       /* >= 0, in samples */
   int64_t min_size_to_sample; /* >= 0 */
   int64_t limit_timeout_ms;   /* longest wait of one call; < 0: forever */
+  /* Larger than memory (optional): with memory_limit > 0 below the columns' bytes, the
+   * columns of large items (256 bytes or more: observations) live in a file created
+   * unlinked in spill_dir (NULL: $TMPDIR or /tmp) and mapped into memory; only the
+   * newest memory_limit bytes' worth of items stay resident. Inserting threads release
+   * the pages of older items (madvise) as the ring moves on; samples read those items
+   * from the file with pread (the page cache serves them while RAM allows), so they map
+   * nothing. Small columns, per-item metadata, links, rewards and priority trees stay in
+   * memory: sampling, priorities and n-step returns are exactly those of an in-memory
+   * replay. */
+  size_t memory_limit;   /* bytes of column data kept resident; 0: all in memory */
+  const char *spill_dir; /* borrowed for replay_create only */
 } replay_config;
 
 typedef struct replay replay;
@@ -301,6 +312,9 @@ typedef struct replay_stats {
   double priority_max;     /* largest priority seen (PER) */
   uint64_t next_seq;       /* the sequence number (generation) the next item gets;
                               items get consecutive numbers from 1 in insert order */
+  int64_t resident_items;  /* memory_limit: items whose columns are kept resident
+                              (capacity when there is no limit) */
+  uint64_t spill_sweeps;   /* memory_limit: releases of older items' pages */
 } replay_stats;
 
 /* Wakes every insert and sample waiting on the rate limiter with SHOAL_ECLOSED;

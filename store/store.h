@@ -487,7 +487,7 @@ typedef struct store_writer_stats {
   size_t pending_bytes;     /* snapshot and replay bytes waiting */
   int last_error;           /* SHOAL_E... of the last failure, 0 if none */
   char last_error_msg[256]; /* its message (credentials masked) */
-  int healthy;              /* 1 when the last store call succeeded */
+  int healthy;              /* 1 when no kind's last store call failed */
 } store_writer_stats;
 
 /* Starts the writer thread in front of st (borrowed: it must outlive the writer).

@@ -116,7 +116,11 @@ static void outcome(store_writer *w, int kind, int rc, const shoal_error *e) {
       wlog(w, "%s writes recovered (%llu failed calls so far)", kind_name[kind],
            (unsigned long long)s->errors[kind]);
     w->logged[kind] = 0;
+    /* Healthy once no kind is failing: small metric rows may go through a nearly full
+     * disk while segments and snapshots do not. */
     s->healthy = 1;
+    for (int k = 0; k < STORE_KIND_COUNT; k++)
+      if (w->logged[k]) s->healthy = 0;
     return;
   }
   s->errors[kind]++;

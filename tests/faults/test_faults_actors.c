@@ -11,6 +11,14 @@
  *                       learner is killed and restarted on the same run and port, and
  *                       the same actor process reconnects on its own.
  *
+ *   run_learner_kill    `shoal run` of CartPole Ape-X on a file store: once the replay is
+ *                       full, its learner is killed with SIGKILL; the supervisor restarts
+ *                       it, and it rebuilds the whole replay (size, priorities) from the
+ *                       replay log with the step counter continuing; the run then goes on
+ *                       with no rejected or bad batch and stops cleanly.
+ *   run_learner_kill_mongo  the same on MongoDB (the tests' stand-in server, or
+ *                       $SHOAL_TEST_MONGO_URI).
+ *
  * Prints FAULTS lines for the README's table. `test_faults_actors run_kills` runs one.
  */
 #define _GNU_SOURCE
@@ -25,6 +33,7 @@
 
 #include "tests/proc_util.h"
 #include "tests/faults/faults_util.h"
+#include "tests/mongo_test.h"
 
 static char apex_cfg[4200];
 
@@ -241,10 +250,117 @@ static int teardown(void **state) {
   return wf_teardown();
 }
 
+/* A number after key in text (0 when absent). */
+static double after_text(const char *text, const char *key) {
+  const char *k = strstr(text, key);
+  return k ? atof(k + strlen(key)) : 0;
+}
+
+static void run_learner_kill(const char *uri, const char *label) {
+  char store_set[1200];
+  snprintf(store_set, sizeof store_set, "store.uri=%s", uri);
+  enum { CAP = 50000 };
+  char *argv[] = {wf_shoal,
+                  "run",
+                  apex_cfg,
+                  "--set",
+                  store_set,
+                  "--set",
+                  "run.name=lkill",
+                  "--set",
+                  "run.solve_return=0",
+                  "--set",
+                  "run.max_env_steps=100000000",
+                  "--set",
+                  "replay.capacity=50000",
+                  "--set",
+                  "learner.snapshot_every_s=1",
+                  "--no-tensorboard",
+                  NULL};
+  wf_proc p;
+  fu_start(&p, argv);
+  char *out = wf_wait_text(p.out, "learner on 127.0.0.1:", 60);
+  int port = atoi(strstr(out, "learner on 127.0.0.1:") + strlen("learner on 127.0.0.1:"));
+  free(out);
+  /* The replay full and a priority checkpoint or two written. */
+  char *before = NULL;
+  for (double t0 = shoal_now_s(); shoal_now_s() - t0 < 90;) {
+    free(before);
+    before = fu_status(port);
+    if (before && fu_json(before, "replay_held") >= CAP && fu_json(before, "updates") > 2000 &&
+        fu_json(before, "uptime_s") > 3)
+      break;
+    sleep_s(0.2);
+  }
+  assert_non_null(before);
+  assert_true(fu_json(before, "replay_held") >= CAP);
+  pid_t victim = fu_find_child(p.pid, "shoal-learner");
+  assert_true(victim > 0);
+  double t_kill = shoal_now_s();
+  kill(victim, SIGKILL);
+  out = wf_wait_text(p.out, "learner restarted on", 60);
+  double t_back = shoal_now_s() - t_kill;
+  const char *r = strstr(out, "replay rebuilt from the log:");
+  assert_non_null(r);
+  double held = after_text(r, "log: "), prios = after_text(r, "batches, ");
+  double logged_steps = after_text(r, "s; ");
+  const char *res = strstr(out, "resumed run lkill at version ");
+  assert_non_null(res);
+  free(out);
+  sleep_s(2.0);
+  char *after = fu_status(port);
+  assert_non_null(after);
+  kill(p.pid, SIGTERM);
+  assert_int_equal(wf_wait(&p, 90), 0);
+  out = wf_slurp(p.out, NULL);
+  printf(
+      "FAULTS run_learner_kill store=%s held_before=%.0f rebuilt=%.0f priorities=%.0f "
+      "env_steps %.0f (before the kill) -> %.0f logged -> %.0f (2 s after) back_s=%.2f "
+      "resent_dropped=%.0f\n",
+      label, fu_json(before, "replay_held"), held, prios, fu_json(before, "env_steps"),
+      logged_steps, fu_json(after, "env_steps"), t_back, fu_json(after, "resent_dropped"));
+  /* What the log held came back: all of the replay, or everything logged when the
+   * store lagged (on the stand-in segments can wait), with the checkpoint's priorities
+   * on much of it. */
+  assert_true(held == CAP || held >= 0.95 * logged_steps);
+  assert_true(prios > held / 4);
+  /* The step counter continues from what the log held, and that is behind the kill by
+   * at most what waited for the store at the last look (~35 bytes a CartPole row) plus
+   * log_flush_s and the time from that look to the kill (1.5 s of ingest). */
+  double sps = fu_json(before, "env_steps") / fu_json(before, "uptime_s");
+  double bound = fu_json(before, "log_pending_bytes") / 35 + 1.5 * sps + 2000;
+  printf("FAULTS run_learner_kill store=%s lost_steps=%.0f bound=%.0f\n", label,
+         fu_json(before, "env_steps") - logged_steps, bound);
+  assert_true(fu_json(before, "env_steps") - logged_steps <= bound);
+  assert_true(fu_json(after, "env_steps") > logged_steps);
+  assert_true(fu_json(after, "replay_held") >= CAP);
+  assert_true(fu_json(after, "bad_batches") == 0 && fu_json(after, "rejected") == 0);
+  assert_non_null(strstr(out, "restarts: learner 1"));
+  free(out), free(before), free(after);
+}
+
+static void test_run_learner_kill(void **state) {
+  (void)state;
+  char uri[700];
+  snprintf(uri, sizeof uri, "file://%s/runs", wf_dir);
+  run_learner_kill(uri, "file");
+}
+
+static void test_run_learner_kill_mongo(void **state) {
+  (void)state;
+  char uri[1024];
+  int rc = mongo_test_uri(uri, sizeof uri, "shoal_test_run_learner_kill");
+  if (rc == 77) skip();
+  assert_int_equal(rc, 0);
+  run_learner_kill(uri, "mongodb (stand-in)");
+}
+
 int main(int argc, char **argv) {
   const struct CMUnitTest all[] = {
       cmocka_unit_test_teardown(test_run_kills, fu_kill_all),
       cmocka_unit_test_teardown(test_before_learner, fu_kill_all),
+      cmocka_unit_test_teardown(test_run_learner_kill, fu_kill_all),
+      cmocka_unit_test_teardown(test_run_learner_kill_mongo, fu_kill_all),
   };
   if (argc > 1) cmocka_set_test_filter(argv[1]);
   return cmocka_run_group_tests_name("faults_actors", all, setup, teardown);
