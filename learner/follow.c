@@ -84,7 +84,8 @@ static int stream_of(follow *f, const char *source, shoal_error *err) {
     if (f->slots[i].used < f->slots[best].used) best = i;
   }
   if (f->slots[best].name[0]) {
-    int rc = replay_reset_stream(f->cfg.mem, f->cfg.first_stream + best, err);
+    int rc = f->cfg.reset ? f->cfg.reset(f->cfg.ctx, f->cfg.first_stream + best, err)
+                          : replay_reset_stream(f->cfg.mem, f->cfg.first_stream + best, err);
     if (rc) return rc;
   }
   snprintf(f->slots[best].name, sizeof f->slots[best].name, "%s", source);
@@ -146,7 +147,8 @@ static int insert_segment(follow *f, int stream, uint32_t *done, shoal_error *er
     for (uint32_t j = i; j < i + n; j++) k += s->terminated[j] | s->truncated[j];
     rs.final_obs = k ? (const unsigned char *)s->final_obs + (size_t)ends_before * ob : NULL;
     rs.priority = f->cfg.prioritized && s->priority ? s->priority + i : NULL;
-    int rc = replay_insert(f->cfg.mem, stream, &rs, err);
+    int rc = f->cfg.insert ? f->cfg.insert(f->cfg.ctx, stream, &rs, err)
+                           : replay_insert(f->cfg.mem, stream, &rs, err);
     if (rc) return rc;
     ends_before += k;
     i += n;

@@ -61,6 +61,11 @@ typedef struct follow_config {
    * down, as a segment is always inserted whole. NULL: never waits. */
   int (*wait_room)(void *ctx, uint32_t n);
   void (*log)(void *ctx, const char *msg); /* NULL: stderr */
+  /* How rows go into replay, and how a stream is reset for a new source: NULL for
+   * replay_insert / replay_reset_stream on mem. The learner's own record them in its
+   * replay log, so a resumed learner gets the store's rows back too. */
+  int (*insert)(void *ctx, int stream, const replay_steps *st, shoal_error *err);
+  int (*reset)(void *ctx, int stream, shoal_error *err);
   void *ctx;
 } follow_config;
 

@@ -95,6 +95,10 @@ typedef struct learner {
   uint64_t log_seq_lo; /* replay seqs below this one have no log number (a gap) */
   uint64_t log_errors;
   rlog_restore_info restored; /* what --resume rebuilt from the log */
+  /* The follower's rows as log records (its thread only, under log_mu). */
+  unsigned char *fol_buf;
+  size_t fol_cap;
+  uint8_t *fol_reset; /* per store stream: reset since its last record */
   bool restoring;             /* restore_replay is inserting: no episode counts */
   uint64_t restore_skipped;   /* records of actors beyond this config's */
   follow *fol;                /* replay.source store|mixed: segments from the store (follow.c) */
@@ -653,6 +657,67 @@ static void fill_spec(const learner *L, rpc_spec *sp, uint32_t max_items) {
   c[COL_TAIL] = (rpc_column_spec){.name = "tail", .dtype = RPC_U8};
 }
 
+/* ---- the store follower's rows, logged --------------------------------------- */
+
+/* A new source takes a store stream: reset now, and the stream's next record says so. */
+static int follow_reset(void *user, int stream, shoal_error *err) {
+  learner *L = user;
+  int rc = replay_reset_stream(L->mem, stream, err);
+  if (!rc && L->fol_reset) L->fol_reset[stream - L->actors * L->num_envs] = 1;
+  return rc;
+}
+
+/* The follower's insert: into replay and, in the wire layout (its steps, then a tail row
+ * per ended step), into the log under the same lock as the actors' batches. */
+static int follow_insert(void *user, int stream, const replay_steps *st, shoal_error *err) {
+  learner *L = user;
+  if (!L->log) return replay_insert(L->mem, stream, st, err);
+  uint32_t n = (uint32_t)st->n, k = 0;
+  for (uint32_t i = 0; i < n; i++)
+    k += (st->terminated && st->terminated[i]) || (st->truncated && st->truncated[i]);
+  uint32_t rows = n + k;
+  size_t ob = L->obs_bytes;
+  size_t need = (size_t)rows * (ob + 4 + 4 + 1 + 1 + 4 + 4 + 1);
+  if (need > L->fol_cap) {
+    unsigned char *b = realloc(L->fol_buf, need);
+    if (!b) return shoal_error_set(err, SHOAL_ENOMEM, "replay log: out of memory");
+    L->fol_buf = b;
+    L->fol_cap = need;
+  }
+  unsigned char *obs = L->fol_buf, *act = obs + (size_t)rows * ob, *rew = act + (size_t)rows * 4;
+  unsigned char *term = rew + (size_t)rows * 4, *trunc = term + rows, *prio = trunc + rows;
+  unsigned char *env = prio + (size_t)rows * 4, *tail = env + (size_t)rows * 4;
+  memcpy(obs, st->cols[0], (size_t)n * ob);
+  if (k) memcpy(obs + (size_t)n * ob, st->final_obs, (size_t)k * ob);
+  memset(act, 0, (size_t)rows * 4), memcpy(act, st->cols[1], (size_t)n * 4);
+  memset(rew, 0, (size_t)rows * 4), memcpy(rew, st->reward, (size_t)n * 4);
+  memset(term, 0, rows), memset(trunc, 0, rows), memset(tail, 0, rows);
+  if (st->terminated) memcpy(term, st->terminated, n);
+  if (st->truncated) memcpy(trunc, st->truncated, n);
+  memset(tail + n, 1, k);
+  float *pr = (float *)(void *)prio;
+  for (uint32_t i = 0; i < rows; i++) pr[i] = i < n && st->priority ? st->priority[i] : 0;
+  int32_t e = stream - L->actors * L->num_envs;
+  for (uint32_t i = 0; i < rows; i++) memcpy(env + 4 * (size_t)i, &e, 4);
+  pthread_mutex_lock(&L->log_mu);
+  int rc = replay_insert(L->mem, stream, st, err);
+  if (!rc) {
+    rlog_batch rec = {.actor = RLOG_ACTOR_STORE,
+                      .incarnation = L->fol_reset && L->fol_reset[e],
+                      .rows = rows,
+                      .steps = n,
+                      .items = rows};
+    const void *cols[NCOLS] = {obs, act, rew, term, trunc, prio, env, tail};
+    for (int c = 0; c < NCOLS; c++) rec.cols[c] = cols[c];
+    shoal_error le = {0};
+    if (rlog_append_batch(L->log, &rec, &le) && L->log_errors++ == 0)
+      fprintf(stderr, "shoal-learner: replay log: %s (counted; training goes on)\n", le.msg);
+    if (L->fol_reset) L->fol_reset[e] = 0;
+  }
+  pthread_mutex_unlock(&L->log_mu);
+  return rc;
+}
+
 /* ---- the replay log: resume and open ------------------------------------------ */
 
 /* The wire columns as the log records them. */
@@ -674,8 +739,36 @@ static int log_columns(const learner *L, rlog_column *c) {
   return NCOLS;
 }
 
+/* A logged store record back into its store stream (one env group: steps, then tails). */
+static int restore_store_rows(learner *L, const rlog_batch *b, shoal_error *err) {
+  const int32_t *env = b->cols[COL_ENV];
+  const uint8_t *tail = b->cols[COL_TAIL];
+  uint32_t n = 0;
+  while (n < b->rows && !tail[n]) n++;
+  if (!n || env[0] < 0 || env[0] >= L->store_streams) {
+    L->restore_skipped++;
+    return 0;
+  }
+  int stream = L->actors * L->num_envs + env[0];
+  if (b->incarnation) {
+    int rc = replay_reset_stream(L->mem, stream, err);
+    if (rc) return rc;
+  }
+  replay_steps rs = {0};
+  rs.n = n;
+  rs.cols[0] = b->cols[COL_OBS];
+  rs.cols[1] = b->cols[COL_ACTION];
+  rs.reward = b->cols[COL_REWARD];
+  rs.terminated = b->cols[COL_TERM];
+  rs.truncated = b->cols[COL_TRUNC];
+  rs.final_obs = b->rows > n ? (const uint8_t *)b->cols[COL_OBS] + (size_t)n * L->obs_bytes : NULL;
+  rs.priority = L->prioritized ? b->cols[COL_PRIO] : NULL;
+  return replay_insert(L->mem, stream, &rs, err);
+}
+
 static int restore_one(void *ctx, const rlog_batch *b, shoal_error *err) {
   learner *L = ctx;
+  if (b->actor == RLOG_ACTOR_STORE) return restore_store_rows(L, b, err);
   uint32_t steps;
   /* A record of an actor this config no longer has (fewer actors after a change), or
    * one that does not fit this learner's envs, is left out and counted. */
@@ -688,7 +781,7 @@ static int restore_one(void *ctx, const rlog_batch *b, shoal_error *err) {
 
 /* --resume: the replay, its priorities and the exactly-once table from the log. */
 static void restore_replay(learner *L, const char *run) {
-  if (!config_bool(L->cfg, "replay.log") || L->store_streams) return;
+  if (!config_bool(L->cfg, "replay.log")) return;
   rlog_column cols[NCOLS];
   shoal_error err = {0};
   L->restoring = true;
@@ -721,13 +814,12 @@ static void restore_replay(learner *L, const char *run) {
 
 static void open_log(learner *L, const char *run) {
   if (!config_bool(L->cfg, "replay.log")) return;
-  if (L->store_streams) {
-    /* Its experience is in the store already (the followed run's segments). */
-    fprintf(stderr, "shoal-learner: replay.source %s: no replay log is written\n",
-            config_string(L->cfg, "replay.source"));
-    return;
-  }
   shoal_error err = {0};
+  if (L->store_streams &&
+      !(L->fol_reset = calloc((size_t)L->store_streams, sizeof *L->fol_reset))) {
+    fprintf(stderr, "shoal-learner: out of memory\n");
+    exit(1);
+  }
   rlog_config c = {0};
   c.st = L->st;
   c.wr = L->wr;
@@ -800,6 +892,15 @@ int main(int argc, char **argv) {
   const char *source = config_string(L.cfg, "replay.source");
   if (strcmp(source, "actors")) L.store_streams = (int)config_int(L.cfg, "replay.store_streams");
   if (!strcmp(source, "store")) L.actors = 0;
+  if (strcmp(source, "actors") && !strcmp(config_string(L.cfg, "replay.store_format"), "log") &&
+      (!config_string(L.cfg, "replay.store_run")[0] ||
+       !strcmp(config_string(L.cfg, "replay.store_run"), run))) {
+    fprintf(stderr,
+            "shoal-learner: config: replay.store_format log follows another learner's replay "
+            "log: set replay.store_run to that run (not this one, %s)\n",
+            run);
+    return 1;
+  }
   L.num_envs = (int)config_int(L.cfg, "env.num_envs");
   L.prioritized = config_bool(L.cfg, "replay.prioritized");
   nn_set_threads((int)config_int(L.cfg, "learner.threads"));
@@ -928,6 +1029,8 @@ int main(int argc, char **argv) {
         .start_after = resume ? follow_resume_after(L.st, run) : STORE_SEG_FIRST,
         .store_fraction = strcmp(source, "mixed") ? 0 : config_float(L.cfg, "replay.store_ratio"),
         .replay_log = !strcmp(config_string(L.cfg, "replay.store_format"), "log"),
+        .insert = follow_insert,
+        .reset = follow_reset,
         .wait_room = follow_wait,
         .ctx = &L};
     if (follow_limits_from_env(L.spec, &fc.limits, &err) || follow_start(&L.fol, &fc, &err))
@@ -1171,6 +1274,8 @@ int main(int argc, char **argv) {
   live_hp_destroy(&L.live);
   free(L.actor_mu);
   pthread_mutex_destroy(&L.log_mu);
+  free(L.fol_buf);
+  free(L.fol_reset);
   free(L.obs_b), free(L.nobs_b), free(L.obs_f), free(L.nobs_f), free(L.ret), free(L.disc);
   free(L.w), free(L.prio), free(L.act), free(L.idx), free(L.gen);
   free(e_obs), free(e_fin), free(e_obsf), free(e_rew), free(e_term), free(e_trunc);

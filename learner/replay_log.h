@@ -58,6 +58,10 @@ typedef struct rlog_column {
 /* Bytes of one row of c; 0 for a bad spec. Can't fail. */
 size_t rlog_column_bytes(const rlog_column *c);
 
+/* The actor id of records that hold rows a learner took from the store (its follower):
+ * env is then the store stream, incarnation 1 marks a stream reset before the rows. */
+#define RLOG_ACTOR_STORE UINT32_MAX
+
 /* A batch as the learner took it: rows of every column, and who sent it. */
 typedef struct rlog_batch {
   uint32_t actor;
