@@ -102,6 +102,16 @@ static void reject(follow *f, uint64_t seq, uint64_t rows, const char *why) {
   pthread_mutex_unlock(&f->mu);
 }
 
+/* A read that failed and is tried again on the next poll: counted, the first one said.
+ * Returns rc. */
+static int retry_later(follow *f, int rc, const char *what, uint64_t seq, const shoal_error *err) {
+  pthread_mutex_lock(&f->mu);
+  bool first = f->stats.store_errors++ == 0;
+  pthread_mutex_unlock(&f->mu);
+  if (first) say(f, "reading %s %llu: %s (retrying)", what, (unsigned long long)seq, err->msg);
+  return rc;
+}
+
 /* Mixed mode: may `rows` more store rows go in now? */
 static bool within_fraction(follow *f, uint32_t rows) {
   double fr = f->cfg.store_fraction;
@@ -170,14 +180,7 @@ static int handle(follow *f, uint64_t seq) {
     reject(f, seq, 0, err.msg);
     return 0;
   }
-  if (rc) {
-    pthread_mutex_lock(&f->mu);
-    bool first = f->stats.store_errors++ == 0;
-    pthread_mutex_unlock(&f->mu);
-    if (first)
-      say(f, "reading store segment %llu: %s (retrying)", (unsigned long long)seq, err.msg);
-    return rc;
-  }
+  if (rc) return retry_later(f, rc, "store segment", seq, &err);
   if ((rc = store_segment_check(&f->seg, &f->cfg.limits, &err))) {
     reject(f, seq, f->seg.rows, err.msg);
     return 0;
@@ -280,13 +283,7 @@ static int handle_log(follow *f, uint64_t seq) {
     reject(f, seq, 0, err.msg);
     return 0;
   }
-  if (rc) {
-    pthread_mutex_lock(&f->mu);
-    bool first = f->stats.store_errors++ == 0;
-    pthread_mutex_unlock(&f->mu);
-    if (first) say(f, "reading log segment %llu: %s (retrying)", (unsigned long long)seq, err.msg);
-    return rc;
-  }
+  if (rc) return retry_later(f, rc, "log segment", seq, &err);
   const rlog_segment *ls = &f->lseg;
   if (ls->flags & RLOG_SEG_PRIORITIES) {
     pthread_mutex_lock(&f->mu);

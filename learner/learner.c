@@ -98,11 +98,11 @@ typedef struct learner {
   /* The follower's rows as log records (its thread only, under log_mu). */
   unsigned char *fol_buf;
   size_t fol_cap;
-  uint8_t *fol_reset; /* per store stream: reset since its last record */
-  bool restoring;             /* restore_replay is inserting: no episode counts */
-  uint64_t restore_skipped;   /* records of actors beyond this config's */
-  follow *fol;                /* replay.source store|mixed: segments from the store (follow.c) */
-  int store_streams;          /* replay streams after the actors' for store sources */
+  uint8_t *fol_reset;       /* per store stream: reset since its last record */
+  bool restoring;           /* restore_replay is inserting: no episode counts */
+  uint64_t restore_skipped; /* records of actors beyond this config's */
+  follow *fol;              /* replay.source store|mixed: segments from the store (follow.c) */
+  int store_streams;        /* replay streams after the actors' for store sources */
 
   /* Episode returns, from the rewards and flags of each replay stream. */
   pthread_mutex_t ep_mu;
@@ -677,16 +677,23 @@ static int follow_insert(void *user, int stream, const replay_steps *st, shoal_e
     k += (st->terminated && st->terminated[i]) || (st->truncated && st->truncated[i]);
   uint32_t rows = n + k;
   size_t ob = L->obs_bytes;
-  size_t need = (size_t)rows * (ob + 4 + 4 + 1 + 1 + 4 + 4 + 1);
+  /* The wire columns one after another, each at an 8-byte boundary. */
+  const size_t row[NCOLS] = {ob, 4, 4, 1, 1, 4, 4, 1};
+  size_t off[NCOLS], need = 0;
+  for (int c = 0; c < NCOLS; c++) {
+    off[c] = need;
+    need += ((size_t)rows * row[c] + 7) & ~(size_t)7;
+  }
   if (need > L->fol_cap) {
     unsigned char *b = realloc(L->fol_buf, need);
     if (!b) return shoal_error_set(err, SHOAL_ENOMEM, "replay log: out of memory");
     L->fol_buf = b;
     L->fol_cap = need;
   }
-  unsigned char *obs = L->fol_buf, *act = obs + (size_t)rows * ob, *rew = act + (size_t)rows * 4;
-  unsigned char *term = rew + (size_t)rows * 4, *trunc = term + rows, *prio = trunc + rows;
-  unsigned char *env = prio + (size_t)rows * 4, *tail = env + (size_t)rows * 4;
+  unsigned char *obs = L->fol_buf + off[COL_OBS], *act = L->fol_buf + off[COL_ACTION];
+  unsigned char *rew = L->fol_buf + off[COL_REWARD], *term = L->fol_buf + off[COL_TERM];
+  unsigned char *trunc = L->fol_buf + off[COL_TRUNC], *prio = L->fol_buf + off[COL_PRIO];
+  unsigned char *env = L->fol_buf + off[COL_ENV], *tail = L->fol_buf + off[COL_TAIL];
   memcpy(obs, st->cols[0], (size_t)n * ob);
   if (k) memcpy(obs + (size_t)n * ob, st->final_obs, (size_t)k * ob);
   memset(act, 0, (size_t)rows * 4), memcpy(act, st->cols[1], (size_t)n * 4);
@@ -791,7 +798,9 @@ static void restore_replay(learner *L, const char *run) {
   L->restoring = false;
   if (e) die("resume: replay log", &err);
   if (!L->restored.segments) {
-    fprintf(stderr, "shoal-learner: resume: the store holds no replay log for %s\n", run);
+    /* Said only where there was something to resume (shoal run resumes every start). */
+    if (L->last_snapshot_version >= 0)
+      fprintf(stderr, "shoal-learner: resume: the store holds no replay log for %s\n", run);
     return;
   }
   replay_stats rs;

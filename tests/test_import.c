@@ -509,8 +509,8 @@ static void test_resume_exactly_once(void **state) {
   const char *rb = strstr(out, "replay rebuilt from the log: ");
   if (!rb) fail_msg("no rebuilt replay in:\n%s", out);
   double held = atof(rb + strlen("replay rebuilt from the log: "));
-  printf("resume: %.0f rows (to seq %.0f), then %.0f rows: %.0f of %d; %.0f items rebuilt\n",
-         rows1, seq1, rows2, rows1 + rows2, n, held);
+  printf("resume: %.0f rows (to seq %.0f), then %.0f rows: %.0f of %d; %.0f items rebuilt\n", rows1,
+         seq1, rows2, rows1 + rows2, n, held);
   assert_true(held >= rows1);
   assert_int_equal((int)(rows1 + rows2), n);
   assert_int_equal((int)jnum(dl, "env_steps"), n);

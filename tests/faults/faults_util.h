@@ -101,6 +101,17 @@ static inline void fu_write_config(const char *path, const char *store_uri, int 
   assert_int_equal(fclose(f), 0);
 }
 
+/* Starts `shoal run` (argv) and returns the port its learner listens on, from the line
+ * `shoal run` prints once the learner is up. */
+static inline int fu_run_start(wf_proc *p, char *const argv[]) {
+  fu_start(p, argv);
+  const char *key = "learner on 127.0.0.1:";
+  char *out = wf_wait_text(p->out, key, 60);
+  int port = atoi(strstr(out, key) + strlen(key));
+  free(out);
+  return port;
+}
+
 /* Records run in cfg's store (`shoal init`), as a deployment does before starting
  * the learner. */
 static inline void fu_init(const char *cfg, const char *run) {

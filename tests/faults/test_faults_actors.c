@@ -76,10 +76,7 @@ static void test_run_kills(void **state) {
                   NULL};
   wf_proc p;
   double t0 = shoal_now_s();
-  fu_start(&p, argv);
-  char *out = wf_wait_text(p.out, "learner on 127.0.0.1:", 60);
-  int port = atoi(strstr(out, "learner on 127.0.0.1:") + strlen("learner on 127.0.0.1:"));
-  free(out);
+  int port = fu_run_start(&p, argv);
   shoal_rng rng;
   shoal_rng_seed(&rng, (uint64_t)time(NULL));
   int kills = 0, status_rc = -1;
@@ -124,7 +121,7 @@ static void test_run_kills(void **state) {
       t_status = shoal_now_s();
     }
   }
-  out = wf_slurp(p.out, NULL);
+  char *out = wf_slurp(p.out, NULL);
   double wall = shoal_now_s() - t0;
   const char *sum = strstr(out, "restarts: learner ");
   assert_non_null(sum);
@@ -278,10 +275,7 @@ static void run_learner_kill(const char *uri, const char *label) {
                   "--no-tensorboard",
                   NULL};
   wf_proc p;
-  fu_start(&p, argv);
-  char *out = wf_wait_text(p.out, "learner on 127.0.0.1:", 60);
-  int port = atoi(strstr(out, "learner on 127.0.0.1:") + strlen("learner on 127.0.0.1:"));
-  free(out);
+  int port = fu_run_start(&p, argv);
   /* The replay full and a priority checkpoint or two written. */
   char *before = NULL;
   for (double t0 = shoal_now_s(); shoal_now_s() - t0 < 90;) {
@@ -298,7 +292,7 @@ static void run_learner_kill(const char *uri, const char *label) {
   assert_true(victim > 0);
   double t_kill = shoal_now_s();
   kill(victim, SIGKILL);
-  out = wf_wait_text(p.out, "learner restarted on", 60);
+  char *out = wf_wait_text(p.out, "learner restarted on", 60);
   double t_back = shoal_now_s() - t_kill;
   const char *r = strstr(out, "replay rebuilt from the log:");
   assert_non_null(r);

@@ -111,10 +111,7 @@ static void test_file_full_ro(void **state) {
                   "--no-tensorboard",
                   NULL};
   wf_proc p;
-  fu_start(&p, argv);
-  char *out = wf_wait_text(p.out, "learner on 127.0.0.1:", 60);
-  int port = atoi(strstr(out, "learner on 127.0.0.1:") + strlen("learner on 127.0.0.1:"));
-  free(out);
+  int port = fu_run_start(&p, argv);
   char *st = wait_status(port, healthy_after, 1, 30);
   free(st);
 
@@ -163,7 +160,7 @@ static void test_file_full_ro(void **state) {
   const char *sv = strstr(eo, "snapshot v");
   assert_non_null(sv);
   double stored = atof(sv + strlen("snapshot v"));
-  out = wf_slurp(p.out, NULL);
+  char *out = wf_slurp(p.out, NULL);
   printf("FAULTS store_full errors=%.0f seen_after_s=%.2f recovery_s=%.2f training_on=yes\n",
          errors_full, t_seen - t_full, rec_full);
   printf(
