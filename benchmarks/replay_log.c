@@ -21,6 +21,10 @@
  *   sample_memory_limit.atari  prioritized sampling (b32, n-step 3, frame stack 4) of
  *                   Atari-sized transitions from a replay with memory_limit at a quarter
  *                   of its columns vs all in memory. transitions/s; goal >= 0.5.
+ *   mongodb.*       the segment write and the restore against a MongoDB server:
+ *                   $SHOAL_TEST_MONGO_URI, else the tests' stand-in (tests/mongo_standin,
+ *                   started here). baseline=none: the stand-in is Python, one command at a
+ *                   time, and says nothing about MongoDB's speed.
  * Scenarios: cartpole (obs 4 x f32, batches of 32 envs x 64 steps), atari (obs one
  * 84x84 u8 frame, batches of 2 envs x 32 steps).
  *
@@ -311,17 +315,26 @@ typedef struct read_ctx {
   size_t bytes;
 } read_ctx;
 
+static void bench_restore_at(const char *base_uri, int mongo);
+
 static void bench_restore(void) {
+  char uri[400];
+  snprintf(uri, sizeof uri, "file://%s/store?sync=never", g_dir);
+  bench_restore_at(uri, 0);
+}
+
+static void bench_restore_at(const char *base_uri, int mongo) {
   printf("\n%-10s %12s %14s %16s %7s %10s\n", "restore", "transitions", "restore (t/s)",
          "raw read (t/s)", "ratio", "stored MB");
   for (int sc = 0; sc < SC_COUNT; sc++) {
-    int64_t want = quick ? sc_restore[sc] / 10 : sc_restore[sc];
+    /* The stand-in holds everything in Python objects: a tenth of the transitions. */
+    int64_t want = quick || mongo ? sc_restore[sc] / 10 : sc_restore[sc];
     shoal_error err = {0};
     store *st;
     store_writer *wr;
-    char uri[400], run[64];
-    snprintf(uri, sizeof uri, "file://%s/store?sync=never", g_dir);
-    snprintf(run, sizeof run, "restore-%s", sc_name[sc]);
+    char uri[1200], run[64];
+    snprintf(uri, sizeof uri, "%s", base_uri);
+    snprintf(run, sizeof run, "restore-%s-%d", sc_name[sc], (int)getpid());
     if (store_open(&st, uri, &err) || store_run_create(st, run, NULL, 1, &err) ||
         store_writer_create(&wr, st, &(store_writer_opts){.max_pending_bytes = (size_t)1 << 30},
                             &err))
@@ -382,11 +395,19 @@ static void bench_restore(void) {
     replay_stats rs;
     replay_get_stats(rc.r, &rs);
     double v = (double)rs.held / t_restore, base = (double)rs.held / t_read;
-    printf("%-10s %12lld %14.0f %16.0f %7.3f %10.1f\n", sc_name[sc], (long long)rs.held, v, base,
-           v / base, (double)bytes / 1048576.0);
+    if (mongo)
+      printf("%-10s %12lld %14.0f %16s %7s %10.1f\n", sc_name[sc], (long long)rs.held, v, "-", "-",
+             (double)bytes / 1048576.0);
+    else
+      printf("%-10s %12lld %14.0f %16.0f %7.3f %10.1f\n", sc_name[sc], (long long)rs.held, v, base,
+             v / base, (double)bytes / 1048576.0);
     char nm[64];
-    snprintf(nm, sizeof nm, "restore.%s", sc_name[sc]);
-    bench_line(nm, v, "transitions/s", base);
+    snprintf(nm, sizeof nm, "%srestore.%s", mongo ? "mongodb." : "", sc_name[sc]);
+    if (mongo)
+      printf("BENCH name=replay_log.%s value=%.1f unit=transitions/s baseline=none ratio=none\n",
+             nm, v);
+    else
+      bench_line(nm, v, "transitions/s", base);
     replay_destroy(rc.r);
     store_close(st);
   }
@@ -476,6 +497,45 @@ static void bench_memory_limit(void) {
   replay_destroy(spill);
 }
 
+/* The MongoDB rows: a server named by $SHOAL_TEST_MONGO_URI, else the stand-in started
+ * here (0 when neither can be had: the rows are skipped, and say so). */
+static void bench_mongodb(void) {
+  const char *given = getenv("SHOAL_TEST_MONGO_URI"), *src = getenv("SHOAL_SOURCE_DIR");
+  char uri[1200], cmd[2000], portf[400];
+  int standin = !(given && given[0]);
+  if (!standin) {
+    snprintf(uri, sizeof uri, "%s", given);
+  } else {
+    snprintf(portf, sizeof portf, "%s/standin.port", g_dir);
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 %s/tests/mongo_standin/standin.py --port 0 --replset shoal "
+             "--port-file %s "
+             "--pid-file %s/standin.pid --parent-pid %d --background --log %s/standin.log",
+             src ? src : ".", portf, g_dir, (int)getpid(), g_dir);
+    FILE *pf = NULL;
+    if (system(cmd) != 0 || !(pf = fopen(portf, "r"))) {
+      printf(
+          "\nmongodb: no server (SHOAL_TEST_MONGO_URI unset, the stand-in did not start): "
+          "skipped\n");
+      return;
+    }
+    int port = 0;
+    if (fscanf(pf, "%d", &port) != 1) port = 0;
+    fclose(pf);
+    snprintf(uri, sizeof uri, "mongodb://127.0.0.1:%d/shoal_bench_rlog?replicaSet=shoal", port);
+  }
+  printf("\nMongoDB (%s): the same restore; no baseline%s\n",
+         standin ? "the tests' stand-in server, NOT MongoDB" : "SHOAL_TEST_MONGO_URI",
+         standin ? ": the stand-in is Python, one command at a time, and its speed says nothing "
+                   "of MongoDB's"
+                 : "");
+  bench_restore_at(uri, 1);
+  if (standin) {
+    snprintf(cmd, sizeof cmd, "kill $(cat %s/standin.pid) 2>/dev/null", g_dir);
+    if (system(cmd)) fprintf(stderr, "bench_replay_log: could not stop the stand-in\n");
+  }
+}
+
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -487,6 +547,7 @@ int main(int argc, char **argv) {
   bench_segment_write();
   bench_restore();
   bench_memory_limit();
+  bench_mongodb();
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
   if (system(cmd)) fprintf(stderr, "bench_replay_log: could not remove %s\n", g_dir);

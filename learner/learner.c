@@ -1251,7 +1251,7 @@ int main(int argc, char **argv) {
   log_checkpoint(&L);
   /* The open segment and the checkpoint to the writer; then the writer's flush below. */
   rlog_stats ls = {0};
-  int lrc = rlog_close(L.log, 30.0, &ls);
+  int lrc = rlog_close(L.log, 10.0, &ls); /* compression only: the writer's flush follows */
   L.log = NULL;
   store_writer_run_status(L.wr, run,
                           !strcmp(reason, "signal") ? STORE_RUN_STOPPED : STORE_RUN_FINISHED);
