@@ -92,9 +92,9 @@ typedef struct learner {
    * replay's and an item's log number is its replay seq + item_offset. */
   pthread_mutex_t log_mu;
   int64_t item_offset;
-  uint64_t log_seq_lo; /* replay seqs below this one have no log number (a gap) */
-  uint64_t log_errors;
-  rlog_restore_info restored; /* what --resume rebuilt from the log */
+  uint64_t log_seq_lo;             /* replay seqs below this one have no log number (a gap) */
+  atomic_uint_fast64_t log_errors; /* failed appends, first one printed */
+  rlog_restore_info restored;      /* what --resume rebuilt from the log */
   /* The follower's rows as log records (its thread only, under log_mu). */
   unsigned char *fol_buf;
   size_t fol_cap;
@@ -335,7 +335,7 @@ static int insert_batch(learner *L, int a, uint64_t incarnation, uint64_t seq, u
                       .items = n};
     for (int c = 0; c < NCOLS; c++) rec.cols[c] = cols[c];
     shoal_error le = {0};
-    if (rlog_append_batch(L->log, &rec, &le) && L->log_errors++ == 0)
+    if (rlog_append_batch(L->log, &rec, &le) && atomic_fetch_add(&L->log_errors, 1) == 0)
       fprintf(stderr, "shoal-learner: replay log: %s (counted; training goes on)\n", le.msg);
   }
   if (L->log) pthread_mutex_unlock(&L->log_mu);
@@ -557,7 +557,7 @@ static void log_checkpoint(learner *L) {
   float *p = malloc((size_t)(hi - lo) * sizeof *p);
   if (!p || replay_priorities_get(L->mem, lo, (int64_t)(hi - lo), p, &err) ||
       rlog_append_priorities(L->log, (uint64_t)((int64_t)lo + off), hi - lo, p, &err)) {
-    if (L->log_errors++ == 0)
+    if (atomic_fetch_add(&L->log_errors, 1) == 0)
       fprintf(stderr, "shoal-learner: replay log: priority checkpoint: %s\n",
               p ? err.msg : "out of memory");
   }
@@ -717,7 +717,7 @@ static int follow_insert(void *user, int stream, const replay_steps *st, shoal_e
     const void *cols[NCOLS] = {obs, act, rew, term, trunc, prio, env, tail};
     for (int c = 0; c < NCOLS; c++) rec.cols[c] = cols[c];
     shoal_error le = {0};
-    if (rlog_append_batch(L->log, &rec, &le) && L->log_errors++ == 0)
+    if (rlog_append_batch(L->log, &rec, &le) && atomic_fetch_add(&L->log_errors, 1) == 0)
       fprintf(stderr, "shoal-learner: replay log: %s (counted; training goes on)\n", le.msg);
     if (L->fol_reset) L->fol_reset[e] = 0;
   }
