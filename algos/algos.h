@@ -406,6 +406,16 @@ void impala_loss(int N, int A, const int32_t *action, const float *vs, const flo
 /* The keys of an IMPALA or PPO run (algo: impala or ppo; the env, run and actor keys
  * as the Ape-X schema names them, plus ac.*, impala.*, ppo.*, train.*). Static. */
 const cfg_key *onpolicy_schema(int *n);
+
+/* Which schema a run's config text takes: the value of its top-level `algo:` key (or the
+ * last `--set algo=...` of sets, which wins). Returns true for impala and ppo (the
+ * on-policy schema), false for apex or no key (the Ape-X schema). Any other value also
+ * gives true, so that the on-policy schema's check names the bad value. Can't fail. */
+bool algo_yaml_is_onpolicy(const char *yaml, const char *const *sets, int nsets);
+
+/* The `algo` value the same way into name (cap bytes; "" when there is none). Returns
+ * true when it is one shoal has (apex, impala, ppo) or there is none. Can't fail. */
+bool algo_yaml_known(const char *yaml, const char *const *sets, int nsets, char *name, size_t cap);
 /* Checks the choice keys (algo, ac.torso, impala.optim, learner.device). */
 int onpolicy_check(const config *cfg, shoal_error *err);
 /* The parts of a resolved config, for observations of shape obs_shape (ndim 1..3) and

@@ -7,6 +7,7 @@
 #include "algos/algos.h"
 
 static const cfg_key apex_keys[] = {
+    {"algo", CFG_STRING, "apex", 0, -1, "apex (IMPALA and PPO configs say impala or ppo)"},
     /* run */
     {"run.name", CFG_STRING, "", 0, -1, "run id; empty: <config name>-<time>"},
     {"run.seed", CFG_INT, "1", 0, 1e15, "seed of networks, envs and exploration"},
@@ -98,6 +99,8 @@ int apex_check(const config *cfg, shoal_error *err) {
   if (!rc) rc = config_check_choice(cfg, "learner.device", devices, 3, err);
   static const char *const sources[] = {"actors", "store", "mixed"};
   if (!rc) rc = config_check_choice(cfg, "replay.source", sources, 3, err);
+  static const char *const apex_algo[] = {"apex"};
+  if (!rc) rc = config_check_choice(cfg, "algo", apex_algo, 1, err);
   static const char *const formats[] = {"experience", "log"};
   if (!rc) rc = config_check_choice(cfg, "replay.store_format", formats, 2, err);
   return rc;

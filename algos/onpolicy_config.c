@@ -5,6 +5,49 @@
 
 #include "algos/algos.h"
 
+/* The value of `algo` in s (after "algo:" or "algo="), unquoted, into out. */
+static void algo_value(const char *s, char *out, size_t cap) {
+  while (*s == ' ' || *s == '\t') s++;
+  char q = (*s == '"' || *s == '\'') ? *s++ : 0;
+  size_t n = 0;
+  while (*s && *s != '\n' && *s != '\r' && *s != '#' && (q ? *s != q : (*s != ' ' && *s != '\t')) &&
+         n + 1 < cap)
+    out[n++] = *s++;
+  out[n] = 0;
+}
+
+/* The last `algo` value of yaml and sets into v; whether there was one. */
+static bool algo_of(const char *yaml, const char *const *sets, int nsets, char *v, size_t cap) {
+  bool have = false;
+  v[0] = 0;
+  for (const char *l = yaml; l && *l;) {
+    if (!strncmp(l, "algo:", 5)) {
+      algo_value(l + 5, v, cap);
+      have = true;
+    }
+    l = strchr(l, '\n');
+    if (l) l++;
+  }
+  for (int i = 0; i < nsets; i++)
+    if (!strncmp(sets[i], "algo=", 5)) {
+      algo_value(sets[i] + 5, v, cap);
+      have = true;
+    }
+  return have;
+}
+
+bool algo_yaml_is_onpolicy(const char *yaml, const char *const *sets, int nsets) {
+  char v[32];
+  return algo_of(yaml, sets, nsets, v, sizeof v) && strcmp(v, "apex") != 0;
+}
+
+bool algo_yaml_known(const char *yaml, const char *const *sets, int nsets, char *name, size_t cap) {
+  char v[32];
+  bool have = algo_of(yaml, sets, nsets, v, sizeof v);
+  if (cap) snprintf(name, cap, "%s", have ? v : "");
+  return !have || !strcmp(v, "apex") || !strcmp(v, "impala") || !strcmp(v, "ppo");
+}
+
 static const cfg_key onpolicy_keys[] = {
     {"algo", CFG_STRING, "ppo", 0, -1, "impala or ppo"},
     /* run */

@@ -100,14 +100,7 @@ static void human(char *buf, size_t cap, double v) {
 /* See cli/commands.h: the schemas differ, so `algo:` decides which one loads the file,
  * and which learner and actor programs run. */
 bool shoal_yaml_is_onpolicy(const char *text, const char *const *sets, int nsets) {
-  for (int i = 0; i < nsets; i++)
-    if (!strncmp(sets[i], "algo=", 5)) return true;
-  for (const char *p = text; p && *p;) {
-    if (!strncmp(p, "algo:", 5)) return true;
-    p = strchr(p, '\n');
-    if (p) p++;
-  }
-  return false;
+  return algo_yaml_is_onpolicy(text, sets, nsets);
 }
 
 static char *read_text(const char *path) {
@@ -324,6 +317,18 @@ static int cmd_run(int argc, char **argv) {
     onpolicy = shoal_yaml_is_onpolicy(r.config, sets, nsets);
   } else {
     onpolicy = shoal_file_is_onpolicy(cfg_file, sets, nsets);
+  }
+  {
+    /* An algorithm shoal does not have is named before either schema sees the file. */
+    char *text = resume ? NULL : read_text(cfg_file), algo[32];
+    bool known = algo_yaml_known(resume ? r.config : text, sets, nsets, algo, sizeof algo);
+    free(text);
+    if (!known) {
+      fprintf(stderr, "shoal: config: algo '%s' is not one of apex, impala, ppo (%s)\n", algo,
+              resume ? "the stored run" : cfg_file);
+      if (resume) store_run_clear(&r);
+      return 1;
+    }
   }
   const cfg_key *keys = run_schema(onpolicy, &nkeys);
   config *cfg = config_create(keys, nkeys, &err);

@@ -31,6 +31,7 @@
 #include "envs/envs.h"
 #include "learner/follow.h"
 #include "learner/live_hp.h"
+#include "learner/publish.h"
 #include "learner/replay_log.h"
 #include "replay/replay.h"
 #include "rpc/rpc.h"
@@ -490,23 +491,13 @@ static void publish(learner *L) {
   nn_model *m = dqn_model(L->q);
   size_t n;
   const float *p = nn_model_params(m, &n);
-  int nt = nn_model_tensor_count(m);
-  rpc_param_entry layout[64];
+  rpc_param_entry *layout = NULL;
   int nl = 0;
-  for (int i = 0; i < nt && nl < 64; i++) {
-    nn_tensor_info ti;
-    nn_model_tensor(m, i, &ti);
-    if (!ti.trainable) continue;
-    layout[nl].name = ti.name;
-    layout[nl].ndim = ti.ndim;
-    for (int d = 0; d < ti.ndim; d++) layout[nl].shape[d] = ti.shape[d];
-    layout[nl].offset = ti.offset;
-    layout[nl].numel = ti.numel;
-    nl++;
-  }
   shoal_error err = {0};
-  if (rpc_server_set_params(L->srv, L->version, RPC_F32, p, n * sizeof *p, layout, nl, &err))
+  if (publish_layout(m, 0, &layout, &nl, &err) ||
+      rpc_server_set_params(L->srv, L->version, RPC_F32, p, n * sizeof *p, layout, nl, &err))
     die("publishing parameters", &err);
+  free(layout);
 }
 
 static void snapshot(learner *L, int64_t env_steps, double score) {

@@ -36,6 +36,7 @@
 
 #include "learner/live_hp.h"
 #include "learner/onpolicy_common.h"
+#include "learner/publish.h"
 #include "replay/replay.h"
 #include "store/store.h"
 
@@ -246,20 +247,13 @@ static void publish(learner *L) {
   nn_model *m = op_agent_model(&L->ag);
   op_params_pack(&L->ag, &L->s, &L->norm, L->pub);
   size_t n = op_params_floats(&L->ag, &L->s);
-  int nt = nn_model_tensor_count(m);
-  rpc_param_entry layout[64];
-  int nl = 0;
   size_t np;
   nn_model_params(m, &np);
-  for (int i = 0; i < nt && nl < 62; i++) {
-    nn_tensor_info ti;
-    nn_model_tensor(m, i, &ti);
-    if (!ti.trainable) continue;
-    layout[nl] =
-        (rpc_param_entry){.name = ti.name, .ndim = ti.ndim, .offset = ti.offset, .numel = ti.numel};
-    for (int d = 0; d < ti.ndim; d++) layout[nl].shape[d] = ti.shape[d];
-    nl++;
-  }
+  rpc_param_entry *layout = NULL;
+  int nl = 0;
+  shoal_error err = {0};
+  /* The observation normaliser's two entries follow the model's tensors. */
+  if (publish_layout(m, 2, &layout, &nl, &err)) die("publishing parameters", &err);
   if (L->s.norm_obs) {
     layout[nl++] = (rpc_param_entry){.name = "obs_norm.mean_var",
                                      .ndim = 1,
@@ -269,10 +263,10 @@ static void publish(learner *L) {
     layout[nl++] = (rpc_param_entry){
         .name = "obs_norm.count", .ndim = 0, .offset = np + 2 * L->s.obs_n, .numel = 1};
   }
-  shoal_error err = {0};
   if (rpc_server_set_params(L->srv, atomic_load(&L->version), RPC_F32, L->pub, n * sizeof(float),
                             layout, nl, &err))
     die("publishing parameters", &err);
+  free(layout);
 }
 
 static void snapshot(learner *L, int64_t env_steps, double score) {

@@ -284,16 +284,9 @@ void shoal_c_policy_destroy(shoal_c_policy *p) {
   free(p);
 }
 
-/* A run is on-policy when its config has a top-level `algo:` key (the rule `shoal run`
- * applies: Ape-X configs have none). */
-static bool yaml_is_onpolicy(const char *yaml) {
-  for (const char *l = yaml; l && *l;) {
-    if (!strncmp(l, "algo:", 5)) return true;
-    l = strchr(l, '\n');
-    if (l) l++;
-  }
-  return false;
-}
+/* A run is on-policy when its config's `algo:` says impala or ppo (the rule `shoal run`
+ * applies: algos/algos.h). */
+static bool yaml_is_onpolicy(const char *yaml) { return algo_yaml_is_onpolicy(yaml, NULL, 0); }
 
 static void info_meta(shoal_c_policy *p, const store_snapshot_meta *meta) {
   p->info.version = meta ? meta->version : -1;

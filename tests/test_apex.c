@@ -219,6 +219,13 @@ static void test_config_errors_are_clear(void **state) {
   expect_config_error("bad value", a5, "'lots' is not a number");
   char *a6[] = {wf_shoal, "eval", "no-such-run", "--store", store_set + 10, NULL};
   expect_config_error("missing run", a6, "no-such-run");
+  /* `algo: apex` is an Ape-X config (its dqn.* keys are checked, not refused as unknown);
+   * an algorithm shoal does not have is named. */
+  char *a7[] = {wf_shoal,    "run",   config_path,      "--set",
+                "algo=apex", "--set", "dqn.gamma=lots", NULL};
+  expect_config_error("algo apex", a7, "'lots' is not a number");
+  char *a8[] = {wf_shoal, "run", config_path, "--set", "algo=sac", NULL};
+  expect_config_error("unknown algo", a8, "sac");
 }
 
 int main(int argc, char **argv) {
