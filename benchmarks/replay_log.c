@@ -173,23 +173,15 @@ static void bench_line(const char *name, double v, const char *unit, double base
 }
 
 /* Runs cmd (a shell command line) and returns the number that follows key in its
- * output, or -1. */
-static double run_and_find(const char *cmd, const char *key, const char *after) {
+ * output (the last line that has it), or -1. */
+static double run_and_find(const char *cmd, const char *key) {
   FILE *p = popen(cmd, "r");
   if (!p) return -1;
   char line[4096];
   double v = -1;
   while (fgets(line, sizeof line, p)) {
     const char *k = strstr(line, key);
-    if (!k) continue;
-    if (after) {
-      const char *a = strstr(k, after);
-      if (!a) continue;
-      k = a + strlen(after);
-    } else {
-      k += strlen(key);
-    }
-    v = atof(k);
+    if (k) v = atof(k + strlen(key));
   }
   pclose(p);
   return v;
@@ -203,7 +195,7 @@ static double ceiling(const char *bindir, const char *sc, int log) {
            "SHOAL_INGEST_LOG=%d SHOAL_INGEST_ONLY=%s SHOAL_INGEST_N=2 %s/benchmarks/ingest 2>&1",
            log, sc, bindir);
   snprintf(key, sizeof key, "| %s | 2 | ", sc);
-  return run_and_find(cmd, key, NULL);
+  return run_and_find(cmd, key);
 }
 
 /* The real thing: `shoal run` (shoal-learner training Ape-X on CartPole with 2
@@ -311,18 +303,6 @@ static int restore_one(void *ctx, const rlog_batch *b, shoal_error *err) {
   return insert(c->r, c->sc, (int)b->actor * sc_envs[c->sc], b->cols, (int)b->rows, err);
 }
 
-typedef struct read_ctx {
-  size_t bytes;
-} read_ctx;
-
-static void bench_restore_at(const char *base_uri, int mongo);
-
-static void bench_restore(void) {
-  char uri[400];
-  snprintf(uri, sizeof uri, "file://%s/store?sync=never", g_dir);
-  bench_restore_at(uri, 0);
-}
-
 static void bench_restore_at(const char *base_uri, int mongo) {
   printf("\n%-10s %12s %14s %16s %7s %10s\n", "restore", "transitions", "restore (t/s)",
          "raw read (t/s)", "ratio", "stored MB");
@@ -417,6 +397,12 @@ static void bench_restore_at(const char *base_uri, int mongo) {
  * Atari-sized (84x84 u8 frames, frame_stack 4, n-step 3), PER, batch 32. The cold
  * three quarters are read back from the spill file through the page cache (this machine
  * has the RAM to keep it cached; from disk it would be slower). */
+static void bench_restore(void) {
+  char uri[400];
+  snprintf(uri, sizeof uri, "file://%s/store?sync=never", g_dir);
+  bench_restore_at(uri, 0);
+}
+
 static replay *atari_mem(int64_t cap, size_t limit) {
   replay_config rc = {.kind = REPLAY_PRIORITIZED,
                       .capacity = cap,
@@ -541,8 +527,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
   snprintf(g_dir, sizeof g_dir, "/tmp/shoal-bench-rlog-XXXXXX");
   if (!mkdtemp(g_dir)) die("mkdtemp", NULL);
-  printf("replay log benchmark (file store in %s; 2 inserting threads; this machine: %ld cores)\n",
-         g_dir, sysconf(_SC_NPROCESSORS_ONLN));
+  printf("replay log benchmark (file store in %s; this machine: %ld cores)\n", g_dir,
+         sysconf(_SC_NPROCESSORS_ONLN));
   bench_ingest();
   bench_segment_write();
   bench_restore();

@@ -72,7 +72,7 @@ typedef struct sealed {
 
 /* Segments this log wrote, for retention. */
 typedef struct seg_ref {
-  uint64_t seq, first_item, items;
+  uint64_t seq, first_item;
   int ckpt;
 } seg_ref;
 
@@ -156,7 +156,7 @@ static void seal_locked(rlog *l) {
   pthread_cond_signal(&l->cv);
 }
 
-static int remember(rlog *l, uint64_t seq, uint64_t first_item, uint64_t items, int ckpt) {
+static int remember(rlog *l, uint64_t seq, uint64_t first_item, int ckpt) {
   if (l->nrefs == l->refs_cap) {
     size_t c = l->refs_cap ? 2 * l->refs_cap : 64;
     seg_ref *r = realloc(l->refs, c * sizeof *r);
@@ -164,7 +164,7 @@ static int remember(rlog *l, uint64_t seq, uint64_t first_item, uint64_t items, 
     l->refs = r;
     l->refs_cap = c;
   }
-  l->refs[l->nrefs++] = (seg_ref){seq, first_item, items, ckpt};
+  l->refs[l->nrefs++] = (seg_ref){seq, first_item, ckpt};
   return 0;
 }
 
@@ -252,7 +252,7 @@ static void *log_thread(void *arg) {
         l->st.segments_sealed++;
         l->st.bytes_raw += s->len;
         l->st.bytes_stored += len;
-        remember(l, s->seq, s->first_item, s->items, (s->flags & RLOG_SEG_PRIORITIES) != 0);
+        remember(l, s->seq, s->first_item, (s->flags & RLOG_SEG_PRIORITIES) != 0);
         if (s->flags & RLOG_SEG_PRIORITIES) l->ckpt_seq = s->seq;
         /* A cut that found segments not yet written is tried again. */
         if (l->trim_pending) l->retain_dirty = 1;
