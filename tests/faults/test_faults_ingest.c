@@ -244,8 +244,12 @@ static void learner_kill(const char *uri) {
   fault_log *lg[MAX_ACTORS];
   for (int a = 0; a < actors; a++)
     fu_pusher_start(&ps[a].p, port, RUN, a, 0, 100, ps[a].log, sizeof ps[a].log);
-  sleep_s(0.2);
-  for (int a = 0; a < actors; a++) assert_non_null(lg[a] = fu_log_map(ps[a].log));
+  /* Each pusher makes its log as it starts (later under a loaded sanitizer build). */
+  for (int a = 0; a < actors; a++) {
+    double t0 = shoal_now_s();
+    while (!(lg[a] = fu_log_map(ps[a].log)) && shoal_now_s() - t0 < 20) sleep_s(0.02);
+    assert_non_null(lg[a]);
+  }
   shoal_rng rng;
   shoal_rng_seed(&rng, (uint64_t)time(NULL) ^ 0x5eed);
 
