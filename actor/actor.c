@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "actor/collect.h"
-#include "algos/algos.h"
+#include "run/run.h"
 #include "config/config.h"
 #include "envs/envs.h"
 #include "rpc/rpc.h"

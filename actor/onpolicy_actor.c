@@ -1,7 +1,7 @@
 /*
  * shoal-onpolicy-actor: one IMPALA / PPO (APPO) actor. Steps a vector env of
  * env.num_envs copies with its local copy of the actor-critic policy, and every T
- * steps pushes one unroll per copy (learner/onpolicy_common.h names the columns) with
+ * steps pushes one unroll per copy (run/run.h names the columns) with
  * the behaviour log-probabilities and the one policy version that acted, then pulls
  * newer parameters every actor.pull_steps unrolls. Parameters change only between
  * unrolls, so an unroll's version is exact.
@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "learner/onpolicy_common.h"
+#include "run/run.h"
 
 static volatile sig_atomic_t stop_signal = 0;
 static void on_signal(int sig) { stop_signal = sig; }
@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
   vc.options = s.env_options[0] ? s.env_options : NULL;
   if (env_vec_create(&ev, s.env_id, B, &vc, &err)) die("env", &err);
   op_agent ag;
-  if (op_agent_create(cfg, &s, B, false, NN_CPU, &ag, &err)) die("network", &err);
+  if (op_agent_from_config(cfg, &s, B, false, NN_CPU, &ag, &err)) die("network", &err);
   op_norm z = {0};
   if (s.norm_obs && op_norm_init(&z, (int)s.obs_n, &err)) die("normaliser", &err);
 

@@ -26,7 +26,6 @@
 #include <stdint.h>
 
 #include "common/shoal.h"
-#include "config/config.h"
 #include "nn/nn.h"
 
 #ifdef __cplusplus
@@ -122,19 +121,6 @@ float dqn_lr(const dqn *d);
 /* The actor side of parameter sync: copies n floats into the network's parameters
  * (n must equal the network's parameter count). */
 int dqn_load_params(dqn *d, const float *params, size_t n, shoal_error *err);
-
-/* The keys of an Ape-X run's config (configs/<name>-apex.yaml): one schema shared by
- * `shoal run`, the learner and the actors. Static; can't fail. */
-const cfg_key *apex_schema(int *n);
-
-/* Checks what the schema's types and bounds cannot: the choice keys (dqn.net: mlp or
- * minatar; learner.device: cpu, cuda or auto). SHOAL_EINVAL naming the key and value. */
-int apex_check(const config *cfg, shoal_error *err);
-
-/* The DQN of a run: dqn.* keys of an Ape-X config (see apex_schema), for observations of
- * per-sample shape (ndim 1..3: C[, H[, W]]) and num_actions actions; max_batch is left
- * at its default for the caller to set. Can't fail (the schema bounds every value). */
-dqn_config apex_dqn_config(const config *cfg, int obs_ndim, const int *obs_shape, int num_actions);
 
 /* ==== On-policy actor-critic: V-trace, GAE, IMPALA and PPO ==========================
  *
@@ -400,30 +386,6 @@ void ppo_loss(const ppo_loss_in *in, const float *out, float *dout, onpolicy_sta
 void impala_loss(int N, int A, const int32_t *action, const float *vs, const float *pg_adv,
                  float baseline_coef, float entropy_coef, const float *out, float *dout,
                  onpolicy_stats *stats);
-
-/* ---- configs of on-policy runs (configs/<name>-impala.yaml, -ppo.yaml) ---- */
-
-/* The keys of an IMPALA or PPO run (algo: impala or ppo; the env, run and actor keys
- * as the Ape-X schema names them, plus ac.*, impala.*, ppo.*, train.*). Static. */
-const cfg_key *onpolicy_schema(int *n);
-
-/* Which schema a run's config text takes: the value of its top-level `algo:` key (or the
- * last `--set algo=...` of sets, which wins). Returns true for impala and ppo (the
- * on-policy schema), false for apex or no key (the Ape-X schema). Any other value also
- * gives true, so that the on-policy schema's check names the bad value. Can't fail. */
-bool algo_yaml_is_onpolicy(const char *yaml, const char *const *sets, int nsets);
-
-/* The `algo` value the same way into name (cap bytes; "" when there is none). Returns
- * true when it is one shoal has (apex, impala, ppo) or there is none. Can't fail. */
-bool algo_yaml_known(const char *yaml, const char *const *sets, int nsets, char *name, size_t cap);
-/* Checks the choice keys (algo, ac.torso, impala.optim, learner.device). */
-int onpolicy_check(const config *cfg, shoal_error *err);
-/* The parts of a resolved config, for observations of shape obs_shape (ndim 1..3) and
- * either num_actions discrete actions or a Box of act_dim with bounds low/high. */
-ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_shape, int num_actions,
-                             int act_dim, const float *low, const float *high);
-impala_config onpolicy_impala_config(const config *cfg);
-ppo_config onpolicy_ppo_config(const config *cfg);
 
 /* ---- learner state, for an exact resume ----
  * A parameter snapshot alone restarts the optimizer. The learner state is what else a

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algos/onpolicy_train.h"
+#include "run/onpolicy_train.h"
 #include "nn/nn.h"
 
 static int shoal_run(const char *src, long steps, int seed, double *sec, double *r100,

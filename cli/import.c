@@ -30,7 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "algos/algos.h"
+#include "run/run.h"
 #include "cli/commands.h"
 #include "config/config.h"
 #include "envs/envs.h"

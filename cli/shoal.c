@@ -30,7 +30,7 @@
 #include "cli/tboard.h"
 #include "config/config.h"
 #include "envs/envs.h"
-#include "learner/onpolicy_common.h"
+#include "run/run.h"
 #include "nn/nn.h"
 #include "store/store.h"
 
@@ -605,7 +605,7 @@ static int eval_onpolicy(store *st, const config *cfg, const char *run, bool bes
   op_norm z = {0};
   op_eval *ev = NULL;
   int E = episodes < 16 ? episodes : 16, rc = 1;
-  if (op_agent_create(cfg, &s, E, false, NN_CPU, &a, &err)) {
+  if (op_agent_from_config(cfg, &s, E, false, NN_CPU, &a, &err)) {
     free(bytes);
     return fail("eval: network", &err);
   }

@@ -51,7 +51,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
-#include "algos/algos.h"
+#include "run/run.h"
 #include "cli/commands.h"
 #include "config/config.h"
 #include "store/store.h"

@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "algos/algos.h"
+#include "run/run.h"
 #include "config/config.h"
 #include "envs/envs.h"
 #include "learner/follow.h"

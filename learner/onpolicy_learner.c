@@ -1,7 +1,7 @@
 /*
  * shoal-onpolicy-learner: the distributed IMPALA and PPO (APPO) learner. Serves
  * shoal.v1.Learner over gRPC; checks every unroll batch actors push (columns in
- * learner/onpolicy_common.h) and queues its unrolls in the trajectory FIFO with the
+ * run/run.h) and queues its unrolls in the trajectory FIFO with the
  * staleness bound; a trainer loop pops time-major batches of unrolls and runs
  * impala_learn (V-trace corrects the actors' lag) or ppo_learn (APPO: the clipped ratio
  * against the behaviour log-probs, as Sample Factory runs PPO on asynchronous actors),
@@ -35,7 +35,7 @@
 #include <time.h>
 
 #include "learner/live_hp.h"
-#include "learner/onpolicy_common.h"
+#include "run/run.h"
 #include "learner/publish.h"
 #include "replay/replay.h"
 #include "store/store.h"
@@ -347,7 +347,7 @@ int main(int argc, char **argv) {
   nn_device device = strcmp(config_string(L.cfg, "learner.device"), "cuda") ? NN_CPU : NN_CUDA;
   const int episodes = (int)config_int(L.cfg, "run.eval_episodes");
   int E = episodes < 16 ? episodes : 16;
-  if (op_agent_create(L.cfg, s, s->num_envs > E ? s->num_envs : E, true, device, &L.ag, &err))
+  if (op_agent_from_config(L.cfg, s, s->num_envs > E ? s->num_envs : E, true, device, &L.ag, &err))
     die("network", &err);
   if (op_norm_init(&L.norm, (int)s->obs_n, &err)) die("normaliser", &err);
   if (!(L.pub = malloc(op_params_floats(&L.ag, s) * sizeof(float)))) {

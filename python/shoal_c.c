@@ -22,7 +22,7 @@
 #include "nn/nn.h"
 #include "store/store.h"
 #ifdef SHOAL_C_ONPOLICY
-#include "learner/onpolicy_common.h"
+#include "run/run.h"
 #endif
 
 /* The largest batch one network call takes; larger ones run in chunks, so the policy's
@@ -297,7 +297,7 @@ static void info_meta(shoal_c_policy *p, const store_snapshot_meta *meta) {
 
 #ifdef SHOAL_C_ONPOLICY
 /* IMPALA / PPO: the actor-critic built as shoal-onpolicy-actor and `shoal eval` build
- * it (learner/onpolicy_common.c), the snapshot's parameters and observation
+ * it (algos/agent.c), the snapshot's parameters and observation
  * normaliser loaded (its learner state skipped). */
 static int policy_build_onpolicy(shoal_c_policy **out, const char *yaml, const char *origin,
                                  const uint8_t *bytes, size_t len,
@@ -323,7 +323,7 @@ static int policy_build_onpolicy(shoal_c_policy **out, const char *yaml, const c
                              "state the Python policy does not carry; evaluate it with `shoal "
                              "eval`",
                              p->s.lstm))) ||
-      (rc = op_agent_create(cfg, &p->s, POLICY_CHUNK, false, NN_CPU, &p->a, &err)) ||
+      (rc = op_agent_from_config(cfg, &p->s, POLICY_CHUNK, false, NN_CPU, &p->a, &err)) ||
       (p->s.norm_obs && (rc = op_norm_init(&p->z, (int)p->s.obs_n, &err))) ||
       (rc = op_snapshot_decode(&p->a, &p->s, p->s.norm_obs ? &p->z : NULL, bytes, len, &err))) {
     config_destroy(cfg);

@@ -36,7 +36,7 @@
 #include "nn/nn.h"
 #include "store/store.h"
 #ifdef PYTHON_REF_ONPOLICY
-#include "learner/onpolicy_common.h"
+#include "run/run.h"
 #endif
 
 static int die(const char *what, const shoal_error *err) {
@@ -221,7 +221,7 @@ static int opmkrun(int argc, char **argv) {
   if (store_run_create(st, argv[1], yaml, STORE_RUN_FINISHED, &err)) return die("run", &err);
   for (int k = 0; k < 2; k++) {
     op_agent a;
-    if (op_agent_create(cfg, &s, 16, true, NN_CPU, &a, &err)) return die("agent", &err);
+    if (op_agent_from_config(cfg, &s, 16, true, NN_CPU, &a, &err)) return die("agent", &err);
     shoal_rng rng;
     shoal_rng_seed(&rng, 77 + (uint64_t)k);
     /* Weights away from the init (whose policy head is near uniform), so actions differ
@@ -279,7 +279,7 @@ static int opact(int argc, char **argv) {
   size_t len;
   if (store_snapshot_get(st, run, version, NULL, &bytes, &len, &err)) return die("snap", &err);
   op_agent a;
-  if (op_agent_create(cfg, &s, B < 256 ? B : 256, false, NN_CPU, &a, &err))
+  if (op_agent_from_config(cfg, &s, B < 256 ? B : 256, false, NN_CPU, &a, &err))
     return die("agent", &err);
   op_norm z = {0};
   if (s.norm_obs && op_norm_init(&z, (int)s.obs_n, &err)) return die("norm", &err);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algos/algos.h"
+#include "run/run.h"
 
 static dqn_config small(int obs, int A, bool dueling) {
   dqn_config c = dqn_defaults();

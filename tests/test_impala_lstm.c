@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "algos/algos.h"
-#include "algos/onpolicy_train.h"
+#include "run/onpolicy_train.h"
 
 static bool g_slow;
 

@@ -28,7 +28,7 @@
 
 #include <cmocka.h>
 
-#include "algos/algos.h"
+#include "run/run.h"
 #include "config/config.h"
 #include "data/data.h"
 #include "envs/envs.h"

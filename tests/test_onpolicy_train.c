@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algos/onpolicy_train.h"
+#include "run/onpolicy_train.h"
 
 static config *load(const char *name, shoal_error *err) {
   int n;

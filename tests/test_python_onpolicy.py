@@ -6,7 +6,7 @@ LSTM core is refused with an error that names it (the policy carries no state).
 
 References: tests/python_ref.c (SHOAL_REF) `opmkrun` writes runs with learner snapshots
 (parameters, normaliser, optimizer state) into a file store, and `opact` acts with
-learner/onpolicy_common.c's op_agent_act as the actor does."""
+algos/agent.c's op_agent_act as the actor does."""
 
 import os
 import shutil

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algos/algos.h"
+#include "run/run.h"
 #include "config/config.h"
 #include "tests/fuzz/fuzz.h"
 

@@ -1,5 +1,5 @@
 /*
- * algos/onpolicy_train.h — a synchronous, single-process training loop for PPO and
+ * run/onpolicy_train.h — a synchronous, single-process training loop for PPO and
  * IMPALA: one env_vec of B copies, T steps of act() per rollout, one learn() per
  * rollout (PPO: its epochs of minibatches; IMPALA: one V-trace update over the B
  * unrolls), periodic evaluation of the policy on separate envs. It is the exact
@@ -11,12 +11,12 @@
  *   onpolicy_train_result res;
  *   onpolicy_train_sync(&tc, &res, &err);
  */
-#ifndef SHOAL_ALGOS_ONPOLICY_TRAIN_H
-#define SHOAL_ALGOS_ONPOLICY_TRAIN_H
+#ifndef SHOAL_RUN_ONPOLICY_TRAIN_H
+#define SHOAL_RUN_ONPOLICY_TRAIN_H
 
 #include <stdio.h>
 
-#include "algos/algos.h"
+#include "run/run.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
-/* tests/test_onpolicy_common.c — the parts the distributed IMPALA / PPO programs share
- * (learner/onpolicy_common.h): the run's shape from a config, the unroll columns, the
+/* tests/test_agent.c — the parts the distributed IMPALA / PPO programs share
+ * (algos/agent.h, run/run.h): the run's shape from a config, the unroll columns, the
  * observation normaliser against Gymnasium's RunningMeanStd (two-pass moments), the
  * published parameter blob and snapshots with the normaliser's trailer (round trips,
  * damage named, a run that needs statistics refusing a snapshot without them), and a
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learner/onpolicy_common.h"
+#include "run/run.h"
 
 static config *make_cfg(const char *yaml) {
   int n;
@@ -101,8 +101,8 @@ static void test_params_and_snapshots(void **state) {
   assert_int_equal(op_spec_from_config(c, &s, &err), 0);
   assert_int_equal(s.D, 1);
   op_agent a, b;
-  assert_int_equal(op_agent_create(c, &s, 4, true, NN_CPU, &a, &err), 0);
-  assert_int_equal(op_agent_create(c, &s, 4, false, NN_CPU, &b, &err), 0);
+  assert_int_equal(op_agent_from_config(c, &s, 4, true, NN_CPU, &a, &err), 0);
+  assert_int_equal(op_agent_from_config(c, &s, 4, false, NN_CPU, &b, &err), 0);
   size_t np;
   float *pa = nn_model_params(op_agent_model(&a), &np);
   for (size_t i = 0; i < np; i++) pa[i] = 0.001f * (float)(i % 97);
@@ -128,7 +128,7 @@ static void test_params_and_snapshots(void **state) {
   size_t len;
   assert_int_equal(op_snapshot_encode(&a, &s, &za, &buf, &len, &err), 0);
   op_agent_destroy(&b);
-  assert_int_equal(op_agent_create(c, &s, 4, false, NN_CPU, &b, &err), 0);
+  assert_int_equal(op_agent_from_config(c, &s, 4, false, NN_CPU, &b, &err), 0);
   op_norm zc;
   assert_int_equal(op_norm_init(&zc, (int)s.obs_n, NULL), 0);
   assert_int_equal(op_snapshot_decode(&b, &s, &zc, buf, len, &err), 0);
@@ -141,7 +141,7 @@ static void test_params_and_snapshots(void **state) {
    * an actor's agent cannot resume; a snapshot without the state (an actor's, or an
    * older learner's) resumes with restored false. */
   op_agent r;
-  assert_int_equal(op_agent_create(c, &s, 4, true, NN_CPU, &r, &err), 0);
+  assert_int_equal(op_agent_from_config(c, &s, 4, true, NN_CPU, &r, &err), 0);
   bool restored = false;
   assert_int_equal(op_snapshot_resume(&r, &s, &zc, buf, len, &restored, &err), 0);
   assert_true(restored);
@@ -196,7 +196,7 @@ static void test_eval_greedy(void **state) {
   shoal_error err = {0};
   assert_int_equal(op_spec_from_config(c, &s, &err), 0);
   op_agent a;
-  assert_int_equal(op_agent_create(c, &s, 16, false, NN_CPU, &a, &err), 0);
+  assert_int_equal(op_agent_from_config(c, &s, 16, false, NN_CPU, &a, &err), 0);
   op_eval *e = op_eval_create(&s, 10, &err);
   assert_non_null(e);
   double m, sd, lo, hi;
@@ -256,7 +256,7 @@ static void test_lstm_columns_and_eval(void **state) {
   assert_int_equal(rpc_spec_check(&rs, &err), 0);
 
   op_agent a;
-  assert_int_equal(op_agent_create(c, &s, 16, false, NN_CPU, &a, &err), 0);
+  assert_int_equal(op_agent_from_config(c, &s, 16, false, NN_CPU, &a, &err), 0);
   assert_int_equal(a.S, 12);
   /* the stateless call is refused for a recurrent network */
   float o1[4] = {0};
@@ -294,7 +294,7 @@ static void test_lstm_columns_and_eval(void **state) {
   op_spec sf;
   assert_int_equal(op_spec_from_config(cf, &sf, &err), 0);
   op_agent af;
-  assert_int_equal(op_agent_create(cf, &sf, 16, false, NN_CPU, &af, &err), 0);
+  assert_int_equal(op_agent_from_config(cf, &sf, 16, false, NN_CPU, &af, &err), 0);
   assert_int_equal(af.S, 0);
   e = op_eval_create(&s, 2, &err);
   assert_int_equal(op_eval_run(e, &af, NULL, true, 9, &m, &sd, NULL, NULL, &err), SHOAL_ESTATE);
@@ -312,5 +312,5 @@ int main(void) {
       cmocka_unit_test(test_params_and_snapshots),  cmocka_unit_test(test_eval_greedy),
       cmocka_unit_test(test_lstm_columns_and_eval),
   };
-  return cmocka_run_group_tests_name("onpolicy_common", tests, NULL, NULL);
+  return cmocka_run_group_tests_name("agent", tests, NULL, NULL);
 }

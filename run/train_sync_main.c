@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "algos/onpolicy_train.h"
+#include "run/onpolicy_train.h"
 
 int main(int argc, char **argv) {
   shoal_error err = {0};

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "algos/algos.h"
+#include "run/run.h"
 
 /* The value of `algo` in s (after "algo:" or "algo="), unquoted, into out. */
 static void algo_value(const char *s, char *out, size_t cap) {

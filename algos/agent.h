@@ -1,45 +1,28 @@
 /*
- * learner/onpolicy_common.h — what the distributed IMPALA / PPO programs share: the
- * shape of a run (env spaces, T, algorithm) read from a resolved on-policy config, the
- * policy behind one interface, the unroll's SampleBatch columns, the observation
- * normaliser the learner owns and publishes, snapshots, and greedy evaluation. Used by
- * shoal-onpolicy-actor, shoal-onpolicy-learner and `shoal eval`.
+ * algos/agent.h — the on-policy agent both programs share, with no config and no
+ * transport: the shape of a run (op_spec: env spaces, T, algorithm), IMPALA's or PPO's
+ * policy behind one interface, the observation normaliser (Gymnasium's RunningMeanStd,
+ * written once here) the learner owns and publishes, the published blob, snapshots,
+ * and the evaluation loop. run/run.h builds an op_spec and an op_agent_config from a
+ * resolved config (op_spec_from_config, op_agent_config_from) and names the wire
+ * columns of an unroll batch.
  *
- * An unroll batch from an actor has one item per env copy (n = env.num_envs) and the
- * columns, per item:
- *   obs          (T+1, obs...)  env dtype, raw (unnormalised); row T is the bootstrap
- *   action       (T) i32, or (T, D) f32 for a Box (the sampled, unclipped action)
- *   reward       (T) f32, scaled by the actor when env.norm_reward is on
- *   terminated   (T) u8 0/1
- *   truncated    (T) u8 0/1
- *   final_obs    (T, obs...) env dtype: the episode's last observation where the step
- *                ended it (zeros elsewhere; sent LZ4-compressed)
- *   logp         (T) f32: log μ(a_t | o_t) of the behaviour policy
- *   ep_return    (T) f32: the raw return of the episode that ended at the step (0 else)
- *   core0        (2·lstm) f32, only when the run's network has an LSTM core (ac.lstm):
- *                the (h, c) that entered the core at obs row 0, as the actor held it,
- *                zero where row 0 begins an episode (onpolicy_batch.core0)
- * and the batch's policy_version: the one parameter version that acted for all T steps.
- *
- *   op_spec s;  op_spec_from_config(cfg, &s, &err);
- *   op_agent a; op_agent_create(cfg, &s, 16, false, NN_CPU, &a, &err);
- *   op_agent_act(&a, obs_f, B, &rng, false, act, env_act, logp, &err);
+ *   op_spec s;              // op_spec_from_config(cfg, &s, &err), or by hand
+ *   op_agent_config c;      // op_agent_config_from(cfg, &s, &c)
+ *   op_agent a;
+ *   op_agent_create(&s, &c, 16, false, NN_CPU, &a, &err);
+ *   op_agent_act(&a, obs_f, 16, &rng, false, act, env_act, logp, &err);
+ *   op_agent_destroy(&a);
  */
-#ifndef SHOAL_LEARNER_ONPOLICY_COMMON_H
-#define SHOAL_LEARNER_ONPOLICY_COMMON_H
+#ifndef SHOAL_ALGOS_AGENT_H
+#define SHOAL_ALGOS_AGENT_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "algos/algos.h"
-#include "config/config.h"
 #include "envs/envs.h"
-#include "rpc/rpc.h"
-
-enum { OP_OBS, OP_ACTION, OP_REWARD, OP_TERM, OP_TRUNC, OP_FINAL, OP_LOGP, OP_EPRET, OP_NCOLS };
-/* The optional column after the OP_NCOLS fixed ones (runs with an LSTM core). */
-enum { OP_CORE0 = OP_NCOLS };
 
 /* The shape of a run, from its config and its env's spaces. */
 typedef struct op_spec {
@@ -61,13 +44,10 @@ typedef struct op_spec {
   int lstm; /* ac.lstm: the LSTM core's size, 0 without one; its state is 2·lstm floats */
 } op_spec;
 
-/* Columns of the run's unroll batches: OP_NCOLS, plus core0 with an LSTM core. */
-int op_spec_ncols(const op_spec *s);
-
-/* Reads s from a resolved, checked config (onpolicy_schema + onpolicy_check), making
- * one env to learn its spaces. SHOAL_ENOENT for an unknown env, SHOAL_EINVAL for
- * spaces the actor-critic cannot take (4-d observations, > AC_MAX_ACT_DIM dims). */
-int op_spec_from_config(const config *cfg, op_spec *s, shoal_error *err);
+/* Fills s's spaces (obs_*, A or D and the bounds) from an env's; the other fields are
+ * the caller's, s->impala and s->env_id read. SHOAL_EINVAL for spaces the actor-critic
+ * cannot take (4-d observations, IMPALA with a Box, > AC_MAX_ACT_DIM dims). */
+int op_spec_set_env(op_spec *s, const env_spec *sp, shoal_error *err);
 
 /* The policy: IMPALA's or PPO's network behind one interface. */
 typedef struct op_agent {
@@ -78,9 +58,18 @@ typedef struct op_agent {
   bool learner; /* has the optimizer: its snapshots carry the learner state */
 } op_agent;
 
+/* What the network and its optimizer are built from (op_agent_config_from fills it
+ * from a config); the B of impala and ppo is set from the spec's learn_B. */
+typedef struct op_agent_config {
+  ac_config ac;
+  impala_config impala;
+  ppo_config ppo;
+} op_agent_config;
+
 /* Creates the network (learner: with the optimizer and the learn() buffers of the
- * run's T x learn_B) for act() batches up to max_batch. a is filled on success. */
-int op_agent_create(const config *cfg, const op_spec *s, int max_batch, bool learner,
+ * run's T x learn_B) for act() batches up to max_batch. a is filled on success; on
+ * error a is zeroed and the code returned (impala_create's or ppo_create's). */
+int op_agent_create(const op_spec *s, const op_agent_config *c, int max_batch, bool learner,
                     nn_device device, op_agent *a, shoal_error *err);
 void op_agent_destroy(op_agent *a); /* zeroed; a zeroed agent is fine */
 nn_model *op_agent_model(op_agent *a);
@@ -100,10 +89,6 @@ int op_agent_act_recurrent(op_agent *a, const float *obs, int B, float *state, c
 int op_agent_learn(op_agent *a, const onpolicy_batch *b, onpolicy_stats *st, shoal_error *err);
 void op_agent_set_lr(op_agent *a, float lr);
 
-/* The learner's rpc spec for the run (columns above; core0 only with an LSTM core);
- * run_id borrowed. */
-void op_rpc_spec(const op_spec *s, const char *run_id, rpc_spec *out);
-
 /* ---- observation normaliser (Gymnasium's NormalizeObservation: running mean and
  * variance by Chan et al.'s merge from mean 0, var 1, count 1e-4; (x − μ)/√(σ² + 1e-8)
  * clipped to ±10). The learner owns it, updates it from the raw observations actors
@@ -118,6 +103,8 @@ int op_norm_init(op_norm *z, int n, shoal_error *err);
 void op_norm_free(op_norm *z);
 /* Merges the moments of rows x (rows, n) into z. Can't fail. */
 void op_norm_update(op_norm *z, const float *x, size_t rows);
+/* As op_norm_update for rows of doubles (a column of discounted returns). */
+void op_norm_update_f64(op_norm *z, const double *x, size_t rows);
 /* Normalises rows x (rows, n) in place. Can't fail. */
 void op_norm_apply(const op_norm *z, float *x, size_t rows);
 

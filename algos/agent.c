@@ -1,5 +1,5 @@
-/* What the distributed on-policy programs share (see learner/onpolicy_common.h). */
-#include "learner/onpolicy_common.h"
+/* The on-policy agent, normaliser, snapshots and evaluation (see algos/agent.h). */
+#include "algos/agent.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -8,73 +8,17 @@
 
 static const char trailer_magic[8] = {'S', 'H', 'O', 'A', 'L', 'N', 'R', 'M'};
 
-int op_spec_from_config(const config *cfg, op_spec *s, shoal_error *err) {
-  memset(s, 0, sizeof *s);
-  s->impala = !strcmp(config_string(cfg, "algo"), "impala");
-  s->T = (int)config_int(cfg, s->impala ? "impala.unroll" : "ppo.steps");
-  s->num_envs = (int)config_int(cfg, "env.num_envs");
-  s->learn_B = s->impala ? (int)config_int(cfg, "impala.batch") : s->num_envs;
-  snprintf(s->env_id, sizeof s->env_id, "%s", config_string(cfg, "env.id"));
-  snprintf(s->env_options, sizeof s->env_options, "%s", config_string(cfg, "env.options"));
-  s->norm_obs = config_bool(cfg, "env.norm_obs");
-  s->norm_reward = config_bool(cfg, "env.norm_reward");
-  s->bootstrap_truncation = config_bool(cfg, "env.bootstrap_truncation");
-  s->gamma = (float)config_float(cfg, s->impala ? "impala.gamma" : "ppo.gamma");
-  s->lstm = (int)config_int(cfg, "ac.lstm");
-  env *e;
-  int rc = s->env_options[0] ? env_make_opts(&e, s->env_id, s->env_options, err)
-                             : env_make(&e, s->env_id, err);
-  if (rc) return rc;
-  const env_spec *sp = env_get_spec(e);
-  if (sp->obs.ndim < 1 || sp->obs.ndim > 3 ||
-      (sp->obs.dtype != ENV_FLOAT32 && sp->obs.dtype != ENV_UINT8)) {
-    rc = shoal_error_set(err, SHOAL_EINVAL,
-                         "env %s: observations must be 1- to 3-d float32 or uint8 for the "
-                         "actor-critic",
-                         s->env_id);
-    goto done;
-  }
-  s->obs_ndim = sp->obs.ndim;
-  for (int d = 0; d < 3; d++) s->obs_shape[d] = d < sp->obs.ndim ? sp->obs.shape[d] : 1;
-  s->obs_u8 = sp->obs.dtype == ENV_UINT8;
-  s->obs_n = (size_t)sp->obs.size;
-  s->obs_bytes = env_space_bytes(&sp->obs);
-  if (sp->act.n > 0) {
-    s->A = sp->act.n;
-  } else {
-    if (s->impala) {
-      rc = shoal_error_set(err, SHOAL_EINVAL,
-                           "env %s has a Box action space: IMPALA here is discrete; use algo: ppo",
-                           s->env_id);
-      goto done;
-    }
-    if (sp->act.size > AC_MAX_ACT_DIM) {
-      rc = shoal_error_set(err, SHOAL_EINVAL, "env %s: %d action dims > %d", s->env_id,
-                           sp->act.size, AC_MAX_ACT_DIM);
-      goto done;
-    }
-    s->D = sp->act.size;
-    for (int j = 0; j < s->D; j++) {
-      s->low[j] = sp->act.low ? sp->act.low[j] : -INFINITY;
-      s->high[j] = sp->act.high ? sp->act.high[j] : INFINITY;
-    }
-  }
-done:
-  env_destroy(e);
-  return rc;
-}
-
-int op_agent_create(const config *cfg, const op_spec *s, int max_batch, bool learner,
+int op_agent_create(const op_spec *s, const op_agent_config *c, int max_batch, bool learner,
                     nn_device device, op_agent *a, shoal_error *err) {
   memset(a, 0, sizeof *a);
-  ac_config ac = onpolicy_ac_config(cfg, s->obs_ndim, s->obs_shape, s->A, s->D, s->low, s->high);
+  ac_config ac = c->ac;
   ac.max_batch = max_batch;
   if (s->impala) {
-    impala_config ic = onpolicy_impala_config(cfg);
+    impala_config ic = c->impala;
     ic.B = s->learn_B;
     if (!(a->l = impala_create(&ac, &ic, device, learner, err))) return err ? err->code : -1;
   } else {
-    ppo_config pc = onpolicy_ppo_config(cfg);
+    ppo_config pc = c->ppo;
     pc.B = s->learn_B;
     if (!(a->p = ppo_create(&ac, &pc, device, learner, err))) return err ? err->code : -1;
   }
@@ -122,40 +66,6 @@ void op_agent_set_lr(op_agent *a, float lr) {
     impala_set_lr(a->l, lr);
 }
 
-int op_spec_ncols(const op_spec *s) { return OP_NCOLS + (s->lstm > 0); }
-
-void op_rpc_spec(const op_spec *s, const char *run_id, rpc_spec *out) {
-  memset(out, 0, sizeof *out);
-  out->run_id = run_id;
-  out->max_items = (uint32_t)s->num_envs;
-  out->ncols = op_spec_ncols(s);
-  int odt = s->obs_u8 ? RPC_U8 : RPC_F32;
-  rpc_column_spec *c = out->cols;
-  c[OP_OBS] = (rpc_column_spec){.name = "obs", .dtype = odt, .ndim = 1 + s->obs_ndim};
-  c[OP_FINAL] = (rpc_column_spec){.name = "final_obs", .dtype = odt, .ndim = 1 + s->obs_ndim};
-  c[OP_OBS].shape[0] = s->T + 1;
-  c[OP_FINAL].shape[0] = s->T;
-  for (int d = 0; d < s->obs_ndim; d++)
-    c[OP_OBS].shape[1 + d] = c[OP_FINAL].shape[1 + d] = s->obs_shape[d];
-  if (s->A > 0) {
-    c[OP_ACTION] = (rpc_column_spec){.name = "action", .dtype = RPC_I32, .ndim = 1};
-  } else {
-    c[OP_ACTION] = (rpc_column_spec){.name = "action", .dtype = RPC_F32, .ndim = 2};
-    c[OP_ACTION].shape[1] = s->D;
-  }
-  c[OP_ACTION].shape[0] = s->T;
-  c[OP_REWARD] = (rpc_column_spec){.name = "reward", .dtype = RPC_F32, .ndim = 1};
-  c[OP_TERM] = (rpc_column_spec){.name = "terminated", .dtype = RPC_U8, .ndim = 1};
-  c[OP_TRUNC] = (rpc_column_spec){.name = "truncated", .dtype = RPC_U8, .ndim = 1};
-  c[OP_LOGP] = (rpc_column_spec){.name = "logp", .dtype = RPC_F32, .ndim = 1};
-  c[OP_EPRET] = (rpc_column_spec){.name = "ep_return", .dtype = RPC_F32, .ndim = 1};
-  c[OP_REWARD].shape[0] = c[OP_TERM].shape[0] = c[OP_TRUNC].shape[0] = c[OP_LOGP].shape[0] =
-      c[OP_EPRET].shape[0] = s->T;
-  if (s->lstm > 0) /* the rpc layer then checks its shape and that it is finite */
-    c[OP_CORE0] =
-        (rpc_column_spec){.name = "core0", .dtype = RPC_F32, .ndim = 1, .shape = {2 * s->lstm}};
-}
-
 /* ---- normaliser ---- */
 
 int op_norm_init(op_norm *z, int n, shoal_error *err) {
@@ -177,24 +87,67 @@ void op_norm_free(op_norm *z) {
   z->mean = z->var = NULL;
 }
 
-void op_norm_update(op_norm *z, const float *x, size_t rows) {
+/* Chan et al.'s merge of a batch's moments (mean m, variance v of rows) into column j. */
+static void norm_merge(op_norm *z, int j, double m, double v, size_t rows) {
+  double delta = m - z->mean[j], tot = z->count + (double)rows;
+  z->mean[j] += delta * (double)rows / tot;
+  double m2 =
+      z->var[j] * z->count + v * (double)rows + delta * delta * z->count * (double)rows / tot;
+  z->var[j] = m2 / tot;
+}
+
+/* The moments of rows of x (floats) or xd (doubles), merged column by column. */
+static void norm_update(op_norm *z, const float *x, const double *xd, size_t rows) {
   if (!rows) return;
-  for (int j = 0; j < z->n; j++) {
+  const size_t n = (size_t)z->n;
+  for (size_t j = 0; j < n; j++) {
     double m = 0, v = 0;
-    for (size_t i = 0; i < rows; i++) m += x[i * (size_t)z->n + (size_t)j];
+    for (size_t i = 0; i < rows; i++) m += xd ? xd[i * n + j] : x[i * n + j];
     m /= (double)rows;
     for (size_t i = 0; i < rows; i++) {
-      double d = x[i * (size_t)z->n + (size_t)j] - m;
+      double d = (xd ? xd[i * n + j] : x[i * n + j]) - m;
       v += d * d;
     }
-    v /= (double)rows;
-    double delta = m - z->mean[j], tot = z->count + (double)rows;
-    z->mean[j] += delta * (double)rows / tot;
-    double m2 =
-        z->var[j] * z->count + v * (double)rows + delta * delta * z->count * (double)rows / tot;
-    z->var[j] = m2 / tot;
+    norm_merge(z, (int)j, m, v / (double)rows, rows);
   }
   z->count += (double)rows;
+}
+
+void op_norm_update(op_norm *z, const float *x, size_t rows) { norm_update(z, x, NULL, rows); }
+
+void op_norm_update_f64(op_norm *z, const double *x, size_t rows) { norm_update(z, NULL, x, rows); }
+
+/* ---- the run's spaces ---- */
+
+int op_spec_set_env(op_spec *s, const env_spec *sp, shoal_error *err) {
+  if (sp->obs.ndim < 1 || sp->obs.ndim > 3 ||
+      (sp->obs.dtype != ENV_FLOAT32 && sp->obs.dtype != ENV_UINT8))
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "env %s: observations must be 1- to 3-d float32 or uint8 for the "
+                           "actor-critic",
+                           s->env_id);
+  s->obs_ndim = sp->obs.ndim;
+  for (int d = 0; d < 3; d++) s->obs_shape[d] = d < sp->obs.ndim ? sp->obs.shape[d] : 1;
+  s->obs_u8 = sp->obs.dtype == ENV_UINT8;
+  s->obs_n = (size_t)sp->obs.size;
+  s->obs_bytes = env_space_bytes(&sp->obs);
+  if (sp->act.n > 0) {
+    s->A = sp->act.n;
+    return 0;
+  }
+  if (s->impala)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "env %s has a Box action space: IMPALA here is discrete; use algo: ppo",
+                           s->env_id);
+  if (sp->act.size > AC_MAX_ACT_DIM)
+    return shoal_error_set(err, SHOAL_EINVAL, "env %s: %d action dims > %d", s->env_id,
+                           sp->act.size, AC_MAX_ACT_DIM);
+  s->D = sp->act.size;
+  for (int j = 0; j < s->D; j++) {
+    s->low[j] = sp->act.low ? sp->act.low[j] : -INFINITY;
+    s->high[j] = sp->act.high ? sp->act.high[j] : INFINITY;
+  }
+  return 0;
 }
 
 void op_norm_apply(const op_norm *z, float *x, size_t rows) {

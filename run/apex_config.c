@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "algos/algos.h"
+#include "run/run.h"
 
 static const cfg_key apex_keys[] = {
     {"algo", CFG_STRING, "apex", 0, -1, "apex (IMPALA and PPO configs say impala or ppo)"},

@@ -1,0 +1,95 @@
+/* What a run is built from (see run/run.h): on-policy specs, agents and wire columns,
+ * and the Ape-X wire columns. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "run/run.h"
+
+int op_spec_from_config(const config *cfg, op_spec *s, shoal_error *err) {
+  memset(s, 0, sizeof *s);
+  s->impala = !strcmp(config_string(cfg, "algo"), "impala");
+  s->T = (int)config_int(cfg, s->impala ? "impala.unroll" : "ppo.steps");
+  s->num_envs = (int)config_int(cfg, "env.num_envs");
+  s->learn_B = s->impala ? (int)config_int(cfg, "impala.batch") : s->num_envs;
+  snprintf(s->env_id, sizeof s->env_id, "%s", config_string(cfg, "env.id"));
+  snprintf(s->env_options, sizeof s->env_options, "%s", config_string(cfg, "env.options"));
+  s->norm_obs = config_bool(cfg, "env.norm_obs");
+  s->norm_reward = config_bool(cfg, "env.norm_reward");
+  s->bootstrap_truncation = config_bool(cfg, "env.bootstrap_truncation");
+  s->gamma = (float)config_float(cfg, s->impala ? "impala.gamma" : "ppo.gamma");
+  s->lstm = (int)config_int(cfg, "ac.lstm");
+  env *e;
+  int rc = s->env_options[0] ? env_make_opts(&e, s->env_id, s->env_options, err)
+                             : env_make(&e, s->env_id, err);
+  if (rc) return rc;
+  rc = op_spec_set_env(s, env_get_spec(e), err);
+  env_destroy(e);
+  return rc;
+}
+
+void op_agent_config_from(const config *cfg, const op_spec *s, op_agent_config *c) {
+  memset(c, 0, sizeof *c);
+  c->ac = onpolicy_ac_config(cfg, s->obs_ndim, s->obs_shape, s->A, s->D, s->low, s->high);
+  c->impala = onpolicy_impala_config(cfg);
+  c->ppo = onpolicy_ppo_config(cfg);
+}
+
+int op_agent_from_config(const config *cfg, const op_spec *s, int max_batch, bool learner,
+                         nn_device device, op_agent *a, shoal_error *err) {
+  op_agent_config c;
+  op_agent_config_from(cfg, s, &c);
+  return op_agent_create(s, &c, max_batch, learner, device, a, err);
+}
+
+int op_spec_ncols(const op_spec *s) { return OP_NCOLS + (s->lstm > 0); }
+
+void op_rpc_spec(const op_spec *s, const char *run_id, rpc_spec *out) {
+  memset(out, 0, sizeof *out);
+  out->run_id = run_id;
+  out->max_items = (uint32_t)s->num_envs;
+  out->ncols = op_spec_ncols(s);
+  int odt = s->obs_u8 ? RPC_U8 : RPC_F32;
+  rpc_column_spec *c = out->cols;
+  c[OP_OBS] = (rpc_column_spec){.name = "obs", .dtype = odt, .ndim = 1 + s->obs_ndim};
+  c[OP_FINAL] = (rpc_column_spec){.name = "final_obs", .dtype = odt, .ndim = 1 + s->obs_ndim};
+  c[OP_OBS].shape[0] = s->T + 1;
+  c[OP_FINAL].shape[0] = s->T;
+  for (int d = 0; d < s->obs_ndim; d++)
+    c[OP_OBS].shape[1 + d] = c[OP_FINAL].shape[1 + d] = s->obs_shape[d];
+  if (s->A > 0) {
+    c[OP_ACTION] = (rpc_column_spec){.name = "action", .dtype = RPC_I32, .ndim = 1};
+  } else {
+    c[OP_ACTION] = (rpc_column_spec){.name = "action", .dtype = RPC_F32, .ndim = 2};
+    c[OP_ACTION].shape[1] = s->D;
+  }
+  c[OP_ACTION].shape[0] = s->T;
+  c[OP_REWARD] = (rpc_column_spec){.name = "reward", .dtype = RPC_F32, .ndim = 1};
+  c[OP_TERM] = (rpc_column_spec){.name = "terminated", .dtype = RPC_U8, .ndim = 1};
+  c[OP_TRUNC] = (rpc_column_spec){.name = "truncated", .dtype = RPC_U8, .ndim = 1};
+  c[OP_LOGP] = (rpc_column_spec){.name = "logp", .dtype = RPC_F32, .ndim = 1};
+  c[OP_EPRET] = (rpc_column_spec){.name = "ep_return", .dtype = RPC_F32, .ndim = 1};
+  c[OP_REWARD].shape[0] = c[OP_TERM].shape[0] = c[OP_TRUNC].shape[0] = c[OP_LOGP].shape[0] =
+      c[OP_EPRET].shape[0] = s->T;
+  if (s->lstm > 0) /* the rpc layer then checks its shape and that it is finite */
+    c[OP_CORE0] =
+        (rpc_column_spec){.name = "core0", .dtype = RPC_F32, .ndim = 1, .shape = {2 * s->lstm}};
+}
+
+void apex_rpc_spec(const env_spec *sp, const char *run_id, uint32_t max_items, rpc_spec *out) {
+  memset(out, 0, sizeof *out);
+  out->run_id = run_id;
+  out->max_items = max_items;
+  out->ncols = APEX_NCOLS;
+  rpc_column_spec *c = out->cols;
+  c[APEX_OBS] = (rpc_column_spec){
+      .name = "obs", .dtype = sp->obs.dtype == ENV_UINT8 ? RPC_U8 : RPC_F32, .ndim = sp->obs.ndim};
+  for (int d = 0; d < sp->obs.ndim; d++) c[APEX_OBS].shape[d] = sp->obs.shape[d];
+  c[APEX_ACTION] = (rpc_column_spec){.name = "action", .dtype = RPC_I32};
+  c[APEX_REWARD] = (rpc_column_spec){.name = "reward", .dtype = RPC_F32};
+  c[APEX_TERM] = (rpc_column_spec){.name = "terminated", .dtype = RPC_U8};
+  c[APEX_TRUNC] = (rpc_column_spec){.name = "truncated", .dtype = RPC_U8};
+  c[APEX_PRIO] = (rpc_column_spec){.name = "priority", .dtype = RPC_F32};
+  c[APEX_ENV] = (rpc_column_spec){.name = "env", .dtype = RPC_I32};
+  c[APEX_TAIL] = (rpc_column_spec){.name = "tail", .dtype = RPC_U8};
+}
