@@ -369,27 +369,47 @@ void op_eval_destroy(op_eval *e) {
   free(e);
 }
 
+/* The agent as an evaluation policy: its recurrent state per env copy lives in e. */
+typedef struct agent_policy {
+  op_eval *e;
+  op_agent *a;
+  bool greedy;
+  shoal_rng rng;
+} agent_policy;
+
+static int agent_policy_act(void *ctx, const float *obs, int B, const uint8_t *first,
+                            void *env_act, shoal_error *err) {
+  agent_policy *p = ctx;
+  op_eval *e = p->e;
+  return e->S ? op_agent_act_recurrent(p->a, obs, B, e->state, first, &p->rng, p->greedy, e->act,
+                                       env_act, NULL, err)
+              : op_agent_act(p->a, obs, B, &p->rng, p->greedy, e->act, env_act, NULL, err);
+}
+
 int op_eval_run(op_eval *e, op_agent *a, const op_norm *z, bool greedy, uint64_t seed, double *mean,
                 double *sd, double *min, double *max, shoal_error *err) {
-  int E = e->E, total = e->episodes, got = 0;
   if (a->S != e->S)
     return shoal_error_set(err, SHOAL_ESTATE,
                            "evaluation: the network's recurrent state is %d floats, the run's "
                            "%d",
                            a->S, e->S);
+  agent_policy p = {.e = e, .a = a, .greedy = greedy};
+  shoal_rng_seed(&p.rng, seed ^ 0x9e3779b97f4a7c15ull);
+  return op_eval_run_policy(e, agent_policy_act, &p, z, seed, mean, sd, min, max, err);
+}
+
+int op_eval_run_policy(op_eval *e, op_eval_act_fn act, void *ctx, const op_norm *z, uint64_t seed,
+                       double *mean, double *sd, double *min, double *max, shoal_error *err) {
+  int E = e->E, total = e->episodes, got = 0;
   env_vec_reset(e->ev, seed, e->raw);
   memset(e->first, 1, (size_t)E); /* every copy starts an episode: its state is reset */
   for (int i = 0; i < E; i++) e->done[i] = 0, e->ret[i] = 0;
   env_vec_out out = {e->raw, e->rew, e->term, e->trunc, e->fin};
-  shoal_rng rng;
-  shoal_rng_seed(&rng, seed ^ 0x9e3779b97f4a7c15ull);
   /* Envs without a time limit (none registered now) still end. */
   int64_t cap = (int64_t)27000 * ((total + E - 1) / E), t = 0;
   while (got < total && t++ < cap) {
     op_obs_to_float(e->s, e->raw, e->obs, (size_t)E, z);
-    int rc = e->S ? op_agent_act_recurrent(a, e->obs, E, e->state, e->first, &rng, greedy, e->act,
-                                           e->env_act, NULL, err)
-                  : op_agent_act(a, e->obs, E, &rng, greedy, e->act, e->env_act, NULL, err);
+    int rc = act(ctx, e->obs, E, e->first, e->env_act, err);
     if (!rc) rc = env_vec_step(e->ev, e->env_act, &out, err);
     if (rc) return rc;
     for (int i = 0; i < E; i++) {

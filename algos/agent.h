@@ -153,5 +153,13 @@ void op_eval_destroy(op_eval *e);
  * cut at 27,000 steps. */
 int op_eval_run(op_eval *e, op_agent *a, const op_norm *z, bool greedy, uint64_t seed, double *mean,
                 double *sd, double *min, double *max, shoal_error *err);
+/* As op_eval_run with any policy: act(ctx, obs, B, first, env_act, err) writes B env
+ * actions (int32, or B x D floats within the Box) for B float observations (normalised
+ * by z when given); first (B) marks the observations that begin an episode. Every copy
+ * starts from env seed `seed`. */
+typedef int (*op_eval_act_fn)(void *ctx, const float *obs, int B, const uint8_t *first,
+                              void *env_act, shoal_error *err);
+int op_eval_run_policy(op_eval *e, op_eval_act_fn act, void *ctx, const op_norm *z, uint64_t seed,
+                       double *mean, double *sd, double *min, double *max, shoal_error *err);
 
 #endif

@@ -1,0 +1,606 @@
+/* The learner runtime (see learner/runtime.h). */
+#define _GNU_SOURCE
+#include "learner/runtime.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "learner/live_hp.h"
+
+enum { RETURNS_KEPT = 100, MAX_SETS = 64 };
+
+static const char *const common_hp[LRT_HP_COMMON] = {
+    "learner.publish_every", "learner.snapshot_every_s", "run.max_env_steps", "run.max_seconds",
+    "run.solve_return"};
+
+/* The evaluation thread's mailbox: the trainer posts a version's blob (and, with
+ * snapshot_on_eval, that version's snapshot), the thread posts the mean back. */
+typedef struct eval_box {
+  pthread_t th;
+  bool started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  void *ev;
+  float *blob;
+  size_t n, cap;
+  uint64_t seed;
+  int64_t version, env_steps;
+  uint8_t *snap; /* the evaluated version's snapshot, written with its score */
+  size_t snap_len;
+  store_snapshot_meta meta;
+  bool pending, busy, done, quit;
+  double mean;
+  int rc;
+  shoal_error err;
+} eval_box;
+
+struct lrt {
+  const lrt_program *p;
+  lrt_algo algo;
+  void *a;
+  config *cfg;
+  const char *run, *cfg_path;
+  bool resume;
+  int actors;
+  store *st;
+  store_writer *wr;
+  rpc_server *srv;
+  live_hp live;
+  const char *hp_names[LIVE_HP_MAX];
+  atomic_bool stopping;
+
+  atomic_int_fast64_t version;
+  int64_t updates, last_snapshot_version, snapshots;
+  double eval_return, best_eval;
+
+  pthread_mutex_t ep_mu;
+  double returns[RETURNS_KEPT];
+  uint64_t episodes;
+
+  eval_box eval;
+};
+
+static volatile sig_atomic_t stop_signal = 0;
+static void on_signal(int sig) { stop_signal = sig; }
+
+config *lrt_config(lrt *rt) { return rt->cfg; }
+const char *lrt_run(lrt *rt) { return rt->run; }
+store *lrt_store(lrt *rt) { return rt->st; }
+store_writer *lrt_writer(lrt *rt) { return rt->wr; }
+int lrt_actors(lrt *rt) { return rt->actors; }
+int64_t lrt_version(lrt *rt) { return atomic_load(&rt->version); }
+
+void lrt_die(lrt *rt, const char *what, const shoal_error *err) {
+  fprintf(stderr, "%s: %s: %s\n", rt->p->prog, what,
+          err->msg[0] ? err->msg : shoal_strerror(err->code));
+  exit(1);
+}
+
+void lrt_note(lrt *rt, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s: ", rt->p->prog);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+double lrt_unix_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void lrt_episode(lrt *rt, double ret) {
+  pthread_mutex_lock(&rt->ep_mu);
+  rt->returns[rt->episodes++ % RETURNS_KEPT] = ret;
+  pthread_mutex_unlock(&rt->ep_mu);
+}
+
+/* The mean of the last 100 episodes' returns (NAN before one) and the episode count. */
+static double return100(lrt *rt, uint64_t *episodes) {
+  pthread_mutex_lock(&rt->ep_mu);
+  uint64_t n = rt->episodes;
+  double s = 0;
+  int k = n < RETURNS_KEPT ? (int)n : RETURNS_KEPT;
+  for (int i = 0; i < k; i++) s += rt->returns[i];
+  pthread_mutex_unlock(&rt->ep_mu);
+  *episodes = n;
+  return k ? s / k : NAN;
+}
+
+static void emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void emit(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stdout, fmt, ap);
+  va_end(ap);
+  fputc('\n', stdout);
+  fflush(stdout);
+}
+
+/* A number for a JSON line: NaN and infinities become null. */
+static const char *jnum(char *buf, size_t cap, double v) {
+  if (!isfinite(v)) return "null";
+  snprintf(buf, cap, "%.3f", v);
+  return buf;
+}
+
+/* ---- rpc callbacks ------------------------------------------------------------- */
+
+static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
+  lrt *rt = user;
+  return rt->algo.on_batch(rt->a, b, err);
+}
+
+/* Failed store calls so far (the writer's, retries included), and whether the store
+ * works now. */
+static uint64_t store_errors(lrt *rt, int *healthy) {
+  store_writer_stats ws;
+  store_writer_stats_get(rt->wr, &ws);
+  uint64_t n = 0;
+  for (int k = 0; k < STORE_KIND_COUNT; k++) n += ws.errors[k];
+  *healthy = ws.healthy;
+  return n;
+}
+
+static void on_status(void *user, rpc_counter *out, int *n) {
+  lrt *rt = user;
+  int healthy;
+  const uint64_t store_errs = store_errors(rt, &healthy);
+  lrt_figs f;
+  rt->algo.figs(rt->a, &f);
+  uint64_t episodes;
+  return100(rt, &episodes);
+  struct {
+    const char *name;
+    double v;
+  } figs[] = {{"env_steps", (double)f.env_steps},   {"updates", (double)rt->updates},
+              {"replay_held", (double)f.held},      {"episodes", (double)episodes},
+              {"eval_return", rt->eval_return},     {"bad_batches", (double)f.bad_batches},
+              {"store_errors", (double)store_errs}, {"store_healthy", (double)healthy}};
+  int k = 0;
+  for (size_t i = 0; i < sizeof figs / sizeof *figs && k < *n; i++, k++) {
+    snprintf(out[k].name, sizeof out[k].name, "%s", figs[i].name);
+    out[k].value = figs[i].v;
+  }
+  if (rt->algo.status) rt->algo.status(rt->a, out, &k, *n);
+  live_hp_counters(&rt->live, out, &k, *n);
+  *n = k;
+}
+
+static int on_hyperparams(void *user, const rpc_hyperparam *h, int n, uint32_t *applied,
+                          shoal_error *err) {
+  lrt *rt = user;
+  return live_hp_request(&rt->live, h, n, applied, err);
+}
+
+/* A live change: the runtime's keys need nothing beyond their value. */
+static int apply_hp(void *user, int k, double v, shoal_error *err) {
+  lrt *rt = user;
+  if (k < LRT_HP_COMMON || !rt->algo.apply_hp) return 0;
+  return rt->algo.apply_hp(rt->a, k - LRT_HP_COMMON, v, err);
+}
+
+/* ---- parameters and snapshots --------------------------------------------------- */
+
+static void publish(lrt *rt) {
+  const float *blob;
+  size_t n;
+  rpc_param_entry *layout = NULL;
+  int nl = 0;
+  shoal_error err = {0};
+  if (rt->algo.params(rt->a, &blob, &n, &layout, &nl, &err) ||
+      rpc_server_set_params(rt->srv, atomic_load(&rt->version), RPC_F32, blob, n * sizeof *blob,
+                            layout, nl, &err))
+    lrt_die(rt, "publishing parameters", &err);
+  free(layout);
+}
+
+static void fill_meta(lrt *rt, store_snapshot_meta *m, int64_t version, int64_t env_steps,
+                      double score) {
+  memset(m, 0, sizeof *m);
+  snprintf(m->run, sizeof m->run, "%s", rt->run);
+  m->version = version;
+  m->env_steps = env_steps;
+  m->updates = rt->updates;
+  m->wall_time = lrt_unix_now();
+  m->score = score;
+}
+
+/* The current parameters and learner state into the store, once per version. */
+static void snapshot(lrt *rt, int64_t env_steps, double score) {
+  int64_t v = atomic_load(&rt->version);
+  if (v <= rt->last_snapshot_version) return;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  shoal_error err = {0};
+  if (rt->algo.snapshot(rt->a, &buf, &len, &err)) {
+    lrt_note(rt, "snapshot: %s", err.msg);
+    return;
+  }
+  rt->last_snapshot_version = v;
+  store_snapshot_meta meta;
+  fill_meta(rt, &meta, v, env_steps, score);
+  /* The writer takes the buffer; a full queue keeps only the newest snapshot. */
+  store_writer_snapshot(rt->wr, &meta, buf, len);
+  rt->snapshots++;
+  if (rt->algo.after_snapshot) rt->algo.after_snapshot(rt->a);
+}
+
+static void resume(lrt *rt) {
+  store_snapshot_meta meta;
+  void *bytes;
+  size_t len;
+  shoal_error err = {0};
+  int rc = store_snapshot_get(rt->st, rt->run, STORE_LATEST, &meta, &bytes, &len, &err);
+  if (rc == SHOAL_ENOENT) return;
+  if (rc) lrt_die(rt, "resume: latest snapshot", &err);
+  if (rt->algo.resume(rt->a, bytes, len, &meta, &err)) lrt_die(rt, "resume: snapshot", &err);
+  free(bytes);
+  atomic_store(&rt->version, meta.version);
+  rt->updates = meta.updates;
+  rt->last_snapshot_version = meta.version;
+  if (isfinite(meta.score)) rt->eval_return = rt->best_eval = meta.score;
+  lrt_note(rt, "resumed run %s at version %lld, %lld env steps", rt->run, (long long)meta.version,
+           (long long)meta.env_steps);
+}
+
+/* ---- evaluation, on its own thread ---------------------------------------------- */
+
+static void *eval_main(void *arg) {
+  lrt *rt = arg;
+  eval_box *e = &rt->eval;
+  pthread_mutex_lock(&e->mu);
+  for (;;) {
+    while (!e->pending && !e->quit) pthread_cond_wait(&e->cv, &e->mu);
+    if (e->quit) break;
+    e->pending = false;
+    e->busy = true;
+    pthread_mutex_unlock(&e->mu);
+    /* The blob is the thread's while busy: the trainer posts no other. */
+    double mean = NAN;
+    shoal_error err = {0};
+    int rc = rt->algo.eval_run(e->ev, e->blob, e->n, e->seed, &mean, &err);
+    pthread_mutex_lock(&e->mu);
+    e->mean = mean;
+    e->rc = rc;
+    e->err = err;
+    e->busy = false;
+    e->done = true;
+  }
+  pthread_mutex_unlock(&e->mu);
+  return NULL;
+}
+
+static void eval_start(lrt *rt) {
+  eval_box *e = &rt->eval;
+  shoal_error err = {0};
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv, NULL);
+  if (!(e->ev = rt->algo.eval_create(rt->a, &err))) lrt_die(rt, "evaluation", &err);
+  if (pthread_create(&e->th, NULL, eval_main, rt)) {
+    shoal_error_set(&err, SHOAL_ENOMEM, "cannot start the evaluation thread");
+    lrt_die(rt, "evaluation", &err);
+  }
+  e->started = true;
+}
+
+/* Whether the evaluation thread is free for the next version. */
+static bool eval_idle(lrt *rt) {
+  eval_box *e = &rt->eval;
+  pthread_mutex_lock(&e->mu);
+  bool idle = !e->pending && !e->busy && !e->done;
+  pthread_mutex_unlock(&e->mu);
+  return idle;
+}
+
+/* Posts the current version for evaluation (the thread is idle). */
+static void eval_post(lrt *rt, int64_t env_steps, uint64_t seed) {
+  eval_box *e = &rt->eval;
+  const float *blob;
+  size_t n;
+  rpc_param_entry *layout = NULL;
+  int nl = 0;
+  shoal_error err = {0};
+  if (rt->algo.params(rt->a, &blob, &n, &layout, &nl, &err))
+    lrt_die(rt, "evaluation parameters", &err);
+  free(layout);
+  if (n > e->cap) {
+    float *b = realloc(e->blob, n * sizeof *b);
+    if (!b) {
+      shoal_error_set(&err, SHOAL_ENOMEM, "out of memory");
+      lrt_die(rt, "evaluation parameters", &err);
+    }
+    e->blob = b;
+    e->cap = n;
+  }
+  memcpy(e->blob, blob, n * sizeof *blob);
+  free(e->snap);
+  e->snap = NULL;
+  if (rt->algo.snapshot_on_eval && rt->algo.snapshot(rt->a, &e->snap, &e->snap_len, &err)) {
+    lrt_note(rt, "snapshot: %s", err.msg);
+    e->snap = NULL;
+  }
+  pthread_mutex_lock(&e->mu);
+  e->n = n;
+  e->seed = seed;
+  e->version = atomic_load(&rt->version);
+  e->env_steps = env_steps;
+  e->pending = true;
+  pthread_cond_signal(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* A finished evaluation: recorded, and its snapshot stored with the score. Returns
+ * true when it reached run.solve_return (solve != 0). */
+static bool eval_collect(lrt *rt, double solve) {
+  eval_box *e = &rt->eval;
+  pthread_mutex_lock(&e->mu);
+  bool done = e->done;
+  e->done = false;
+  pthread_mutex_unlock(&e->mu);
+  if (!done) return false;
+  if (e->rc) lrt_die(rt, "evaluation", &e->err);
+  double m = e->mean;
+  rt->eval_return = m;
+  if (m > rt->best_eval) rt->best_eval = m;
+  store_writer_metric(rt->wr, rt->run, "eval_return", e->env_steps, lrt_unix_now(), m);
+  if (e->snap && e->version > rt->last_snapshot_version) {
+    store_snapshot_meta meta;
+    fill_meta(rt, &meta, e->version, e->env_steps, m);
+    store_writer_snapshot(rt->wr, &meta, e->snap, e->snap_len); /* takes the buffer */
+    e->snap = NULL;
+    rt->last_snapshot_version = e->version;
+    rt->snapshots++;
+  }
+  return solve != 0 && m >= solve;
+}
+
+static void eval_stop(lrt *rt) {
+  eval_box *e = &rt->eval;
+  if (!e->started) return;
+  pthread_mutex_lock(&e->mu);
+  e->quit = true;
+  pthread_cond_signal(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  pthread_join(e->th, NULL);
+  rt->algo.eval_destroy(e->ev);
+  free(e->blob);
+  free(e->snap);
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv);
+}
+
+/* ---- set-up ------------------------------------------------------------------- */
+
+static void usage(const lrt_program *p) {
+  fprintf(stderr, "usage: %s --config FILE --run RUN [--resume] [--set key=value ...]\n", p->prog);
+  exit(2);
+}
+
+static void load_config(lrt *rt, int argc, char **argv) {
+  const char *sets[MAX_SETS];
+  int nsets = 0, nkeys;
+  shoal_error err = {0};
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--config") && i + 1 < argc)
+      rt->cfg_path = argv[++i];
+    else if (!strcmp(argv[i], "--run") && i + 1 < argc)
+      rt->run = argv[++i];
+    else if (!strcmp(argv[i], "--resume"))
+      rt->resume = true;
+    else if (!strcmp(argv[i], "--set") && i + 1 < argc && nsets < MAX_SETS)
+      sets[nsets++] = argv[++i];
+    else
+      usage(rt->p);
+  }
+  if (!rt->cfg_path || !rt->run) usage(rt->p);
+  const cfg_key *keys = rt->p->schema(&nkeys);
+  if (!(rt->cfg = config_create(keys, nkeys, &err))) lrt_die(rt, "config", &err);
+  /* A config from the store or `shoal init --out` has its secrets redacted: they come
+   * back from the environment (config_restore_secrets). */
+  if (config_load_program(rt->cfg, rt->cfg_path, sets, nsets, &err) || rt->p->check(rt->cfg, &err))
+    lrt_die(rt, "config", &err);
+  rt->actors = (int)config_int(rt->cfg, "actors");
+}
+
+static void start_live(lrt *rt) {
+  int n = 0, nk;
+  for (; n < LRT_HP_COMMON; n++) rt->hp_names[n] = common_hp[n];
+  for (int i = 0; i < rt->algo.hp_count && n < LIVE_HP_MAX; i++)
+    rt->hp_names[n++] = rt->algo.hp_names[i];
+  const cfg_key *schema = rt->p->schema(&nk);
+  lrt_figs f;
+  rt->algo.figs(rt->a, &f);
+  live_hp_init(&rt->live, rt->hp_names, n,
+               rt->algo.hp_lr >= 0 ? LRT_HP_COMMON + rt->algo.hp_lr : -1, schema, nk, rt->cfg,
+               &rt->stopping, rt->st, rt->wr, rt->run, rt->cfg_path, f.env_steps, rt->resume);
+}
+
+static void start_server(lrt *rt) {
+  rpc_server_config sc = {0};
+  shoal_error err = {0};
+  sc.listen = config_string(rt->cfg, "learner.listen");
+  sc.token =
+      config_string(rt->cfg, "learner.token")[0] ? config_string(rt->cfg, "learner.token") : NULL;
+  /* An insert may wait in the callback (a rate limiter, a full FIFO), and an actor can
+   * have two calls in at once (a resend on a new stream while its old one still waits):
+   * two threads per actor plus two keep Status, SetHyperparams and pulls answered. */
+  sc.threads = rt->actors * 2 + 2 < 16 ? rt->actors * 2 + 2 : 16;
+  sc.on_batch = on_batch;
+  sc.on_status = on_status;
+  sc.on_hyperparams = on_hyperparams;
+  sc.user = rt;
+  if (rpc_server_create(&sc, &rt->algo.spec, &rt->srv, &err)) lrt_die(rt, "rpc server", &err);
+}
+
+static void set_up(lrt *rt, int argc, char **argv) {
+  shoal_error err = {0};
+  /* gRPC allocates a buffer per large message; glibc's default thresholds hand those
+   * back to the kernel, which then zeroes fresh pages for every message (about 15% of
+   * ingest in benchmarks/ingest). Keep them in the heap. */
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  load_config(rt, argc, argv);
+  pthread_mutex_init(&rt->ep_mu, NULL);
+  rt->eval_return = NAN;
+  rt->best_eval = -INFINITY;
+  rt->last_snapshot_version = -1;
+  /* Through an outage of the store the learner trains on; the writer counts errors. */
+  if (store_open_lazy(&rt->st, config_string(rt->cfg, "store.uri"), &err))
+    lrt_die(rt, "store", &err);
+  if (store_writer_create(&rt->wr, rt->st, NULL, &err)) lrt_die(rt, "store writer", &err);
+  if (!(rt->a = rt->p->create(rt, &rt->algo, &err))) lrt_die(rt, "learner", &err);
+  if (rt->resume) resume(rt);
+  if (rt->algo.start && rt->algo.start(rt->a, rt->resume, &err)) lrt_die(rt, "start", &err);
+  start_live(rt);
+  start_server(rt);
+  publish(rt);
+  eval_start(rt);
+  struct sigaction sa = {0};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  emit("{\"event\":\"listening\",\"port\":%d,\"run\":\"%s\",\"device\":\"%s\",\"algo\":\"%s\"}",
+       rpc_server_port(rt->srv), rt->run, rt->algo.device, rt->algo.name);
+}
+
+/* ---- the trainer loop -------------------------------------------------------- */
+
+typedef struct window {
+  double t;
+  int64_t steps, updates;
+  uint64_t samples;
+} window;
+
+static void progress(lrt *rt, double t0, double now, window *w, const lrt_figs *f) {
+  double dt = now - w->t;
+  uint64_t neps;
+  double ret100 = return100(rt, &neps);
+  rpc_server_stats ss;
+  rpc_server_stats_get(rt->srv, &ss);
+  int healthy;
+  uint64_t store_errs = store_errors(rt, &healthy);
+  double sps = (double)(f->env_steps - w->steps) / dt;
+  double ups = (double)(rt->updates - w->updates) / dt;
+  double samples_s = (double)(ss.samples - w->samples) * rt->algo.samples_per_item / dt;
+  double t_unix = lrt_unix_now();
+  char j1[32], j2[32], j3[32], extra[1024] = "";
+  if (rt->algo.progress) rt->algo.progress(rt->a, extra, sizeof extra, dt, f->env_steps, t_unix);
+  emit(
+      "{\"event\":\"progress\",\"t\":%.2f,\"env_steps\":%lld,\"sps\":%.1f,"
+      "\"samples_s\":%.1f,\"updates\":%lld,\"ups\":%.1f,\"replay\":%lld,"
+      "\"episodes\":%llu,\"return100\":%s,\"eval\":%s,\"version\":%lld,"
+      "\"loss\":%s,\"rejected\":%llu,\"store_errors\":%llu,\"store_ok\":%s%s}",
+      now - t0, (long long)f->env_steps, sps, samples_s, (long long)rt->updates, ups,
+      (long long)f->held, (unsigned long long)neps, jnum(j1, sizeof j1, ret100),
+      jnum(j2, sizeof j2, rt->eval_return), (long long)atomic_load(&rt->version),
+      jnum(j3, sizeof j3, f->loss), (unsigned long long)(ss.rejected + f->bad_batches),
+      (unsigned long long)store_errs, healthy ? "true" : "false", extra);
+  store_writer_metric(rt->wr, rt->run, "sps", f->env_steps, t_unix, sps);
+  store_writer_metric(rt->wr, rt->run, "updates_s", f->env_steps, t_unix, ups);
+  if (neps) store_writer_metric(rt->wr, rt->run, "return100", f->env_steps, t_unix, ret100);
+  if (isfinite(f->loss))
+    store_writer_metric(rt->wr, rt->run, "loss", f->env_steps, t_unix, f->loss);
+  *w = (window){now, f->env_steps, rt->updates, ss.samples};
+}
+
+/* Trains until a stop rule or a signal; returns the reason. */
+static const char *train(lrt *rt, double t0) {
+  const double log_every = config_float(rt->cfg, "learner.log_every_s");
+  window w = {t0, 0, rt->updates, 0};
+  double t_snap = t0;
+  uint64_t eval_seed = 1000003;
+  shoal_error err = {0};
+  for (;;) {
+    if (stop_signal) return "signal";
+    lrt_figs f;
+    rt->algo.figs(rt->a, &f);
+    live_hp_apply(&rt->live, apply_hp, rt, rt->wr, rt->run, f.env_steps, rt->p->prog);
+    const double *hp = rt->live.hp;
+    double now = shoal_now_s();
+    if (hp[LRT_HP_MAX_STEPS] > 0 && f.env_steps >= (int64_t)hp[LRT_HP_MAX_STEPS])
+      return "max_env_steps";
+    if (hp[LRT_HP_MAX_S] > 0 && now - t0 >= hp[LRT_HP_MAX_S]) return "max_seconds";
+    bool trained = false;
+    if (rt->algo.step(rt->a, hp, &trained, &err)) lrt_die(rt, "learn", &err);
+    if (trained && ++rt->updates % (int64_t)hp[LRT_HP_PUBLISH] == 0) {
+      atomic_fetch_add(&rt->version, 1);
+      publish(rt);
+    }
+    if (eval_collect(rt, hp[LRT_HP_SOLVE])) return "solved";
+    now = shoal_now_s();
+    uint64_t neps;
+    double ret100 = return100(rt, &neps);
+    rt->algo.figs(rt->a, &f);
+    if (eval_idle(rt) && rt->algo.eval_due(rt->a, now, f.env_steps, hp, ret100, neps))
+      eval_post(rt, f.env_steps, eval_seed++);
+    if (now - t_snap >= hp[LRT_HP_SNAP]) {
+      t_snap = now;
+      snapshot(rt, f.env_steps, rt->eval_return);
+    }
+    if (now - w.t >= log_every) progress(rt, t0, now, &w, &f);
+  }
+}
+
+/* Stop taking batches, keep what was learned, say how it ended. */
+static int stop(lrt *rt, const char *reason, double t0) {
+  atomic_store(&rt->stopping, true);
+  live_hp_wake(&rt->live);
+  rt->algo.halt(rt->a);
+  rpc_server_destroy(rt->srv, 1.0);
+  rt->srv = NULL;
+  eval_stop(rt);
+  lrt_figs f;
+  rt->algo.figs(rt->a, &f);
+  /* The evaluated snapshot of a solved run is its last; otherwise the final state. */
+  if (strcmp(reason, "solved") || !rt->algo.snapshot_on_eval) {
+    atomic_fetch_add(&rt->version, rt->algo.snapshot_on_eval ? 0 : 1);
+    snapshot(rt, f.env_steps, rt->eval_return);
+  }
+  char extra[1024] = "";
+  bool kept = rt->algo.finish(rt->a, extra, sizeof extra);
+  store_writer_run_status(rt->wr, rt->run,
+                          !strcmp(reason, "signal") ? STORE_RUN_STOPPED : STORE_RUN_FINISHED);
+  /* A store that is failing now gets one more try, not 30 s of them: the stop must
+   * not hang on an outage (what is not written is counted and reported). */
+  int healthy;
+  store_errors(rt, &healthy);
+  store_writer_stats ws;
+  int wrc = store_writer_close(rt->wr, healthy ? 30.0 : 3.0, &ws);
+  rt->algo.figs(rt->a, &f);
+  char j1[32], j2[32];
+  emit(
+      "{\"event\":\"done\",\"reason\":\"%s\",\"t\":%.2f,\"env_steps\":%lld,\"updates\":%lld,"
+      "\"version\":%lld,\"eval\":%s,\"best_eval\":%s,\"store_ok\":%s,\"bad_batches\":%llu%s}",
+      reason, shoal_now_s() - t0, (long long)f.env_steps, (long long)rt->updates,
+      (long long)atomic_load(&rt->version), jnum(j1, sizeof j1, rt->eval_return),
+      jnum(j2, sizeof j2, rt->best_eval), wrc == 0 && kept ? "true" : "false",
+      (unsigned long long)f.bad_batches, extra);
+  return 0;
+}
+
+int lrt_main(int argc, char **argv, const lrt_program *p) {
+  static lrt rt; /* the signal handler and rpc threads outlive no frame of main's */
+  rt.p = p;
+  set_up(&rt, argc, argv);
+  double t0 = shoal_now_s();
+  const char *reason = train(&rt, t0);
+  int rc = stop(&rt, reason, t0);
+  store_close(rt.st);
+  rt.algo.destroy(rt.a);
+  live_hp_destroy(&rt.live);
+  config_destroy(rt.cfg);
+  pthread_mutex_destroy(&rt.ep_mu);
+  return rc;
+}

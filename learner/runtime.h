@@ -1,0 +1,136 @@
+/*
+ * learner/runtime.h — the one learner runtime: everything a learner does that is not
+ * its algorithm. It parses the program's arguments and loads the run's config, opens
+ * the store (lazily: through an outage it trains on) and its writer, resumes from the
+ * latest snapshot, serves shoal.v1.Learner (ingest goes to the algorithm), publishes
+ * parameters, writes snapshots, evaluates on a thread of its own, applies live tuning,
+ * reports progress and Status, and stops cleanly on SIGINT/SIGTERM or a stop rule.
+ * The algorithm (learner/apex.c: prioritized replay and DQN; learner/onpolicy.c: the
+ * trajectory FIFO, IMPALA and PPO) is the small table below.
+ *
+ *   int main(int argc, char **argv) { return lrt_main(argc, argv, &apex_learner); }
+ *
+ * Threads: rpc threads call on_batch (and the runtime's Status and SetHyperparams);
+ * the trainer thread (the program's main thread) calls everything else in the table
+ * except eval_run, which the evaluation thread calls on its own evaluator.
+ *
+ * stdout carries one JSON object a line: {"event":"listening",...} first, then
+ * {"event":"progress",...} every learner.log_every_s, {"event":"hparam",...} on live
+ * changes, and {"event":"done",...} last. Exit status 0 after a clean stop.
+ */
+#ifndef SHOAL_LEARNER_RUNTIME_H
+#define SHOAL_LEARNER_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "rpc/rpc.h"
+#include "store/store.h"
+
+typedef struct lrt lrt;
+
+/* The live-tunable keys every learner has (indices into the hp array an algorithm's
+ * step receives); an algorithm's own keys follow them, from LRT_HP_COMMON on. */
+enum { LRT_HP_PUBLISH, LRT_HP_SNAP, LRT_HP_MAX_STEPS, LRT_HP_MAX_S, LRT_HP_SOLVE, LRT_HP_COMMON };
+
+/* What the algorithm reports for progress lines, Status and metrics. */
+typedef struct lrt_figs {
+  int64_t env_steps;    /* env steps taken in (the resumed run's included) */
+  int64_t held;         /* items in its memory (replay transitions, FIFO unrolls) */
+  uint64_t bad_batches; /* batches it refused */
+  double loss;          /* the last update's loss, NAN before one */
+} lrt_figs;
+
+/* An algorithm: a learner's state behind void *a, made by the descriptor's create. */
+typedef struct lrt_algo {
+  const char *name;            /* "apex", "impala" or "ppo": the listening line's algo */
+  const char *device;          /* "cpu" or "cuda": where it trains */
+  const char *const *hp_names; /* its live-tunable keys (config names), after the runtime's */
+  int hp_count;
+  int hp_lr;             /* index in hp_names of the key that must stay > 0, or -1 */
+  int samples_per_item;  /* env steps in one rpc item (the progress line's samples_s) */
+  bool snapshot_on_eval; /* store the evaluated parameters with their score */
+  rpc_spec spec;         /* the columns actors push (borrowed strings live in a) */
+
+  /* Ingest, on rpc threads: checks a batch whole and takes it in, or refuses it
+   * (SHOAL_EINVAL: the client drops it; SHOAL_EFULL: the client resends later). */
+  int (*on_batch)(void *a, const rpc_batch *b, shoal_error *err);
+
+  /* The trainer thread. step: at most one update; may wait a short while for data
+   * (bounded: 100 ms) and sets *trained when an update ran. hp holds the live values
+   * in effect: the runtime's LRT_HP_* then the algorithm's. A non-zero return stops
+   * the learner with the error. */
+  int (*step)(void *a, const double *hp, bool *trained, shoal_error *err);
+  /* A live change of the algorithm's key k (0-based in hp_names) beyond its value in
+   * hp; NULL when values are all it needs. */
+  int (*apply_hp)(void *a, int k, double v, shoal_error *err);
+  void (*figs)(void *a, lrt_figs *f);
+  /* Whether an evaluation is due now; asked only while the evaluation thread is idle. */
+  bool (*eval_due)(void *a, double now_s, int64_t env_steps, const double *hp, double return100,
+                   uint64_t episodes);
+  /* The published blob (borrowed, valid until the next step) and its layout (a new
+   * array the runtime frees). */
+  int (*params)(void *a, const float **blob, size_t *n, rpc_param_entry **layout, int *nl,
+                shoal_error *err);
+  /* A snapshot's bytes (a new buffer the runtime hands to the store writer). */
+  int (*snapshot)(void *a, uint8_t **buf, size_t *len, shoal_error *err);
+  /* After each snapshot the runtime writes (NULL: nothing). */
+  void (*after_snapshot)(void *a);
+  /* --resume: the latest snapshot's bytes and meta into the algorithm's state. */
+  int (*resume)(void *a, const uint8_t *buf, size_t len, const store_snapshot_meta *m,
+                shoal_error *err);
+  /* After resume, before the server starts: what more the algorithm opens (the replay
+   * log, the store follower); resumed says --resume was given. NULL: nothing. */
+  int (*start)(void *a, bool resumed, shoal_error *err);
+  /* Counters beyond the runtime's for Status, into out[*k..cap). */
+  void (*status)(void *a, rpc_counter *out, int *k, int cap);
+  /* Extra fields of a progress line (",\"key\":value..." into buf) and metrics at it;
+   * dt is the seconds since the last line. */
+  void (*progress)(void *a, char *buf, size_t cap, double dt, int64_t env_steps, double t_unix);
+  /* The stop, before the rpc server goes: no insert may wait any more. */
+  void (*halt)(void *a);
+  /* The stop, after the final snapshot: what the algorithm flushes (the replay log),
+   * its extra fields of the done line into buf; false when something was not kept. */
+  bool (*finish)(void *a, char *buf, size_t cap);
+  /* Evaluation, on the evaluation thread: an evaluator of its own (its networks and
+   * envs), given the published blob of a version, returns the mean return. */
+  void *(*eval_create)(void *a, shoal_error *err);
+  int (*eval_run)(void *ev, const float *blob, size_t n, uint64_t seed, double *mean,
+                  shoal_error *err);
+  void (*eval_destroy)(void *ev);
+  void (*destroy)(void *a);
+} lrt_algo;
+
+/* A learner program: its name (messages), its schema and checks, and its algorithm's
+ * constructor (fills *algo and returns its state, or NULL with err set). */
+typedef struct lrt_program {
+  const char *prog;
+  const cfg_key *(*schema)(int *n);
+  int (*check)(const config *cfg, shoal_error *err);
+  void *(*create)(lrt *rt, lrt_algo *algo, shoal_error *err);
+} lrt_program;
+
+/* Runs a learner program to its end; returns the exit status (a fatal error prints
+ * "<prog>: what: message" and exits 1; bad arguments exit 2). */
+int lrt_main(int argc, char **argv, const lrt_program *p);
+
+/* ---- for algorithms ---- */
+config *lrt_config(lrt *rt);
+const char *lrt_run(lrt *rt);
+store *lrt_store(lrt *rt);
+store_writer *lrt_writer(lrt *rt);
+int lrt_actors(lrt *rt);
+/* The parameter version published last (read by ingest for staleness). */
+int64_t lrt_version(lrt *rt);
+/* A finished episode's return for return100 and the episode count; any thread. */
+void lrt_episode(lrt *rt, double ret);
+/* Prints "<prog>: what: message" and exits 1. */
+void lrt_die(lrt *rt, const char *what, const shoal_error *err) __attribute__((noreturn));
+/* Prints "<prog>: message" on stderr (a note; the learner goes on). */
+void lrt_note(lrt *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Wall time in seconds since the epoch (metrics' time stamps). */
+double lrt_unix_now(void);
+
+#endif
