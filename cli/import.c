@@ -30,11 +30,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "run/run.h"
 #include "cli/commands.h"
 #include "config/config.h"
 #include "envs/envs.h"
-#include "learner/follow.h"
+#include "run/run.h"
 #include "store/store.h"
 
 enum { MAX_SHOWN = 50, MAX_ELEMS = 1 << 22 };
@@ -929,7 +928,7 @@ int cmd_import(int argc, char **argv) {
   im.quiet = quiet;
   im.prio_mode = -1;
   snprintf(im.source, sizeof im.source, "%s", source);
-  int rc = follow_limits_from_env(im.spec, &im.lim, &err);
+  int rc = run_segment_limits(im.spec, &im.lim, &err);
   if (rc) {
     fprintf(stderr, "shoal import: %s\n", err.msg);
     env_destroy(e);

@@ -798,7 +798,7 @@ static int start(void *a, bool resumed, shoal_error *err) {
       .reset = follow_reset,
       .wait_room = follow_wait,
       .ctx = L};
-  int rc = follow_limits_from_env(L->spec, &fc.limits, err);
+  int rc = run_segment_limits(L->spec, &fc.limits, err);
   return rc ? rc : follow_start(&L->fol, &fc, err);
 }
 

@@ -112,11 +112,6 @@ void follow_halt(follow *f);
  * "last_seq":Q}, and queues its metrics on w at step. f NULL: nothing. */
 void follow_finish(follow *f, store_writer *w, const char *run, int64_t step);
 
-/* The limits a segment must meet for env spec (obs dtype and shape, discrete action
- * count or box bounds; the bounds are borrowed from spec). SHOAL_ENOTSUP for an env
- * whose spaces segments cannot hold. */
-int follow_limits_from_env(const env_spec *spec, store_segment_limits *out, shoal_error *err);
-
 /* Writes ,"store_segments":S,"store_rows":R,"store_rejected":J,"store_seq":Q for a
  * progress line into buf (cap bytes); "" when f is NULL. Can't fail. */
 void follow_progress_json(follow *f, char *buf, size_t cap);

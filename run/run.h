@@ -28,6 +28,7 @@
 #include "config/config.h"
 #include "envs/envs.h"
 #include "rpc/rpc.h"
+#include "store/store.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -130,6 +131,13 @@ void op_agent_config_from(const config *cfg, const op_spec *s, op_agent_config *
 /* op_agent_create with op_agent_config_from's settings; a is filled on success. */
 int op_agent_from_config(const config *cfg, const op_spec *s, int max_batch, bool learner,
                          nn_device device, op_agent *a, shoal_error *err);
+
+/* ==== experience segments in the store ============================================ */
+
+/* The limits a segment must meet for env spec (obs dtype and shape, discrete action
+ * count or box bounds; the bounds are borrowed from spec). SHOAL_ENOTSUP for an env
+ * whose spaces segments cannot hold. */
+int run_segment_limits(const env_spec *spec, store_segment_limits *out, shoal_error *err);
 
 #ifdef __cplusplus
 }

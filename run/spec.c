@@ -93,3 +93,27 @@ void apex_rpc_spec(const env_spec *sp, const char *run_id, uint32_t max_items, r
   c[APEX_ENV] = (rpc_column_spec){.name = "env", .dtype = RPC_I32};
   c[APEX_TAIL] = (rpc_column_spec){.name = "tail", .dtype = RPC_U8};
 }
+
+int run_segment_limits(const env_spec *spec, store_segment_limits *out, shoal_error *err) {
+  store_segment_limits l;
+  memset(&l, 0, sizeof l);
+  const env_space *o = &spec->obs, *a = &spec->act;
+  if (o->dtype != ENV_FLOAT32 && o->dtype != ENV_UINT8)
+    return shoal_error_set(err, SHOAL_ENOTSUP, "env %s: observations of dtype %d cannot be stored",
+                           spec->id, (int)o->dtype);
+  l.spec.obs_dtype = o->dtype == ENV_UINT8 ? STORE_SEG_U8 : STORE_SEG_F32;
+  l.spec.obs_ndim = o->ndim;
+  for (int d = 0; d < o->ndim && d < STORE_SEG_MAX_DIMS; d++) l.spec.obs_shape[d] = o->shape[d];
+  if (a->n > 0) {
+    l.spec.act_dtype = STORE_SEG_I32;
+    l.num_actions = a->n;
+  } else {
+    l.spec.act_dtype = STORE_SEG_F32;
+    l.spec.act_ndim = a->ndim;
+    for (int d = 0; d < a->ndim && d < STORE_SEG_MAX_DIMS; d++) l.spec.act_shape[d] = a->shape[d];
+    l.act_low = a->low;
+    l.act_high = a->high;
+  }
+  *out = l;
+  return 0;
+}
