@@ -49,10 +49,8 @@ static const char *const hp_names[HP_COUNT] = {
 #define HP(k) (LRT_HP_COMMON + (k))
 
 typedef struct learner {
-  lrt *rt;
-  config *cfg;
-  const char *run;
-  int actors, num_envs, A;
+  lrt_base b; /* first: lrt_new fills it (b.actors is 0 with replay.source store) */
+  int num_envs, A;
   const env_spec *spec;
   env *spec_env;
   size_t obs_floats, obs_bytes;
@@ -62,8 +60,6 @@ typedef struct learner {
   replay *mem;
   dqn *q;
   rpc_server *srv;
-  store *st;
-  store_writer *wr;
   rlog *log; /* the replay log (learner/replay_log.h); NULL when replay.log is off */
   /* Inserts and their log records go in one at a time, so the log's item order is the
    * replay's and an item's log number is its replay seq + item_offset. */
@@ -139,7 +135,7 @@ static void count_episodes(learner *L, int stream, const float *reward, const ui
   for (int i = 0; i < n; i++) {
     L->stream_ret[stream] += reward[i];
     if (term[i] || trunc[i]) {
-      lrt_episode(L->rt, L->stream_ret[stream]);
+      lrt_episode(L->b.rt, L->stream_ret[stream]);
       L->stream_ret[stream] = 0;
     }
   }
@@ -295,10 +291,10 @@ static int insert_batch(learner *L, int a, uint64_t incarnation, uint64_t seq, u
 
 static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
   learner *L = user;
-  if (b->actor_id >= (uint64_t)L->actors) {
+  if (b->actor_id >= (uint64_t)L->b.actors) {
     atomic_fetch_add(&L->bad_batches, 1);
     return shoal_error_set(err, SHOAL_EINVAL, "actor id %llu outside [0, %d)",
-                           (unsigned long long)b->actor_id, L->actors);
+                           (unsigned long long)b->actor_id, L->b.actors);
   }
   /* The whole batch is checked, and room made for all of it, before anything goes
    * in: a batch is inserted whole or not at all, so its resend cannot repeat a part. */
@@ -343,7 +339,7 @@ static log_figs log_figures(learner *L) {
   if (!L->log) return f;
   store_writer_stats ws;
   rlog_stats ls;
-  store_writer_stats_get(L->wr, &ws);
+  store_writer_stats_get(L->b.wr, &ws);
   rlog_stats_get(L->log, &ls);
   f.written = (double)ws.replay_written;
   f.dropped = (double)(ls.segments_dropped + ws.replay_dropped);
@@ -415,8 +411,8 @@ static void obs_to_float(const learner *L, const void *src, float *dst, size_t r
 static replay *make_replay(learner *L, shoal_error *err) {
   replay_config rc = {0};
   rc.kind = L->prioritized ? REPLAY_PRIORITIZED : REPLAY_UNIFORM;
-  rc.capacity = config_int(L->cfg, "replay.capacity");
-  rc.streams = L->actors * L->num_envs + L->store_streams;
+  rc.capacity = config_int(L->b.cfg, "replay.capacity");
+  rc.streams = L->b.actors * L->num_envs + L->store_streams;
   rc.ncols = 2;
   snprintf(rc.cols[0].name, sizeof rc.cols[0].name, "obs");
   rc.cols[0].dtype = L->obs_u8 ? REPLAY_U8 : REPLAY_F32;
@@ -427,17 +423,17 @@ static replay *make_replay(learner *L, shoal_error *err) {
   rc.cols[1].ndim = 0;
   rc.obs_column = "obs";
   rc.frame_stack = 1;
-  rc.alpha = config_float(L->cfg, "replay.alpha");
-  rc.eps = config_float(L->cfg, "replay.eps");
+  rc.alpha = config_float(L->b.cfg, "replay.alpha");
+  rc.eps = config_float(L->b.cfg, "replay.eps");
   rc.writer_slack = -1;
   /* Larger than memory: the columns beyond the limit in a spill file, beside the run's
    * files on a file store (else in $TMPDIR). */
-  rc.memory_limit = (size_t)(config_float(L->cfg, "replay.memory_limit_mb") * 1048576.0);
+  rc.memory_limit = (size_t)(config_float(L->b.cfg, "replay.memory_limit_mb") * 1048576.0);
   char dir[4096];
   shoal_error derr = {0};
   struct stat sb;
-  if (rc.memory_limit && L->st && store_local_dir(L->st, L->run, dir, sizeof dir, &derr) == 0 &&
-      stat(dir, &sb) == 0)
+  if (rc.memory_limit && L->b.st &&
+      store_local_dir(L->b.st, L->b.run, dir, sizeof dir, &derr) == 0 && stat(dir, &sb) == 0)
     rc.spill_dir = dir;
   replay *r = NULL;
   return replay_create(&rc, &r, err) ? NULL : r;
@@ -449,7 +445,7 @@ static replay *make_replay(learner *L, shoal_error *err) {
 static int follow_reset(void *user, int stream, shoal_error *err) {
   learner *L = user;
   int rc = replay_reset_stream(L->mem, stream, err);
-  if (!rc && L->fol_reset) L->fol_reset[stream - L->actors * L->num_envs] = 1;
+  if (!rc && L->fol_reset) L->fol_reset[stream - L->b.actors * L->num_envs] = 1;
   return rc;
 }
 
@@ -490,7 +486,7 @@ static int follow_insert(void *user, int stream, const replay_steps *st, shoal_e
   memset(tail + n, 1, k);
   float *pr = (float *)(void *)prio;
   for (uint32_t i = 0; i < rows; i++) pr[i] = i < n && st->priority ? st->priority[i] : 0;
-  int32_t e = stream - L->actors * L->num_envs;
+  int32_t e = stream - L->b.actors * L->num_envs;
   for (uint32_t i = 0; i < rows; i++) memcpy(env + 4 * (size_t)i, &e, 4);
   pthread_mutex_lock(&L->log_mu);
   int rc = replay_insert(L->mem, stream, st, err);
@@ -542,7 +538,7 @@ static int restore_store_rows(learner *L, const rlog_batch *b, shoal_error *err)
     L->restore_skipped++;
     return 0;
   }
-  int stream = L->actors * L->num_envs + env[0];
+  int stream = L->b.actors * L->num_envs + env[0];
   if (b->incarnation) {
     int rc = replay_reset_stream(L->mem, stream, err);
     if (rc) return rc;
@@ -565,7 +561,7 @@ static int restore_one(void *ctx, const rlog_batch *b, shoal_error *err) {
   uint32_t steps;
   /* A record of an actor this config no longer has (fewer actors after a change), or
    * one that does not fit this learner's envs, is left out and counted. */
-  if (b->actor >= (uint32_t)L->actors || batch_steps(L, b->rows, b->cols, &steps, NULL)) {
+  if (b->actor >= (uint32_t)L->b.actors || batch_steps(L, b->rows, b->cols, &steps, NULL)) {
     L->restore_skipped++;
     return 0;
   }
@@ -574,15 +570,15 @@ static int restore_one(void *ctx, const rlog_batch *b, shoal_error *err) {
 
 /* --resume: the replay, its priorities and the exactly-once table from the log. */
 static void restore_replay(learner *L, const char *run) {
-  if (!config_bool(L->cfg, "replay.log")) return;
+  if (!config_bool(L->b.cfg, "replay.log")) return;
   rlog_column cols[NCOLS];
   shoal_error err = {0};
   L->restoring = true;
   const replay_config *rc = replay_get_config(L->mem);
-  int e = rlog_restore(L->st, run, cols, log_columns(L, cols), (uint64_t)rc->capacity, L->mem,
+  int e = rlog_restore(L->b.st, run, cols, log_columns(L, cols), (uint64_t)rc->capacity, L->mem,
                        restore_one, L, &L->restored, &err);
   L->restoring = false;
-  if (e) lrt_die(L->rt, "resume: replay log", &err);
+  if (e) lrt_die(L->b.rt, "resume: replay log", &err);
   if (!L->restored.segments) {
     /* Said only where there was something to resume (shoal run resumes every start). */
     if (L->resumed_snapshot)
@@ -608,21 +604,21 @@ static void restore_replay(learner *L, const char *run) {
 }
 
 static void open_log(learner *L, const char *run) {
-  if (!config_bool(L->cfg, "replay.log")) return;
+  if (!config_bool(L->b.cfg, "replay.log")) return;
   shoal_error err = {0};
   if (L->store_streams &&
       !(L->fol_reset = calloc((size_t)L->store_streams, sizeof *L->fol_reset))) {
     shoal_error oom = {SHOAL_ENOMEM, "out of memory"};
-    lrt_die(L->rt, "replay log", &oom);
+    lrt_die(L->b.rt, "replay log", &oom);
   }
   rlog_config c = {0};
-  c.st = L->st;
-  c.wr = L->wr;
+  c.st = L->b.st;
+  c.wr = L->b.wr;
   c.run = run;
   c.ncols = log_columns(L, c.cols);
-  c.segment_bytes = (size_t)(config_float(L->cfg, "replay.log_segment_mb") * 1048576.0);
-  c.flush_s = config_float(L->cfg, "replay.log_flush_s");
-  c.keep = config_bool(L->cfg, "replay.keep_log");
+  c.segment_bytes = (size_t)(config_float(L->b.cfg, "replay.log_segment_mb") * 1048576.0);
+  c.flush_s = config_float(L->b.cfg, "replay.log_flush_s");
+  c.keep = config_bool(L->b.cfg, "replay.keep_log");
   c.next_seq = L->restored.next_seq;
   c.next_item = L->restored.next_item;
   c.steps_before = L->restored.steps_total;
@@ -631,7 +627,7 @@ static void open_log(learner *L, const char *run) {
      * (a store that cannot be read now starts at 0: a clash is counted by the writer). */
     uint64_t *seqs = NULL;
     size_t n = 0;
-    if (store_replay_list(L->st, run, &seqs, &n, &err) == 0 && n) c.next_seq = seqs[n - 1] + 1;
+    if (store_replay_list(L->b.st, run, &seqs, &n, &err) == 0 && n) c.next_seq = seqs[n - 1] + 1;
     free(seqs);
   }
   replay_stats rs;
@@ -640,7 +636,7 @@ static void open_log(learner *L, const char *run) {
   L->log_seq_lo = L->restored.segments
                       ? (uint64_t)((int64_t)L->restored.contiguous_from - L->item_offset)
                       : rs.next_seq;
-  if (rlog_open(&L->log, &c, &err)) lrt_die(L->rt, "replay log", &err);
+  if (rlog_open(&L->log, &c, &err)) lrt_die(L->b.rt, "replay log", &err);
 }
 
 /* ---- the trainer ---------------------------------------------------------------- */
@@ -691,7 +687,7 @@ static int step(void *a, const double *hp, bool *trained, shoal_error *err) {
   dqn_stats ds;
   rc = dqn_learn(L->q, &db, L->prio, &ds, err);
   if (rc == SHOAL_ENAN) {
-    lrt_note(L->rt, "update skipped: %s", err->msg);
+    lrt_note(L->b.rt, "update skipped: %s", err->msg);
     return 0;
   }
   if (rc) return rc;
@@ -763,9 +759,9 @@ static int resume(void *a, const uint8_t *bytes, size_t len, const store_snapsho
   if (rc) return rc;
   if (sb) {
     if ((rc = dqn_state_load(L->q, sb, sl, err))) return rc;
-    lrt_note(L->rt, "resume: optimizer state restored (%lld updates)", (long long)m->updates);
+    lrt_note(L->b.rt, "resume: optimizer state restored (%lld updates)", (long long)m->updates);
   } else {
-    lrt_note(L->rt,
+    lrt_note(L->b.rt,
              "resume: the snapshot holds no optimizer state (written by an older shoal): "
              "Adam restarts and the target is synced");
     if ((rc = dqn_sync_target(L->q, err))) return rc;
@@ -779,21 +775,22 @@ static int resume(void *a, const uint8_t *bytes, size_t len, const store_snapsho
 /* The replay rebuilt from the log (--resume), the log opened, the follower started. */
 static int start(void *a, bool resumed, shoal_error *err) {
   learner *L = a;
-  if (resumed) restore_replay(L, L->run);
-  open_log(L, L->run);
+  if (resumed) restore_replay(L, L->b.run);
+  open_log(L, L->b.run);
   if (!L->store_streams) return 0;
-  const char *srun = config_string(L->cfg, "replay.store_run");
+  const char *srun = config_string(L->b.cfg, "replay.store_run");
   follow_config fc = {
-      .st = L->st,
-      .run = srun[0] ? srun : L->run,
+      .st = L->b.st,
+      .run = srun[0] ? srun : L->b.run,
       .mem = L->mem,
-      .first_stream = L->actors * L->num_envs,
+      .first_stream = L->b.actors * L->num_envs,
       .nstreams = L->store_streams,
       .prioritized = L->prioritized,
-      .poll_s = config_float(L->cfg, "replay.store_poll_s"),
-      .start_after = resumed ? follow_resume_after(L->st, L->run) : STORE_SEG_FIRST,
-      .store_fraction = strcmp(L->source, "mixed") ? 0 : config_float(L->cfg, "replay.store_ratio"),
-      .replay_log = !strcmp(config_string(L->cfg, "replay.store_format"), "log"),
+      .poll_s = config_float(L->b.cfg, "replay.store_poll_s"),
+      .start_after = resumed ? follow_resume_after(L->b.st, L->b.run) : STORE_SEG_FIRST,
+      .store_fraction =
+          strcmp(L->source, "mixed") ? 0 : config_float(L->b.cfg, "replay.store_ratio"),
+      .replay_log = !strcmp(config_string(L->b.cfg, "replay.store_format"), "log"),
       .insert = follow_insert,
       .reset = follow_reset,
       .wait_room = follow_wait,
@@ -833,7 +830,7 @@ static void progress(void *a, char *buf, size_t cap, double dt, int64_t steps, d
            (unsigned long long)atomic_load(&L->insert_waits),
            (unsigned long long)atomic_load(&L->resent_dropped), lf.written, lf.dropped,
            lf.pending_bytes, fol_json);
-  follow_metrics(L->fol, L->wr, L->run, steps, t_unix);
+  follow_metrics(L->fol, L->b.wr, L->b.run, steps, t_unix);
 }
 
 /* No more batches: the follower first (before the rate limiter lets every insert
@@ -846,7 +843,8 @@ static void halt(void *a) {
   pthread_cond_broadcast(&L->rl_cv);
   pthread_mutex_unlock(&L->rl_mu);
   if (L->fol) {
-    follow_finish(L->fol, L->wr, L->run, env_steps(L)); /* its final counts: a JSON line, metrics */
+    follow_finish(L->fol, L->b.wr, L->b.run,
+                  env_steps(L)); /* its final counts: a JSON line, metrics */
     L->fol = NULL;
   }
 }
@@ -859,7 +857,7 @@ static bool finish(void *a, char *buf, size_t cap) {
   int lrc = rlog_close(L->log, 10.0, &ls);
   L->log = NULL;
   store_writer_stats ws;
-  store_writer_stats_get(L->wr, &ws);
+  store_writer_stats_get(L->b.wr, &ws);
   snprintf(buf, cap, ",\"log_segments\":%llu,\"log_dropped\":%llu",
            (unsigned long long)ws.replay_written,
            (unsigned long long)(ls.segments_dropped + ws.replay_dropped));
@@ -928,7 +926,7 @@ static void destroy(void *a) {
   free(L->stream_ret);
   free(L->incarnation);
   free(L->last_seq);
-  for (int i = 0; i < L->actors; i++) pthread_mutex_destroy(&L->actor_mu[i]);
+  for (int i = 0; i < L->b.actors; i++) pthread_mutex_destroy(&L->actor_mu[i]);
   free(L->actor_mu);
   pthread_mutex_destroy(&L->log_mu);
   pthread_mutex_destroy(&L->ep_mu);
@@ -957,12 +955,12 @@ static int alloc_batch(learner *L, shoal_error *err) {
   L->act = malloc(B * sizeof(int32_t));
   L->idx = malloc(B * sizeof(int64_t));
   L->gen = malloc(B * sizeof(uint64_t));
-  size_t actors = (size_t)L->actors + 1;
+  size_t actors = (size_t)L->b.actors + 1;
   L->stream_ret = calloc(actors * (size_t)L->num_envs, sizeof *L->stream_ret);
   L->incarnation = calloc(actors, sizeof *L->incarnation);
   L->last_seq = calloc(actors, sizeof *L->last_seq);
   L->actor_mu = calloc(actors, sizeof *L->actor_mu);
-  for (int a = 0; L->actor_mu && a < L->actors; a++) pthread_mutex_init(&L->actor_mu[a], NULL);
+  for (int a = 0; L->actor_mu && a < L->b.actors; a++) pthread_mutex_init(&L->actor_mu[a], NULL);
   if (!L->obs_b || !L->nobs_b || !L->obs_f || !L->nobs_f || !L->ret || !L->disc || !L->w ||
       !L->prio || !L->act || !L->idx || !L->gen || !L->stream_ret || !L->incarnation ||
       !L->last_seq || !L->actor_mu)
@@ -972,23 +970,24 @@ static int alloc_batch(learner *L, shoal_error *err) {
 
 /* Where the data comes from: replay.source actors, store (no actors) or mixed. */
 static int read_source(learner *L, shoal_error *err) {
-  L->source = config_string(L->cfg, "replay.source");
+  L->source = config_string(L->b.cfg, "replay.source");
   if (strcmp(L->source, "actors"))
-    L->store_streams = (int)config_int(L->cfg, "replay.store_streams");
-  if (!strcmp(L->source, "store")) L->actors = 0;
-  const char *srun = config_string(L->cfg, "replay.store_run");
-  if (strcmp(L->source, "actors") && !strcmp(config_string(L->cfg, "replay.store_format"), "log") &&
-      (!srun[0] || !strcmp(srun, L->run)))
+    L->store_streams = (int)config_int(L->b.cfg, "replay.store_streams");
+  if (!strcmp(L->source, "store")) L->b.actors = 0;
+  const char *srun = config_string(L->b.cfg, "replay.store_run");
+  if (strcmp(L->source, "actors") &&
+      !strcmp(config_string(L->b.cfg, "replay.store_format"), "log") &&
+      (!srun[0] || !strcmp(srun, L->b.run)))
     return shoal_error_set(err, SHOAL_EINVAL,
                            "replay.store_format log follows another learner's replay log: set "
                            "replay.store_run to that run (not this one, %s)",
-                           L->run);
+                           L->b.run);
   return 0;
 }
 
 /* The network, the replay and the rate limiter from the config. */
 static int build(learner *L, lrt_algo *algo, shoal_error *err) {
-  int rc = env_make(&L->spec_env, config_string(L->cfg, "env.id"), err);
+  int rc = env_make(&L->spec_env, config_string(L->b.cfg, "env.id"), err);
   if (rc) return rc;
   L->spec = env_get_spec(L->spec_env);
   if (L->spec->act.n <= 0)
@@ -998,22 +997,22 @@ static int build(learner *L, lrt_algo *algo, shoal_error *err) {
   L->obs_floats = (size_t)L->spec->obs.size;
   L->obs_bytes = env_space_bytes(&L->spec->obs);
   L->A = L->spec->act.n;
-  const char *dev = config_string(L->cfg, "learner.device");
+  const char *dev = config_string(L->b.cfg, "learner.device");
   nn_device device = NN_CPU;
   /* apex_check accepted it: cpu, cuda or auto. */
   if (!strcmp(dev, "cuda") || (!strcmp(dev, "auto") && nn_cuda_available(NULL))) device = NN_CUDA;
   algo->device = device == NN_CUDA ? "cuda" : "cpu";
-  L->B = (int)config_int(L->cfg, "learner.batch");
-  L->E = (int)config_int(L->cfg, "run.eval_episodes");
-  L->dc = apex_dqn_config(L->cfg, L->spec->obs.ndim, L->spec->obs.shape, L->spec->act.n);
+  L->B = (int)config_int(L->b.cfg, "learner.batch");
+  L->E = (int)config_int(L->b.cfg, "run.eval_episodes");
+  L->dc = apex_dqn_config(L->b.cfg, L->spec->obs.ndim, L->spec->obs.shape, L->spec->act.n);
   L->dc.max_batch = L->B;
   if (!(L->q = dqn_create(&L->dc, device, true, err))) return err->code;
   if (!(L->mem = make_replay(L, err))) return err->code;
-  L->ratio = config_float(L->cfg, "learner.replay_ratio");
-  L->warmup = config_int(L->cfg, "learner.warmup");
-  L->tolerance = config_float(L->cfg, "learner.ratio_tolerance");
+  L->ratio = config_float(L->b.cfg, "learner.replay_ratio");
+  L->warmup = config_int(L->b.cfg, "learner.warmup");
+  L->tolerance = config_float(L->b.cfg, "learner.ratio_tolerance");
   L->tolerance_per_ratio =
-      4.0 * L->actors * L->num_envs * (double)config_int(L->cfg, "actor.send_steps") +
+      4.0 * L->b.actors * L->num_envs * (double)config_int(L->b.cfg, "actor.send_steps") +
       (L->store_streams ? 2.0 * FOLLOW_CHUNK : 0);
   L->tolerance_auto = L->tolerance <= 0;
   if (L->tolerance_auto) L->tolerance = L->tolerance_per_ratio * L->ratio;
@@ -1021,27 +1020,18 @@ static int build(learner *L, lrt_algo *algo, shoal_error *err) {
 }
 
 static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
-  learner *L = calloc(1, sizeof *L);
-  if (!L) {
-    shoal_error_set(err, SHOAL_ENOMEM, "out of memory");
-    return NULL;
-  }
-  L->rt = rt;
-  L->cfg = lrt_config(rt);
-  L->run = lrt_run(rt);
-  L->st = lrt_store(rt);
-  L->wr = lrt_writer(rt);
-  L->actors = lrt_actors(rt);
-  L->num_envs = (int)config_int(L->cfg, "env.num_envs");
-  L->prioritized = config_bool(L->cfg, "replay.prioritized");
+  learner *L = lrt_new(rt, sizeof *L, err);
+  if (!L) return NULL;
+  L->num_envs = (int)config_int(L->b.cfg, "env.num_envs");
+  L->prioritized = config_bool(L->b.cfg, "replay.prioritized");
   L->last_loss = NAN;
   L->t_eval = shoal_now_s();
   pthread_mutex_init(&L->ep_mu, NULL);
   pthread_mutex_init(&L->rl_mu, NULL);
   pthread_cond_init(&L->rl_cv, NULL);
   pthread_mutex_init(&L->log_mu, NULL);
-  shoal_rng_seed(&L->rng, (uint64_t)config_int(L->cfg, "run.seed") * 7919 + 17);
-  nn_set_threads((int)config_int(L->cfg, "learner.threads"));
+  shoal_rng_seed(&L->rng, (uint64_t)config_int(L->b.cfg, "run.seed") * 7919 + 17);
+  nn_set_threads((int)config_int(L->b.cfg, "learner.threads"));
   if (read_source(L, err) || build(L, algo, err)) {
     destroy(L);
     return NULL;
@@ -1071,8 +1061,8 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
                      .eval_destroy = eval_destroy,
                      .destroy = destroy};
   uint32_t max_items =
-      (uint32_t)(2 * L->num_envs * (config_int(L->cfg, "actor.send_steps") + L->dc.n_step + 1));
-  apex_rpc_spec(L->spec, L->run, max_items, &algo->spec);
+      (uint32_t)(2 * L->num_envs * (config_int(L->b.cfg, "actor.send_steps") + L->dc.n_step + 1));
+  apex_rpc_spec(L->spec, L->b.run, max_items, &algo->spec);
   return L;
 }
 

@@ -36,18 +36,14 @@ enum { HP_LR, HP_EVAL_EVERY, HP_COUNT };
 #define HP(k) (LRT_HP_COMMON + (k))
 
 typedef struct learner {
-  lrt *rt;
-  config *cfg;
-  const char *run;
+  lrt_base b; /* first: lrt_new fills it */
   const char *hp_names[HP_COUNT];
   op_spec s;
-  int actors;
   int64_t max_staleness;
 
   op_agent ag;
   op_norm norm; /* observation statistics (env.norm_obs); the trainer's only */
   replay_traj *q;
-  store_writer *wr;
   float *pub; /* the published blob */
 
   /* ingest (rpc threads) */
@@ -91,8 +87,9 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
   learner *L = user;
   const op_spec *s = &L->s;
   const int T = s->T;
-  if (b->actor_id >= (uint64_t)L->actors)
-    return bad(L, err, "actor id %llu outside [0, %d)", (unsigned long long)b->actor_id, L->actors);
+  if (b->actor_id >= (uint64_t)L->b.actors)
+    return bad(L, err, "actor id %llu outside [0, %d)", (unsigned long long)b->actor_id,
+               L->b.actors);
   if (b->n != (uint32_t)s->num_envs)
     return bad(L, err, "%u unrolls in the batch, the run's actors step %d env copies", b->n,
                s->num_envs);
@@ -127,11 +124,11 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
         return bad(L, err, "unroll %zu step %zu: action %d outside [0, %d)", k / T, k % T, a[k],
                    s->A);
   }
-  int64_t now = lrt_version(L->rt);
+  int64_t now = lrt_version(L->b.rt);
   atomic_fetch_add(&L->steps_in, (int64_t)NT);
   /* Returns count whatever happens to the data: the episodes were played. */
   for (size_t k = 0; k < NT; k++)
-    if (term[k] || trunc[k]) lrt_episode(L->rt, epret[k]);
+    if (term[k] || trunc[k]) lrt_episode(L->b.rt, epret[k]);
   if (L->max_staleness >= 0 && now - b->policy_version > L->max_staleness) {
     atomic_fetch_add(&L->stale_ingest, b->n);
     return 0;
@@ -197,7 +194,7 @@ static void batch_to_float(learner *L) {
 static int step(void *a, const double *hp, bool *trained, shoal_error *err) {
   learner *L = a;
   const op_spec *s = &L->s;
-  const int64_t v_now = lrt_version(L->rt);
+  const int64_t v_now = lrt_version(L->b.rt);
   L->popped = false;
   int rc = replay_traj_pop(L->q, s->learn_B, v_now, 100, &L->qb, err);
   if (rc == SHOAL_ETIMEDOUT) return 0;
@@ -222,7 +219,7 @@ static int step(void *a, const double *hp, bool *trained, shoal_error *err) {
   L->steps_trained += (int64_t)s->T * s->learn_B;
   if (rc == SHOAL_ENAN) {
     L->skipped++;
-    lrt_note(L->rt, "update skipped: %s", err->msg);
+    lrt_note(L->b.rt, "update skipped: %s", err->msg);
     return 0;
   }
   if (rc) return rc;
@@ -292,9 +289,9 @@ static int resume(void *a, const uint8_t *bytes, size_t len, const store_snapsho
   int rc = op_snapshot_resume(&L->ag, &L->s, &L->norm, bytes, len, &restored, err);
   if (rc) return rc;
   if (restored)
-    lrt_note(L->rt, "resume: optimizer state restored (%lld updates)", (long long)m->updates);
+    lrt_note(L->b.rt, "resume: optimizer state restored (%lld updates)", (long long)m->updates);
   else
-    lrt_note(L->rt,
+    lrt_note(L->b.rt,
              "resume: the snapshot holds no optimizer state (written by an older shoal): "
              "the optimizer restarts");
   L->updates = m->updates;
@@ -329,12 +326,13 @@ static void progress(void *a, char *buf, size_t cap, double dt, int64_t steps, d
       (long long)L->lag_max_last, (unsigned long long)stale, L->last.entropy, L->last.approx_kl,
       L->last.clip_frac, L->last.mean_rho, (unsigned long long)L->skipped);
   if (isfinite(L->last.loss))
-    store_writer_metric(L->wr, L->run, "entropy", steps, t_unix, L->last.entropy);
+    store_writer_metric(L->b.wr, L->b.run, "entropy", steps, t_unix, L->last.entropy);
   if (L->lag_n > 0) {
-    store_writer_metric(L->wr, L->run, "policy_lag_mean", steps, t_unix, L->lag_mean_last);
-    store_writer_metric(L->wr, L->run, "policy_lag_max", steps, t_unix, (double)L->lag_max_last);
+    store_writer_metric(L->b.wr, L->b.run, "policy_lag_mean", steps, t_unix, L->lag_mean_last);
+    store_writer_metric(L->b.wr, L->b.run, "policy_lag_max", steps, t_unix,
+                        (double)L->lag_max_last);
   }
-  store_writer_metric(L->wr, L->run, "dropped_stale", steps, t_unix, (double)stale);
+  store_writer_metric(L->b.wr, L->b.run, "dropped_stale", steps, t_unix, (double)stale);
   L->lag_sum = L->lag_n = 0;
   L->lag_max = 0;
 }
@@ -383,9 +381,9 @@ static void *eval_create(void *a, shoal_error *err) {
     return NULL;
   }
   e->L = L;
-  if (op_agent_from_config(L->cfg, &L->s, L->E, false, NN_CPU, &e->ag, err) ||
+  if (op_agent_from_config(L->b.cfg, &L->s, L->E, false, NN_CPU, &e->ag, err) ||
       op_norm_init(&e->norm, (int)L->s.obs_n, err) ||
-      !(e->loop = op_eval_create(&L->s, (int)config_int(L->cfg, "run.eval_episodes"), err))) {
+      !(e->loop = op_eval_create(&L->s, (int)config_int(L->b.cfg, "run.eval_episodes"), err))) {
     eval_destroy(e);
     return NULL;
   }
@@ -426,7 +424,7 @@ static int make_fifo(learner *L, shoal_error *err) {
   /* The FIFO and the actors' queues are where unrolls wait, so they set the policy lag.
    * By default the FIFO holds one update's batch (or one actor's, if larger): while the
    * learner trains on it the next actors' batches wait in their rpc calls. */
-  int64_t capacity = config_int(L->cfg, "replay.capacity");
+  int64_t capacity = config_int(L->b.cfg, "replay.capacity");
   if (capacity == 0) capacity = B > s->num_envs ? B : s->num_envs;
   if (capacity < B || capacity < s->num_envs)
     return shoal_error_set(err, SHOAL_EINVAL,
@@ -486,41 +484,33 @@ static int alloc_batch(learner *L, shoal_error *err) {
 }
 
 static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
-  learner *L = calloc(1, sizeof *L);
-  if (!L) {
-    shoal_error_set(err, SHOAL_ENOMEM, "out of memory");
-    return NULL;
-  }
-  L->rt = rt;
-  L->cfg = lrt_config(rt);
-  L->run = lrt_run(rt);
-  L->wr = lrt_writer(rt);
-  L->actors = lrt_actors(rt);
-  L->max_staleness = config_int(L->cfg, "replay.max_staleness");
+  learner *L = lrt_new(rt, sizeof *L, err);
+  if (!L) return NULL;
+  L->max_staleness = config_int(L->b.cfg, "replay.max_staleness");
   L->last.loss = NAN;
   L->lag_mean_last = NAN;
   L->lag_min_run = INT64_MAX;
-  nn_set_threads((int)config_int(L->cfg, "learner.threads"));
+  nn_set_threads((int)config_int(L->b.cfg, "learner.threads"));
   /* The actor-critic's learn() runs on host arrays; CUDA only when asked for. */
-  nn_device device = strcmp(config_string(L->cfg, "learner.device"), "cuda") ? NN_CPU : NN_CUDA;
-  int rc = op_spec_from_config(L->cfg, &L->s, err);
+  nn_device device = strcmp(config_string(L->b.cfg, "learner.device"), "cuda") ? NN_CPU : NN_CUDA;
+  int rc = op_spec_from_config(L->b.cfg, &L->s, err);
   const op_spec *s = &L->s;
-  const int episodes = (int)config_int(L->cfg, "run.eval_episodes");
+  const int episodes = (int)config_int(L->b.cfg, "run.eval_episodes");
   L->E = episodes < 16 ? episodes : 16;
   if (!rc) rc = make_fifo(L, err);
-  if (!rc) rc = op_agent_from_config(L->cfg, s, s->num_envs, true, device, &L->ag, err);
+  if (!rc) rc = op_agent_from_config(L->b.cfg, s, s->num_envs, true, device, &L->ag, err);
   if (!rc) rc = op_norm_init(&L->norm, (int)s->obs_n, err);
   if (!rc) rc = alloc_batch(L, err);
   if (rc) {
     destroy(L);
     return NULL;
   }
-  L->anneal = config_bool(L->cfg, s->impala ? "impala.anneal_lr" : "ppo.anneal_lr");
-  L->eval_greedy = config_bool(L->cfg, "run.eval_greedy");
+  L->anneal = config_bool(L->b.cfg, s->impala ? "impala.anneal_lr" : "ppo.anneal_lr");
+  L->eval_greedy = config_bool(L->b.cfg, "run.eval_greedy");
   L->hp_names[HP_LR] = s->impala ? "impala.lr" : "ppo.lr";
   L->hp_names[HP_EVAL_EVERY] = "run.eval_every_steps";
-  L->lr_set = (float)config_float(L->cfg, L->hp_names[HP_LR]);
-  L->next_eval = (int64_t)config_int(L->cfg, "run.eval_every_steps");
+  L->lr_set = (float)config_float(L->b.cfg, L->hp_names[HP_LR]);
+  L->next_eval = (int64_t)config_int(L->b.cfg, "run.eval_every_steps");
   *algo = (lrt_algo){.name = s->impala ? "impala" : "ppo",
                      .device = device == NN_CUDA ? "cuda" : "cpu",
                      .hp_names = L->hp_names,
@@ -543,7 +533,7 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
                      .eval_run = eval_run,
                      .eval_destroy = eval_destroy,
                      .destroy = destroy};
-  op_rpc_spec(s, L->run, &algo->spec);
+  op_rpc_spec(s, L->b.run, &algo->spec);
   return L;
 }
 

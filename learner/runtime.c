@@ -72,11 +72,15 @@ struct lrt {
 static volatile sig_atomic_t stop_signal = 0;
 static void on_signal(int sig) { stop_signal = sig; }
 
-config *lrt_config(lrt *rt) { return rt->cfg; }
-const char *lrt_run(lrt *rt) { return rt->run; }
-store *lrt_store(lrt *rt) { return rt->st; }
-store_writer *lrt_writer(lrt *rt) { return rt->wr; }
-int lrt_actors(lrt *rt) { return rt->actors; }
+void *lrt_new(lrt *rt, size_t size, shoal_error *err) {
+  lrt_base *b = calloc(1, size < sizeof *b ? sizeof *b : size);
+  if (!b) {
+    shoal_error_set(err, SHOAL_ENOMEM, "out of memory");
+    return NULL;
+  }
+  *b = (lrt_base){rt, rt->cfg, rt->run, rt->st, rt->wr, rt->actors};
+  return b;
+}
 int64_t lrt_version(lrt *rt) { return atomic_load(&rt->version); }
 
 void lrt_die(lrt *rt, const char *what, const shoal_error *err) {

@@ -117,11 +117,22 @@ typedef struct lrt_program {
 int lrt_main(int argc, char **argv, const lrt_program *p);
 
 /* ---- for algorithms ---- */
-config *lrt_config(lrt *rt);
-const char *lrt_run(lrt *rt);
-store *lrt_store(lrt *rt);
-store_writer *lrt_writer(lrt *rt);
-int lrt_actors(lrt *rt);
+
+/* What every algorithm's state begins with: the runtime's config, run id, store and
+ * writer (borrowed: the runtime owns them), and the run's actor count. */
+typedef struct lrt_base {
+  lrt *rt;
+  config *cfg;
+  const char *run;
+  store *st;
+  store_writer *wr;
+  int actors;
+} lrt_base;
+
+/* A zeroed state of size bytes whose first member is an lrt_base, filled from rt (the
+ * algorithm's create calls it; its destroy frees the state with free()). NULL with
+ * SHOAL_ENOMEM. */
+void *lrt_new(lrt *rt, size_t size, shoal_error *err);
 /* The parameter version published last (read by ingest for staleness). */
 int64_t lrt_version(lrt *rt);
 /* A finished episode's return for return100 and the episode count; any thread. */
