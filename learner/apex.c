@@ -23,6 +23,7 @@
 #include "learner/learners.h"
 #include "learner/publish.h"
 #include "learner/replay_log.h"
+#include "replay/limiter.h"
 #include "replay/replay.h"
 #include "run/run.h"
 
@@ -94,17 +95,13 @@ typedef struct learner {
   uint64_t *last_seq;
   atomic_uint_fast64_t batches_inserted, resent_dropped, stream_cuts;
 
-  /* The rate limiter (as Reverb's SampleToInsertRatio): the trainer samples at most
-   * replay_ratio transitions per transition inserted after warm-up, and inserts wait
-   * while the insert side is more than `tolerance` samples ahead, so the ratio, not
-   * the machine's speed, decides how often each transition is replayed. */
-  pthread_mutex_t rl_mu;
-  pthread_cond_t rl_cv;
-  atomic_int_fast64_t sampled;
+  /* The rate limiter (replay/limiter.h): the trainer samples at most replay_ratio
+   * transitions per transition inserted after warm-up, and a batch waits while it would
+   * put the insert side more than `tolerance` samples ahead, so the ratio, not the
+   * machine's speed, decides how often each transition is replayed. */
+  replay_limiter *lim;
   double ratio, tolerance;
   int64_t warmup;
-  atomic_bool stopping;
-  atomic_uint_fast64_t insert_waits;
 
   /* The trainer's buffers for one batch. */
   void *obs_b, *nobs_b;
@@ -142,28 +139,12 @@ static void count_episodes(learner *L, int stream, const float *reward, const ui
   pthread_mutex_unlock(&L->ep_mu);
 }
 
-/* Room for n more inserts under the rate limiter; waits up to 2 s for the trainer.
- * Returns 0 when there is room, else SHOAL_EFULL (the client resends later). */
+/* Room for n more inserts under the rate limiter, counted; waits up to 2 s for the
+ * trainer. Returns 0 when there is room (also once the learner stops: what is in
+ * flight goes in), else SHOAL_EFULL (the client resends later). */
 static int wait_for_room(learner *L, uint32_t n) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 2;
-  int rc = 0;
-  pthread_mutex_lock(&L->rl_mu);
-  for (;;) {
-    replay_stats rs;
-    replay_get_stats(L->mem, &rs);
-    double ahead = L->ratio * ((double)rs.inserted_steps + n - (double)L->warmup) -
-                   (double)atomic_load(&L->sampled);
-    if (ahead <= L->tolerance || atomic_load(&L->stopping)) break;
-    atomic_fetch_add(&L->insert_waits, 1);
-    if (pthread_cond_timedwait(&L->rl_cv, &L->rl_mu, &until) == ETIMEDOUT) {
-      rc = SHOAL_EFULL;
-      break;
-    }
-  }
-  pthread_mutex_unlock(&L->rl_mu);
-  return rc;
+  int rc = replay_limiter_insert(L->lim, n, 2000, NULL);
+  return rc == SHOAL_ETIMEDOUT ? SHOAL_EFULL : 0;
 }
 
 static int follow_wait(void *user, uint32_t n) { return wait_for_room(user, n); }
@@ -321,8 +302,10 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
     /* Already in replay: resent after a reconnect, or after this learner resumed from a
      * log that holds it. Accept (the client stops resending) without inserting. */
     atomic_fetch_add(&L->resent_dropped, 1);
+    if (!have) replay_limiter_undo(L->lim, total, 0);
   } else {
     rc = insert_batch(L, a, b->incarnation, b->seq, b->n, cols, total, err);
+    if (rc) replay_limiter_undo(L->lim, total, 0);
   }
   pthread_mutex_unlock(&L->actor_mu[a]);
   return rc;
@@ -353,21 +336,10 @@ static int apply_hp(void *a, int k, double v, shoal_error *err) {
   if (k == HP_LR) return dqn_set_lr(L->q, (float)v, err);
   if (k == HP_TARGET) return dqn_set_target_period(L->q, (int)v, err);
   if (k == HP_RATIO) {
-    /* The limiter compares samples taken with ratio × inserts since warm-up; move
-     * the sample count so the slack stays as it was and the new ratio holds from now
-     * on, instead of a burst (or a stall) that settles the whole history. */
-    pthread_mutex_lock(&L->rl_mu);
-    replay_stats rs;
-    replay_get_stats(L->mem, &rs);
-    double since = (double)rs.inserted_steps - (double)L->warmup;
-    if (since > 0) {
-      int64_t sampled = atomic_load(&L->sampled) + (int64_t)((v - L->ratio) * since);
-      atomic_store(&L->sampled, sampled > 0 ? sampled : 0);
-    }
+    /* The slack stays as it was and the new ratio holds from now on. */
     L->ratio = v;
     if (L->tolerance_auto) L->tolerance = L->tolerance_per_ratio * v;
-    pthread_cond_broadcast(&L->rl_cv);
-    pthread_mutex_unlock(&L->rl_mu);
+    replay_limiter_set_ratio(L->lim, v, L->tolerance);
   }
   return 0;
 }
@@ -592,7 +564,7 @@ static void restore_replay(learner *L, const char *run) {
   /* The rate limiter starts level with what the memory holds, so a resumed learner does
    * not replay it in one burst. */
   double level = L->ratio * ((double)rs.inserted_steps - (double)L->warmup);
-  atomic_store(&L->sampled, level > 0 ? (int64_t)level : 0);
+  replay_limiter_set_counts(L->lim, (double)rs.inserted_steps, level > 0 ? level : 0);
   fprintf(stderr,
           "shoal-learner: resume: replay rebuilt from the log: %lld items held from %llu "
           "segments (%llu batches, %llu priorities, %llu gaps, %llu records skipped) in "
@@ -647,26 +619,18 @@ static int64_t env_steps(learner *L) {
   return L->env_steps_base + (int64_t)rs.inserted_steps;
 }
 
-/* One update when warm and the sampled/inserted ratio allows (Reverb's rate limiter),
- * so results do not depend on how fast this machine trains; else it waits for inserts
- * (they signal rl_cv) up to 10 ms. */
+/* The update that step() took from the limiter did not happen. */
+static int untake(learner *L, int rc) {
+  replay_limiter_undo(L->lim, 0, L->B);
+  return rc;
+}
+
+/* One update when warm and the rate limiter allows, so results do not depend on how
+ * fast this machine trains; the limiter waits for inserts up to 10 ms. */
 static int step(void *a, const double *hp, bool *trained, shoal_error *err) {
   learner *L = a;
   const int B = L->B;
-  replay_stats rs;
-  replay_get_stats(L->mem, &rs);
-  pthread_mutex_lock(&L->rl_mu);
-  bool ready = rs.held >= L->warmup && (double)atomic_load(&L->sampled) + B <=
-                                           L->ratio * ((double)rs.inserted_steps - L->warmup) + B;
-  if (!ready) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 10 * 1000 * 1000;
-    if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
-    pthread_cond_timedwait(&L->rl_cv, &L->rl_mu, &until);
-  }
-  pthread_mutex_unlock(&L->rl_mu);
-  if (!ready) return 0;
+  if (replay_limiter_sample(L->lim, B, 10, NULL)) return 0; /* not warm, or ahead */
   replay_batch rb = {0};
   rb.cols[0] = L->obs_b;
   rb.cols[1] = L->act;
@@ -679,8 +643,7 @@ static int step(void *a, const double *hp, bool *trained, shoal_error *err) {
   replay_sample_args sa = {B, L->dc.n_step, L->dc.gamma, hp[HP(HP_BETA0)]};
   sa.beta = replay_beta_linear(hp[HP(HP_BETA0)], 1.0, L->updates, (int64_t)hp[HP(HP_BETA_STEPS)]);
   int rc = replay_sample(L->mem, &L->rng, &sa, &rb, err);
-  if (rc == SHOAL_ESTATE) return 0; /* nothing to sample yet */
-  if (rc) return rc;
+  if (rc) return untake(L, rc == SHOAL_ESTATE ? 0 : rc); /* ESTATE: nothing to sample yet */
   obs_to_float(L, L->obs_b, L->obs_f, (size_t)B);
   obs_to_float(L, L->nobs_b, L->nobs_f, (size_t)B);
   dqn_batch db = {B, L->obs_f, L->act, L->ret, L->disc, L->nobs_f, L->w};
@@ -688,16 +651,12 @@ static int step(void *a, const double *hp, bool *trained, shoal_error *err) {
   rc = dqn_learn(L->q, &db, L->prio, &ds, err);
   if (rc == SHOAL_ENAN) {
     lrt_note(L->b.rt, "update skipped: %s", err->msg);
-    return 0;
+    return untake(L, 0);
   }
   if (rc) return rc;
   L->last_loss = ds.loss;
   L->updates++;
   *trained = true;
-  atomic_fetch_add(&L->sampled, B);
-  pthread_mutex_lock(&L->rl_mu);
-  pthread_cond_broadcast(&L->rl_cv);
-  pthread_mutex_unlock(&L->rl_mu);
   if (L->prioritized) return replay_update_priorities(L->mem, B, L->idx, L->gen, L->prio, err);
   return 0;
 }
@@ -824,12 +783,13 @@ static void progress(void *a, char *buf, size_t cap, double dt, int64_t steps, d
   char fol_json[256];
   follow_progress_json(L->fol, fol_json, sizeof fol_json);
   log_figs lf = log_figures(L);
+  replay_limiter_stats ls;
+  replay_limiter_stats_get(L->lim, &ls);
   snprintf(buf, cap,
            ",\"insert_waits\":%llu,\"resent_dropped\":%llu,\"log_segments\":%.0f,"
            "\"log_dropped\":%.0f,\"log_pending_bytes\":%.0f%s",
-           (unsigned long long)atomic_load(&L->insert_waits),
-           (unsigned long long)atomic_load(&L->resent_dropped), lf.written, lf.dropped,
-           lf.pending_bytes, fol_json);
+           (unsigned long long)ls.insert_waits, (unsigned long long)atomic_load(&L->resent_dropped),
+           lf.written, lf.dropped, lf.pending_bytes, fol_json);
   follow_metrics(L->fol, L->b.wr, L->b.run, steps, t_unix);
 }
 
@@ -838,10 +798,7 @@ static void progress(void *a, char *buf, size_t cap, double dt, int64_t steps, d
 static void halt(void *a) {
   learner *L = a;
   follow_halt(L->fol);
-  atomic_store(&L->stopping, true);
-  pthread_mutex_lock(&L->rl_mu);
-  pthread_cond_broadcast(&L->rl_cv);
-  pthread_mutex_unlock(&L->rl_mu);
+  replay_limiter_close(L->lim);
   if (L->fol) {
     follow_finish(L->fol, L->b.wr, L->b.run,
                   env_steps(L)); /* its final counts: a JSON line, metrics */
@@ -930,8 +887,7 @@ static void destroy(void *a) {
   free(L->actor_mu);
   pthread_mutex_destroy(&L->log_mu);
   pthread_mutex_destroy(&L->ep_mu);
-  pthread_mutex_destroy(&L->rl_mu);
-  pthread_cond_destroy(&L->rl_cv);
+  replay_limiter_destroy(L->lim);
   free(L->fol_buf);
   free(L->fol_reset);
   free(L->obs_b), free(L->nobs_b), free(L->obs_f), free(L->nobs_f), free(L->ret), free(L->disc);
@@ -1016,7 +972,12 @@ static int build(learner *L, lrt_algo *algo, shoal_error *err) {
       (L->store_streams ? 2.0 * FOLLOW_CHUNK : 0);
   L->tolerance_auto = L->tolerance <= 0;
   if (L->tolerance_auto) L->tolerance = L->tolerance_per_ratio * L->ratio;
-  return alloc_batch(L, err);
+  replay_limiter_config lc = {.samples_per_insert = L->ratio,
+                              .insert_tolerance = L->tolerance,
+                              .min_size_to_sample = L->warmup,
+                              .insert_counts_own = true};
+  int lrc = replay_limiter_create(&lc, &L->lim, err);
+  return lrc ? lrc : alloc_batch(L, err);
 }
 
 static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
@@ -1027,8 +988,6 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
   L->last_loss = NAN;
   L->t_eval = shoal_now_s();
   pthread_mutex_init(&L->ep_mu, NULL);
-  pthread_mutex_init(&L->rl_mu, NULL);
-  pthread_cond_init(&L->rl_cv, NULL);
   pthread_mutex_init(&L->log_mu, NULL);
   shoal_rng_seed(&L->rng, (uint64_t)config_int(L->b.cfg, "run.seed") * 7919 + 17);
   nn_set_threads((int)config_int(L->b.cfg, "learner.threads"));

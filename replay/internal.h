@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "replay/limiter.h"
 #include "replay/replay.h"
 
 enum {
@@ -107,12 +108,7 @@ struct replay {
   _Atomic uint64_t swept_at, n_sweeps;
   uint8_t *gather_buf; /* the sampling thread's: a cold stack and its successor's */
 
-  /* The rate limiter (cfg.samples_per_insert > 0): counts under lim_mu. */
-  pthread_mutex_t lim_mu;
-  pthread_cond_t lim_cv;
-  double lim_inserted, lim_sampled; /* I and S */
-  int closed;
-  uint64_t n_limited;
+  replay_limiter *lim; /* the rate limiter (cfg.samples_per_insert > 0), else NULL */
 };
 
 static inline int64_t replay__slot(const struct replay *r, uint64_t s) {

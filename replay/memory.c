@@ -347,12 +347,13 @@ int replay_create(const replay_config *cfg, replay **out, shoal_error *err) {
       }
     }
   }
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_mutex_init(&r->lim_mu, NULL);
-  pthread_cond_init(&r->lim_cv, &ca);
-  pthread_condattr_destroy(&ca);
+  if (ok && cfg->samples_per_insert > 0) {
+    replay_limiter_config lc = {.samples_per_insert = cfg->samples_per_insert,
+                                .insert_tolerance = cfg->spi_tolerance,
+                                .sample_tolerance = cfg->spi_tolerance,
+                                .min_size_to_sample = cfg->min_size_to_sample};
+    ok = replay_limiter_create(&lc, &r->lim, NULL) == 0;
+  }
   if (!ok || pthread_mutex_init(&r->tree_lock, NULL)) {
     replay_destroy(r);
     return shoal_error_set(err, SHOAL_ENOMEM, "replay: out of memory for %zu bytes",
@@ -394,10 +395,7 @@ void replay__clear(struct replay *r) {
   atomic_store(&r->n_stale, 0);
   atomic_store(&r->n_waits, 0);
   atomic_store(&r->wait_ns, 0);
-  pthread_mutex_lock(&r->lim_mu);
-  r->lim_inserted = r->lim_sampled = 0;
-  r->n_limited = 0;
-  pthread_mutex_unlock(&r->lim_mu);
+  if (r->lim) replay_limiter_set_counts(r->lim, 0, 0);
 }
 
 void replay_destroy(replay *r) {
@@ -415,8 +413,7 @@ void replay_destroy(replay *r) {
   free(r->sum);
   free(r->mn);
   pthread_mutex_destroy(&r->tree_lock);
-  pthread_mutex_destroy(&r->lim_mu);
-  pthread_cond_destroy(&r->lim_cv);
+  replay_limiter_destroy(r->lim);
   free(r);
 }
 
@@ -444,9 +441,11 @@ void replay_get_stats(const replay *r, replay_stats *o) {
   o->next_seq = h + 1;
   o->resident_items = m->hot;
   o->spill_sweeps = atomic_load(&m->n_sweeps);
-  pthread_mutex_lock(&m->lim_mu);
-  o->limiter_waits = m->n_limited;
-  pthread_mutex_unlock(&m->lim_mu);
+  if (m->lim) {
+    replay_limiter_stats ls;
+    replay_limiter_stats_get(m->lim, &ls);
+    o->limiter_waits = ls.insert_waits + ls.sample_waits;
+  }
   if (m->sum) {
     pthread_mutex_lock(&m->tree_lock);
     o->priority_total = m->lsum[0][0];
@@ -549,75 +548,17 @@ static void wait_for_pin(struct replay *r, uint64_t ov) {
 
 /* ---------------------------------------------------------------- rate limiter */
 
-/* Waits until the limiter lets an insert of `amount` steps (inserting) or a sample
- * of `amount` transitions through, then counts it. Both sides check the state
- * before they add, so the two can never wait on each other at once: above the
- * band only inserts wait, below it only samples. */
+/* The memory's limiter (replay/limiter.h): inserts and samples wait up to
+ * limit_timeout_ms; without one nothing waits. */
 static int limit_enter(struct replay *r, int inserting, double amount, shoal_error *err) {
-  double spi = r->cfg.samples_per_insert;
-  if (!(spi > 0)) return 0;
-  double centre = spi * (double)r->cfg.min_size_to_sample, tol = r->cfg.spi_tolerance;
-  struct timespec dl = {0};
+  if (!r->lim) return 0;
   int64_t ms = r->cfg.limit_timeout_ms;
-  if (ms >= 0) {
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += ms / 1000;
-    dl.tv_nsec += (ms % 1000) * 1000000;
-    if (dl.tv_nsec >= 1000000000) {
-      dl.tv_sec++;
-      dl.tv_nsec -= 1000000000;
-    }
-  }
-  int rc = 0, waited = 0;
-  pthread_mutex_lock(&r->lim_mu);
-  for (;;) {
-    if (r->closed) {
-      rc = shoal_error_set(err, SHOAL_ECLOSED, "replay: the memory was closed");
-      break;
-    }
-    double d = spi * r->lim_inserted - r->lim_sampled;
-    int go = inserting ? d <= centre + tol
-                       : r->lim_inserted >= (double)r->cfg.min_size_to_sample && d >= centre - tol;
-    if (go) break;
-    waited = 1;
-    int w = ms >= 0 ? pthread_cond_timedwait(&r->lim_cv, &r->lim_mu, &dl)
-                    : pthread_cond_wait(&r->lim_cv, &r->lim_mu);
-    if (w == ETIMEDOUT) {
-      rc = shoal_error_set(err, SHOAL_ETIMEDOUT,
-                           "replay: the rate limiter held this %s for %lld ms (inserted %.0f, "
-                           "sampled %.0f, samples per insert %g)",
-                           inserting ? "insert" : "sample", (long long)ms, r->lim_inserted,
-                           r->lim_sampled, spi);
-      break;
-    }
-  }
-  if (!rc) {
-    if (inserting)
-      r->lim_inserted += amount;
-    else
-      r->lim_sampled += amount;
-    pthread_cond_broadcast(&r->lim_cv);
-  }
-  r->n_limited += (uint64_t)waited;
-  pthread_mutex_unlock(&r->lim_mu);
-  return rc;
-}
-
-/* Takes back a sample that the limiter let through but that failed. */
-static void limit_undo_sample(struct replay *r, double amount) {
-  if (!(r->cfg.samples_per_insert > 0)) return;
-  pthread_mutex_lock(&r->lim_mu);
-  r->lim_sampled -= amount;
-  pthread_cond_broadcast(&r->lim_cv);
-  pthread_mutex_unlock(&r->lim_mu);
+  return inserting ? replay_limiter_insert(r->lim, amount, ms, err)
+                   : replay_limiter_sample(r->lim, amount, ms, err);
 }
 
 void replay_close(replay *r) {
-  if (!r) return;
-  pthread_mutex_lock(&r->lim_mu);
-  r->closed = 1;
-  pthread_cond_broadcast(&r->lim_cv);
-  pthread_mutex_unlock(&r->lim_mu);
+  if (r && r->lim) replay_limiter_close(r->lim);
 }
 
 /* ---------------------------------------------------------------- insert */
@@ -1242,7 +1183,7 @@ int replay_sample(replay *r, shoal_rng *rng, const replay_sample_args *args, rep
   }
   replay__unpin(r); /* after a break */
   atomic_fetch_add_explicit(&r->n_rejected, (uint64_t)rejected, memory_order_relaxed);
-  if (b < B) limit_undo_sample(r, (double)B);
+  if (b < B && r->lim) replay_limiter_undo(r->lim, 0, (double)B);
   if (b < B)
     return shoal_error_set(err, SHOAL_ESTATE,
                            "replay_sample: %d of %d drawn; no sampleable step among %llu items "
