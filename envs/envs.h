@@ -275,9 +275,10 @@ void env_vec_get_stats(const env_vec *v, env_vec_stats *st); /* can't fail */
 /* Renders copy i (see env_render). */
 int env_vec_render(const env_vec *v, int i, uint8_t *rgb, shoal_error *err);
 
-/* ---- Images ------------------------------------------------------------------------- */
+/* ---- Images (envs/apng.c) ----------------------------------------------------------- */
 
-/* Writes an RGB image (h, w, 3) as an 8-bit PNG. SHOAL_EIO with the path on failure. */
+/* Writes an RGB image (h, w, 3) as an 8-bit PNG (env_png_encode's bytes). SHOAL_EIO
+ * with the path on failure, and no file is left behind. */
 int env_png_write(const char *path, const uint8_t *rgb, int w, int h, shoal_error *err);
 
 /* Writes n frames (n, h, w, 3) side by side, cols per row (cols <= 0: all in one row),
