@@ -1,6 +1,7 @@
 /*
  * store/store.h — the experiment store: runs, parameter snapshots, replay segments,
- * metrics and sweep trials, behind one interface opened by a URI, one of:
+ * metrics and sweep trials, behind one interface opened by URI.
+ *
  *   file:///abs/dir, file://localhost/abs/dir, file://rel/dir, file:rel/dir or a
  *   plain path (%XX escapes allowed)
  *       the embedded default: one folder per run under DIR, every write atomic
@@ -18,7 +19,7 @@
  *
  *   shoal_error err = {0};
  *   store *st;
- *   if (store_open(&st, "file:///data/runs", &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+ *   if (store_open(&st, "file:///data/runs", &err)) { fprintf(stderr, "%s\n", err.msg); ... }
  *   store_run_create(st, "cartpole-1", yaml_text, STORE_RUN_RUNNING, &err);
  *   store_snapshot_meta m = {.version = 7, .env_steps = 70000, .score = 181.5};
  *   snprintf(m.run, sizeof m.run, "cartpole-1");
