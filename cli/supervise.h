@@ -7,10 +7,11 @@
  * which writes its final snapshot), with SIGKILL after a grace period.
  *
  *   sup *s = sup_create(&err);
- *   sup_add(s, &(sup_child_spec){"learner", learner_argv, .essential = true, .stop_order = 1});
- *   sup_add(s, &(sup_child_spec){"actor-0", actor_argv, .restart = true});
+ *   sup_add(s, &(sup_child_spec){"learner", learner_argv, .essential = true, .stop_order = 1},
+ *           &err);
+ *   sup_add(s, &(sup_child_spec){"actor-0", actor_argv, .restart = true}, &err);
  *   sup_set_callbacks(s, on_line, on_tick, 1.0, ud);
- *   int rc = sup_run(s);     // returns when every child has exited for good
+ *   int rc = sup_run(s, &err);     // returns when every child has exited for good
  *   sup_destroy(s);
  */
 #ifndef SHOAL_CLI_SUPERVISE_H

@@ -49,7 +49,6 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <yaml.h>
 
 #include "run/run.h"
 #include "cli/commands.h"
@@ -90,19 +89,14 @@ static void spec_free(sw_spec *s) {
     for (int v = 0; v < s->params[p].nvalues; v++) free(s->params[p].values[v]);
 }
 
-/* ---- reading SWEEP.yaml (libyaml's document API) ------------------------------- */
+/* ---- reading SWEEP.yaml (config/'s YAML tree) ------------------------------------- */
 
-static const char *scalar(yaml_document_t *d, yaml_node_t *n) {
-  return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
-}
-
-static int where(shoal_error *err, const char *path, yaml_node_t *n, const char *fmt,
+static int where(shoal_error *err, const char *path, const cfg_node *n, const char *fmt,
                  const char *a) {
-  return shoal_error_set(err, SHOAL_EINVAL, "%s:%zu: %s%s", path,
-                         n ? n->start_mark.line + 1 : (size_t)0, fmt, a ? a : "");
+  return shoal_error_set(err, SHOAL_EINVAL, "%s:%d: %s%s", path, n ? n->line : 0, fmt, a ? a : "");
 }
 
-static int parse_number(const char *path, yaml_node_t *n, const char *v, double *out,
+static int parse_number(const char *path, const cfg_node *n, const char *v, double *out,
                         shoal_error *err) {
   char *end;
   *out = v ? strtod(v, &end) : NAN;
@@ -115,28 +109,26 @@ static bool truthy(const char *v) {
   return v && (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on") || !strcmp(v, "1"));
 }
 
-static int read_param(yaml_document_t *d, const char *path, const char *key, yaml_node_t *n,
-                      sw_param *p, shoal_error *err) {
+static int read_param(const char *path, const char *key, const cfg_node *n, sw_param *p,
+                      shoal_error *err) {
   memset(p, 0, sizeof *p);
   snprintf(p->key, sizeof p->key, "%s", key);
-  if (n->type == YAML_SCALAR_NODE) {
-    p->values[p->nvalues++] = strdup(scalar(d, n));
-  } else if (n->type == YAML_SEQUENCE_NODE) {
-    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
-         it++) {
-      yaml_node_t *v = yaml_document_get_node(d, *it);
-      if (!scalar(d, v)) return where(err, path, v, "a list of plain values for ", key);
+  if (n->type == CFG_NODE_SCALAR) {
+    p->values[p->nvalues++] = strdup(n->scalar);
+  } else if (n->type == CFG_NODE_LIST) {
+    for (int i = 0; i < n->n; i++) {
+      const cfg_node *v = &n->items[i];
+      if (!v->scalar) return where(err, path, v, "a list of plain values for ", key);
       if (p->nvalues == MAX_VALUES) return where(err, path, v, "more than 256 values for ", key);
-      p->values[p->nvalues++] = strdup(scalar(d, v));
+      p->values[p->nvalues++] = strdup(v->scalar);
     }
     if (p->nvalues == 0) return where(err, path, n, "an empty list for ", key);
   } else {
     p->range = true;
     bool has_min = false, has_max = false;
-    for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top; pr++) {
-      yaml_node_t *kn = yaml_document_get_node(d, pr->key),
-                  *vn = yaml_document_get_node(d, pr->value);
-      const char *k = scalar(d, kn), *v = scalar(d, vn);
+    for (int i = 0; i < n->n; i++) {
+      const cfg_node *kn = &n->keys[i], *vn = &n->items[i];
+      const char *k = kn->scalar, *v = vn->scalar;
       double x;
       if (!k) return where(err, path, kn, "a plain key in the range of ", key);
       if (!strcmp(k, "min")) {
@@ -170,49 +162,33 @@ static int load_spec(const char *path, sw_spec *s, shoal_error *err) {
   s->repeats = 1;
   s->seed = 1;
   snprintf(s->metric, sizeof s->metric, "best_eval");
-  FILE *f = fopen(path, "rb");
-  if (!f) return shoal_error_set(err, SHOAL_ENOENT, "cannot open '%s': %s", path, strerror(errno));
-  yaml_parser_t parser;
-  yaml_document_t doc;
-  yaml_parser_initialize(&parser);
-  yaml_parser_set_input_file(&parser, f);
-  int rc = 0;
-  if (!yaml_parser_load(&parser, &doc)) {
-    rc = shoal_error_set(err, SHOAL_EFORMAT, "%s:%zu: YAML: %s", path, parser.problem_mark.line + 1,
-                         parser.problem ? parser.problem : "error");
-    yaml_parser_delete(&parser);
-    fclose(f);
-    return rc;
-  }
-  yaml_parser_delete(&parser);
-  fclose(f);
-  yaml_node_t *root = yaml_document_get_root_node(&doc);
-  if (!root || root->type != YAML_MAPPING_NODE) {
+  cfg_tree *doc;
+  int rc = config_tree_load_file(&doc, path, err);
+  if (rc) return rc;
+  const cfg_node *root = config_tree_root(doc);
+  if (!root || root->type != CFG_NODE_MAP) {
     rc = where(err, path, root, "expected a mapping with sweep, set and params", NULL);
     goto done;
   }
   char dir[PATH_MAX];
   snprintf(dir, sizeof dir, "%s", path);
   char *dn = dirname(dir);
-  for (yaml_node_pair_t *pr = root->data.mapping.pairs.start; pr < root->data.mapping.pairs.top;
-       pr++) {
-    yaml_node_t *kn = yaml_document_get_node(&doc, pr->key),
-                *vn = yaml_document_get_node(&doc, pr->value);
-    const char *section = scalar(&doc, kn);
+  for (int i = 0; i < root->n; i++) {
+    const cfg_node *kn = &root->keys[i], *vn = &root->items[i];
+    const char *section = kn->scalar;
     if (!section ||
         (strcmp(section, "sweep") && strcmp(section, "set") && strcmp(section, "params"))) {
       rc = where(err, path, kn, "sections are sweep, set and params, not ",
                  section ? section : "a collection");
       goto done;
     }
-    if (vn->type != YAML_MAPPING_NODE) {
+    if (vn->type != CFG_NODE_MAP) {
       rc = where(err, path, vn, "expected a mapping under ", section);
       goto done;
     }
-    for (yaml_node_pair_t *q = vn->data.mapping.pairs.start; q < vn->data.mapping.pairs.top; q++) {
-      yaml_node_t *k2 = yaml_document_get_node(&doc, q->key),
-                  *v2 = yaml_document_get_node(&doc, q->value);
-      const char *key = scalar(&doc, k2), *val = scalar(&doc, v2);
+    for (int q = 0; q < vn->n; q++) {
+      const cfg_node *k2 = &vn->keys[q], *v2 = &vn->items[q];
+      const char *key = k2->scalar, *val = v2->scalar;
       if (!key) {
         rc = where(err, path, k2, "a plain key expected in ", section);
         goto done;
@@ -222,7 +198,7 @@ static int load_spec(const char *path, sw_spec *s, shoal_error *err) {
           rc = where(err, path, k2, "more than 32 params", NULL);
           goto done;
         }
-        if ((rc = read_param(&doc, path, key, v2, &s->params[s->nparams++], err))) goto done;
+        if ((rc = read_param(path, key, v2, &s->params[s->nparams++], err))) goto done;
         continue;
       }
       if (!val) {
@@ -298,7 +274,7 @@ static int load_spec(const char *path, sw_spec *s, shoal_error *err) {
   else if (s->random && s->trials < 1)
     rc = shoal_error_set(err, SHOAL_EINVAL, "%s: a random sweep needs sweep.trials", path);
 done:
-  yaml_document_delete(&doc);
+  config_tree_destroy(doc);
   return rc;
 }
 

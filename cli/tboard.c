@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,25 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- CRC32C ------------------------------------------------------------------- */
+#include "common/crc32c.h"
 
-static uint32_t crc_table[256];
-static void crc_init(void) {
-  for (uint32_t i = 0; i < 256; i++) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    crc_table[i] = c;
-  }
-}
-
-uint32_t tb_crc32c(const void *p, size_t n) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, crc_init);
-  const uint8_t *b = p;
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; i++) c = crc_table[(c ^ b[i]) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
+/* ---- TFRecord framing ---------------------------------------------------------- */
 
 uint32_t tb_mask_crc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
@@ -117,9 +100,9 @@ static int mkdirs(const char *dir, shoal_error *err) {
 static int write_record(tb_writer *w, const uint8_t *data, size_t n, shoal_error *err) {
   uint8_t head[12];
   put_le(head, n, 8);
-  put_le(head + 8, tb_mask_crc(tb_crc32c(head, 8)), 4);
+  put_le(head + 8, tb_mask_crc(shoal_crc32c(0, head, 8)), 4);
   uint8_t foot[4];
-  put_le(foot, tb_mask_crc(tb_crc32c(data, n)), 4);
+  put_le(foot, tb_mask_crc(shoal_crc32c(0, data, n)), 4);
   if (fwrite(head, 1, 12, w->f) != 12 || fwrite(data, 1, n, w->f) != n ||
       fwrite(foot, 1, 4, w->f) != 4)
     return shoal_error_set(err, SHOAL_EIO, "tensorboard: writing %s: %s", w->path, strerror(errno));

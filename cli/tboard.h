@@ -29,9 +29,7 @@
 
 typedef struct tb_writer tb_writer;
 
-/* CRC32C (Castagnoli, reflected polynomial 0x82F63B78) of n bytes. Can't fail. */
-uint32_t tb_crc32c(const void *p, size_t n);
-/* TFRecord's masking of a CRC. Can't fail. */
+/* TFRecord's masking of a CRC32C (common/crc32c.h). Can't fail. */
 uint32_t tb_mask_crc(uint32_t crc);
 
 /* Makes dir (and its parents) if missing and creates a new event file in it, writing
@@ -63,6 +61,5 @@ const char *tb_mirror_path(const tb_mirror *m);
  * holds only what is new). */
 int tb_mirror_skip_existing(tb_mirror *m, shoal_error *err);
 void tb_mirror_destroy(tb_mirror *m);
-
 
 #endif

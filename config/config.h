@@ -2,7 +2,8 @@
  * config/config.h — experiment configs: YAML files (libyaml) checked against a schema
  * of typed keys, with `--set key=value` overrides, so that unknown keys and bad values
  * are errors naming the key and where it came from, and the resolved config can be
- * written back as YAML and stored with the run.
+ * written back as YAML and stored with the run. Other YAML files (sweeps) load as a
+ * plain tree (config_tree_load_file, at the end); config/ is the one part with libyaml.
  *
  * Nested YAML mappings flatten to dotted keys: `replay: {capacity: 100000}` is
  * "replay.capacity".
@@ -105,6 +106,43 @@ int config_restore_secrets(config *c, const char *where, shoal_error *err);
  * or the first error. */
 int config_load_program(config *c, const char *path, const char *const *sets, int nsets,
                         shoal_error *err);
+
+/* ---- Any YAML file as a tree (config/tree.c) ----------------------------------------
+ * For files that are not a schema's flat keys (a sweep's lists and ranges), so that
+ * only config/ includes libyaml:
+ *   cfg_tree *t;
+ *   if (config_tree_load_file(&t, "sweep.yaml", &err)) die(err.msg);
+ *   const cfg_node *root = config_tree_root(t);            // NULL: an empty file
+ *   for (int i = 0; root && root->type == CFG_NODE_MAP && i < root->n; i++)
+ *     printf("line %d: %s\n", root->keys[i].line, root->keys[i].scalar);
+ *   config_tree_destroy(t);
+ */
+typedef enum cfg_node_type {
+  CFG_NODE_SCALAR = 0,
+  CFG_NODE_LIST = 1,
+  CFG_NODE_MAP = 2
+} cfg_node_type;
+
+/* One node. Everything it points to is owned by its tree. */
+typedef struct cfg_node {
+  cfg_node_type type;
+  int line;                     /* where the node starts in the file, from 1 */
+  const char *scalar;           /* CFG_NODE_SCALAR: its text as written; else NULL */
+  int n;                        /* CFG_NODE_LIST: items; CFG_NODE_MAP: pairs; else 0 */
+  const struct cfg_node *items; /* a list's n items, or a mapping's n values */
+  const struct cfg_node *keys;  /* a mapping's n keys (keys[i] maps to items[i]); else NULL */
+} cfg_node;
+
+typedef struct cfg_tree cfg_tree;
+
+/* Reads the first YAML document of path. Aliases are expanded. Caller owns *out
+ * (config_tree_destroy). Errors, *out untouched: SHOAL_ENOENT (cannot open, with the
+ * system's reason), SHOAL_EFORMAT ("PATH:LINE: YAML: what"; also for a recursive alias),
+ * SHOAL_ENOMEM. */
+int config_tree_load_file(cfg_tree **out, const char *path, shoal_error *err);
+/* The document's root, owned by t; NULL for an empty document. Can't fail. */
+const cfg_node *config_tree_root(const cfg_tree *t);
+void config_tree_destroy(cfg_tree *t); /* NULL is fine */
 
 #ifdef __cplusplus
 }

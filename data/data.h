@@ -16,7 +16,7 @@
  *   data_batch b;
  *   for (long i = 0; i < data_loader_batches(ld); i++) {   // one epoch
  *     data_loader_next(ld, &b, &err);        // b.x (b.n, C, H, W), b.labels (b.n)
- *     ... nn_model_forward(model, b.x, b.n, &y, &err) ...
+ *     nn_model_forward(model, b.x, b.n, &y, &err);   // then the loss, backward, step
  *   }
  *   data_loader_destroy(ld);  data_set_destroy(train);
  *

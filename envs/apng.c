@@ -1,5 +1,7 @@
 /*
- * envs/apng.c — PNG and animated PNG (APNG) encoding into memory, with zlib.
+ * envs/apng.c — PNG and animated PNG (APNG) encoding with zlib, into memory or a file:
+ * shoal's one PNG encoder (env_png_write and env_png_strip are env_png_encode's
+ * bytes written out).
  *
  * PNG: signature, IHDR, IDAT, IEND (ISO/IEC 15948). APNG (the Mozilla APNG 1.0
  * specification, supported by every current browser and by PIL): acTL after IHDR
@@ -10,6 +12,8 @@
  * still picture such as CartPole costs little per frame. Rows are filtered with the
  * filter of least absolute sum (the libpng heuristic) and deflated at level 6.
  */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -139,6 +143,54 @@ int env_png_encode(const uint8_t *rgb, int w, int h, uint8_t **png, size_t *len,
   }
   *png = o.p, *len = o.n;
   return 0;
+}
+
+/* Writes n bytes to path; on failure removes what was written and names the path. */
+static int write_file(const char *who, const char *path, const uint8_t *p, size_t n,
+                      shoal_error *err) {
+  FILE *f = fopen(path, "wb");
+  if (!f)
+    return shoal_error_set(err, SHOAL_EIO, "%s: cannot open '%s': %s", who, path, strerror(errno));
+  if (fwrite(p, 1, n, f) != n || fflush(f) != 0 || ferror(f)) {
+    int e = errno;
+    fclose(f);
+    remove(path);
+    return shoal_error_set(err, SHOAL_EIO, "%s: writing '%s': %s", who, path, strerror(e));
+  }
+  if (fclose(f) != 0) {
+    int e = errno;
+    remove(path);
+    return shoal_error_set(err, SHOAL_EIO, "%s: closing '%s': %s", who, path, strerror(e));
+  }
+  return 0;
+}
+
+int env_png_write(const char *path, const uint8_t *rgb, int w, int h, shoal_error *err) {
+  if (!path || !rgb || w < 1 || h < 1 || w > 1 << 15 || h > 1 << 15)
+    return shoal_error_set(err, SHOAL_EINVAL, "env_png_write: bad arguments (%dx%d image)", w, h);
+  uint8_t *png;
+  size_t len;
+  int rc = env_png_encode(rgb, w, h, &png, &len, err);
+  if (rc) return rc;
+  rc = write_file("env_png_write", path, png, len, err);
+  free(png);
+  return rc;
+}
+
+int env_png_strip(const char *path, const uint8_t *frames, int n, int w, int h, int cols,
+                  shoal_error *err) {
+  if (!path || !frames || n < 1 || w < 1 || h < 1)
+    return shoal_error_set(err, SHOAL_EINVAL, "env_png_strip: bad arguments (%d frames %dx%d)", n,
+                           w, h);
+  uint8_t *img, *png = NULL;
+  int W, H;
+  size_t len;
+  int rc = env_strip_compose(frames, n, w, h, cols, &img, &W, &H, err);
+  if (rc) return rc;
+  rc = env_png_encode(img, W, H, &png, &len, err);
+  if (!rc) rc = write_file("env_png_strip", path, png, len, err);
+  free(png), free(img);
+  return rc;
 }
 
 int env_strip_compose(const uint8_t *frames, int n, int w, int h, int cols, uint8_t **img, int *W,

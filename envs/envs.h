@@ -14,7 +14,7 @@
  *
  *   env *e;
  *   shoal_error err = {0};
- *   if (env_make(&e, "CartPole-v1", &err)) { fprintf(stderr, "%s\n", err.msg); ... }
+ *   if (env_make(&e, "CartPole-v1", &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
  *   const env_spec *sp = env_get_spec(e);       // obs (4,) float32, 2 discrete actions
  *   float obs[4];
  *   env_seed(e, 42);
@@ -36,7 +36,10 @@
  *   int32_t act[256];
  *   env_vec_reset(v, 1234, obs);                    // copy i is seeded with 1234 + i
  *   env_vec_out out = {obs, rew, term, trunc, final_obs};
- *   for (...) { fill act; env_vec_step(v, act, &out, &err); }
+ *   for (int t = 0; t < 1000; t++) {
+ *     choose_actions(obs, act);                     // the policy's, one per copy
+ *     env_vec_step(v, act, &out, &err);
+ *   }
  *
  * Your own env: fill an env_type (a spec and three functions over a plain-data state of
  * state_size bytes) in one file and call env_register() before env_make(). See env_type.
@@ -275,9 +278,10 @@ void env_vec_get_stats(const env_vec *v, env_vec_stats *st); /* can't fail */
 /* Renders copy i (see env_render). */
 int env_vec_render(const env_vec *v, int i, uint8_t *rgb, shoal_error *err);
 
-/* ---- Images ------------------------------------------------------------------------- */
+/* ---- Images (envs/apng.c) ----------------------------------------------------------- */
 
-/* Writes an RGB image (h, w, 3) as an 8-bit PNG. SHOAL_EIO with the path on failure. */
+/* Writes an RGB image (h, w, 3) as an 8-bit PNG (env_png_encode's bytes). SHOAL_EIO
+ * with the path on failure, and no file is left behind. */
 int env_png_write(const char *path, const uint8_t *rgb, int w, int h, shoal_error *err);
 
 /* Writes n frames (n, h, w, 3) side by side, cols per row (cols <= 0: all in one row),

@@ -7,8 +7,9 @@
  *                       .nstreams = 16, .limits = lim, .poll_s = 0.2,
  *                       .start_after = STORE_SEG_FIRST, .wait_room = fn, .ctx = L};
  *   follow *f;
- *   if (follow_start(&f, &fc, &err)) ...;
- *   ... follow_stats_get(f, &fs) in progress lines ...
+ *   if (follow_start(&f, &fc, &err)) return err.code;
+ *   follow_stats fs;
+ *   follow_stats_get(f, &fs);   // in progress lines
  *   follow_stop(f);
  *
  * With replay_log set it follows another learner's replay log instead (one format for

@@ -5,7 +5,7 @@
  * from the store on either backend, and the run's experience can outlive it.
  * Format: docs/replay-log.md.
  *
- *   rlog_config c = {.st = st, .wr = wr, .run = "cartpole-1", .ncols = 8, ...};
+ *   rlog_config c = {.st = st, .wr = wr, .run = "cartpole-1", .ncols = 8};  // and cols
  *   rlog *log;
  *   rlog_open(&log, &c, &err);
  *   // an rpc thread, right after the batch went into replay (serialised with the

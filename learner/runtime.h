@@ -8,7 +8,7 @@
  * The algorithm (learner/apex.c: prioritized replay and DQN; learner/onpolicy.c: the
  * trajectory FIFO, IMPALA and PPO) is the small table below.
  *
- *   int main(int argc, char **argv) { return lrt_main(argc, argv, &apex_learner); }
+ *   return lrt_main(argc, argv, &apex_learner);   // a learner program's whole main
  *
  * Threads: rpc threads call on_batch (and the runtime's Status and SetHyperparams);
  * the trainer thread (the program's main thread) calls everything else in the table

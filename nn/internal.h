@@ -1,7 +1,7 @@
 /*
  * nn/internal.h — nn's private structures: the model graph, its nodes, the layer
  * table (one forward and one backward per layer kind, as darknet's layer table) and
- * the backend table that the CPU code fills and that nn/cuda can fill later.
+ * the backend table (layer kernels and device operations) that nn/cpu and nn/cuda fill.
  *
  * Conventions (llm.c's): a node's output is (B, F) with F = C*H*W per sample, NCHW.
  * Forward reads its inputs' outputs and writes its own. Backward reads its output
@@ -113,65 +113,105 @@ typedef struct nn__layer_ops {
   void (*backward)(nn_model *m, nn__node *n, int B);
 } nn__layer_ops;
 
-/* A backend: a name and a table of layer kernels, indexed by nn__kind. The model's
- * buffers are host memory, which is what the CPU kernels use; a device backend
- * (nn/cuda) adds its buffer management here when it lands. A NULL entry means the
- * backend lacks that layer, and nn_model_build says so. */
+/* A backend's optimizer state on its device (nn/cuda: the moments, the step's decision). */
+typedef struct nn__optim_dev nn__optim_dev;
+
+/* A backend, as ggml's backend interface: a name, a table of layer kernels indexed by
+ * nn__kind, and every memory and device operation that nn/model.c and nn/optim.c need,
+ * so that those two files never ask which backend they drive. nn/cpu fills it for host
+ * memory; nn/cuda for device memory with host mirrors of params, grads and state;
+ * nn__backend_get (nn/backend.c), the one place that knows which backends were built,
+ * picks one per device. A NULL layer entry means the backend lacks that layer, and
+ * nn_model_build says so. Members marked optional may be NULL; each says its default.
+ *
+ * "Device memory" below is the memory the backend's kernels read: host memory for the
+ * CPU, GPU memory for CUDA. The model's out, dout_buf, cache and arena point into it. */
 typedef struct nn__backend {
   const char *name;
   const nn__layer_ops *ops[NN__KIND_COUNT];
+
+  /* ---- the backend and a model's life ---- */
+  /* Optional (default: always true). Whether a device is usable; else false and, if
+   * err, the reason. */
+  bool (*available)(shoal_error *err);
+  /* Optional (default: nothing to set up). At nn_model_create: the model's context
+   * (m->ctx). On failure destroy still runs, then the model is freed. */
+  int (*create)(nn_model *m, shoal_error *err);
+  /* Frees what create and build took (the arena, scratch, per-node buffers, the
+   * context) and leaves m->arena NULL; before the model frees its host buffers. Runs on
+   * models never built or whose create failed. Can't fail. */
+  void (*destroy)(nn_model *m);
+  /* At nn_model_build, once m->params and m->state hold their initial values and
+   * m->max_batch is set: every live node's out (views and the input excepted),
+   * dout_buf, cache and cache_n, and m->arena / arena_n. On error frees what it took,
+   * leaves m->arena NULL and returns the code. */
+  int (*build)(nn_model *m, shoal_error *err);
+
+  /* ---- the caller's arrays (device memory) ---- */
+  /* Checks x, forward's input of n floats: the CPU scans it for NaN and infinities
+   * (SHOAL_ENAN naming the sample and feature); CUDA checks that it is device memory
+   * (nn_model_to_device scanned its values on the way in). */
+  int (*check_input)(nn_model *m, const float *x, size_t n, shoal_error *err);
+  /* Optional (default: any pointer will do). SHOAL_EINVAL when p is memory the
+   * backend's kernels cannot read (a host array handed to a CUDA model); what names the
+   * argument in the message. */
+  int (*check_ptr)(nn_model *m, const void *p, const char *what, shoal_error *err);
+  /* n zeroed floats of device memory; caller frees them with free_buf. NULL and err on
+   * failure (SHOAL_ENOMEM). */
+  float *(*alloc)(nn_model *m, size_t n, shoal_error *err);
+  void (*free_buf)(nn_model *m, float *p); /* waits for queued work that may read p */
+  /* Host src -> device dst, n floats, values scanned (SHOAL_ENAN names the first bad
+   * one). May be queued: src is free for reuse on return, dst is written in order. */
+  int (*to_device)(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err);
+  /* Device src -> host dst, n floats; dst holds the values on return. */
+  int (*to_host)(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err);
+  /* p[0, n) = 0 (p NULL: the gradient buffer). May be queued; a failure is reported by
+   * status. */
+  void (*zero)(nn_model *m, float *p, size_t n);
+  /* Optional (default: nothing is queued, returns 0). Waits for the model's queued work
+   * and reports a failure recorded since the last report. */
+  int (*sync)(nn_model *m, shoal_error *err);
+  /* Optional (default: nothing is recorded, returns 0). Reports and clears the first
+   * failure recorded in a call that could not return one (backward, zero). */
+  int (*status)(nn_model *m, shoal_error *err);
+
+  /* ---- host mirrors of params, grads and state. All optional (default: m->params,
+   * m->grads and m->state are what the kernels use, so there is nothing to move). ---- */
+  /* Device -> host: params and state, and grads when grads. */
+  int (*pull)(nn_model *m, bool grads, shoal_error *err);
+  /* Host -> device: params and state. */
+  int (*push)(nn_model *m, shoal_error *err);
+  /* dst's params and state <- src's on the device, both models of this backend with
+   * the same layout (checked by the caller). Default: through the host mirrors. */
+  int (*copy)(nn_model *dst, const nn_model *src, shoal_error *err);
+
+  /* ---- losses on device memory (nn_model_loss and nn_model_priorities check the
+   * model, kind and sizes first) ---- */
+  int (*loss)(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, const float *pred,
+              const float *target, const float *w, int B, int N, float delta, shoal_error *err);
+  /* prio (host, B floats) = (sum_j |pred_ij - target_ij| + eps)^alpha. */
+  int (*priorities)(nn_model *m, float *prio, const float *pred, const float *target, int B, int N,
+                    float alpha, float eps, shoal_error *err);
+
+  /* ---- the optimizer's device half. All optional, together (default: nn/optim.c
+   * steps m->params with m->grads on the host). ---- */
+  /* Moments of nbuf * n_params zeroed floats, laid out as the host's. NULL and err on
+   * failure. */
+  nn__optim_dev *(*optim_create)(nn_model *m, size_t nbuf, shoal_error *err);
+  void (*optim_destroy)(nn__optim_dev *o); /* NULL is fine */
+  /* Step number step + 1 over moment slots ibuf, iavg, isq (-1: unused); waits for the
+   * device's decision and fills *norm and *skipped (a non-finite norm: nothing
+   * changed). */
+  int (*optim_step)(nn__optim_dev *o, const nn_optim_config *cfg, long step, int ibuf, int iavg,
+                    int isq, float *norm, bool *skipped, shoal_error *err);
+  /* The moments (nbuf * n_params floats) device -> host mom, host mom -> device. */
+  int (*optim_get)(nn__optim_dev *o, float *mom, shoal_error *err);
+  int (*optim_set)(nn__optim_dev *o, const float *mom, shoal_error *err);
 } nn__backend;
 
-extern const nn__backend nn__cpu_backend;
-
-/* The CUDA backend (nn/cuda), compiled in when SHOAL_HAVE_CUDA is defined. A CUDA
- * model's context: stream, handles and device buffers (nn/cuda/cuda.h). */
-typedef struct nn__cuda nn__cuda;
-#ifdef SHOAL_HAVE_CUDA
-extern const nn__backend nn__cuda_backend;
-bool nn__cuda_available(shoal_error *err);
-/* At create: a stream and handles on the current device (m->cuda). */
-int nn__cuda_create(nn_model *m, shoal_error *err);
-void nn__cuda_destroy(nn_model *m); /* frees everything of m->cuda; NULL is fine */
-/* At build, after the host parameters and state are initialised: device buffers,
- * descriptors, algorithm choices for max_batch, then the upload. Sets every node's
- * out, dout_buf and cache, and m->arena / arena_n to the device arena. */
-int nn__cuda_build(nn_model *m, shoal_error *err);
-/* SHOAL_EINVAL when p is ordinary host memory, which the device cannot read (a host
- * array passed where a CUDA model wants device memory); what names the argument. */
-int nn__cuda_check_ptr(nn_model *m, const void *p, const char *what, shoal_error *err);
-/* Reports (and clears) the first failure recorded since the last report. */
-int nn__cuda_status(nn_model *m, shoal_error *err);
-int nn__cuda_sync(nn_model *m, shoal_error *err);
-void nn__cuda_zero(nn_model *m, float *dev, size_t n); /* queued memset; failures recorded */
-/* Host mirrors <-> device: params and state (pull also grads when grads). */
-int nn__cuda_pull(nn_model *m, bool grads, shoal_error *err);
-int nn__cuda_push(nn_model *m, shoal_error *err);
-/* dst (device of dst_m) <- src model's params and state, both CUDA models. */
-int nn__cuda_copy_model(nn_model *dst, const nn_model *src, shoal_error *err);
-float *nn__cuda_alloc(nn_model *m, size_t n, shoal_error *err);
-void nn__cuda_free(nn_model *m, float *p);
-int nn__cuda_to_device(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err);
-int nn__cuda_to_host(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err);
-int nn__cuda_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, const float *pred,
-                  const float *target, const float *w, int B, int N, float delta, shoal_error *err);
-/* prio (host, B floats) from pred and target on the device (nn_model_priorities). */
-int nn__cuda_priorities(nn_model *m, float *prio, const float *pred, const float *target, int B,
-                        int N, float alpha, float eps, shoal_error *err);
-/* The optimizer's device half (nn/optim.c calls these for a CUDA model): moments
- * (nbuf * n floats, laid out as the host's), the step, and moving them. */
-typedef struct nn__cuda_optim nn__cuda_optim;
-nn__cuda_optim *nn__cuda_optim_create(nn_model *m, size_t nbuf, shoal_error *err);
-void nn__cuda_optim_destroy(nn__cuda_optim *o);
-/* One step number step + 1 over slots ibuf, iavg, isq of the moments (-1: unused);
- * waits for the device's decision and fills *norm and *skipped (a non-finite norm:
- * nothing changed). */
-int nn__cuda_optim_step(nn__cuda_optim *o, const nn_optim_config *cfg, long step, int ibuf,
-                        int iavg, int isq, float *norm, bool *skipped, shoal_error *err);
-/* Host moments (nbuf * n floats) and step <-> device. */
-int nn__cuda_optim_get(nn__cuda_optim *o, float *mom, long *step, shoal_error *err);
-int nn__cuda_optim_set(nn__cuda_optim *o, const float *mom, long step, shoal_error *err);
-#endif
+/* The backend that runs models on device (nn/backend.c). NULL and err when it was not
+ * built (SHOAL_ENOTSUP) or device is unknown (SHOAL_EINVAL). Can be called any time. */
+const nn__backend *nn__backend_get(nn_device device, shoal_error *err);
 
 struct nn_model {
   nn_device device;
@@ -200,8 +240,8 @@ struct nn_model {
   int B;          /* the last forward's batch; 0 before any */
   shoal_rng rng;  /* dropout masks */
 
-  nn__cuda *cuda;  /* the CUDA context (device == NN_CUDA), else NULL */
-  bool host_stale; /* CUDA: the device's params or state are newer than the host's */
+  void *ctx;       /* the backend's context (nn/cuda: nn__cuda), or NULL */
+  bool host_stale; /* the device's params or state are newer than the host mirrors */
 
   int err_code;       /* the first failed layer-adding call, reported by build */
   char err_msg[512];  /* its message */
@@ -216,6 +256,10 @@ static inline nn__node *nn__input(nn_model *m, nn__node *n, int k) { return &m->
 /* Where backward puts the gradient of input k of n, or NULL when that input needs
  * none. *accumulate says whether to add (true) or overwrite (false). */
 float *nn__dinput(nn_model *m, nn__node *n, int k, bool *accumulate);
+
+/* Zeroed float buffers for the model's host arrays: n floats (at least one), 64-byte
+ * aligned for vector loads; free() frees them. NULL when out of memory. */
+float *nn__alloc_floats(size_t n);
 
 /* ---- CPU kernels (nn/cpu) --------------------------------------------------- */
 
@@ -232,8 +276,9 @@ void nn__im2col(const float *x, int C, int H, int W, int kh, int kw, int stride,
 void nn__col2im(const float *col, int ldc, int C, int H, int W, int kh, int kw, int stride, int pad,
                 int dil, int Ho, int Wo, float *x);
 
-/* Sets OpenBLAS's thread count (no-op without OpenBLAS). */
-void nn__blas_set_threads(int n);
+/* At a CPU model's create: OpenBLAS's pool to nn_set_threads' count (one thread
+ * unless set), not OpenBLAS's own default of one per core. No-op without OpenBLAS. */
+void nn__cpu_apply_threads(void);
 
 /* Conv2d runs samples in groups whose im2col matrix (K x g*P floats) fits in about
  * NN__COL_BUDGET floats; the group size for max_batch. */
@@ -242,10 +287,5 @@ int nn__conv_group(int K, int P, int max_batch);
 
 /* y = accumulate ? y + x : x, n floats. */
 void nn__put(float *y, const float *x, size_t n, bool accumulate);
-
-/* Sizes of the per-node cache and of the shared scratch the CPU kernels need for
- * batches up to max_batch (in floats). */
-size_t nn__cpu_cache_floats(const nn_model *m, const nn__node *n, int max_batch);
-size_t nn__cpu_scratch_floats(const nn_model *m, const nn__node *n, int max_batch);
 
 #endif

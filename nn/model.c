@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "nn/internal.h"
 
@@ -34,28 +33,6 @@ static const char *const kind_names[NN__KIND_COUNT] = {
     [NN__MUL] = "mul",
 };
 
-/* ---- threads and devices ------------------------------------------------------ */
-
-static int g_threads = 1; /* small nets run fastest on one thread */
-
-void nn_set_threads(int n) {
-  if (n <= 0) {
-    long c = sysconf(_SC_NPROCESSORS_ONLN);
-    n = c > 0 ? (int)c : 1;
-  }
-  g_threads = n;
-  nn__blas_set_threads(n);
-}
-
-bool nn_cuda_available(shoal_error *err) {
-#ifdef SHOAL_HAVE_CUDA
-  return nn__cuda_available(err);
-#else
-  shoal_error_set(err, SHOAL_ENOTSUP, "nn: shoal was built without the CUDA backend");
-  return false;
-#endif
-}
-
 /* ---- errors ------------------------------------------------------------------- */
 
 /* Records a failed layer-adding call (the first one is what build reports) and
@@ -78,15 +55,10 @@ const char *nn_model_error(const nn_model *m) { return m ? m->last_msg : ""; }
 /* ---- create / destroy ----------------------------------------------------------- */
 
 nn_model *nn_model_create(nn_device device, shoal_error *err) {
-#ifndef SHOAL_HAVE_CUDA
-  if (device == NN_CUDA) {
-    shoal_error_set(err, SHOAL_ENOTSUP,
-                    "nn: cannot create a CUDA model: shoal was built without the CUDA backend");
-    return NULL;
-  }
-#endif
-  if (device != NN_CPU && device != NN_CUDA) {
-    shoal_error_set(err, SHOAL_EINVAL, "nn: unknown device %d", (int)device);
+  shoal_error why = {0};
+  const nn__backend *be = nn__backend_get(device, &why);
+  if (!be) {
+    shoal_error_set(err, why.code, "nn: cannot create a model: %s", why.msg + 4); /* past "nn: " */
     return NULL;
   }
   nn_model *m = calloc(1, sizeof *m);
@@ -95,40 +67,25 @@ nn_model *nn_model_create(nn_device device, shoal_error *err) {
     return NULL;
   }
   m->device = device;
-  m->be = &nn__cpu_backend;
+  m->be = be;
   m->output = -1;
   m->training = true;
-#ifdef SHOAL_HAVE_CUDA
-  if (device == NN_CUDA) {
-    m->be = &nn__cuda_backend;
-    if (nn__cuda_create(m, err)) {
-      nn__cuda_destroy(m);
-      free(m);
-      return NULL;
-    }
-    return m;
+  if (be->create && be->create(m, err)) {
+    be->destroy(m);
+    free(m);
+    return NULL;
   }
-#endif
-  nn__blas_set_threads(g_threads);
   return m;
 }
 
 void nn_model_destroy(nn_model *m) {
   if (!m) return;
-#ifdef SHOAL_HAVE_CUDA
-  if (m->cuda) { /* first: it unpins the host mirrors; the arena is the device's */
-    nn__cuda_destroy(m);
-    m->arena = NULL;
-  }
-#endif
-  for (int i = 0; i < m->n_nodes; i++) free(m->nodes[i].idx);
+  m->be->destroy(m); /* first: a device backend unpins the host mirrors */
   free(m->nodes);
   free(m->tensors);
   free(m->params);
   free(m->grads);
   free(m->state);
-  free(m->arena);
-  free(m->scratch);
   free(m);
 }
 
@@ -622,7 +579,7 @@ int nn_model_set_output(nn_model *m, int node) {
 
 /* ---- build -------------------------------------------------------------------------- */
 
-static float *alloc_floats(size_t n) {
+float *nn__alloc_floats(size_t n) {
   size_t bytes = (n ? n : 1) * sizeof(float);
   bytes = (bytes + 63) & ~(size_t)63;
   float *p = aligned_alloc(64, bytes);
@@ -640,11 +597,6 @@ static void init_tensor(float *w, const nn__tensor *t, shoal_rng *rng) {
     }
   }
 }
-
-static bool is_view(nn__kind k) { return k == NN__FLATTEN || k == NN__RESHAPE; }
-
-/* Arena buffers start on 64-byte boundaries (16 floats): aligned vector loads. */
-static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) {
   if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: build: model is NULL");
@@ -675,63 +627,10 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
     for (int k = 0; k < n->n_in; k++) m->nodes[n->in[k]].live = true;
   }
 
-  m->params = alloc_floats(m->n_params);
-  m->grads = alloc_floats(m->n_params);
-  m->state = alloc_floats(m->n_state);
+  m->params = nn__alloc_floats(m->n_params);
+  m->grads = nn__alloc_floats(m->n_params);
+  m->state = nn__alloc_floats(m->n_state);
   int rc = 0;
-  shoal_rng rng;
-  if (m->device == NN_CUDA) goto init; /* activations live on the device */
-
-  size_t total = 0, scratch = 0;
-  for (int i = 0; i < m->n_nodes; i++) {
-    nn__node *n = &m->nodes[i];
-    if (!n->live) continue;
-    size_t f = (size_t)max_batch * (size_t)n->F;
-    size_t own = (i == 0 || is_view(n->kind)) ? 0 : f; /* input and views borrow their out */
-    n->cache_n = nn__cpu_cache_floats(m, n, max_batch);
-    total += round16(own) + round16(f) + round16(n->cache_n);
-    size_t s = nn__cpu_scratch_floats(m, n, max_batch);
-    if (s > scratch) scratch = s;
-  }
-  m->arena = alloc_floats(total);
-  m->arena_n = total;
-  m->scratch = alloc_floats(scratch);
-  m->scratch_n = scratch;
-  if (!m->params || !m->grads || !m->state || !m->arena || !m->scratch) {
-    rc = shoal_error_set(err, SHOAL_ENOMEM,
-                         "nn: build: out of memory for %zu parameters and %zu activation floats",
-                         m->n_params, total);
-    goto fail;
-  }
-  float *p = m->arena; /* carved exactly as total was summed */
-  for (int i = 0; i < m->n_nodes; i++) {
-    nn__node *n = &m->nodes[i];
-    if (!n->live) continue;
-    size_t f = (size_t)max_batch * (size_t)n->F;
-#define TAKE(dst, cnt) \
-  do {                 \
-    dst = p;           \
-    p += round16(cnt); \
-  } while (0)
-    if (!(i == 0 || is_view(n->kind))) TAKE(n->out, f);
-    TAKE(n->dout_buf, f);
-    if (n->cache_n)
-      TAKE(n->cache, n->cache_n);
-    else
-      n->cache = NULL;
-#undef TAKE
-    if (n->kind == NN__MAXPOOL) {
-      n->idx = malloc(f * sizeof *n->idx);
-      if (!n->idx) {
-        rc = shoal_error_set(err, SHOAL_ENOMEM, "nn: build: layer '%s': out of memory", n->name);
-        goto fail;
-      }
-    }
-  }
-
-  SHOAL_ASSERT(p == m->arena + total);
-
-init:
   if (!m->params || !m->grads || !m->state) {
     rc = shoal_error_set(err, SHOAL_ENOMEM, "nn: build: out of memory for %zu parameters",
                          m->n_params);
@@ -739,30 +638,25 @@ init:
   }
   /* Initialise in table order: the parameters layer by layer, each weight before its
    * bias (state is constant-initialised, so its place does not change the draws). The
-   * same draws on both devices: a CUDA model starts from the CPU model's weights. */
+   * same draws on every backend: a CUDA model starts from the CPU model's weights. */
+  shoal_rng rng;
   shoal_rng_seed(&rng, seed);
   for (int i = 0; i < m->n_tensors; i++) {
     const nn__tensor *t = &m->tensors[i];
     init_tensor((t->trainable ? m->params : m->state) + t->offset, t, &rng);
   }
+  /* Activations, caches and (device backends) the upload of what was just drawn. */
   m->max_batch = max_batch;
-#ifdef SHOAL_HAVE_CUDA
-  if (m->device == NN_CUDA) {
-    rc = nn__cuda_build(m, err);
-    if (rc) goto fail;
-  }
-#endif
+  rc = m->be->build(m, err);
+  if (rc) goto fail;
   /* Dropout draws from its own stream, so masks do not depend on the init. */
   shoal_rng_seed(&m->rng, seed ^ 0x9e3779b97f4a7c15ull);
-  m->max_batch = max_batch;
   m->built = true;
   return 0;
 
 fail:
-  for (int i = 0; i < m->n_nodes; i++) free(m->nodes[i].idx), m->nodes[i].idx = NULL;
-  if (m->device == NN_CUDA) m->arena = NULL; /* the device's; nn__cuda_build freed it */
-  free(m->params), free(m->grads), free(m->state), free(m->arena), free(m->scratch);
-  m->params = m->grads = m->state = m->arena = m->scratch = NULL;
+  free(m->params), free(m->grads), free(m->state);
+  m->params = m->grads = m->state = NULL;
   m->max_batch = 0;
   return rc;
 }
@@ -773,18 +667,6 @@ void nn_model_set_training(nn_model *m, bool training) {
 
 bool nn_model_training(const nn_model *m) { return m && m->training; }
 int nn_model_max_batch(const nn_model *m) { return m && m->built ? m->max_batch : 0; }
-
-/* True when no element is NaN or infinite: all exponent bits set marks both. An OR
- * over integer tests vectorises; an early-exit isfinite loop does not. */
-static bool all_finite(const float *x, size_t n) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t u;
-    memcpy(&u, &x[i], sizeof u);
-    bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-  }
-  return !bad;
-}
 
 /* ---- forward / backward ---------------------------------------------------------------- */
 
@@ -802,20 +684,8 @@ int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_
       (uintptr_t)(x + nx) > (uintptr_t)m->arena)
     return shoal_error_set(err, SHOAL_EINVAL,
                            "nn: forward: x points into the model's own buffers; copy it out first");
-  /* A device's x was scanned by nn_model_to_device on its way in. */
-  if (m->device == NN_CPU && !all_finite(x, nx)) {
-    size_t i = 0;
-    while (isfinite(x[i])) i++;
-    return shoal_error_set(err, SHOAL_ENAN,
-                           "nn: forward: input x[%zu] (sample %zu, feature %zu) is %s", i,
-                           i / (size_t)in->F, i % (size_t)in->F, isnan(x[i]) ? "NaN" : "infinite");
-  }
-#ifdef SHOAL_HAVE_CUDA
-  if (m->cuda) {
-    int rc = nn__cuda_check_ptr(m, x, "forward: x", err);
-    if (rc) return rc;
-  }
-#endif
+  int rc = m->be->check_input(m, x, nx, err);
+  if (rc) return rc;
   m->B = 0; /* a failed forward leaves nothing for backward */
   m->x = x;
   in->out = (float *)x;
@@ -823,16 +693,12 @@ int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_
     nn__node *n = &m->nodes[i];
     if (!n->live) continue;
     n->fwd_training = m->training;
-    int rc = m->be->ops[n->kind]->forward(m, n, B, err);
+    rc = m->be->ops[n->kind]->forward(m, n, B, err);
     if (rc) return rc;
   }
-#ifdef SHOAL_HAVE_CUDA
-  if (m->device == NN_CUDA) {
-    int rc = nn__cuda_status(m, err);
-    if (rc) return rc;
-    if (m->training) m->host_stale = true; /* batch norm's running statistics moved */
-  }
-#endif
+  if (m->be->status && (rc = m->be->status(m, err))) return rc;
+  /* Batch norm's running statistics moved on the device. */
+  if (m->be->pull && m->training) m->host_stale = true;
   m->B = B;
   if (y) *y = m->nodes[m->output].out;
   return 0;
@@ -851,12 +717,10 @@ int nn_model_backward(nn_model *m, const float *dy, const float **dx, shoal_erro
   if (!m->built || m->B < 1)
     return shoal_error_set(err, SHOAL_ESTATE, "nn: backward: no forward to go back through");
   int B = m->B;
-#ifdef SHOAL_HAVE_CUDA
-  if (m->cuda) {
-    int rc = nn__cuda_check_ptr(m, dy, "backward: dy", err);
+  if (m->be->check_ptr) {
+    int rc = m->be->check_ptr(m, dy, "backward: dy", err);
     if (rc) return rc;
   }
-#endif
   /* A node's output gradient is needed when it or an ancestor has parameters, or
    * when the caller wants the input gradient. */
   for (int i = 0; i < m->n_nodes; i++) {
@@ -881,40 +745,22 @@ int nn_model_backward(nn_model *m, const float *dy, const float **dx, shoal_erro
   if (dx) {
     nn__node *in = &m->nodes[0];
     /* An input no path reaches (it cannot happen in a built graph, but keep dx sane). */
-    if (!in->written) {
-#ifdef SHOAL_HAVE_CUDA
-      if (m->device == NN_CUDA)
-        nn__cuda_zero(m, in->dout_buf, (size_t)B * (size_t)in->F);
-      else
-#endif
-        memset(in->dout_buf, 0, (size_t)B * (size_t)in->F * sizeof(float));
-    }
+    if (!in->written) m->be->zero(m, in->dout_buf, (size_t)B * (size_t)in->F);
     *dx = in->dout_buf;
   }
-#ifdef SHOAL_HAVE_CUDA
-  if (m->device == NN_CUDA) return nn__cuda_status(m, err);
-#endif
-  return 0;
+  return m->be->status ? m->be->status(m, err) : 0;
 }
 
 void nn_model_zero_grad(nn_model *m) {
-#ifdef SHOAL_HAVE_CUDA
-  if (m && m->cuda) {
-    if (m->built) nn__cuda_zero(m, NULL, m->n_params); /* NULL: the gradient buffer */
-    return;
-  }
-#endif
-  if (m && m->grads) memset(m->grads, 0, m->n_params * sizeof(float));
+  if (m && m->built) m->be->zero(m, NULL, m->n_params); /* NULL: the gradient buffer */
 }
 
-/* A CUDA model's host mirrors are brought up to date on access. */
+/* A device backend's host mirrors are brought up to date on access. */
 static float *host_view(nn_model *m, float *buf, bool grads) {
-#ifdef SHOAL_HAVE_CUDA
-  if (m->cuda && m->built && (grads || m->host_stale)) {
-    if (nn__cuda_pull(m, grads, NULL)) return NULL;
+  if (m->be->pull && m->built && (grads || m->host_stale)) {
+    if (m->be->pull(m, grads, NULL)) return NULL;
     m->host_stale = false;
   }
-#endif
   return buf;
 }
 
@@ -940,68 +786,37 @@ float *nn_model_alloc(nn_model *m, size_t n, shoal_error *err) {
     shoal_error_set(err, SHOAL_EINVAL, "nn: alloc: model is NULL");
     return NULL;
   }
-#ifdef SHOAL_HAVE_CUDA
-  if (m->cuda) return nn__cuda_alloc(m, n, err);
-#endif
-  float *p = alloc_floats(n);
-  if (!p) shoal_error_set(err, SHOAL_ENOMEM, "nn: alloc: out of memory for %zu floats", n);
-  return p;
+  return m->be->alloc(m, n, err);
 }
 
 void nn_model_free(nn_model *m, float *p) {
-  if (!m || !p) return;
-#ifdef SHOAL_HAVE_CUDA
-  if (m->cuda) {
-    nn__cuda_free(m, p);
-    return;
-  }
-#endif
-  free(p);
+  if (m && p) m->be->free_buf(m, p);
 }
 
 int nn_model_to_device(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err) {
   if (!m || (n && (!dst || !src)))
     return shoal_error_set(err, SHOAL_EINVAL, "nn: to_device: NULL argument");
-#ifdef SHOAL_HAVE_CUDA
-  if (m->cuda) return nn__cuda_to_device(m, dst, src, n, err);
-#endif
-  if (!all_finite(src, n)) {
-    size_t i = 0;
-    while (isfinite(src[i])) i++;
-    return shoal_error_set(err, SHOAL_ENAN, "nn: to_device: src[%zu] is %s", i,
-                           isnan(src[i]) ? "NaN" : "infinite");
-  }
-  if (n) memmove(dst, src, n * sizeof(float));
-  return 0;
+  return m->be->to_device(m, dst, src, n, err);
 }
 
 int nn_model_to_host(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err) {
   if (!m || (n && (!dst || !src)))
     return shoal_error_set(err, SHOAL_EINVAL, "nn: to_host: NULL argument");
-#ifdef SHOAL_HAVE_CUDA
-  if (m->cuda) return nn__cuda_to_host(m, dst, src, n, err);
-#endif
-  if (n) memmove(dst, src, n * sizeof(float));
-  return 0;
+  return m->be->to_host(m, dst, src, n, err);
 }
 
 int nn_model_sync(nn_model *m, shoal_error *err) {
   if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: sync: model is NULL");
-#ifdef SHOAL_HAVE_CUDA
-  if (m->cuda) return nn__cuda_sync(m, err);
-#endif
-  return 0;
+  return m->be->sync ? m->be->sync(m, err) : 0;
 }
 
 int nn_model_params_changed(nn_model *m, shoal_error *err) {
   if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: params_changed: model is NULL");
-#ifdef SHOAL_HAVE_CUDA
-  if (m->cuda && m->built) {
-    int rc = nn__cuda_push(m, err);
+  if (m->be->push && m->built) {
+    int rc = m->be->push(m, err);
     if (!rc) m->host_stale = false;
     return rc;
   }
-#endif
   return 0;
 }
 
@@ -1014,18 +829,7 @@ int nn_model_priorities(nn_model *m, float *prio, const float *pred, const float
                            "nn: priorities: B %d (max_batch %d), N %d, alpha %g, eps %g: need a "
                            "built model, 1 <= B <= max_batch, N >= 1, alpha, eps >= 0",
                            B, m->max_batch, N, (double)alpha, (double)eps);
-  int rc = 0;
-#ifdef SHOAL_HAVE_CUDA
-  if (m->cuda)
-    rc = nn__cuda_priorities(m, prio, pred, target, B, N, alpha, eps, err);
-  else
-#endif
-    for (int i = 0; i < B; i++) {
-      double s = 0;
-      for (int j = 0; j < N; j++)
-        s += fabs((double)pred[(size_t)i * N + j] - target[(size_t)i * N + j]);
-      prio[i] = (float)pow(s + eps, alpha);
-    }
+  int rc = m->be->priorities(m, prio, pred, target, B, N, alpha, eps, err);
   if (rc) return rc;
   for (int i = 0; i < B; i++)
     if (!isfinite(prio[i]))
@@ -1040,23 +844,7 @@ int nn_model_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, con
   if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: loss: model is NULL");
   if ((unsigned)kind > NN_LOSS_CROSS_ENTROPY)
     return shoal_error_set(err, SHOAL_EINVAL, "nn: loss: unknown kind %d", (int)kind);
-#ifdef SHOAL_HAVE_CUDA
-  if (m->cuda) return nn__cuda_loss(m, kind, loss, dpred, pred, target, w, B, N, delta, err);
-#endif
-  float l = 0;
-  int rc = 0;
-  switch (kind) {
-    case NN_LOSS_MSE: rc = nn_mse_loss(&l, dpred, pred, target, w, B, N, err); break;
-    case NN_LOSS_HUBER: rc = nn_huber_loss(&l, dpred, pred, target, w, B, N, delta, err); break;
-    case NN_LOSS_BCE_LOGITS:
-      rc = nn_bce_with_logits_loss(&l, dpred, pred, target, w, B, N, err);
-      break;
-    case NN_LOSS_CROSS_ENTROPY:
-      rc = nn_cross_entropy_soft_loss(&l, dpred, pred, target, w, B, N, err);
-      break;
-  }
-  if (!rc && loss) *loss = l;
-  return rc;
+  return m->be->loss(m, kind, loss, dpred, pred, target, w, B, N, delta, err);
 }
 
 /* ---- the tensor table ------------------------------------------------------------------ */
@@ -1121,14 +909,12 @@ int nn_model_copy(nn_model *dst, const nn_model *src, shoal_error *err) {
     }
   }
   if (dst == src) return 0;
-#ifdef SHOAL_HAVE_CUDA
-  if (dst->cuda && src->cuda) {
-    int rc = nn__cuda_copy_model(dst, src, err);
+  if (dst->be == src->be && dst->be->copy) {
+    int rc = dst->be->copy(dst, src, err);
     if (!rc) dst->host_stale = true;
     return rc;
   }
-#endif
-  /* Across devices: through the host copies (a CUDA source's are downloaded first). */
+  /* Across backends: through the host mirrors (a device source's are downloaded first). */
   const float *sp = nn_model_params((nn_model *)src, NULL);
   const float *ss = nn_model_state((nn_model *)src, NULL);
   if (!sp || !ss)

@@ -19,7 +19,7 @@
  *
  *   nn_optim_config oc = nn_optim_defaults(NN_ADAM);  oc.lr = 1e-3f;  oc.clip_norm = 10;
  *   nn_optim *opt = nn_optim_create(q, &oc, &err);
- *   float *y, loss;
+ *   const float *y;  float loss;
  *   nn_model_zero_grad(q);
  *   nn_model_forward(q, x, 256, &y, &err);               // y: (256, 2), owned by q
  *   nn_huber_loss(&loss, dy, y, target, weights, 256, 2, 1.0f, &err);

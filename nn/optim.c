@@ -27,10 +27,8 @@ struct nn_optim {
   float *exp_avg_sq; /* (n,) adam v, rmsprop square average */
   long step;         /* steps taken (skipped steps not counted) */
   float last_norm;
-#ifdef SHOAL_HAVE_CUDA
-  nn_model *dm;        /* a CUDA model whose device buffers this steps, else NULL */
-  nn__cuda_optim *dev; /* its moments on the device; mom above is their host copy */
-#endif
+  nn_model *dm;       /* a model whose backend steps on its device, else NULL */
+  nn__optim_dev *dev; /* its moments on the device; mom above is their host copy */
 };
 
 nn_optim_config nn_optim_defaults(nn_optim_kind kind) {
@@ -137,25 +135,21 @@ nn_optim *nn_optim_create(nn_model *m, const nn_optim_config *cfg, shoal_error *
     return NULL;
   }
   nn_optim *o = nn_optim_create_buffers(p, g, n, cfg, err);
-#ifdef SHOAL_HAVE_CUDA
-  if (o && m->device == NN_CUDA) {
+  if (o && m->be->optim_create) {
     size_t nbuf = (o->buf != NULL) + (o->exp_avg != NULL) + (o->exp_avg_sq != NULL);
     o->dm = m;
-    o->dev = nn__cuda_optim_create(m, nbuf, err);
+    o->dev = m->be->optim_create(m, nbuf, err);
     if (!o->dev) {
       nn_optim_destroy(o);
       return NULL;
     }
   }
-#endif
   return o;
 }
 
 void nn_optim_destroy(nn_optim *o) {
   if (!o) return;
-#ifdef SHOAL_HAVE_CUDA
-  nn__cuda_optim_destroy(o->dev);
-#endif
+  if (o->dev) o->dm->be->optim_destroy(o->dev);
   free(o->mom);
   free(o);
 }
@@ -171,15 +165,11 @@ void nn_optim_reset(nn_optim *o) {
     memset(o->mom, 0, nbuf * o->n * sizeof(float));
   }
   o->step = 0;
-#ifdef SHOAL_HAVE_CUDA
-  if (o->dev) nn__cuda_optim_set(o->dev, o->mom, 0, NULL); /* failures show at the next step */
-#endif
+  if (o->dev) o->dm->be->optim_set(o->dev, o->mom, NULL); /* failures show at the next step */
 }
 
-#ifdef SHOAL_HAVE_CUDA
 /* The slot of a moment buffer in the device's copy of mom (-1: unused). */
 static int slot(const nn_optim *o, const float *b) { return b ? (int)((b - o->mom) / o->n) : -1; }
-#endif
 
 /* The loops over the whole buffer get an AVX2 clone beside the baseline x86-64 one,
  * chosen at load time (the build targets baseline x86-64). Same operations in the same
@@ -309,12 +299,11 @@ int nn_optim_step(nn_optim *o, shoal_error *err) {
   if (!(o->cfg.lr >= 0) || !isfinite(o->cfg.lr)) /* set_lr from a broken schedule */
     return shoal_error_set(err, SHOAL_EINVAL, "nn: optimizer: lr %g must be finite and >= 0",
                            (double)o->cfg.lr);
-#ifdef SHOAL_HAVE_CUDA
   if (o->dev) {
     bool skipped = false;
     float dnorm = 0;
-    int rc = nn__cuda_optim_step(o->dev, &o->cfg, o->step, slot(o, o->buf), slot(o, o->exp_avg),
-                                 slot(o, o->exp_avg_sq), &dnorm, &skipped, err);
+    int rc = o->dm->be->optim_step(o->dev, &o->cfg, o->step, slot(o, o->buf), slot(o, o->exp_avg),
+                                   slot(o, o->exp_avg_sq), &dnorm, &skipped, err);
     if (rc) return rc;
     o->last_norm = dnorm;
     if (skipped)
@@ -326,7 +315,6 @@ int nn_optim_step(nn_optim *o, shoal_error *err) {
     o->dm->host_stale = true;
     return 0;
   }
-#endif
   float norm = (float)sqrt(sum_squares(o->grads, o->n));
   o->last_norm = norm;
   if (!isfinite(norm)) {
@@ -393,12 +381,10 @@ int nn_optim_save_buffer(const nn_optim *o, uint8_t **buf, size_t *len, shoal_er
     return shoal_error_set(err, SHOAL_EINVAL, "nn: optimizer save: NULL argument");
   if (o->n > INT32_MAX)
     return shoal_error_set(err, SHOAL_ENOTSUP, "nn: optimizer save: %zu parameters", o->n);
-#ifdef SHOAL_HAVE_CUDA
   if (o->dev) {
-    int rc = nn__cuda_optim_get(o->dev, o->mom, NULL, err);
+    int rc = o->dm->be->optim_get(o->dev, o->mom, err);
     if (rc) return rc;
   }
-#endif
   nn__st_tensor t[4];
   int64_t step = o->step;
   int n = optim_table(o, t, &step);
@@ -414,19 +400,15 @@ static int optim_load(nn_optim *o, const uint8_t *buf, size_t len, const char *s
   nn__st_tensor t[4];
   int64_t step = -1;
   int n = optim_table(o, t, &step);
-#ifdef SHOAL_HAVE_CUDA
   /* The reader changes nothing on error: start from the device's current moments. */
   if (o->dev) {
-    int rc = nn__cuda_optim_get(o->dev, o->mom, NULL, err);
+    int rc = o->dm->be->optim_get(o->dev, o->mom, err);
     if (rc) return rc;
   }
-#endif
   int rc = nn__st_load_buffer(t, n, "optimizer", buf, len, src, err);
   if (rc) return rc;
   o->step = (long)step; /* >= 0, checked by the reader */
-#ifdef SHOAL_HAVE_CUDA
-  if (o->dev) return nn__cuda_optim_set(o->dev, o->mom, o->step, err);
-#endif
+  if (o->dev) return o->dm->be->optim_set(o->dev, o->mom, err);
   return 0;
 }
 

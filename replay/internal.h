@@ -138,9 +138,4 @@ static inline double *replay__leaves_min(const struct replay *r) { return r->lmi
 /* Empties the memory (after a failed load). No other call may run. */
 void replay__clear(struct replay *r);
 
-/* CRC32C (Castagnoli), as in iSCSI and ext4: crc = replay__crc32c(crc, buf, n),
- * starting from 0. Uses SSE4.2 when the CPU has it. */
-uint32_t replay__crc32c(uint32_t crc, const void *buf, size_t n);
-uint32_t replay__crc32c_soft(uint32_t crc, const void *buf, size_t n); /* tables only */
-
 #endif

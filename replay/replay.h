@@ -11,7 +11,7 @@
  *   c.cols[0] = (replay_column){.name = "obs", .dtype = REPLAY_F32, .ndim = 1, .shape = {4}};
  *   c.cols[1] = (replay_column){.name = "action", .dtype = REPLAY_I64};
  *   replay *r;
- *   if (replay_create(&c, &r, &err)) ...;
+ *   if (replay_create(&c, &r, &err)) return 1;
  *   // an rpc thread: N consecutive steps of one env (stream 3), columns of raw bytes
  *   replay_steps s = {.n = N, .cols = {obs, act}, .reward = rew, .terminated = term,
  *                     .truncated = trunc, .final_obs = final_obs};
@@ -21,7 +21,7 @@
  *   replay_batch b = {.cols = {obs_b, act_b}, .next_obs = nobs_b, .reward = ret,
  *                     .discount = disc, .weight = w, .index = idx, .generation = gen};
  *   replay_sample(r, &rng, &a, &b, &err);
- *   ... learn, compute |td| ...
+ *   // learn on b; td_abs[i] = |TD error| of sample i
  *   replay_update_priorities(r, 256, idx, gen, td_abs, &err);
  *
  * The transition memory

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/crc32c.h"
 #include "replay/internal.h"
 
 enum { IO_BUF = 1 << 20, FILE_VERSION = 1, BOM = 0x01020304 };
@@ -49,7 +50,7 @@ typedef struct io {
 
 static void w_flush(io *w) {
   if (w->rc || !w->len) return;
-  w->crc = replay__crc32c(w->crc, w->buf, w->len);
+  w->crc = shoal_crc32c(w->crc, w->buf, w->len);
   size_t off = 0;
   while (off < w->len) {
     ssize_t k = write(w->fd, w->buf + off, w->len - off);
@@ -112,7 +113,7 @@ static int r_get(io *rd, void *p, size_t n) {
     n -= k;
     rd->offset += k;
   }
-  if (!rd->rc) rd->crc = replay__crc32c(rd->crc, p, want);
+  if (!rd->rc) rd->crc = shoal_crc32c(rd->crc, p, want);
   return rd->rc;
 }
 

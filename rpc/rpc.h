@@ -10,10 +10,10 @@
  *       {.name = "reward", .dtype = RPC_F32, .ndim = 0}}};
  *   rpc_server_config sc = {.listen = "127.0.0.1:0", .on_batch = insert, .user = replay};
  *   rpc_server *srv;
- *   if (rpc_server_create(&sc, &spec, &srv, &err)) ...;   // bound and serving
+ *   if (rpc_server_create(&sc, &spec, &srv, &err)) return 1;   // bound and serving
  *   rpc_server_set_params(srv, 1, RPC_F32, params, bytes, layout, nlayout, &err);
- *   ...
- *   rpc_server_destroy(srv, 2.0);                          // drains for up to 2 s
+ *   // ... insert() gets every valid batch until the run ends
+ *   rpc_server_destroy(srv, 2.0);                               // drains for up to 2 s
  *
  * Actor side: a client with a persistent Push stream on its own thread, a bounded
  * send queue, reconnects with exponential backoff and jitter.

@@ -154,6 +154,77 @@ static void test_choice_keys(void **state) {
   config_destroy(c);
 }
 
+/* Writes text to a new temporary file; path gets its name. */
+static void write_temp(char *path, const char *text) {
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+}
+
+static void test_tree_of_any_yaml(void **state) {
+  shoal_error err = {0};
+  char path[] = "/tmp/shoal_tree_XXXXXX";
+  write_temp(path,
+             "sweep:\n"
+             "  name: lr\n"
+             "params:\n"
+             "  dqn.lr: [0.001, 0.0005]\n"
+             "  dqn.period: {min: 100, max: 1000}\n"
+             "  base: &b here\n"
+             "  again: *b\n");
+  cfg_tree *t = NULL;
+  assert_int_equal(config_tree_load_file(&t, path, &err), 0);
+  const cfg_node *root = config_tree_root(t);
+  assert_non_null(root);
+  assert_int_equal(root->type, CFG_NODE_MAP);
+  assert_int_equal(root->n, 2);
+  assert_string_equal(root->keys[0].scalar, "sweep");
+  assert_int_equal(root->keys[1].line, 3);
+  const cfg_node *params = &root->items[1];
+  assert_int_equal(params->type, CFG_NODE_MAP);
+  assert_int_equal(params->n, 4);
+  const cfg_node *lr = &params->items[0];
+  assert_int_equal(lr->type, CFG_NODE_LIST);
+  assert_int_equal(lr->n, 2);
+  assert_null(lr->keys);
+  assert_string_equal(lr->items[1].scalar, "0.0005");
+  assert_int_equal(lr->items[1].line, 4);
+  const cfg_node *range = &params->items[1];
+  assert_int_equal(range->type, CFG_NODE_MAP);
+  assert_string_equal(range->keys[1].scalar, "max");
+  assert_string_equal(range->items[1].scalar, "1000");
+  assert_null(range->scalar);
+  assert_string_equal(params->items[3].scalar, "here"); /* the alias, expanded */
+  config_tree_destroy(t);
+  unlink(path);
+
+  /* An empty file has no root; a syntax error and a recursive alias name file and line. */
+  char empty[] = "/tmp/shoal_tree_XXXXXX";
+  write_temp(empty, "");
+  assert_int_equal(config_tree_load_file(&t, empty, &err), 0);
+  assert_null(config_tree_root(t));
+  config_tree_destroy(t);
+  unlink(empty);
+  char bad[] = "/tmp/shoal_tree_XXXXXX";
+  write_temp(bad, "a: [1, 2\nb: 3\n");
+  t = NULL;
+  assert_int_equal(config_tree_load_file(&t, bad, &err), SHOAL_EFORMAT);
+  assert_null(t);
+  assert_non_null(strstr(err.msg, bad));
+  assert_non_null(strstr(err.msg, ": YAML: "));
+  unlink(bad);
+  char loop[] = "/tmp/shoal_tree_XXXXXX";
+  write_temp(loop, "a: &x [1, *x]\n");
+  assert_int_equal(config_tree_load_file(&t, loop, &err), SHOAL_EFORMAT);
+  assert_null(t);
+  assert_non_null(strstr(err.msg, "recursive alias"));
+  unlink(loop);
+  assert_int_equal(config_tree_load_file(&t, "/nonexistent/sweep.yaml", &err), SHOAL_ENOENT);
+  assert_non_null(strstr(err.msg, "/nonexistent/sweep.yaml"));
+  config_tree_destroy(NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_and_file_values),
@@ -162,6 +233,7 @@ int main(void) {
       cmocka_unit_test(test_bad_schema),
       cmocka_unit_test(test_dump_round_trips_through_a_file),
       cmocka_unit_test(test_choice_keys),
+      cmocka_unit_test(test_tree_of_any_yaml),
   };
   return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

@@ -184,7 +184,7 @@ static void test_apng_writer(void **state) {
   uint8_t *fb = malloc(1 << 20);
   size_t fl = fread(fb, 1, 1 << 20, f);
   fclose(f);
-  d = decode_png(fb, fl); /* libpng's file, read by the decoder above */
+  d = decode_png(fb, fl); /* env_png_strip's file, read by the decoder above */
   assert_int_equal(d.w, SW), assert_int_equal(d.h, SH);
   assert_memory_equal(d.rgb, img, (size_t)SW * SH * 3);
   free(d.rgb), free(fb), free(img), free(frames);

@@ -1,8 +1,42 @@
-/* nn/cpu/backend.c — the CPU backend's layer table and buffer sizes. */
+/* nn/cpu/backend.c — the CPU backend's table: its layer kernels, and its memory
+ * operations, all on host memory (the model's params, grads and state are what the
+ * kernels use, so the backend has no mirrors to move and no queue to wait on). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "nn/cpu/cpu.h"
 
+static int cpu_create(nn_model *m, shoal_error *err);
+static void cpu_destroy(nn_model *m);
+static int cpu_build(nn_model *m, shoal_error *err);
+static int cpu_check_input(nn_model *m, const float *x, size_t n, shoal_error *err);
+static float *cpu_alloc(nn_model *m, size_t n, shoal_error *err);
+static void cpu_free_buf(nn_model *m, float *p);
+static int cpu_to_device(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err);
+static int cpu_to_host(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err);
+static void cpu_zero(nn_model *m, float *p, size_t n);
+static int cpu_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, const float *pred,
+                    const float *target, const float *w, int B, int N, float delta,
+                    shoal_error *err);
+static int cpu_priorities(nn_model *m, float *prio, const float *pred, const float *target, int B,
+                          int N, float alpha, float eps, shoal_error *err);
+
+/* Optional members left NULL take their defaults: no context beyond the arena, no
+ * mirrors, nothing queued, the optimizer on the host. */
 const nn__backend nn__cpu_backend = {
     .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .build = cpu_build,
+    .check_input = cpu_check_input,
+    .alloc = cpu_alloc,
+    .free_buf = cpu_free_buf,
+    .to_device = cpu_to_device,
+    .to_host = cpu_to_host,
+    .zero = cpu_zero,
+    .loss = cpu_loss,
+    .priorities = cpu_priorities,
     .ops =
         {
             [NN__DENSE] = &nn__cpu_dense,
@@ -26,7 +60,9 @@ const nn__backend nn__cpu_backend = {
         },
 };
 
-size_t nn__cpu_cache_floats(const nn_model *m, const nn__node *n, int max_batch) {
+/* Floats of the per-node cache and of the shared scratch the kernels need for batches
+ * up to max_batch. */
+static size_t cache_floats(const nn_model *m, const nn__node *n, int max_batch) {
   size_t mb = (size_t)max_batch, F = (size_t)n->F, Hd = (size_t)n->hidden;
   switch (n->kind) {
     case NN__DROPOUT: return mb * F;                  /* mask */
@@ -38,7 +74,7 @@ size_t nn__cpu_cache_floats(const nn_model *m, const nn__node *n, int max_batch)
   }
 }
 
-size_t nn__cpu_scratch_floats(const nn_model *m, const nn__node *n, int max_batch) {
+static size_t scratch_floats(const nn_model *m, const nn__node *n, int max_batch) {
   size_t mb = (size_t)max_batch, Hd = (size_t)n->hidden;
   const nn__node *x = n->n_in ? &m->nodes[n->in[0]] : NULL;
   switch (n->kind) {
@@ -55,4 +91,165 @@ size_t nn__cpu_scratch_floats(const nn_model *m, const nn__node *n, int max_batc
     case NN__GRU: return mb * 6 * Hd;
     default: return 0;
   }
+}
+
+/* ---- a model's life -------------------------------------------------------------- */
+
+static int cpu_create(nn_model *m, shoal_error *err) {
+  nn__cpu_apply_threads();
+  return 0;
+}
+
+static void cpu_destroy(nn_model *m) {
+  for (int i = 0; i < m->n_nodes; i++) free(m->nodes[i].idx), m->nodes[i].idx = NULL;
+  free(m->arena), free(m->scratch);
+  m->arena = m->scratch = NULL;
+  m->arena_n = m->scratch_n = 0;
+}
+
+static bool is_view(nn__kind k) { return k == NN__FLATTEN || k == NN__RESHAPE; }
+
+/* Arena buffers start on 64-byte boundaries (16 floats): aligned vector loads. */
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* One arena for every live node's out, dout and cache, carved in node order; one
+ * scratch, the largest any node needs, shared because layers run one at a time. */
+static int cpu_build(nn_model *m, shoal_error *err) {
+  int max_batch = m->max_batch;
+  size_t total = 0, scratch = 0;
+  for (int i = 0; i < m->n_nodes; i++) {
+    nn__node *n = &m->nodes[i];
+    if (!n->live) continue;
+    size_t f = (size_t)max_batch * (size_t)n->F;
+    size_t own = (i == 0 || is_view(n->kind)) ? 0 : f; /* input and views borrow their out */
+    n->cache_n = cache_floats(m, n, max_batch);
+    total += round16(own) + round16(f) + round16(n->cache_n);
+    size_t s = scratch_floats(m, n, max_batch);
+    if (s > scratch) scratch = s;
+  }
+  m->arena = nn__alloc_floats(total);
+  m->arena_n = total;
+  m->scratch = nn__alloc_floats(scratch);
+  m->scratch_n = scratch;
+  if (!m->arena || !m->scratch) {
+    cpu_destroy(m);
+    return shoal_error_set(err, SHOAL_ENOMEM,
+                           "nn: build: out of memory for %zu parameters and %zu activation floats",
+                           m->n_params, total);
+  }
+  float *p = m->arena; /* carved exactly as total was summed */
+  for (int i = 0; i < m->n_nodes; i++) {
+    nn__node *n = &m->nodes[i];
+    if (!n->live) continue;
+    size_t f = (size_t)max_batch * (size_t)n->F;
+#define TAKE(dst, cnt) \
+  do {                 \
+    dst = p;           \
+    p += round16(cnt); \
+  } while (0)
+    if (!(i == 0 || is_view(n->kind))) TAKE(n->out, f);
+    TAKE(n->dout_buf, f);
+    if (n->cache_n)
+      TAKE(n->cache, n->cache_n);
+    else
+      n->cache = NULL;
+#undef TAKE
+    if (n->kind == NN__MAXPOOL) {
+      n->idx = malloc(f * sizeof *n->idx);
+      if (!n->idx) {
+        cpu_destroy(m);
+        return shoal_error_set(err, SHOAL_ENOMEM, "nn: build: layer '%s': out of memory", n->name);
+      }
+    }
+  }
+  SHOAL_ASSERT(p == m->arena + total);
+  return 0;
+}
+
+/* ---- the caller's arrays ------------------------------------------------------------ */
+
+/* True when no element is NaN or infinite: all exponent bits set marks both. An OR
+ * over integer tests vectorises; an early-exit isfinite loop does not. */
+static bool all_finite(const float *x, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], sizeof u);
+    bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+  }
+  return !bad;
+}
+
+/* x comes straight from the caller (no nn_model_to_device on the way), so scan it here. */
+static int cpu_check_input(nn_model *m, const float *x, size_t n, shoal_error *err) {
+  if (all_finite(x, n)) return 0;
+  size_t i = 0, F = (size_t)m->nodes[0].F;
+  while (isfinite(x[i])) i++;
+  return shoal_error_set(err, SHOAL_ENAN,
+                         "nn: forward: input x[%zu] (sample %zu, feature %zu) is %s", i, i / F,
+                         i % F, isnan(x[i]) ? "NaN" : "infinite");
+}
+
+static float *cpu_alloc(nn_model *m, size_t n, shoal_error *err) {
+  float *p = nn__alloc_floats(n);
+  if (!p) shoal_error_set(err, SHOAL_ENOMEM, "nn: alloc: out of memory for %zu floats", n);
+  return p;
+}
+
+static void cpu_free_buf(nn_model *m, float *p) {
+  free(p);
+}
+
+/* memmove: the caller may copy within one of its own buffers. */
+static int cpu_to_device(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err) {
+  if (!all_finite(src, n)) {
+    size_t i = 0;
+    while (isfinite(src[i])) i++;
+    return shoal_error_set(err, SHOAL_ENAN, "nn: to_device: src[%zu] is %s", i,
+                           isnan(src[i]) ? "NaN" : "infinite");
+  }
+  if (n) memmove(dst, src, n * sizeof(float));
+  return 0;
+}
+
+static int cpu_to_host(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err) {
+  if (n) memmove(dst, src, n * sizeof(float));
+  return 0;
+}
+
+static void cpu_zero(nn_model *m, float *p, size_t n) {
+  memset(p ? p : m->grads, 0, n * sizeof(float));
+}
+
+/* ---- losses -------------------------------------------------------------------------- */
+
+static int cpu_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, const float *pred,
+                    const float *target, const float *w, int B, int N, float delta,
+                    shoal_error *err) {
+  float l = 0;
+  int rc = 0;
+  switch (kind) {
+    case NN_LOSS_MSE: rc = nn_mse_loss(&l, dpred, pred, target, w, B, N, err); break;
+    case NN_LOSS_HUBER: rc = nn_huber_loss(&l, dpred, pred, target, w, B, N, delta, err); break;
+    case NN_LOSS_BCE_LOGITS:
+      rc = nn_bce_with_logits_loss(&l, dpred, pred, target, w, B, N, err);
+      break;
+    case NN_LOSS_CROSS_ENTROPY:
+      rc = nn_cross_entropy_soft_loss(&l, dpred, pred, target, w, B, N, err);
+      break;
+  }
+  if (!rc && loss) *loss = l;
+  return rc;
+}
+
+/* Sums in double, as nn/cuda's kernel does, so both agree to float rounding. */
+static int cpu_priorities(nn_model *m, float *prio, const float *pred, const float *target, int B,
+                          int N, float alpha, float eps, shoal_error *err) {
+  for (int i = 0; i < B; i++) {
+    double s = 0;
+    for (int j = 0; j < N; j++)
+      s += fabs((double)pred[(size_t)i * N + j] - target[(size_t)i * N + j]);
+    prio[i] = (float)pow(s + eps, alpha);
+  }
+  return 0;
 }

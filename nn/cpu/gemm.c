@@ -5,6 +5,7 @@
  * thousand multiply-adds) and for builds without OpenBLAS.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "nn/internal.h"
 
@@ -16,13 +17,26 @@
  * MLP act benchmark: OpenBLAS's fixed cost is ~0.3-1 us per call). */
 #define NN__SMALL_GEMM 20000.0
 
-void nn__blas_set_threads(int n) {
+static int g_threads = 1; /* small nets run fastest on one thread */
+
+static void blas_set_threads(int n) {
 #ifdef SHOAL_HAVE_OPENBLAS
   openblas_set_num_threads(n);
 #else
   (void)n;
 #endif
 }
+
+void nn_set_threads(int n) {
+  if (n <= 0) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    n = c > 0 ? (int)c : 1;
+  }
+  g_threads = n;
+  blas_set_threads(n);
+}
+
+void nn__cpu_apply_threads(void) { blas_set_threads(g_threads); }
 
 /* C (M,N) = alpha op(A) op(B) + beta C, row-major. Loop orders keep the innermost loop
  * running along contiguous memory (vectorisable) except for A·B^T, which is rows of

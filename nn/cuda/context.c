@@ -41,7 +41,7 @@ int nn__cuda_fail(nn__cuda *c, const char *layer, const char *call, const char *
 }
 
 int nn__cuda_status(nn_model *m, shoal_error *err) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   if (!c->err_code) return 0;
   int rc = shoal_error_set(err, c->err_code, "%s", c->err_msg);
   c->err_code = 0;
@@ -64,8 +64,12 @@ int nn__cuda_check_ptr(nn_model *m, const void *p, const char *what, shoal_error
   return 0;
 }
 
+int nn__cuda_check_input(nn_model *m, const float *x, size_t n, shoal_error *err) {
+  return nn__cuda_check_ptr(m, x, "forward: x", err);
+}
+
 int nn__cuda_sync(nn_model *m, shoal_error *err) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   int rc = nn__cuda_status(m, err);
   if (rc) return rc;
   NN_CU(c, "sync", cudaStreamSynchronize(c->stream));
@@ -96,7 +100,7 @@ int nn__cuda_create(nn_model *m, shoal_error *err) {
   }
   nn__cuda *c = calloc(1, sizeof *c);
   if (!c) return shoal_error_set(err, SHOAL_ENOMEM, "nn: cuda: out of memory");
-  m->cuda = c;
+  m->ctx = c;
   NN_CU(c, "create", cudaGetDevice(&c->device));
   /* The calling thread's own stream (not the legacy default one): every model used
    * by one thread queues in call order, so G's output feeding D, a batch uploaded for
@@ -125,7 +129,7 @@ static void free_node(nn__cuda_node *d) {
 
 /* Frees the device buffers of a build (the handles stay). */
 static void free_buffers(nn_model *m) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   if (c->pinned) {
     cudaHostUnregister(m->params), cudaHostUnregister(m->grads);
     if (m->n_state) cudaHostUnregister(m->state);
@@ -143,7 +147,7 @@ static void free_buffers(nn_model *m) {
 }
 
 void nn__cuda_destroy(nn_model *m) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   if (!c) return;
   cudaStreamSynchronize(c->stream);
   free_buffers(m);
@@ -152,7 +156,9 @@ void nn__cuda_destroy(nn_model *m) {
   if (c->dnn) cudnnDestroy(c->dnn);
   if (c->blas) cublasDestroy(c->blas);
   free(c);
-  m->cuda = NULL;
+  m->ctx = NULL;
+  m->arena = NULL; /* it was d_arena */
+  m->arena_n = 0;
 }
 
 /* ---- build --------------------------------------------------------------------------- */
@@ -185,7 +191,7 @@ static int set4d(nn__cuda *c, const nn__node *n, cudnnTensorDescriptor_t d, int 
 
 /* Sets a conv or pool node's x and y descriptors for batch B (host-only work). */
 int nn__cuda_shape(nn_model *m, nn__node *n, int B, shoal_error *err) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   nn__cuda_node *d = &c->nodes[n->id];
   const nn__node *x = &m->nodes[n->in[0]];
   int rc = set4d(c, n, d->x, B, x->C, x->H, x->W, err);
@@ -201,7 +207,7 @@ int nn__cuda_shape(nn_model *m, nn__node *n, int B, shoal_error *err) {
  * heuristic choice that fits the workspace, which costs no device time or memory. */
 static int choose_algos(nn_model *m, nn__node *n, int B, bool find, nn__conv_algos *out,
                         size_t *need, shoal_error *err) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   nn__cuda_node *d = &c->nodes[n->id];
   int rc = nn__cuda_shape(m, n, B, err);
   if (rc) return rc;
@@ -273,7 +279,7 @@ static int choose_algos(nn_model *m, nn__node *n, int B, bool find, nn__conv_alg
 }
 
 const nn__conv_algos *nn__cuda_algos(nn_model *m, nn__node *n, int B, shoal_error *err) {
-  nn__cuda_node *d = &m->cuda->nodes[n->id];
+  nn__cuda_node *d = &nn__cu(m)->nodes[n->id];
   for (int i = 0; i < NN__CONV_CACHE; i++)
     if (d->algos[i].B == B) return &d->algos[i];
   nn__conv_algos a;
@@ -286,7 +292,7 @@ const nn__conv_algos *nn__cuda_algos(nn_model *m, nn__node *n, int B, shoal_erro
 }
 
 static int node_descriptors(nn_model *m, nn__node *n, shoal_error *err) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   nn__cuda_node *d = &c->nodes[n->id];
   const nn__node *x = &m->nodes[n->in[0]];
   if (n->kind != NN__CONV && n->kind != NN__CONVT && n->kind != NN__MAXPOOL &&
@@ -331,7 +337,7 @@ static int node_descriptors(nn_model *m, nn__node *n, shoal_error *err) {
 }
 
 static int upload(nn_model *m, shoal_error *err) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   NN_CU(c, "upload",
         cudaMemcpyAsync(c->d_params, m->params, m->n_params * sizeof(float), cudaMemcpyHostToDevice,
                         c->stream));
@@ -344,7 +350,7 @@ static int upload(nn_model *m, shoal_error *err) {
 }
 
 static int build(nn_model *m, shoal_error *err) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   int mb = m->max_batch;
   c->nodes = calloc((size_t)m->n_nodes, sizeof *c->nodes);
   if (!c->nodes) return shoal_error_set(err, SHOAL_ENOMEM, "nn: cuda: build: out of memory");
@@ -442,14 +448,18 @@ static int build(nn_model *m, shoal_error *err) {
 
 int nn__cuda_build(nn_model *m, shoal_error *err) {
   int rc = build(m, err);
-  if (rc) free_buffers(m);
+  if (rc) {
+    free_buffers(m);
+    m->arena = NULL;
+    m->arena_n = 0;
+  }
   return rc;
 }
 
 /* ---- memory and copies ------------------------------------------------------------- */
 
 void nn__cuda_zero(nn_model *m, float *dev, size_t n) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   shoal_error *err = NULL;
   cudaError_t e = cudaMemsetAsync(dev ? dev : c->d_grads, 0, n * sizeof(float), c->stream);
   c->sticky = true;
@@ -459,7 +469,7 @@ void nn__cuda_zero(nn_model *m, float *dev, size_t n) {
 }
 
 int nn__cuda_pull(nn_model *m, bool grads, shoal_error *err) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   int rc = nn__cuda_status(m, err);
   if (rc) return rc;
   NN_CU(c, "download",
@@ -483,7 +493,7 @@ int nn__cuda_push(nn_model *m, shoal_error *err) {
 }
 
 int nn__cuda_copy_model(nn_model *dst, const nn_model *src, shoal_error *err) {
-  nn__cuda *c = dst->cuda, *s = src->cuda;
+  nn__cuda *c = nn__cu(dst), *s = nn__cu(src);
   /* The source's queued work (its last optimizer step) must land first. */
   NN_CU(c, "copy", cudaStreamSynchronize(s->stream));
   NN_CU(c, "copy",
@@ -497,7 +507,7 @@ int nn__cuda_copy_model(nn_model *dst, const nn_model *src, shoal_error *err) {
 }
 
 float *nn__cuda_alloc(nn_model *m, size_t n, shoal_error *err) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   float *p = NULL;
   cudaError_t e = cudaMalloc((void **)&p, (n ? n : 1) * sizeof(float));
   if (e == cudaSuccess) e = cudaMemset(p, 0, (n ? n : 1) * sizeof(float));
@@ -512,12 +522,12 @@ float *nn__cuda_alloc(nn_model *m, size_t n, shoal_error *err) {
 }
 
 void nn__cuda_free(nn_model *m, float *p) {
-  cudaStreamSynchronize(m->cuda->stream); /* queued work may still read it */
+  cudaStreamSynchronize(nn__cu(m)->stream); /* queued work may still read it */
   cudaFree(p);
 }
 
 int nn__cuda_to_device(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   if (!c->stage[0])
     return shoal_error_set(err, SHOAL_ESTATE, "nn: to_device: the model is not built");
   for (size_t done = 0; done < n;) {
@@ -550,7 +560,7 @@ int nn__cuda_to_device(nn_model *m, float *dst, const float *src, size_t n, shoa
 }
 
 int nn__cuda_to_host(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   int rc = nn__cuda_status(m, err);
   if (rc) return rc;
   if (n)
@@ -567,7 +577,7 @@ int nn__cuda_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, con
                   const float *target, const float *w, int B, int N, float delta,
                   shoal_error *err) {
   static const char *names[] = {"mse", "huber", "bce_with_logits", "cross_entropy"};
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   if (!pred || !target || B < 1 || N < 1)
     return shoal_error_set(err, SHOAL_EINVAL, "nn: %s loss: NULL input or B %d, N %d < 1",
                            names[kind], B, N);
@@ -604,7 +614,7 @@ int nn__cuda_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, con
 
 int nn__cuda_priorities(nn_model *m, float *prio, const float *pred, const float *target, int B,
                         int N, float alpha, float eps, shoal_error *err) {
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   int rc = nn__cuda_check_ptr(m, pred, "priorities: pred", err);
   if (!rc) rc = nn__cuda_check_ptr(m, target, "priorities: target", err);
   if (rc) return rc;
@@ -614,7 +624,7 @@ int nn__cuda_priorities(nn_model *m, float *prio, const float *pred, const float
 
 /* ---- the optimizer's device half ----------------------------------------------------- */
 
-struct nn__cuda_optim {
+struct nn__optim_dev {
   nn_model *m;
   size_t n, nbuf;
   float *d_mom;        /* (nbuf * n), the host's layout */
@@ -622,8 +632,8 @@ struct nn__cuda_optim {
   nn__cuda_acc *h_acc; /* pinned */
 };
 
-nn__cuda_optim *nn__cuda_optim_create(nn_model *m, size_t nbuf, shoal_error *err) {
-  nn__cuda_optim *o = calloc(1, sizeof *o);
+nn__optim_dev *nn__cuda_optim_create(nn_model *m, size_t nbuf, shoal_error *err) {
+  nn__optim_dev *o = calloc(1, sizeof *o);
   if (!o) {
     shoal_error_set(err, SHOAL_ENOMEM, "nn: optimizer: out of memory");
     return NULL;
@@ -644,17 +654,17 @@ nn__cuda_optim *nn__cuda_optim_create(nn_model *m, size_t nbuf, shoal_error *err
   return o;
 }
 
-void nn__cuda_optim_destroy(nn__cuda_optim *o) {
+void nn__cuda_optim_destroy(nn__optim_dev *o) {
   if (!o) return;
-  if (o->m && o->m->cuda) cudaStreamSynchronize(o->m->cuda->stream);
+  if (o->m && o->m->ctx) cudaStreamSynchronize(nn__cu(o->m)->stream);
   cudaFree(o->d_mom), cudaFree(o->d_acc), cudaFreeHost(o->h_acc);
   free(o);
 }
 
-int nn__cuda_optim_step(nn__cuda_optim *o, const nn_optim_config *cfg, long step, int ibuf,
-                        int iavg, int isq, float *norm, bool *skipped, shoal_error *err) {
+int nn__cuda_optim_step(nn__optim_dev *o, const nn_optim_config *cfg, long step, int ibuf, int iavg,
+                        int isq, float *norm, bool *skipped, shoal_error *err) {
   nn_model *m = o->m;
-  nn__cuda *c = m->cuda;
+  nn__cuda *c = nn__cu(m);
   int rc = nn__cuda_status(m, err);
   if (rc) return rc;
   float *mom = o->d_mom;
@@ -675,9 +685,8 @@ int nn__cuda_optim_step(nn__cuda_optim *o, const nn_optim_config *cfg, long step
   return 0;
 }
 
-int nn__cuda_optim_get(nn__cuda_optim *o, float *mom, long *step, shoal_error *err) {
-  nn__cuda *c = o->m->cuda;
-  (void)step;
+int nn__cuda_optim_get(nn__optim_dev *o, float *mom, shoal_error *err) {
+  nn__cuda *c = nn__cu(o->m);
   if (o->nbuf)
     NN_CU(c, "optimizer",
           cudaMemcpyAsync(mom, o->d_mom, o->nbuf * o->n * sizeof(float), cudaMemcpyDeviceToHost,
@@ -686,9 +695,9 @@ int nn__cuda_optim_get(nn__cuda_optim *o, float *mom, long *step, shoal_error *e
   return 0;
 }
 
-int nn__cuda_optim_set(nn__cuda_optim *o, const float *mom, long step, shoal_error *err) {
-  nn__cuda *c = o->m->cuda;
-  (void)step; /* the host keeps the count and passes it to each step */
+/* The host keeps the step count and passes it to each step. */
+int nn__cuda_optim_set(nn__optim_dev *o, const float *mom, shoal_error *err) {
+  nn__cuda *c = nn__cu(o->m);
   if (o->nbuf && mom)
     NN_CU(c, "optimizer",
           cudaMemcpyAsync(o->d_mom, mom, o->nbuf * o->n * sizeof(float), cudaMemcpyHostToDevice,

@@ -26,6 +26,8 @@
 extern "C" {
 #endif
 
+typedef struct nn__cuda nn__cuda;
+
 #define NN__CONV_CACHE 8 /* batch sizes whose algorithm choice a conv node remembers */
 
 /* The algorithms of one convolution node for one batch size. */
@@ -82,6 +84,44 @@ struct nn__cuda {
   int err_code;         /* the first failure of such a call (kept until reported) */
   char err_msg[512];
 };
+
+/* A CUDA model's context (m->ctx, set by nn__cuda_create). */
+static inline nn__cuda *nn__cu(const nn_model *m) { return (nn__cuda *)m->ctx; }
+
+/* ---- the backend's members (nn/cuda/context.c); nn/internal.h's nn__backend says
+ * what each does. ---- */
+
+extern const nn__backend nn__cuda_backend; /* nn/cuda/layers.c */
+
+bool nn__cuda_available(shoal_error *err);
+/* A stream and handles on the current device (m->ctx). */
+int nn__cuda_create(nn_model *m, shoal_error *err);
+void nn__cuda_destroy(nn_model *m); /* everything of m->ctx; NULL is fine */
+/* Device buffers, descriptors, algorithm choices for max_batch, then the upload of the
+ * host parameters and state. */
+int nn__cuda_build(nn_model *m, shoal_error *err);
+int nn__cuda_check_input(nn_model *m, const float *x, size_t n, shoal_error *err);
+int nn__cuda_check_ptr(nn_model *m, const void *p, const char *what, shoal_error *err);
+int nn__cuda_status(nn_model *m, shoal_error *err);
+int nn__cuda_sync(nn_model *m, shoal_error *err);
+void nn__cuda_zero(nn_model *m, float *dev, size_t n); /* queued memset; failures recorded */
+int nn__cuda_pull(nn_model *m, bool grads, shoal_error *err);
+int nn__cuda_push(nn_model *m, shoal_error *err);
+int nn__cuda_copy_model(nn_model *dst, const nn_model *src, shoal_error *err);
+float *nn__cuda_alloc(nn_model *m, size_t n, shoal_error *err);
+void nn__cuda_free(nn_model *m, float *p);
+int nn__cuda_to_device(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err);
+int nn__cuda_to_host(nn_model *m, float *dst, const float *src, size_t n, shoal_error *err);
+int nn__cuda_loss(nn_model *m, nn_loss_kind kind, float *loss, float *dpred, const float *pred,
+                  const float *target, const float *w, int B, int N, float delta, shoal_error *err);
+int nn__cuda_priorities(nn_model *m, float *prio, const float *pred, const float *target, int B,
+                        int N, float alpha, float eps, shoal_error *err);
+nn__optim_dev *nn__cuda_optim_create(nn_model *m, size_t nbuf, shoal_error *err);
+void nn__cuda_optim_destroy(nn__optim_dev *o);
+int nn__cuda_optim_step(nn__optim_dev *o, const nn_optim_config *cfg, long step, int ibuf, int iavg,
+                        int isq, float *norm, bool *skipped, shoal_error *err);
+int nn__cuda_optim_get(nn__optim_dev *o, float *mom, shoal_error *err);
+int nn__cuda_optim_set(nn__optim_dev *o, const float *mom, shoal_error *err);
 
 /* Sets conv/pool node n's x and y descriptors for batch B (host-only work). */
 int nn__cuda_shape(nn_model *m, nn__node *n, int B, shoal_error *err);

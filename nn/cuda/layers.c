@@ -17,7 +17,7 @@
 
 static const float ONE = 1.0f, ZERO = 0.0f;
 
-#define CTX nn__cuda *c = m->cuda
+#define CTX nn__cuda *c = nn__cu(m)
 #define S (c->stream)
 #define P(k) (c->d_params + n->poff[k])
 #define G(k) (c->d_grads + n->poff[k])
@@ -25,9 +25,9 @@ static const float ONE = 1.0f, ZERO = 0.0f;
 /* A backward that can't fail outwardly: its checked body records any failure. */
 #define BACKWARD(name)                                           \
   static void name##_backward(nn_model *m, nn__node *n, int B) { \
-    m->cuda->sticky = true;                                      \
+    nn__cu(m)->sticky = true;                                    \
     (void)name##_bwd(m, n, B, NULL);                             \
-    m->cuda->sticky = false;                                     \
+    nn__cu(m)->sticky = false;                                   \
   }
 
 static inline const nn__node *in0(nn_model *m, nn__node *n) { return &m->nodes[n->in[0]]; }
@@ -558,8 +558,33 @@ static const nn__layer_ops cuda_lstm = {lstm_forward, lstm_backward};
 static const nn__layer_ops cuda_embedding = {embedding_forward, embedding_backward};
 static const nn__layer_ops cuda_gru = {gru_forward, gru_backward};
 
+/* Every optional member is filled: device memory with host mirrors, a queue, and the
+ * optimizer on the device (nn/cuda/context.c). */
 const nn__backend nn__cuda_backend = {
     .name = "cuda",
+    .available = nn__cuda_available,
+    .create = nn__cuda_create,
+    .destroy = nn__cuda_destroy,
+    .build = nn__cuda_build,
+    .check_input = nn__cuda_check_input,
+    .check_ptr = nn__cuda_check_ptr,
+    .alloc = nn__cuda_alloc,
+    .free_buf = nn__cuda_free,
+    .to_device = nn__cuda_to_device,
+    .to_host = nn__cuda_to_host,
+    .zero = nn__cuda_zero,
+    .sync = nn__cuda_sync,
+    .status = nn__cuda_status,
+    .pull = nn__cuda_pull,
+    .push = nn__cuda_push,
+    .copy = nn__cuda_copy_model,
+    .loss = nn__cuda_loss,
+    .priorities = nn__cuda_priorities,
+    .optim_create = nn__cuda_optim_create,
+    .optim_destroy = nn__cuda_optim_destroy,
+    .optim_step = nn__cuda_optim_step,
+    .optim_get = nn__cuda_optim_get,
+    .optim_set = nn__cuda_optim_set,
     .ops =
         {
             [NN__DENSE] = &cuda_dense,

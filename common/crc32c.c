@@ -1,13 +1,14 @@
 /*
- * replay/crc32c.c — CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected
+ * common/crc32c.c — CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected
  * 0x82F63B78), the checksum of iSCSI, ext4 and LevelDB. The SSE4.2 crc32
  * instruction computes it 8 bytes at a time; without it, slicing-by-8 tables.
  * Check value: crc32c("123456789") = 0xE3069283 (RFC 3720, appendix B.4).
  */
+#include "common/crc32c.h"
+
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
-
-#include "replay/internal.h"
 
 static uint32_t table[8][256];
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
@@ -61,7 +62,7 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uin
 }
 #endif
 
-uint32_t replay__crc32c(uint32_t crc, const void *buf, size_t n) {
+uint32_t shoal_crc32c(uint32_t crc, const void *buf, size_t n) {
   crc = ~crc;
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("sse4.2")) return ~crc_hw(crc, buf, n);
@@ -70,8 +71,7 @@ uint32_t replay__crc32c(uint32_t crc, const void *buf, size_t n) {
   return ~crc_soft(crc, buf, n);
 }
 
-/* The portable path, for the test that checks both agree. */
-uint32_t replay__crc32c_soft(uint32_t crc, const void *buf, size_t n) {
+uint32_t shoal__crc32c_soft(uint32_t crc, const void *buf, size_t n) {
   pthread_once(&table_once, make_table);
   return ~crc_soft(~crc, buf, n);
 }
