@@ -110,9 +110,10 @@ typedef struct learner {
   int64_t *idx;
   uint64_t *gen;
 
-  int B, E;        /* transitions per update; evaluation episodes */
-  dqn_config dc;   /* the network's settings, for the evaluation's copy */
-  int64_t updates; /* the runtime's count too: β anneals over it */
+  int B, E;          /* transitions per update; evaluation episodes */
+  int64_t group_max; /* rows one env group may have: what replay_insert takes at once */
+  dqn_config dc;     /* the network's settings, for the evaluation's copy */
+  int64_t updates;   /* the runtime's count too: β anneals over it */
   int64_t env_steps_base;
   bool resumed_snapshot; /* --resume found a snapshot (a missing log is then said) */
   float last_loss;
@@ -149,6 +150,28 @@ static int wait_for_room(learner *L, uint32_t n) {
 
 static int follow_wait(void *user, uint32_t n) { return wait_for_room(user, n); }
 
+/* Whether step row i holds values the replay and the DQN take: an action of the env's,
+ * flags 0 or 1, a finite reward, and (prioritized) a finite priority >= 0. Tail rows
+ * carry only their observation. */
+static bool step_row_ok(const learner *L, const void *const *cols, uint32_t i, shoal_error *err) {
+  const int32_t a = ((const int32_t *)cols[COL_ACTION])[i];
+  const uint8_t term = ((const uint8_t *)cols[COL_TERM])[i];
+  const uint8_t trunc = ((const uint8_t *)cols[COL_TRUNC])[i];
+  const float r = ((const float *)cols[COL_REWARD])[i], p = ((const float *)cols[COL_PRIO])[i];
+  if (a < 0 || a >= L->A)
+    shoal_error_set(err, SHOAL_EINVAL, "row %u: action %d outside [0, %d)", i, a, L->A);
+  else if (term > 1 || trunc > 1)
+    shoal_error_set(err, SHOAL_EINVAL, "row %u: terminated %u, truncated %u: each must be 0 or 1",
+                    i, term, trunc);
+  else if (!isfinite(r))
+    shoal_error_set(err, SHOAL_EINVAL, "row %u: reward %g is not finite", i, (double)r);
+  else if (L->prioritized && !(p >= 0 && isfinite(p)))
+    shoal_error_set(err, SHOAL_EINVAL, "row %u: priority %g must be finite and >= 0", i, (double)p);
+  else
+    return true;
+  return false;
+}
+
 /* The rows of env e's group starting at row i: nsteps steps, then ntails tail rows
  * (one per step that ended an episode). Returns the row after the group, or 0 with err
  * set when the group is malformed. */
@@ -163,7 +186,10 @@ static uint32_t env_group(const learner *L, uint32_t n, const void *const *cols,
     return 0;
   }
   uint32_t s0 = i, ended = 0;
-  while (i < n && envi[i] == e && !tail[i]) ended += (term[i] || trunc[i]), i++;
+  while (i < n && envi[i] == e && !tail[i]) {
+    if (!step_row_ok(L, cols, i, err)) return 0;
+    ended += (term[i] || trunc[i]), i++;
+  }
   uint32_t t0 = i;
   while (i < n && envi[i] == e && tail[i]) i++;
   *nsteps = t0 - s0;
@@ -172,6 +198,11 @@ static uint32_t env_group(const learner *L, uint32_t n, const void *const *cols,
     shoal_error_set(err, SHOAL_EINVAL,
                     "env %d: %u steps ended an episode but %u final observations follow", e, ended,
                     *ntails);
+    return 0;
+  }
+  if ((int64_t)(*nsteps + *ntails) > L->group_max) {
+    shoal_error_set(err, SHOAL_EINVAL, "env %d: %u rows, more than the replay takes at once (%lld)",
+                    e, *nsteps + *ntails, (long long)L->group_max);
     return 0;
   }
   return i;
@@ -217,7 +248,6 @@ static int insert_batch(learner *L, int a, uint64_t incarnation, uint64_t seq, u
       L->stream_ret[stream] = 0;
       pthread_mutex_unlock(&L->ep_mu);
     }
-    L->incarnation[a] = incarnation;
   }
   if (L->log) pthread_mutex_lock(&L->log_mu);
   for (uint32_t i = 0; i < n && !rc;) {
@@ -264,6 +294,9 @@ static int insert_batch(learner *L, int a, uint64_t incarnation, uint64_t seq, u
   }
   if (L->log) pthread_mutex_unlock(&L->log_mu);
   if (!rc) {
+    /* The table moves only with a batch that went in: one refused cannot make the
+     * process's later batches look like resends. */
+    L->incarnation[a] = incarnation;
     L->last_seq[a] = seq;
     atomic_fetch_add(&L->batches_inserted, 1);
   }
@@ -398,6 +431,7 @@ static replay *make_replay(learner *L, shoal_error *err) {
   rc.alpha = config_float(L->b.cfg, "replay.alpha");
   rc.eps = config_float(L->b.cfg, "replay.eps");
   rc.writer_slack = -1;
+  L->group_max = rc.capacity - rc.capacity / 64; /* capacity less the writers' slack */
   /* Larger than memory: the columns beyond the limit in a spill file, beside the run's
    * files on a file store (else in $TMPDIR). */
   rc.memory_limit = (size_t)(config_float(L->b.cfg, "replay.memory_limit_mb") * 1048576.0);
