@@ -1,5 +1,5 @@
 /*
- * store/file.c — the file backend: one folder per run.
+ * store/file.c — the file backend: one folder per run, and the backend's table.
  *
  *   DIR/<run>/config.yaml                   the resolved config, as given
  *   DIR/<run>/run.json                      {"format":"shoal-run","version":1,"id","status",...}
@@ -9,6 +9,9 @@
  *                                           length) and the segment's bytes
  *   DIR/<run>/metrics.csv                   "# shoal-metrics 1", then step,time,name,value
  *   DIR/_sweeps/<sweep>/<trial>/            trial.json, claim.<k>, requeue.<k>, done.json
+ *   DIR/<run>/segments/, DIR/<run>/media/, DIR/_datasets/
+ *                                           experience segments (file_segments.c), media
+ *                                           and datasets (file_data.c)
  *
  * Every file is written to a temporary name in its folder, fsynced, renamed (or
  * linked, when it must not exist yet) into place, and the folder fsynced, so a crash
@@ -43,7 +46,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "store/internal.h"
+#include "store/file_backend.h"
 
 typedef struct file_store {
   char root[PATH_MAX];
@@ -96,7 +99,7 @@ static int path_fmt(char *out, shoal_error *err, const char *fmt, ...) {
   return 0;
 }
 
-static int fsync_dir(const char *dir, shoal_error *err) {
+int store__file_fsync_dir(const char *dir, shoal_error *err) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return store__sys_err(err, errno, "cannot open folder", dir);
   int rc = 0;
@@ -171,11 +174,10 @@ static int write_atomic(const char *dir, const char *name, const void *a, size_t
     unlink(tmp);
     return rc;
   }
-  return fsync_dir(dir, err);
+  return store__file_fsync_dir(dir, err);
 }
 
-/* Reads path whole into a new buffer with a NUL after the last byte. */
-static int read_file(const char *path, char **out, size_t *len, shoal_error *err) {
+int store__file_read(const char *path, char **out, size_t *len, shoal_error *err) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return store__sys_err(err, errno, "cannot open", path);
   struct stat sb;
@@ -232,9 +234,7 @@ static int mkdir_p(const char *path, shoal_error *err) {
   return 0;
 }
 
-/* Removes a folder made by this backend and the plain files in it (no recursion:
- * the temporary folders it cleans up hold files only). */
-static void rm_flat_dir(const char *dir) {
+void store__file_rm_flat_dir(const char *dir) {
   DIR *d = opendir(dir);
   if (d) {
     struct dirent *de;
@@ -248,6 +248,12 @@ static void rm_flat_dir(const char *dir) {
     closedir(d);
   }
   rmdir(dir);
+}
+
+int store__file_mkdir(const char *p, shoal_error *err) {
+  if (mkdir(p, 0755) != 0 && errno != EEXIST)
+    return store__sys_err(err, errno, "cannot create folder", p);
+  return 0;
 }
 
 /* An flock on dir/.lock, held until unlock_file. */
@@ -290,7 +296,7 @@ static int json_write(const char *dir, const char *name, const bson_t *doc, int 
 static int json_read(const char *path, const char *format, bson_t *doc, shoal_error *err) {
   char *buf = NULL;
   size_t len = 0;
-  int rc = read_file(path, &buf, &len, err);
+  int rc = store__file_read(path, &buf, &len, err);
   if (rc) return rc;
   bson_error_t be;
   if (!bson_init_from_json(doc, buf, (ssize_t)len, &be)) {
@@ -352,7 +358,8 @@ static int hexval(int c) {
   return -1;
 }
 
-int store__file_open(void **impl, const char *uri, shoal_error *err) {
+static int file_open(void **impl, const char *uri, bool lazy, shoal_error *err) {
+  (void)lazy; /* a folder is there or not */
   const char *p = uri;
   if (strncmp(p, "file://", 7) == 0) {
     p += 7;
@@ -457,7 +464,7 @@ static int file_run_create(void *impl, const char *id, const char *config, int s
   if (!rc && mkdir(sub, 0755) != 0) rc = store__sys_err(err, errno, "cannot create folder", sub);
   if (!rc) rc = path_fmt(sub, err, "%s/replay", tmp);
   if (!rc && mkdir(sub, 0755) != 0) rc = store__sys_err(err, errno, "cannot create folder", sub);
-  if (!rc) rc = fsync_dir(tmp, err);
+  if (!rc) rc = store__file_fsync_dir(tmp, err);
   if (!rc && rename(tmp, dst) != 0) {
     int e = errno;
     rc = (e == EEXIST || e == ENOTEMPTY)
@@ -468,10 +475,10 @@ static int file_run_create(void *impl, const char *id, const char *config, int s
     char s1[PATH_MAX];
     if (snprintf(s1, sizeof s1, "%s/snapshots", tmp) < (int)sizeof s1) rmdir(s1);
     if (snprintf(s1, sizeof s1, "%s/replay", tmp) < (int)sizeof s1) rmdir(s1);
-    rm_flat_dir(tmp);
+    store__file_rm_flat_dir(tmp);
     return rc;
   }
-  return fsync_dir(fs->root, err);
+  return store__file_fsync_dir(fs->root, err);
 }
 
 static int file_run_read(file_store *fs, const char *id, store_run *out, int with_config,
@@ -496,7 +503,7 @@ static int file_run_read(file_store *fs, const char *id, store_run *out, int wit
   if (with_config) {
     size_t len;
     rc = path_fmt(p, err, "%s/%s/config.yaml", fs->root, id);
-    if (!rc) rc = read_file(p, &r.config, &len, err);
+    if (!rc) rc = store__file_read(p, &r.config, &len, err);
     if (rc) return rc;
   }
   *out = r;
@@ -594,7 +601,7 @@ static void sweep_stale_tmp(const char *dir) {
       /* A run or trial folder being built: files and the empty snapshots/, replay/. */
       if (snprintf(sub, sizeof sub, "%s/snapshots", path) < (int)sizeof sub) rmdir(sub);
       if (snprintf(sub, sizeof sub, "%s/replay", path) < (int)sizeof sub) rmdir(sub);
-      rm_flat_dir(path);
+      store__file_rm_flat_dir(path);
     }
   }
   closedir(d);
@@ -779,7 +786,7 @@ static int file_snapshot_get(void *impl, const char *run, int64_t version,
   char *buf = NULL;
   size_t l = 0;
   rc = path_fmt(p, err, "%s/%s/snapshots/%" PRId64 ".safetensors", fs->root, run, m->version);
-  if (!rc) rc = read_file(p, &buf, &l, err);
+  if (!rc) rc = store__file_read(p, &buf, &l, err);
   if (!rc && l != m->size) {
     rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s' has %zu bytes, its index says %" PRIu64,
                          p, l, m->size);
@@ -800,23 +807,6 @@ static int file_snapshot_list(void *impl, const char *run, store_snapshot_meta *
 }
 
 /* ---- replay -------------------------------------------------------------- */
-
-void store__put_le32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-void store__put_le64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-uint32_t store__get_le32(const unsigned char *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-uint64_t store__get_le64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
 
 static int file_replay_append(void *impl, const char *run, uint64_t seq, const void *bytes,
                               size_t len, shoal_error *err) {
@@ -896,7 +886,7 @@ static int file_replay_load(file_store *fs, const char *run, uint64_t seq, char 
   char p[PATH_MAX];
   int rc = path_fmt(p, err, "%s/%s/replay/%020" PRIu64 ".bin", fs->root, run, seq);
   if (rc) return rc;
-  if ((rc = read_file(p, buf, len, err))) {
+  if ((rc = store__file_read(p, buf, len, err))) {
     if (rc == SHOAL_ENOENT)
       shoal_error_set(err, rc, "store: run '%s' has no replay segment %" PRIu64, run, seq);
     return rc;
@@ -1073,7 +1063,7 @@ static int file_metrics_append_run(file_store *fs, const store_metric *rows, siz
     rc = store__sys_err(err, errno, "cannot fsync", path);
     goto done;
   }
-  if (created) rc = fsync_dir(dir, err);
+  if (created) rc = store__file_fsync_dir(dir, err);
 done:
   flock(fd, LOCK_UN);
   close(fd);
@@ -1113,7 +1103,7 @@ static int file_metrics_query(void *impl, const char *run, const char *name, int
   if (rc) return rc;
   char *buf = NULL;
   size_t len = 0;
-  rc = read_file(path, &buf, &len, err);
+  rc = store__file_read(path, &buf, &len, err);
   if (rc == SHOAL_ENOENT) {
     store_run r;
     rc = file_run_read(fs, run, &r, 0, err);
@@ -1350,10 +1340,10 @@ static int file_trial_create(void *impl, const char *sweep, const char *id, cons
              : store__sys_err(err, e, "cannot rename into", dst);
   }
   if (rc) {
-    rm_flat_dir(tmp);
+    store__file_rm_flat_dir(tmp);
     return rc;
   }
-  return fsync_dir(sdir, err);
+  return store__file_fsync_dir(sdir, err);
 }
 
 typedef struct {
@@ -1533,7 +1523,7 @@ static int file_trial_requeue_stale(void *impl, const char *sweep, double max_ag
       break;
     }
     close(fd);
-    if ((rc = fsync_dir(dir, err))) break;
+    if ((rc = store__file_fsync_dir(dir, err))) break;
     (*nreq)++;
   }
   free(refs);
@@ -1574,6 +1564,7 @@ static int file_trial_list(void *impl, const char *sweep, store_trial **out, siz
 
 const store__backend store__file_backend = {
     .name = "file",
+    .open = file_open,
     .close = file_close,
     .run_create = file_run_create,
     .run_find = file_run_find,
@@ -1597,4 +1588,19 @@ const store__backend store__file_backend = {
     .trial_requeue_stale = file_trial_requeue_stale,
     .trial_get = file_trial_get,
     .trial_list = file_trial_list,
+    .segment_write = store__file_segment_write,
+    .segment_list = store__file_segment_list,
+    .segment_read = store__file_segment_read,
+    .dataset_begin = store__file_dataset_begin,
+    .dataset_upload_id = store__file_dataset_upload_id,
+    .dataset_chunk_put = store__file_dataset_chunk_put,
+    .dataset_commit = store__file_dataset_commit,
+    .dataset_abort = store__file_dataset_abort,
+    .dataset_manifest_get = store__file_dataset_manifest_get,
+    .dataset_names = store__file_dataset_names,
+    .dataset_chunk_get = store__file_dataset_chunk_get,
+    .dataset_delete = store__file_dataset_delete,
+    .media_put = store__file_media_put,
+    .media_get = store__file_media_get,
+    .media_list = store__file_media_list,
 };
