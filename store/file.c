@@ -46,6 +46,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/file.h"
 #include "store/file_backend.h"
 
 typedef struct file_store {
@@ -61,24 +62,6 @@ static const char REPLAY_MAGIC[8] = {'S', 'H', 'R', 'P', 'S', 'E', 'G', 0};
 static atomic_uint_fast64_t tmp_counter;
 
 const char *store__file_root(void *impl) { return ((file_store *)impl)->root; }
-
-/* Temporary names carry host and pid, so a later writer on the same host can tell
- * the leftovers of a killed process (pid gone) from a live writer's files. On a
- * folder shared by several hosts, another host's files are never touched. */
-static char tmp_host[64];
-static pthread_once_t tmp_host_once = PTHREAD_ONCE_INIT;
-static void tmp_host_init(void) {
-  char h[256] = {0};
-  if (gethostname(h, sizeof h - 1) != 0) snprintf(h, sizeof h, "host");
-  size_t o = 0;
-  for (size_t i = 0; h[i] && o < sizeof tmp_host - 1; i++)
-    if (isalnum((unsigned char)h[i]) || h[i] == '-') tmp_host[o++] = h[i];
-  if (!o) snprintf(tmp_host, sizeof tmp_host, "host");
-}
-const char *store__host_tag(void) {
-  pthread_once(&tmp_host_once, tmp_host_init);
-  return tmp_host;
-}
 
 /* ---- errors and paths ---------------------------------------------------- */
 
@@ -139,42 +122,23 @@ int store__read_all(int fd, void *buf, size_t len) {
   return 0;
 }
 
-/* Writes parts a and b (b may be NULL) to dir/name atomically. exclusive: the file
- * must not exist (SHOAL_EEXIST otherwise), by link(); else it is replaced by rename(). */
-static int write_atomic(const char *dir, const char *name, const void *a, size_t na, const void *b,
-                        size_t nb, int exclusive, shoal_error *err) {
-  char tmp[PATH_MAX], dst[PATH_MAX];
-  unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
-  int rc =
-      path_fmt(tmp, err, "%s/.tmp.%s.%s.%ld.%llu", dir, name, store__host_tag(), (long)getpid(), c);
-  if (!rc) rc = path_fmt(dst, err, "%s/%s", dir, name);
+int store__file_write_atomic(const char *dir, const char *name, const void *a, size_t na,
+                             const void *b, size_t nb, int exclusive, shoal_error *err) {
+  char dst[PATH_MAX];
+  int rc = path_fmt(dst, err, "%s/%s", dir, name);
   if (rc) return rc;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return store__sys_err(err, errno, "cannot create", tmp);
-  int e = store__write_all(fd, a, na);
-  if (!e && b) e = store__write_all(fd, b, nb);
-  if (e) {
-    rc = store__sys_err(err, e, "cannot write", tmp);
-  } else if (fsync(fd) != 0) {
-    rc = store__sys_err(err, errno, "cannot fsync", tmp);
-  }
-  if (close(fd) != 0 && !rc) rc = store__sys_err(err, errno, "cannot close", tmp);
-  if (!rc) {
-    if (exclusive) {
-      if (link(tmp, dst) != 0) {
-        rc = errno == EEXIST ? SHOAL_EEXIST : store__sys_err(err, errno, "cannot link", dst);
-        if (rc == SHOAL_EEXIST) shoal_error_set(err, SHOAL_EEXIST, "store: '%s' exists", dst);
-      }
-      unlink(tmp);
-    } else if (rename(tmp, dst) != 0) {
-      rc = store__sys_err(err, errno, "cannot rename into", dst);
-    }
-  }
-  if (rc) {
-    unlink(tmp);
-    return rc;
-  }
-  return store__file_fsync_dir(dir, err);
+  shoal_file_tmp t;
+  shoal_error e = {0};
+  rc = shoal_file_tmp_open(&t, dst, &e);
+  if (!rc) rc = shoal_file_tmp_write(&t, a, na, &e);
+  if (!rc && b) rc = shoal_file_tmp_write(&t, b, nb, &e);
+  if (rc)
+    shoal_file_tmp_abort(&t);
+  else
+    rc = shoal_file_tmp_commit(&t, exclusive ? SHOAL_FILE_EXCL : SHOAL_FILE_REPLACE, &e);
+  /* The helper's messages are the store's own, less the prefix. */
+  if (rc) shoal_error_set(err, rc, "store: %s", e.msg);
+  return rc;
 }
 
 int store__file_read(const char *path, char **out, size_t *len, shoal_error *err) {
@@ -287,7 +251,7 @@ static int json_write(const char *dir, const char *name, const bson_t *doc, int 
   char *js = bson_as_relaxed_extended_json(doc, &len);
   if (!js)
     return shoal_error_set(err, SHOAL_EINVAL, "store: '%s/%s': text is not valid UTF-8", dir, name);
-  int rc = write_atomic(dir, name, js, len, "\n", 1, exclusive, err);
+  int rc = store__file_write_atomic(dir, name, js, len, "\n", 1, exclusive, err);
   bson_free(js);
   return rc;
 }
@@ -445,7 +409,7 @@ static int file_run_create(void *impl, const char *id, const char *config, int s
   file_store *fs = impl;
   char tmp[PATH_MAX], dst[PATH_MAX], sub[PATH_MAX];
   unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
-  int rc = path_fmt(tmp, err, "%s/.tmp.run.%s.%s.%ld.%llu", fs->root, id, store__host_tag(),
+  int rc = path_fmt(tmp, err, "%s/.tmp.run.%s.%s.%ld.%llu", fs->root, id, shoal_file_host_tag(),
                     (long)getpid(), c);
   if (!rc) rc = path_fmt(dst, err, "%s/%s", fs->root, id);
   if (rc) return rc;
@@ -457,7 +421,7 @@ static int file_run_create(void *impl, const char *id, const char *config, int s
   double now = store__wall_time();
   bson_t doc;
   run_json_doc(&doc, id, status, now, now);
-  rc = write_atomic(tmp, "config.yaml", config, strlen(config), NULL, 0, 0, err);
+  rc = store__file_write_atomic(tmp, "config.yaml", config, strlen(config), NULL, 0, 0, err);
   if (!rc) rc = json_write(tmp, "run.json", &doc, 0, err);
   bson_destroy(&doc);
   if (!rc) rc = path_fmt(sub, err, "%s/snapshots", tmp);
@@ -580,7 +544,7 @@ static int file_run_set_status(void *impl, const char *id, int status, shoal_err
 static void sweep_stale_tmp(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
-  const char *host = store__host_tag();
+  const char *host = shoal_file_host_tag();
   size_t hl = strlen(host);
   struct dirent *de;
   while ((de = readdir(d))) {
@@ -729,7 +693,7 @@ static int file_snapshot_put(void *impl, const store_snapshot_meta *meta, const 
       goto done;
     }
   /* Bytes first, then the index that names them. */
-  if ((rc = write_atomic(dir, name, bytes, len, NULL, 0, 0, err))) goto done;
+  if ((rc = store__file_write_atomic(dir, name, bytes, len, NULL, 0, 0, err))) goto done;
   store_snapshot_meta *grown = realloc(arr, (n + 1) * sizeof *arr);
   if (!grown) {
     rc = shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
@@ -822,7 +786,7 @@ static int file_replay_append(void *impl, const char *run, uint64_t seq, const v
   store__put_le32(h + 12, store__crc32(bytes, len));
   store__put_le64(h + 16, seq);
   store__put_le64(h + 24, len);
-  rc = write_atomic(dir, name, h, sizeof h, bytes, len, 1, err);
+  rc = store__file_write_atomic(dir, name, h, sizeof h, bytes, len, 1, err);
   if (rc == SHOAL_EEXIST)
     return shoal_error_set(err, SHOAL_EEXIST,
                            "store: run '%s' has replay segment %" PRIu64 " already", run, seq);
@@ -1317,8 +1281,8 @@ static int file_trial_create(void *impl, const char *sweep, const char *id, cons
   if (!rc) rc = trial_dir(fs, dst, sweep, id, err);
   unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
   if (!rc)
-    rc = path_fmt(tmp, err, "%s/.tmp.%s.%s.%ld.%llu", sdir, id, store__host_tag(), (long)getpid(),
-                  c);
+    rc = path_fmt(tmp, err, "%s/.tmp.%s.%s.%ld.%llu", sdir, id, shoal_file_host_tag(),
+                  (long)getpid(), c);
   if (rc) return rc;
   if ((rc = mkdir_p(sdir, err))) return rc;
   sweep_stale_tmp(sdir);

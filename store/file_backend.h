@@ -14,11 +14,16 @@ const char *store__file_root(void *impl);
 /* An errno as a shoal error: ENOENT/EEXIST keep their meaning, the rest is SHOAL_EIO.
  * The message reads "store: WHAT 'PATH': strerror". Returns the code. */
 int store__sys_err(shoal_error *err, int e, const char *what, const char *path);
-/* This host's name, [A-Za-z0-9-] only: temporary names carry it. Can't fail. */
-const char *store__host_tag(void);
 int store__write_all(int fd, const void *buf, size_t len); /* 0 or an errno */
 int store__read_all(int fd, void *buf, size_t len);        /* 0, an errno, or -1 at an early end */
 
+/* Writes parts a and b (b may be NULL; both borrowed) to dir/name atomically
+ * (common/file.h). exclusive: the file must not exist (SHOAL_EEXIST, "store: 'PATH'
+ * exists"), else it is replaced. Temporary names carry host and pid
+ * (.tmp.<name>.<host>.<pid>.<n>), so a later writer on the same host can tell the
+ * leftovers of a killed process from a live writer's files. */
+int store__file_write_atomic(const char *dir, const char *name, const void *a, size_t na,
+                             const void *b, size_t nb, int exclusive, shoal_error *err);
 /* Reads path whole into a new buffer (*out, caller frees) with a NUL after the last
  * byte; *len excludes the NUL. */
 int store__file_read(const char *path, char **out, size_t *len, shoal_error *err);

@@ -12,9 +12,10 @@
  * or not at all and two writers of one name cannot both win. Deleting renames the
  * folder out of sight (.del.<host>.<pid>.<n>.NAME) first. What a killed writer leaves
  * is removed by the next writer on the same host once that process is gone (another
- * host's folders are never touched: its pids mean nothing here). A media item is linked into place
- * exclusively (so an existing one is never replaced) before its metadata is renamed beside it;
- * listings read the metadata files, so an item shows once it is whole.
+ * host's folders are never touched: its pids mean nothing here). A media item is written
+ * atomically and exclusively (so an existing one is never replaced) before its metadata is
+ * written atomically beside it; listings read the metadata files, so an item shows once it
+ * is whole.
  */
 #define _GNU_SOURCE
 #include <bson/bson.h>
@@ -32,6 +33,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "store/file_backend.h"
 
 /* Chunk header: magic, version, chunk, records, crc32, payload bytes. */
@@ -66,7 +68,7 @@ static int write_new(const char *path, const void *a, size_t na, const void *b, 
 static void sweep_stale(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
-  const char *h = store__host_tag();
+  const char *h = shoal_file_host_tag();
   size_t hl = strlen(h);
   struct dirent *de;
   char p[PATH_MAX];
@@ -119,7 +121,7 @@ int store__file_dataset_begin(void *impl, const char *name, void **out, shoal_er
   int rc = path_ok(snprintf(u->root, sizeof u->root, "%s/_datasets", store__file_root(impl)), err);
   if (!rc)
     rc = path_ok(snprintf(u->tmp, sizeof u->tmp, "%s/.tmp.%s.%ld.%llu.%s", u->root,
-                          store__host_tag(), (long)getpid(), c, name),
+                          shoal_file_host_tag(), (long)getpid(), c, name),
                  err);
   if (!rc) rc = store__file_mkdir(u->root, err);
   if (!rc) sweep_stale(u->root);
@@ -295,7 +297,7 @@ int store__file_dataset_delete(void *impl, const char *name, shoal_error *err) {
   int rc = ds_dir(impl, name, d, err);
   if (!rc)
     rc = path_ok(snprintf(gone, sizeof gone, "%s/_datasets/.del.%s.%ld.%llu.%s",
-                          store__file_root(impl), store__host_tag(), (long)getpid(), c, name),
+                          store__file_root(impl), shoal_file_host_tag(), (long)getpid(), c, name),
                  err);
   if (rc) return rc;
   if (rename(d, gone) != 0) {
@@ -312,39 +314,21 @@ int store__file_dataset_delete(void *impl, const char *name, shoal_error *err) {
 
 int store__file_media_put(void *impl, const char *run, const char *name, const bson_t *meta,
                           const void *bytes, size_t len, shoal_error *err) {
-  char dir[PATH_MAX], tmp[PATH_MAX], dst[PATH_MAX], mtmp[PATH_MAX], mdst[PATH_MAX];
-  unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
+  char dir[PATH_MAX], dst[PATH_MAX], mname[STORE_MEDIA_NAME_MAX + 8];
   int rc = path_ok(snprintf(dir, sizeof dir, "%s/%s/media", store__file_root(impl), run), err);
   if (!rc) rc = path_ok(snprintf(dst, sizeof dst, "%s/%s", dir, name), err);
-  if (!rc) rc = path_ok(snprintf(mdst, sizeof mdst, "%s/%s.json", dir, name), err);
-  if (!rc)
-    rc = path_ok(snprintf(tmp, sizeof tmp, "%s/.tmp.%s.%ld.%llu", dir, name, (long)getpid(), c),
-                 err);
-  if (!rc)
-    rc = path_ok(
-        snprintf(mtmp, sizeof mtmp, "%s/.tmp.%s.json.%ld.%llu", dir, name, (long)getpid(), c), err);
   if (!rc) rc = store__file_mkdir(dir, err);
-  if (!rc) rc = write_new(tmp, bytes, len, NULL, 0, err);
+  if (!rc) rc = store__file_write_atomic(dir, name, bytes, len, NULL, 0, 1, err);
+  if (rc == SHOAL_EEXIST)
+    return shoal_error_set(err, SHOAL_EEXIST, "store: media '%s' of run '%s' exists", name, run);
   if (rc) return rc;
-  if (link(tmp, dst) != 0) {
-    int e = errno;
-    unlink(tmp);
-    if (e == EEXIST)
-      return shoal_error_set(err, SHOAL_EEXIST, "store: media '%s' of run '%s' exists", name, run);
-    return store__sys_err(err, e, "cannot link", dst);
-  }
-  unlink(tmp);
+  snprintf(mname, sizeof mname, "%s.json", name);
   size_t tl;
   char *txt = json_text(meta, &tl);
-  rc = txt ? write_new(mtmp, txt, tl, "\n", 1, err)
+  rc = txt ? store__file_write_atomic(dir, mname, txt, tl, "\n", 1, 0, err)
            : shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
   bson_free(txt);
-  if (!rc && rename(mtmp, mdst) != 0) {
-    rc = store__sys_err(err, errno, "cannot rename into", mdst);
-    unlink(mtmp);
-  }
   if (rc) unlink(dst); /* without its metadata the item would block its name for good */
-  if (!rc) rc = store__file_fsync_dir(dir, err);
   return rc;
 }
 

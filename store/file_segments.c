@@ -17,9 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "store/file_backend.h"
-
-static atomic_uint_fast64_t tmp_counter;
 
 static int seg_dir(void *impl, const char *run, char *out, shoal_error *err) {
   int n = snprintf(out, PATH_MAX, "%s/%s/segments", store__file_root(impl), run);
@@ -115,32 +114,22 @@ static int file_next_seq(const char *dir, uint64_t *out, shoal_error *err) {
 }
 
 int store__file_segment_write(void *impl, const char *run, store_segment *seg, shoal_error *err) {
-  char dir[PATH_MAX], tmp[PATH_MAX + 64], dst[PATH_MAX + 64];
+  char dir[PATH_MAX], dst[PATH_MAX + 64];
   int rc = seg_dir(impl, run, dir, err);
   if (rc) return rc;
   if ((rc = store__file_mkdir(dir, err))) return rc;
   uint64_t seq;
   int hinted = hint_get(dir, &seq);
   if (!hinted && (rc = file_next_seq(dir, &seq, err))) return rc;
-  /* Claim seq by link(): the first writer to link a complete file takes it; one who
-   * loses writes again with the next number, so numbers appear in order. */
+  /* Claim seq by an exclusive atomic write (link()): the first writer to link a complete
+   * file takes it; one who loses writes again with the next number, so numbers appear
+   * in order. */
   for (int attempt = 0; attempt < 1000; attempt++, seq++) {
     seg->seq = seq;
     store__seg_header_write(seg);
-    unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
-    snprintf(tmp, sizeof tmp, "%s/.tmp.seg.%ld.%llu", dir, (long)getpid(), c);
     snprintf(dst, sizeof dst, "%s/%020" PRIu64 ".seg", dir, seq);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return store__sys_err(err, errno, "cannot create", tmp);
-    int e = store__write_all(fd, seg->buf, seg->len);
-    if (e)
-      rc = store__sys_err(err, e, "cannot write", tmp);
-    else if (fsync(fd) != 0)
-      rc = store__sys_err(err, errno, "cannot fsync", tmp);
-    if (close(fd) != 0 && !rc) rc = store__sys_err(err, errno, "cannot close", tmp);
-    if (!rc && link(tmp, dst) != 0)
-      rc = errno == EEXIST ? SHOAL_EEXIST : store__sys_err(err, errno, "cannot link", dst);
-    unlink(tmp);
+    shoal_error e = {0};
+    rc = shoal_file_write_atomic(dst, seg->buf, seg->len, SHOAL_FILE_EXCL, &e);
     if (rc == SHOAL_EEXIST) {
       /* Taken by another writer: from the folder's end (the loop adds one). */
       rc = 0;
@@ -151,9 +140,9 @@ int store__file_segment_write(void *impl, const char *run, store_segment *seg, s
       }
       continue;
     }
-    if (rc) return rc;
+    if (rc) return shoal_error_set(err, rc, "store: %s", e.msg);
     hint_set(dir, seq + 1);
-    return store__file_fsync_dir(dir, err);
+    return 0;
   }
   return shoal_error_set(err, SHOAL_EIO, "store: no free segment number in '%s' after 1000 tries",
                          dir);
