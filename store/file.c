@@ -315,64 +315,13 @@ static void jformat(bson_t *doc, const char *format) {
 
 /* ---- open ---------------------------------------------------------------- */
 
-static int hexval(int c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-static int file_open(void **impl, const char *uri, bool lazy, shoal_error *err) {
-  (void)lazy; /* a folder is there or not */
-  const char *p = uri;
-  if (strncmp(p, "file://", 7) == 0) {
-    p += 7;
-    if (strncmp(p, "localhost/", 10) == 0) p += 9;
-  } else if (strncmp(p, "file:", 5) == 0) {
-    p += 5;
-  }
-  size_t plen = strcspn(p, "?#");
-  if (plen == 0) return shoal_error_set(err, SHOAL_EINVAL, "store: '%s' names no folder", uri);
-  if (plen >= 3000)
-    return shoal_error_set(err, SHOAL_EINVAL, "store: folder name in '%.100s...' is too long", uri);
+static int file_open(void **impl, const char *uri, const store_uri_info *u, bool lazy,
+                     shoal_error *err) {
+  (void)uri, (void)lazy; /* a folder is there or not */
   file_store *fs = calloc(1, sizeof *fs);
   if (!fs) return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
-  fs->sync_metrics = 1;
-  size_t o = 0;
-  for (size_t i = 0; i < plen; i++) {
-    if (p[i] == '%') {
-      int h = i + 2 < plen ? hexval(p[i + 1]) : -1, l = h >= 0 ? hexval(p[i + 2]) : -1;
-      if (h < 0 || l < 0 || (h == 0 && l == 0)) {
-        free(fs);
-        return shoal_error_set(err, SHOAL_EINVAL, "store: bad %%-escape in '%s'", uri);
-      }
-      fs->root[o++] = (char)(h * 16 + l);
-      i += 2;
-    } else {
-      fs->root[o++] = p[i];
-    }
-  }
-  while (o > 1 && fs->root[o - 1] == '/') o--;
-  fs->root[o] = 0;
-
-  /* Options: ?sync=always|never */
-  const char *q = p[plen] == '?' ? p + plen + 1 : NULL;
-  while (q && *q) {
-    size_t n = strcspn(q, "&");
-    if (n == 11 && strncmp(q, "sync=always", 11) == 0) {
-      fs->sync_metrics = 1;
-    } else if (n == 10 && strncmp(q, "sync=never", 10) == 0) {
-      fs->sync_metrics = 0;
-    } else {
-      free(fs);
-      return shoal_error_set(err, SHOAL_EINVAL,
-                             "store: unknown option '%.*s' in '%s' (known: sync=always|never)",
-                             (int)n, q, uri);
-    }
-    q += n;
-    if (*q == '&') q++;
-  }
-
+  snprintf(fs->root, sizeof fs->root, "%s", u->dir);
+  fs->sync_metrics = u->sync_metrics;
   int rc = mkdir_p(fs->root, err);
   if (rc) {
     free(fs);

@@ -23,10 +23,11 @@ struct _bson_t; /* libbson's bson_t: the backends include <bson/bson.h> */
 
 typedef struct store__backend {
   const char *name; /* "file", "mongodb": what store_backend_name says */
-  /* Opens the store named by uri (given whole, with the scheme) into a new *impl.
-   * lazy: an unreachable deployment is not an error (store_open_lazy). NULL for a
-   * backend only plugged in by store__open_backend. */
-  int (*open)(void **impl, const char *uri, bool lazy, shoal_error *err);
+  /* Opens the store named by uri (given whole, with the scheme; u is what
+   * store_uri_parse read from it) into a new *impl. lazy: an unreachable deployment is
+   * not an error (store_open_lazy). NULL for a backend only plugged in by
+   * store__open_backend. */
+  int (*open)(void **impl, const char *uri, const store_uri_info *u, bool lazy, shoal_error *err);
   void (*close)(void *impl);
 
   /* ---- runs, snapshots, the replay log, metrics, trials: as store.h's functions */
@@ -153,6 +154,15 @@ int store__unsupported(const store *st, const char *slot, shoal_error *err);
  * that plug in a backend of their own. */
 int store__open_backend(store **out, const store__backend *be, void *impl, const char *uri_redacted,
                         shoal_error *err);
+
+/* ---- URIs (uri.c) */
+/* uri, or for NULL or "" $SHOAL_STORE_URI when set, else "file:runs" (borrowed). */
+const char *store__uri_or_default(const char *uri);
+/* The authority of "scheme://AUTHORITY/...": its first character, or NULL when uri has
+ * no "://". *at (may be NULL) gets the '@' that ends its user information, NULL when
+ * there is none (the last '@' before the path: a password may hold one); *colon (may
+ * be NULL) the ':' between user and password, NULL when none. Can't fail. */
+const char *store__uri_authority(const char *uri, const char **at, const char **colon);
 
 /* ---- helpers (store.c) */
 int store__metric_name_valid(const char *name);

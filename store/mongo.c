@@ -203,7 +203,9 @@ static void mongo_close(void *impl) {
   free(ms);
 }
 
-static int mongo_open(void **impl, const char *uri_str, bool lazy, shoal_error *err) {
+static int mongo_open(void **impl, const char *uri_str, const store_uri_info *u, bool lazy,
+                      shoal_error *err) {
+  (void)u; /* libmongoc reads the URI */
   pthread_once(&init_once, init_mongoc);
   mongo_store *ms = calloc(1, sizeof *ms);
   if (!ms) return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");

@@ -1,7 +1,7 @@
 /*
  * store/store.c — the front of the store: the backends store_open knows, opening by
- * URI, argument checks of runs, snapshots, the replay log, metrics and trials before
- * each calls its backend slot, the cache of runs known to exist, URI redaction, and
+ * URI (read by uri.c), argument checks of runs, snapshots, the replay log, metrics and
+ * trials before each calls its backend slot, the cache of runs known to exist, and
  * helpers every store file uses.
  */
 #define _GNU_SOURCE
@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <zlib.h>
 
@@ -141,91 +140,6 @@ void store_trials_free(store_trial *t, size_t n) {
   free(t);
 }
 
-/* ---- URI redaction ------------------------------------------------------------ */
-
-static int secret_key(const char *k, size_t n) {
-  static const char *words[] = {"password", "secret", "token", "pwd", "key"};
-  for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
-    size_t wl = strlen(words[w]);
-    for (size_t i = 0; i + wl <= n; i++)
-      if (strncasecmp(k + i, words[w], wl) == 0) return 1;
-  }
-  return 0;
-}
-
-size_t store_uri_redact(char *out, size_t cap, const char *uri) {
-  /* Built in a local buffer sized for any URI, then copied with snprintf's
-   * truncation rules. */
-  if (!uri) uri = "";
-  size_t len = strlen(uri);
-  char *buf = malloc(len + 16 * 4 + 64);
-  if (!buf) {
-    if (cap) snprintf(out, cap, "%s", "(uri)");
-    return 5;
-  }
-  size_t o = 0;
-  const char *p = uri;
-  const char *scheme_end = strstr(uri, "://");
-  if (scheme_end) {
-    size_t sl = (size_t)(scheme_end - uri) + 3;
-    memcpy(buf, uri, sl);
-    o = sl;
-    p = uri + sl;
-    /* The userinfo ends at the last '@' before the path: passwords may hold '@'
-     * only percent-encoded, but be generous and take the last one. */
-    const char *auth_end = p + strcspn(p, "/?#");
-    const char *at = NULL;
-    for (const char *q = p; q < auth_end; q++)
-      if (*q == '@') at = q;
-    if (at) {
-      const char *colon = memchr(p, ':', (size_t)(at - p));
-      if (colon) {
-        memcpy(buf + o, p, (size_t)(colon - p));
-        o += (size_t)(colon - p);
-        memcpy(buf + o, ":***", 4);
-        o += 4;
-      } else {
-        memcpy(buf + o, p, (size_t)(at - p));
-        o += (size_t)(at - p);
-      }
-      p = at;
-    }
-  }
-  /* Copy the rest, masking values of secret-looking options after '?'. */
-  const char *q = strchr(p, '?');
-  size_t head = q ? (size_t)(q - p) : strlen(p);
-  memcpy(buf + o, p, head);
-  o += head;
-  if (q) {
-    p = q;
-    while (*p) {
-      buf[o++] = *p++; /* '?' or '&' */
-      size_t kl = strcspn(p, "=&");
-      memcpy(buf + o, p, kl);
-      o += kl;
-      int secret = secret_key(p, kl);
-      p += kl;
-      if (*p == '=') {
-        buf[o++] = *p++;
-        size_t vl = strcspn(p, "&");
-        if (secret) {
-          memcpy(buf + o, "***", 3);
-          o += 3;
-        } else {
-          memcpy(buf + o, p, vl);
-          o += vl;
-        }
-        p += vl;
-      }
-    }
-  }
-  buf[o] = 0;
-  size_t n = o;
-  if (cap) snprintf(out, cap, "%s", buf);
-  free(buf);
-  return n;
-}
-
 /* ---- open / close -------------------------------------------------------- */
 
 int store__open_backend(store **out, const store__backend *be, void *impl, const char *uri_redacted,
@@ -249,36 +163,30 @@ int store__open_backend(store **out, const store__backend *be, void *impl, const
 
 static int open_store(store **out, const char *uri, bool lazy, shoal_error *err) {
   if (!out) return shoal_error_set(err, SHOAL_EINVAL, "store_open: out is NULL");
-  if (!uri || !uri[0]) {
-    const char *env = getenv("SHOAL_STORE_URI");
-    uri = env && env[0] ? env : "file:runs";
-  }
+  uri = store__uri_or_default(uri);
+  store_uri_info *u = malloc(sizeof *u);
   size_t rl = store_uri_redact(NULL, 0, uri);
   char *red = malloc(rl + 1);
-  if (!red) return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
+  if (!u || !red) {
+    free(u);
+    free(red);
+    return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
+  }
   store_uri_redact(red, rl + 1, uri);
-
   const store__backend *be = NULL;
   void *impl = NULL;
-  int rc = 0;
-  const char *sep = strstr(uri, "://"), *name = NULL;
-  if (strncmp(uri, "mongodb://", 10) == 0 || strncmp(uri, "mongodb+srv://", 14) == 0)
-    name = "mongodb";
-  else if (strncmp(uri, "file:", 5) == 0 || !sep)
-    name = "file"; /* a plain path has no scheme; "C:"-like prefixes do not occur here */
-  else
-    rc = shoal_error_set(err, SHOAL_EINVAL,
-                         "store: unknown URI scheme in '%s' (expected file:// or mongodb://)", red);
-  for (size_t i = 0; name && i < sizeof backends / sizeof backends[0] && !be; i++)
-    if (strcmp(backends[i]->name, name) == 0) be = backends[i];
-  if (name && !be) /* only MongoDB can be missing */
+  int rc = store_uri_parse(uri, u, err);
+  for (size_t i = 0; !rc && i < sizeof backends / sizeof backends[0] && !be; i++)
+    if (strcmp(backends[i]->name, u->backend) == 0) be = backends[i];
+  if (!rc && !be) /* only MongoDB can be missing */
     rc = shoal_error_set(err, SHOAL_ENOTSUP,
                          "store: '%s': this build of shoal has no MongoDB support (libmongoc "
                          "was not found at build time)",
                          red);
-  if (be) rc = be->open(&impl, uri, lazy, err);
-  if (rc == 0) rc = store__open_backend(out, be, impl, red, err);
+  if (!rc) rc = be->open(&impl, uri, u, lazy, err);
+  if (!rc) rc = store__open_backend(out, be, impl, red, err);
   free(red);
+  free(u);
   return rc;
 }
 

@@ -85,6 +85,23 @@ const char *store_uri(const store *st);
  * redacted text (as snprintf). Can't fail; NULL uri gives "". */
 size_t store_uri_redact(char *out, size_t cap, const char *uri);
 
+/* What a store URI names, read as store_open reads it. */
+typedef struct store_uri_info {
+  const char *backend; /* "file" or "mongodb" (static) */
+  int has_scheme;      /* 1 for file:... and mongodb://...; 0 for a plain path */
+  char dir[4096];      /* file: the folder, %XX escapes decoded, no trailing '/'; else "" */
+  int sync_metrics;    /* file: 1 (?sync=always, the default) or 0 (?sync=never) */
+  int password_masked; /* the password of a user:password@ part reads "***" (redacted) */
+} store_uri_info;
+
+/* The one reader of store URIs: fills *out with what uri (NULL or "": as store_open)
+ * names, opening and touching nothing. SHOAL_EINVAL for an unknown scheme, and for a
+ * file URI without a folder, with a bad %-escape or an unknown option; *out is then
+ * untouched. A MongoDB URI's hosts and options are libmongoc's to read (store_open
+ * reports what it refuses). No program reads a store URI by itself: it asks this, or
+ * store_local_dir for the folders of an open store. */
+int store_uri_parse(const char *uri, store_uri_info *out, shoal_error *err);
+
 /* Returns 1 when name is a valid run, sweep or trial id, else 0. Can't fail. */
 int store_name_valid(const char *name);
 
