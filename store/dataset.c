@@ -2,7 +2,7 @@
  * store/dataset.c — datasets in the store: argument checks, the streaming writer, the
  * manifest (built and checked here, stored by the backend's dataset slots: file_data.c,
  * mongo_data.c) and the checked chunk read. The layout on each backend is described in
- * store.h.
+ * store_data.h.
  *
  * The manifest is the commit point: chunks are written first, under an upload id, and
  * the dataset exists once its manifest does. Readers trust nothing they read: the

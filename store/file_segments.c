@@ -1,6 +1,6 @@
 /*
  * store/file_segments.c — experience segments in the file store (the format is in
- * store.h): DIR/<run>/segments/<seq, 20 digits>.seg, each the segment's canonical
+ * store_segments.h): DIR/<run>/segments/<seq, 20 digits>.seg, each the segment's canonical
  * encoding, written atomically.
  */
 #define _GNU_SOURCE

@@ -83,7 +83,7 @@ typedef struct store__backend {
    * A run without segments, or without a folder for them, is *n = 0. */
   int (*segment_list)(void *impl, const char *run, uint64_t after, uint64_t *seqs, size_t cap,
                       size_t *n, shoal_error *err);
-  /* Reads segment seq into seg (reusing its buffer) and checks it as store.h says;
+  /* Reads segment seq into seg (reusing its buffer) and checks it as store_segments.h says;
    * on error seg holds no columns. */
   int (*segment_read)(void *impl, const char *run, uint64_t seq, store_segment *seg,
                       shoal_error *err);

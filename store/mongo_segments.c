@@ -1,6 +1,6 @@
 /*
  * store/mongo_segments.c — experience segments in MongoDB (the document layout is in
- * store.h): collection segments, unique index run+seq, one document per segment
+ * store_segments.h): collection segments, unique index run+seq, one document per segment
  * holding its columns as binaries and the CRC of its canonical encoding.
  */
 #define _GNU_SOURCE

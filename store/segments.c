@@ -1,5 +1,5 @@
 /*
- * store/segments.c — experience segments (the format is in store.h): the canonical
+ * store/segments.c — experience segments (the format is in store_segments.h): the canonical
  * encoding, value checks, and the front that checks arguments and calls the backend's
  * segment slots (file_segments.c: a folder of .seg files; mongo_segments.c: the
  * `segments` collection).
