@@ -364,7 +364,8 @@ static int cmd_run(int argc, char **argv) {
               resume);
       return 1;
     }
-    if (strstr(config_string(cfg, "store.uri"), ":***@")) {
+    store_uri_info su;
+    if (store_uri_parse(config_string(cfg, "store.uri"), &su, NULL) == 0 && su.password_masked) {
       fprintf(stderr,
               "shoal: run %s's store needs credentials, which are not stored with the run: pass "
               "--store URI\n",

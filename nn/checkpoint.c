@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "nn/nn.h"
 #include "nn/safetensors.h"
 
@@ -232,57 +233,15 @@ int nn_model_save_buffer(const nn_model *cm, uint8_t **out, size_t *out_len, sho
   return rc;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n) {
-  while (n > 0) {
-    ssize_t k = write(fd, p, n);
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    p += k, n -= (size_t)k;
-  }
-  return 0;
-}
-
-/* Writes to a temporary file beside path, syncs it, renames it over path and syncs
- * the folder, so a crash leaves either the old file or the new one, never half. */
+/* Atomic (common/file.h): a crash leaves either the old file or the new one, never
+ * half. A missing folder is SHOAL_ENOENT; every other failure SHOAL_EIO. */
 int nn__st_write_file(const char *path, const uint8_t *buf, size_t len, shoal_error *err) {
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 16);
-  int rc = 0;
-  if (!tmp) return shoal_error_set(err, SHOAL_ENOMEM, "nn: save '%s': out of memory", path);
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp.XXXXXX", 12);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    rc =
-        shoal_error_set(err, errno == ENOENT ? SHOAL_ENOENT : SHOAL_EIO,
-                        "nn: save '%s': cannot create a temporary file: %s", path, strerror(errno));
-    goto done;
-  }
-  if (fchmod(fd, 0644) || write_all(fd, buf, len) || fsync(fd)) {
-    rc = shoal_error_set(err, SHOAL_EIO, "nn: save '%s': writing %zu bytes: %s", path, len,
-                         strerror(errno));
-    close(fd);
-    unlink(tmp);
-    goto done;
-  }
-  if (close(fd) || rename(tmp, path)) {
-    rc = shoal_error_set(err, SHOAL_EIO, "nn: save '%s': %s", path, strerror(errno));
-    unlink(tmp);
-    goto done;
-  }
-  /* make the rename itself durable */
-  char *slash = strrchr(tmp, '/');
-  if (slash) *slash = 0;
-  int dfd = open(slash ? (slash == tmp ? "/" : tmp) : ".", O_RDONLY);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
-done:
-  free(tmp);
-  return rc;
+  shoal_error e = {0};
+  int rc = shoal_file_write_atomic(path, buf, len, SHOAL_FILE_REPLACE, &e);
+  if (rc)
+    return shoal_error_set(err, rc == SHOAL_ENOENT ? SHOAL_ENOENT : SHOAL_EIO, "nn: save '%s': %s",
+                           path, e.msg);
+  return 0;
 }
 
 int nn_model_save(const nn_model *m, const char *path, shoal_error *err) {

@@ -442,6 +442,11 @@ static int policy_build(shoal_c_policy **out, const char *yaml, const char *orig
   return 0;
 }
 
+int shoal_c_is_store_uri(const char *target) {
+  store_uri_info u;
+  return target && target[0] && store_uri_parse(target, &u, NULL) == 0 && u.has_scheme;
+}
+
 int shoal_c_policy_load_store(shoal_c_policy **out, const char *uri, const char *run,
                               int64_t which) {
   if (!out || !run) return fail(SHOAL_EINVAL, "policy: out and run are required");

@@ -151,6 +151,11 @@ typedef struct shoal_c_policy_info {
   int32_t norm_obs;  /* 1: observations pass the run's normaliser (in the snapshot) */
 } shoal_c_policy_info;
 
+/* 1 when target names a store by a URI with a scheme (file:..., mongodb://...; read as
+ * the store reads it), 0 otherwise: a plain path, which may be a store's folder or a
+ * file, or something that is no store URI. Can't fail. */
+SHOAL_C_EXPORT int shoal_c_is_store_uri(const char *target);
+
 /* Loads snapshot `which` (a version, SHOAL_C_LATEST or SHOAL_C_BEST) of run from the
  * store at uri, and builds the network from the run's resolved config as `shoal eval`
  * and the actor do: Ape-X DQN's Q-network, or for an IMPALA/PPO run (a config with

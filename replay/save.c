@@ -14,13 +14,13 @@
  *          column only)
  *   "SHOALEND" u32 crc32c(all bytes before it)
  *
- * Written to path.tmp, fsynced, renamed over path, and the directory fsynced, so a
- * crash leaves the old file or the new one, never a torn one.
+ * Written atomically (common/file.h: a temporary file beside path, fsynced, renamed over
+ * path, and the folder fsynced), so a crash leaves the old file or the new one, never a
+ * torn one.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "common/crc32c.h"
+#include "common/file.h"
 #include "replay/internal.h"
 
 enum { IO_BUF = 1 << 20, FILE_VERSION = 1, BOM = 0x01020304 };
@@ -160,24 +161,22 @@ static void put_spec(io *w, const struct replay *r) {
 
 int replay_save(replay *r, const char *path, shoal_error *err) {
   if (!r || !path) return shoal_error_set(err, SHOAL_EINVAL, "replay_save: NULL argument");
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 8);
   io w = {.fd = -1, .path = path, .err = err};
   w.buf = malloc(IO_BUF);
+  shoal_file_tmp *tmp = malloc(sizeof *tmp);
   if (!tmp || !w.buf) {
     free(tmp);
     free(w.buf);
     return shoal_error_set(err, SHOAL_ENOMEM, "replay_save: out of memory");
   }
-  snprintf(tmp, plen + 8, "%s.tmp", path);
-  w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w.fd < 0) {
-    int rc =
-        shoal_error_set(err, SHOAL_EIO, "replay_save: creating '%s': %s", tmp, strerror(errno));
+  shoal_error fe = {0};
+  if (shoal_file_tmp_open(tmp, path, &fe)) {
+    int rc = shoal_error_set(err, SHOAL_EIO, "replay_save: %s", fe.msg);
     free(tmp);
     free(w.buf);
     return rc;
   }
+  w.fd = tmp->fd;
   /* Pin everything held (no slack): writers that would overwrite it wait. */
   uint64_t lo, hi;
   replay__pin(r, 0, &lo, &hi);
@@ -240,27 +239,10 @@ int replay_save(replay *r, const char *path, shoal_error *err) {
     w.crc = 0;
     w_flush(&w);
   }
-  if (!w.rc && fsync(w.fd))
-    w.rc = shoal_error_set(err, SHOAL_EIO, "replay_save: fsync '%s': %s", tmp, strerror(errno));
-  if (close(w.fd) && !w.rc)
-    w.rc = shoal_error_set(err, SHOAL_EIO, "replay_save: close '%s': %s", tmp, strerror(errno));
-  if (!w.rc && rename(tmp, path))
-    w.rc = shoal_error_set(err, SHOAL_EIO, "replay_save: rename '%s' to '%s': %s", tmp, path,
-                           strerror(errno));
-  if (w.rc) {
-    unlink(tmp);
-  } else {
-    /* Make the rename durable: fsync the directory. */
-    char *dir = strdup(path);
-    if (dir) {
-      int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-      }
-      free(dir);
-    }
-  }
+  if (w.rc)
+    shoal_file_tmp_abort(tmp);
+  else if (shoal_file_tmp_commit(tmp, SHOAL_FILE_REPLACE, &fe))
+    w.rc = shoal_error_set(err, SHOAL_EIO, "replay_save: %s", fe.msg);
   free(tmp);
   free(w.buf);
   return w.rc;

@@ -1,7 +1,8 @@
 /*
  * store/dataset.c — datasets in the store: argument checks, the streaming writer, the
- * manifest (built and checked here, stored by either backend) and the checked chunk
- * read. The layout on each backend is described in store.h.
+ * manifest (built and checked here, stored by the backend's dataset slots: file_data.c,
+ * mongo_data.c) and the checked chunk read. The layout on each backend is described in
+ * store_data.h.
  *
  * The manifest is the commit point: chunks are written first, under an upload id, and
  * the dataset exists once its manifest does. Readers trust nothing they read: the
@@ -15,28 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
-#include "store/hub.h"
-
-const char store__chunk_magic[8] = {'S', 'H', 'D', 'S', 'C', 'H', 'N', 'K'};
-
-uint32_t store__crc32(const void *bytes, size_t len) {
-  uLong c = crc32(0L, Z_NULL, 0);
-  const Bytef *p = bytes;
-  while (len) {
-    uInt n = len > (1u << 30) ? (1u << 30) : (uInt)len;
-    c = crc32(c, p, n);
-    p += n;
-    len -= n;
-  }
-  return (uint32_t)c;
-}
-
-const store__hub *store__hub_of(store *st, void **impl) {
-  *impl = store__impl(st);
-  return strcmp(store_backend_name(st), "mongodb") == 0 ? &store__hub_mongo : &store__hub_file;
-}
+#include "store/internal.h"
 
 /* ---- dtypes and fields ----------------------------------------------------------- */
 
@@ -315,8 +296,7 @@ static int manifest_parse(const char *name, const bson_t *doc, store_dataset_inf
 /* ---- writing --------------------------------------------------------------------- */
 
 struct store_dataset_writer {
-  const store__hub *hub;
-  void *impl;
+  store *st; /* borrowed */
   void *upload;
   store_dataset_info info; /* records and chunks grow as chunks are written */
   uint8_t *buf;            /* (chunk_records * record_bytes) */
@@ -352,7 +332,7 @@ int store_dataset_create(store *st, const char *name, const store_dataset_field 
   }
   store_dataset_writer *w = calloc(1, sizeof *w);
   if (!w) return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
-  w->hub = store__hub_of(st, &w->impl);
+  w->st = st;
   snprintf(w->info.name, sizeof w->info.name, "%s", name);
   snprintf(w->info.source, sizeof w->info.source, "%s", source ? source : "");
   memcpy(w->info.fields, f, sizeof f);
@@ -365,12 +345,12 @@ int store_dataset_create(store *st, const char *name, const store_dataset_field 
     return shoal_error_set(err, SHOAL_ENOMEM, "store: dataset '%s': out of memory for a chunk",
                            name);
   }
-  if ((rc = w->hub->ds_begin(w->impl, name, &w->upload, err))) {
+  if ((rc = STORE__CALL(st, dataset_begin, err, name, &w->upload))) {
     free(w->buf);
     free(w);
     return rc;
   }
-  snprintf(w->info.upload, sizeof w->info.upload, "%s", w->hub->ds_upload_id(w->upload));
+  snprintf(w->info.upload, sizeof w->info.upload, "%s", st->be->dataset_upload_id(w->upload));
   *out = w;
   return 0;
 }
@@ -385,7 +365,8 @@ static int flush_chunk(store_dataset_writer *w, shoal_error *err) {
   }
   size_t len = (size_t)w->fill * w->info.record_bytes;
   uint32_t crc = store__crc32(w->buf, len);
-  int rc = w->hub->ds_chunk_put(w->impl, w->upload, w->info.chunks, w->fill, crc, w->buf, len, err);
+  int rc = STORE__CALL(w->st, dataset_chunk_put, err, w->upload, w->info.chunks, w->fill, crc,
+                       w->buf, len);
   if (rc) return rc;
   w->info.crc[w->info.chunks++] = crc;
   w->info.records += w->fill;
@@ -428,7 +409,7 @@ static void writer_free(store_dataset_writer *w) {
 
 void store_dataset_abort(store_dataset_writer *w) {
   if (!w) return;
-  w->hub->ds_abort(w->impl, w->upload);
+  w->st->be->dataset_abort(w->st->impl, w->upload);
   writer_free(w);
 }
 
@@ -446,7 +427,8 @@ int store_dataset_commit(store_dataset_writer *w, store_dataset_info *info, shoa
   w->info.created_time = store__wall_time();
   bson_t doc;
   manifest_build(&doc, &w->info);
-  rc = w->hub->ds_commit(w->impl, w->upload, &doc, err); /* frees the upload, also on error */
+  /* frees the upload, also on error */
+  rc = STORE__CALL(w->st, dataset_commit, err, w->upload, &doc);
   bson_destroy(&doc);
   if (!rc && info) {
     *info = w->info;
@@ -465,10 +447,8 @@ int store_dataset_info_get(store *st, const char *name, store_dataset_info *out,
   if (!store_name_valid(name))
     return shoal_error_set(err, SHOAL_EINVAL, "store: bad dataset name '%.80s'",
                            name ? name : "(null)");
-  void *impl;
-  const store__hub *hub = store__hub_of(st, &impl);
   bson_t doc;
-  int rc = hub->ds_manifest_get(impl, name, &doc, err);
+  int rc = STORE__CALL(st, dataset_manifest_get, err, name, &doc);
   if (rc) return rc;
   rc = manifest_parse(name, &doc, out, err);
   bson_destroy(&doc);
@@ -481,11 +461,9 @@ static int cmp_info(const void *a, const void *b) {
 
 int store_dataset_list(store *st, store_dataset_info **out, size_t *n, shoal_error *err) {
   if (!st || !out || !n) return shoal_error_set(err, SHOAL_EINVAL, "store_dataset_list: NULL");
-  void *impl;
-  const store__hub *hub = store__hub_of(st, &impl);
   char(*names)[STORE_NAME_MAX] = NULL;
   size_t k = 0;
-  int rc = hub->ds_names(impl, &names, &k, err);
+  int rc = STORE__CALL(st, dataset_names, err, &names, &k);
   if (rc) return rc;
   store_dataset_info *arr = k ? calloc(k, sizeof *arr) : NULL;
   if (k && !arr) rc = shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
@@ -525,11 +503,10 @@ int store_dataset_chunk_read(store *st, const store_dataset_info *info, uint32_t
     return shoal_error_set(err, SHOAL_EINVAL,
                            "store: dataset '%s' chunk %u: %zu bytes do not fit a %zu-byte buffer",
                            info->name, c, want_len, cap);
-  void *impl;
-  const store__hub *hub = store__hub_of(st, &impl);
   size_t len = 0;
   uint32_t n = 0, crc = 0;
-  int rc = hub->ds_chunk_get(impl, info->name, info->upload, c, buf, cap, &len, &n, &crc, err);
+  int rc = STORE__CALL(st, dataset_chunk_get, err, info->name, info->upload, c, buf, cap, &len, &n,
+                       &crc);
   if (rc) return rc;
   if (n != want_n || len != want_len)
     return shoal_error_set(err, SHOAL_EFORMAT,
@@ -551,7 +528,5 @@ int store_dataset_delete(store *st, const char *name, shoal_error *err) {
   if (!store_name_valid(name))
     return shoal_error_set(err, SHOAL_EINVAL, "store: bad dataset name '%.80s'",
                            name ? name : "(null)");
-  void *impl;
-  const store__hub *hub = store__hub_of(st, &impl);
-  return hub->ds_delete(impl, name, err);
+  return STORE__CALL(st, dataset_delete, err, name);
 }

@@ -1,5 +1,5 @@
 /*
- * store/file.c — the file backend: one folder per run.
+ * store/file.c — the file backend: one folder per run, and the backend's table.
  *
  *   DIR/<run>/config.yaml                   the resolved config, as given
  *   DIR/<run>/run.json                      {"format":"shoal-run","version":1,"id","status",...}
@@ -9,6 +9,9 @@
  *                                           length) and the segment's bytes
  *   DIR/<run>/metrics.csv                   "# shoal-metrics 1", then step,time,name,value
  *   DIR/_sweeps/<sweep>/<trial>/            trial.json, claim.<k>, requeue.<k>, done.json
+ *   DIR/<run>/segments/, DIR/<run>/media/, DIR/_datasets/
+ *                                           experience segments (file_segments.c), media
+ *                                           and datasets (file_data.c)
  *
  * Every file is written to a temporary name in its folder, fsynced, renamed (or
  * linked, when it must not exist yet) into place, and the folder fsynced, so a crash
@@ -43,7 +46,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "store/internal.h"
+#include "common/file.h"
+#include "store/file_backend.h"
 
 typedef struct file_store {
   char root[PATH_MAX];
@@ -58,24 +62,6 @@ static const char REPLAY_MAGIC[8] = {'S', 'H', 'R', 'P', 'S', 'E', 'G', 0};
 static atomic_uint_fast64_t tmp_counter;
 
 const char *store__file_root(void *impl) { return ((file_store *)impl)->root; }
-
-/* Temporary names carry host and pid, so a later writer on the same host can tell
- * the leftovers of a killed process (pid gone) from a live writer's files. On a
- * folder shared by several hosts, another host's files are never touched. */
-static char tmp_host[64];
-static pthread_once_t tmp_host_once = PTHREAD_ONCE_INIT;
-static void tmp_host_init(void) {
-  char h[256] = {0};
-  if (gethostname(h, sizeof h - 1) != 0) snprintf(h, sizeof h, "host");
-  size_t o = 0;
-  for (size_t i = 0; h[i] && o < sizeof tmp_host - 1; i++)
-    if (isalnum((unsigned char)h[i]) || h[i] == '-') tmp_host[o++] = h[i];
-  if (!o) snprintf(tmp_host, sizeof tmp_host, "host");
-}
-const char *store__host_tag(void) {
-  pthread_once(&tmp_host_once, tmp_host_init);
-  return tmp_host;
-}
 
 /* ---- errors and paths ---------------------------------------------------- */
 
@@ -96,7 +82,7 @@ static int path_fmt(char *out, shoal_error *err, const char *fmt, ...) {
   return 0;
 }
 
-static int fsync_dir(const char *dir, shoal_error *err) {
+int store__file_fsync_dir(const char *dir, shoal_error *err) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return store__sys_err(err, errno, "cannot open folder", dir);
   int rc = 0;
@@ -136,46 +122,26 @@ int store__read_all(int fd, void *buf, size_t len) {
   return 0;
 }
 
-/* Writes parts a and b (b may be NULL) to dir/name atomically. exclusive: the file
- * must not exist (SHOAL_EEXIST otherwise), by link(); else it is replaced by rename(). */
-static int write_atomic(const char *dir, const char *name, const void *a, size_t na, const void *b,
-                        size_t nb, int exclusive, shoal_error *err) {
-  char tmp[PATH_MAX], dst[PATH_MAX];
-  unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
-  int rc =
-      path_fmt(tmp, err, "%s/.tmp.%s.%s.%ld.%llu", dir, name, store__host_tag(), (long)getpid(), c);
-  if (!rc) rc = path_fmt(dst, err, "%s/%s", dir, name);
+int store__file_write_atomic(const char *dir, const char *name, const void *a, size_t na,
+                             const void *b, size_t nb, int exclusive, shoal_error *err) {
+  char dst[PATH_MAX];
+  int rc = path_fmt(dst, err, "%s/%s", dir, name);
   if (rc) return rc;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return store__sys_err(err, errno, "cannot create", tmp);
-  int e = store__write_all(fd, a, na);
-  if (!e && b) e = store__write_all(fd, b, nb);
-  if (e) {
-    rc = store__sys_err(err, e, "cannot write", tmp);
-  } else if (fsync(fd) != 0) {
-    rc = store__sys_err(err, errno, "cannot fsync", tmp);
-  }
-  if (close(fd) != 0 && !rc) rc = store__sys_err(err, errno, "cannot close", tmp);
-  if (!rc) {
-    if (exclusive) {
-      if (link(tmp, dst) != 0) {
-        rc = errno == EEXIST ? SHOAL_EEXIST : store__sys_err(err, errno, "cannot link", dst);
-        if (rc == SHOAL_EEXIST) shoal_error_set(err, SHOAL_EEXIST, "store: '%s' exists", dst);
-      }
-      unlink(tmp);
-    } else if (rename(tmp, dst) != 0) {
-      rc = store__sys_err(err, errno, "cannot rename into", dst);
-    }
-  }
-  if (rc) {
-    unlink(tmp);
-    return rc;
-  }
-  return fsync_dir(dir, err);
+  shoal_file_tmp t;
+  shoal_error e = {0};
+  rc = shoal_file_tmp_open(&t, dst, &e);
+  if (!rc) rc = shoal_file_tmp_write(&t, a, na, &e);
+  if (!rc && b) rc = shoal_file_tmp_write(&t, b, nb, &e);
+  if (rc)
+    shoal_file_tmp_abort(&t);
+  else
+    rc = shoal_file_tmp_commit(&t, exclusive ? SHOAL_FILE_EXCL : SHOAL_FILE_REPLACE, &e);
+  /* The helper's messages are the store's own, less the prefix. */
+  if (rc) shoal_error_set(err, rc, "store: %s", e.msg);
+  return rc;
 }
 
-/* Reads path whole into a new buffer with a NUL after the last byte. */
-static int read_file(const char *path, char **out, size_t *len, shoal_error *err) {
+int store__file_read(const char *path, char **out, size_t *len, shoal_error *err) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return store__sys_err(err, errno, "cannot open", path);
   struct stat sb;
@@ -232,9 +198,7 @@ static int mkdir_p(const char *path, shoal_error *err) {
   return 0;
 }
 
-/* Removes a folder made by this backend and the plain files in it (no recursion:
- * the temporary folders it cleans up hold files only). */
-static void rm_flat_dir(const char *dir) {
+void store__file_rm_flat_dir(const char *dir) {
   DIR *d = opendir(dir);
   if (d) {
     struct dirent *de;
@@ -248,6 +212,12 @@ static void rm_flat_dir(const char *dir) {
     closedir(d);
   }
   rmdir(dir);
+}
+
+int store__file_mkdir(const char *p, shoal_error *err) {
+  if (mkdir(p, 0755) != 0 && errno != EEXIST)
+    return store__sys_err(err, errno, "cannot create folder", p);
+  return 0;
 }
 
 /* An flock on dir/.lock, held until unlock_file. */
@@ -281,7 +251,7 @@ static int json_write(const char *dir, const char *name, const bson_t *doc, int 
   char *js = bson_as_relaxed_extended_json(doc, &len);
   if (!js)
     return shoal_error_set(err, SHOAL_EINVAL, "store: '%s/%s': text is not valid UTF-8", dir, name);
-  int rc = write_atomic(dir, name, js, len, "\n", 1, exclusive, err);
+  int rc = store__file_write_atomic(dir, name, js, len, "\n", 1, exclusive, err);
   bson_free(js);
   return rc;
 }
@@ -290,7 +260,7 @@ static int json_write(const char *dir, const char *name, const bson_t *doc, int 
 static int json_read(const char *path, const char *format, bson_t *doc, shoal_error *err) {
   char *buf = NULL;
   size_t len = 0;
-  int rc = read_file(path, &buf, &len, err);
+  int rc = store__file_read(path, &buf, &len, err);
   if (rc) return rc;
   bson_error_t be;
   if (!bson_init_from_json(doc, buf, (ssize_t)len, &be)) {
@@ -345,63 +315,13 @@ static void jformat(bson_t *doc, const char *format) {
 
 /* ---- open ---------------------------------------------------------------- */
 
-static int hexval(int c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-int store__file_open(void **impl, const char *uri, shoal_error *err) {
-  const char *p = uri;
-  if (strncmp(p, "file://", 7) == 0) {
-    p += 7;
-    if (strncmp(p, "localhost/", 10) == 0) p += 9;
-  } else if (strncmp(p, "file:", 5) == 0) {
-    p += 5;
-  }
-  size_t plen = strcspn(p, "?#");
-  if (plen == 0) return shoal_error_set(err, SHOAL_EINVAL, "store: '%s' names no folder", uri);
-  if (plen >= 3000)
-    return shoal_error_set(err, SHOAL_EINVAL, "store: folder name in '%.100s...' is too long", uri);
+static int file_open(void **impl, const char *uri, const store_uri_info *u, bool lazy,
+                     shoal_error *err) {
+  (void)uri, (void)lazy; /* a folder is there or not */
   file_store *fs = calloc(1, sizeof *fs);
   if (!fs) return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
-  fs->sync_metrics = 1;
-  size_t o = 0;
-  for (size_t i = 0; i < plen; i++) {
-    if (p[i] == '%') {
-      int h = i + 2 < plen ? hexval(p[i + 1]) : -1, l = h >= 0 ? hexval(p[i + 2]) : -1;
-      if (h < 0 || l < 0 || (h == 0 && l == 0)) {
-        free(fs);
-        return shoal_error_set(err, SHOAL_EINVAL, "store: bad %%-escape in '%s'", uri);
-      }
-      fs->root[o++] = (char)(h * 16 + l);
-      i += 2;
-    } else {
-      fs->root[o++] = p[i];
-    }
-  }
-  while (o > 1 && fs->root[o - 1] == '/') o--;
-  fs->root[o] = 0;
-
-  /* Options: ?sync=always|never */
-  const char *q = p[plen] == '?' ? p + plen + 1 : NULL;
-  while (q && *q) {
-    size_t n = strcspn(q, "&");
-    if (n == 11 && strncmp(q, "sync=always", 11) == 0) {
-      fs->sync_metrics = 1;
-    } else if (n == 10 && strncmp(q, "sync=never", 10) == 0) {
-      fs->sync_metrics = 0;
-    } else {
-      free(fs);
-      return shoal_error_set(err, SHOAL_EINVAL,
-                             "store: unknown option '%.*s' in '%s' (known: sync=always|never)",
-                             (int)n, q, uri);
-    }
-    q += n;
-    if (*q == '&') q++;
-  }
-
+  snprintf(fs->root, sizeof fs->root, "%s", u->dir);
+  fs->sync_metrics = u->sync_metrics;
   int rc = mkdir_p(fs->root, err);
   if (rc) {
     free(fs);
@@ -438,7 +358,7 @@ static int file_run_create(void *impl, const char *id, const char *config, int s
   file_store *fs = impl;
   char tmp[PATH_MAX], dst[PATH_MAX], sub[PATH_MAX];
   unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
-  int rc = path_fmt(tmp, err, "%s/.tmp.run.%s.%s.%ld.%llu", fs->root, id, store__host_tag(),
+  int rc = path_fmt(tmp, err, "%s/.tmp.run.%s.%s.%ld.%llu", fs->root, id, shoal_file_host_tag(),
                     (long)getpid(), c);
   if (!rc) rc = path_fmt(dst, err, "%s/%s", fs->root, id);
   if (rc) return rc;
@@ -450,14 +370,14 @@ static int file_run_create(void *impl, const char *id, const char *config, int s
   double now = store__wall_time();
   bson_t doc;
   run_json_doc(&doc, id, status, now, now);
-  rc = write_atomic(tmp, "config.yaml", config, strlen(config), NULL, 0, 0, err);
+  rc = store__file_write_atomic(tmp, "config.yaml", config, strlen(config), NULL, 0, 0, err);
   if (!rc) rc = json_write(tmp, "run.json", &doc, 0, err);
   bson_destroy(&doc);
   if (!rc) rc = path_fmt(sub, err, "%s/snapshots", tmp);
   if (!rc && mkdir(sub, 0755) != 0) rc = store__sys_err(err, errno, "cannot create folder", sub);
   if (!rc) rc = path_fmt(sub, err, "%s/replay", tmp);
   if (!rc && mkdir(sub, 0755) != 0) rc = store__sys_err(err, errno, "cannot create folder", sub);
-  if (!rc) rc = fsync_dir(tmp, err);
+  if (!rc) rc = store__file_fsync_dir(tmp, err);
   if (!rc && rename(tmp, dst) != 0) {
     int e = errno;
     rc = (e == EEXIST || e == ENOTEMPTY)
@@ -468,10 +388,10 @@ static int file_run_create(void *impl, const char *id, const char *config, int s
     char s1[PATH_MAX];
     if (snprintf(s1, sizeof s1, "%s/snapshots", tmp) < (int)sizeof s1) rmdir(s1);
     if (snprintf(s1, sizeof s1, "%s/replay", tmp) < (int)sizeof s1) rmdir(s1);
-    rm_flat_dir(tmp);
+    store__file_rm_flat_dir(tmp);
     return rc;
   }
-  return fsync_dir(fs->root, err);
+  return store__file_fsync_dir(fs->root, err);
 }
 
 static int file_run_read(file_store *fs, const char *id, store_run *out, int with_config,
@@ -496,7 +416,7 @@ static int file_run_read(file_store *fs, const char *id, store_run *out, int wit
   if (with_config) {
     size_t len;
     rc = path_fmt(p, err, "%s/%s/config.yaml", fs->root, id);
-    if (!rc) rc = read_file(p, &r.config, &len, err);
+    if (!rc) rc = store__file_read(p, &r.config, &len, err);
     if (rc) return rc;
   }
   *out = r;
@@ -573,7 +493,7 @@ static int file_run_set_status(void *impl, const char *id, int status, shoal_err
 static void sweep_stale_tmp(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
-  const char *host = store__host_tag();
+  const char *host = shoal_file_host_tag();
   size_t hl = strlen(host);
   struct dirent *de;
   while ((de = readdir(d))) {
@@ -594,7 +514,7 @@ static void sweep_stale_tmp(const char *dir) {
       /* A run or trial folder being built: files and the empty snapshots/, replay/. */
       if (snprintf(sub, sizeof sub, "%s/snapshots", path) < (int)sizeof sub) rmdir(sub);
       if (snprintf(sub, sizeof sub, "%s/replay", path) < (int)sizeof sub) rmdir(sub);
-      rm_flat_dir(path);
+      store__file_rm_flat_dir(path);
     }
   }
   closedir(d);
@@ -722,7 +642,7 @@ static int file_snapshot_put(void *impl, const store_snapshot_meta *meta, const 
       goto done;
     }
   /* Bytes first, then the index that names them. */
-  if ((rc = write_atomic(dir, name, bytes, len, NULL, 0, 0, err))) goto done;
+  if ((rc = store__file_write_atomic(dir, name, bytes, len, NULL, 0, 0, err))) goto done;
   store_snapshot_meta *grown = realloc(arr, (n + 1) * sizeof *arr);
   if (!grown) {
     rc = shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
@@ -779,7 +699,7 @@ static int file_snapshot_get(void *impl, const char *run, int64_t version,
   char *buf = NULL;
   size_t l = 0;
   rc = path_fmt(p, err, "%s/%s/snapshots/%" PRId64 ".safetensors", fs->root, run, m->version);
-  if (!rc) rc = read_file(p, &buf, &l, err);
+  if (!rc) rc = store__file_read(p, &buf, &l, err);
   if (!rc && l != m->size) {
     rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s' has %zu bytes, its index says %" PRIu64,
                          p, l, m->size);
@@ -801,23 +721,6 @@ static int file_snapshot_list(void *impl, const char *run, store_snapshot_meta *
 
 /* ---- replay -------------------------------------------------------------- */
 
-void store__put_le32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-void store__put_le64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-uint32_t store__get_le32(const unsigned char *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-uint64_t store__get_le64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-
 static int file_replay_append(void *impl, const char *run, uint64_t seq, const void *bytes,
                               size_t len, shoal_error *err) {
   file_store *fs = impl;
@@ -832,7 +735,7 @@ static int file_replay_append(void *impl, const char *run, uint64_t seq, const v
   store__put_le32(h + 12, store__crc32(bytes, len));
   store__put_le64(h + 16, seq);
   store__put_le64(h + 24, len);
-  rc = write_atomic(dir, name, h, sizeof h, bytes, len, 1, err);
+  rc = store__file_write_atomic(dir, name, h, sizeof h, bytes, len, 1, err);
   if (rc == SHOAL_EEXIST)
     return shoal_error_set(err, SHOAL_EEXIST,
                            "store: run '%s' has replay segment %" PRIu64 " already", run, seq);
@@ -896,7 +799,7 @@ static int file_replay_load(file_store *fs, const char *run, uint64_t seq, char 
   char p[PATH_MAX];
   int rc = path_fmt(p, err, "%s/%s/replay/%020" PRIu64 ".bin", fs->root, run, seq);
   if (rc) return rc;
-  if ((rc = read_file(p, buf, len, err))) {
+  if ((rc = store__file_read(p, buf, len, err))) {
     if (rc == SHOAL_ENOENT)
       shoal_error_set(err, rc, "store: run '%s' has no replay segment %" PRIu64, run, seq);
     return rc;
@@ -1073,7 +976,7 @@ static int file_metrics_append_run(file_store *fs, const store_metric *rows, siz
     rc = store__sys_err(err, errno, "cannot fsync", path);
     goto done;
   }
-  if (created) rc = fsync_dir(dir, err);
+  if (created) rc = store__file_fsync_dir(dir, err);
 done:
   flock(fd, LOCK_UN);
   close(fd);
@@ -1113,7 +1016,7 @@ static int file_metrics_query(void *impl, const char *run, const char *name, int
   if (rc) return rc;
   char *buf = NULL;
   size_t len = 0;
-  rc = read_file(path, &buf, &len, err);
+  rc = store__file_read(path, &buf, &len, err);
   if (rc == SHOAL_ENOENT) {
     store_run r;
     rc = file_run_read(fs, run, &r, 0, err);
@@ -1327,8 +1230,8 @@ static int file_trial_create(void *impl, const char *sweep, const char *id, cons
   if (!rc) rc = trial_dir(fs, dst, sweep, id, err);
   unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
   if (!rc)
-    rc = path_fmt(tmp, err, "%s/.tmp.%s.%s.%ld.%llu", sdir, id, store__host_tag(), (long)getpid(),
-                  c);
+    rc = path_fmt(tmp, err, "%s/.tmp.%s.%s.%ld.%llu", sdir, id, shoal_file_host_tag(),
+                  (long)getpid(), c);
   if (rc) return rc;
   if ((rc = mkdir_p(sdir, err))) return rc;
   sweep_stale_tmp(sdir);
@@ -1350,10 +1253,10 @@ static int file_trial_create(void *impl, const char *sweep, const char *id, cons
              : store__sys_err(err, e, "cannot rename into", dst);
   }
   if (rc) {
-    rm_flat_dir(tmp);
+    store__file_rm_flat_dir(tmp);
     return rc;
   }
-  return fsync_dir(sdir, err);
+  return store__file_fsync_dir(sdir, err);
 }
 
 typedef struct {
@@ -1533,7 +1436,7 @@ static int file_trial_requeue_stale(void *impl, const char *sweep, double max_ag
       break;
     }
     close(fd);
-    if ((rc = fsync_dir(dir, err))) break;
+    if ((rc = store__file_fsync_dir(dir, err))) break;
     (*nreq)++;
   }
   free(refs);
@@ -1574,6 +1477,7 @@ static int file_trial_list(void *impl, const char *sweep, store_trial **out, siz
 
 const store__backend store__file_backend = {
     .name = "file",
+    .open = file_open,
     .close = file_close,
     .run_create = file_run_create,
     .run_find = file_run_find,
@@ -1597,4 +1501,19 @@ const store__backend store__file_backend = {
     .trial_requeue_stale = file_trial_requeue_stale,
     .trial_get = file_trial_get,
     .trial_list = file_trial_list,
+    .segment_write = store__file_segment_write,
+    .segment_list = store__file_segment_list,
+    .segment_read = store__file_segment_read,
+    .dataset_begin = store__file_dataset_begin,
+    .dataset_upload_id = store__file_dataset_upload_id,
+    .dataset_chunk_put = store__file_dataset_chunk_put,
+    .dataset_commit = store__file_dataset_commit,
+    .dataset_abort = store__file_dataset_abort,
+    .dataset_manifest_get = store__file_dataset_manifest_get,
+    .dataset_names = store__file_dataset_names,
+    .dataset_chunk_get = store__file_dataset_chunk_get,
+    .dataset_delete = store__file_dataset_delete,
+    .media_put = store__file_media_put,
+    .media_get = store__file_media_get,
+    .media_list = store__file_media_list,
 };

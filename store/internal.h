@@ -1,9 +1,15 @@
 /*
- * store/internal.h — the backend vtable behind store.h and helpers shared by the
- * backends. Private to store/ (and its tests, which plug in a test backend).
+ * store/internal.h — the backend table behind store.h, the store handle, and helpers
+ * the front files share. Private to store/ (and its tests, which plug in a backend of
+ * their own).
  *
- * store.c checks every argument (names, versions, sizes) before calling a backend,
- * so backends may assume valid names and non-NULL pointers.
+ * Every store operation is a slot of one table per backend: the file backend is
+ * file.c, file_segments.c and file_data.c; the MongoDB backend mongo.c,
+ * mongo_segments.c and mongo_data.c (built with libmongoc only). store.c registers
+ * them. The front (store.c, segments.c, dataset.c, media.c) checks every argument,
+ * builds and checks the documents and encodings, and calls the slot, so backends may
+ * assume valid names and non-NULL pointers. A NULL slot is SHOAL_ENOTSUP for that
+ * operation (a test backend fills only what it is called for).
  */
 #ifndef SHOAL_STORE_INTERNAL_H
 #define SHOAL_STORE_INTERNAL_H
@@ -13,10 +19,18 @@
 
 #include "store/store.h"
 
+struct _bson_t; /* libbson's bson_t: the backends include <bson/bson.h> */
+
 typedef struct store__backend {
-  const char *name; /* "file", "mongodb" */
+  const char *name; /* "file", "mongodb": what store_backend_name says */
+  /* Opens the store named by uri (given whole, with the scheme; u is what
+   * store_uri_parse read from it) into a new *impl. lazy: an unreachable deployment is
+   * not an error (store_open_lazy). NULL for a backend only plugged in by
+   * store__open_backend. */
+  int (*open)(void **impl, const char *uri, const store_uri_info *u, bool lazy, shoal_error *err);
   void (*close)(void *impl);
 
+  /* ---- runs, snapshots, the replay log, metrics, trials: as store.h's functions */
   int (*run_create)(void *impl, const char *id, const char *config, int status, shoal_error *err);
   int (*run_find)(void *impl, const char *id, store_run *out, shoal_error *err);
   int (*run_list)(void *impl, store_run **out, size_t *n, shoal_error *err);
@@ -58,7 +72,82 @@ typedef struct store__backend {
   int (*trial_get)(void *impl, const char *sweep, const char *id, store_trial *out,
                    shoal_error *err);
   int (*trial_list)(void *impl, const char *sweep, store_trial **out, size_t *n, shoal_error *err);
+
+  /* ---- experience segments (segments.c has checked the layout and stamped run,
+   * source and wall_time) */
+  /* Takes the next sequence number of run (into seg->seq), seals the encoding with
+   * store__seg_header_write and stores it; a number another writer took meanwhile is
+   * given up for the next one, so numbers become visible in order. */
+  int (*segment_write)(void *impl, const char *run, store_segment *seg, shoal_error *err);
+  /* At most cap seqs of run above after (STORE_SEG_FIRST: all), ascending, into seqs.
+   * A run without segments, or without a folder for them, is *n = 0. */
+  int (*segment_list)(void *impl, const char *run, uint64_t after, uint64_t *seqs, size_t cap,
+                      size_t *n, shoal_error *err);
+  /* Reads segment seq into seg (reusing its buffer) and checks it as store_segments.h says;
+   * on error seg holds no columns. */
+  int (*segment_read)(void *impl, const char *run, uint64_t seq, store_segment *seg,
+                      shoal_error *err);
+
+  /* ---- datasets (dataset.c builds and checks the manifest and the chunks' CRCs; the
+   * backend moves bytes and documents). An upload is the backend's handle for one
+   * dataset being written. */
+  int (*dataset_begin)(void *impl, const char *name, void **upload, shoal_error *err);
+  /* The upload's id, kept in the manifest as "upload" (borrowed). Can't fail. */
+  const char *(*dataset_upload_id)(void *upload);
+  /* Writes chunk c with its record count and CRC-32 beside the payload. */
+  int (*dataset_chunk_put)(void *impl, void *upload, uint32_t c, uint32_t records, uint32_t crc,
+                           const void *bytes, size_t len, shoal_error *err);
+  /* Stores the manifest, making the dataset visible, and frees the upload (on error
+   * too, after removing its chunks). SHOAL_EEXIST when the name was taken meanwhile. */
+  int (*dataset_commit)(void *impl, void *upload, const struct _bson_t *manifest, shoal_error *err);
+  void (*dataset_abort)(void *impl, void *upload); /* removes the upload's chunks, frees it */
+  /* The manifest document into *out (bson_init'ed here; caller destroys it on success). */
+  int (*dataset_manifest_get)(void *impl, const char *name, struct _bson_t *out, shoal_error *err);
+  /* Names of every dataset: a new array of *n names (caller frees with free()). */
+  int (*dataset_names)(void *impl, char (**names)[STORE_NAME_MAX], size_t *n, shoal_error *err);
+  /* Reads chunk c into buf (cap bytes): *len its payload bytes, *records and *crc as
+   * stored with it. SHOAL_EFORMAT when it exceeds cap or is damaged. */
+  int (*dataset_chunk_get)(void *impl, const char *name, const char *upload, uint32_t c, void *buf,
+                           size_t cap, size_t *len, uint32_t *records, uint32_t *crc,
+                           shoal_error *err);
+  int (*dataset_delete)(void *impl, const char *name, shoal_error *err);
+
+  /* ---- media (media.c builds and parses meta, the metadata document) */
+  int (*media_put)(void *impl, const char *run, const char *name, const struct _bson_t *meta,
+                   const void *bytes, size_t len, shoal_error *err);
+  /* *meta bson_init'ed on success (caller destroys it), *bytes a new buffer. */
+  int (*media_get)(void *impl, const char *run, const char *name, struct _bson_t *meta,
+                   void **bytes, size_t *len, shoal_error *err);
+  /* Every item's metadata document of run: a new array of *n new documents (caller
+   * bson_destroys each and frees the array). */
+  int (*media_list)(void *impl, const char *run, struct _bson_t ***metas, size_t *n,
+                    shoal_error *err);
 } store__backend;
+
+/* The backends (store.c registers them with store_open). */
+extern const store__backend store__file_backend;  /* file*.c */
+extern const store__backend store__mongo_backend; /* mongo*.c, with libmongoc only */
+
+/* The handle. store.c makes and frees it; the fronts call its backend through
+ * STORE__CALL. */
+struct store {
+  const store__backend *be;
+  void *impl;
+  char *uri; /* redacted */
+  /* Runs are never deleted, so a run seen to exist stays known: writes to a run
+   * then check it without a round trip. A small array is enough (a learner writes
+   * to one run; a sweep worker to a few). */
+  pthread_mutex_t mu;
+  char (*known)[STORE_NAME_MAX];
+  size_t n_known, cap_known;
+};
+
+/* Calls slot of st's backend with (impl, ..., err), or returns SHOAL_ENOTSUP naming
+ * the backend and the slot when the backend has none. */
+#define STORE__CALL(st, slot, err, ...)                            \
+  ((st)->be->slot ? (st)->be->slot((st)->impl, __VA_ARGS__, (err)) \
+                  : store__unsupported((st), #slot, (err)))
+int store__unsupported(const store *st, const char *slot, shoal_error *err);
 
 /* Wraps a backend in a store handle (takes ownership of impl: closed with the
  * handle, also on error). uri_redacted is copied. Used by store_open and by tests
@@ -66,46 +155,42 @@ typedef struct store__backend {
 int store__open_backend(store **out, const store__backend *be, void *impl, const char *uri_redacted,
                         shoal_error *err);
 
-/* Backends. Each parses its own URI (given whole, with the scheme). */
-int store__file_open(void **impl, const char *uri, shoal_error *err);
-extern const store__backend store__file_backend;
-/* lazy: an unreachable deployment is not an error (store_open_lazy). */
-int store__mongo_open(void **impl, const char *uri, bool lazy, shoal_error *err);
-extern const store__backend store__mongo_backend;
+/* ---- URIs (uri.c) */
+/* uri, or for NULL or "" $SHOAL_STORE_URI when set, else "file:runs" (borrowed). */
+const char *store__uri_or_default(const char *uri);
+/* The authority of "scheme://AUTHORITY/...": its first character, or NULL when uri has
+ * no "://". *at (may be NULL) gets the '@' that ends its user information, NULL when
+ * there is none (the last '@' before the path: a password may hold one); *colon (may
+ * be NULL) the ':' between user and password, NULL when none. Can't fail. */
+const char *store__uri_authority(const char *uri, const char **at, const char **colon);
 
-/* The data hub (segments.c, dataset.c, media.c, hub_*.c) keeps its own code per
- * backend and reaches the backend's state through these. */
-void *store__impl(store *st);                        /* store.c */
-const char *store__file_root(void *impl);            /* file.c: the store's folder */
-void *store__mongo_pop(void *impl, const char **db); /* mongo.c: a pooled client */
-void store__mongo_push(void *impl, void *client);
-int store__mongo_error(void *impl, shoal_error *err, const void *bson_err, const char *what);
-/* Closes a GridFS upload stream (a mongoc_stream_t *) and, when the close fails, reports the
- * stream's own error (GridFS writes the files document on close: a duplicate key there, from
- * a unique index, is SHOAL_EEXIST). what (printf format) says what was being written. 0 or
- * the error; the caller still destroys the stream. */
-int store__mongo_upload_close(void *impl, void *stream, shoal_error *err, const char *what, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* Helpers shared by the file-store code (file.c defines them). */
-const char *store__host_tag(void); /* this host's name, [A-Za-z0-9-] only: temp names */
-/* An errno as a shoal error: ENOENT/EEXIST keep their meaning, the rest is SHOAL_EIO. */
-int store__sys_err(shoal_error *err, int e, const char *what, const char *path);
-int store__write_all(int fd, const void *buf, size_t len); /* 0 or an errno */
-int store__read_all(int fd, void *buf, size_t len);        /* 0, an errno, or -1 at an early end */
-void store__put_le32(unsigned char *p, uint32_t v);
-void store__put_le64(unsigned char *p, uint64_t v);
-uint32_t store__get_le32(const unsigned char *p);
-uint64_t store__get_le64(const unsigned char *p);
-uint32_t store__crc32(const void *bytes, size_t len); /* zlib's CRC-32 (dataset.c) */
-
-/* Helpers. */
+/* ---- helpers (store.c) */
 int store__metric_name_valid(const char *name);
 int store__worker_valid(const char *name);
 double store__wall_time(void);      /* Unix time, seconds (CLOCK_REALTIME) */
 char *store__strdup(const char *s); /* NULL for NULL; NULL on allocation failure too */
-
-/* Growable arrays for list results. */
+/* Grows *arr (of *cap elements of elem bytes) to hold more than n: 0 or SHOAL_ENOMEM. */
 int store__grow(void **arr, size_t *cap, size_t n, size_t elem);
+uint32_t store__crc32(const void *bytes, size_t len); /* zlib's CRC-32 */
+void store__put_le32(unsigned char *p, uint32_t v);
+void store__put_le64(unsigned char *p, uint64_t v);
+uint32_t store__get_le32(const unsigned char *p);
+uint64_t store__get_le64(const unsigned char *p);
+
+/* ---- the segment encoding, for the backends (segments.c) */
+/* Bytes of one item of dtype and shape; 0 when invalid. */
+size_t store__seg_item_bytes(int dtype, int ndim, const int64_t *shape);
+/* The STORE_SEG_* dtype named s ("u8", "i32", "f32") into *out: 0 or SHOAL_EINVAL. */
+int store__seg_dtype_parse(const char *s, int *out);
+/* Forgets seg's columns (rows 0), keeping its buffer. */
+void store__seg_no_columns(store_segment *seg);
+/* Makes seg->buf hold at least len bytes: 0 or SHOAL_ENOMEM. */
+int store__seg_grow(store_segment *seg, size_t len, shoal_error *err);
+/* Writes the header of seg's encoding (seq, wall_time, run, source, spec) and the
+ * CRC, which it also sets in seg->crc. */
+void store__seg_header_write(store_segment *seg);
+/* Checks the header of the len bytes in seg->buf (where: the file or document, for
+ * messages) and lays the columns out. SHOAL_EFORMAT naming what is wrong. */
+int store__seg_header_read(store_segment *seg, size_t len, const char *where, shoal_error *err);
 
 #endif

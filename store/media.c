@@ -1,6 +1,7 @@
 /*
  * store/media.c — media of a run (episode recordings): argument checks and the
- * metadata document; the bytes go through the backend's hub table (store/hub.h).
+ * metadata document; the bytes go through the backend's media slots (file_data.c,
+ * mongo_data.c).
  */
 #define _GNU_SOURCE
 #include <bson/bson.h>
@@ -10,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/hub.h"
+#include "store/internal.h"
 
 int store_media_name_valid(const char *name) {
   if (!name || !isalnum((unsigned char)name[0])) return 0;
@@ -103,11 +104,9 @@ int store_media_put(store *st, const store_media_meta *meta, const void *bytes, 
   store_run r;
   if ((rc = store_run_find(st, meta->run, &r, err))) return rc;
   store_run_clear(&r);
-  void *impl;
-  const store__hub *hub = store__hub_of(st, &impl);
   bson_t d;
   meta_doc(&d, meta, len);
-  rc = hub->media_put(impl, meta->run, meta->name, &d, bytes, len, err);
+  rc = STORE__CALL(st, media_put, err, meta->run, meta->name, &d, bytes, len);
   bson_destroy(&d);
   return rc;
 }
@@ -117,12 +116,10 @@ int store_media_get(store *st, const char *run, const char *name, store_media_me
   if (!st || !bytes || !len) return shoal_error_set(err, SHOAL_EINVAL, "store_media_get: NULL");
   int rc = check_names(run, name, err);
   if (rc) return rc;
-  void *impl;
-  const store__hub *hub = store__hub_of(st, &impl);
   bson_t d;
   void *b = NULL;
   size_t n = 0;
-  if ((rc = hub->media_get(impl, run, name, &d, &b, &n, err))) return rc;
+  if ((rc = STORE__CALL(st, media_get, err, run, name, &d, &b, &n))) return rc;
   store_media_meta m;
   rc = meta_parse(&d, &m, err);
   bson_destroy(&d);
@@ -153,11 +150,9 @@ int store_media_list(store *st, const char *run, store_media_meta **out, size_t 
   store_run r;
   if ((rc = store_run_find(st, run, &r, err))) return rc;
   store_run_clear(&r);
-  void *impl;
-  const store__hub *hub = store__hub_of(st, &impl);
   bson_t **docs = NULL;
   size_t k = 0;
-  if ((rc = hub->media_list(impl, run, &docs, &k, err))) return rc;
+  if ((rc = STORE__CALL(st, media_list, err, run, &docs, &k))) return rc;
   store_media_meta *arr = k ? calloc(k, sizeof *arr) : NULL;
   if (k && !arr) rc = shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
   for (size_t i = 0; i < k; i++) {

@@ -1,5 +1,5 @@
 /*
- * store/mongo.c — the MongoDB backend (libmongoc 1.x).
+ * store/mongo.c — the MongoDB backend (libmongoc 1.x) and its table.
  *
  * Database from the URI ("shoal" when it names none). Collections:
  *   runs       {_id: run, config, status, created, updated}
@@ -13,6 +13,7 @@
  *              metadata.run+metadata.version. GridFS writes the files document after
  *              the last chunk, so a crash mid-upload leaves only orphan chunks and the
  *              previous snapshots readable; chunks make snapshots above 16 MB work.
+ *   segments, datasets, dataset_chunks, media: mongo_segments.c and mongo_data.c
  *
  * One mongoc_client_pool for the store; each operation pops a client and pushes it
  * back, so the handle is thread-safe. Writes are retryable and use write concern
@@ -31,33 +32,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "store/internal.h"
-
-#ifndef SHOAL_HAVE_MONGOC
-
-int store__mongo_open(void **impl, const char *uri, bool lazy, shoal_error *err) {
-  (void)lazy;
-  char red[512];
-  store_uri_redact(red, sizeof red, uri);
-  return shoal_error_set(err, SHOAL_ENOTSUP,
-                         "store: '%s': this build of shoal has no MongoDB support (libmongoc "
-                         "was not found at build time)",
-                         red);
-}
-static void mongo_close(void *impl) {}
-void *store__mongo_pop(void *impl, const char **db) { return NULL; }
-void store__mongo_push(void *impl, void *client) {}
-int store__mongo_error(void *impl, shoal_error *err, const void *bson_err, const char *what) {
-  return shoal_error_set(err, SHOAL_ENOTSUP, "store: %s: no MongoDB support in this build", what);
-}
-int store__mongo_upload_close(void *impl, void *stream, shoal_error *err, const char *what, ...) {
-  return shoal_error_set(err, SHOAL_ENOTSUP, "store: no MongoDB support in this build");
-}
-const store__backend store__mongo_backend = {.name = "mongodb", .close = mongo_close};
-
-#else
-
-#include <mongoc/mongoc.h>
+#include "store/mongo_backend.h"
 
 typedef struct mongo_store {
   mongoc_client_pool_t *pool;
@@ -228,7 +203,9 @@ static void mongo_close(void *impl) {
   free(ms);
 }
 
-int store__mongo_open(void **impl, const char *uri_str, bool lazy, shoal_error *err) {
+static int mongo_open(void **impl, const char *uri_str, const store_uri_info *u, bool lazy,
+                      shoal_error *err) {
+  (void)u; /* libmongoc reads the URI */
   pthread_once(&init_once, init_mongoc);
   mongo_store *ms = calloc(1, sizeof *ms);
   if (!ms) return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
@@ -302,21 +279,21 @@ fail:
   return rc;
 }
 
-/* ---- for segments.c ------------------------------------------------------ */
+/* ---- for mongo_segments.c and mongo_data.c ------------------------------- */
 
-void *store__mongo_pop(void *impl, const char **db) {
+mongoc_client_t *store__mongo_pop(void *impl, const char **db) {
   mongo_store *ms = impl;
   if (db) *db = ms->db;
   return mongoc_client_pool_pop(ms->pool);
 }
-void store__mongo_push(void *impl, void *client) {
+void store__mongo_push(void *impl, mongoc_client_t *client) {
   mongoc_client_pool_push(((mongo_store *)impl)->pool, client);
 }
-int store__mongo_error(void *impl, shoal_error *err, const void *bson_err, const char *what) {
-  return merr(impl, err, bson_err, "%s", what);
+int store__mongo_error(void *impl, shoal_error *err, const bson_error_t *be, const char *what) {
+  return merr(impl, err, be, "%s", what);
 }
-int store__mongo_upload_close(void *impl, void *stream, shoal_error *err, const char *what, ...) {
-  mongoc_stream_t *s = stream;
+int store__mongo_upload_close(void *impl, mongoc_stream_t *s, shoal_error *err, const char *what,
+                              ...) {
   bson_error_t be;
   memset(&be, 0, sizeof be);
   /* The stream's error is read whether or not the close succeeded: after a failed close it
@@ -1262,6 +1239,7 @@ static int mongo_trial_list(void *impl, const char *sweep, store_trial **out, si
 
 const store__backend store__mongo_backend = {
     .name = "mongodb",
+    .open = mongo_open,
     .close = mongo_close,
     .run_create = mongo_run_create,
     .run_find = mongo_run_find,
@@ -1284,6 +1262,19 @@ const store__backend store__mongo_backend = {
     .trial_requeue_stale = mongo_trial_requeue_stale,
     .trial_get = mongo_trial_get,
     .trial_list = mongo_trial_list,
+    .segment_write = store__mongo_segment_write,
+    .segment_list = store__mongo_segment_list,
+    .segment_read = store__mongo_segment_read,
+    .dataset_begin = store__mongo_dataset_begin,
+    .dataset_upload_id = store__mongo_dataset_upload_id,
+    .dataset_chunk_put = store__mongo_dataset_chunk_put,
+    .dataset_commit = store__mongo_dataset_commit,
+    .dataset_abort = store__mongo_dataset_abort,
+    .dataset_manifest_get = store__mongo_dataset_manifest_get,
+    .dataset_names = store__mongo_dataset_names,
+    .dataset_chunk_get = store__mongo_dataset_chunk_get,
+    .dataset_delete = store__mongo_dataset_delete,
+    .media_put = store__mongo_media_put,
+    .media_get = store__mongo_media_get,
+    .media_list = store__mongo_media_list,
 };
-
-#endif

@@ -1,6 +1,8 @@
 /*
- * store/store.c — the front of the store: opening by URI, argument checks shared by
- * both backends, the cache of runs known to exist, and URI redaction.
+ * store/store.c — the front of the store: the backends store_open knows, opening by
+ * URI (read by uri.c), argument checks of runs, snapshots, the replay log, metrics and
+ * trials before each calls its backend slot, the cache of runs known to exist, and
+ * helpers every store file uses.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -8,21 +10,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
+#include <zlib.h>
 
 #include "store/internal.h"
 
-struct store {
-  const store__backend *be;
-  void *impl;
-  char *uri; /* redacted */
-  /* Runs are never deleted, so a run seen to exist stays known: writes to a run
-   * then check it without a round trip. A small array is enough (a learner writes
-   * to one run; a sweep worker to a few). */
-  pthread_mutex_t mu;
-  char (*known)[STORE_NAME_MAX];
-  size_t n_known, cap_known;
+/* The backends store_open knows. MongoDB is there when libmongoc was found at build
+ * time (store/CMakeLists.txt compiles mongo*.c then). */
+static const store__backend *const backends[] = {
+    &store__file_backend,
+#ifdef SHOAL_HAVE_MONGOC
+    &store__mongo_backend,
+#endif
 };
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -56,6 +55,35 @@ char *store__strdup(const char *s) {
   char *d = malloc(n);
   if (d) memcpy(d, s, n);
   return d;
+}
+
+uint32_t store__crc32(const void *bytes, size_t len) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  const Bytef *p = bytes;
+  while (len) {
+    uInt n = len > (1u << 30) ? (1u << 30) : (uInt)len;
+    c = crc32(c, p, n);
+    p += n;
+    len -= n;
+  }
+  return (uint32_t)c;
+}
+
+void store__put_le32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+void store__put_le64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+uint32_t store__get_le32(const unsigned char *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+uint64_t store__get_le64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
 }
 
 int store__grow(void **arr, size_t *cap, size_t n, size_t elem) {
@@ -112,91 +140,6 @@ void store_trials_free(store_trial *t, size_t n) {
   free(t);
 }
 
-/* ---- URI redaction ------------------------------------------------------------ */
-
-static int secret_key(const char *k, size_t n) {
-  static const char *words[] = {"password", "secret", "token", "pwd", "key"};
-  for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
-    size_t wl = strlen(words[w]);
-    for (size_t i = 0; i + wl <= n; i++)
-      if (strncasecmp(k + i, words[w], wl) == 0) return 1;
-  }
-  return 0;
-}
-
-size_t store_uri_redact(char *out, size_t cap, const char *uri) {
-  /* Built in a local buffer sized for any URI, then copied with snprintf's
-   * truncation rules. */
-  if (!uri) uri = "";
-  size_t len = strlen(uri);
-  char *buf = malloc(len + 16 * 4 + 64);
-  if (!buf) {
-    if (cap) snprintf(out, cap, "%s", "(uri)");
-    return 5;
-  }
-  size_t o = 0;
-  const char *p = uri;
-  const char *scheme_end = strstr(uri, "://");
-  if (scheme_end) {
-    size_t sl = (size_t)(scheme_end - uri) + 3;
-    memcpy(buf, uri, sl);
-    o = sl;
-    p = uri + sl;
-    /* The userinfo ends at the last '@' before the path: passwords may hold '@'
-     * only percent-encoded, but be generous and take the last one. */
-    const char *auth_end = p + strcspn(p, "/?#");
-    const char *at = NULL;
-    for (const char *q = p; q < auth_end; q++)
-      if (*q == '@') at = q;
-    if (at) {
-      const char *colon = memchr(p, ':', (size_t)(at - p));
-      if (colon) {
-        memcpy(buf + o, p, (size_t)(colon - p));
-        o += (size_t)(colon - p);
-        memcpy(buf + o, ":***", 4);
-        o += 4;
-      } else {
-        memcpy(buf + o, p, (size_t)(at - p));
-        o += (size_t)(at - p);
-      }
-      p = at;
-    }
-  }
-  /* Copy the rest, masking values of secret-looking options after '?'. */
-  const char *q = strchr(p, '?');
-  size_t head = q ? (size_t)(q - p) : strlen(p);
-  memcpy(buf + o, p, head);
-  o += head;
-  if (q) {
-    p = q;
-    while (*p) {
-      buf[o++] = *p++; /* '?' or '&' */
-      size_t kl = strcspn(p, "=&");
-      memcpy(buf + o, p, kl);
-      o += kl;
-      int secret = secret_key(p, kl);
-      p += kl;
-      if (*p == '=') {
-        buf[o++] = *p++;
-        size_t vl = strcspn(p, "&");
-        if (secret) {
-          memcpy(buf + o, "***", 3);
-          o += 3;
-        } else {
-          memcpy(buf + o, p, vl);
-          o += vl;
-        }
-        p += vl;
-      }
-    }
-  }
-  buf[o] = 0;
-  size_t n = o;
-  if (cap) snprintf(out, cap, "%s", buf);
-  free(buf);
-  return n;
-}
-
 /* ---- open / close -------------------------------------------------------- */
 
 int store__open_backend(store **out, const store__backend *be, void *impl, const char *uri_redacted,
@@ -220,32 +163,30 @@ int store__open_backend(store **out, const store__backend *be, void *impl, const
 
 static int open_store(store **out, const char *uri, bool lazy, shoal_error *err) {
   if (!out) return shoal_error_set(err, SHOAL_EINVAL, "store_open: out is NULL");
-  if (!uri || !uri[0]) {
-    const char *env = getenv("SHOAL_STORE_URI");
-    uri = env && env[0] ? env : "file:runs";
-  }
+  uri = store__uri_or_default(uri);
+  store_uri_info *u = malloc(sizeof *u);
   size_t rl = store_uri_redact(NULL, 0, uri);
   char *red = malloc(rl + 1);
-  if (!red) return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
+  if (!u || !red) {
+    free(u);
+    free(red);
+    return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
+  }
   store_uri_redact(red, rl + 1, uri);
-
   const store__backend *be = NULL;
   void *impl = NULL;
-  int rc;
-  const char *sep = strstr(uri, "://");
-  if (strncmp(uri, "mongodb://", 10) == 0 || strncmp(uri, "mongodb+srv://", 14) == 0) {
-    be = &store__mongo_backend;
-    rc = store__mongo_open(&impl, uri, lazy, err);
-  } else if (strncmp(uri, "file:", 5) == 0 || !sep) {
-    /* A plain path has no scheme; "C:"-like prefixes do not occur here. */
-    be = &store__file_backend;
-    rc = store__file_open(&impl, uri, err);
-  } else {
-    rc = shoal_error_set(err, SHOAL_EINVAL,
-                         "store: unknown URI scheme in '%s' (expected file:// or mongodb://)", red);
-  }
-  if (rc == 0) rc = store__open_backend(out, be, impl, red, err);
+  int rc = store_uri_parse(uri, u, err);
+  for (size_t i = 0; !rc && i < sizeof backends / sizeof backends[0] && !be; i++)
+    if (strcmp(backends[i]->name, u->backend) == 0) be = backends[i];
+  if (!rc && !be) /* only MongoDB can be missing */
+    rc = shoal_error_set(err, SHOAL_ENOTSUP,
+                         "store: '%s': this build of shoal has no MongoDB support (libmongoc "
+                         "was not found at build time)",
+                         red);
+  if (!rc) rc = be->open(&impl, uri, u, lazy, err);
+  if (!rc) rc = store__open_backend(out, be, impl, red, err);
   free(red);
+  free(u);
   return rc;
 }
 
@@ -268,7 +209,11 @@ void store_close(store *st) {
 
 const char *store_backend_name(const store *st) { return st->be->name; }
 const char *store_uri(const store *st) { return st->uri; }
-void *store__impl(store *st) { return st->impl; }
+
+int store__unsupported(const store *st, const char *slot, shoal_error *err) {
+  return shoal_error_set(err, SHOAL_ENOTSUP, "store: the %s backend has no %s (%s)", st->be->name,
+                         slot, st->uri);
+}
 
 /* ---- argument checks ----------------------------------------------------- */
 
@@ -303,7 +248,7 @@ static int require_run(store *st, const char *run, shoal_error *err) {
   pthread_mutex_unlock(&st->mu);
   store_run r;
   memset(&r, 0, sizeof r);
-  int rc = st->be->run_find(st->impl, run, &r, err);
+  int rc = STORE__CALL(st, run_find, err, run, &r);
   if (rc == SHOAL_ENOENT)
     return shoal_error_set(err, SHOAL_ENOENT, "store: run '%s' does not exist in %s", run, st->uri);
   if (rc) return rc;
@@ -322,7 +267,7 @@ int store_run_create(store *st, const char *id, const char *config, int status, 
   CHECK_NAME("run", id);
   int rc = check_run_status(status, err);
   if (rc) return rc;
-  return st->be->run_create(st->impl, id, config ? config : "", status, err);
+  return STORE__CALL(st, run_create, err, id, config ? config : "", status);
 }
 
 int store_run_find(store *st, const char *id, store_run *out, shoal_error *err) {
@@ -331,7 +276,7 @@ int store_run_find(store *st, const char *id, store_run *out, shoal_error *err) 
   CHECK_NAME("run", id);
   store_run r;
   memset(&r, 0, sizeof r);
-  int rc = st->be->run_find(st->impl, id, &r, err);
+  int rc = STORE__CALL(st, run_find, err, id, &r);
   if (rc == 0) *out = r;
   return rc;
 }
@@ -342,7 +287,7 @@ int store_run_list(store *st, store_run **out, size_t *n, shoal_error *err) {
   CHECK_PTR(n);
   store_run *r = NULL;
   size_t k = 0;
-  int rc = st->be->run_list(st->impl, &r, &k, err);
+  int rc = STORE__CALL(st, run_list, err, &r, &k);
   if (rc) return rc;
   *out = r;
   *n = k;
@@ -354,7 +299,7 @@ int store_run_set_status(store *st, const char *id, int status, shoal_error *err
   CHECK_NAME("run", id);
   int rc = check_run_status(status, err);
   if (rc) return rc;
-  return st->be->run_set_status(st->impl, id, status, err);
+  return STORE__CALL(st, run_set_status, err, id, status);
 }
 
 /* ---- snapshots ----------------------------------------------------------- */
@@ -379,7 +324,7 @@ int store_snapshot_put(store *st, const store_snapshot_meta *meta, const void *b
   if (m.wall_time == 0) m.wall_time = store__wall_time();
   m.size = len;
   static const char empty = 0;
-  return st->be->snapshot_put(st->impl, &m, bytes ? bytes : &empty, len, err);
+  return STORE__CALL(st, snapshot_put, err, &m, bytes ? bytes : &empty, len);
 }
 
 int store_snapshot_get(store *st, const char *run, int64_t version, store_snapshot_meta *meta,
@@ -395,7 +340,7 @@ int store_snapshot_get(store *st, const char *run, int64_t version, store_snapsh
   memset(&m, 0, sizeof m);
   void *b = NULL;
   size_t l = 0;
-  int rc = st->be->snapshot_get(st->impl, run, version, &m, &b, &l, err);
+  int rc = STORE__CALL(st, snapshot_get, err, run, version, &m, &b, &l);
   if (rc) return rc;
   if (meta) *meta = m;
   *bytes = b;
@@ -411,7 +356,7 @@ int store_snapshot_list(store *st, const char *run, store_snapshot_meta **out, s
   CHECK_NAME("run", run);
   store_snapshot_meta *m = NULL;
   size_t k = 0;
-  int rc = st->be->snapshot_list(st->impl, run, &m, &k, err);
+  int rc = STORE__CALL(st, snapshot_list, err, run, &m, &k);
   if (rc) return rc;
   *out = m;
   *n = k;
@@ -434,7 +379,7 @@ int store_replay_append(store *st, const char *run, uint64_t seq, const void *by
                            (unsigned long long)seq);
   int rc = require_run(st, run, err);
   if (rc) return rc;
-  return st->be->replay_append(st->impl, run, seq, bytes, len, err);
+  return STORE__CALL(st, replay_append, err, run, seq, bytes, len);
 }
 
 int store_replay_iter(store *st, const char *run, uint64_t from_seq, store_replay_fn fn, void *ctx,
@@ -442,7 +387,7 @@ int store_replay_iter(store *st, const char *run, uint64_t from_seq, store_repla
   CHECK_PTR(st);
   CHECK_PTR(fn);
   CHECK_NAME("run", run);
-  return st->be->replay_iter(st->impl, run, from_seq, fn, ctx, err);
+  return STORE__CALL(st, replay_iter, err, run, from_seq, fn, ctx);
 }
 
 int store_replay_list(store *st, const char *run, uint64_t **seqs, size_t *n, shoal_error *err) {
@@ -452,7 +397,7 @@ int store_replay_list(store *st, const char *run, uint64_t **seqs, size_t *n, sh
   CHECK_NAME("run", run);
   uint64_t *s = NULL;
   size_t k = 0;
-  int rc = st->be->replay_list(st->impl, run, &s, &k, err);
+  int rc = STORE__CALL(st, replay_list, err, run, &s, &k);
   if (rc) return rc;
   *seqs = s;
   *n = k;
@@ -467,7 +412,7 @@ int store_replay_read(store *st, const char *run, uint64_t seq, void **bytes, si
   CHECK_NAME("run", run);
   void *b = NULL;
   size_t l = 0;
-  int rc = st->be->replay_read(st->impl, run, seq, &b, &l, err);
+  int rc = STORE__CALL(st, replay_read, err, run, seq, &b, &l);
   if (rc) return rc;
   *bytes = b;
   *len = l;
@@ -479,7 +424,7 @@ int store_replay_trim(store *st, const char *run, uint64_t below, size_t *remove
   CHECK_PTR(st);
   CHECK_NAME("run", run);
   size_t k = 0;
-  int rc = st->be->replay_trim(st->impl, run, below, &k, err);
+  int rc = STORE__CALL(st, replay_trim, err, run, below, &k);
   if (removed) *removed = k;
   return rc;
 }
@@ -491,7 +436,7 @@ int store_local_dir(store *st, const char *run, char *out, size_t cap, shoal_err
   if (!st->be->local_dir)
     return shoal_error_set(err, SHOAL_ENOTSUP, "store: %s keeps no local files (%s)", st->be->name,
                            st->uri);
-  return st->be->local_dir(st->impl, run, out, cap, err);
+  return STORE__CALL(st, local_dir, err, run, out, cap);
 }
 
 /* ---- metrics ------------------------------------------------------------- */
@@ -518,7 +463,7 @@ int store_metrics_append(store *st, const store_metric *rows, size_t n, shoal_er
     int rc = require_run(st, rows[i].run, err);
     if (rc) return rc;
   }
-  return st->be->metrics_append(st->impl, rows, n, err);
+  return STORE__CALL(st, metrics_append, err, rows, n);
 }
 
 int store_metrics_query(store *st, const char *run, const char *name, int64_t step_min,
@@ -531,7 +476,7 @@ int store_metrics_query(store *st, const char *run, const char *name, int64_t st
     return shoal_error_set(err, SHOAL_EINVAL, "store: invalid metric name '%.80s'", name);
   store_metric *m = NULL;
   size_t k = 0;
-  int rc = st->be->metrics_query(st->impl, run, name, step_min, step_max, &m, &k, err);
+  int rc = STORE__CALL(st, metrics_query, err, run, name, step_min, step_max, &m, &k);
   if (rc) return rc;
   *out = m;
   *n = k;
@@ -552,7 +497,7 @@ int store_trial_create(store *st, const char *sweep, const char *id, const char 
   CHECK_PTR(st);
   CHECK_NAME("sweep", sweep);
   CHECK_NAME("trial", id);
-  return st->be->trial_create(st->impl, sweep, id, params ? params : "", err);
+  return STORE__CALL(st, trial_create, err, sweep, id, params ? params : "");
 }
 
 int store_trial_claim(store *st, const char *sweep, const char *worker, store_trial *out,
@@ -563,7 +508,7 @@ int store_trial_claim(store *st, const char *sweep, const char *worker, store_tr
   CHECK_WORKER(worker);
   store_trial t;
   memset(&t, 0, sizeof t);
-  int rc = st->be->trial_claim(st->impl, sweep, worker, &t, err);
+  int rc = STORE__CALL(st, trial_claim, err, sweep, worker, &t);
   if (rc == 0) *out = t;
   return rc;
 }
@@ -574,7 +519,7 @@ int store_trial_heartbeat(store *st, const char *sweep, const char *id, const ch
   CHECK_NAME("sweep", sweep);
   CHECK_NAME("trial", id);
   CHECK_WORKER(worker);
-  return st->be->trial_heartbeat(st->impl, sweep, id, worker, err);
+  return STORE__CALL(st, trial_heartbeat, err, sweep, id, worker);
 }
 
 int store_trial_complete(store *st, const char *sweep, const char *id, const char *worker,
@@ -587,7 +532,7 @@ int store_trial_complete(store *st, const char *sweep, const char *id, const cha
     return shoal_error_set(err, SHOAL_EINVAL,
                            "store: trial '%s' completed with status %d (done or failed expected)",
                            id, status);
-  return st->be->trial_complete(st->impl, sweep, id, worker, status, result ? result : "", err);
+  return STORE__CALL(st, trial_complete, err, sweep, id, worker, status, result ? result : "");
 }
 
 int store_trial_requeue_stale(store *st, const char *sweep, double max_age_s, size_t *n_requeued,
@@ -598,7 +543,7 @@ int store_trial_requeue_stale(store *st, const char *sweep, double max_age_s, si
     return shoal_error_set(err, SHOAL_EINVAL, "store: max_age_s %g must be finite and >= 0",
                            max_age_s);
   size_t n = 0;
-  int rc = st->be->trial_requeue_stale(st->impl, sweep, max_age_s, &n, err);
+  int rc = STORE__CALL(st, trial_requeue_stale, err, sweep, max_age_s, &n);
   if (n_requeued) *n_requeued = n;
   return rc;
 }
@@ -611,7 +556,7 @@ int store_trial_get(store *st, const char *sweep, const char *id, store_trial *o
   CHECK_NAME("trial", id);
   store_trial t;
   memset(&t, 0, sizeof t);
-  int rc = st->be->trial_get(st->impl, sweep, id, &t, err);
+  int rc = STORE__CALL(st, trial_get, err, sweep, id, &t);
   if (rc == 0) *out = t;
   return rc;
 }
@@ -623,7 +568,7 @@ int store_trial_list(store *st, const char *sweep, store_trial **out, size_t *n,
   CHECK_NAME("sweep", sweep);
   store_trial *t = NULL;
   size_t k = 0;
-  int rc = st->be->trial_list(st->impl, sweep, &t, &k, err);
+  int rc = STORE__CALL(st, trial_list, err, sweep, &t, &k);
   if (rc) return rc;
   *out = t;
   *n = k;

@@ -1,6 +1,6 @@
 /*
  * store/writer.c — the writer thread: a bounded queue in front of a store so the
- * trainer never waits on disk or network (see store.h for the policy).
+ * trainer never waits on disk or network (see store_writer.h for the policy).
  *
  * Metrics live in two arrays of queue_rows rows: producers append to the active
  * one; the thread swaps it with the empty in-flight one (O(1) under the lock) and

@@ -36,6 +36,14 @@ PRELUDES = {
 const uint8_t head[8] = {0}, body[4] = {0};
 size_t body_len = sizeof body;
 """,
+    "common/file.h": """
+#include <stdio.h>
+shoal_error err = {0};
+const char buf[4] = {0}, head[2] = {0}, body[2] = {0};
+size_t len = sizeof buf, head_len = sizeof head, body_len = sizeof body;
+const char *path = "out/x";
+int rc;
+""",
     "common/shoal.h": """
 #include "nn/nn.h"
 nn_model *m = NULL;

@@ -101,6 +101,10 @@ def test_snapshots_differ_and_file_load(tmp_path, store):
         shoal.load_policy(g)
     c = shoal.load_policy(g, config=store / "cp" / "config.yaml")
     np.testing.assert_array_equal(c(obs), latest(obs))
+    # A store without run= is refused, however its URI or folder is written.
+    for target in (uri, "file:" + str(store), str(store)):
+        with pytest.raises(ValueError, match="pass run="):
+            shoal.load_policy(target)
 
 
 def test_batches_single_and_dtypes(store):

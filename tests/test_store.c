@@ -95,6 +95,45 @@ static void test_redact(void **state) {
   assert_int_equal(strlen(out), 7);
 }
 
+/* store_uri_parse reads what store_open opens, and nothing is made. */
+static void test_uri_parse(void **state) {
+  store_uri_info u;
+  shoal_error err = {0};
+  assert_int_equal(store_uri_parse("file:///data/my%20runs/?sync=never", &u, &err), 0);
+  assert_string_equal(u.backend, "file");
+  assert_int_equal(u.has_scheme, 1);
+  assert_string_equal(u.dir, "/data/my runs");
+  assert_int_equal(u.sync_metrics, 0);
+  assert_int_equal(store_uri_parse("file://localhost/data/runs", &u, &err), 0);
+  assert_string_equal(u.dir, "/data/runs");
+  assert_int_equal(u.sync_metrics, 1);
+  assert_int_equal(store_uri_parse("file:rel/runs", &u, &err), 0);
+  assert_string_equal(u.dir, "rel/runs");
+  assert_int_equal(u.has_scheme, 1);
+  assert_int_equal(store_uri_parse("plain/dir/", &u, &err), 0);
+  assert_string_equal(u.backend, "file");
+  assert_int_equal(u.has_scheme, 0);
+  assert_string_equal(u.dir, "plain/dir");
+  struct stat sb;
+  assert_int_equal(stat("plain", &sb), -1); /* read, not made */
+  assert_int_equal(store_uri_parse("mongodb://alice:s3cret@h/db", &u, &err), 0);
+  assert_string_equal(u.backend, "mongodb");
+  assert_int_equal(u.has_scheme, 1);
+  assert_string_equal(u.dir, "");
+  assert_int_equal(u.password_masked, 0);
+  assert_int_equal(store_uri_parse("mongodb+srv://alice:***@h/db?w=1", &u, &err), 0);
+  assert_int_equal(u.password_masked, 1);
+  u.sync_metrics = 7;
+  assert_int_equal(store_uri_parse("ftp://bob:pw@h/x", &u, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "unknown URI scheme"));
+  assert_null(strstr(err.msg, "pw@"));
+  assert_int_equal(u.sync_metrics, 7); /* untouched on error */
+  assert_int_equal(store_uri_parse("file:x%zz", &u, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "%-escape"));
+  assert_int_equal(store_uri_parse("file:x?sync=maybe", &u, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "unknown option"));
+}
+
 static void test_bad_uri_is_a_clear_error(void **state) {
   shoal_error err = {0};
   store *st = (store *)0x1;
@@ -1354,6 +1393,7 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest shared[] = {
       cmocka_unit_test(test_redact),
+      cmocka_unit_test(test_uri_parse),
       cmocka_unit_test_setup_teardown(test_bad_uri_is_a_clear_error, setup, teardown),
       cmocka_unit_test_setup_teardown(test_runs_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_names_cannot_escape, setup, teardown),

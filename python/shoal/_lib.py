@@ -110,6 +110,7 @@ def _load():
         "shoal_c_vec_episodes": (i32, [vp, vp, vp, vp, vp, i32]),
         "shoal_c_vec_stats": (i32, [vp, P(Stats)]),
         "shoal_c_vec_render": (i32, [vp, i32, vp]),
+        "shoal_c_is_store_uri": (i32, [ctypes.c_char_p]),
         "shoal_c_policy_load_store": (i32, [P(vp), ctypes.c_char_p, ctypes.c_char_p, i64]),
         "shoal_c_policy_load_file": (i32, [P(vp), ctypes.c_char_p, ctypes.c_char_p]),
         "shoal_c_policy_destroy": (None, [vp]),

@@ -183,7 +183,7 @@ def load_policy(path_or_uri, run=None, best=False, version=None, config=None):
     else:
         if best or version is not None:
             raise ValueError("load_policy: best= and version= pick a snapshot of a run: pass run=")
-        if "://" in target or os.path.isdir(target):
+        if lib.shoal_c_is_store_uri(target.encode()) or os.path.isdir(target):
             raise ValueError(f"load_policy({target!r}): a store: pass run= to pick the run")
         cfg = None if config is None else os.fspath(config).encode()
         check(lib.shoal_c_policy_load_file(ctypes.byref(h), target.encode(), cfg),

@@ -1,5 +1,5 @@
 /*
- * store/hub_mongo.c — datasets and media in MongoDB (libmongoc 1.x).
+ * store/mongo_data.c — datasets and media in MongoDB (libmongoc 1.x).
  *
  *   datasets        {_id: NAME, upload, manifest: {...}}          the commit point
  *   dataset_chunks  {dataset, upload, chunk, records, crc, data: binary}
@@ -20,50 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/hub.h"
-
-#ifndef SHOAL_HAVE_MONGOC
-
-static int nosup(shoal_error *err) {
-  return shoal_error_set(err, SHOAL_ENOTSUP, "store: this build of shoal has no MongoDB support");
-}
-static int ds_begin(void *impl, const char *name, void **up, shoal_error *err) {
-  return nosup(err);
-}
-static const char *ds_upload_id(void *up) { return ""; }
-static int ds_chunk_put(void *impl, void *up, uint32_t c, uint32_t records, uint32_t crc,
-                        const void *bytes, size_t len, shoal_error *err) {
-  return nosup(err);
-}
-static int ds_commit(void *impl, void *up, const bson_t *m, shoal_error *err) { return nosup(err); }
-static void ds_abort(void *impl, void *up) {}
-static int ds_manifest_get(void *impl, const char *name, bson_t *out, shoal_error *err) {
-  return nosup(err);
-}
-static int ds_names(void *impl, char (**names)[STORE_NAME_MAX], size_t *n, shoal_error *err) {
-  return nosup(err);
-}
-static int ds_chunk_get(void *impl, const char *name, const char *upload, uint32_t c, void *buf,
-                        size_t cap, size_t *len, uint32_t *records, uint32_t *crc,
-                        shoal_error *err) {
-  return nosup(err);
-}
-static int ds_delete(void *impl, const char *name, shoal_error *err) { return nosup(err); }
-static int media_put(void *impl, const char *run, const char *name, const bson_t *meta,
-                     const void *bytes, size_t len, shoal_error *err) {
-  return nosup(err);
-}
-static int media_get(void *impl, const char *run, const char *name, bson_t *meta, void **bytes,
-                     size_t *len, shoal_error *err) {
-  return nosup(err);
-}
-static int media_list(void *impl, const char *run, bson_t ***metas, size_t *n, shoal_error *err) {
-  return nosup(err);
-}
-
-#else
-
-#include <mongoc/mongoc.h>
+#include "store/mongo_backend.h"
 
 enum { MEDIA_CHUNK_BYTES = 1 << 20 };
 
@@ -122,7 +79,7 @@ typedef struct upload {
   char id[25]; /* an ObjectId in hex */
 } upload;
 
-static int ds_begin(void *impl, const char *name, void **out, shoal_error *err) {
+int store__mongo_dataset_begin(void *impl, const char *name, void **out, shoal_error *err) {
   conn k = conn_begin(impl);
   int rc = ensure_index(
       &k, "dataset_chunks",
@@ -141,10 +98,10 @@ static int ds_begin(void *impl, const char *name, void **out, shoal_error *err) 
   return 0;
 }
 
-static const char *ds_upload_id(void *up) { return ((upload *)up)->id; }
+const char *store__mongo_dataset_upload_id(void *up) { return ((upload *)up)->id; }
 
-static int ds_chunk_put(void *impl, void *up, uint32_t c, uint32_t records, uint32_t crc,
-                        const void *bytes, size_t len, shoal_error *err) {
+int store__mongo_dataset_chunk_put(void *impl, void *up, uint32_t c, uint32_t records, uint32_t crc,
+                                   const void *bytes, size_t len, shoal_error *err) {
   upload *u = up;
   conn k = conn_begin(impl);
   mongoc_collection_t *col = coll(&k, "dataset_chunks");
@@ -179,7 +136,7 @@ static void delete_chunks(conn *k, const char *name, const char *upload_id) {
   mongoc_collection_destroy(col);
 }
 
-static void ds_abort(void *impl, void *up) {
+void store__mongo_dataset_abort(void *impl, void *up) {
   upload *u = up;
   if (!u) return;
   conn k = conn_begin(impl);
@@ -188,7 +145,7 @@ static void ds_abort(void *impl, void *up) {
   free(u);
 }
 
-static int ds_commit(void *impl, void *up, const bson_t *manifest, shoal_error *err) {
+int store__mongo_dataset_commit(void *impl, void *up, const bson_t *manifest, shoal_error *err) {
   upload *u = up;
   conn k = conn_begin(impl);
   mongoc_collection_t *col = coll(&k, "datasets");
@@ -207,7 +164,7 @@ static int ds_commit(void *impl, void *up, const bson_t *manifest, shoal_error *
   mongoc_collection_destroy(col);
   conn_end(&k);
   if (rc)
-    ds_abort(impl, u);
+    store__mongo_dataset_abort(impl, u);
   else
     free(u);
   return rc;
@@ -236,7 +193,7 @@ static int find_dataset(conn *k, const char *name, bson_t *out, int *found, shoa
   return rc;
 }
 
-static int ds_manifest_get(void *impl, const char *name, bson_t *out, shoal_error *err) {
+int store__mongo_dataset_manifest_get(void *impl, const char *name, bson_t *out, shoal_error *err) {
   conn k = conn_begin(impl);
   bson_t d;
   int found;
@@ -267,7 +224,8 @@ static int ds_manifest_get(void *impl, const char *name, bson_t *out, shoal_erro
   return rc;
 }
 
-static int ds_names(void *impl, char (**names)[STORE_NAME_MAX], size_t *n, shoal_error *err) {
+int store__mongo_dataset_names(void *impl, char (**names)[STORE_NAME_MAX], size_t *n,
+                               shoal_error *err) {
   conn k = conn_begin(impl);
   mongoc_collection_t *col = coll(&k, "datasets");
   bson_t f;
@@ -303,9 +261,9 @@ static int ds_names(void *impl, char (**names)[STORE_NAME_MAX], size_t *n, shoal
   return 0;
 }
 
-static int ds_chunk_get(void *impl, const char *name, const char *upload_id, uint32_t c, void *buf,
-                        size_t cap, size_t *len, uint32_t *records, uint32_t *crc,
-                        shoal_error *err) {
+int store__mongo_dataset_chunk_get(void *impl, const char *name, const char *upload_id, uint32_t c,
+                                   void *buf, size_t cap, size_t *len, uint32_t *records,
+                                   uint32_t *crc, shoal_error *err) {
   conn k = conn_begin(impl);
   mongoc_collection_t *col = coll(&k, "dataset_chunks");
   bson_t *f =
@@ -351,7 +309,7 @@ static int ds_chunk_get(void *impl, const char *name, const char *upload_id, uin
   return rc;
 }
 
-static int ds_delete(void *impl, const char *name, shoal_error *err) {
+int store__mongo_dataset_delete(void *impl, const char *name, shoal_error *err) {
   conn k = conn_begin(impl);
   bson_t d;
   int found;
@@ -390,8 +348,8 @@ static int bucket(conn *k, mongoc_gridfs_bucket_t **b, shoal_error *err) {
   return 0;
 }
 
-static int media_put(void *impl, const char *run, const char *name, const bson_t *meta,
-                     const void *bytes, size_t len, shoal_error *err) {
+int store__mongo_media_put(void *impl, const char *run, const char *name, const bson_t *meta,
+                           const void *bytes, size_t len, shoal_error *err) {
   conn k = conn_begin(impl);
   int rc = ensure_index(&k, "media.files",
                         BCON_NEW("metadata.run", BCON_INT32(1), "metadata.name", BCON_INT32(1)),
@@ -469,8 +427,8 @@ static void meta_of_files_doc(const bson_t *d, bson_t *out) {
   bson_init(out);
 }
 
-static int media_get(void *impl, const char *run, const char *name, bson_t *meta, void **bytes,
-                     size_t *len, shoal_error *err) {
+int store__mongo_media_get(void *impl, const char *run, const char *name, bson_t *meta,
+                           void **bytes, size_t *len, shoal_error *err) {
   conn k = conn_begin(impl);
   mongoc_gridfs_bucket_t *b = NULL;
   int rc = bucket(&k, &b, err);
@@ -539,7 +497,8 @@ static int media_get(void *impl, const char *run, const char *name, bson_t *meta
   return 0;
 }
 
-static int media_list(void *impl, const char *run, bson_t ***metas, size_t *n, shoal_error *err) {
+int store__mongo_media_list(void *impl, const char *run, bson_t ***metas, size_t *n,
+                            shoal_error *err) {
   conn k = conn_begin(impl);
   mongoc_gridfs_bucket_t *b = NULL;
   int rc = bucket(&k, &b, err);
@@ -579,20 +538,3 @@ static int media_list(void *impl, const char *run, bson_t ***metas, size_t *n, s
   *metas = arr, *n = k2;
   return 0;
 }
-
-#endif
-
-const store__hub store__hub_mongo = {
-    .ds_begin = ds_begin,
-    .ds_upload_id = ds_upload_id,
-    .ds_chunk_put = ds_chunk_put,
-    .ds_commit = ds_commit,
-    .ds_abort = ds_abort,
-    .ds_manifest_get = ds_manifest_get,
-    .ds_names = ds_names,
-    .ds_chunk_get = ds_chunk_get,
-    .ds_delete = ds_delete,
-    .media_put = media_put,
-    .media_get = media_get,
-    .media_list = media_list,
-};

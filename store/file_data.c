@@ -1,5 +1,5 @@
 /*
- * store/hub_file.c — datasets and media in the file store.
+ * store/file_data.c — datasets and media in the file store.
  *
  *   DIR/_datasets/NAME/manifest.json        the manifest (written last)
  *   DIR/_datasets/NAME/chunk-<6 digits>.bin 32-byte header, then the payload:
@@ -12,9 +12,10 @@
  * or not at all and two writers of one name cannot both win. Deleting renames the
  * folder out of sight (.del.<host>.<pid>.<n>.NAME) first. What a killed writer leaves
  * is removed by the next writer on the same host once that process is gone (another
- * host's folders are never touched: its pids mean nothing here). A media item is linked into place
- * exclusively (so an existing one is never replaced) before its metadata is renamed beside it;
- * listings read the metadata files, so an item shows once it is whole.
+ * host's folders are never touched: its pids mean nothing here). A media item is written
+ * atomically and exclusively (so an existing one is never replaced) before its metadata is
+ * written atomically beside it; listings read the metadata files, so an item shows once it
+ * is whole.
  */
 #define _GNU_SOURCE
 #include <bson/bson.h>
@@ -32,23 +33,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store/hub.h"
+#include "common/file.h"
+#include "store/file_backend.h"
 
-static atomic_uint_fast64_t hub_counter;
+/* Chunk header: magic, version, chunk, records, crc32, payload bytes. */
+enum { CHUNK_HEADER = 32, CHUNK_VERSION = 1 };
+static const char chunk_magic[8] = {'S', 'H', 'D', 'S', 'C', 'H', 'N', 'K'};
+
+static atomic_uint_fast64_t tmp_counter;
 
 static int path_ok(int n, shoal_error *err) {
   if (n < 0 || n >= PATH_MAX) return shoal_error_set(err, SHOAL_EINVAL, "store: path too long");
   return 0;
-}
-
-static int fsync_dir(const char *dir, shoal_error *err) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return store__sys_err(err, errno, "cannot open folder", dir);
-  int rc = 0;
-  if (fsync(fd) != 0 && errno != EINVAL)
-    rc = store__sys_err(err, errno, "cannot fsync folder", dir);
-  close(fd);
-  return rc;
 }
 
 /* Writes a then b (may be NULL) to path, which must not exist, and fsyncs it. */
@@ -67,32 +63,12 @@ static int write_new(const char *path, const void *a, size_t na, const void *b, 
   return rc;
 }
 
-static int mkdir_one(const char *p, shoal_error *err) {
-  if (mkdir(p, 0755) != 0 && errno != EEXIST)
-    return store__sys_err(err, errno, "cannot create folder", p);
-  return 0;
-}
-
-static void rm_flat_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  if (d) {
-    struct dirent *de;
-    char p[PATH_MAX];
-    while ((de = readdir(d)))
-      if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
-          snprintf(p, sizeof p, "%s/%s", dir, de->d_name) < (int)sizeof p)
-        unlink(p);
-    closedir(d);
-  }
-  rmdir(dir);
-}
-
 /* Removes .tmp.<host>.<pid>.* and .del.<host>.<pid>.* folders in dir left by dead
  * processes of this host. */
 static void sweep_stale(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
-  const char *h = store__host_tag();
+  const char *h = shoal_file_host_tag();
   size_t hl = strlen(h);
   struct dirent *de;
   char p[PATH_MAX];
@@ -104,42 +80,16 @@ static void sweep_stale(const char *dir) {
     long pid = strtol(n + 6 + hl, &end, 10);
     if (pid <= 0 || *end != '.' || pid == (long)getpid()) continue;
     if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-    if (snprintf(p, sizeof p, "%s/%s", dir, n) < (int)sizeof p) rm_flat_dir(p);
+    if (snprintf(p, sizeof p, "%s/%s", dir, n) < (int)sizeof p) store__file_rm_flat_dir(p);
   }
   closedir(d);
-}
-
-static int read_whole(const char *path, char **out, size_t *len, shoal_error *err) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return store__sys_err(err, errno, "cannot open", path);
-  struct stat sb;
-  int rc = 0;
-  char *buf = NULL;
-  if (fstat(fd, &sb) != 0) {
-    rc = store__sys_err(err, errno, "cannot stat", path);
-  } else if (!(buf = malloc((size_t)sb.st_size + 1))) {
-    rc = shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory reading '%s'", path);
-  } else {
-    int e = store__read_all(fd, buf, (size_t)sb.st_size);
-    if (e)
-      rc = e < 0 ? shoal_error_set(err, SHOAL_EFORMAT, "store: '%s' shrank while read", path)
-                 : store__sys_err(err, e, "cannot read", path);
-  }
-  close(fd);
-  if (rc) {
-    free(buf);
-    return rc;
-  }
-  buf[sb.st_size] = 0;
-  *out = buf, *len = (size_t)sb.st_size;
-  return 0;
 }
 
 /* Parses a JSON file into *doc (bson_init'ed on success only). */
 static int json_load(const char *path, bson_t *doc, const char *what, shoal_error *err) {
   char *txt;
   size_t len;
-  int rc = read_whole(path, &txt, &len, err);
+  int rc = store__file_read(path, &txt, &len, err);
   if (rc) return rc;
   bson_error_t be;
   if (!bson_init_from_json(doc, txt, (ssize_t)len, &be))
@@ -162,18 +112,18 @@ typedef struct upload {
   char id[48];
 } upload;
 
-static int ds_begin(void *impl, const char *name, void **out, shoal_error *err) {
+int store__file_dataset_begin(void *impl, const char *name, void **out, shoal_error *err) {
   upload *u = calloc(1, sizeof *u);
   if (!u) return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
-  unsigned long long c = (unsigned long long)atomic_fetch_add(&hub_counter, 1);
+  unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
   snprintf(u->name, sizeof u->name, "%s", name);
   snprintf(u->id, sizeof u->id, "%ld-%llu", (long)getpid(), c);
   int rc = path_ok(snprintf(u->root, sizeof u->root, "%s/_datasets", store__file_root(impl)), err);
   if (!rc)
     rc = path_ok(snprintf(u->tmp, sizeof u->tmp, "%s/.tmp.%s.%ld.%llu.%s", u->root,
-                          store__host_tag(), (long)getpid(), c, name),
+                          shoal_file_host_tag(), (long)getpid(), c, name),
                  err);
-  if (!rc) rc = mkdir_one(u->root, err);
+  if (!rc) rc = store__file_mkdir(u->root, err);
   if (!rc) sweep_stale(u->root);
   if (!rc && mkdir(u->tmp, 0755) != 0)
     rc = store__sys_err(err, errno, "cannot create folder", u->tmp);
@@ -185,17 +135,17 @@ static int ds_begin(void *impl, const char *name, void **out, shoal_error *err) 
   return 0;
 }
 
-static const char *ds_upload_id(void *up) { return ((upload *)up)->id; }
+const char *store__file_dataset_upload_id(void *up) { return ((upload *)up)->id; }
 
-static int ds_chunk_put(void *impl, void *up, uint32_t c, uint32_t records, uint32_t crc,
-                        const void *bytes, size_t len, shoal_error *err) {
+int store__file_dataset_chunk_put(void *impl, void *up, uint32_t c, uint32_t records, uint32_t crc,
+                                  const void *bytes, size_t len, shoal_error *err) {
   upload *u = up;
   char p[PATH_MAX];
   int rc = path_ok(snprintf(p, sizeof p, "%s/chunk-%06u.bin", u->tmp, c), err);
   if (rc) return rc;
-  unsigned char h[STORE__CHUNK_HEADER] = {0};
-  memcpy(h, store__chunk_magic, 8);
-  store__put_le32(h + 8, STORE__CHUNK_VERSION);
+  unsigned char h[CHUNK_HEADER] = {0};
+  memcpy(h, chunk_magic, 8);
+  store__put_le32(h + 8, CHUNK_VERSION);
   store__put_le32(h + 12, c);
   store__put_le32(h + 16, records);
   store__put_le32(h + 20, crc);
@@ -203,14 +153,14 @@ static int ds_chunk_put(void *impl, void *up, uint32_t c, uint32_t records, uint
   return write_new(p, h, sizeof h, bytes, len, err);
 }
 
-static void ds_abort(void *impl, void *up) {
+void store__file_dataset_abort(void *impl, void *up) {
   upload *u = up;
   if (!u) return;
-  rm_flat_dir(u->tmp);
+  store__file_rm_flat_dir(u->tmp);
   free(u);
 }
 
-static int ds_commit(void *impl, void *up, const bson_t *manifest, shoal_error *err) {
+int store__file_dataset_commit(void *impl, void *up, const bson_t *manifest, shoal_error *err) {
   upload *u = up;
   char p[PATH_MAX], dst[PATH_MAX];
   size_t len;
@@ -219,7 +169,7 @@ static int ds_commit(void *impl, void *up, const bson_t *manifest, shoal_error *
   if (!rc) rc = path_ok(snprintf(p, sizeof p, "%s/manifest.json", u->tmp), err);
   if (!rc) rc = path_ok(snprintf(dst, sizeof dst, "%s/%s", u->root, u->name), err);
   if (!rc) rc = write_new(p, txt, len, "\n", 1, err);
-  if (!rc) rc = fsync_dir(u->tmp, err);
+  if (!rc) rc = store__file_fsync_dir(u->tmp, err);
   if (!rc && renameat2(AT_FDCWD, u->tmp, AT_FDCWD, dst, RENAME_NOREPLACE) != 0) {
     int e = errno;
     if (e == EEXIST || e == ENOTEMPTY)
@@ -227,10 +177,10 @@ static int ds_commit(void *impl, void *up, const bson_t *manifest, shoal_error *
     else
       rc = store__sys_err(err, e, "cannot rename a dataset into", dst);
   }
-  if (!rc) rc = fsync_dir(u->root, err);
+  if (!rc) rc = store__file_fsync_dir(u->root, err);
   bson_free(txt);
   if (rc)
-    ds_abort(impl, u);
+    store__file_dataset_abort(impl, u);
   else
     free(u);
   return rc;
@@ -240,7 +190,7 @@ static int ds_dir(void *impl, const char *name, char *out, shoal_error *err) {
   return path_ok(snprintf(out, PATH_MAX, "%s/_datasets/%s", store__file_root(impl), name), err);
 }
 
-static int ds_manifest_get(void *impl, const char *name, bson_t *out, shoal_error *err) {
+int store__file_dataset_manifest_get(void *impl, const char *name, bson_t *out, shoal_error *err) {
   char d[PATH_MAX], p[PATH_MAX];
   int rc = ds_dir(impl, name, d, err);
   if (!rc) rc = path_ok(snprintf(p, sizeof p, "%s/manifest.json", d), err);
@@ -257,7 +207,8 @@ static int ds_manifest_get(void *impl, const char *name, bson_t *out, shoal_erro
   return json_load(p, out, what, err);
 }
 
-static int ds_names(void *impl, char (**names)[STORE_NAME_MAX], size_t *n, shoal_error *err) {
+int store__file_dataset_names(void *impl, char (**names)[STORE_NAME_MAX], size_t *n,
+                              shoal_error *err) {
   char d[PATH_MAX];
   int rc = path_ok(snprintf(d, sizeof d, "%s/_datasets", store__file_root(impl)), err);
   if (rc) return rc;
@@ -283,9 +234,9 @@ static int ds_names(void *impl, char (**names)[STORE_NAME_MAX], size_t *n, shoal
   return 0;
 }
 
-static int ds_chunk_get(void *impl, const char *name, const char *upload_id, uint32_t c, void *buf,
-                        size_t cap, size_t *len, uint32_t *records, uint32_t *crc,
-                        shoal_error *err) {
+int store__file_dataset_chunk_get(void *impl, const char *name, const char *upload_id, uint32_t c,
+                                  void *buf, size_t cap, size_t *len, uint32_t *records,
+                                  uint32_t *crc, shoal_error *err) {
   char d[PATH_MAX], p[PATH_MAX];
   int rc = ds_dir(impl, name, d, err);
   if (!rc) rc = path_ok(snprintf(p, sizeof p, "%s/chunk-%06u.bin", d, c), err);
@@ -297,7 +248,7 @@ static int ds_chunk_get(void *impl, const char *name, const char *upload_id, uin
                            "store: dataset '%s' chunk %u: cannot open '%s': %s", name, c, p,
                            strerror(e));
   }
-  unsigned char h[STORE__CHUNK_HEADER];
+  unsigned char h[CHUNK_HEADER];
   struct stat sb;
   int e = store__read_all(fd, h, sizeof h);
   if (e > 0) {
@@ -306,22 +257,22 @@ static int ds_chunk_get(void *impl, const char *name, const char *upload_id, uin
     rc = shoal_error_set(err, SHOAL_EFORMAT,
                          "store: dataset '%s' chunk %u: '%s' is shorter than its header", name, c,
                          p);
-  } else if (memcmp(h, store__chunk_magic, 8) != 0) {
+  } else if (memcmp(h, chunk_magic, 8) != 0) {
     rc = shoal_error_set(err, SHOAL_EFORMAT,
                          "store: dataset '%s' chunk %u: '%s' has a bad magic (not a shoal "
                          "dataset chunk)",
                          name, c, p);
-  } else if (store__get_le32(h + 8) != STORE__CHUNK_VERSION) {
+  } else if (store__get_le32(h + 8) != CHUNK_VERSION) {
     rc = shoal_error_set(err, SHOAL_EFORMAT,
                          "store: dataset '%s' chunk %u: '%s' has format version %u (this shoal "
                          "reads %d)",
-                         name, c, p, store__get_le32(h + 8), STORE__CHUNK_VERSION);
+                         name, c, p, store__get_le32(h + 8), CHUNK_VERSION);
   } else if (store__get_le32(h + 12) != c) {
     rc = shoal_error_set(err, SHOAL_EFORMAT,
                          "store: dataset '%s' chunk %u: '%s' says it is chunk %u", name, c, p,
                          store__get_le32(h + 12));
   } else if (store__get_le64(h + 24) > cap || fstat(fd, &sb) != 0 ||
-             (uint64_t)sb.st_size != STORE__CHUNK_HEADER + store__get_le64(h + 24)) {
+             (uint64_t)sb.st_size != CHUNK_HEADER + store__get_le64(h + 24)) {
     rc = shoal_error_set(err, SHOAL_EFORMAT,
                          "store: dataset '%s' chunk %u: '%s' is %lld bytes, its header says "
                          "%llu of data (truncated or damaged)",
@@ -340,13 +291,13 @@ static int ds_chunk_get(void *impl, const char *name, const char *upload_id, uin
   return rc;
 }
 
-static int ds_delete(void *impl, const char *name, shoal_error *err) {
+int store__file_dataset_delete(void *impl, const char *name, shoal_error *err) {
   char d[PATH_MAX], gone[PATH_MAX];
-  unsigned long long c = (unsigned long long)atomic_fetch_add(&hub_counter, 1);
+  unsigned long long c = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
   int rc = ds_dir(impl, name, d, err);
   if (!rc)
     rc = path_ok(snprintf(gone, sizeof gone, "%s/_datasets/.del.%s.%ld.%llu.%s",
-                          store__file_root(impl), store__host_tag(), (long)getpid(), c, name),
+                          store__file_root(impl), shoal_file_host_tag(), (long)getpid(), c, name),
                  err);
   if (rc) return rc;
   if (rename(d, gone) != 0) {
@@ -355,52 +306,34 @@ static int ds_delete(void *impl, const char *name, shoal_error *err) {
                              store__file_root(impl));
     return store__sys_err(err, errno, "cannot remove dataset", d);
   }
-  rm_flat_dir(gone);
+  store__file_rm_flat_dir(gone);
   return 0;
 }
 
 /* ---- media -------------------------------------------------------------------------- */
 
-static int media_put(void *impl, const char *run, const char *name, const bson_t *meta,
-                     const void *bytes, size_t len, shoal_error *err) {
-  char dir[PATH_MAX], tmp[PATH_MAX], dst[PATH_MAX], mtmp[PATH_MAX], mdst[PATH_MAX];
-  unsigned long long c = (unsigned long long)atomic_fetch_add(&hub_counter, 1);
+int store__file_media_put(void *impl, const char *run, const char *name, const bson_t *meta,
+                          const void *bytes, size_t len, shoal_error *err) {
+  char dir[PATH_MAX], dst[PATH_MAX], mname[STORE_MEDIA_NAME_MAX + 8];
   int rc = path_ok(snprintf(dir, sizeof dir, "%s/%s/media", store__file_root(impl), run), err);
   if (!rc) rc = path_ok(snprintf(dst, sizeof dst, "%s/%s", dir, name), err);
-  if (!rc) rc = path_ok(snprintf(mdst, sizeof mdst, "%s/%s.json", dir, name), err);
-  if (!rc)
-    rc = path_ok(snprintf(tmp, sizeof tmp, "%s/.tmp.%s.%ld.%llu", dir, name, (long)getpid(), c),
-                 err);
-  if (!rc)
-    rc = path_ok(
-        snprintf(mtmp, sizeof mtmp, "%s/.tmp.%s.json.%ld.%llu", dir, name, (long)getpid(), c), err);
-  if (!rc) rc = mkdir_one(dir, err);
-  if (!rc) rc = write_new(tmp, bytes, len, NULL, 0, err);
+  if (!rc) rc = store__file_mkdir(dir, err);
+  if (!rc) rc = store__file_write_atomic(dir, name, bytes, len, NULL, 0, 1, err);
+  if (rc == SHOAL_EEXIST)
+    return shoal_error_set(err, SHOAL_EEXIST, "store: media '%s' of run '%s' exists", name, run);
   if (rc) return rc;
-  if (link(tmp, dst) != 0) {
-    int e = errno;
-    unlink(tmp);
-    if (e == EEXIST)
-      return shoal_error_set(err, SHOAL_EEXIST, "store: media '%s' of run '%s' exists", name, run);
-    return store__sys_err(err, e, "cannot link", dst);
-  }
-  unlink(tmp);
+  snprintf(mname, sizeof mname, "%s.json", name);
   size_t tl;
   char *txt = json_text(meta, &tl);
-  rc = txt ? write_new(mtmp, txt, tl, "\n", 1, err)
+  rc = txt ? store__file_write_atomic(dir, mname, txt, tl, "\n", 1, 0, err)
            : shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
   bson_free(txt);
-  if (!rc && rename(mtmp, mdst) != 0) {
-    rc = store__sys_err(err, errno, "cannot rename into", mdst);
-    unlink(mtmp);
-  }
   if (rc) unlink(dst); /* without its metadata the item would block its name for good */
-  if (!rc) rc = fsync_dir(dir, err);
   return rc;
 }
 
-static int media_get(void *impl, const char *run, const char *name, bson_t *meta, void **bytes,
-                     size_t *len, shoal_error *err) {
+int store__file_media_get(void *impl, const char *run, const char *name, bson_t *meta, void **bytes,
+                          size_t *len, shoal_error *err) {
   char dst[PATH_MAX], mdst[PATH_MAX];
   int rc =
       path_ok(snprintf(dst, sizeof dst, "%s/%s/media/%s", store__file_root(impl), run, name), err);
@@ -413,7 +346,7 @@ static int media_get(void *impl, const char *run, const char *name, bson_t *meta
   snprintf(what, sizeof what, "media '%s' of run '%s': damaged metadata", name, run);
   if ((rc = json_load(mdst, meta, what, err))) return rc;
   char *b;
-  if ((rc = read_whole(dst, &b, len, err))) {
+  if ((rc = store__file_read(dst, &b, len, err))) {
     bson_destroy(meta);
     return rc;
   }
@@ -421,7 +354,8 @@ static int media_get(void *impl, const char *run, const char *name, bson_t *meta
   return 0;
 }
 
-static int media_list(void *impl, const char *run, bson_t ***metas, size_t *n, shoal_error *err) {
+int store__file_media_list(void *impl, const char *run, bson_t ***metas, size_t *n,
+                           shoal_error *err) {
   char dir[PATH_MAX], p[PATH_MAX];
   int rc = path_ok(snprintf(dir, sizeof dir, "%s/%s/media", store__file_root(impl), run), err);
   if (rc) return rc;
@@ -464,18 +398,3 @@ static int media_list(void *impl, const char *run, bson_t ***metas, size_t *n, s
   *metas = arr, *n = k;
   return 0;
 }
-
-const store__hub store__hub_file = {
-    .ds_begin = ds_begin,
-    .ds_upload_id = ds_upload_id,
-    .ds_chunk_put = ds_chunk_put,
-    .ds_commit = ds_commit,
-    .ds_abort = ds_abort,
-    .ds_manifest_get = ds_manifest_get,
-    .ds_names = ds_names,
-    .ds_chunk_get = ds_chunk_get,
-    .ds_delete = ds_delete,
-    .media_put = media_put,
-    .media_get = media_get,
-    .media_list = media_list,
-};

@@ -1,0 +1,239 @@
+/* tests/test_common_file.c — atomic file writes (common/file.h): replace, must-not-exist,
+ * the streamed trio, errors that name the path, and no temporary file left behind. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ctype.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/file.h"
+
+static char g_dir[64];
+
+static int setup(void **state) {
+  snprintf(g_dir, sizeof g_dir, "/tmp/shoal_file_XXXXXX");
+  return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static void rm_tree(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  char p[512];
+  while (d && (de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+    if (unlink(p) != 0) rm_tree(p);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+}
+
+static int teardown(void **state) {
+  rm_tree(g_dir);
+  return 0;
+}
+
+static void path_in(char *out, size_t cap, const char *name) {
+  snprintf(out, cap, "%s/%s", g_dir, name);
+}
+
+/* Entries of g_dir whose name starts with ".tmp.". */
+static int count_tmp(void) {
+  DIR *d = opendir(g_dir);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) n += strncmp(de->d_name, ".tmp.", 5) == 0;
+  if (d) closedir(d);
+  return n;
+}
+
+static void assert_file_holds(const char *path, const char *text) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  char buf[256] = {0};
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  assert_int_equal(n, strlen(text));
+  assert_string_equal(buf, text);
+}
+
+static void test_replace_overwrites(void **state) {
+  char p[256];
+  path_in(p, sizeof p, "a.bin");
+  shoal_error err = {0};
+  assert_int_equal(shoal_file_write_atomic(p, "first", 5, SHOAL_FILE_REPLACE, &err), 0);
+  assert_file_holds(p, "first");
+  assert_int_equal(shoal_file_write_atomic(p, "second!", 7, SHOAL_FILE_REPLACE, &err), 0);
+  assert_file_holds(p, "second!");
+  assert_int_equal(shoal_file_write_atomic(p, NULL, 0, SHOAL_FILE_REPLACE, &err), 0);
+  assert_file_holds(p, "");
+  struct stat sb;
+  assert_int_equal(stat(p, &sb), 0);
+  assert_int_equal(sb.st_mode & 0600, 0600);
+  assert_int_equal(count_tmp(), 0);
+}
+
+static void test_excl_refuses_an_existing_file(void **state) {
+  char p[256];
+  path_in(p, sizeof p, "once.json");
+  shoal_error err = {0};
+  assert_int_equal(shoal_file_write_atomic(p, "one", 3, SHOAL_FILE_EXCL, &err), 0);
+  assert_int_equal(shoal_file_write_atomic(p, "two", 3, SHOAL_FILE_EXCL, &err), SHOAL_EEXIST);
+  assert_int_equal(err.code, SHOAL_EEXIST);
+  assert_non_null(strstr(err.msg, p));
+  assert_non_null(strstr(err.msg, "exists"));
+  assert_file_holds(p, "one");
+  assert_int_equal(count_tmp(), 0);
+}
+
+static void test_missing_folder_names_the_path(void **state) {
+  char p[256];
+  path_in(p, sizeof p, "no/such/dir/x.bin");
+  for (int flags = SHOAL_FILE_REPLACE; flags <= SHOAL_FILE_EXCL; flags++) {
+    shoal_error err = {0};
+    assert_int_equal(shoal_file_write_atomic(p, "x", 1, flags, &err), SHOAL_ENOENT);
+    assert_int_equal(err.code, SHOAL_ENOENT);
+    char where[256];
+    snprintf(where, sizeof where, "%s/no/such/dir/", g_dir);
+    assert_non_null(strstr(err.msg, where));
+    assert_non_null(strstr(err.msg, "cannot create"));
+    assert_non_null(strstr(err.msg, "No such file or directory"));
+  }
+  assert_int_equal(count_tmp(), 0);
+}
+
+/* The rename fails (a folder holds the name): SHOAL_EIO naming it, nothing left. */
+static void test_failed_rename_leaves_nothing(void **state) {
+  char p[256];
+  path_in(p, sizeof p, "taken");
+  assert_int_equal(mkdir(p, 0755), 0);
+  char inside[300];
+  snprintf(inside, sizeof inside, "%s/keep", p);
+  FILE *f = fopen(inside, "w");
+  fclose(f);
+  shoal_error err = {0};
+  assert_int_equal(shoal_file_write_atomic(p, "x", 1, SHOAL_FILE_REPLACE, &err), SHOAL_EIO);
+  assert_non_null(strstr(err.msg, "cannot rename into"));
+  assert_non_null(strstr(err.msg, p));
+  assert_int_equal(count_tmp(), 0);
+}
+
+static void test_streamed_commit_and_abort(void **state) {
+  char p[256];
+  path_in(p, sizeof p, "streamed.log");
+  shoal_error err = {0};
+  shoal_file_tmp t;
+  assert_int_equal(shoal_file_tmp_open(&t, p, &err), 0);
+  assert_true(t.fd >= 0);
+  /* The temporary file sits beside the destination, named as the header says. */
+  char want[200];
+  snprintf(want, sizeof want, "%s/.tmp.streamed.log.%s.%ld.", g_dir, shoal_file_host_tag(),
+           (long)getpid());
+  assert_memory_equal(t.tmp, want, strlen(want));
+  assert_int_equal(count_tmp(), 1);
+  assert_int_equal(access(p, F_OK), -1); /* nothing visible before the commit */
+  assert_int_equal(shoal_file_tmp_write(&t, "ab", 2, &err), 0);
+  assert_int_equal(shoal_file_tmp_write(&t, "cd", 2, &err), 0);
+  assert_int_equal(shoal_file_tmp_commit(&t, SHOAL_FILE_REPLACE, &err), 0);
+  assert_int_equal(t.fd, -1);
+  assert_file_holds(p, "abcd");
+  assert_int_equal(count_tmp(), 0);
+
+  assert_int_equal(shoal_file_tmp_open(&t, p, &err), 0);
+  assert_int_equal(shoal_file_tmp_write(&t, "zz", 2, &err), 0);
+  shoal_file_tmp_abort(&t);
+  shoal_file_tmp_abort(&t); /* twice: a no-op */
+  assert_file_holds(p, "abcd");
+  assert_int_equal(count_tmp(), 0);
+
+  /* A commit that loses (EXCL on an existing file) removes its temporary file too. */
+  assert_int_equal(shoal_file_tmp_open(&t, p, &err), 0);
+  assert_int_equal(shoal_file_tmp_write(&t, "zz", 2, &err), 0);
+  assert_int_equal(shoal_file_tmp_commit(&t, SHOAL_FILE_EXCL, &err), SHOAL_EEXIST);
+  assert_file_holds(p, "abcd");
+  assert_int_equal(count_tmp(), 0);
+}
+
+static void test_bad_paths(void **state) {
+  shoal_error err = {0};
+  char dir[256];
+  path_in(dir, sizeof dir, "");
+  assert_int_equal(shoal_file_write_atomic(dir, "x", 1, SHOAL_FILE_REPLACE, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "names no file"));
+  char *longp = malloc(SHOAL_FILE_PATH_MAX + 10);
+  memset(longp, 'a', SHOAL_FILE_PATH_MAX + 9);
+  longp[SHOAL_FILE_PATH_MAX + 9] = 0;
+  assert_int_equal(shoal_file_write_atomic(longp, "x", 1, SHOAL_FILE_REPLACE, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "too long"));
+  free(longp);
+  assert_int_equal(count_tmp(), 0);
+}
+
+typedef struct racer {
+  const char *path;
+  char text[16];
+  int rc;
+} racer;
+
+static void *race(void *arg) {
+  racer *r = arg;
+  r->rc = shoal_file_write_atomic(r->path, r->text, strlen(r->text), SHOAL_FILE_EXCL, NULL);
+  return NULL;
+}
+
+/* Eight threads create one name: exactly one wins, the file is the winner's. */
+static void test_excl_race_has_one_winner(void **state) {
+  char p[256];
+  path_in(p, sizeof p, "raced");
+  enum { N = 8 };
+  racer r[N];
+  pthread_t th[N];
+  for (int i = 0; i < N; i++) {
+    r[i].path = p;
+    snprintf(r[i].text, sizeof r[i].text, "writer %d", i);
+    assert_int_equal(pthread_create(&th[i], NULL, race, &r[i]), 0);
+  }
+  int wins = 0, winner = -1;
+  for (int i = 0; i < N; i++) {
+    pthread_join(th[i], NULL);
+    if (r[i].rc == 0)
+      wins++, winner = i;
+    else
+      assert_int_equal(r[i].rc, SHOAL_EEXIST);
+  }
+  assert_int_equal(wins, 1);
+  assert_file_holds(p, r[winner].text);
+  assert_int_equal(count_tmp(), 0);
+}
+
+static void test_host_tag(void **state) {
+  const char *h = shoal_file_host_tag();
+  assert_true(h[0] != 0);
+  assert_true(strlen(h) < 64);
+  for (const char *c = h; *c; c++) assert_true(isalnum((unsigned char)*c) || *c == '-');
+  assert_ptr_equal(h, shoal_file_host_tag());
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_replace_overwrites, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_excl_refuses_an_existing_file, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_missing_folder_names_the_path, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_failed_rename_leaves_nothing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_streamed_commit_and_abort, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bad_paths, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_excl_race_has_one_winner, setup, teardown),
+      cmocka_unit_test(test_host_tag),
+  };
+  return cmocka_run_group_tests_name("common_file", tests, NULL, NULL);
+}
