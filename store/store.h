@@ -1,7 +1,6 @@
 /*
  * store/store.h — the experiment store: runs, parameter snapshots, replay segments,
- * metrics and sweep trials, behind one interface opened by URI.
- *
+ * metrics and sweep trials, behind one interface opened by URI. The URIs it takes:
  *   file:///abs/dir, file://localhost/abs/dir, file://rel/dir, file:rel/dir or a
  *   plain path (%XX escapes allowed)
  *       the embedded default: one folder per run under DIR, every write atomic
@@ -19,7 +18,7 @@
  *
  *   shoal_error err = {0};
  *   store *st;
- *   if (store_open(&st, "file:///data/runs", &err)) { fprintf(stderr, "%s\n", err.msg); ... }
+ *   if (store_open(&st, "file:///data/runs", &err)) return err.code;
  *   store_run_create(st, "cartpole-1", yaml_text, STORE_RUN_RUNNING, &err);
  *   store_snapshot_meta m = {.version = 7, .env_steps = 70000, .score = 181.5};
  *   snprintf(m.run, sizeof m.run, "cartpole-1");
