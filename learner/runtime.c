@@ -448,6 +448,24 @@ static void start_server(lrt *rt) {
   if (rpc_server_create(&sc, &rt->algo.spec, &rt->srv, &err)) lrt_die(rt, "rpc server", &err);
 }
 
+/* A learner started without `shoal init` (or `shoal run`) records its run itself, with
+ * its resolved config (secrets redacted), so that nothing it writes is refused for a
+ * missing run. A store that cannot be reached now is left to the writer's retries. */
+static void record_run(lrt *rt) {
+  store_run r;
+  shoal_error err = {0};
+  int rc = store_run_find(rt->st, rt->run, &r, &err);
+  if (rc != SHOAL_ENOENT) return;
+  char *yaml = NULL;
+  if (config_dump_redacted(rt->cfg, &yaml, &err)) lrt_die(rt, "config", &err);
+  rc = store_run_create(rt->st, rt->run, yaml, STORE_RUN_RUNNING, &err);
+  free(yaml);
+  if (rc == 0)
+    lrt_note(rt, "run %s was not in the store: recorded it with this config", rt->run);
+  else if (rc != SHOAL_EEXIST)
+    lrt_note(rt, "run %s is not in the store and cannot be recorded now: %s", rt->run, err.msg);
+}
+
 static void set_up(lrt *rt, int argc, char **argv) {
   shoal_error err = {0};
   /* gRPC allocates a buffer per large message; glibc's default thresholds hand those
@@ -464,6 +482,7 @@ static void set_up(lrt *rt, int argc, char **argv) {
   if (store_open_lazy(&rt->st, config_string(rt->cfg, "store.uri"), &err))
     lrt_die(rt, "store", &err);
   if (store_writer_create(&rt->wr, rt->st, NULL, &err)) lrt_die(rt, "store writer", &err);
+  record_run(rt);
   if (!(rt->a = rt->p->create(rt, &rt->algo, &err))) lrt_die(rt, "learner", &err);
   if (rt->resume) resume(rt);
   if (rt->algo.start && rt->algo.start(rt->a, rt->resume, &err)) lrt_die(rt, "start", &err);
@@ -582,6 +601,20 @@ static int stop(lrt *rt, const char *reason, double t0) {
   store_errors(rt, &healthy);
   store_writer_stats ws;
   int wrc = store_writer_close(rt->wr, healthy ? 30.0 : 3.0, &ws);
+  /* store_ok: everything the learner handed the writer is in the store (failed calls
+   * that a retry then wrote do not count against it). */
+  const bool lost = ws.metrics_dropped || ws.snapshots_dropped || ws.replay_dropped ||
+                    ws.runs_dropped || ws.pending_metrics || ws.pending_snapshots ||
+                    ws.pending_replay || ws.pending_runs;
+  if (lost)
+    lrt_note(rt,
+             "the store did not take everything: %llu metric rows, %llu snapshots, %llu "
+             "replay segments and %llu run updates dropped or left unwritten (last error: %s)",
+             (unsigned long long)(ws.metrics_dropped + ws.pending_metrics),
+             (unsigned long long)(ws.snapshots_dropped + ws.pending_snapshots),
+             (unsigned long long)(ws.replay_dropped + ws.pending_replay),
+             (unsigned long long)(ws.runs_dropped + ws.pending_runs),
+             ws.last_error_msg[0] ? ws.last_error_msg : "none");
   rt->algo.figs(rt->a, &f);
   char j1[32], j2[32];
   emit(
@@ -589,7 +622,7 @@ static int stop(lrt *rt, const char *reason, double t0) {
       "\"version\":%lld,\"eval\":%s,\"best_eval\":%s,\"store_ok\":%s,\"bad_batches\":%llu%s}",
       reason, shoal_now_s() - t0, (long long)f.env_steps, (long long)rt->updates,
       (long long)atomic_load(&rt->version), jnum(j1, sizeof j1, rt->eval_return),
-      jnum(j2, sizeof j2, rt->best_eval), wrc == 0 && kept ? "true" : "false",
+      jnum(j2, sizeof j2, rt->best_eval), wrc == 0 && kept && !lost ? "true" : "false",
       (unsigned long long)f.bad_batches, extra);
   return 0;
 }

@@ -8,6 +8,8 @@
  *  - terminated = 2, and a reward of the wrong sign of infinity is the rpc layer's,
  *  - a restarted actor whose first batch is refused: its next batches (seq 2, 3, ...)
  *    go in, not dropped as resends of the old process's seqs.
+ * And a learner started without `shoal init` records its run itself, so its writes are
+ * not refused, and its final line's store_ok is true only because everything landed.
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -185,6 +187,30 @@ static void test_bad_batches_change_nothing(void **state) {
   free(log);
 }
 
+static void test_learner_records_its_run(void **state) {
+  char cfg[512], uri[400], path[700];
+  snprintf(uri, sizeof uri, "file://%s/runs2", wf_dir);
+  snprintf(cfg, sizeof cfg, "%s/noinit.yaml", wf_dir);
+  fu_write_config(cfg, uri, 1, 0.5, "");
+  wf_proc learner;
+  int port = fu_learner_start(&learner, cfg, RUN, 0, false);
+  batch x;
+  batch_fill(&x);
+  rpc_client *c = client(port, 0);
+  for (int i = 0; i < 3; i++) push(c, &x);
+  assert_int_equal(finish(c).delivered, 3);
+  kill(learner.pid, SIGTERM);
+  assert_int_equal(wf_wait(&learner, 60), 0);
+  char *out = wf_slurp(learner.out, NULL); /* stdout and stderr */
+  assert_non_null(strstr(out, "was not in the store: recorded it"));
+  assert_non_null(strstr(out, "\"store_ok\":true"));
+  snprintf(path, sizeof path, "%s/runs2/%s/config.yaml", wf_dir, RUN);
+  char *yaml = wf_slurp(path, NULL);
+  assert_non_null(yaml);
+  assert_non_null(strstr(yaml, "CartPole-v1"));
+  free(yaml), free(out);
+}
+
 static int setup(void **state) {
   (void)state;
   return wf_setup("faults-input");
@@ -197,6 +223,7 @@ static int teardown(void **state) {
 int main(void) {
   const struct CMUnitTest all[] = {
       cmocka_unit_test_teardown(test_bad_batches_change_nothing, fu_kill_all),
+      cmocka_unit_test_teardown(test_learner_records_its_run, fu_kill_all),
   };
   return cmocka_run_group_tests_name("faults_input", all, setup, teardown);
 }
