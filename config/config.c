@@ -652,9 +652,18 @@ static int dump(const config *c, char **yaml, bool redact, shoal_error *err) {
 
 int config_restore_secrets(config *c, const char *where, shoal_error *err) {
   bool has_token = find(c, "learner.token") != NULL, has_uri = find(c, "store.uri") != NULL;
-  if (has_token && !strcmp(config_string(c, "learner.token"), CONFIG_REDACTED) &&
-      config_set_from_env(c, "learner.token", "SHOAL_TOKEN", err))
-    return SHOAL_EINVAL;
+  /* $SHOAL_TOKEN, when set, is the token: it fills an empty or redacted one, and one
+   * that says otherwise is an error (never a learner silently without the token the
+   * person meant it to have). */
+  const char *env_token = getenv("SHOAL_TOKEN");
+  if (has_token && env_token && env_token[0]) {
+    const char *t = config_string(c, "learner.token");
+    if (t[0] && strcmp(t, CONFIG_REDACTED) && strcmp(t, env_token))
+      return shoal_error_set(err, SHOAL_EINVAL,
+                             "learner.token in %s and $SHOAL_TOKEN differ: give one of them",
+                             where);
+    if (config_set_from_env(c, "learner.token", "SHOAL_TOKEN", err)) return SHOAL_EINVAL;
+  }
   if (has_uri && strstr(config_string(c, "store.uri"), ":***@") &&
       config_set_from_env(c, "store.uri", "SHOAL_STORE_URI", err))
     return SHOAL_EINVAL;

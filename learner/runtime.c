@@ -431,9 +431,27 @@ static void start_live(lrt *rt) {
                &rt->stopping, rt->st, rt->wr, rt->run, rt->cfg_path, f.env_steps, rt->resume);
 }
 
+/* Whether addr ("host:port") is a loopback address only this machine reaches. */
+static bool loopback(const char *addr) {
+  static const char *const lo[] = {"127.", "localhost:", "[::1]:", "ipv4:127.", "ipv6:[::1]:"};
+  for (size_t i = 0; i < sizeof lo / sizeof *lo; i++)
+    if (!strncmp(addr, lo[i], strlen(lo[i]))) return true;
+  return false;
+}
+
 static void start_server(lrt *rt) {
   rpc_server_config sc = {0};
   shoal_error err = {0};
+  const char *listen = config_string(rt->cfg, "learner.listen");
+  if (!config_string(rt->cfg, "learner.token")[0] && !loopback(listen) &&
+      !config_bool(rt->cfg, "learner.insecure")) {
+    shoal_error_set(&err, SHOAL_EPERM,
+                    "learner.listen %s reaches beyond this machine and there is no token: set "
+                    "learner.token (or $SHOAL_TOKEN), listen on 127.0.0.1, or say "
+                    "learner.insecure: true",
+                    listen);
+    lrt_die(rt, "rpc server", &err);
+  }
   sc.listen = config_string(rt->cfg, "learner.listen");
   sc.token =
       config_string(rt->cfg, "learner.token")[0] ? config_string(rt->cfg, "learner.token") : NULL;

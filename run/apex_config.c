@@ -42,6 +42,8 @@ static const cfg_key apex_keys[] = {
     {"learner.log_every_s", CFG_FLOAT, "1", 0.05, 3600, "seconds between progress lines"},
     {"learner.threads", CFG_INT, "1", 1, 256, "nn threads of the trainer"},
     {"learner.token", CFG_STRING, "", 0, -1, "shared token actors must present (empty: none)"},
+    {"learner.insecure", CFG_BOOL, "false", 0, -1,
+     "serve beyond loopback without learner.token (refused unless true)"},
     /* replay */
     {"replay.capacity", CFG_INT, "100000", 64, 2e9, "slots of the replay memory"},
     {"replay.prioritized", CFG_BOOL, "true", 0, -1, "proportional prioritized replay"},

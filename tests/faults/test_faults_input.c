@@ -8,6 +8,9 @@
  *  - terminated = 2, and a reward of the wrong sign of infinity is the rpc layer's,
  *  - a restarted actor whose first batch is refused: its next batches (seq 2, 3, ...)
  *    go in, not dropped as resends of the old process's seqs.
+ * Security defaults: a learner that would listen beyond loopback without a token
+ * refuses to start (unless learner.insecure says so), and a token in the config that
+ * $SHOAL_TOKEN contradicts is an error, not a silent choice.
  * And a learner started without `shoal init` records its run itself, so its writes are
  * not refused, and its final line's store_ok is true only because everything landed.
  */
@@ -211,6 +214,42 @@ static void test_learner_records_its_run(void **state) {
   free(yaml), free(out);
 }
 
+/* Runs shoal-learner on cfg with --set set and set2 for half a second; returns its
+ * exit status and output. */
+static int learner_once(const char *cfg, const char *set, const char *set2, char **out) {
+  char bin[4200];
+  snprintf(bin, sizeof bin, "%s/bin/shoal-learner", getenv("SHOAL_BINARY_DIR"));
+  char *argv[] = {bin,         "--config", (char *)cfg,  "--run", (char *)RUN,           "--set",
+                  (char *)set, "--set",    (char *)set2, "--set", "run.max_seconds=0.5", NULL};
+  int rc;
+  *out = wf_run(argv, 60, &rc);
+  return rc;
+}
+
+static void test_security_defaults(void **state) {
+  char cfg[512], uri[400], *out;
+  snprintf(uri, sizeof uri, "file://%s/runs3", wf_dir);
+  snprintf(cfg, sizeof cfg, "%s/sec.yaml", wf_dir);
+  fu_write_config(cfg, uri, 1, 30, "");
+  unsetenv("SHOAL_TOKEN");
+  const char *any = "learner.listen=0.0.0.0:0";
+  assert_int_not_equal(learner_once(cfg, any, "learner.insecure=false", &out), 0);
+  assert_non_null(strstr(out, "there is no token"));
+  free(out);
+  /* Said explicitly, it serves (and stops at max_seconds). */
+  assert_int_equal(learner_once(cfg, any, "learner.insecure=true", &out), 0);
+  assert_non_null(strstr(out, "\"event\":\"done\""));
+  free(out);
+  /* A token from the environment is used; one the config contradicts is refused. */
+  setenv("SHOAL_TOKEN", "tok-env", 1);
+  assert_int_equal(learner_once(cfg, any, "learner.insecure=false", &out), 0);
+  free(out);
+  assert_int_not_equal(learner_once(cfg, any, "learner.token=tok-other", &out), 0);
+  assert_non_null(strstr(out, "$SHOAL_TOKEN differ"));
+  free(out);
+  unsetenv("SHOAL_TOKEN");
+}
+
 static int setup(void **state) {
   (void)state;
   return wf_setup("faults-input");
@@ -224,6 +263,7 @@ int main(void) {
   const struct CMUnitTest all[] = {
       cmocka_unit_test_teardown(test_bad_batches_change_nothing, fu_kill_all),
       cmocka_unit_test_teardown(test_learner_records_its_run, fu_kill_all),
+      cmocka_unit_test_teardown(test_security_defaults, fu_kill_all),
   };
   return cmocka_run_group_tests_name("faults_input", all, setup, teardown);
 }
