@@ -22,6 +22,19 @@ int cmd_sweep(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 int cmd_tboard(int argc, char **argv);
 int cmd_import(int argc, char **argv); /* import.c: shoal import FILE... --run RUN */
+int cmd_config(int argc, char **argv); /* usage.c: shoal config keys [ALGO] */
+
+/* ---- usage (cli/usage.c): every command's usage in one table ---- */
+#include <stdbool.h>
+#include <stdio.h>
+/* The list of commands, one line each, into f. */
+void cli_overview(FILE *f);
+/* cmd's whole usage on stdout; false for a command shoal does not have. */
+bool cli_help(const char *cmd);
+/* cmd's whole usage on stderr; returns 2 (the exit status of a usage error). */
+int cli_bad_usage(const char *cmd);
+/* Whether argv (a command's arguments) asks for help: --help or -h. */
+bool cli_wants_help(int argc, char **argv);
 
 /* Flat JSON lines (the learner's events): "key":<number> (NAN when absent or null) and
  * "key":"<text>" into out (false when absent). Defined in shoal.c. */

@@ -152,9 +152,7 @@ static int cmd_put(int argc, char **argv, const char *uri) {
     }
   }
   if (!name || !nfiles || chunk_records < 0) {
-    fprintf(stderr,
-            "usage: shoal dataset put NAME [FIELD=]FILE... [--store URI] "
-            "[--chunk-records N] [--source TEXT]\n");
+    cli_bad_usage("dataset");
     return 2;
   }
   shoal_error err = {0};
@@ -368,12 +366,7 @@ int cmd_dataset(int argc, char **argv) {
     }
     store_close(st);
   } else
-    fprintf(stderr,
-            "usage: shoal dataset put NAME [FIELD=]FILE... [--chunk-records N] "
-            "[--source TEXT] [--store URI]\n"
-            "       shoal dataset ls [--store URI]\n"
-            "       shoal dataset info NAME [--verify] [--store URI]\n"
-            "       shoal dataset rm NAME [--store URI]\n");
+    cli_bad_usage("dataset");
   free(rest);
   return rc;
 }

@@ -823,12 +823,7 @@ static int import_npy(importer *im, const char *dir) {
 /* ---- the command ------------------------------------------------------------------------ */
 
 static int usage(void) {
-  fprintf(stderr,
-          "usage: shoal import FILE... --run RUN [--env ID] [--store URI] [--source NAME]\n"
-          "                    [--segment-rows N] [--quiet]\n"
-          "  FILE: a JSON Lines file (.jsonl, one transition per line) or a folder of .npy\n"
-          "  column files (obs, action, reward, terminated, truncated, next_obs, priority).\n"
-          "  See docs/experience.md.\n");
+  cli_bad_usage("import");
   return 2;
 }
 

@@ -118,7 +118,7 @@ int cmd_status(int argc, char **argv) {
     }
   }
   if (!addr || !(interval >= 0 && interval <= 3600)) {
-    fprintf(stderr, "usage: shoal status HOST:PORT [--token T] [--interval S] [--json]\n");
+    cli_bad_usage("status");
     return 2;
   }
   shoal_error err = {0};
@@ -206,11 +206,7 @@ int cmd_set(int argc, char **argv) {
     }
   }
   if (!addr || n == 0) {
-    fprintf(stderr,
-            "usage: shoal set HOST:PORT key=value ... [--token T] [--run RUN]\n"
-            "  live keys: dqn.lr, learner.replay_ratio, dqn.target_period, replay.beta0,\n"
-            "  replay.beta_steps, learner.publish_every, learner.snapshot_every_s,\n"
-            "  run.eval_every_s, run.max_env_steps, run.max_seconds, run.solve_return\n");
+    cli_bad_usage("set");
     goto done;
   }
   shoal_error err = {0};

@@ -205,9 +205,7 @@ int cmd_media(int argc, char **argv) {
   }
   int ls = np == 2 && !strcmp(pos[0], "ls"), get = np == 3 && !strcmp(pos[0], "get");
   if (!ls && !get) {
-    fprintf(stderr,
-            "usage: shoal media ls RUN [--store URI]\n"
-            "       shoal media get RUN NAME [-o FILE|-] [--store URI]\n");
+    cli_bad_usage("media");
     return 2;
   }
   shoal_error err = {0};

@@ -203,9 +203,7 @@ int cmd_plot(int argc, char **argv) {
     }
   }
   if (nruns == 0) {
-    fprintf(stderr,
-            "usage: shoal plot RUN... [--store URI] [--metric NAME] [--x steps|time]\n"
-            "                 [--mean] [--out FILE.png] [--size WxH] [--title TEXT]\n");
+    cli_bad_usage("plot");
     return 2;
   }
   char out_buf[512];

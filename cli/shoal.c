@@ -299,10 +299,7 @@ static int cmd_run(int argc, char **argv) {
     }
   }
   if (!cfg_file && !resume) {
-    fprintf(stderr,
-            "usage: shoal run CONFIG [--set key=value ...] [--quiet] [--log-json] "
-            "[--no-tensorboard]\n"
-            "       shoal run --resume RUN [--store URI] [--set key=value ...]\n");
+    cli_bad_usage("run");
     return 2;
   }
   shoal_error err = {0};
@@ -540,9 +537,7 @@ static int cmd_init(int argc, char **argv) {
     }
   }
   if (!cfg_file) {
-    fprintf(stderr,
-            "usage: shoal init CONFIG --set run.name=RUN [--set key=value ...] "
-            "[--out RESOLVED.yaml]\n");
+    cli_bad_usage("init");
     return 2;
   }
   shoal_error err = {0};
@@ -669,12 +664,7 @@ static int cmd_eval(int argc, char **argv) {
   }
   if (!run || episodes < 1 || episodes > 100000 || frames_max < 2 || frames_max > 64 ||
       frames_max % 2 || nrec < 1 || nrec > 16) {
-    fprintf(stderr,
-            "usage: shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]\n"
-            "                  [--render [STRIP.png] [--record K (1..16; 1)] "
-            "[--frames N (even, 2..64; 12)]]\n"
-            "  --render stores a PNG strip and an animated PNG of the first K episodes in the\n"
-            "  run's media (`shoal media ls RUN`); STRIP.png also gets episode 1's strip.\n");
+    cli_bad_usage("eval");
     return 2;
   }
   shoal_error err = {0};
@@ -812,49 +802,40 @@ static int cmd_eval(int argc, char **argv) {
   return 0;
 }
 
-static void usage(void) {
-  fprintf(stderr,
-          "usage: shoal <command> ...\n"
-          "  run CONFIG [--set key=value ...] [--quiet] [--log-json]   train (Ape-X, IMPALA, PPO)\n"
-          "  run --resume RUN [--store URI]                            continue a run\n"
-          "  eval RUN [--store URI] [--episodes K] [--best]            play a snapshot\n"
-          "  init CONFIG --set run.name=RUN [--out FILE]              record a run (deploy/)\n"
-          "  dataset put|ls|info|rm ... [--store URI]                 datasets in the store\n"
-          "  media ls RUN | media get RUN NAME [-o FILE]              a run's recordings\n"
-          "  status HOST:PORT [--interval S] [--json]                 a running learner\n"
-          "  set HOST:PORT key=value ...                              live tuning\n"
-          "  plot RUN... [--metric NAME] [--x steps|time] [--mean] [--out F.png]\n"
-          "  sweep SWEEP.yaml [--store URI] | sweep --report NAME     hyperparameter search\n"
-          "  worker --sweep NAME [--store URI]                        run a sweep's trials\n"
-          "  tboard RUN... [--store URI] [--out DIR]                  TensorBoard event files\n"
-          "  import FILE... --run RUN [--env ID] [--store URI]        experience into segments\n"
-          "  envs                                                     list environments\n");
+static int cmd_envs(int argc, char **argv) {
+  (void)argv;
+  if (argc) return cli_bad_usage("envs");
+  const char *names[256];
+  int n = env_list(names, 256);
+  for (int i = 0; i < n && i < 256; i++) printf("%s\n", names[i]);
+  return 0;
 }
 
 int main(int argc, char **argv) {
   find_shoal_bindir();
   if (argc < 2) {
-    usage();
+    cli_overview(stderr);
     return 2;
   }
-  if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "eval")) return cmd_eval(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "init")) return cmd_init(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "status")) return cmd_status(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "set")) return cmd_set(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "plot")) return cmd_plot(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "worker")) return cmd_worker(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "tboard")) return cmd_tboard(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "import")) return cmd_import(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "envs")) {
-    const char *names[256];
-    int n = env_list(names, 256);
-    for (int i = 0; i < n && i < 256; i++) printf("%s\n", names[i]);
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    if (argc > 2 && cli_help(argv[2])) return 0;
+    cli_overview(stdout);
     return 0;
   }
-  if (!strcmp(argv[1], "dataset")) return cmd_dataset(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "media")) return cmd_media(argc - 2, argv + 2);
-  usage();
+  /* shoal CMD --help: the command's usage on stdout, whatever else is given. */
+  if (cli_wants_help(argc - 2, argv + 2) && cli_help(cmd)) return 0;
+  static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+  } cmds[] = {{"run", cmd_run},       {"eval", cmd_eval},       {"init", cmd_init},
+              {"status", cmd_status}, {"set", cmd_set},         {"plot", cmd_plot},
+              {"sweep", cmd_sweep},   {"worker", cmd_worker},   {"tboard", cmd_tboard},
+              {"import", cmd_import}, {"dataset", cmd_dataset}, {"media", cmd_media},
+              {"config", cmd_config}, {"envs", cmd_envs}};
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
+    if (!strcmp(cmd, cmds[i].name)) return cmds[i].fn(argc - 2, argv + 2);
+  fprintf(stderr, "shoal: no command '%s'\n", cmd);
+  cli_overview(stderr);
   return 2;
 }

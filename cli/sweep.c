@@ -408,9 +408,7 @@ int cmd_sweep(int argc, char **argv) {
   }
   if (report) return cmd_report(report, uri);
   if (!file || workers < 0 || workers > 64) {
-    fprintf(stderr,
-            "usage: shoal sweep SWEEP.yaml [--store URI] [--dry-run] [--workers N]\n"
-            "       shoal sweep --report NAME [--store URI]\n");
+    cli_bad_usage("sweep");
     return 2;
   }
   shoal_error err = {0};
@@ -827,11 +825,7 @@ int cmd_worker(int argc, char **argv) {
     }
   }
   if (!sweep || !(hb >= 0.05 && hb <= 3600) || !(stale > hb) || max_trials < 0) {
-    fprintf(stderr,
-            "usage: shoal worker --sweep NAME [--store URI] [--name W] [--heartbeat S]\n"
-            "                    [--stale S] [--max-trials N]\n"
-            "  (heartbeat every S s, default 5; trials whose heartbeat is older than\n"
-            "  --stale, default 30, are requeued; --stale must exceed --heartbeat)\n");
+    cli_bad_usage("worker");
     return 2;
   }
   char wname[STORE_NAME_MAX];

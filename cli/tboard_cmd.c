@@ -42,7 +42,7 @@ int cmd_tboard(int argc, char **argv) {
     }
   }
   if (nruns == 0) {
-    fprintf(stderr, "usage: shoal tboard RUN... [--store URI] [--out DIR]\n");
+    cli_bad_usage("tboard");
     return 2;
   }
   shoal_error err = {0};

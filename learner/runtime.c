@@ -387,9 +387,15 @@ static void eval_stop(lrt *rt) {
 
 /* ---- set-up ------------------------------------------------------------------- */
 
-static void usage(const lrt_program *p) {
-  fprintf(stderr, "usage: %s --config FILE --run RUN [--resume] [--set key=value ...]\n", p->prog);
-  exit(2);
+/* The usage on stderr (exit 2), or on stdout for --help (exit 0). */
+static void usage(const lrt_program *p, bool help) {
+  fprintf(help ? stdout : stderr,
+          "usage: %s --config FILE --run RUN [--resume] [--set key=value ...]\n"
+          "  Serves the run's actors and trains (`shoal run` starts it; deploy/README.md runs\n"
+          "  it by hand). FILE: a resolved config (`shoal init --out`); its keys: shoal config\n"
+          "  keys. --resume continues from the run's latest snapshot and replay log.\n",
+          p->prog);
+  exit(help ? 0 : 2);
 }
 
 static void load_config(lrt *rt, int argc, char **argv) {
@@ -406,9 +412,9 @@ static void load_config(lrt *rt, int argc, char **argv) {
     else if (!strcmp(argv[i], "--set") && i + 1 < argc && nsets < MAX_SETS)
       sets[nsets++] = argv[++i];
     else
-      usage(rt->p);
+      usage(rt->p, !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"));
   }
-  if (!rt->cfg_path || !rt->run) usage(rt->p);
+  if (!rt->cfg_path || !rt->run) usage(rt->p, false);
   const cfg_key *keys = rt->p->schema(&nkeys);
   if (!(rt->cfg = config_create(keys, nkeys, &err))) lrt_die(rt, "config", &err);
   /* A config from the store or `shoal init --out` has its secrets redacted: they come

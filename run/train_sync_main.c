@@ -6,20 +6,49 @@
  * Prints progress lines, then one summary line; exits 0 when the run ended solved (or
  * had no solve threshold), 1 when it did not solve, 2 on an error. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "run/onpolicy_train.h"
 
+/* The first 64 KiB of a config file as text; NULL when it cannot be read (the loader
+ * then says why). */
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  char *buf = f ? malloc(65537) : NULL;
+  size_t n = buf ? fread(buf, 1, 65536, f) : 0;
+  if (f) fclose(f);
+  if (buf) buf[n] = 0;
+  return buf;
+}
+
 int main(int argc, char **argv) {
   shoal_error err = {0};
-  if (argc < 2 || !strcmp(argv[1], "--help")) {
-    fprintf(stderr, "usage: %s CONFIG.yaml [--set key=value ...] [--quiet]\n", argv[0]);
-    int n;
-    const cfg_key *k = onpolicy_schema(&n);
-    for (int i = 0; i < n; i++)
-      fprintf(stderr, "  %-28s %-10s %s\n", k[i].name, k[i].def, k[i].help);
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    bool help = argc >= 2;
+    fprintf(help ? stdout : stderr,
+            "usage: %s CONFIG.yaml [--set key=value ...] [--quiet]\n"
+            "  Trains an IMPALA or PPO config (algo: impala|ppo) in this one process, with\n"
+            "  one vector env (CleanRL's loop), and prints progress and the final evaluation.\n"
+            "  It keeps nothing in a store: distributed training, snapshots and metrics are\n"
+            "  `shoal run`'s. The keys: shoal config keys impala|ppo (the run, env, ac,\n"
+            "  impala/ppo and train keys are read; actors, learner.listen and store.uri not).\n",
+            argv[0]);
+    return help ? 0 : 2;
+  }
+  /* An Ape-X config (or a typo in algo) is named before its keys are checked. */
+  char *text = read_text(argv[1]);
+  char algo[64];
+  if (text && (!algo_yaml_known(text, NULL, 0, algo, sizeof algo) ||
+               !algo_yaml_is_onpolicy(text, NULL, 0))) {
+    fprintf(stderr,
+            "%s: %s: algo '%s' is not impala or ppo (this program trains those; Ape-X "
+            "configs run with `shoal run`)\n",
+            argv[0], argv[1], algo[0] ? algo : "apex");
+    free(text);
     return 2;
   }
+  free(text);
   int n;
   const cfg_key *schema = onpolicy_schema(&n);
   config *cfg = config_create(schema, n, &err);

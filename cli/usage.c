@@ -1,0 +1,144 @@
+/* Every command's usage in one table, and `shoal config keys` (see cli/commands.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "run/run.h"
+
+typedef struct usage_entry {
+  const char *cmd;
+  const char *synopsis, *what; /* the overview's line */
+  const char *text;            /* the whole usage */
+} usage_entry;
+
+static const usage_entry usages[] = {
+    {"run", "run CONFIG [--set key=value ...]", "train (Ape-X, IMPALA, PPO)",
+     "usage: shoal run CONFIG [--set key=value ...] [--quiet] [--log-json] [--no-tensorboard]\n"
+     "       shoal run --resume RUN [--store URI] [--set key=value ...]\n"
+     "  Starts one learner and the config's actors, restarts what crashes, stops all on\n"
+     "  Ctrl-C. The keys a config takes: shoal config keys [apex|impala|ppo].\n"},
+    {"eval", "eval RUN [--best] [--render]", "play a snapshot",
+     "usage: shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]\n"
+     "                  [--render [STRIP.png] [--record K (1..16; 1)] "
+     "[--frames N (even, 2..64; 12)]]\n"
+     "  --render stores a PNG strip and an animated PNG of the first K episodes in the\n"
+     "  run's media (`shoal media ls RUN`); STRIP.png also gets episode 1's strip.\n"},
+    {"init", "init CONFIG --set run.name=RUN", "record a run (deploy/)",
+     "usage: shoal init CONFIG --set run.name=RUN [--set key=value ...] [--out RESOLVED.yaml]\n"},
+    {"config", "config keys [apex|impala|ppo]", "every config key",
+     "usage: shoal config keys [apex|impala|ppo]\n"
+     "  Lists every key of the algorithm's config (apex when none is named): type,\n"
+     "  default, bounds and what it does.\n"},
+    {"dataset", "dataset put|ls|info|rm ...", "datasets in the store",
+     "usage: shoal dataset put NAME [FIELD=]FILE... [--chunk-records N] [--source TEXT] "
+     "[--store URI]\n"
+     "       shoal dataset ls [--store URI]\n"
+     "       shoal dataset info NAME [--verify] [--store URI]\n"
+     "       shoal dataset rm NAME [--store URI]\n"},
+    {"media", "media ls RUN | media get RUN NAME", "a run's recordings",
+     "usage: shoal media ls RUN [--store URI]\n"
+     "       shoal media get RUN NAME [-o FILE|-] [--store URI]\n"},
+    {"status", "status HOST:PORT [--json]", "a running learner",
+     "usage: shoal status HOST:PORT [--token T] [--interval S] [--json]\n"
+     "  One report: counters and rates over an S-second window (default 1; 0: counters\n"
+     "  only). The token: --token, else $SHOAL_TOKEN.\n"},
+    {"set", "set HOST:PORT key=value ...", "live tuning",
+     "usage: shoal set HOST:PORT key=value ... [--token T] [--run RUN]\n"
+     "  live keys: dqn.lr, learner.replay_ratio, dqn.target_period, replay.beta0,\n"
+     "  replay.beta_steps, learner.publish_every, learner.snapshot_every_s,\n"
+     "  run.eval_every_s, run.max_env_steps, run.max_seconds, run.solve_return\n"
+     "  (IMPALA / PPO: impala.lr or ppo.lr, run.eval_every_steps and the learner and run\n"
+     "  keys). The token: --token, else $SHOAL_TOKEN.\n"},
+    {"plot", "plot RUN... [--metric NAME] [--mean]", "learning curves",
+     "usage: shoal plot RUN... [--store URI] [--metric NAME] [--x steps|time]\n"
+     "                 [--mean] [--out FILE.png] [--size WxH] [--title TEXT]\n"},
+    {"sweep", "sweep SWEEP.yaml | sweep --report NAME", "hyperparameter search",
+     "usage: shoal sweep SWEEP.yaml [--store URI] [--dry-run] [--workers N]\n"
+     "       shoal sweep --report NAME [--store URI]\n"},
+    {"worker", "worker --sweep NAME", "run a sweep's trials",
+     "usage: shoal worker --sweep NAME [--store URI] [--name W] [--heartbeat S]\n"
+     "                    [--stale S] [--max-trials N]\n"
+     "  (heartbeat every S s, default 5; trials whose heartbeat is older than\n"
+     "  --stale, default 30, are requeued; --stale must exceed --heartbeat)\n"},
+    {"tboard", "tboard RUN... [--out DIR]", "TensorBoard event files",
+     "usage: shoal tboard RUN... [--store URI] [--out DIR]\n"},
+    {"import", "import FILE... --run RUN", "experience into segments",
+     "usage: shoal import FILE... --run RUN [--env ID] [--store URI] [--source NAME]\n"
+     "                    [--segment-rows N] [--quiet]\n"
+     "  FILE: a JSON Lines file (.jsonl, one transition per line) or a folder of .npy\n"
+     "  column files (obs, action, reward, terminated, truncated, next_obs, priority).\n"
+     "  See docs/experience.md.\n"},
+    {"envs", "envs", "list environments", "usage: shoal envs\n"},
+};
+
+static const usage_entry *find(const char *cmd) {
+  for (size_t i = 0; i < sizeof usages / sizeof *usages; i++)
+    if (!strcmp(usages[i].cmd, cmd)) return &usages[i];
+  return NULL;
+}
+
+void cli_overview(FILE *f) {
+  fprintf(f, "usage: shoal <command> ...   (shoal <command> --help for one)\n");
+  for (size_t i = 0; i < sizeof usages / sizeof *usages; i++)
+    fprintf(f, "  %-40s %s\n", usages[i].synopsis, usages[i].what);
+}
+
+bool cli_help(const char *cmd) {
+  const usage_entry *u = find(cmd);
+  if (!u) return false;
+  fputs(u->text, stdout);
+  return true;
+}
+
+int cli_bad_usage(const char *cmd) {
+  const usage_entry *u = find(cmd);
+  fputs(u ? u->text : "usage: shoal <command> ...\n", stderr);
+  return 2;
+}
+
+bool cli_wants_help(int argc, char **argv) {
+  for (int i = 0; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return true;
+  return false;
+}
+
+static const char *type_name(cfg_type t) {
+  switch (t) {
+    case CFG_INT: return "int";
+    case CFG_FLOAT: return "float";
+    case CFG_BOOL: return "bool";
+    default: return "string";
+  }
+}
+
+int cmd_config(int argc, char **argv) {
+  if (argc < 1 || strcmp(argv[0], "keys") || argc > 2) return cli_bad_usage("config");
+  const char *algo = argc == 2 ? argv[1] : "apex";
+  int n;
+  const cfg_key *keys;
+  if (!strcmp(algo, "apex")) {
+    keys = apex_schema(&n);
+  } else if (!strcmp(algo, "impala") || !strcmp(algo, "ppo")) {
+    keys = onpolicy_schema(&n);
+  } else {
+    fprintf(stderr, "shoal config keys: algo '%s' is not one of apex, impala, ppo\n", algo);
+    return 2;
+  }
+  /* The on-policy schema holds both algorithms' keys: show the other's as not used. */
+  const char *other = !strcmp(algo, "impala") ? "ppo." : !strcmp(algo, "ppo") ? "impala." : NULL;
+  printf("# the keys of %s configs (configs/*-%s.yaml): key, type, default, [bounds], meaning\n",
+         algo, algo);
+  for (int i = 0; i < n; i++) {
+    const cfg_key *k = &keys[i];
+    if (other && !strncmp(k->name, other, strlen(other))) continue;
+    char bounds[64] = "";
+    if (k->type == CFG_INT || k->type == CFG_FLOAT)
+      snprintf(bounds, sizeof bounds, "[%g, %g]", k->min, k->max);
+    printf("%-26s %-6s %-14s %-18s %s\n", k->name, type_name(k->type),
+           !strcmp(k->name, "algo") ? algo
+           : k->def                 ? (k->def[0] ? k->def : "\"\"")
+                                    : "(required)",
+           bounds, k->help ? k->help : "");
+  }
+  return 0;
+}
