@@ -67,6 +67,15 @@ struct lrt {
   uint64_t episodes;
 
   eval_box eval;
+
+  /* The run's lease (store.h): one learner per run. The lease thread renews it; a
+   * learner that loses it to another stops. */
+  pthread_t lease_th;
+  bool lease_started;
+  double lease_s;
+  atomic_bool lease_stop, lease_lost;
+  pthread_mutex_t lease_mu;
+  pthread_cond_t lease_cv;
 };
 
 static volatile sig_atomic_t stop_signal = 0;
@@ -385,6 +394,100 @@ static void eval_stop(lrt *rt) {
   pthread_cond_destroy(&e->cv);
 }
 
+/* ---- the run's lease ----------------------------------------------------------- */
+
+/* Takes the run's lease before anything is written: a learner that holds it already is
+ * named and this one exits; one that is stopping (its last snapshot on the way) is
+ * waited for, so a resume starts from that snapshot. A store that cannot be reached
+ * now leaves the lease to the lease thread. */
+static void lease_take(lrt *rt) {
+  rt->lease_s = config_float(rt->cfg, "learner.lease_s");
+  double t0 = shoal_now_s(), said = -1;
+  for (;;) {
+    store_lease_holder h;
+    shoal_error err = {0};
+    int rc = store_lease_take(rt->st, rt->run, rt->lease_s, &h, &err);
+    if (rc == 0) return;
+    if (rc != SHOAL_EEXIST) {
+      lrt_note(rt, "the run's lease cannot be taken now (%s): training goes on", err.msg);
+      return;
+    }
+    /* A holder that is stopping is waited for; one that may be about to (a restart
+     * under `shoal run` races its predecessor's stop) gets a few seconds. */
+    double waited = shoal_now_s() - t0;
+    if (!(h.stopping ? waited < 180 : waited < 3)) {
+      fprintf(stderr,
+              "%s: run %s is being trained by another learner (pid %lld on %s, for %.0f s): one "
+              "learner per run; stop it first (or wait for it to end)\n",
+              rt->p->prog, rt->run, (long long)h.pid, h.host, lrt_unix_now() - h.started);
+      exit(1);
+    }
+    if (h.stopping && said < 0) {
+      lrt_note(rt, "waiting for the learner of run %s (pid %lld on %s) to finish stopping", rt->run,
+               (long long)h.pid, h.host);
+      said = waited;
+    }
+    struct timespec ts = {0, 250000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void *lease_main(void *arg) {
+  lrt *rt = arg;
+  pthread_mutex_lock(&rt->lease_mu);
+  while (!atomic_load(&rt->lease_stop)) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double d = rt->lease_s / 3;
+    until.tv_sec += (time_t)d;
+    until.tv_nsec += (long)((d - (double)(time_t)d) * 1e9);
+    if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&rt->lease_cv, &rt->lease_mu, &until);
+    if (atomic_load(&rt->lease_stop)) break;
+    pthread_mutex_unlock(&rt->lease_mu);
+    shoal_error err = {0};
+    int rc = store_lease_renew(rt->st, rt->run, rt->lease_s, false, &err);
+    if (rc == SHOAL_ESTATE) {
+      /* Not held: never taken (the store was away at the start), or taken over. */
+      store_lease_holder h;
+      rc = store_lease_take(rt->st, rt->run, rt->lease_s, &h, &err);
+      if (rc == SHOAL_EEXIST) {
+        lrt_note(rt, "%s: this learner stops", err.msg);
+        atomic_store(&rt->lease_lost, true);
+      }
+    }
+    pthread_mutex_lock(&rt->lease_mu);
+  }
+  pthread_mutex_unlock(&rt->lease_mu);
+  return NULL;
+}
+
+static void lease_start(lrt *rt) {
+  pthread_mutex_init(&rt->lease_mu, NULL);
+  pthread_cond_init(&rt->lease_cv, NULL);
+  rt->lease_started = pthread_create(&rt->lease_th, NULL, lease_main, rt) == 0;
+}
+
+/* The stop: the lease says stopping (a resume waits for the final snapshot); after the
+ * store's flush, give it back. */
+static void lease_stopping(lrt *rt) {
+  shoal_error err = {0};
+  store_lease_renew(rt->st, rt->run, rt->lease_s, true, &err);
+}
+
+/* Stops the lease thread and, when this learner still holds it, gives the lease back. */
+static void lease_release(lrt *rt) {
+  if (rt->lease_started) {
+    pthread_mutex_lock(&rt->lease_mu);
+    atomic_store(&rt->lease_stop, true);
+    pthread_cond_signal(&rt->lease_cv);
+    pthread_mutex_unlock(&rt->lease_mu);
+    pthread_join(rt->lease_th, NULL);
+  }
+  shoal_error err = {0};
+  if (!atomic_load(&rt->lease_lost)) store_lease_release(rt->st, rt->run, &err);
+}
+
 /* ---- set-up ------------------------------------------------------------------- */
 
 /* The usage on stderr (exit 2), or on stdout for --help (exit 0). */
@@ -505,7 +608,9 @@ static void set_up(lrt *rt, int argc, char **argv) {
   /* Through an outage of the store the learner trains on; the writer counts errors. */
   if (store_open_lazy(&rt->st, config_string(rt->cfg, "store.uri"), &err))
     lrt_die(rt, "store", &err);
+  lease_take(rt);
   if (store_writer_create(&rt->wr, rt->st, NULL, &err)) lrt_die(rt, "store writer", &err);
+  lease_start(rt);
   record_run(rt);
   if (!(rt->a = rt->p->create(rt, &rt->algo, &err))) lrt_die(rt, "learner", &err);
   if (rt->resume) resume(rt);
@@ -571,6 +676,7 @@ static const char *train(lrt *rt, double t0) {
   shoal_error err = {0};
   for (;;) {
     if (stop_signal) return "signal";
+    if (atomic_load(&rt->lease_lost)) return "lease_lost";
     lrt_figs f;
     rt->algo.figs(rt->a, &f);
     live_hp_apply(&rt->live, apply_hp, rt, rt->wr, rt->run, f.env_steps, rt->p->prog);
@@ -603,6 +709,7 @@ static const char *train(lrt *rt, double t0) {
 /* Stop taking batches, keep what was learned, say how it ended. */
 static int stop(lrt *rt, const char *reason, double t0) {
   atomic_store(&rt->stopping, true);
+  if (!atomic_load(&rt->lease_lost)) lease_stopping(rt);
   live_hp_wake(&rt->live);
   rt->algo.halt(rt->a);
   rpc_server_destroy(rt->srv, 1.0);
@@ -610,15 +717,18 @@ static int stop(lrt *rt, const char *reason, double t0) {
   eval_stop(rt);
   lrt_figs f;
   rt->algo.figs(rt->a, &f);
-  /* The evaluated snapshot of a solved run is its last; otherwise the final state. */
-  if (strcmp(reason, "solved") || !rt->algo.snapshot_on_eval) {
+  /* The evaluated snapshot of a solved run is its last; otherwise the final state. A
+   * learner that lost the run's lease to another writes nothing more to the run. */
+  const bool owner = !atomic_load(&rt->lease_lost);
+  if (owner && (strcmp(reason, "solved") || !rt->algo.snapshot_on_eval)) {
     atomic_fetch_add(&rt->version, rt->algo.snapshot_on_eval ? 0 : 1);
     snapshot(rt, f.env_steps, rt->eval_return);
   }
   char extra[1024] = "";
   bool kept = rt->algo.finish(rt->a, extra, sizeof extra);
-  store_writer_run_status(rt->wr, rt->run,
-                          !strcmp(reason, "signal") ? STORE_RUN_STOPPED : STORE_RUN_FINISHED);
+  if (owner)
+    store_writer_run_status(rt->wr, rt->run,
+                            !strcmp(reason, "signal") ? STORE_RUN_STOPPED : STORE_RUN_FINISHED);
   /* A store that is failing now gets one more try, not 30 s of them: the stop must
    * not hang on an outage (what is not written is counted and reported). */
   int healthy;
@@ -658,6 +768,7 @@ int lrt_main(int argc, char **argv, const lrt_program *p) {
   double t0 = shoal_now_s();
   const char *reason = train(&rt, t0);
   int rc = stop(&rt, reason, t0);
+  lease_release(&rt);
   store_close(rt.st);
   rt.algo.destroy(rt.a);
   live_hp_destroy(&rt.live);

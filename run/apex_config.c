@@ -42,6 +42,9 @@ static const cfg_key apex_keys[] = {
     {"learner.log_every_s", CFG_FLOAT, "1", 0.05, 3600, "seconds between progress lines"},
     {"learner.threads", CFG_INT, "1", 1, 256, "nn threads of the trainer"},
     {"learner.token", CFG_STRING, "", 0, -1, "shared token actors must present (empty: none)"},
+    {"learner.lease_s", CFG_FLOAT, "15", 1, 3600,
+     "the run's lease (one learner per run): renewed every third of this; a learner that "
+     "stops renewing loses it after this long (MongoDB; on a file store when it exits)"},
     {"learner.insecure", CFG_BOOL, "false", 0, -1,
      "serve beyond loopback without learner.token (refused unless true)"},
     /* replay */

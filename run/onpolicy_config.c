@@ -86,6 +86,9 @@ static const cfg_key onpolicy_keys[] = {
     {"learner.snapshot_every_s", CFG_FLOAT, "30", 0.1, 1e9, "seconds between snapshots"},
     {"learner.log_every_s", CFG_FLOAT, "1", 0.05, 3600, "seconds between progress lines"},
     {"learner.token", CFG_STRING, "", 0, -1, "shared token actors must present (empty: none)"},
+    {"learner.lease_s", CFG_FLOAT, "15", 1, 3600,
+     "the run's lease (one learner per run): renewed every third of this; a learner that "
+     "stops renewing loses it after this long (MongoDB; on a file store when it exits)"},
     {"learner.insecure", CFG_BOOL, "false", 0, -1,
      "serve beyond loopback without learner.token (refused unless true)"},
     {"replay.capacity", CFG_INT, "0", 0, 1e9,

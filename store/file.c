@@ -49,9 +49,17 @@
 #include "common/file.h"
 #include "store/file_backend.h"
 
+enum { FILE_LEASES = 8 };
+
 typedef struct file_store {
   char root[PATH_MAX];
   int sync_metrics; /* fsync metrics.csv after each append */
+  /* The run leases this process holds: each an open lock file under flock. */
+  pthread_mutex_t lease_mu;
+  struct {
+    char run[STORE_NAME_MAX];
+    int fd;
+  } leases[FILE_LEASES];
 } file_store;
 
 enum { REPLAY_HEADER = 32 };
@@ -322,6 +330,8 @@ static int file_open(void **impl, const char *uri, const store_uri_info *u, bool
   if (!fs) return shoal_error_set(err, SHOAL_ENOMEM, "store: out of memory");
   snprintf(fs->root, sizeof fs->root, "%s", u->dir);
   fs->sync_metrics = u->sync_metrics;
+  pthread_mutex_init(&fs->lease_mu, NULL);
+  for (int i = 0; i < FILE_LEASES; i++) fs->leases[i].fd = -1;
   int rc = mkdir_p(fs->root, err);
   if (rc) {
     free(fs);
@@ -331,9 +341,139 @@ static int file_open(void **impl, const char *uri, const store_uri_info *u, bool
   return 0;
 }
 
-static void file_close(void *impl) { free(impl); }
+static void file_close(void *impl) {
+  file_store *fs = impl;
+  for (int i = 0; i < FILE_LEASES; i++)
+    if (fs->leases[i].fd >= 0) close(fs->leases[i].fd); /* the kernel lets go of the flock */
+  pthread_mutex_destroy(&fs->lease_mu);
+  free(fs);
+}
 
 static void sweep_stale_tmp(const char *dir);
+
+/* ---- the run's lease: ROOT/.leases/RUN.lock held with flock(2) --------------------------- */
+
+/* The slot of run's lease in fs->leases, or -1 (called with lease_mu held). */
+static int lease_slot(file_store *fs, const char *run) {
+  for (int i = 0; i < FILE_LEASES; i++)
+    if (fs->leases[i].fd >= 0 && !strcmp(fs->leases[i].run, run)) return i;
+  return -1;
+}
+
+/* Writes who holds the lease into its lock file (a note for whoever is refused). */
+static int lease_note(int fd, const char *path, double started, bool stopping, shoal_error *err) {
+  char host[64] = "?", text[256];
+  gethostname(host, sizeof host - 1);
+  int n = snprintf(text, sizeof text, "host=%s pid=%ld started=%.3f stopping=%d\n", host,
+                   (long)getpid(), started, stopping ? 1 : 0);
+  if (pwrite(fd, text, (size_t)n, 0) != n || ftruncate(fd, n) != 0)
+    return store__sys_err(err, errno, "cannot write lease", path);
+  return 0;
+}
+
+static void lease_read(int fd, store_lease_holder *h) {
+  char text[256] = "";
+  ssize_t n = pread(fd, text, sizeof text - 1, 0);
+  text[n > 0 ? n : 0] = 0;
+  long long pid = 0;
+  int stopping = 0;
+  memset(h, 0, sizeof *h);
+  snprintf(h->host, sizeof h->host, "?");
+  char host[64];
+  if (sscanf(text, "host=%63s pid=%lld started=%lf stopping=%d", host, &pid, &h->started,
+             &stopping) == 4)
+    snprintf(h->host, sizeof h->host, "%s", host);
+  h->pid = pid;
+  h->stopping = stopping != 0;
+}
+
+static int lease_path(file_store *fs, const char *run, char *p, shoal_error *err) {
+  char dir[PATH_MAX];
+  int rc = path_fmt(dir, err, "%s/.leases", fs->root);
+  if (!rc && mkdir(dir, 0755) != 0 && errno != EEXIST)
+    rc = store__sys_err(err, errno, "cannot create folder", dir);
+  return rc ? rc : path_fmt(p, err, "%s/%s.lock", dir, run);
+}
+
+static int file_lease_take(void *impl, const char *run, double ttl, store_lease_holder *holder,
+                           shoal_error *err) {
+  (void)ttl; /* held while this process lives */
+  file_store *fs = impl;
+  char p[PATH_MAX];
+  int rc = lease_path(fs, run, p, err);
+  if (rc) return rc;
+  pthread_mutex_lock(&fs->lease_mu);
+  int slot = lease_slot(fs, run), fd = -1;
+  if (slot >= 0) {
+    fd = fs->leases[slot].fd;
+    lease_read(fd, holder);
+    rc = lease_note(fd, p, holder->started, false, err);
+    goto done;
+  }
+  for (slot = 0; slot < FILE_LEASES && fs->leases[slot].fd >= 0;) slot++;
+  if (slot == FILE_LEASES) {
+    rc = shoal_error_set(err, SHOAL_EFULL, "store: this process holds %d leases already",
+                         FILE_LEASES);
+    goto done;
+  }
+  fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    rc = store__sys_err(err, errno, "cannot open lease", p);
+    goto done;
+  }
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    rc = errno == EWOULDBLOCK ? (lease_read(fd, holder), store__lease_held(run, holder, err))
+                              : store__sys_err(err, errno, "cannot lock lease", p);
+    close(fd);
+    goto done;
+  }
+  double now = store__wall_time();
+  if ((rc = lease_note(fd, p, now, false, err))) {
+    close(fd);
+    goto done;
+  }
+  snprintf(fs->leases[slot].run, sizeof fs->leases[slot].run, "%s", run);
+  fs->leases[slot].fd = fd;
+  lease_read(fd, holder);
+done:
+  pthread_mutex_unlock(&fs->lease_mu);
+  return rc;
+}
+
+static int file_lease_renew(void *impl, const char *run, double ttl, bool stopping,
+                            shoal_error *err) {
+  (void)ttl;
+  file_store *fs = impl;
+  char p[PATH_MAX];
+  int rc = lease_path(fs, run, p, err);
+  if (rc) return rc;
+  pthread_mutex_lock(&fs->lease_mu);
+  int slot = lease_slot(fs, run);
+  if (slot < 0) {
+    rc = shoal_error_set(err, SHOAL_ESTATE, "store: run '%s': this process holds no lease", run);
+  } else {
+    store_lease_holder h;
+    lease_read(fs->leases[slot].fd, &h);
+    rc = lease_note(fs->leases[slot].fd, p, h.started, stopping, err);
+  }
+  pthread_mutex_unlock(&fs->lease_mu);
+  return rc;
+}
+
+static int file_lease_release(void *impl, const char *run, shoal_error *err) {
+  (void)err;
+  file_store *fs = impl;
+  pthread_mutex_lock(&fs->lease_mu);
+  int slot = lease_slot(fs, run);
+  if (slot >= 0) {
+    /* The file stays: a taker waiting on this inode must not lock one unlinked. */
+    close(fs->leases[slot].fd);
+    fs->leases[slot].fd = -1;
+  }
+  pthread_mutex_unlock(&fs->lease_mu);
+  return 0;
+}
 
 /* ---- runs ---------------------------------------------------------------- */
 
@@ -1483,6 +1623,9 @@ const store__backend store__file_backend = {
     .run_find = file_run_find,
     .run_list = file_run_list,
     .run_set_status = file_run_set_status,
+    .lease_take = file_lease_take,
+    .lease_renew = file_lease_renew,
+    .lease_release = file_lease_release,
     .snapshot_put = file_snapshot_put,
     .snapshot_get = file_snapshot_get,
     .snapshot_list = file_snapshot_list,

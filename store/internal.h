@@ -35,6 +35,10 @@ typedef struct store__backend {
   int (*run_find)(void *impl, const char *id, store_run *out, shoal_error *err);
   int (*run_list)(void *impl, store_run **out, size_t *n, shoal_error *err);
   int (*run_set_status)(void *impl, const char *id, int status, shoal_error *err);
+  int (*lease_take)(void *impl, const char *run, double ttl_s, store_lease_holder *holder,
+                    shoal_error *err);
+  int (*lease_renew)(void *impl, const char *run, double ttl_s, bool stopping, shoal_error *err);
+  int (*lease_release)(void *impl, const char *run, shoal_error *err);
 
   int (*snapshot_put)(void *impl, const store_snapshot_meta *meta, const void *bytes, size_t len,
                       shoal_error *err);
@@ -148,6 +152,8 @@ struct store {
   ((st)->be->slot ? (st)->be->slot((st)->impl, __VA_ARGS__, (err)) \
                   : store__unsupported((st), #slot, (err)))
 int store__unsupported(const store *st, const char *slot, shoal_error *err);
+/* SHOAL_EEXIST naming run's holder h (the lease backends' refusal). */
+int store__lease_held(const char *run, const store_lease_holder *h, shoal_error *err);
 
 /* Wraps a backend in a store handle (takes ownership of impl: closed with the
  * handle, also on error). uri_redacted is copied. Used by store_open and by tests

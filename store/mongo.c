@@ -31,6 +31,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
+#include <signal.h>
 
 #include "store/mongo_backend.h"
 
@@ -488,6 +491,135 @@ static int mongo_run_set_status(void *impl, const char *id, int status, shoal_er
     rc = shoal_error_set(err, SHOAL_ENOENT, "store: no run '%s'", id);
   bson_destroy(&reply);
   bson_destroy(upd);
+  bson_destroy(sel);
+  op_end(&o);
+  return rc;
+}
+
+/* ---- the run's lease (store.h): a document of `leases` per run ------------------------------ */
+
+static void lease_me(store_lease_holder *me) {
+  memset(me, 0, sizeof *me);
+  if (gethostname(me->host, sizeof me->host - 1)) snprintf(me->host, sizeof me->host, "?");
+  me->pid = (int64_t)getpid();
+}
+
+static void lease_from_doc(const bson_t *d, store_lease_holder *h) {
+  memset(h, 0, sizeof *h);
+  const char *host = dstr(d, "host");
+  snprintf(h->host, sizeof h->host, "%s", host ? host : "?");
+  h->pid = dint(d, "pid", 0);
+  h->started = ddouble(d, "started", 0);
+  h->expires = ddouble(d, "expires", 0);
+  bson_iter_t it;
+  h->stopping = bson_iter_init_find(&it, d, "stopping") && bson_iter_as_bool(&it);
+}
+
+/* Whether h no longer holds: lapsed, or a process of this host that is gone. */
+static bool lease_lapsed(const store_lease_holder *h, const store_lease_holder *me, double now) {
+  if (h->expires < now) return true;
+  return !strcmp(h->host, me->host) && h->pid > 0 && kill((pid_t)h->pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Sets the lease document selected by sel to me for ttl; *matched says whether one was. */
+static int lease_set(op *o, const bson_t *sel, const store_lease_holder *me, double ttl,
+                     bool stopping, bool fresh, int *matched, shoal_error *err) {
+  double now = store__wall_time();
+  bson_t *upd = fresh ? BCON_NEW("$set", "{", "host", BCON_UTF8(me->host), "pid",
+                                 BCON_INT64(me->pid), "started", BCON_DOUBLE(now), "expires",
+                                 BCON_DOUBLE(now + ttl), "stopping", BCON_BOOL(stopping), "}")
+                      : BCON_NEW("$set", "{", "expires", BCON_DOUBLE(now + ttl), "stopping",
+                                 BCON_BOOL(stopping), "}");
+  bson_t reply;
+  bson_error_t be;
+  int rc = 0;
+  if (!mongoc_collection_update_one(o->coll, sel, upd, NULL, &reply, &be))
+    rc = merr(o->ms, err, &be, "cannot update a lease");
+  else
+    *matched = reply_count(&reply, "matchedCount") > 0;
+  bson_destroy(&reply);
+  bson_destroy(upd);
+  return rc;
+}
+
+static int mongo_lease_take(void *impl, const char *run, double ttl, store_lease_holder *holder,
+                            shoal_error *err) {
+  op o = op_begin(impl, "leases");
+  store_lease_holder me;
+  lease_me(&me);
+  double now = store__wall_time();
+  bson_t *doc = BCON_NEW("_id", BCON_UTF8(run), "host", BCON_UTF8(me.host), "pid",
+                         BCON_INT64(me.pid), "started", BCON_DOUBLE(now), "expires",
+                         BCON_DOUBLE(now + ttl), "stopping", BCON_BOOL(false));
+  bson_error_t be;
+  int rc = 0;
+  if (!mongoc_collection_insert_one(o.coll, doc, NULL, NULL, &be)) {
+    shoal_error ierr = {0};
+    rc = merr(impl, &ierr, &be, "cannot take the lease of run '%s'", run);
+    if (rc != SHOAL_EEXIST) {
+      if (err) *err = ierr;
+    } else {
+      /* Held: by this process already, by one that lapsed, or by a live one. */
+      bson_t *f = BCON_NEW("_id", BCON_UTF8(run));
+      bson_t d;
+      int found = 0, matched = 0;
+      rc = find_one(&o, f, NULL, &d, &found, err);
+      if (!rc && found) {
+        lease_from_doc(&d, holder);
+        bson_destroy(&d);
+        bool mine = !strcmp(holder->host, me.host) && holder->pid == me.pid;
+        if (mine || lease_lapsed(holder, &me, store__wall_time())) {
+          /* Only that holder's document: of two takers, one wins. */
+          bson_t *sel = BCON_NEW("_id", BCON_UTF8(run), "host", BCON_UTF8(holder->host), "pid",
+                                 BCON_INT64(holder->pid), "started", BCON_DOUBLE(holder->started));
+          rc = lease_set(&o, sel, &me, ttl, false, !mine, &matched, err);
+          bson_destroy(sel);
+          if (!rc && !matched)
+            rc = shoal_error_set(err, SHOAL_EEXIST,
+                                 "store: run '%s': another learner took the lease meanwhile", run);
+        } else {
+          rc = store__lease_held(run, holder, err);
+        }
+      } else if (!rc) {
+        rc =
+            shoal_error_set(err, SHOAL_EEXIST, "store: run '%s': its lease changed meanwhile", run);
+      }
+      bson_destroy(f);
+    }
+  }
+  if (!rc) *holder = me;
+  bson_destroy(doc);
+  op_end(&o);
+  return rc;
+}
+
+static int mongo_lease_renew(void *impl, const char *run, double ttl, bool stopping,
+                             shoal_error *err) {
+  op o = op_begin(impl, "leases");
+  store_lease_holder me;
+  lease_me(&me);
+  bson_t *sel =
+      BCON_NEW("_id", BCON_UTF8(run), "host", BCON_UTF8(me.host), "pid", BCON_INT64(me.pid));
+  int matched = 0;
+  int rc = lease_set(&o, sel, &me, ttl, stopping, false, &matched, err);
+  if (!rc && !matched)
+    rc = shoal_error_set(err, SHOAL_ESTATE,
+                         "store: run '%s': this learner no longer holds its lease", run);
+  bson_destroy(sel);
+  op_end(&o);
+  return rc;
+}
+
+static int mongo_lease_release(void *impl, const char *run, shoal_error *err) {
+  op o = op_begin(impl, "leases");
+  store_lease_holder me;
+  lease_me(&me);
+  bson_t *sel =
+      BCON_NEW("_id", BCON_UTF8(run), "host", BCON_UTF8(me.host), "pid", BCON_INT64(me.pid));
+  bson_error_t be;
+  int rc = 0;
+  if (!mongoc_collection_delete_one(o.coll, sel, NULL, NULL, &be))
+    rc = merr(impl, err, &be, "cannot release the lease of run '%s'", run);
   bson_destroy(sel);
   op_end(&o);
   return rc;
@@ -1257,6 +1389,9 @@ const store__backend store__mongo_backend = {
     .metrics_query = mongo_metrics_query,
     .trial_create = mongo_trial_create,
     .trial_claim = mongo_trial_claim,
+    .lease_take = mongo_lease_take,
+    .lease_renew = mongo_lease_renew,
+    .lease_release = mongo_lease_release,
     .trial_heartbeat = mongo_trial_heartbeat,
     .trial_complete = mongo_trial_complete,
     .trial_requeue_stale = mongo_trial_requeue_stale,

@@ -302,6 +302,43 @@ int store_run_set_status(store *st, const char *id, int status, shoal_error *err
   return STORE__CALL(st, run_set_status, err, id, status);
 }
 
+/* ---- the run's lease ------------------------------------------------------ */
+
+int store_lease_take(store *st, const char *run, double ttl_s, store_lease_holder *holder,
+                     shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_NAME("run", run);
+  if (!(ttl_s > 0 && ttl_s < 1e6))
+    return shoal_error_set(err, SHOAL_EINVAL, "store: lease of %g s", ttl_s);
+  store_lease_holder h;
+  memset(&h, 0, sizeof h);
+  int rc = STORE__CALL(st, lease_take, err, run, ttl_s, &h);
+  if (holder) *holder = h;
+  return rc;
+}
+
+int store_lease_renew(store *st, const char *run, double ttl_s, bool stopping, shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_NAME("run", run);
+  if (!(ttl_s > 0 && ttl_s < 1e6))
+    return shoal_error_set(err, SHOAL_EINVAL, "store: lease of %g s", ttl_s);
+  return STORE__CALL(st, lease_renew, err, run, ttl_s, stopping);
+}
+
+int store_lease_release(store *st, const char *run, shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_NAME("run", run);
+  return STORE__CALL(st, lease_release, err, run);
+}
+
+/* The error of a lease another process holds. */
+int store__lease_held(const char *run, const store_lease_holder *h, shoal_error *err) {
+  return shoal_error_set(err, SHOAL_EEXIST,
+                         "store: run '%s' is held by a learner, pid %lld on %s since %.0f s ago%s",
+                         run, (long long)h->pid, h->host, store__wall_time() - h->started,
+                         h->stopping ? " (stopping)" : "");
+}
+
 /* ---- snapshots ----------------------------------------------------------- */
 
 int store_snapshot_put(store *st, const store_snapshot_meta *meta, const void *bytes, size_t len,

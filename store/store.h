@@ -40,6 +40,7 @@
 #ifndef SHOAL_STORE_H
 #define SHOAL_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -145,6 +146,34 @@ int store_run_list(store *st, store_run **out, size_t *n, shoal_error *err);
 
 /* Sets the status of run id. SHOAL_ENOENT when there is no such run. */
 int store_run_set_status(store *st, const char *id, int status, shoal_error *err);
+
+/* ---- the run's lease: one learner per run ---------------------------------
+ * A learner takes its run's lease before it writes anything and gives it back when it
+ * ends. The holder is a process (host name and pid). On the file store the lease is a
+ * lock file in the run's folder held with flock(2) for as long as the process lives
+ * (the kernel lets go of it when the process dies, SIGKILL included). On MongoDB it is
+ * a document of the `leases` collection, taken with an insert (or findAndModify over
+ * a lapsed one) and renewed by store_lease_renew before `expires`; a holder that stops
+ * renewing loses it at `expires`, and one on this host whose pid is gone loses it at
+ * once. */
+typedef struct store_lease_holder {
+  char host[64];
+  int64_t pid;
+  double started; /* Unix time the holder took the lease */
+  double expires; /* MongoDB: Unix time it lapses unless renewed; file: 0 (while alive) */
+  bool stopping;  /* the holder is writing its last snapshot and will let go */
+} store_lease_holder;
+
+/* Takes run's lease for this process, for ttl_s seconds (MongoDB; > 0). A lease this
+ * process holds already is taken again. SHOAL_EEXIST when another live process holds
+ * it: *holder (may be NULL) then says who, and err names it. */
+int store_lease_take(store *st, const char *run, double ttl_s, store_lease_holder *holder,
+                     shoal_error *err);
+/* Renews this process's lease on run for ttl_s more seconds and records whether it is
+ * stopping. SHOAL_ESTATE when it no longer holds it (another process took it over). */
+int store_lease_renew(store *st, const char *run, double ttl_s, bool stopping, shoal_error *err);
+/* Gives run's lease back (when this process holds it; else nothing happens). */
+int store_lease_release(store *st, const char *run, shoal_error *err);
 
 /* ---- snapshots ----------------------------------------------------------- */
 
