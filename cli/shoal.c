@@ -446,7 +446,8 @@ static int cmd_run(int argc, char **argv) {
   char learner_bin[PATH_MAX + 32];
   snprintf(learner_bin, sizeof learner_bin, "%s/%s", shoal_bindir, ctx.learner_prog);
   char *largv[] = {learner_bin, "--config", cfg_path, "--run", run, "--resume", NULL};
-  sup_child_spec ls = {"learner", largv, true, true, 1, 20, false};
+  /* A learner that refuses the run for good (another learner holds it) is not restarted. */
+  sup_child_spec ls = {"learner", largv, true, true, 1, 20, false, RUN_EXIT_REFUSED};
   ctx.learner_idx = sup_add(s, &ls, &err);
   for (int i = 0; i < ctx.actors; i++) {
     char name[32];

@@ -35,6 +35,7 @@ typedef struct sup_child {
   char **argv;
   bool restart, essential, deferred;
   int stop_order, max_restarts;
+  int final_status; /* an exit with it is for good */
   child_state state;
   incarnation *inc; /* the running one, or NULL */
   uv_timer_t timer; /* restart backoff */
@@ -123,6 +124,7 @@ int sup_add(sup *s, const sup_child_spec *spec, shoal_error *err) {
   c->essential = spec->essential;
   c->stop_order = spec->stop_order;
   c->max_restarts = spec->max_restarts;
+  c->final_status = spec->final_status;
   c->deferred = spec->deferred;
   c->delay_s = s->backoff_first_s;
   s->children[s->n++] = c;
@@ -256,7 +258,9 @@ static void exit_cb(uv_process_t *p, int64_t status, int term_signal) {
     advance_stop(s);
     return;
   }
-  if (crashed && c->restart && (c->max_restarts == 0 || c->stats.restarts < c->max_restarts)) {
+  const bool for_good = c->final_status && !term_signal && status == c->final_status;
+  if (crashed && c->restart && !for_good &&
+      (c->max_restarts == 0 || c->stats.restarts < c->max_restarts)) {
     if (ran_s >= s->backoff_reset_s) c->delay_s = s->backoff_first_s;
     if (term_signal)
       fprintf(stderr, "shoal: %s (pid %lld) killed by signal %d; restarting in %.1f s\n", c->name,

@@ -32,6 +32,7 @@ typedef struct sup_child_spec {
   int stop_order;    /* lower stops first */
   int max_restarts;  /* 0: unlimited */
   bool deferred;     /* not started by sup_run: sup_launch starts it */
+  int final_status;  /* non-zero: an exit with this status is for good (never restarted) */
 } sup_child_spec;
 
 /* on_line: a complete line (without its newline) that child `index` wrote on stdout;

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "learner/live_hp.h"
+#include "run/run.h"
 
 enum { RETURNS_KEPT = 100, MAX_SETS = 64 };
 
@@ -420,7 +421,7 @@ static void lease_take(lrt *rt) {
               "%s: run %s is being trained by another learner (pid %lld on %s, for %.0f s): one "
               "learner per run; stop it first (or wait for it to end)\n",
               rt->p->prog, rt->run, (long long)h.pid, h.host, lrt_unix_now() - h.started);
-      exit(1);
+      exit(RUN_EXIT_REFUSED);
     }
     if (h.stopping && said < 0) {
       lrt_note(rt, "waiting for the learner of run %s (pid %lld on %s) to finish stopping", rt->run,

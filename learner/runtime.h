@@ -16,7 +16,9 @@
  *
  * stdout carries one JSON object a line: {"event":"listening",...} first, then
  * {"event":"progress",...} every learner.log_every_s, {"event":"hparam",...} on live
- * changes, and {"event":"done",...} last. Exit status 0 after a clean stop.
+ * changes, and {"event":"done",...} last. Exit status 0 after a clean stop, 1 on an
+ * error, 2 for bad arguments, RUN_EXIT_REFUSED (run/run.h) when another learner holds
+ * the run.
  */
 #ifndef SHOAL_LEARNER_RUNTIME_H
 #define SHOAL_LEARNER_RUNTIME_H

@@ -34,6 +34,11 @@
 extern "C" {
 #endif
 
+/* The exit status of a program that will not run whatever restarts it (a learner whose
+ * run another learner holds): supervisors (`shoal run`, Slurm, Kubernetes) should not
+ * restart it. */
+enum { RUN_EXIT_REFUSED = 3 };
+
 /* ==== Ape-X ========================================================================= */
 
 /* The keys of an Ape-X run's config (configs/<name>-apex.yaml): one schema shared by

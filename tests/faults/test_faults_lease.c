@@ -2,7 +2,8 @@
  * tests/faults/test_faults_lease.c — one learner per run, enforced by the run's lease in
  * the store, on the file store and on MongoDB (the tests' stand-in, or
  * $SHOAL_TEST_MONGO_URI):
- *  - a second learner on a running run is refused, naming the first (its pid),
+ *  - a second learner on a running run is refused, naming the first (its pid), and
+ *    `shoal run --resume` of that run ends at once with the refusal (no restarts),
  *  - a learner started while the run's learner is stopping waits for it and resumes
  *    from its final snapshot (the version the first says it ended at),
  *  - after a learner is killed with SIGKILL, a --resume takes the run over.
@@ -35,6 +36,11 @@ static void one_learner_per_run(const char *uri, const char *run) {
   char *out = wf_run(argv, 60, &rc);
   snprintf(want, sizeof want, "being trained by another learner (pid %d", (int)a.pid);
   if (rc == 0 || !strstr(out, want)) fail_msg("second learner: status %d:\n%s", rc, out);
+  free(out);
+  char *rargv[] = {wf_shoal, "run", "--resume", (char *)run, "--store", (char *)uri, NULL};
+  out = wf_run(rargv, 60, &rc);
+  if (rc == 0 || !strstr(out, want) || strstr(out, "restarting"))
+    fail_msg("shoal run --resume of a held run: status %d:\n%s", rc, out);
   free(out);
 
   /* Stop the first and start the next at once: it waits, then resumes from the first's
