@@ -563,9 +563,31 @@ static int cmd_init(int argc, char **argv) {
   store *st;
   if (store_open(&st, config_string(cfg, "store.uri"), &err)) return fail("store", &err);
   int rc = store_run_create(st, run, stored, STORE_RUN_CREATED, &err);
-  if (rc == SHOAL_EEXIST)
-    printf("shoal init: run %s exists in %s; its programs resume it\n", run, store_uri(st));
-  else if (rc)
+  if (rc == SHOAL_EEXIST) {
+    /* The stored config is the truth: init on a run that exists gives it back, and
+     * refuses values that would make the stored config lie. */
+    store_run r = {0};
+    config *was = config_create(keys, nkeys, &err);
+    char diff[1024] = "";
+    int n = 0;
+    if (was && store_run_find(st, run, &r, &err) == 0 &&
+        config_load_string(was, r.config ? r.config : "", run, &err) == 0) {
+      static const char *const where[] = {"store.uri", "learner.token"};
+      n = config_diff(was, cfg, where, 2, diff, sizeof diff);
+    }
+    store_run_clear(&r);
+    config_destroy(was);
+    if (n) {
+      fprintf(stderr,
+              "shoal init: run %s exists in %s with another config (%s): a run's config is "
+              "what it trained with; start a new run (another run.name), or change a live "
+              "value with `shoal set`\n",
+              run, store_uri(st), diff);
+      return 1;
+    }
+    printf("shoal init: run %s exists in %s with this config; its programs resume it\n", run,
+           store_uri(st));
+  } else if (rc)
     return fail("store: creating the run", &err);
   else
     printf("shoal init: run %s recorded in %s\n", run, store_uri(st));

@@ -425,6 +425,42 @@ const char *config_string(const config *c, const char *key) {
   return s ? s : "";
 }
 bool config_has(const config *c, const char *key) { return find(c, key) != NULL; }
+
+/* A value as text, for a message. */
+static void value_text(const cfg_entry *e, char *out, size_t cap) {
+  switch (e->key->type) {
+    case CFG_INT: snprintf(out, cap, "%lld", (long long)e->v.i); break;
+    case CFG_FLOAT: snprintf(out, cap, "%g", e->v.f); break;
+    case CFG_BOOL: snprintf(out, cap, "%s", e->v.b ? "true" : "false"); break;
+    default: snprintf(out, cap, "'%s'", e->v.s ? e->v.s : ""); break;
+  }
+}
+
+int config_diff(const config *a, const config *b, const char *const *skip, int nskip, char *out,
+                size_t cap) {
+  int n = 0;
+  size_t used = 0;
+  if (cap) out[0] = 0;
+  for (int i = 0; i < a->n; i++) {
+    const cfg_entry *x = &a->e[i], *y = find(b, x->key->name);
+    bool skipped = !y || y->key->type != x->key->type;
+    for (int k = 0; k < nskip && !skipped; k++) skipped = !strcmp(skip[k], x->key->name);
+    if (skipped) continue;
+    bool same = x->key->type == CFG_INT     ? x->v.i == y->v.i
+                : x->key->type == CFG_FLOAT ? x->v.f == y->v.f
+                : x->key->type == CFG_BOOL  ? x->v.b == y->v.b
+                                            : !strcmp(x->v.s ? x->v.s : "", y->v.s ? y->v.s : "");
+    if (same) continue;
+    char va[96], vb[96];
+    value_text(x, va, sizeof va);
+    value_text(y, vb, sizeof vb);
+    int w = snprintf(out + used, used < cap ? cap - used : 0, "%s%s: %s -> %s", n ? "; " : "",
+                     x->key->name, va, vb);
+    if (w > 0 && used + (size_t)w < cap) used += (size_t)w;
+    n++;
+  }
+  return n;
+}
 const char *config_origin(const config *c, const char *key) {
   const cfg_entry *e = find(c, key);
   return e ? e->origin : "unknown";

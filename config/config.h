@@ -65,6 +65,12 @@ int config_set_from_env(config *c, const char *key, const char *var, shoal_error
 /* Checks that every required key was given. */
 int config_check(const config *c, shoal_error *err);
 
+/* The keys whose values differ between a and b (configs of one schema), leaving out the
+ * nskip keys named in skip: returns how many, and writes "key: a's -> b's; ..." into out
+ * (cap bytes, cut short when full). Can't fail. */
+int config_diff(const config *a, const config *b, const char *const *skip, int nskip, char *out,
+                size_t cap);
+
 /* Typed reads. The key must exist in the schema with that type: asking for an
  * unknown key or the wrong type is a bug in the caller and stops the process. */
 int64_t config_int(const config *c, const char *key);

@@ -576,13 +576,53 @@ static void start_server(lrt *rt) {
   if (rpc_server_create(&sc, &rt->algo.spec, &rt->srv, &err)) lrt_die(rt, "rpc server", &err);
 }
 
+/* Keys that say where and how a learner runs, not what it trains: they may differ
+ * from the stored config without a word. */
+static const char *const placement_keys[] = {
+    "run.name",         "store.uri",       "learner.listen",      "learner.token",
+    "learner.insecure", "learner.threads", "learner.log_every_s", "learner.lease_s",
+    "learner.device"};
+
+/* The store shows what trains: a learner whose training values differ from its run's
+ * stored config records its own (and says which changed). */
+static void check_stored_config(lrt *rt, const char *stored) {
+  int nkeys;
+  shoal_error err = {0};
+  const cfg_key *keys = rt->p->schema(&nkeys);
+  config *old = config_create(keys, nkeys, &err);
+  if (!old || config_load_string(old, stored ? stored : "", rt->run, &err)) {
+    lrt_note(rt, "the run's stored config does not load (%s): recording this one", err.msg);
+  } else {
+    char diff[1024];
+    int n = config_diff(old, rt->cfg, placement_keys,
+                        (int)(sizeof placement_keys / sizeof *placement_keys), diff, sizeof diff);
+    config_destroy(old);
+    if (!n) return;
+    lrt_note(rt,
+             "run %s trains with %d value%s its stored config does not hold (%s): recording "
+             "this config in the store",
+             rt->run, n, n > 1 ? "s" : "", diff);
+  }
+  char *yaml = NULL;
+  if (config_dump_redacted(rt->cfg, &yaml, &err) ||
+      store_run_set_config(rt->st, rt->run, yaml, &err))
+    lrt_note(rt, "cannot record the run's config: %s", err.msg);
+  free(yaml);
+}
+
 /* A learner started without `shoal init` (or `shoal run`) records its run itself, with
  * its resolved config (secrets redacted), so that nothing it writes is refused for a
- * missing run. A store that cannot be reached now is left to the writer's retries. */
+ * missing run; a run that is there gets this learner's config when the values differ.
+ * A store that cannot be reached now is left to the writer's retries. */
 static void record_run(lrt *rt) {
   store_run r;
   shoal_error err = {0};
   int rc = store_run_find(rt->st, rt->run, &r, &err);
+  if (rc == 0) {
+    check_stored_config(rt, r.config);
+    store_run_clear(&r);
+    return;
+  }
   if (rc != SHOAL_ENOENT) return;
   char *yaml = NULL;
   if (config_dump_redacted(rt->cfg, &yaml, &err)) lrt_die(rt, "config", &err);

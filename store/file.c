@@ -360,15 +360,19 @@ static int lease_slot(file_store *fs, const char *run) {
   return -1;
 }
 
-/* Writes who holds the lease into its lock file (a note for whoever is refused). */
-static int lease_note(int fd, const char *path, double started, bool stopping, shoal_error *err) {
+/* Writes who holds the lease into its lock file (a note for whoever is refused), through
+ * a descriptor of its own: the lock is held on a read-only one, so that a held lease
+ * does not stop the file system from being remounted read-only. */
+static int lease_note(const char *path, double started, bool stopping, shoal_error *err) {
   char host[64] = "?", text[256];
   gethostname(host, sizeof host - 1);
   int n = snprintf(text, sizeof text, "host=%s pid=%ld started=%.3f stopping=%d\n", host,
                    (long)getpid(), started, stopping ? 1 : 0);
-  if (pwrite(fd, text, (size_t)n, 0) != n || ftruncate(fd, n) != 0)
-    return store__sys_err(err, errno, "cannot write lease", path);
-  return 0;
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  int rc = fd < 0 || pwrite(fd, text, (size_t)n, 0) != n || ftruncate(fd, n) != 0;
+  rc = rc ? store__sys_err(err, errno, "cannot write lease", path) : 0;
+  if (fd >= 0) close(fd);
+  return rc;
 }
 
 static void lease_read(int fd, store_lease_holder *h) {
@@ -407,7 +411,7 @@ static int file_lease_take(void *impl, const char *run, double ttl, store_lease_
   if (slot >= 0) {
     fd = fs->leases[slot].fd;
     lease_read(fd, holder);
-    rc = lease_note(fd, p, holder->started, false, err);
+    rc = lease_note(p, holder->started, false, err);
     goto done;
   }
   for (slot = 0; slot < FILE_LEASES && fs->leases[slot].fd >= 0;) slot++;
@@ -416,7 +420,7 @@ static int file_lease_take(void *impl, const char *run, double ttl, store_lease_
                          FILE_LEASES);
     goto done;
   }
-  fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  fd = open(p, O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
     rc = store__sys_err(err, errno, "cannot open lease", p);
     goto done;
@@ -429,7 +433,7 @@ static int file_lease_take(void *impl, const char *run, double ttl, store_lease_
     goto done;
   }
   double now = store__wall_time();
-  if ((rc = lease_note(fd, p, now, false, err))) {
+  if ((rc = lease_note(p, now, false, err))) {
     close(fd);
     goto done;
   }
@@ -455,7 +459,7 @@ static int file_lease_renew(void *impl, const char *run, double ttl, bool stoppi
   } else {
     store_lease_holder h;
     lease_read(fs->leases[slot].fd, &h);
-    rc = lease_note(fs->leases[slot].fd, p, h.started, stopping, err);
+    rc = lease_note(p, h.started, stopping, err);
   }
   pthread_mutex_unlock(&fs->lease_mu);
   return rc;
@@ -561,6 +565,16 @@ static int file_run_read(file_store *fs, const char *id, store_run *out, int wit
   }
   *out = r;
   return 0;
+}
+
+static int file_run_set_config(void *impl, const char *id, const char *config, shoal_error *err) {
+  file_store *fs = impl;
+  char dir[PATH_MAX];
+  store_run r;
+  int rc = path_fmt(dir, err, "%s/%s", fs->root, id);
+  if (!rc) rc = file_run_read(fs, id, &r, 0, err); /* SHOAL_ENOENT for no run */
+  return rc ? rc
+            : store__file_write_atomic(dir, "config.yaml", config, strlen(config), NULL, 0, 0, err);
 }
 
 static int file_run_find(void *impl, const char *id, store_run *out, shoal_error *err) {
@@ -1623,6 +1637,7 @@ const store__backend store__file_backend = {
     .run_find = file_run_find,
     .run_list = file_run_list,
     .run_set_status = file_run_set_status,
+    .run_set_config = file_run_set_config,
     .lease_take = file_lease_take,
     .lease_renew = file_lease_renew,
     .lease_release = file_lease_release,

@@ -35,6 +35,7 @@ typedef struct store__backend {
   int (*run_find)(void *impl, const char *id, store_run *out, shoal_error *err);
   int (*run_list)(void *impl, store_run **out, size_t *n, shoal_error *err);
   int (*run_set_status)(void *impl, const char *id, int status, shoal_error *err);
+  int (*run_set_config)(void *impl, const char *id, const char *config, shoal_error *err);
   int (*lease_take)(void *impl, const char *run, double ttl_s, store_lease_holder *holder,
                     shoal_error *err);
   int (*lease_renew)(void *impl, const char *run, double ttl_s, bool stopping, shoal_error *err);

@@ -496,6 +496,24 @@ static int mongo_run_set_status(void *impl, const char *id, int status, shoal_er
   return rc;
 }
 
+static int mongo_run_set_config(void *impl, const char *id, const char *config, shoal_error *err) {
+  op o = op_begin(impl, "runs");
+  bson_t *sel = BCON_NEW("_id", BCON_UTF8(id));
+  bson_t *upd = BCON_NEW("$set", "{", "config", BCON_UTF8(config), "}");
+  bson_t reply;
+  bson_error_t be;
+  int rc = 0;
+  if (!mongoc_collection_update_one(o.coll, sel, upd, NULL, &reply, &be))
+    rc = merr(impl, err, &be, "cannot update run '%s'", id);
+  else if (reply_count(&reply, "matchedCount") == 0)
+    rc = shoal_error_set(err, SHOAL_ENOENT, "store: no run '%s'", id);
+  bson_destroy(&reply);
+  bson_destroy(upd);
+  bson_destroy(sel);
+  op_end(&o);
+  return rc;
+}
+
 /* ---- the run's lease (store.h): a document of `leases` per run ------------------------------ */
 
 static void lease_me(store_lease_holder *me) {
@@ -1389,6 +1407,7 @@ const store__backend store__mongo_backend = {
     .metrics_query = mongo_metrics_query,
     .trial_create = mongo_trial_create,
     .trial_claim = mongo_trial_claim,
+    .run_set_config = mongo_run_set_config,
     .lease_take = mongo_lease_take,
     .lease_renew = mongo_lease_renew,
     .lease_release = mongo_lease_release,

@@ -302,6 +302,13 @@ int store_run_set_status(store *st, const char *id, int status, shoal_error *err
   return STORE__CALL(st, run_set_status, err, id, status);
 }
 
+int store_run_set_config(store *st, const char *id, const char *config, shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_NAME("run", id);
+  CHECK_PTR(config);
+  return STORE__CALL(st, run_set_config, err, id, config);
+}
+
 /* ---- the run's lease ------------------------------------------------------ */
 
 int store_lease_take(store *st, const char *run, double ttl_s, store_lease_holder *holder,

@@ -147,6 +147,11 @@ int store_run_list(store *st, store_run **out, size_t *n, shoal_error *err);
 /* Sets the status of run id. SHOAL_ENOENT when there is no such run. */
 int store_run_set_status(store *st, const char *id, int status, shoal_error *err);
 
+/* Replaces run id's config text (a learner that trains with other values than the
+ * stored ones records them, so the store shows what trained). SHOAL_ENOENT when there
+ * is no such run. */
+int store_run_set_config(store *st, const char *id, const char *config, shoal_error *err);
+
 /* ---- the run's lease: one learner per run ---------------------------------
  * A learner takes its run's lease before it writes anything and gives it back when it
  * ends. The holder is a process (host name and pid). On the file store the lease is a

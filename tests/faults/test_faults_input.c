@@ -11,6 +11,8 @@
  * Security defaults: a learner that would listen beyond loopback without a token
  * refuses to start (unless learner.insecure says so), and a token in the config that
  * $SHOAL_TOKEN contradicts is an error, not a silent choice.
+ * The stored config is the truth: `shoal init` of an existing run with other values is
+ * refused, naming them, and a learner that trains with other values records them.
  * And a learner started without `shoal init` records its run itself, so its writes are
  * not refused, and its final line's store_ok is true only because everything landed.
  */
@@ -250,6 +252,42 @@ static void test_security_defaults(void **state) {
   unsetenv("SHOAL_TOKEN");
 }
 
+static void test_stored_config_is_the_truth(void **state) {
+  char cfg[512], uri[400], set[128], path[700];
+  snprintf(uri, sizeof uri, "file://%s/runs4", wf_dir);
+  snprintf(cfg, sizeof cfg, "%s/truth.yaml", wf_dir);
+  fu_write_config(cfg, uri, 1, 30, "");
+  fu_init(cfg, "truth1");
+  snprintf(set, sizeof set, "run.name=truth1");
+  char *again[] = {wf_shoal, "init", cfg, "--set", set, "--set", "dqn.lr=0.01", NULL};
+  int rc;
+  char *out = wf_run(again, 60, &rc);
+  if (rc == 0 || !strstr(out, "with another config (dqn.lr: 1e-05 -> 0.01)"))
+    fail_msg("shoal init with another lr: status %d:\n%s", rc, out);
+  free(out);
+  char *same[] = {wf_shoal, "init", cfg, "--set", set, NULL};
+  out = wf_run(same, 60, &rc);
+  assert_int_equal(rc, 0);
+  free(out);
+  /* A learner given another lr records it: the store shows what trains. */
+  char bin[4200];
+  snprintf(bin, sizeof bin, "%s/bin/shoal-learner", getenv("SHOAL_BINARY_DIR"));
+  char *learner[] = {bin,           "--config", cfg,
+                     "--run",       "truth1",   "--set",
+                     "dqn.lr=0.02", "--set",    "run.max_seconds=0.5",
+                     NULL};
+  out = wf_run(learner, 60, &rc);
+  assert_int_equal(rc, 0);
+  if (!strstr(out, "trains with 2 values its stored config does not hold") ||
+      !strstr(out, "dqn.lr: 1e-05 -> 0.02") || !strstr(out, "run.max_seconds: 0 -> 0.5"))
+    fail_msg("learner: %s", out);
+  free(out);
+  snprintf(path, sizeof path, "%s/runs4/truth1/config.yaml", wf_dir);
+  char *yaml = wf_slurp(path, NULL);
+  if (!strstr(yaml, "lr: 0.02")) fail_msg("stored config:\n%s", yaml);
+  free(yaml);
+}
+
 static int setup(void **state) {
   (void)state;
   return wf_setup("faults-input");
@@ -264,6 +302,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_bad_batches_change_nothing, fu_kill_all),
       cmocka_unit_test_teardown(test_learner_records_its_run, fu_kill_all),
       cmocka_unit_test_teardown(test_security_defaults, fu_kill_all),
+      cmocka_unit_test_teardown(test_stored_config_is_the_truth, fu_kill_all),
   };
   return cmocka_run_group_tests_name("faults_input", all, setup, teardown);
 }
