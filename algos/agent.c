@@ -319,7 +319,26 @@ struct op_eval {
   int S;          /* recurrent state floats per env (2·lstm), 0 without a core */
   float *state;   /* (E, S) */
   uint8_t *first; /* (E) the observation begins an episode */
+  double *first_ret;   /* (E) each copy's first episode: its return and length */
+  int64_t *first_len;
+  op_eval_watch_fn watch;
+  void *watch_ctx;
 };
+
+void op_eval_watch(op_eval *e, op_eval_watch_fn fn, void *ctx) {
+  e->watch = fn;
+  e->watch_ctx = ctx;
+}
+
+int op_eval_copies(const op_eval *e) { return e->E; }
+env_vec *op_eval_env(op_eval *e) { return e->ev; }
+
+bool op_eval_first_episode(const op_eval *e, int copy, double *ret, int64_t *len) {
+  if (copy < 0 || copy >= e->E || e->first_len[copy] < 0) return false;
+  *ret = e->first_ret[copy];
+  *len = e->first_len[copy];
+  return true;
+}
 
 op_eval *op_eval_create(const op_spec *s, int episodes, shoal_error *err) {
   op_eval *e = calloc(1, sizeof *e);
@@ -351,7 +370,9 @@ op_eval *op_eval_create(const op_spec *s, int episodes, shoal_error *err) {
   e->S = 2 * s->lstm;
   e->state = calloc(E * (size_t)(e->S ? e->S : 1), sizeof(float));
   e->first = malloc(E);
-  if (!e->raw || !e->fin || !e->obs || !e->rew || !e->act || !e->env_act || !e->term || !e->trunc ||
+  e->first_ret = calloc(E, sizeof *e->first_ret);
+  e->first_len = calloc(E, sizeof *e->first_len);
+  if (!e->first_ret || !e->first_len || !e->raw || !e->fin || !e->obs || !e->rew || !e->act || !e->env_act || !e->term || !e->trunc ||
       !e->done || !e->ret || !e->returns || !e->state || !e->first) {
     op_eval_destroy(e);
     shoal_error_set(err, SHOAL_ENOMEM, "evaluation: out of memory");
@@ -365,7 +386,7 @@ void op_eval_destroy(op_eval *e) {
   env_vec_destroy(e->ev);
   free(e->raw), free(e->fin), free(e->obs), free(e->rew), free(e->act), free(e->env_act);
   free(e->term), free(e->trunc), free(e->done), free(e->ret), free(e->returns);
-  free(e->state), free(e->first);
+  free(e->state), free(e->first), free(e->first_ret), free(e->first_len);
   free(e);
 }
 
@@ -403,19 +424,23 @@ int op_eval_run_policy(op_eval *e, op_eval_act_fn act, void *ctx, const op_norm 
   int E = e->E, total = e->episodes, got = 0;
   env_vec_reset(e->ev, seed, e->raw);
   memset(e->first, 1, (size_t)E); /* every copy starts an episode: its state is reset */
-  for (int i = 0; i < E; i++) e->done[i] = 0, e->ret[i] = 0;
+  for (int i = 0; i < E; i++) e->done[i] = 0, e->ret[i] = 0, e->first_len[i] = -1;
   env_vec_out out = {e->raw, e->rew, e->term, e->trunc, e->fin};
   /* Envs without a time limit (none registered now) still end. */
   int64_t cap = (int64_t)27000 * ((total + E - 1) / E), t = 0;
-  while (got < total && t++ < cap) {
+  while (got < total && t < cap) {
+    int rc = e->watch ? e->watch(e->watch_ctx, t, e->ev, e->done, err) : 0;
+    if (rc) return rc;
+    t++;
     op_obs_to_float(e->s, e->raw, e->obs, (size_t)E, z);
-    int rc = act(ctx, e->obs, E, e->first, e->env_act, err);
+    rc = act(ctx, e->obs, E, e->first, e->env_act, err);
     if (!rc) rc = env_vec_step(e->ev, e->env_act, &out, err);
     if (rc) return rc;
     for (int i = 0; i < E; i++) {
       e->ret[i] += e->rew[i];
       e->first[i] = e->term[i] | e->trunc[i]; /* the env autoresets: a new episode next */
       if (!e->term[i] && !e->trunc[i]) continue;
+      if (e->first_len[i] < 0) e->first_ret[i] = e->ret[i], e->first_len[i] = t;
       int quota = total / E + (i < total % E);
       if (e->done[i] < quota) e->returns[got++] = e->ret[i], e->done[i]++;
       e->ret[i] = 0;

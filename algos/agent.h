@@ -157,6 +157,20 @@ int op_eval_run(op_eval *e, op_agent *a, const op_norm *z, bool greedy, uint64_t
  * actions (int32, or B x D floats within the Box) for B float observations (normalised
  * by z when given); first (B) marks the observations that begin an episode. Every copy
  * starts from env seed `seed`. */
+/* A watcher of the evaluation (a recorder): called before every step t (0 first) with
+ * the env copies and, per copy, the episodes it has finished (whose count the loop
+ * keeps). A non-zero return stops the evaluation with it. */
+typedef int (*op_eval_watch_fn)(void *ctx, int64_t t, env_vec *ev, const int *episodes_done,
+                                shoal_error *err);
+/* Sets e's watcher (NULL: none) for the runs that follow. */
+void op_eval_watch(op_eval *e, op_eval_watch_fn fn, void *ctx);
+/* The env copies the episodes are split over, and their env (borrowed). */
+int op_eval_copies(const op_eval *e);
+env_vec *op_eval_env(op_eval *e);
+/* After a run: copy's first episode's return and length (steps); false when that copy
+ * finished none. */
+bool op_eval_first_episode(const op_eval *e, int copy, double *ret, int64_t *len);
+
 typedef int (*op_eval_act_fn)(void *ctx, const float *obs, int B, const uint8_t *first,
                               void *env_act, shoal_error *err);
 int op_eval_run_policy(op_eval *e, op_eval_act_fn act, void *ctx, const op_norm *z, uint64_t seed,

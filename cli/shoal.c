@@ -607,222 +607,218 @@ static int cmd_init(int argc, char **argv) {
 
 /* ---- shoal eval ----------------------------------------------------------------- */
 
-/* `shoal eval` of an IMPALA / PPO run: the policy's mode (or samples, with
- * run.eval_greedy false) on `episodes` episodes, observations normalised with the
- * statistics stored in the snapshot. */
-static int eval_onpolicy(store *st, const config *cfg, const char *run, bool best, int episodes,
-                         uint64_t seed) {
-  shoal_error err = {0};
+/* What plays: an IMPALA / PPO agent (with the observation statistics of its snapshot) or
+ * an Ape-X DQN, greedy. */
+typedef struct eval_policy {
+  bool onpolicy, greedy;
   op_spec s;
-  if (op_spec_from_config(cfg, &s, &err)) return fail("eval: config", &err);
+  op_agent a;
+  op_norm z;
+  dqn *q;
+  shoal_rng rng;
+} eval_policy;
+
+static int dqn_greedy(void *ctx, const float *obs, int B, const uint8_t *first, void *env_act,
+                      shoal_error *err) {
+  eval_policy *p = ctx;
+  (void)first;
+  return dqn_act(p->q, obs, B, 0.0f, &p->rng, env_act, NULL, err);
+}
+
+/* The run's spec and policy from its config and a snapshot's bytes. */
+static int policy_load(eval_policy *p, const config *cfg, int copies, const void *bytes, size_t len,
+                       shoal_error *err) {
+  int rc;
+  if (p->onpolicy) {
+    p->greedy = config_bool(cfg, "run.eval_greedy");
+    if ((rc = op_spec_from_config(cfg, &p->s, err)) ||
+        (rc = op_agent_from_config(cfg, &p->s, copies, false, NN_CPU, &p->a, err)) ||
+        (p->s.norm_obs && (rc = op_norm_init(&p->z, (int)p->s.obs_n, err))))
+      return rc;
+    return op_snapshot_decode(&p->a, &p->s, p->s.norm_obs ? &p->z : NULL, bytes, len, err);
+  }
+  env *e;
+  snprintf(p->s.env_id, sizeof p->s.env_id, "%s", config_string(cfg, "env.id"));
+  if ((rc = env_make(&e, p->s.env_id, err))) return rc;
+  const env_spec *sp = env_get_spec(e);
+  rc = op_spec_set_env(&p->s, sp, err);
+  dqn_config dc = apex_dqn_config(cfg, sp->obs.ndim, sp->obs.shape, sp->act.n);
+  env_destroy(e);
+  if (rc) return rc;
+  dc.max_batch = copies;
+  if (!(p->q = dqn_create(&dc, NN_CPU, false, err))) return err->code;
+  /* The learner's snapshot ends in its optimizer state, which playing does not need. */
+  size_t ml, sl;
+  const uint8_t *sb;
+  if ((rc = algo_snapshot_split(bytes, len, &ml, &sb, &sl, err))) return rc;
+  return nn_model_load_buffer(dqn_model(p->q), bytes, ml, err);
+}
+
+static void policy_free(eval_policy *p) {
+  op_agent_destroy(&p->a);
+  op_norm_free(&p->z);
+  dqn_destroy(p->q);
+}
+
+/* --render: the first episode of each of the first nrec env copies, recorded. */
+typedef struct recorder {
+  eval_rec *rec[16];
+  int nrec;
+  uint8_t *frame;
+} recorder;
+
+static int record_step(void *ctx, int64_t t, env_vec *ev, const int *episodes_done,
+                       shoal_error *err) {
+  recorder *r = ctx;
+  for (int k = 0; k < r->nrec; k++) {
+    if (episodes_done[k] || !eval_rec_wants(r->rec[k], (int)t)) continue;
+    int rc = env_vec_render(ev, k, r->frame, err);
+    if (!rc) rc = eval_rec_add(r->rec[k], (int)t, r->frame, err);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+typedef struct eval_args {
+  const char *run, *render;
+  bool best, record;
+  int episodes, frames_max, nrec;
+  uint64_t seed;
+} eval_args;
+
+/* Plays the run's snapshot on the evaluation loop of algos/agent.h (Ape-X greedy; IMPALA
+ * and PPO as run.eval_greedy says) and, with --render, stores the recordings. */
+static int eval_run(store *st, const config *cfg, bool onpolicy, eval_args *a) {
+  shoal_error err = {0};
   store_snapshot_meta meta;
   void *bytes;
   size_t len;
-  if (store_snapshot_get(st, run, best ? STORE_BEST : STORE_LATEST, &meta, &bytes, &len, &err))
+  if (store_snapshot_get(st, a->run, a->best ? STORE_BEST : STORE_LATEST, &meta, &bytes, &len,
+                         &err))
     return fail("eval: snapshot", &err);
-  op_agent a;
-  op_norm z = {0};
+  if (a->best)
+    printf("eval %s: the best snapshot, v%lld (scored %.2f at %lld env steps)\n", a->run,
+           (long long)meta.version, meta.score, (long long)meta.env_steps);
+  eval_policy p = {.onpolicy = onpolicy};
+  recorder r = {.nrec = 0};
   op_eval *ev = NULL;
-  int E = episodes < 16 ? episodes : 16, rc = 1;
-  if (op_agent_from_config(cfg, &s, E, false, NN_CPU, &a, &err)) {
-    free(bytes);
-    return fail("eval: network", &err);
-  }
+  int copies = a->episodes < 16 ? a->episodes : 16, rc = 1;
   double mean, sd, lo, hi;
-  if (s.norm_obs && op_norm_init(&z, (int)s.obs_n, &err))
-    fail("eval", &err);
-  else if (op_snapshot_decode(&a, &s, s.norm_obs ? &z : NULL, bytes, len, &err))
-    fail("eval: snapshot", &err);
-  else if (!(ev = op_eval_create(&s, episodes, &err)))
-    fail("eval: env", &err);
-  else if (op_eval_run(ev, &a, s.norm_obs ? &z : NULL, config_bool(cfg, "run.eval_greedy"), seed,
-                       &mean, &sd, &lo, &hi, &err))
-    fail("eval", &err);
-  else {
-    printf(
-        "eval %s (%s, snapshot v%lld, %lld env steps): return %.2f ± %.2f over %d episodes "
-        "(min %.1f, max %.1f)\n",
-        run, s.env_id, (long long)meta.version, (long long)meta.env_steps, mean, sd, episodes, lo,
-        hi);
-    rc = 0;
+  if (policy_load(&p, cfg, copies, bytes, len, &err)) {
+    fail("eval: policy", &err);
+    goto done;
   }
+  if (!(ev = op_eval_create(&p.s, a->episodes, &err))) {
+    fail("eval: env", &err);
+    goto done;
+  }
+  const env_spec *sp = env_vec_spec(op_eval_env(ev));
+  int max_steps = sp->max_episode_steps > 0 ? sp->max_episode_steps : 27000;
+  if (a->record) {
+    if (sp->render_w <= 0 || sp->render_h <= 0) {
+      fprintf(stderr, "shoal eval: --render: %s cannot be rendered\n", sp->id);
+      goto done;
+    }
+    r.nrec = a->nrec < op_eval_copies(ev) ? a->nrec : op_eval_copies(ev);
+    if (!(r.frame = malloc((size_t)sp->render_w * (size_t)sp->render_h * 3))) {
+      fprintf(stderr, "shoal eval: --render: out of memory\n");
+      goto done;
+    }
+    for (int k = 0; k < r.nrec; k++)
+      if (eval_rec_create(&r.rec[k], sp->render_w, sp->render_h, a->frames_max, max_steps, &err)) {
+        fail("eval: render", &err);
+        goto done;
+      }
+    op_eval_watch(ev, record_step, &r);
+  }
+  shoal_rng_seed(&p.rng, a->seed);
+  int erc = onpolicy
+                ? op_eval_run(ev, &p.a, p.s.norm_obs ? &p.z : NULL, p.greedy, a->seed, &mean, &sd,
+                              &lo, &hi, &err)
+                : op_eval_run_policy(ev, dqn_greedy, &p, NULL, a->seed, &mean, &sd, &lo, &hi, &err);
+  if (erc) {
+    fail("eval", &err);
+    goto done;
+  }
+  printf(
+      "eval %s (%s, snapshot v%lld, %lld env steps): return %.2f ± %.2f over %d episodes "
+      "(min %.1f, max %.1f)\n",
+      a->run, sp->id, (long long)meta.version, (long long)meta.env_steps, mean, sd, a->episodes, lo,
+      hi);
+  rc = 0;
+  for (int k = 0; k < r.nrec && !rc; k++) {
+    double ret = 0;
+    int64_t eplen = max_steps;
+    op_eval_first_episode(ev, k, &ret, &eplen);
+    int every, nframes = eval_rec_strip_frames(r.rec[k], &every);
+    store_media_meta base;
+    store_media_meta_init(&base);
+    snprintf(base.run, sizeof base.run, "%s", a->run);
+    snprintf(base.env, sizeof base.env, "%s", sp->id);
+    base.version = meta.version, base.episode = k + 1, base.ret = ret, base.length = eplen;
+    if (eval_rec_store(r.rec[k], st, &base, a->seed, k == 0 ? a->render : NULL, &err))
+      rc = fail("eval: render", &err);
+    else if (k == 0 && a->render)
+      printf("eval %s: %d frames of episode 1 (return %.1f), one every %d steps: %s\n", a->run,
+             nframes, ret, every, a->render);
+  }
+done:
+  for (int k = 0; k < r.nrec; k++) eval_rec_destroy(r.rec[k]);
+  free(r.frame);
   free(bytes);
   op_eval_destroy(ev);
-  op_norm_free(&z);
-  op_agent_destroy(&a);
+  policy_free(&p);
   return rc;
 }
 
 static int cmd_eval(int argc, char **argv) {
-  const char *run = NULL, *uri = "file://runs", *render = NULL;
-  bool record = false;
-  int episodes = 100, frames_max = 12, nrec = 1;
-  bool best = false;
-  uint64_t seed = 12345;
+  const char *uri = "file://runs";
+  eval_args a = {.episodes = 100, .frames_max = 12, .nrec = 1, .seed = 12345};
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--store") && i + 1 < argc)
       uri = argv[++i];
     else if (!strcmp(argv[i], "--episodes") && i + 1 < argc)
-      episodes = atoi(argv[++i]);
+      a.episodes = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
-      seed = strtoull(argv[++i], NULL, 10);
+      a.seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--best"))
-      best = true;
+      a.best = true;
     else if (!strcmp(argv[i], "--render")) {
       /* Recordings go to the run's media; a following NAME.png also gets the strip. */
-      record = true;
+      a.record = true;
       size_t n = i + 1 < argc ? strlen(argv[i + 1]) : 0;
       if (n > 4 && argv[i + 1][0] != '-' && !strcmp(argv[i + 1] + n - 4, ".png"))
-        render = argv[++i];
+        a.render = argv[++i];
     } else if (!strcmp(argv[i], "--record") && i + 1 < argc)
-      nrec = atoi(argv[++i]);
+      a.nrec = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--frames") && i + 1 < argc)
-      frames_max = atoi(argv[++i]);
-    else if (argv[i][0] != '-' && !run)
-      run = argv[i];
+      a.frames_max = atoi(argv[++i]);
+    else if (argv[i][0] != '-' && !a.run)
+      a.run = argv[i];
     else {
       fprintf(stderr, "shoal eval: unknown argument '%s'\n", argv[i]);
       return 2;
     }
   }
-  if (!run || episodes < 1 || episodes > 100000 || frames_max < 2 || frames_max > 64 ||
-      frames_max % 2 || nrec < 1 || nrec > 16) {
-    cli_bad_usage("eval");
-    return 2;
-  }
+  if (!a.run || a.episodes < 1 || a.episodes > 100000 || a.frames_max < 2 || a.frames_max > 64 ||
+      a.frames_max % 2 || a.nrec < 1 || a.nrec > 16)
+    return cli_bad_usage("eval");
   shoal_error err = {0};
   store *st;
   if (store_open(&st, uri, &err)) return fail("store", &err);
   store_run r = {0};
-  if (store_run_find(st, run, &r, &err)) return fail("eval", &err);
+  if (store_run_find(st, a.run, &r, &err)) return fail("eval", &err);
   int nkeys;
   bool onpolicy = shoal_yaml_is_onpolicy(r.config, NULL, 0);
   const cfg_key *keys = run_schema(onpolicy, &nkeys);
   config *cfg = config_create(keys, nkeys, &err);
-  if (!cfg || config_load_string(cfg, r.config ? r.config : "", run, &err))
+  if (!cfg || config_load_string(cfg, r.config ? r.config : "", a.run, &err))
     return fail("eval: the run's config", &err);
   store_run_clear(&r);
-  if (onpolicy) {
-    if (render) {
-      fprintf(stderr, "shoal eval: --render is for Ape-X runs\n");
-      return 2;
-    }
-    int rc = eval_onpolicy(st, cfg, run, best, episodes, seed);
-    config_destroy(cfg);
-    store_close(st);
-    return rc;
-  }
-  store_snapshot_meta meta;
-  void *bytes;
-  size_t len;
-  if (store_snapshot_get(st, run, best ? STORE_BEST : STORE_LATEST, &meta, &bytes, &len, &err))
-    return fail("eval: snapshot", &err);
-
-  env_vec *ev;
-  if (env_vec_create(&ev, config_string(cfg, "env.id"), episodes, NULL, &err))
-    return fail("eval: env", &err);
-  const env_spec *sp = env_vec_spec(ev);
-  dqn_config dc = apex_dqn_config(cfg, sp->obs.ndim, sp->obs.shape, sp->act.n);
-  dc.max_batch = episodes;
-  dqn *q = dqn_create(&dc, NN_CPU, false, &err);
-  if (!q) return fail("eval: network", &err);
-  /* The learner's snapshot ends in its optimizer state, which playing does not need. */
-  size_t ml, sl;
-  const uint8_t *sb;
-  if (algo_snapshot_split(bytes, len, &ml, &sb, &sl, &err) ||
-      nn_model_load_buffer(dqn_model(q), bytes, ml, &err))
-    return fail("eval: snapshot", &err);
-  free(bytes);
-
-  /* --render: the first nrec episodes recorded (cli/media.c): a strip of evenly spaced
-   * frames and an animation each, stored in the run's media at the end. */
-  eval_rec *rec[16] = {0};
-  int eplen[16] = {0};
-  uint8_t *frame = NULL;
-  if (nrec > episodes) nrec = episodes;
-  int max_steps = sp->max_episode_steps > 0 ? sp->max_episode_steps : 27000;
-  if (record) {
-    if (sp->render_w <= 0 || sp->render_h <= 0) {
-      fprintf(stderr, "shoal eval: --render: %s cannot be rendered\n", sp->id);
-      return 1;
-    }
-    if (!(frame = malloc((size_t)sp->render_w * (size_t)sp->render_h * 3))) {
-      fprintf(stderr, "shoal eval: --render: out of memory\n");
-      return 1;
-    }
-    for (int k = 0; k < nrec; k++)
-      if (eval_rec_create(&rec[k], sp->render_w, sp->render_h, frames_max, max_steps, &err))
-        return fail("eval: render", &err);
-  }
-  size_t F = (size_t)sp->obs.size, ob = env_space_bytes(&sp->obs);
-  bool u8 = sp->obs.dtype == ENV_UINT8;
-  void *obs = malloc((size_t)episodes * ob), *fin = malloc((size_t)episodes * ob);
-  float *obs_f = malloc((size_t)episodes * F * sizeof(float));
-  float *rew = malloc((size_t)episodes * sizeof(float));
-  uint8_t *term = malloc((size_t)episodes), *trunc = malloc((size_t)episodes);
-  uint8_t *done = calloc((size_t)episodes, 1);
-  int32_t *act = malloc((size_t)episodes * sizeof(int32_t));
-  double *ret = calloc((size_t)episodes, sizeof(double));
-  env_vec_reset(ev, seed, obs);
-  env_vec_out out = {obs, rew, term, trunc, fin};
-  shoal_rng rng;
-  shoal_rng_seed(&rng, seed);
-  int left = episodes;
-  for (int t = 0; t < max_steps && left > 0; t++) {
-    for (int k = 0; record && k < nrec; k++) {
-      if (done[k] || !eval_rec_wants(rec[k], t)) continue;
-      if (env_vec_render(ev, k, frame, &err) || eval_rec_add(rec[k], t, frame, &err))
-        return fail("eval: render", &err);
-    }
-    for (size_t i = 0; i < (size_t)episodes * F; i++)
-      obs_f[i] = u8 ? ((uint8_t *)obs)[i] : ((float *)obs)[i];
-    if (dqn_act(q, obs_f, episodes, 0.0f, &rng, act, NULL, &err)) return fail("eval: act", &err);
-    if (env_vec_step(ev, act, &out, &err)) return fail("eval: step", &err);
-    for (int i = 0; i < episodes; i++) {
-      if (done[i]) continue;
-      ret[i] += rew[i];
-      if (term[i] || trunc[i]) {
-        done[i] = 1, left--;
-        if (i < nrec) eplen[i] = t + 1;
-      }
-    }
-  }
-  double mean = 0, var = 0, lo = INFINITY, hi = -INFINITY;
-  for (int i = 0; i < episodes; i++) mean += ret[i];
-  mean /= episodes;
-  for (int i = 0; i < episodes; i++) {
-    var += (ret[i] - mean) * (ret[i] - mean);
-    lo = ret[i] < lo ? ret[i] : lo;
-    hi = ret[i] > hi ? ret[i] : hi;
-  }
-  double sd = sqrt(var / episodes);
-  printf(
-      "eval %s (%s, snapshot v%lld, %lld env steps): return %.2f ± %.2f over %d episodes "
-      "(min %.1f, max %.1f)\n",
-      run, sp->id, (long long)meta.version, (long long)meta.env_steps, mean, sd, episodes, lo, hi);
-  for (int k = 0; record && k < nrec; k++) {
-    int every, nframes = eval_rec_strip_frames(rec[k], &every);
-    store_media_meta base;
-    store_media_meta_init(&base);
-    snprintf(base.run, sizeof base.run, "%s", run);
-    snprintf(base.env, sizeof base.env, "%s", sp->id);
-    base.version = meta.version, base.episode = k + 1, base.ret = ret[k];
-    base.length = eplen[k] ? eplen[k] : max_steps;
-    if (eval_rec_store(rec[k], st, &base, seed, k == 0 ? render : NULL, &err))
-      return fail("eval: render", &err);
-    if (k == 0 && render)
-      printf("eval %s: %d frames of episode 1 (return %.1f), one every %d steps: %s\n", run,
-             nframes, ret[0], every, render);
-    eval_rec_destroy(rec[k]);
-  }
-  free(frame);
-  free(obs), free(fin), free(obs_f), free(rew), free(term), free(trunc), free(done), free(act);
-  free(ret);
-  dqn_destroy(q);
-  env_vec_destroy(ev);
+  int rc = eval_run(st, cfg, onpolicy, &a);
   config_destroy(cfg);
   store_close(st);
-  return 0;
+  return rc;
 }
 
 static int cmd_envs(int argc, char **argv) {

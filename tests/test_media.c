@@ -419,6 +419,65 @@ static void make_run_with_snapshot(store *st, const char *run) {
   config_destroy(cfg);
 }
 
+/* An IMPALA run of CartPole-v1 with one snapshot of a fresh actor-critic. */
+static void make_onpolicy_run(store *st, const char *run) {
+  const char *src = getenv("SHOAL_SOURCE_DIR");
+  char path[600];
+  snprintf(path, sizeof path, "%s/configs/cartpole-impala.yaml", src ? src : ".");
+  size_t len;
+  char *yaml = (char *)slurp(path, &len);
+  yaml[len] = 0;
+  shoal_error err = {0};
+  int nkeys;
+  const cfg_key *keys = onpolicy_schema(&nkeys);
+  config *cfg = config_create(keys, nkeys, &err);
+  if (!cfg || config_load_string(cfg, yaml, path, &err)) fail_msg("config: %s", err.msg);
+  op_spec s;
+  op_agent a;
+  op_norm z = {0};
+  if (op_spec_from_config(cfg, &s, &err) ||
+      op_agent_from_config(cfg, &s, 4, false, NN_CPU, &a, &err) ||
+      (s.norm_obs && op_norm_init(&z, (int)s.obs_n, &err)))
+    fail_msg("agent: %s", err.msg);
+  uint8_t *bytes;
+  size_t nb;
+  assert_int_equal(op_snapshot_encode(&a, &s, &z, &bytes, &nb, &err), 0);
+  assert_int_equal(store_run_create(st, run, yaml, STORE_RUN_FINISHED, &err), 0);
+  store_snapshot_meta m = {.version = 5, .env_steps = 1000, .score = NAN};
+  snprintf(m.run, sizeof m.run, "%s", run);
+  assert_int_equal(store_snapshot_put(st, &m, bytes, nb, &err), 0);
+  free(bytes), free(yaml);
+  op_agent_destroy(&a);
+  op_norm_free(&z);
+  config_destroy(cfg);
+}
+
+/* IMPALA and PPO runs render as Ape-X runs do (one evaluation loop for both). */
+static void test_eval_render_onpolicy(void **state) {
+  const char *bin = getenv("SHOAL_BINARY_DIR");
+  char shoal[600], cmd[4000], run[STORE_NAME_MAX];
+  snprintf(shoal, sizeof shoal, "%s/bin/shoal", bin ? bin : ".");
+  rname(run, sizeof run, "evalop");
+  store *st = open_store();
+  make_onpolicy_run(st, run);
+  int status;
+  snprintf(cmd, sizeof cmd, "'%s' eval %s --store '%s' --episodes 2 --seed 5 --render 2>&1", shoal,
+           run, g_uri);
+  char *out = run_cmd(cmd, &status);
+  assert_int_equal(status, 0);
+  assert_non_null(strstr(out, "over 2 episodes"));
+  assert_non_null(strstr(out, "stored v5-s5-ep1.apng"));
+  free(out);
+  shoal_error err = {0};
+  store_media_meta *all;
+  size_t k;
+  assert_int_equal(store_media_list(st, run, &all, &k, &err), 0);
+  assert_int_equal(k, 2);
+  assert_true(all[1].length >= 8 && all[1].ret == (double)all[1].length);
+  free(all);
+  store_close(st);
+}
+
 static void test_eval_render_to_media(void **state) {
   const char *bin = getenv("SHOAL_BINARY_DIR");
   char shoal[600], cmd[4000], run[STORE_NAME_MAX];
@@ -673,6 +732,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_media_round_trip),
       cmocka_unit_test(test_media_same_name_racing),
       cmocka_unit_test(test_eval_render_to_media),
+      cmocka_unit_test(test_eval_render_onpolicy),
       cmocka_unit_test(test_dataset_cli),
   };
   char group[64];

@@ -21,7 +21,8 @@ def test_trained_policy_plays_as_shoal_eval(tmp_path):
                     "--set", f"store.uri={uri}", "--set", "run.max_seconds=8",
                     "--set", "run.solve_return=0"], check=True, timeout=120,
                    capture_output=True)
-    (run,) = os.listdir(tmp_path / "runs")
+    # The store folder holds the run and the store's own dot entries (.leases).
+    (run,) = [n for n in os.listdir(tmp_path / "runs") if not n.startswith(".")]
     out = subprocess.run([CLI, "eval", run, "--store", uri, "--episodes", "16", "--seed", "3"],
                          check=True, capture_output=True, text=True).stdout
     m = re.search(r"snapshot v(\d+).*return (-?[0-9.]+) ± ([0-9.]+) over 16 episodes "
