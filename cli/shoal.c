@@ -496,13 +496,18 @@ static int cmd_run(int argc, char **argv) {
     json_str(ctx.done_line, "reason", reason, sizeof reason);
     double e = json_num(ctx.done_line, "eval"), b = json_num(ctx.done_line, "best_eval");
     if (isfinite(e)) snprintf(evs, sizeof evs, ", greedy eval %.1f (best %.1f)", e, b);
+    /* The run's training time (across learner restarts), and the stop's apart. */
+    double trained = json_num(ctx.done_line, "t"), stop_s = json_num(ctx.done_line, "stop_s");
+    const char *why = !strcmp(reason, "signal")       ? "stopped (Ctrl-C or SIGTERM)"
+                      : !strcmp(reason, "lease_lost") ? "lost its lease to another learner"
+                                                      : reason;
     if (!json)
       printf(
           "shoal: run %s %s after %.1f s: %.0f env steps, %.0f updates, policy v%.0f%s; "
-          "restarts: learner %d, actors %d\n",
-          run, reason, wall, json_num(ctx.done_line, "env_steps"),
+          "restarts: learner %d, actors %d; the stop took %.1f s\n",
+          run, why, isfinite(trained) ? trained : wall, json_num(ctx.done_line, "env_steps"),
           json_num(ctx.done_line, "updates"), json_num(ctx.done_line, "version"), evs,
-          ls_stats.restarts, actor_restarts);
+          ls_stats.restarts, actor_restarts, isfinite(stop_s) ? stop_s : 0.0);
   }
   if (rc) {
     fprintf(stderr, "shoal: run %s failed: %s\n", run, err.msg);

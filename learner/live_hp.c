@@ -53,7 +53,9 @@ int live_hp_init(live_hp *lh, const char *const *names, int n, int positive, con
   for (int k = 0; k < n; k++) {
     char name[STORE_NAME_MAX];
     metric_name(lh, k, name, sizeof name);
-    if (resume && st) {
+    /* A value given with --set on this start is what the person wants now: it wins over
+     * what earlier processes recorded. */
+    if (resume && st && strcmp(config_origin(cfg, names[k]), "--set")) {
       store_metric *rows = NULL;
       size_t nrows = 0;
       shoal_error err = {0};

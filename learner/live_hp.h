@@ -39,7 +39,8 @@ typedef struct live_hp {
  * key must be a number in the schema: a caller's bug otherwise, and the process stops).
  * Each starting value is recorded as metric "hparam/<key>" at env_steps. With resume, a
  * key whose newest stored hparam row is newer than cfg_path's modification time (a
- * learner restarted after live changes) gets that value back as a pending change. The
+ * learner restarted after live changes) gets that value back as a pending change,
+ * unless this start gives the key with --set. The
  * names must outlive lh. Returns 0. */
 int live_hp_init(live_hp *lh, const char *const *names, int n, int positive, const cfg_key *keys,
                  int nkeys, const config *cfg, const atomic_bool *stopping, store *st,

@@ -702,16 +702,35 @@ static void progress(lrt *rt, double t0, double now, window *w, const lrt_figs *
       (unsigned long long)store_errs, healthy ? "true" : "false", extra);
   store_writer_metric(rt->wr, rt->run, "sps", f->env_steps, t_unix, sps);
   store_writer_metric(rt->wr, rt->run, "updates_s", f->env_steps, t_unix, ups);
+  store_writer_metric(rt->wr, rt->run, "train_seconds", f->env_steps, t_unix, now - t0);
   if (neps) store_writer_metric(rt->wr, rt->run, "return100", f->env_steps, t_unix, ret100);
   if (isfinite(f->loss))
     store_writer_metric(rt->wr, rt->run, "loss", f->env_steps, t_unix, f->loss);
   *w = (window){now, f->env_steps, rt->updates, ss.samples};
 }
 
-/* Trains until a stop rule or a signal; returns the reason. */
+/* Seconds the run trained before this process (a resumed or restarted learner): the
+ * last "train_seconds" metric, so run.max_seconds bounds the run, not each process. */
+static double seconds_before(lrt *rt) {
+  store_metric *rows = NULL;
+  size_t n = 0;
+  shoal_error err = {0};
+  if (store_metrics_query(rt->st, rt->run, "train_seconds", INT64_MIN, INT64_MAX, &rows, &n, &err))
+    return 0;
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s = rows[i].value > s ? rows[i].value : s;
+  free(rows);
+  return s;
+}
+
+/* Trains until a stop rule or a signal; returns the reason. t0 is when the run's
+ * training time began (earlier than now for a resumed run). */
 static const char *train(lrt *rt, double t0) {
   const double log_every = config_float(rt->cfg, "learner.log_every_s");
-  window w = {t0, 0, rt->updates, 0};
+  lrt_figs f0;
+  rt->algo.figs(rt->a, &f0);
+  /* The first window starts from where the run is, not from 0 (no false rate). */
+  window w = {shoal_now_s(), f0.env_steps, rt->updates, 0};
   double t_snap = t0;
   uint64_t eval_seed = 1000003;
   shoal_error err = {0};
@@ -747,8 +766,10 @@ static const char *train(lrt *rt, double t0) {
   }
 }
 
-/* Stop taking batches, keep what was learned, say how it ended. */
+/* Stop taking batches, keep what was learned, say how it ended: "t" is the run's
+ * training time, "stop_s" how long the stop took. */
 static int stop(lrt *rt, const char *reason, double t0) {
+  const double t_end = shoal_now_s();
   atomic_store(&rt->stopping, true);
   if (!atomic_load(&rt->lease_lost)) lease_stopping(rt);
   live_hp_wake(&rt->live);
@@ -794,11 +815,12 @@ static int stop(lrt *rt, const char *reason, double t0) {
   char j1[32], j2[32];
   emit(
       "{\"event\":\"done\",\"reason\":\"%s\",\"t\":%.2f,\"env_steps\":%lld,\"updates\":%lld,"
-      "\"version\":%lld,\"eval\":%s,\"best_eval\":%s,\"store_ok\":%s,\"bad_batches\":%llu%s}",
-      reason, shoal_now_s() - t0, (long long)f.env_steps, (long long)rt->updates,
+      "\"version\":%lld,\"eval\":%s,\"best_eval\":%s,\"store_ok\":%s,\"bad_batches\":%llu,"
+      "\"stop_s\":%.2f%s}",
+      reason, t_end - t0, (long long)f.env_steps, (long long)rt->updates,
       (long long)atomic_load(&rt->version), jnum(j1, sizeof j1, rt->eval_return),
       jnum(j2, sizeof j2, rt->best_eval), wrc == 0 && kept && !lost ? "true" : "false",
-      (unsigned long long)f.bad_batches, extra);
+      (unsigned long long)f.bad_batches, shoal_now_s() - t_end, extra);
   return 0;
 }
 
@@ -806,7 +828,7 @@ int lrt_main(int argc, char **argv, const lrt_program *p) {
   static lrt rt; /* the signal handler and rpc threads outlive no frame of main's */
   rt.p = p;
   set_up(&rt, argc, argv);
-  double t0 = shoal_now_s();
+  double t0 = shoal_now_s() - (rt.resume ? seconds_before(&rt) : 0);
   const char *reason = train(&rt, t0);
   int rc = stop(&rt, reason, t0);
   lease_release(&rt);

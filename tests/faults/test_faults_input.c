@@ -13,6 +13,7 @@
  * $SHOAL_TOKEN contradicts is an error, not a silent choice.
  * The stored config is the truth: `shoal init` of an existing run with other values is
  * refused, naming them, and a learner that trains with other values records them.
+ * run.max_seconds bounds the run across resumes.
  * And a learner started without `shoal init` records its run itself, so its writes are
  * not refused, and its final line's store_ok is true only because everything landed.
  */
@@ -288,6 +289,51 @@ static void test_stored_config_is_the_truth(void **state) {
   free(yaml);
 }
 
+/* run.max_seconds bounds the run, not each learner process: a resumed learner trains
+ * for what is left, and its final line counts the run's training time. */
+static void test_max_seconds_spans_resumes(void **state) {
+  char cfg[512], uri[400];
+  snprintf(uri, sizeof uri, "file://%s/runs5", wf_dir);
+  snprintf(cfg, sizeof cfg, "%s/time.yaml", wf_dir);
+  fu_write_config(cfg, uri, 1, 30, "");
+  fu_init(cfg, "time1");
+  char bin[4200];
+  snprintf(bin, sizeof bin, "%s/bin/shoal-learner", getenv("SHOAL_BINARY_DIR"));
+  char *first[] = {bin,
+                   "--config",
+                   cfg,
+                   "--run",
+                   "time1",
+                   "--set",
+                   "run.max_seconds=2",
+                   "--set",
+                   "learner.log_every_s=0.2",
+                   NULL};
+  int rc;
+  double t = shoal_now_s();
+  char *out = wf_run(first, 60, &rc);
+  double first_s = shoal_now_s() - t;
+  assert_int_equal(rc, 0);
+  free(out);
+  char *second[] = {bin,     "--config",
+                    cfg,     "--run",
+                    "time1", "--resume",
+                    "--set", "run.max_seconds=3",
+                    "--set", "learner.log_every_s=0.2",
+                    NULL};
+  t = shoal_now_s();
+  out = wf_run(second, 60, &rc);
+  double second_s = shoal_now_s() - t;
+  assert_int_equal(rc, 0);
+  const char *done = strstr(out, "\"event\":\"done\"");
+  assert_non_null(done);
+  double trained = fu_json(done, "t");
+  if (!(trained >= 3.0 && trained < 4.5) || !(second_s < first_s))
+    fail_msg("resumed: run trained %.2f s in all, this process %.2f s (the first %.2f s):\n%s",
+             trained, second_s, first_s, out);
+  free(out);
+}
+
 static int setup(void **state) {
   (void)state;
   return wf_setup("faults-input");
@@ -303,6 +349,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_learner_records_its_run, fu_kill_all),
       cmocka_unit_test_teardown(test_security_defaults, fu_kill_all),
       cmocka_unit_test_teardown(test_stored_config_is_the_truth, fu_kill_all),
+      cmocka_unit_test_teardown(test_max_seconds_spans_resumes, fu_kill_all),
   };
   return cmocka_run_group_tests_name("faults_input", all, setup, teardown);
 }
