@@ -53,6 +53,7 @@ typedef struct record {
 typedef struct importer {
   store *st;
   const char *run;
+  const char *create_env; /* the run is made with the first segment, for this env (or NULL) */
   char source[STORE_NAME_MAX];
   const env_spec *spec;
   store_segment_limits lim;
@@ -101,9 +102,38 @@ static void bad_record(importer *im, const char *unit, uint64_t where, const cha
 
 /* ---- segments ------------------------------------------------------------------------- */
 
+/* A run for the imported experience, made when its first segment is ready (a file with
+ * no valid record makes none): the default config with this env, so a learner can
+ * follow it (replay.store_run) and `shoal eval` can find its env. */
+static int create_run(importer *im, shoal_error *err) {
+  int nkeys;
+  const cfg_key *keys = apex_schema(&nkeys);
+  config *cfg = config_create(keys, nkeys, err);
+  char set[160], *yaml = NULL;
+  snprintf(set, sizeof set, "env.id=%s", im->create_env);
+  int rc = !cfg ? SHOAL_ENOMEM : 0;
+  if (!rc && !(rc = config_set(cfg, set, err)) &&
+      !(rc = config_set(cfg, "replay.source=store", err)) && !(rc = config_dump(cfg, &yaml, err))) {
+    rc = store_run_create(im->st, im->run, yaml, STORE_RUN_CREATED, err);
+    if (rc == SHOAL_EEXIST)
+      rc = 0;
+    else if (!rc && !im->quiet)
+      printf("shoal import: created run '%s' for %s in %s\n", im->run, im->create_env,
+             store_uri(im->st));
+  }
+  free(yaml);
+  config_destroy(cfg);
+  if (!rc) im->create_env = NULL;
+  return rc;
+}
+
 static int flush_segment(importer *im) {
   if (!im->n || im->store_rc) return im->store_rc;
   shoal_error err = {0};
+  if (im->create_env && create_run(im, &err)) {
+    fprintf(stderr, "shoal import: creating run '%s': %s\n", im->run, err.msg);
+    return im->store_rc = err.code ? err.code : SHOAL_EIO;
+  }
   store_segment *g = &im->seg;
   int rc = store_segment_reserve(g, &im->lim.spec, im->n, im->k, im->prio_mode == 1, &err);
   if (!rc) {
@@ -958,24 +988,7 @@ int cmd_import(int argc, char **argv) {
     fprintf(stderr, "shoal import: out of memory\n");
     return 1;
   }
-  if (!exists) {
-    /* A run for the imported experience: the default config with this env, so a learner
-     * can follow it (replay.store_run) and `shoal eval` can find its env. */
-    int nkeys;
-    const cfg_key *keys = apex_schema(&nkeys);
-    config *cfg = config_create(keys, nkeys, &err);
-    char set[160], *yaml = NULL;
-    snprintf(set, sizeof set, "env.id=%s", env_id);
-    if (!cfg || config_set(cfg, set, &err) || config_set(cfg, "replay.source=store", &err) ||
-        config_dump(cfg, &yaml, &err) ||
-        (store_run_create(st, run, yaml, STORE_RUN_CREATED, &err) && err.code != SHOAL_EEXIST)) {
-      fprintf(stderr, "shoal import: creating run '%s': %s\n", run, err.msg);
-      return 1;
-    }
-    free(yaml);
-    config_destroy(cfg);
-    if (!quiet) printf("shoal import: created run '%s' for %s in %s\n", run, env_id, store_uri(st));
-  }
+  if (!exists) im.create_env = env_id;
   im.t0 = shoal_now_s();
   int failed_files = 0;
   for (int f = 0; f < nfiles && !im.store_rc; f++) {
@@ -998,8 +1011,8 @@ int cmd_import(int argc, char **argv) {
   }
   double dt = shoal_now_s() - im.t0;
   if (!im.store_rc) flush_segment(&im);
-  printf("shoal import: run '%s': %" PRIu64 " transitions imported in %" PRIu64 " segments", run,
-         im.imported, im.segments);
+  printf("shoal import: run '%s': %" PRIu64 " transitions imported in %" PRIu64 " segment%s", run,
+         im.imported, im.segments, im.segments == 1 ? "" : "s");
   if (im.segments) printf(" (seq %" PRIu64 "..%" PRIu64 ")", im.first_seq, im.last_seq);
   printf(", %" PRIu64 " bad records skipped, %d files failed; %.2f s (%.0f transitions/s)\n",
          im.bad, failed_files, dt, dt > 0 ? (double)im.imported / dt : 0.0);

@@ -253,6 +253,23 @@ static void test_import_refusals(void **state) {
   snprintf(want, sizeof want, "%d bad records skipped", NBAD);
   assert_non_null(strstr(out, want));
   free(out);
+  /* No valid record, no run: the run is made with its first segment. */
+  store *st = open_store();
+  store_run r;
+  shoal_error err = {0};
+  assert_int_equal(store_run_find(st, run, &r, &err), SHOAL_ENOENT);
+  store_close(st);
+  /* Good records make it (for the refusals below, which need a run). */
+  int n, eps, terms, bad_at[NBAD];
+  tr *t = play(100, 5, &n, &eps, &terms);
+  char good[600];
+  snprintf(good, sizeof good, "%s/good.jsonl", wf_dir);
+  write_jsonl(good, t, n, bad_at);
+  free(t);
+  out = run_import(good, run, "CartPole-v1", &rc);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "created run"));
+  free(out);
   /* A missing file; the wrong env for an existing run; a run without --env. */
   char missing[600];
   snprintf(missing, sizeof missing, "%s/none.jsonl", wf_dir);
