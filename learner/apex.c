@@ -118,6 +118,7 @@ typedef struct learner {
   bool resumed_snapshot; /* --resume found a snapshot (a missing log is then said) */
   float last_loss;
   double t_eval; /* when the last evaluation was posted */
+  double t_warm_note; /* when the last "still warming up" note was printed */
   shoal_rng rng;
   bool tolerance_auto; /* learner.ratio_tolerance 0: derived from the replay ratio */
   double tolerance_per_ratio;
@@ -814,6 +815,19 @@ static void status(void *a, rpc_counter *out, int *k, int cap) {
 static void progress(void *a, char *buf, size_t cap, double dt, int64_t steps, double t_unix) {
   learner *L = a;
   (void)dt;
+  /* Training waits for learner.warmup transitions: say so (every 10 s) rather than sit at
+   * zero updates without a word, e.g. following a store with fewer rows than that. */
+  replay_stats rs;
+  replay_get_stats(L->mem, &rs);
+  double now = shoal_now_s();
+  if (rs.held < L->warmup && !L->updates && now - L->t_warm_note >= 10) {
+    L->t_warm_note = now;
+    lrt_note(L->b.rt,
+             "warming up: %lld of the %lld transitions training starts at (learner.warmup) are "
+             "in replay%s",
+             (long long)rs.held, (long long)L->warmup,
+             L->store_streams ? "; the store has given what it holds so far" : "");
+  }
   char fol_json[256];
   follow_progress_json(L->fol, fol_json, sizeof fol_json);
   log_figs lf = log_figures(L);
@@ -1020,7 +1034,7 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
   L->num_envs = (int)config_int(L->b.cfg, "env.num_envs");
   L->prioritized = config_bool(L->b.cfg, "replay.prioritized");
   L->last_loss = NAN;
-  L->t_eval = shoal_now_s();
+  L->t_eval = L->t_warm_note = shoal_now_s();
   pthread_mutex_init(&L->ep_mu, NULL);
   pthread_mutex_init(&L->log_mu, NULL);
   shoal_rng_seed(&L->rng, (uint64_t)config_int(L->b.cfg, "run.seed") * 7919 + 17);
