@@ -285,6 +285,17 @@ int cmd_plot(int argc, char **argv) {
       unlink(script), rmdir(tmpdir);
       goto done;
     }
+    /* The mean needs every run at each x: say where the longer runs were cut. */
+    double full_lo = INFINITY, full_hi = -INFINITY;
+    for (int r = 0; r < nruns; r++) {
+      full_lo = fmin(full_lo, ser[r].x[0]);
+      full_hi = fmax(full_hi, ser[r].x[ser[r].n - 1]);
+    }
+    if (full_lo < lo || full_hi > hi)
+      fprintf(stderr,
+              "shoal plot: --mean: the mean covers %s %.4g..%.4g, where every run has points "
+              "(the runs span %.4g..%.4g)\n",
+              by_time ? "seconds" : "steps", lo, hi, full_lo, full_hi);
     fprintf(f, "$band << EOD\n");
     for (int g = 0; g < GRID; g++) {
       double x = lo + (hi - lo) * g / (GRID - 1), sum = 0, mn = INFINITY, mx = -INFINITY;

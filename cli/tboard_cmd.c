@@ -62,8 +62,11 @@ int cmd_tboard(int argc, char **argv) {
     store_run_clear(&run);
     char dir[PATH_MAX], folder[PATH_MAX - 128];
     shoal_error le = {0};
-    if (out)
-      snprintf(dir, sizeof dir, "%s/%s", out, runs[r]);
+    if (out) {
+      size_t ol = strlen(out); /* "tb/" and "tb" are one folder: no "tb//run" */
+      snprintf(dir, sizeof dir, "%.*s/%s", (int)(ol > 1 && out[ol - 1] == '/' ? ol - 1 : ol), out,
+               runs[r]);
+    }
     else if (store_local_dir(st, runs[r], folder, sizeof folder, &le) == 0)
       snprintf(dir, sizeof dir, "%s/tb", folder);
     else
