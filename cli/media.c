@@ -25,7 +25,9 @@ enum { ANIM_FRAMES_MAX = 1000, STEPS_PER_SECOND = 50 };
 struct eval_rec {
   int w, h, strip_max;
   size_t fbytes;
-  uint8_t *strip; /* (strip_max, h, w, 3) */
+  /* (2·strip_max, h, w, 3): twice the frames wanted, halved when full, so that at the
+   * end strip_max evenly spaced ones can be picked whatever the episode's length. */
+  uint8_t *strip;
   int nstrip, every;
   int anim_every;
   env_apng *anim;
@@ -39,7 +41,7 @@ int eval_rec_create(eval_rec **out, int w, int h, int strip_max, int max_steps, 
   r->anim_every =
       max_steps > ANIM_FRAMES_MAX ? (max_steps + ANIM_FRAMES_MAX - 1) / ANIM_FRAMES_MAX : 1;
   int rc = 0;
-  if (!(r->strip = malloc((size_t)strip_max * r->fbytes)))
+  if (!(r->strip = malloc((size_t)(2 * strip_max) * r->fbytes)))
     rc = shoal_error_set(err, SHOAL_ENOMEM, "render: out of memory");
   /* Real time at 50 steps a second (CartPole's tau = 0.02 s), slowed for long episodes
    * sampled every anim_every steps. */
@@ -69,11 +71,11 @@ int eval_rec_add(eval_rec *r, int t, const uint8_t *rgb, shoal_error *err) {
   if (t % r->every == 0) {
     /* Full: drop every other frame and double the spacing, so memory stays bounded
      * whatever the episode's length. */
-    if (r->nstrip == r->strip_max) {
-      for (int j = 0; j < r->strip_max / 2; j++)
+    if (r->nstrip == 2 * r->strip_max) {
+      for (int j = 0; j < r->strip_max; j++)
         memmove(r->strip + (size_t)j * r->fbytes, r->strip + (size_t)(2 * j) * r->fbytes,
                 r->fbytes);
-      r->nstrip = r->strip_max / 2;
+      r->nstrip = r->strip_max;
       r->every *= 2;
     }
     if (t % r->every == 0) memcpy(r->strip + (size_t)r->nstrip++ * r->fbytes, rgb, r->fbytes);
@@ -81,9 +83,24 @@ int eval_rec_add(eval_rec *r, int t, const uint8_t *rgb, shoal_error *err) {
   return 0;
 }
 
+/* The strip: strip_max frames picked evenly from those kept (all of a shorter episode),
+ * the first and the last among them; compacted in place (picks only move down). */
+static int strip_pick(eval_rec *r) {
+  int n = r->nstrip, k = n < r->strip_max ? n : r->strip_max;
+  for (int i = 0; k > 1 && i < k; i++) {
+    int j = (int)(((long)i * (n - 1) + (k - 1) / 2) / (k - 1));
+    if (j != i)
+      memmove(r->strip + (size_t)i * r->fbytes, r->strip + (size_t)j * r->fbytes, r->fbytes);
+  }
+  if (k < n) r->every = (r->every * (n - 1) + (k - 1) / 2) / (k - 1);
+  r->nstrip = k;
+  return k;
+}
+
 int eval_rec_strip_frames(const eval_rec *r, int *every) {
-  if (every) *every = r->every;
-  return r->nstrip;
+  int n = r->nstrip, k = n < r->strip_max ? n : r->strip_max;
+  if (every) *every = k > 1 && k < n ? (r->every * (n - 1) + (k - 1) / 2) / (k - 1) : r->every;
+  return k;
 }
 
 static int put_one(store *st, const store_media_meta *m, const void *b, size_t n, int *stored,
@@ -105,9 +122,11 @@ int eval_rec_store(eval_rec *r, store *st, const store_media_meta *base, uint64_
   uint8_t *img = NULL, *png = NULL, *apng = NULL;
   size_t npng = 0, napng = 0;
   int W, H, stored;
-  int rc = env_strip_compose(r->strip, r->nstrip, r->w, r->h, 6, &img, &W, &H, err);
+  strip_pick(r);
+  const int cols = env_strip_columns(r->nstrip);
+  int rc = env_strip_compose(r->strip, r->nstrip, r->w, r->h, cols, &img, &W, &H, err);
   if (!rc) rc = env_png_encode(img, W, H, &png, &npng, err);
-  if (!rc && strip_path) rc = env_png_strip(strip_path, r->strip, r->nstrip, r->w, r->h, 6, err);
+  if (!rc && strip_path) rc = env_png_strip(strip_path, r->strip, r->nstrip, r->w, r->h, cols, err);
   int frames = (int)env_apng_frames(r->anim);
   if (!rc) {
     rc = env_apng_finish(r->anim, &apng, &napng, err);

@@ -326,3 +326,10 @@ int env_apng_finish(env_apng *a, uint8_t **png, size_t *len, shoal_error *err) {
   env_apng_destroy(a);
   return 0;
 }
+
+int env_strip_columns(int n) {
+  if (n <= 6) return n > 0 ? n : 1;
+  for (int c = 6; c >= 4; c--)
+    if (n % c == 0) return c;
+  return 6;
+}

@@ -295,6 +295,10 @@ int env_png_strip(const char *path, const uint8_t *frames, int n, int w, int h, 
  * *len bytes (caller frees it with free()). SHOAL_EINVAL for a bad size. */
 int env_png_encode(const uint8_t *rgb, int w, int h, uint8_t **png, size_t *len, shoal_error *err);
 
+/* Columns for a strip of n frames: as many as leave no cell empty, 6 at most (12
+ * frames: 6 x 2; 8: 4 x 2; 10: 5 x 2), else 6. Can't fail. */
+int env_strip_columns(int n);
+
 /* Lays n frames (n, h, w, 3) out as env_png_strip does (cols per row, 2-pixel grey
  * borders) into a new (*H, *W, 3) image *img (caller frees it with free()). */
 int env_strip_compose(const uint8_t *frames, int n, int w, int h, int cols, uint8_t **img, int *W,

@@ -553,8 +553,9 @@ static void test_eval_render_to_media(void **state) {
   b = slurp(strip_path, &len);
   decoded s = decode_png(b, len);
   free(b);
-  int cells = (int)ep1.frames, rows = (cells + 5) / 6;
-  assert_int_equal(s.w, (cells < 6 ? cells : 6) * 600 + ((cells < 6 ? cells : 6) + 1) * 2);
+  int cells = (int)ep1.frames, cols = env_strip_columns(cells), rows = (cells + cols - 1) / cols;
+  assert_int_equal(cells, ep1.length < 12 ? ep1.length : 12); /* --frames' default: 12 */
+  assert_int_equal(s.w, cols * 600 + (cols + 1) * 2);
   assert_int_equal(s.h, rows * 400 + (rows + 1) * 2);
   for (int y = 0; y < 400; y++)
     assert_memory_equal(a.rgb + (size_t)y * 600 * 3, s.rgb + ((size_t)(y + 2) * s.w + 2) * 3,
