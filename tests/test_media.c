@@ -461,8 +461,9 @@ static void test_eval_render_onpolicy(void **state) {
   store *st = open_store();
   make_onpolicy_run(st, run);
   int status;
-  snprintf(cmd, sizeof cmd, "'%s' eval %s --store '%s' --episodes 2 --seed 5 --render 2>&1", shoal,
-           run, g_uri);
+  snprintf(cmd, sizeof cmd,
+           "'%s' eval %s --store '%s' --episodes 2 --seed 5 --render --frames 8 2>&1", shoal, run,
+           g_uri);
   char *out = run_cmd(cmd, &status);
   assert_int_equal(status, 0);
   assert_non_null(strstr(out, "over 2 episodes"));
@@ -474,6 +475,8 @@ static void test_eval_render_onpolicy(void **state) {
   assert_int_equal(store_media_list(st, run, &all, &k, &err), 0);
   assert_int_equal(k, 2);
   assert_true(all[1].length >= 8 && all[1].ret == (double)all[1].length);
+  assert_string_equal(all[0].name, "v5-s5-ep1-strip.png");
+  assert_int_equal(all[0].frames, 8); /* --frames 8: 8, evenly spaced */
   free(all);
   store_close(st);
 }
