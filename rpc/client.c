@@ -313,6 +313,7 @@ static uint64_t md_u64(const grpc_metadata_array *md, const char *key) {
 static void on_status(rpc_client *c) {
   uint64_t last = md_u64(&c->trail_md, "shoal-last-seq");
   uint64_t bad = md_u64(&c->trail_md, "shoal-bad-seq");
+  if (md_u64(&c->trail_md, "shoal-stopping")) c->st.learner = RPC_LEARNER_STOPPED;
   if (c->status == GRPC_STATUS_OK && c->recv_bb) {
     grpc_byte_buffer_reader r;
     if (grpc_byte_buffer_reader_init(&r, c->recv_bb)) {
@@ -341,6 +342,7 @@ static void on_status(rpc_client *c) {
     pthread_cond_broadcast(&c->cv);
   }
   if (st == GRPC_STATUS_OK || (st == GRPC_STATUS_INVALID_ARGUMENT && bad)) {
+    if (st == GRPC_STATUS_OK) c->st.rotations++;
     c->backoff = c->backoff_initial;
     c->next_attempt = now;
   } else if (st == GRPC_STATUS_FAILED_PRECONDITION || st == GRPC_STATUS_UNAUTHENTICATED ||
@@ -355,7 +357,12 @@ static void on_status(rpc_client *c) {
     /* Exponential backoff with jitter in [backoff/2, backoff): actors that lost the
      * learner together do not come back together. A stream that was up starts over. */
     c->st.last_status = (int)st;
-    c->st.reconnects++;
+    /* A refusal for now (replay full, too many calls) came from a learner that answered. */
+    bool answered = c->got_initial && st == GRPC_STATUS_RESOURCE_EXHAUSTED;
+    if (c->st.learner != RPC_LEARNER_STOPPED) {
+      c->st.reconnects++;
+      if (!answered && c->st.learner == RPC_LEARNER_UP) c->st.learner = RPC_LEARNER_LOST;
+    }
     if (c->got_initial) c->backoff = c->backoff_initial;
     c->next_attempt = now + c->backoff * (0.5 + 0.5 * shoal_rng_uniform(&c->rng));
     c->backoff = c->backoff * 2 > c->backoff_max ? c->backoff_max : c->backoff * 2;
@@ -379,6 +386,7 @@ static void on_event(rpc_client *c, ctag *t, bool ok) {
     case T_INIT:
       if (ok) {
         c->got_initial = true;
+        c->st.learner = RPC_LEARNER_UP;
         c->server_max = (size_t)md_u64(&c->init_md, "shoal-max-message");
       }
       break;

@@ -53,7 +53,7 @@ struct scall {
   bool closed;   /* the close event arrived */
   grpc_byte_buffer *recv;
   grpc_byte_buffer *send; /* the reply in flight, destroyed when FINISH completes */
-  grpc_metadata trail[2];
+  grpc_metadata trail[3];
   char trail_val[2][24];
   grpc_metadata init_md; /* Push: shoal-max-message, so clients refuse what would not fit */
   char init_val[24];
@@ -233,7 +233,7 @@ static void post_recv(scall *c) {
 
 /* Ends the call with a status. reply (may be NULL) is sent first and owned by the call.
  * Push streams carry shoal-last-seq (and shoal-bad-seq) in the trailing metadata so the
- * client knows what to resend. */
+ * client knows what to resend, and shoal-stopping once the server drains. */
 static void finish(scall *c, grpc_status_code code, const char *msg, grpc_byte_buffer *reply,
                    bool send_initial, uint64_t bad_seq) {
   grpc_op ops[3];
@@ -256,6 +256,13 @@ static void finish(scall *c, grpc_status_code code, const char *msg, grpc_byte_b
       c->trail[1].key = grpc_slice_from_static_string("shoal-bad-seq");
       c->trail[1].value = grpc_slice_from_static_string(c->trail_val[1]);
       ntrail = 2;
+    }
+    /* The learner is stopping on purpose: the actor reports it as such, and does not
+     * count its retries as reconnects (rpc.h, RPC_LEARNER_STOPPED). */
+    if (atomic_load(&c->s->draining)) {
+      c->trail[ntrail].key = grpc_slice_from_static_string("shoal-stopping");
+      c->trail[ntrail].value = grpc_slice_from_static_string("1");
+      ntrail++;
     }
   }
   grpc_slice details = grpc_slice_from_static_string(msg ? msg : "");
