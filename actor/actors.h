@@ -1,0 +1,12 @@
+/*
+ * actor/actors.h — the algorithms the actor runtime (actor/runtime.h) runs, one per
+ * program: shoal-actor (Ape-X: actor/apex.c).
+ */
+#ifndef SHOAL_ACTOR_ACTORS_H
+#define SHOAL_ACTOR_ACTORS_H
+
+#include "actor/runtime.h"
+
+extern const actor_algo apex_actor;
+
+#endif
