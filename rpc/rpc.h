@@ -259,9 +259,12 @@ int rpc_server_set_params(rpc_server *s, int64_t version, int dtype, const void 
                           const rpc_param_entry *layout, int nlayout, shoal_error *err);
 /* A snapshot of the counters. Can't fail. */
 void rpc_server_stats_get(const rpc_server *s, rpc_server_stats *out);
-/* Graceful stop: no new calls; Push streams in flight end at their next message with
- * UNAVAILABLE (clients resend elsewhere or later); calls still running after drain_s
- * seconds are cancelled. Then frees everything. s may be NULL. */
+/* Graceful stop: Push streams in flight end at their next message with UNAVAILABLE
+ * (clients resend elsewhere or later), and for a moment (0.1 s, at most drain_s, when
+ * any actor was seen) new Push streams end at once the same way, so that a client
+ * between two streams hears of the stop (shoal-stopping); then no new calls are taken,
+ * and calls still running after drain_s seconds are cancelled. Then frees everything.
+ * s may be NULL. */
 void rpc_server_destroy(rpc_server *s, double drain_s);
 
 /* ------------------------------------------------------------------------- */
@@ -297,8 +300,9 @@ typedef struct rpc_client_config {
  * actor stopping with batches still held can say why. */
 enum {
   RPC_LEARNER_NEVER = 0,   /* no Push stream has come up yet */
-  RPC_LEARNER_UP = 1,      /* the last stream came up; if it ended, it ended normally or the
-                              learner refused a batch for now (it was reachable) */
+  RPC_LEARNER_UP = 1,      /* the last stream came up (the learner took it or acknowledged
+                              on it); if it ended, it ended normally or the learner refused
+                              a batch for now (it was reachable) */
   RPC_LEARNER_STOPPED = 2, /* the learner said it was stopping (a drain, shoal-stopping in a
                               stream's trailing metadata) and no stream has come up since */
   RPC_LEARNER_LOST = 3     /* a stream that was up broke without such word, and none has

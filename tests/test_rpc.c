@@ -514,12 +514,14 @@ static void test_learner_stops_on_purpose(void **state) {
   }
   struct timespec ts = {0, 120 * 1000000L}; /* the stream is up, a batch in the callback */
   nanosleep(&ts, NULL);
+  rpc_client_stats before, cs;
+  rpc_client_stats_get(c, &before); /* a first connect may have failed on a loaded machine */
+  assert_int_equal(before.learner, RPC_LEARNER_UP);
   rpc_server_destroy(srv, 1.0);
   nanosleep(&ts, NULL); /* a few retries against the closed port */
-  rpc_client_stats cs;
   assert_int_equal(rpc_client_close(c, 0.3, &cs, NULL), SHOAL_ETIMEDOUT);
   assert_int_equal(cs.learner, RPC_LEARNER_STOPPED);
-  assert_int_equal(cs.reconnects, 0);
+  assert_int_equal(cs.reconnects, before.reconnects);
   assert_int_equal(cs.rotations, 0);
   assert_true(s.batches >= 1 && s.batches < N);
   assert_int_equal(cs.delivered, s.batches);
