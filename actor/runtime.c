@@ -253,10 +253,6 @@ static void report(const actor_rt *rt, const rpc_client_stats *st) {
 }
 
 static int run(actor_rt *rt, shoal_error *err) {
-  struct sigaction sa = {0};
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
   int rc = first_params(rt, err);
   if (!rc) rc = loop(rt, err);
   if (rc) return rc;
@@ -285,6 +281,11 @@ int actor_main(int argc, char **argv, const actor_algo *algo) {
             algo->prog);
     return 2;
   }
+  /* From here a stop signal ends the run cleanly, even one that comes while it starts. */
+  struct sigaction sa = {0};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
   shoal_error err = {0};
   int status = 1;
   int rc = load_config(&rt, &err);
