@@ -226,21 +226,22 @@ static void report(const actor_rt *rt, const rpc_client_stats *st) {
                     : stop_signal == SIGTERM ? "SIGTERM"
                                              : "signal";
   unsigned long long held = st->undelivered;
+  const char *noun = held == 1 ? "batch" : "batches", *verb = held == 1 ? "was" : "were";
   if (!st->pushed)
     fprintf(stderr, "%s %d: stopped (%s) before any batch was pushed\n", prog, rt->index, how);
   else if (!held)
     fprintf(stderr, "%s %d: stopped (%s), every batch delivered\n", prog, rt->index, how);
   else if (st->learner == RPC_LEARNER_UP)
-    fprintf(stderr, "%s %d: stopped (%s): %llu batches still queued at the stop were not sent\n",
-            prog, rt->index, how, held);
+    fprintf(stderr, "%s %d: stopped (%s): %llu %s still queued at the stop %s not sent\n", prog,
+            rt->index, how, held, noun, verb);
   else if (st->learner == RPC_LEARNER_STOPPED)
     fprintf(stderr,
-            "%s %d: stopped (%s) after the learner had stopped: %llu batches still queued at the "
-            "stop were not sent\n",
-            prog, rt->index, how, held);
+            "%s %d: stopped (%s) after the learner had stopped: %llu %s still queued at the stop "
+            "%s not sent\n",
+            prog, rt->index, how, held, noun, verb);
   else
-    fprintf(stderr, "%s %d: stopped (%s) with %llu batches not delivered (the learner %s)\n", prog,
-            rt->index, how, held,
+    fprintf(stderr, "%s %d: stopped (%s) with %llu %s not delivered (the learner %s)\n", prog,
+            rt->index, how, held, noun,
             st->learner == RPC_LEARNER_NEVER ? "was never reached" : "was unreachable");
   /* What this process sent and what the learner acknowledged, for checking against the
    * learner's counters (tests/faults). */
