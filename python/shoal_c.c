@@ -1,7 +1,7 @@
 /*
  * python/shoal_c.c — libshoal.so's stable C API (shoal_c.h) over envs/, algos/, nn/ and
  * store/. Policies are built from a run's resolved config exactly as `shoal eval`
- * (cli/shoal.c) and the actor (actor/actor.c) build theirs, so they act the same.
+ * (cli/shoal.c) and the actor (actor/apex.c) build theirs, so they act the same.
  */
 #define _GNU_SOURCE
 #include "python/shoal_c.h"

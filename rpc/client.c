@@ -313,6 +313,8 @@ static uint64_t md_u64(const grpc_metadata_array *md, const char *key) {
 static void on_status(rpc_client *c) {
   uint64_t last = md_u64(&c->trail_md, "shoal-last-seq");
   uint64_t bad = md_u64(&c->trail_md, "shoal-bad-seq");
+  bool stopping = md_u64(&c->trail_md, "shoal-stopping") != 0;
+  if (stopping) c->st.learner = RPC_LEARNER_STOPPED;
   if (c->status == GRPC_STATUS_OK && c->recv_bb) {
     grpc_byte_buffer_reader r;
     if (grpc_byte_buffer_reader_init(&r, c->recv_bb)) {
@@ -341,6 +343,10 @@ static void on_status(rpc_client *c) {
     pthread_cond_broadcast(&c->cv);
   }
   if (st == GRPC_STATUS_OK || (st == GRPC_STATUS_INVALID_ARGUMENT && bad)) {
+    if (st == GRPC_STATUS_OK) {
+      c->st.rotations++;
+      if (!stopping) c->st.learner = RPC_LEARNER_UP; /* a summary: the learner is there */
+    }
     c->backoff = c->backoff_initial;
     c->next_attempt = now;
   } else if (st == GRPC_STATUS_FAILED_PRECONDITION || st == GRPC_STATUS_UNAUTHENTICATED ||
@@ -355,7 +361,12 @@ static void on_status(rpc_client *c) {
     /* Exponential backoff with jitter in [backoff/2, backoff): actors that lost the
      * learner together do not come back together. A stream that was up starts over. */
     c->st.last_status = (int)st;
-    c->st.reconnects++;
+    /* A refusal for now (replay full, too many calls) came from a learner that answered. */
+    bool answered = c->got_initial && st == GRPC_STATUS_RESOURCE_EXHAUSTED;
+    if (c->st.learner != RPC_LEARNER_STOPPED) {
+      c->st.reconnects++;
+      if (!answered && c->st.learner == RPC_LEARNER_UP) c->st.learner = RPC_LEARNER_LOST;
+    }
     if (c->got_initial) c->backoff = c->backoff_initial;
     c->next_attempt = now + c->backoff * (0.5 + 0.5 * shoal_rng_uniform(&c->rng));
     c->backoff = c->backoff * 2 > c->backoff_max ? c->backoff_max : c->backoff * 2;
@@ -380,6 +391,9 @@ static void on_event(rpc_client *c, ctag *t, bool ok) {
       if (ok) {
         c->got_initial = true;
         c->server_max = (size_t)md_u64(&c->init_md, "shoal-max-message");
+        /* Only a stream the learner took announces its limit: one it ends at once as it
+         * stops, or one gRPC refuses, may still bring (empty) initial metadata. */
+        if (c->server_max) c->st.learner = RPC_LEARNER_UP;
       }
       break;
     case T_SEND:

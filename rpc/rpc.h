@@ -36,7 +36,8 @@
  * batches whose seq it has already accepted. So a batch is delivered once, and what was
  * not delivered at close is known exactly. The learner keeps seqs in memory: across a
  * graceful drain delivery stays exactly-once, across a learner crash batches that were
- * in flight may arrive twice at its successor.
+ * in flight may arrive twice at its successor. A learner that stops on purpose says so
+ * in the streams it ends (shoal-stopping), so a client can tell it from one that broke.
  *
  * Bad input. An invalid batch ends its stream with INVALID_ARGUMENT (FAILED_PRECONDITION
  * for a wrong run, UNAUTHENTICATED for a wrong token) and trailing metadata
@@ -258,9 +259,12 @@ int rpc_server_set_params(rpc_server *s, int64_t version, int dtype, const void 
                           const rpc_param_entry *layout, int nlayout, shoal_error *err);
 /* A snapshot of the counters. Can't fail. */
 void rpc_server_stats_get(const rpc_server *s, rpc_server_stats *out);
-/* Graceful stop: no new calls; Push streams in flight end at their next message with
- * UNAVAILABLE (clients resend elsewhere or later); calls still running after drain_s
- * seconds are cancelled. Then frees everything. s may be NULL. */
+/* Graceful stop: Push streams in flight end at their next message with UNAVAILABLE
+ * (clients resend elsewhere or later), and for a moment (0.1 s, at most drain_s, when
+ * any actor was seen) new Push streams end at once the same way, so that a client
+ * between two streams hears of the stop (shoal-stopping); then no new calls are taken,
+ * and calls still running after drain_s seconds are cancelled. Then frees everything.
+ * s may be NULL. */
 void rpc_server_destroy(rpc_server *s, double drain_s);
 
 /* ------------------------------------------------------------------------- */
@@ -292,6 +296,19 @@ typedef struct rpc_client_config {
                                   server takes pings every 10 s); 0: 30 */
 } rpc_client_config;
 
+/* What the client last knew of the learner (rpc_client_stats.learner), so that an
+ * actor stopping with batches still held can say why. */
+enum {
+  RPC_LEARNER_NEVER = 0,   /* no Push stream has come up yet */
+  RPC_LEARNER_UP = 1,      /* the last stream came up (the learner took it or acknowledged
+                              on it); if it ended, it ended normally or the learner refused
+                              a batch for now (it was reachable) */
+  RPC_LEARNER_STOPPED = 2, /* the learner said it was stopping (a drain, shoal-stopping in a
+                              stream's trailing metadata) and no stream has come up since */
+  RPC_LEARNER_LOST = 3     /* a stream that was up broke without such word, and none has
+                              come up since */
+};
+
 typedef struct rpc_client_stats {
   uint64_t pushed;      /* batches accepted by rpc_client_push */
   uint64_t delivered;   /* acknowledged by the server */
@@ -301,8 +318,13 @@ typedef struct rpc_client_stats {
   uint64_t pending;     /* held now: queued or sent, not yet acknowledged */
   uint64_t undelivered; /* at close: batches not known to be delivered, freed */
   uint64_t streams;     /* Push streams opened */
-  uint64_t reconnects;  /* streams that failed and were retried after a backoff */
+  uint64_t rotations;   /* streams that ended normally with their summary: the rotation for
+                           an acknowledgement (every ack_every batches, when idle, at close) */
+  uint64_t reconnects;  /* streams that failed and were retried after a backoff; not those
+                           while the learner is RPC_LEARNER_STOPPED (a stop it announced is
+                           no failure) */
   int last_status;      /* gRPC status code of the last failed stream, 0 if none */
+  int learner;          /* RPC_LEARNER_*: what the client last knew of the learner */
 } rpc_client_stats;
 
 /* Creates a client and starts its thread; it connects in the background. Caller owns

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "proto/shoal.pb-c.h"
 #include "rpc/internal.h"
@@ -32,6 +33,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "shoal's wire tensors 
 enum { M_UNKNOWN, M_PUSH, M_PULL, M_STATUS, M_HYPER };
 enum { T_NEW, T_RECV, T_FINISH, T_CLOSE, T_SHUTDOWN };
 #define PENDING_ACCEPTS 8
+/* How long a stopping server still takes calls (rpc_server_destroy). */
+#define ANNOUNCE_S 0.1
 
 typedef struct scall scall;
 typedef struct stag {
@@ -53,7 +56,7 @@ struct scall {
   bool closed;   /* the close event arrived */
   grpc_byte_buffer *recv;
   grpc_byte_buffer *send; /* the reply in flight, destroyed when FINISH completes */
-  grpc_metadata trail[2];
+  grpc_metadata trail[3];
   char trail_val[2][24];
   grpc_metadata init_md; /* Push: shoal-max-message, so clients refuse what would not fit */
   char init_val[24];
@@ -106,7 +109,8 @@ struct rpc_server {
   bool have_params;
   int64_t params_version;
   grpc_slice params_full, params_same; /* encoded once per version, refcounted by gRPC */
-  atomic_bool draining;
+  atomic_bool draining;                /* stopping: Push streams are ended, with shoal-stopping */
+  atomic_bool accepting;               /* new calls are taken (until gRPC's shutdown starts) */
   bool shutdown_done;
   stag t_shutdown;
   /* Limits (rpc_server_config) and the idle reaper. */
@@ -233,7 +237,7 @@ static void post_recv(scall *c) {
 
 /* Ends the call with a status. reply (may be NULL) is sent first and owned by the call.
  * Push streams carry shoal-last-seq (and shoal-bad-seq) in the trailing metadata so the
- * client knows what to resend. */
+ * client knows what to resend, and shoal-stopping once the server drains. */
 static void finish(scall *c, grpc_status_code code, const char *msg, grpc_byte_buffer *reply,
                    bool send_initial, uint64_t bad_seq) {
   grpc_op ops[3];
@@ -256,6 +260,13 @@ static void finish(scall *c, grpc_status_code code, const char *msg, grpc_byte_b
       c->trail[1].key = grpc_slice_from_static_string("shoal-bad-seq");
       c->trail[1].value = grpc_slice_from_static_string(c->trail_val[1]);
       ntrail = 2;
+    }
+    /* The learner is stopping on purpose: the actor reports it as such, and does not
+     * count its retries as reconnects (rpc.h, RPC_LEARNER_STOPPED). */
+    if (atomic_load(&c->s->draining)) {
+      c->trail[ntrail].key = grpc_slice_from_static_string("shoal-stopping");
+      c->trail[ntrail].value = grpc_slice_from_static_string("1");
+      ntrail++;
     }
   }
   grpc_slice details = grpc_slice_from_static_string(msg ? msg : "");
@@ -636,6 +647,11 @@ static void on_new(scall *c) {
     finish(c, GRPC_STATUS_UNIMPLEMENTED, "shoal.v1.Learner: no such method", NULL, true, 0);
     return;
   }
+  if (c->method == M_PUSH && atomic_load(&s->draining)) {
+    /* A client between two streams hears that the learner is stopping. */
+    finish(c, GRPC_STATUS_UNAVAILABLE, "learner: shutting down", NULL, true, 0);
+    return;
+  }
   if (c->method == M_PUSH) {
     /* Initial metadata now, so the client learns at once that the stream is up. */
     grpc_op ops[2];
@@ -698,7 +714,7 @@ static void on_event(rpc_server *s, stag *t, bool ok) {
       scall_free(c);
       return;
     }
-    if (!atomic_load(&s->draining)) arm_accept(s);
+    if (atomic_load(&s->accepting)) arm_accept(s);
     pthread_mutex_lock(&c->mu);
     on_new(c);
   } else {
@@ -943,6 +959,7 @@ int rpc_server_create(const rpc_server_config *cfg, const rpc_spec *spec, rpc_se
   }
   grpc_server_start(s->srv);
   s->have_reaper = pthread_create(&s->reaper, NULL, reaper_thread, s) == 0;
+  atomic_store(&s->accepting, true);
   for (int i = 0; i < PENDING_ACCEPTS; i++) arm_accept(s);
   for (int i = 0; s->have_reaper && i < nthreads; i++) {
     if (pthread_create(&s->threads[i], NULL, poll_thread, s)) break;
@@ -1090,6 +1107,18 @@ void rpc_server_destroy(rpc_server *s, double drain_s) {
   /* Order from the notes (item 15): shutdown_and_notify, poll until its tag, destroy the
    * server, shut the queue down and drain it, destroy it, grpc_shutdown. */
   atomic_store(&s->draining, true);
+  /* Clients open their next Push stream at once after a rotation: calls are still taken
+   * for a moment, so that one caught between two streams learns that this is a stop
+   * (shoal-stopping) rather than finding the port closed. */
+  pthread_mutex_lock(&s->mu);
+  bool had_actors = s->nactors > 0;
+  pthread_mutex_unlock(&s->mu);
+  if (had_actors && drain_s > 0) {
+    double announce_s = drain_s < ANNOUNCE_S ? drain_s : ANNOUNCE_S;
+    struct timespec ts = {0, (long)(announce_s * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+  atomic_store(&s->accepting, false);
   stop_reaper(s);
   grpc_server_shutdown_and_notify(s->srv, s->cq, &s->t_shutdown);
   if (!wait_shutdown(s, drain_s > 0 ? drain_s : 0.0)) {

@@ -23,8 +23,7 @@ import subprocess
 import sys
 import tempfile
 
-# actor/ is being rewritten: add it back once its header settles.
-DIRS = ["common", "config", "nn", "envs", "replay", "rpc", "store", "algos", "run", "learner", "data",
+DIRS = ["common", "config", "nn", "envs", "replay", "rpc", "store", "algos", "run", "learner", "actor", "data",
         "cli"]
 
 # What each header's example uses without declaring it, declared at the top of the
@@ -141,6 +140,11 @@ rlog_batch rec = {0};
 uint64_t first_item = 0, oldest_item_held = 0, n = 1;
 const float p[1] = {1};
 rlog_stats stats;
+""",
+    "actor/runtime.h": """
+#include "actor/actors.h"
+int argc = 1;
+char *argv[] = {"shoal-actor", NULL};
 """,
     "learner/runtime.h": """
 #include "learner/learners.h"

@@ -42,7 +42,8 @@ static void test_every_command_has_help(void **state) {
 }
 
 static void test_programs_have_help(void **state) {
-  static const char *progs[] = {"shoal-learner", "shoal-onpolicy-learner", "shoal-train-sync"};
+  static const char *progs[] = {"shoal-learner", "shoal-onpolicy-learner", "shoal-actor",
+                                "shoal-onpolicy-actor", "shoal-train-sync"};
   for (size_t i = 0; i < sizeof progs / sizeof *progs; i++) {
     char bin[4200];
     snprintf(bin, sizeof bin, "%s/bin/%s", getenv("SHOAL_BINARY_DIR"), progs[i]);

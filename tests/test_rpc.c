@@ -36,7 +36,8 @@ typedef struct sink {
   pthread_mutex_t mu;
   uint64_t batches, samples, bad_content;
   uint64_t per_actor[16];
-  int refuse; /* when set, the callback refuses batches (SHOAL_EFULL) */
+  int refuse;   /* when set, the callback refuses batches (SHOAL_EFULL) */
+  int delay_ms; /* the callback takes this long (a learner's rate limiter holding it) */
   uint8_t last_obs[64 * 4 * 8 * 8];
   size_t last_obs_bytes;
   uint32_t hyper_applied;
@@ -46,6 +47,10 @@ typedef struct sink {
 /* Actor a's sample i of batch seq has obs = {a, seq, i, 0.5}, action = i % 3. */
 static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
   sink *s = user;
+  if (s->delay_ms) {
+    struct timespec ts = {0, (long)s->delay_ms * 1000000L};
+    nanosleep(&ts, NULL);
+  }
   pthread_mutex_lock(&s->mu);
   if (s->refuse) {
     pthread_mutex_unlock(&s->mu);
@@ -363,6 +368,8 @@ static void test_learner_restart_exactly_once(void **state) {
   assert_int_equal(cs.delivered, N);
   assert_int_equal(cs.undelivered, 0);
   assert_true(cs.streams >= 2);
+  assert_true(cs.rotations >= 1); /* at least the close's own acknowledgement */
+  assert_int_equal(cs.learner, RPC_LEARNER_UP);
   /* The drain acknowledged exactly what the first learner took. */
   assert_int_equal(s1.batches + s2.batches, N);
   assert_true(s2.batches > 0);
@@ -490,6 +497,37 @@ static void test_client_oversize_batch(void **state) {
   rpc_server_destroy(srv, 1.0);
 }
 
+/* The learner stops on purpose while batches are in flight (its callback busy, as under
+ * the rate limiter): the client learns that it stopped, and its retries to a learner that
+ * is gone are not reconnects. What it held at close is counted exactly. */
+static void test_learner_stops_on_purpose(void **state) {
+  sink s;
+  sink_init(&s);
+  s.delay_ms = 50;
+  rpc_server *srv = start_server(&s, NULL, NULL, NULL, NULL);
+  rpc_client *c = client_for(rpc_server_port(srv), 12, NULL);
+  batch_buf bb;
+  enum { N = 20 };
+  for (uint64_t q = 1; q <= N; q++) {
+    make_batch(&bb, 12, q);
+    assert_int_equal(rpc_client_push(c, &bb.b, NULL), 0);
+  }
+  struct timespec ts = {0, 120 * 1000000L}; /* the stream is up, a batch in the callback */
+  nanosleep(&ts, NULL);
+  rpc_client_stats before, cs;
+  rpc_client_stats_get(c, &before); /* a first connect may have failed on a loaded machine */
+  assert_int_equal(before.learner, RPC_LEARNER_UP);
+  rpc_server_destroy(srv, 1.0);
+  nanosleep(&ts, NULL); /* a few retries against the closed port */
+  assert_int_equal(rpc_client_close(c, 0.3, &cs, NULL), SHOAL_ETIMEDOUT);
+  assert_int_equal(cs.learner, RPC_LEARNER_STOPPED);
+  assert_int_equal(cs.reconnects, before.reconnects);
+  assert_int_equal(cs.rotations, 0);
+  assert_true(s.batches >= 1 && s.batches < N);
+  assert_int_equal(cs.delivered, s.batches);
+  assert_int_equal(cs.delivered + cs.undelivered, N);
+}
+
 /* The callback refuses (replay full): the client backs off and retries, nothing is lost. */
 static void test_refusal_retries(void **state) {
   sink s;
@@ -513,6 +551,7 @@ static void test_refusal_retries(void **state) {
   assert_int_equal(rpc_client_close(c, 5.0, &cs, NULL), 0);
   assert_int_equal(cs.delivered, 5);
   assert_true(cs.reconnects >= 3);
+  assert_int_equal(cs.learner, RPC_LEARNER_UP); /* refusing, but there */
   assert_int_equal(s.batches, 5);
   rpc_server_destroy(srv, 2.0);
 }
@@ -567,6 +606,7 @@ static void test_backpressure_without_learner(void **state) {
   assert_true(cs.reconnects >= 1);
   assert_int_equal(rpc_client_close(c, 0.1, &cs, NULL), SHOAL_ETIMEDOUT);
   assert_int_equal(cs.undelivered, 8);
+  assert_int_equal(cs.learner, RPC_LEARNER_NEVER);
 }
 
 /* Frame stacks sent as deduplicated frames, LZ4- and zstd-compressed: the callback sees
@@ -826,6 +866,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_port_in_use),
       cmocka_unit_test(test_client_rejections),
       cmocka_unit_test(test_client_oversize_batch),
+      cmocka_unit_test(test_learner_stops_on_purpose),
       cmocka_unit_test(test_refusal_retries),
       cmocka_unit_test(test_backpressure_without_learner),
       cmocka_unit_test(test_frame_stacks_compressed),
