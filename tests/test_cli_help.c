@@ -30,7 +30,7 @@ static void test_every_command_has_help(void **state) {
     char *a[] = {wf_shoal, (char *)cmds[i], "--help", NULL}, want[64];
     out = run_cmd(a, &rc);
     snprintf(want, sizeof want, "usage: shoal %s", cmds[i]);
-    if (rc != 0 || strncmp(out, want, strlen(want)))
+    if (rc != 0 || !strstr(out, want)) /* mongoc may say a word on stderr first */
       fail_msg("shoal %s --help: status %d, output:\n%s", cmds[i], rc, out);
     free(out);
   }

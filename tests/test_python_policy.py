@@ -163,19 +163,25 @@ def test_bad_inputs_and_c_errors(tmp_path, store):
 
 
 def python_eval(pol, env_id, episodes, seed):
-    """cmd_eval's loop, through the Python API."""
-    env = shoal.make_vec(env_id, episodes)
+    """The evaluation loop `shoal eval` runs (algos/agent.c's op_eval), through the Python
+    API: the episodes split over min(episodes, 16) env copies seeded from `seed`, each copy
+    playing its quota one episode after another (the env resets itself)."""
+    E = min(episodes, 16)
+    env = shoal.make_vec(env_id, E)
     obs, _ = env.reset(seed=seed)
-    ret = np.zeros(episodes)
-    done = np.zeros(episodes, bool)
-    max_steps = env.max_episode_steps if env.max_episode_steps > 0 else 27000
-    for _ in range(max_steps):
-        if done.all():
+    quota = [episodes // E + (i < episodes % E) for i in range(E)]
+    ret, count, returns = np.zeros(E), [0] * E, []
+    for _ in range(27000 * -(-episodes // E)):
+        if len(returns) == episodes:
             break
         obs, rew, term, trunc, _ = env.step(pol(obs))
-        ret[~done] += rew[~done]
-        done |= term | trunc
-    return ret
+        ret += rew
+        for i in np.flatnonzero(term | trunc):
+            if count[i] < quota[i]:
+                returns.append(ret[i])
+                count[i] += 1
+            ret[i] = 0
+    return np.array(returns)
 
 
 @pytest.mark.skipif(not CLI, reason="SHOAL_CLI (the shoal program) not built")
