@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The README's commands. Every target that builds first runs `deps`, so a fresh
 # Debian 12 machine needs nothing else.
 #   make deps    install the Debian packages in scripts/packages.txt (idempotent)

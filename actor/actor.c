@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shoal-actor: one Ape-X actor. Steps a vector env with its local copy of the policy
  * (ε-greedy with Ape-X's per-actor ε_i), computes initial priorities for its n-step

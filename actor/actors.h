@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * actor/actors.h — the algorithms the actor runtime (actor/runtime.h) runs, one per
  * program: shoal-actor (Ape-X: actor/apex.c) and shoal-onpolicy-actor (IMPALA and PPO:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * actor/apex.c — the Ape-X actor's algorithm for the actor runtime (actor/runtime.h).
  * It acts ε-greedily with its local DQN, with Ape-X's per-actor ε_i (Horgan et al.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * actor/collect.h — the actor's sample builder: it keeps each env's recent steps
  * until their n-step return is known, computes Ape-X's initial priority for each

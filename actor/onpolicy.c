@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * actor/onpolicy.c — the IMPALA / PPO (APPO) actor's algorithm for the actor runtime
  * (actor/runtime.h). It acts with its local copy of the actor-critic policy and every

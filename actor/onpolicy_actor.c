@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shoal-onpolicy-actor: one IMPALA / PPO (APPO) actor. Steps a vector env of
  * env.num_envs copies with its local copy of the actor-critic policy, and every T steps

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * actor/runtime.c — the one actor runtime (actor/runtime.h): arguments, config, env,
  * the learner connection, the act/step/push/pull loop, and the stop.

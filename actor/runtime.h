@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * actor/runtime.h — the one actor runtime: everything an actor process does that is not
  * its algorithm. It reads the program's arguments, loads and checks the run's config,

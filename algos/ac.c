@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The actor-critic network of IMPALA and PPO, the policy distributions and the two
  * losses with their hand-written gradients w.r.t. the network's outputs. */
 #include <math.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* algos/ac.h — private: the actor-critic network shared by IMPALA and PPO. */
 #ifndef SHOAL_ALGOS_AC_H
 #define SHOAL_ALGOS_AC_H

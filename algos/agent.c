@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The on-policy agent, normaliser, snapshots and evaluation (see algos/agent.h). */
 #include "algos/agent.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * algos/agent.h — the on-policy agent both programs share, with no config and no
  * transport: the shape of a run (op_spec: env spaces, T, algorithm), IMPALA's or PPO's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * algos/algos.h — the algorithms, each written once and shared by the actor and the
  * learner programs: the network, act() for actors (on the CPU, a local copy of the

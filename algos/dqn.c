@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Ape-X DQN: the network, act() and learn(). See algos/algos.h for the maths. */
 #include <math.h>
 #include <stdio.h>

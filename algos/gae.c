@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Generalised advantage estimation (Schulman et al. 2016, eq. 16), computed backwards. */
 #include <math.h>
 

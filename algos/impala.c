@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* IMPALA's actor and learner (Espeholt et al. 2018): softmax policy with a baseline,
  * V-trace targets, policy-gradient, baseline and entropy losses. See algos/algos.h. */
 #include <math.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* PPO (Schulman et al. 2017) as CleanRL's ppo.py and ppo_continuous_action.py compute
  * it: GAE(λ), shuffled minibatches over several epochs, the clipped surrogate, an
  * optionally clipped value loss, an entropy bonus and one clipped Adam step per

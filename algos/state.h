@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* algos/state.h — private: the learner-state blob every algorithm writes (see
  * dqn_state_save in algos.h). */
 #ifndef SHOAL_ALGOS_STATE_H

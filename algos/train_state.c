@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The learner state that a parameter snapshot alone does not hold — optimizer moments
  * and step count, DQN's target network, the update count that times its syncs, PPO's
  * shuffling RNG — and the snapshot trailer that carries it, so a resumed learner

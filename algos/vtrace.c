@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* V-trace targets and advantages (Espeholt et al. 2018, eq. 1 and section 4.2). */
 #include <math.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * benchmarks/dataset_stream.c — how fast does a dataset stream from the store, against
  * reading the IDX files directly, in the same run?

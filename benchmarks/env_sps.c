@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* env_sps: environment steps per second on one core, for every built-in env: a single env
  * (env_step, resets included) and the vector env at B = 1, 16, 256 (one thread). Rates
  * are per second of this process's CPU time (steps/s per core), so that other work on a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * benchmarks/examples_speed.c — the examples' training speed against the same models in
  * PyTorch 1.13, measured in the same run (benchmarks/examples_speed_torch.py through

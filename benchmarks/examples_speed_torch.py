@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch side of benchmarks/examples_speed: the models of examples/classify.c and
 examples/dcgan.c, fed the same Fashion-MNIST minibatches, timed in windows on request.
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* benchmarks/import.c — how fast outside experience gets into a learner (issue 14).
  *
  * On a file store in a fresh folder, with CartPole-v1 transitions played through envs/:

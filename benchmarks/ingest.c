@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * benchmarks/ingest.c — the learner's ingest rate: N actor processes (1, 2, 4, 8) stream
  * synthetic batches over gRPC on loopback to one learner that decodes, validates and

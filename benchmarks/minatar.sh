@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # benchmarks/minatar.sh — `make bench BENCH=minatar`: each MinAtar game trained with
 # IMPALA (shoal-train-sync, configs/minatar-<game>-impala.yaml) and Ape-X DQN (`shoal run`,
 # configs/minatar-<game>-apex.yaml) for MINATAR_FRAMES frames (MinAtar has no frame skip:

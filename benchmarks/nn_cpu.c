@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * benchmarks/nn_cpu.c — training and acting speed of nn on the CPU against PyTorch 1.13,
  * measured in the same run (benchmarks/nn_cpu_torch.py through $SHOAL_PYTHON, default

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch side of benchmarks/nn_cpu: the same models, batches and steps as shoal's,
 timed the same way (time-bounded windows, median).
 

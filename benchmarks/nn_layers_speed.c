@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * benchmarks/nn_layers_speed.c — how fast nn's CPU layers run the models of the nn_cpu
  * benchmark, forward and backward only (no loss or optimizer: those are measured by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* benchmarks/onpolicy_cartpole.c — How fast does shoal's synchronous PPO train
  * CartPole-v1 against CleanRL's ppo.py on PyTorch 1.13, same settings, same machine?
  *

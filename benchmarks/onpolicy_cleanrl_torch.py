@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Baseline for benchmarks/onpolicy_cartpole.c: CleanRL's ppo.py algorithm on PyTorch 1.13.
 
 Gymnasium is not installable here, so CartPole-v1 is re-stated in NumPy from Gymnasium's

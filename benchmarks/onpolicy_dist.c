@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* benchmarks/onpolicy_dist — IMPALA on the distributed runtime against the synchronous
  * trainer, both measured in this run on the same config (configs/cartpole-impala.yaml):
  *

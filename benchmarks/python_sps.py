@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Steps/s of shoal's vector envs through the Python API (python/shoal over libshoal.so).
 
 For CartPole-v1 and MinAtar/Breakout-v1 at B = 1, 16, 256: env.step(actions) in a Python

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * benchmarks/replay_log.c — what the learner's replay log (learner/replay_log.h) costs,
  * on the file store, each figure beside its baseline measured in the same run:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * benchmarks/replay_ops.c — how fast the transition memory takes inserts and
  * gives samples at once: 1 or 2 inserting threads (batches of 64 steps, as the rpc

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * soak: memory over a long run. `shoal run` of CartPole Ape-X (2 actors, evaluation off,
  * so it never stops early) for SOAK_S seconds (default 600), sampling the resident set

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* benchmarks/store.c — what the store's safety costs.
  *
  * File backend, against a plain write of the same bytes measured in the same run:

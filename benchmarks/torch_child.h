@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* benchmarks/torch_child.h — the PyTorch baseline as a child process that serves one
  * timing window per request, so shoal's and torch's windows can alternate in one run
  * (both see the same machine load). The script reads "<row> <window>\n" on stdin and

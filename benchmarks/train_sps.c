@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* benchmarks/train_sps — the main job's speed: a CartPole Ape-X run (`shoal run
  * configs/cartpole-apex.yaml`) with 1, 2 and 4 actors, timed from its JSON progress
  * lines, and the wall time to solve CartPole-v1 (mean greedy return >= 475 over 100

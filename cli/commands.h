@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/commands.h — the `shoal` subcommands beyond run and eval, one file each:
  *   live.c    shoal status ADDR, shoal set ADDR key=value ...  (a running learner)

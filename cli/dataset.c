@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/dataset.c — datasets in the store (store.h's data hub):
  *   shoal dataset put NAME [FIELD=]FILE... [--store URI] [--chunk-records N] [--source TEXT]

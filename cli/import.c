@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/import.c — `shoal import FILE... --run RUN`: experience from outside shoal into a
  * run's experience segments (store.h), for a learner with replay.source store|mixed.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shoal status ADDR [--token T] [--interval S] [--json]
  * shoal set ADDR key=value ... [--token T] [--run RUN]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/media.c — media in the store (episode recordings):
  *   shoal media ls RUN [--store URI]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shoal plot RUN... [--store URI] [--metric NAME] [--x steps|time] [--mean]
  *                   [--out FILE.png] [--size WxH] [--title TEXT]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shoal: the command line.
  *   shoal run CONFIG [--set key=value ...] [--quiet] [--log-json] [--no-tensorboard]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/supervise.h — the process supervisor behind `shoal run` (libuv): starts child
  * programs, restarts a crashed one with exponential backoff, hands each line a child

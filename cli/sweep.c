@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Hyperparameter sweeps as jobs in the store (TensorLayer's workflow idea):
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* TensorBoard event files: TFRecord framing and hand-encoded Event protobufs. See
  * cli/tboard.h for the format. */
 #define _GNU_SOURCE

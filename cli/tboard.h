@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/tboard.h — metrics as TensorBoard event files, so people who use TensorBoard can
  * point it at a run folder (`tensorboard --logdir runs/`).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shoal tboard RUN... [--store URI] [--out DIR]
  *

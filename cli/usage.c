@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Every command's usage in one table, and `shoal config keys` (see cli/commands.h). */
 #include <stdio.h>
 #include <string.h>

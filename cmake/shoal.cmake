@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Build helpers shared by every part.
 
 find_package(PkgConfig)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common/crc32c.c — CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected
  * 0x82F63B78), the checksum of iSCSI, ext4 and LevelDB. The SSE4.2 crc32

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common/crc32c.h — CRC32C (Castagnoli), the checksum of iSCSI, ext4, LevelDB and
  * TensorFlow's TFRecords, for every part that checks bytes it wrote: replay saves and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common/file.c — atomic file writes (common/file.h): temporary file, fsync, rename or
  * link, fsync of the folder.

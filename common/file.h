@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common/file.h — atomic file writes: a file appears whole or not at all, and a crash
  * leaves the old file or the new one, never a torn one. The bytes go to a temporary

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common/shoal.h — what every part of shoal shares: error codes, an error
  * struct for detail, an assert that is never compiled out, a seedable RNG and a

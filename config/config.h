@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config/config.h — experiment configs: YAML files (libyaml) checked against a schema
  * of typed keys, with `--set key=value` overrides, so that unknown keys and bad values

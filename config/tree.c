@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config/tree.c — a YAML file as a tree of scalars, lists and mappings, for files a
  * schema of flat keys cannot describe (a sweep's lists and ranges). libyaml's document

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * data/data.c — the IDX reader, the in-memory dataset and the minibatch loader.
  *

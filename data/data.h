@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * data/data.h — datasets for supervised and GAN work: an IDX reader (the MNIST and
  * Fashion-MNIST format, gzip-compressed or plain, through zlib), an in-memory image

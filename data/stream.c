@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * data/stream.c — minibatches of a dataset kept in the store, with memory bounded.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * envs/apng.c — PNG and animated PNG (APNG) encoding with zlib, into memory or a file:
  * shoal's one PNG encoder (env_png_write and env_png_strip are env_png_encode's

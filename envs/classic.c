@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Gymnasium 1.x classic control, computed as Gymnasium's NumPy code computes it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The registry of env kinds, action checking and the single env. */
 #include <math.h>
 #include <pthread.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * envs/envs.h — environments in C with Gymnasium's semantics, and a vector env that
  * steps B copies in one call.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * envs/gymmath.h — private helpers that make shoal's classic-control envs compute
  * exactly what Gymnasium's NumPy code computes, bit for bit, and an inlineable copy of

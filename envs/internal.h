@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * envs/internal.h — shared by the env implementations: registration of the built-ins
  * and the macro that turns an inline step/reset pair into a tight vector-step loop.

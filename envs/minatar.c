@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * MinAtar (Young & Tian 2019, github.com/kenjyoung/MinAtar): Breakout, Freeway, Asterix,
  * Seaquest and Space Invaders on a 10x10 grid, rules as in minatar/environments/<game>.py,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A small rasteriser (rectangles, convex polygons, circles, thick lines) into RGB
  * buffers. PNG output is envs/apng.c's. */
 #include <math.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The vector env: B copies stepped in one call, auto-reset, episode statistics and
  * optional worker threads over disjoint ranges of copies. */
 #include <math.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * examples/classify.c — a CNN on Fashion-MNIST with shoal's layer library and data loader.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * examples/dcgan.c — DCGAN (Radford et al. 2016) scaled to 28x28 Fashion-MNIST.
  *

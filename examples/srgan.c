@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * examples/srgan.c — SRGAN-style 2x super-resolution (Ledig et al. 2017) on Fashion-MNIST:
  * 14x14 -> 28x28.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * learner/apex.c — the Ape-X algorithm of the learner runtime (learner/runtime.h):
  * what actors push goes into prioritized replay (and, with replay.log, into the replay
@@ -116,7 +117,7 @@ typedef struct learner {
   int64_t updates;   /* the runtime's count too: β anneals over it */
   int64_t env_steps_base;
   bool resumed_snapshot; /* --resume found a snapshot (a missing log is then said) */
-  float last_loss;
+  _Atomic float last_loss; /* read by Status on rpc threads */
   double t_eval; /* when the last evaluation was posted */
   double t_warm_note; /* when the last "still warming up" note was printed */
   shoal_rng rng;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * learner/follow.h — the store follower of a learner with replay.source store|mixed:
  * a thread that polls the store for experience segments (store.h) by sequence

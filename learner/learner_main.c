@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shoal-learner: the Ape-X learner. Serves shoal.v1.Learner over gRPC, inserts what
  * actors push into prioritized replay, trains the DQN, publishes parameters, writes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * learner/learners.h — the learner programs the runtime runs (learner/runtime.h):
  * shoal-learner (Ape-X: learner/apex.c) and shoal-onpolicy-learner (IMPALA and PPO:

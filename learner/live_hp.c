@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* learner/live_hp.c — live tuning shared by both learners (see live_hp.h). */
 #define _GNU_SOURCE
 #include "learner/live_hp.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * learner/live_hp.h — live tuning shared by both learners: the keys a person may change
  * on a running learner (SetHyperparams, `shoal set`), checked against the config schema

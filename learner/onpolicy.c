@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * learner/onpolicy.c — the IMPALA and PPO (APPO) algorithm of the learner runtime
  * (learner/runtime.h). Checks every unroll batch actors push (columns in run/run.h) and
@@ -62,6 +63,7 @@ typedef struct learner {
   int64_t env_steps_base, updates, steps_trained, last_eval_steps, next_eval;
   uint64_t skipped;
   onpolicy_stats last;
+  _Atomic double loss; /* last.loss, for Status on rpc threads */
   /* Policy lag of the unrolls trained on, over the current log window and the run. */
   double lag_sum, lag_n, lag_sum_run, lag_n_run, lag_mean_last;
   int64_t lag_max, lag_max_run, lag_min_run, lag_max_last;
@@ -216,6 +218,7 @@ static int step(void *a, const double *hp, bool *trained, shoal_error *err) {
                       L->term, L->trunc,   s->bootstrap_truncation ? L->fin_f : NULL,
                       L->core0};
   rc = op_agent_learn(&L->ag, &b, &L->last, err);
+  L->loss = L->last.loss;
   L->steps_trained += (int64_t)s->T * s->learn_B;
   if (rc == SHOAL_ENAN) {
     L->skipped++;
@@ -235,7 +238,7 @@ static void figs(void *a, lrt_figs *f) {
   f->env_steps = L->env_steps_base + atomic_load(&L->steps_in);
   f->held = qs.held;
   f->bad_batches = atomic_load(&L->bad_batches);
-  f->loss = L->last.loss;
+  f->loss = L->loss;
 }
 
 /* On schedule (run.eval_every_steps trained), or early once training returns say the
@@ -488,6 +491,7 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
   if (!L) return NULL;
   L->max_staleness = config_int(L->b.cfg, "replay.max_staleness");
   L->last.loss = NAN;
+  L->loss = NAN;
   L->lag_mean_last = NAN;
   L->lag_min_run = INT64_MAX;
   nn_set_threads((int)config_int(L->b.cfg, "learner.threads"));

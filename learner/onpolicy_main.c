@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shoal-onpolicy-learner: the distributed IMPALA and PPO (APPO) learner. Serves
  * shoal.v1.Learner over gRPC, queues the unrolls actors push, trains, publishes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * learner/publish.c — the published parameters' layout (publish.h).
  */

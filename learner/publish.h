@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * learner/publish.h — the layout of the parameters a learner publishes: one entry per
  * trainable tensor of its model (name, shape, offset in the flat buffer), as the actors'

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * learner/replay_log.c — the replay log (replay_log.h; format in docs/replay-log.md).
  *

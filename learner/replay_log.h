@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * learner/replay_log.h — the learner's replay log: every batch the learner accepts,
  * as it was inserted, kept in the store as replay segments (store_replay_append), so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The learner runtime (see learner/runtime.h). */
 #define _GNU_SOURCE
 #include "learner/runtime.h"
@@ -60,8 +61,11 @@ struct lrt {
   atomic_bool stopping;
 
   atomic_int_fast64_t version;
-  int64_t updates, last_snapshot_version, snapshots;
-  double eval_return, best_eval;
+  /* Written by the trainer, read by Status on rpc threads: atomic. */
+  _Atomic int64_t updates;
+  _Atomic double eval_return;
+  int64_t last_snapshot_version, snapshots;
+  double best_eval;
 
   pthread_mutex_t ep_mu;
   double returns[RETURNS_KEPT];

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * learner/runtime.h — the one learner runtime: everything a learner does that is not
  * its algorithm. It parses the program's arguments and loads the run's config, opens

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/backend.c — the one place that knows which backends shoal was built with: the
  * CPU always, CUDA when SHOAL_HAVE_CUDA is defined (nn/CMakeLists.txt compiles nn/cuda

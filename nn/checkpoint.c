@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/checkpoint.c — safetensors checkpoints (https://github.com/huggingface/safetensors):
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/init.c — initialisers with torch.nn.init's formulas, drawing from shoal_rng so a
  * seed fixes every weight.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/internal.h — nn's private structures: the model graph, its nodes, the layer
  * table (one forward and one backward per layer kind, as darknet's layer table) and

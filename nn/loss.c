@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/loss.c — losses with their gradients, PyTorch's "mean" reduction and optional
  * per-sample weights (importance weights of prioritized replay).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/model.c — the model: a graph of nodes built in order, its tensor table, one
  * parameter buffer, one gradient buffer and one state buffer, the activation arena,

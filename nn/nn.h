@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/nn.h — shoal's layer library: float32 NCHW tensors, layers with forward and
  * backward, models that own one contiguous parameter buffer and one gradient buffer,

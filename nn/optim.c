@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/optim.c — SGD, Adam, AdamW and RMSprop as torch.optim (1.13) computes them, one
  * loop over the flat parameter buffer with the moments in buffers of the same layout.

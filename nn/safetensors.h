@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/safetensors.h — private: the safetensors reader and writer behind nn_model_save/load
  * and nn_optim_save/load, over a table of named tensors.

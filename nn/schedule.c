@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/schedule.c — learning-rate (or epsilon) schedules as a pure function of the step.
  */

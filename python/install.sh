@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Python package shoal (python/shoal and libshoal.so from BUILD/lib) into
 # PREFIX: a virtual environment (PREFIX/bin/python exists; e.g. made with
 # `/usr/bin/python3 -m venv --system-site-packages PREFIX` so Debian's numpy is seen) or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * python/shoal_c.c — libshoal.so's stable C API (shoal_c.h) over envs/, algos/, nn/ and
  * store/. Policies are built from a run's resolved config exactly as `shoal eval`

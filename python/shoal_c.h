@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * python/shoal_c.h — libshoal.so: a small, stable C API over shoal's vector envs and
  * trained policies, for foreign-function callers (the Python package python/shoal uses

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay/internal.h — the transition memory's layout, shared by memory.c (insert,
  * sample, priorities) and save.c (save, load). Not a public header.

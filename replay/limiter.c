@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The rate limiter (see replay/limiter.h). */
 #define _GNU_SOURCE
 #include "replay/limiter.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay/limiter.h — the rate limiter, as Reverb's SampleToInsertRatio: it keeps the
  * samples S taken from a memory near samples_per_insert (spi) × the steps I inserted,

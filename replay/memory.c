@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay/memory.c — the transition memory: create, insert from many threads,
  * uniform and prioritized sampling with n-step returns and frame stacks gathered

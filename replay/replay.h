@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay/replay.h — replay memories for the learner: a transition memory with
  * uniform or proportional prioritized sampling (Schaul et al. 2016), n-step

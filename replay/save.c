@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay/save.c — save and load the transition memory, streamed through a 1 MiB
  * buffer. The file (host byte order, checked by a byte-order mark):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay/traj.c — the trajectory FIFO for on-policy learners: a ring of
  * `capacity` unroll slots. A push reserves the slot after the last under the lock,

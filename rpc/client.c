@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rpc/client.c — the actor's side of shoal.v1.Learner.
  *

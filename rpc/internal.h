@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rpc/internal.h — what rpc's files share; not part of the public API. */
 #ifndef SHOAL_RPC_INTERNAL_H
 #define SHOAL_RPC_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rpc/rpc.h — the transport between actors and the learner: service shoal.v1.Learner
  * (proto/shoal.proto) on the gRPC C core with protobuf-c. Only rpc/ includes gRPC.

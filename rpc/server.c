@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rpc/server.c — the learner's side of shoal.v1.Learner on the gRPC C core.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rpc/wire.c — shoal's own reader of SampleBatch and the validator that turns it into a
  * checked, dense batch. protobuf-c's unpack copies every bytes field and needs its own

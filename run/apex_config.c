@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The keys of an Ape-X run's config: one schema shared by `shoal run` (which checks
  * the file and stores the resolved config), the learner and the actors (which read the
  * resolved file). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The keys of an IMPALA or PPO run's config, shared by `shoal-train-sync` and, once
  * wired, by `shoal run`, the learner and the actors. */
 #include <stdio.h>

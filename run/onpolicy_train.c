@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The synchronous on-policy training loop (see run/onpolicy_train.h). */
 #include "run/onpolicy_train.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * run/onpolicy_train.h — a synchronous, single-process training loop for PPO and
  * IMPALA: one env_vec of B copies, T steps of act() per rollout, one learn() per

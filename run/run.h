@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * run/run.h — what a run is, shared by the programs that start, serve and feed one
  * (the learner and actor runtimes, `shoal`, libshoal): the keys of each algorithm's

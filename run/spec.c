@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What a run is built from (see run/run.h): on-policy specs, agents and wire columns,
  * and the Ape-X wire columns. */
 #include <math.h>

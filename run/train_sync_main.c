@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* shoal-train-sync: trains PPO or IMPALA synchronously in one process from an on-policy
  * config (configs/NAME-ppo.yaml, NAME-impala.yaml), for comparison with CleanRL.
  *

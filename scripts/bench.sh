@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs the benchmarks built in BUILD/benchmarks: all of them, or the one named.
 # Each prints its table and `BENCH name=... value=... unit=... baseline=... ratio=...` lines.
 set -euo pipefail

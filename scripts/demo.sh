@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `make demo`: the main job. Ape-X DQN learns CartPole-v1 with one learner and two
 # actor processes on this machine, keeping the run in the embedded file store (./runs),
 # then plays the latest snapshot greedily for 100 episodes.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages listed in scripts/packages.txt that are not installed yet.
 # Idempotent: does nothing (and needs no network) when all are present; runs
 # `apt-get update` only when something is missing; uses sudo when not root.

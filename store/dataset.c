@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/dataset.c — datasets in the store: argument checks, the streaming writer, the
  * manifest (built and checked here, stored by the backend's dataset slots: file_data.c,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/file.c — the file backend: one folder per run, and the backend's table.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/file_backend.h — what the file backend's files (file.c: runs, snapshots, the
  * replay log, metrics, trials and the table; file_segments.c; file_data.c: datasets

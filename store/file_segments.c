@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/file_segments.c — experience segments in the file store (the format is in
  * store_segments.h): DIR/<run>/segments/<seq, 20 digits>.seg, each the segment's canonical

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/internal.h — the backend table behind store.h, the store handle, and helpers
  * the front files share. Private to store/ (and its tests, which plug in a backend of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/media.c — media of a run (episode recordings): argument checks and the
  * metadata document; the bytes go through the backend's media slots (file_data.c,

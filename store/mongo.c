@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/mongo.c — the MongoDB backend (libmongoc 1.x) and its table.
  *

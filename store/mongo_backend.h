@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/mongo_backend.h — what the MongoDB backend's files (mongo.c: the connection
  * pool, errors, runs, snapshots, the replay log, metrics, trials and the table;

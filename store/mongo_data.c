@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/mongo_data.c — datasets and media in MongoDB (libmongoc 1.x).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/mongo_segments.c — experience segments in MongoDB (the document layout is in
  * store_segments.h): collection segments, unique index run+seq, one document per segment

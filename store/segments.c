@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/segments.c — experience segments (the format is in store_segments.h): the canonical
  * encoding, value checks, and the front that checks arguments and calls the backend's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/store.c — the front of the store: the backends store_open knows, opening by
  * URI (read by uri.c), argument checks of runs, snapshots, the replay log, metrics and

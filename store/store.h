@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/store.h — the experiment store: runs, parameter snapshots, replay segments,
  * metrics and sweep trials, behind one interface opened by URI. The URIs it takes:

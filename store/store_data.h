@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/store_data.h — the data hub: streamed datasets (store/dataset.c, read back by
  * data/data.h's data_stream) and media of runs (store/media.c). Part of store.h, which

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/store_segments.h — experience segments in the store (store/segments.c): the
  * columns of an Ape-X SampleBatch written by other systems or by shoal, for a learner

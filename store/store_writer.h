@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/store_writer.h — the writer thread in front of a store (store/writer.c), so the
  * trainer never waits on disk or network. Part of store.h, which includes it.

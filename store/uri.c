@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/uri.c — the one reader of store URIs (store_uri_parse: which backend, and for
  * the file backend its folder and options) and their redaction for messages. store_open

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/writer.c — the writer thread: a bounded queue in front of a store so the
  * trainer never waits on disk or network (see store_writer.h for the policy).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/examples_util.h — what the examples' tests share: running a program of
  * build/bin and reading numbers from its output. Include after cmocka.h. */
 #ifndef SHOAL_TEST_EXAMPLES_UTIL_H

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """tests/header_examples.py — keeps every public header's usage example true.
 
 A public header (DIR/*.h under DIRS, internal.h excepted) opens with a comment that
@@ -177,7 +178,10 @@ CFLAGS = ["-std=c17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-Wno-unus
 
 
 def opening_comment(text):
-    """The lines of the comment a header opens with, without ' * ', or []."""
+    """The lines of the comment a header opens with (after its SPDX line), without ' * ',
+    or []."""
+    if text.startswith("/* SPDX-License-Identifier:"):
+        text = text[text.index("\n") + 1:]
     if not text.startswith("/*"):
         return []
     end = text.find("*/")

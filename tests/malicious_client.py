@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A hostile peer of shoal's learner server, run by tests/test_malicious.c while an
 honest actor pushes beside it. Each case sends what a broken or malicious client might
 and checks that the server refuses it with the documented status, promptly:

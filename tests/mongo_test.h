@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/mongo_test.h — where the tests of the MongoDB backend find their server.
  *
  *   $SHOAL_TEST_MONGO_URI set: a real server, used as given (the tests' names carry a

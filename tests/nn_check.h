@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/nn_check.h — the few cmocka macros the GPU tests use, for machines without
  * cmocka (the GPU machine builds nn alone: cmake -DSHOAL_ONLY_NN=ON). With

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/nn_train_fixture.h — reads the text fixtures that tests/reference/nn_train.py
  * writes under tests/reference/nn_train/: one array per line, "name count v0 v1 ...".

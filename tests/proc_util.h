@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/proc_util.h — helpers the process-level tests share: child processes with
  * their output in a file and a bounded wait, reading files, finding text. Include
  * after cmocka.h. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/python_ref.c — references for tests/test_python_*.py, computed with the part
  * libraries directly (not through libshoal.so), the way the C programs use them:

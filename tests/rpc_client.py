@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A standard gRPC client (Debian's python3-grpcio, messages from protoc --python_out)
 against shoal's C learner server: proves wire compatibility and that bad requests get
 the documented status codes. Run by tests/test_rpc.c, which checks the server's counters

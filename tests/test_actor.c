@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_actor.c — the actor programs (actor/runtime.h) against a learner stand-in:
  * an rpc server in this process with the run's wire columns, serving version-0

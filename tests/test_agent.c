@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_agent.c — the parts the distributed IMPALA / PPO programs share
  * (algos/agent.h, run/run.h): the run's shape from a config, the unroll columns, the
  * observation normaliser against Gymnasium's RunningMeanStd (two-pass moments), the

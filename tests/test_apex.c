@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_apex.c — the main job end to end: `shoal run` with a learner and actor
  * processes on loopback. Budgets are in env steps; every process has a bounded time.
  *   solve:   CartPole-v1 solved (mean greedy return >= 475 over 100 episodes) within

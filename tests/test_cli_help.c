@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_cli_help.c — help a new user can find: `--help` on every command and
  * program exits 0 with its usage on stdout; `shoal config keys` lists every key of the
  * schemas themselves; a config whose algo is not shoal's is named as such, by `shoal

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_collect.c — the actor's sample builder: n-step initial priorities
  * against hand-worked episodes, env-major layout, final observations. */
 #include <setjmp.h>

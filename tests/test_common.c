@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_common.c — error codes, the error struct and the RNG. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_common_file.c — atomic file writes (common/file.h): replace, must-not-exist,
  * the streamed trio, errors that name the path, and no temporary file left behind. */
 #define _GNU_SOURCE

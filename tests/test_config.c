@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_config.c — YAML configs against a schema, overrides, errors, dump. */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>

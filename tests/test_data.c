@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_data.c — data/: the IDX reader on the real Fashion-MNIST files and on bad
  * files, datasets, and the loader's batches, shuffling, normalisation, augmentation and
  * background thread. Without the Fashion-MNIST files it prints SKIPPED and returns 77. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_dqn.c — Ape-X DQN's learn() and act(): targets and priorities by hand,
  * learning a bandit and a bootstrapped chain, exploration, bad input. */
 #include <setjmp.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The env API: registry and names, a user-registered kind, specs, and the vector env
  * (auto-reset in the same step, final observations, statistics, seeding per copy,
  * threads, errors that change nothing). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Classic control against Gymnasium: reference trajectories written by
  * tests/reference/gym_classic.py (NumPy float64, Gymnasium's equations), first steps
  * worked from the published equations, time limits, seeding, action checks and long

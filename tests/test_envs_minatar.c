@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* MinAtar rules, checked through observations: Breakout's bounces and brick reward,
  * Freeway's collisions, clock and top-row reward, Seaquest's surfacing rule, Space
  * Invaders' shot, sticky action statistics and invariants over long random play. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Rendering: every renderable env draws a frame; PNGs (one frame and a strip) are
  * written and read back with libpng pixel for pixel; a bad path is a clear error. */
 #define _DEFAULT_SOURCE

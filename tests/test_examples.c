@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_examples.c — examples/ as a user runs them: a short classifier training
  * that must lower the loss, one DCGAN iteration that must change both networks and keep
  * them finite (tests/test_examples_srgan.c has SRGAN).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_examples_srgan.c — examples/srgan as a user runs it: a short run whose
  * bicubic baseline must equal PyTorch's and whose generator must beat it.
  * Runs build/bin/srgan (SHOAL_BINARY_DIR). Without the Fashion-MNIST

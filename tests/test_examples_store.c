@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_examples_store.c — examples/classify.c trained from a dataset streamed from
  * the store (--data store://NAME) reaches the accuracy it reaches from the IDX files:
  * the same first N training and 2,000 test images, the same seed, the same number of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_follow.c — the learner's store follower (learner/follow.c) on a file
  * store, driven directly: mixed mode keeps the stated fraction of inserted rows from

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_impala_lstm.c — IMPALA's optional LSTM core: the unrolled learner model
  * against the acting model step by step (with resets at episode starts), the one
  * parameter layout they share, bad input, and learning CartPoleNoVel-v1 (velocities

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_import.c — outside experience end to end (issue 14): `shoal import` of
  * JSON Lines and .npy columns into a run's experience segments, bad records counted

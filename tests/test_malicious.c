@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_malicious.c — the learner's server under attack, with an honest actor
  * pushing beside the attacker. The attacker (tests/malicious_client.py, grpcio and raw

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_media.c — episode recordings: the PNG/APNG writer (envs/apng.c), media in
  * the store, and `shoal eval --render` / `shoal media ls|get` end to end; and the other

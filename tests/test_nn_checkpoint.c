@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_nn_checkpoint.c — safetensors checkpoints: round trips through a file and
  * a buffer, batch-norm state, PyTorch interoperability (a file that

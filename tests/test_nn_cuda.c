@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_nn_cuda.c — the CUDA backend against the CPU backend (label gpu).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_nn_device.c — the device-agnostic calls (nn_model_alloc, _to_device,
  * _to_host, _sync, _params_changed, nn_model_loss) on a CPU model, where they must be

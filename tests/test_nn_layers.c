@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_nn_layers.c — every layer of nn on the CPU: finite-difference gradient
  * checks, values and gradients against PyTorch fixtures (tests/reference/nn_layers.py),

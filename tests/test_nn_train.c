@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_nn_train.c — losses, optimizers, gradient clipping, schedules and
  * initialisers. Reference values come from PyTorch 1.13 through the fixtures that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_onpolicy_dist.c — IMPALA and PPO (APPO) on the distributed runtime: real
  * learner and actor processes on loopback, bounded in env steps and time.
  *   solve (label slow, `test_onpolicy_dist solve`):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_onpolicy_train.c — the synchronous trainer on the shipped configs:
  * CartPole-v1 solved (mean greedy return >= 475 over 100 episodes) by PPO with
  * CleanRL's ppo.py settings and by IMPALA within their step budgets; config errors.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_ppo.c — the actor-critic losses by finite differences (PPO's clipped
  * surrogate and value clipping on both sides of the clip, discrete and Gaussian; the
  * IMPALA loss), log-probabilities by hand, act() (sampling frequencies, clipping to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_proto.c — shoal.proto messages round-trip through protoc-c, shoal's own
  * SampleBatch reader agrees with protoc-c's encoder (unknown fields included), survives

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """shoal's Python vector env (python/shoal over libshoal.so) against the C vector env.
 
 Run by ctest (python/CMakeLists.txt) with SHOAL_LIB (the library) and SHOAL_REF

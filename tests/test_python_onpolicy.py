@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """shoal.load_policy on IMPALA and PPO runs against the C code: the actor-critic built
 from the run's config as shoal-onpolicy-actor builds it, with the observation normaliser
 stored in the snapshot, gives the same actions (greedy and sampled, discrete and

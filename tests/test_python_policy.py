@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """shoal.load_policy against the C code: the same network, built from the run's config as
 `shoal eval` and the actor build it, gives the same greedy actions and Q-values.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A policy trained by `shoal run` (a short CartPole-v1 run), loaded in Python, plays
 exactly as `shoal eval` plays it. Labelled slow (about 15 s): it trains."""
 

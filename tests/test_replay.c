@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_replay.c — the transition memory: spec checks, n-step returns against
  * hand-computed episodes (termination, truncation, a successor arriving in a later
  * insert, wrap-around), frame stacks at episode starts, the named-column insert. */

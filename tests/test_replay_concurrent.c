@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_replay_concurrent.c — many inserting threads and one sampling thread
  * on one memory. Every value of a step derives from its (stream, t), so each
  * sampled row is checked whole: its stacked frames, action, n-step return,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_replay_limit.c — backpressure by the rate limiter (samples per
  * insert within a band, as Reverb's SampleToInsertRatio): inserts wait when the
  * learner lags, samples wait when the actors lag or before min_size_to_sample,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_replay_limiter.c — the rate limiter on its own (replay/limiter.h), as the
  * Ape-X learner drives it: batches that count their own steps, a sample side without
  * tolerance, a live ratio change that keeps the slack, counts set on resume, undo, and

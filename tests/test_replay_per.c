@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_replay_per.c — proportional prioritized replay (Schaul et al. 2016):
  * sampling frequencies against P(i) = p_i / sum p (chi-square, fixed seed),
  * importance weights against (N P(i))^-beta / max_j (N P(j))^-beta, max priority

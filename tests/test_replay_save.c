@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_replay_save.c — save and load: a round trip gives a memory that
  * samples bit for bit like the original and continues its streams; another spec,
  * a corrupt, truncated or foreign file is refused with a clear error and leaves

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Replay larger than memory (replay_config.memory_limit): the columns in a mapped spill
  * file, only the newest items resident.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_replay_traj.c — the trajectory FIFO: contents and order, the
  * bootstrap row, the staleness bound (also when stale unrolls sit behind fresh
  * ones in a full queue), the three full policies, timeouts, close, and many

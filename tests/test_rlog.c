@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The learner's replay log (learner/replay_log.h) on a file store, or on MongoDB with
  * `test_replay_log mongodb` ($SHOAL_TEST_MONGO_URI, else the tests' stand-in server):

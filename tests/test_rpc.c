@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_rpc.c — the learner server and actor clients on loopback: real actor
  * processes (this program re-executed with --actor) pushing thousands of batches with

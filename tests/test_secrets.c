@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_secrets.c — the learner's token and the store's credentials are never
  * printed or written, and the learner listens on loopback unless told otherwise.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_segments.c — experience segments in the store (store/segments.c):
  *   test_segments file       the file backend in a fresh temporary folder

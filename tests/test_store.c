@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_store.c — the store's suite, run once per backend:
  *   test_store file       the file backend in a fresh temporary folder (always)
  *   test_store mongodb    MongoDB: ctest's stand-in or $SHOAL_TEST_MONGO_URI (tests/mongo_test.h)

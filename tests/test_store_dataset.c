@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/test_store_dataset.c — datasets in the store and data_stream reading them back.
  *   test_store_dataset file      the file store in a temporary folder

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_store_writer.c — the writer thread: the trainer is never blocked by a
  * slow or failing store, metrics coalesce, snapshots keep the newest, replay is
  * bounded, errors are counted and logged once, and close reports what was lost.

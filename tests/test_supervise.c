@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_supervise.c — the `shoal run` supervisor with real child processes
  * (/bin/sh scripts): lines, restarts with backoff, ordered stop, grace kill. */
 #define _POSIX_C_SOURCE 200809L

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_train_state.c — the learner state kept with snapshots: for DQN (Adam and
  * the target network), IMPALA (RMSprop) and PPO (Adam and its shuffling RNG), N updates,
  * a snapshot, a fresh learner resumed from it and M more updates give bit for bit the

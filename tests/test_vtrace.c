@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_vtrace.c — V-trace and GAE against hand-worked examples, against a
  * literal evaluation of Espeholt et al.'s eq. 1, the on-policy limit (n-step returns)
  * and bad input. */

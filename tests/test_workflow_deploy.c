@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_workflow_deploy.c — deploy/slurm/shoal.sbatch end to end on this machine,
  * with stand-ins for Slurm's srun (runs --ntasks copies of a command, SLURM_PROCID set)
  * and scontrol (the allocation is localhost): `shoal init` records the run, the learner

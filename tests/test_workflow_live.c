@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_workflow_live.c — live tuning of a running learner: `shoal status` prints
  * its Status, `shoal set` changes the learning rate and target period (seen in Status
  * and recorded as hparam/<key> metrics at the env step of the change), and refuses keys

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_workflow_plot.c — `shoal plot` from a file store's run folders: curves of
  * several runs, their mean with a min-max band, wall time on x, live changes marked;
  * the PNG has the asked size (read from its IHDR header); a missing metric or run is a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_workflow_sweep.c — hyperparameter sweeps as jobs in the store: a grid of
  * 4 tiny trials (run.max_seconds 3) and 2 workers, one killed with SIGKILL mid-trial.
  * Its trial's heartbeat lapses, the other worker requeues and completes it, the dead

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_workflow_tboard.c — metrics as TensorBoard event files. A reader here
  * (its own bitwise CRC32C, its own protobuf decoding) parses what cli/tboard.c writes:
  * TFRecord framing with masked CRC32C of the length and of the data, the file_version

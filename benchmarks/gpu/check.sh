@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # benchmarks/gpu/check.sh — the GPU machine's one script (DEVELOPERS.md, section GPU):
 # builds nn alone with the CUDA backend, runs the GPU tests, then times shoal's CUDA
 # backend against PyTorch eager on the same card and prints BENCH lines

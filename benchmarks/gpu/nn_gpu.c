@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * benchmarks/gpu/nn_gpu.c — training steps/s of nn's CUDA backend, the shoal half of
  * benchmarks/gpu/check.sh (benchmarks/gpu/torch_gpu.py times the same steps in PyTorch

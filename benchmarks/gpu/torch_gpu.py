@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch eager on the same GPU: the steps benchmarks/gpu/nn_gpu.c times, written the
 way a PyTorch user writes them (default Adam, clip_grad_norm_, zero_grad(set_to_none)).
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nn/cpu/backend.c — the CPU backend's table: its layer kernels, and its memory
  * operations, all on host memory (the model's params, grads and state are what the
  * kernels use, so the backend has no mirrors to move and no queue to wait on). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/cpu/conv.c — conv2d and conv-transpose2d by im2col/col2im and GEMMs over many
  * samples at once, max-pool and avg-pool.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nn/cpu/cpu.h — what the CPU layer files share: their kernel tables and helpers. */
 #ifndef SHOAL_NN_CPU_H
 #define SHOAL_NN_CPU_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/cpu/gemm.c — matrix products for the CPU layers: OpenBLAS's cblas_sgemm for
  * products big enough that its call overhead (a few hundred ns, thread dispatch)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/cpu/layers.c — dense, activations, dropout, flatten/reshape, slice, add, concat
  * and embedding on the CPU. Each forward writes n->out (B, F) from its inputs' outputs;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/cpu/norm.c — batch norm (1-d and 2-d) and layer norm on the CPU.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/cpu/rnn.c — LSTM and GRU cells with PyTorch's equations (torch.nn.LSTMCell,
  * torch.nn.GRUCell). The recurrent state travels in the feature vector: the LSTM cell

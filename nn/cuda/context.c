@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/cuda/context.c — a CUDA model's context: the device check, one stream and the
  * cuBLAS/cuDNN handles per model, the device buffers carved at build, the algorithm

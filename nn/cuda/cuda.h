@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/cuda/cuda.h — what the CUDA backend's files share: the per-model context (its
  * stream, the cuBLAS and cuDNN handles, the device buffers, pinned staging), the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/cuda/kernels.cu — shoal's own CUDA kernels: element-wise ops, activations,
  * softmax, dropout, batch and layer norm, losses and the fused optimizer steps over

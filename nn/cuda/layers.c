@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/cuda/layers.c — the CUDA backend's layer table: dense through cuBLAS, conv,
  * transposed conv and pools through cuDNN, the rest through shoal's own kernels

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """shoal from Python: C-speed vector envs with Gymnasium's API, and the policies shoal
 trains. A thin ctypes layer over libshoal.so (python/shoal_c.h); no compiled extension.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loading libshoal.so and turning its errors into Python exceptions.
 
 The library is looked up, in order, at $SHOAL_LIB, beside this package (where

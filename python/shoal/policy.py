@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Policies trained by shoal, loaded from a snapshot, acting on numpy batches in C."""
 
 import ctypes

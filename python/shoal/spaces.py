@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Descriptions of observation and action spaces, shaped like Gymnasium's."""
 
 import numpy as np

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """shoal's C vector envs with Gymnasium's vector-env API shape."""
 
 import ctypes

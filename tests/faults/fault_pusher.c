@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fault_pusher: a stand-in actor for the fault tests. Pushes Ape-X-shaped SampleBatches
  * (CartPole columns) whose observations name themselves: row r of batch seq s of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/faults/faults_log.h — the log a fault_pusher shares with its test through a
  * mapped file (it survives a kill -9 of the pusher). */
 #ifndef SHOAL_TEST_FAULTS_LOG_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/faults/faults_util.h — what the fault tests share: a learner run with
  * fault_pushers as its actors, Status read through `shoal status --json`, and the
  * learner's replay log read back row by row. Include after cmocka.h and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fault injection on the ingest path, with exact accounting: fault_pushers (actors
  * whose rows name their actor, generation, batch seq and row) stream to a real

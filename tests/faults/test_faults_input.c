@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/faults/test_faults_input.c — bad input to a real shoal-learner (Ape-X, CartPole)
  * from a client that speaks the protocol correctly but sends values no actor of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/faults/test_faults_lease.c — one learner per run, enforced by the run's lease in
  * the store, on the file store and on MongoDB (the tests' stand-in, or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Network faults between hosts: the learner and two fault_pushers run as separate
  * hosts in network namespaces joined by a veth pair (10.77.x.1 learner, 10.77.x.2

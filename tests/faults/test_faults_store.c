@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Store faults: the store fails under a running learner and training goes on.
  *

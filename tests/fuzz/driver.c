@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/fuzz/driver.c — the fuzz targets' main() where libFuzzer is not linked (gcc
  * builds, normal and sanitizer). It runs every file of the corpus directories given,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/fuzz/fuzz.h — what every fuzz target shares. Each target defines
  * LLVMFuzzerTestOneInput (and optionally LLVMFuzzerInitialize); it is linked either

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/fuzz/fuzz_config.c — the YAML config loader (libyaml under config/) against the
  * Ape-X schema, as `shoal run`, the learner and the actors read a config file.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/fuzz/fuzz_params.c — the actor's decoder of the learner's Params reply
  * (rpc_params_decode). Properties: an accepted reply has a known dtype, a blob of whole

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/fuzz/fuzz_requests.c — the other decoders of untrusted messages: the server's
  * ParamsRequest and Hyperparams (what any client may send to the learner) and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/fuzz/fuzz_safetensors.c — the safetensors reader behind nn_model_load and
  * nn_optim_load (checkpoints written by shoal or torch, read back on resume). The first

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/fuzz/fuzz_sample_batch.c — the learner's hot-path reader of untrusted bytes:
  * rpc_wire_read (SampleBatch in place) and rpc__validate (spec check, decompression,

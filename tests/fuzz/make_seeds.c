@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/fuzz/make_seeds.c — writes the binary seed corpora under tests/fuzz/corpus/
  * (sample_batch, params, requests, safetensors) with protobuf-c's encoder and nn's own

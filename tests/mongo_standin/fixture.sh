@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # tests/mongo_standin/fixture.sh start|stop DIR — ctest's fixture mongo_standin, which
 # every test of the MongoDB backend requires (see tests/mongo_test.h).
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """tests/mongo_standin/standin.py — a MongoDB wire server for shoal's tests.
 
 No MongoDB server can be installed on the development machines, so the MongoDB code of

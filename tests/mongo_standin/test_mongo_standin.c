@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/mongo_standin/test_mongo_standin.c — the MongoDB server the tests of the MongoDB
  * backend run against, seen through libmongoc as store/ uses it: ctest's stand-in

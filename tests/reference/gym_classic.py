@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Reference trajectories for shoal's classic-control envs (tests/test_envs_classic.c).
 
 Gymnasium cannot be installed here, so this re-states the step functions of Gymnasium 1.x

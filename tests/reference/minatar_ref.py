@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Reference games for shoal's MinAtar envs (tests/test_envs_minatar.c), played by
 MinAtar's own Python game code (github.com/kenjyoung/MinAtar, minatar/environments/).
 

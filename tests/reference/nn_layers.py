@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Reference values for tests/test_nn_layers.c, from PyTorch (Debian's python3-torch 1.13).
 
 Run with /usr/bin/python3 from the repository root:

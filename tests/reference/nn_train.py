@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Reference values for shoal's losses and optimizers (tests/test_nn_train.c) and
 safetensors interoperability fixtures (tests/test_nn_checkpoint.c), from PyTorch 1.13.
 
