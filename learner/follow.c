@@ -31,6 +31,9 @@ struct follow {
   pthread_cond_t cv;
   bool stop, joined;
   bool inserting; /* a segment is going in: mixed mode holds actors to their share */
+  /* Listed segments are being taken (read, then inserted): actors are held too, so a
+   * slow store still gets its share while it has rows to give. */
+  bool backlog;
   follow_stats stats;
   source_slot *slots;
   uint64_t tick;
@@ -387,8 +390,16 @@ static void *loop(void *arg) {
       continue;
     }
     size_t i = 0;
+    pthread_mutex_lock(&f->mu);
+    f->backlog = n > 0;
+    pthread_mutex_unlock(&f->mu);
     for (; i < n && !stopping(f); i++)
       if (f->cfg.replay_log ? handle_log(f, f->seqs[i]) : handle(f, f->seqs[i])) break;
+    /* Done, or held back (the store is at its share): the actors go on. */
+    pthread_mutex_lock(&f->mu);
+    f->backlog = false;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
     if (i < n || n == 0) nap(f, f->cfg.poll_s); /* nothing new, or held back / failing */
   }
   return NULL;
@@ -526,7 +537,7 @@ int follow_admit_actor(follow *f, uint32_t n) {
   until.tv_sec += 2;
   int rc = 0;
   pthread_mutex_lock(&f->mu);
-  while (f->inserting && !f->stop) {
+  while ((f->inserting || f->backlog) && !f->stop) {
     replay_stats rs;
     replay_get_stats(f->cfg.mem, &rs);
     double mine = (double)f->stats.rows, actors = (double)rs.inserted_steps - mine;

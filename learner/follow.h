@@ -27,9 +27,9 @@
  *
  * Mixed mode (store_fraction f in (0, 1)): the follower holds a segment back while
  * store rows are above f of all inserted rows, and actors are held back (through
- * follow_admit_actor) while a segment is going in and they are above 1 - f, so with
- * segments waiting f of what replay receives comes from the store (within a segment);
- * with fewer, less.
+ * follow_admit_actor) while listed segments are being taken and they are above 1 - f,
+ * so with segments waiting f of what replay receives comes from the store (within a
+ * segment), however slow the store; with fewer, less.
  */
 #ifndef SHOAL_LEARNER_FOLLOW_H
 #define SHOAL_LEARNER_FOLLOW_H
@@ -100,7 +100,7 @@ void follow_stop(follow *f);
 uint64_t follow_resume_after(store *st, const char *run_self);
 
 /* Mixed mode, on an rpc thread before n actor rows go in: while the follower is
- * inserting a segment and the actors are past their share (1 - f of inserted rows),
+ * taking listed segments and the actors are past their share (1 - f of inserted rows),
  * waits up to 2 s for the store's rows. Returns 0 (go on) or SHOAL_EFULL (the actor
  * resends later). f NULL or not mixed: 0 at once. */
 int follow_admit_actor(follow *f, uint32_t n);

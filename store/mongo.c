@@ -478,11 +478,10 @@ static int mongo_run_list(void *impl, store_run **out, size_t *n, shoal_error *e
   return 0;
 }
 
-static int mongo_run_set_status(void *impl, const char *id, int status, shoal_error *err) {
+/* Applies update upd (taken: destroyed here) to run id's document. */
+static int run_update(void *impl, const char *id, bson_t *upd, shoal_error *err) {
   op o = op_begin(impl, "runs");
   bson_t *sel = BCON_NEW("_id", BCON_UTF8(id));
-  bson_t *upd = BCON_NEW("$set", "{", "status", BCON_UTF8(store_run_status_name(status)), "updated",
-                         BCON_DOUBLE(store__wall_time()), "}");
   bson_t reply;
   bson_error_t be;
   int rc = 0;
@@ -497,22 +496,15 @@ static int mongo_run_set_status(void *impl, const char *id, int status, shoal_er
   return rc;
 }
 
+static int mongo_run_set_status(void *impl, const char *id, int status, shoal_error *err) {
+  return run_update(impl, id,
+                    BCON_NEW("$set", "{", "status", BCON_UTF8(store_run_status_name(status)),
+                             "updated", BCON_DOUBLE(store__wall_time()), "}"),
+                    err);
+}
+
 static int mongo_run_set_config(void *impl, const char *id, const char *config, shoal_error *err) {
-  op o = op_begin(impl, "runs");
-  bson_t *sel = BCON_NEW("_id", BCON_UTF8(id));
-  bson_t *upd = BCON_NEW("$set", "{", "config", BCON_UTF8(config), "}");
-  bson_t reply;
-  bson_error_t be;
-  int rc = 0;
-  if (!mongoc_collection_update_one(o.coll, sel, upd, NULL, &reply, &be))
-    rc = merr(impl, err, &be, "cannot update run '%s'", id);
-  else if (reply_count(&reply, "matchedCount") == 0)
-    rc = shoal_error_set(err, SHOAL_ENOENT, "store: no run '%s'", id);
-  bson_destroy(&reply);
-  bson_destroy(upd);
-  bson_destroy(sel);
-  op_end(&o);
-  return rc;
+  return run_update(impl, id, BCON_NEW("$set", "{", "config", BCON_UTF8(config), "}"), err);
 }
 
 /* ---- the run's lease (store.h): a document of `leases` per run ------------------------------ */
