@@ -130,8 +130,8 @@ static int build(actor_rt *rt, shoal_error *err) {
 /* Takes pulled parameters; SHOAL_EINVAL (the old ones stay) when they do not fit. */
 static int take_params(actor_rt *rt, const rpc_params *p, shoal_error *err) {
   if (p->dtype != RPC_F32 || p->bytes % 4)
-    return shoal_error_set(err, SHOAL_EINVAL, "params of dtype %d, %zu bytes: not float32",
-                           p->dtype, p->bytes);
+    return shoal_error_set(err, SHOAL_EINVAL, "params of dtype %s, %zu bytes: not F32",
+                           rpc_dtype_name(p->dtype), p->bytes);
   shoal_error e = {0};
   int rc = rt->algo->load_params(rt->a, p->blob, p->bytes / 4, &e);
   if (rc)

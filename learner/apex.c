@@ -116,10 +116,10 @@ typedef struct learner {
   dqn_config dc;     /* the network's settings, for the evaluation's copy */
   int64_t updates;   /* the runtime's count too: β anneals over it */
   int64_t env_steps_base;
-  bool resumed_snapshot; /* --resume found a snapshot (a missing log is then said) */
+  bool resumed_snapshot;   /* --resume found a snapshot (a missing log is then said) */
   _Atomic float last_loss; /* read by Status on rpc threads */
-  double t_eval; /* when the last evaluation was posted */
-  double t_warm_note; /* when the last "still warming up" note was printed */
+  double t_eval;           /* when the last evaluation was posted */
+  double t_warm_note;      /* when the last "still warming up" note was printed */
   shoal_rng rng;
   bool tolerance_auto; /* learner.ratio_tolerance 0: derived from the replay ratio */
   double tolerance_per_ratio;
@@ -1071,6 +1071,7 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
   uint32_t max_items =
       (uint32_t)(2 * L->num_envs * (config_int(L->b.cfg, "actor.send_steps") + L->dc.n_step + 1));
   apex_rpc_spec(L->spec, L->b.run, max_items, &algo->spec);
+  algo->spec.max_actors = (uint64_t)L->b.actors; /* 0 (store only): no bound; on_batch refuses */
   return L;
 }
 

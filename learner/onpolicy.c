@@ -538,6 +538,7 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
                      .eval_destroy = eval_destroy,
                      .destroy = destroy};
   op_rpc_spec(s, L->b.run, &algo->spec);
+  algo->spec.max_actors = (uint64_t)L->b.actors;
   return L;
 }
 

@@ -702,7 +702,8 @@ static void progress(lrt *rt, double t0, double now, window *w, const lrt_figs *
       now - t0, (long long)f->env_steps, sps, samples_s, (long long)rt->updates, ups,
       (long long)f->held, (unsigned long long)neps, jnum(j1, sizeof j1, ret100),
       jnum(j2, sizeof j2, rt->eval_return), (long long)atomic_load(&rt->version),
-      jnum(j3, sizeof j3, f->loss), (unsigned long long)(ss.rejected + f->bad_batches),
+      jnum(j3, sizeof j3, f->loss),
+      (unsigned long long)ss.rejected, /* the server counts every refused batch, as Status */
       (unsigned long long)store_errs, healthy ? "true" : "false", extra);
   store_writer_metric(rt->wr, rt->run, "sps", f->env_steps, t_unix, sps);
   store_writer_metric(rt->wr, rt->run, "updates_s", f->env_steps, t_unix, ups);

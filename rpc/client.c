@@ -916,7 +916,8 @@ int rpc_params_decode(const uint8_t *buf, size_t len, rpc_params **out, shoal_er
   int rc = 0;
   size_t esize = rpc_dtype_size((int)m->dtype);
   if (!esize) {
-    rc = shoal_error_set(err, SHOAL_EFORMAT, "Params: unknown dtype %d", (int)m->dtype);
+    rc = shoal_error_set(err, SHOAL_EFORMAT, "Params: unknown dtype %d (%s)", (int)m->dtype,
+                         rpc_dtype_name((int)m->dtype));
     goto fail;
   }
   if (m->blob.len % esize) {

@@ -87,6 +87,9 @@ typedef enum rpc_dtype {
 
 /* Bytes per element of dtype; 0 for an unknown dtype. Can't fail. */
 size_t rpc_dtype_size(int dtype);
+/* The dtype's name as shoal.proto spells it ("F32", "U8", ...); "unknown" for another
+ * value. Static; can't fail. */
+const char *rpc_dtype_name(int dtype);
 
 /* Compression of column bytes; values equal shoal.v1.Codec. */
 enum { RPC_CODEC_NONE = 0, RPC_CODEC_LZ4 = 1, RPC_CODEC_ZSTD = 2 };
@@ -107,9 +110,10 @@ typedef struct rpc_column_spec {
 } rpc_column_spec;
 
 typedef struct rpc_spec {
-  const char *run_id; /* every batch's run_id must equal it */
-  uint32_t max_items; /* samples per batch at most; sets the max message size */
-  int ncols;          /* 1 .. RPC_MAX_COLUMNS */
+  const char *run_id;  /* every batch's run_id must equal it */
+  uint32_t max_items;  /* samples per batch at most; sets the max message size */
+  uint64_t max_actors; /* actor ids below it, refused before any state is kept (0: any) */
+  int ncols;           /* 1 .. RPC_MAX_COLUMNS */
   rpc_column_spec cols[RPC_MAX_COLUMNS];
 } rpc_spec;
 

@@ -376,6 +376,15 @@ static void push_message(scall *c, grpc_byte_buffer *bb) {
     finish(c, GRPC_STATUS_FAILED_PRECONDITION, err.msg, NULL, false, w.seq);
     return;
   }
+  /* An id the run has no actor for gets no slot: a client cycling ids cannot grow the
+   * actor table. */
+  if (s->spec.max_actors && w.actor_id >= s->spec.max_actors) {
+    INC(s->n_rejected);
+    shoal_error_set(&err, SHOAL_ERANGE, "actor id %llu outside [0, %llu)",
+                    (unsigned long long)w.actor_id, (unsigned long long)s->spec.max_actors);
+    finish(c, GRPC_STATUS_INVALID_ARGUMENT, err.msg, NULL, false, w.seq);
+    return;
+  }
   /* A batch already accepted (resent after a reconnect) is dropped before any work. */
   pthread_mutex_lock(&s->mu);
   int slot = actor_slot(s, w.actor_id, w.incarnation);

@@ -17,6 +17,12 @@
 
 #include "rpc/internal.h"
 
+const char *rpc_dtype_name(int dtype) {
+  static const char *const names[] = {"UNSPECIFIED", "U8",  "I8",   "I16", "I32", "I64", "F16",
+                                      "F32",         "F64", "BOOL", "U16", "U32", "U64"};
+  return dtype >= 0 && dtype < (int)(sizeof names / sizeof *names) ? names[dtype] : "unknown";
+}
+
 size_t rpc_dtype_size(int dtype) {
   switch (dtype) {
     case RPC_U8:
@@ -415,8 +421,8 @@ int rpc__validate(const rpc_spec *spec, const rpc_wire_batch *w, rpc__scratch *s
     seen |= 1u << i;
     const rpc_column_spec *cs = &spec->cols[i];
     if (wc->dtype != cs->dtype)
-      return shoal_error_set(err, SHOAL_ESHAPE, "column '%s': dtype %d, expected %d", cs->name,
-                             wc->dtype, cs->dtype);
+      return shoal_error_set(err, SHOAL_ESHAPE, "column '%s': dtype %s (%d), expected %s", cs->name,
+                             rpc_dtype_name(wc->dtype), wc->dtype, rpc_dtype_name(cs->dtype));
     int same = wc->ndim == cs->ndim;
     for (int d = 0; same && d < cs->ndim; d++) same = wc->shape[d] == cs->shape[d];
     if (!same) {

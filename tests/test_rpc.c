@@ -455,6 +455,41 @@ static void test_client_rejections(void **state) {
   rpc_server_destroy(srv, 2.0);
 }
 
+/* Actor ids the run has no actor for are refused before any state is kept for them. */
+static void test_actor_ids_bounded(void **state) {
+  sink s;
+  sink_init(&s);
+  rpc_spec spec = test_spec();
+  spec.max_actors = 3;
+  rpc_server_config cfg = {.threads = 2, .on_batch = on_batch, .user = &s};
+  rpc_server *srv = NULL;
+  assert_int_equal(rpc_server_create(&cfg, &spec, &srv, NULL), 0);
+  int port = rpc_server_port(srv);
+  batch_buf bb;
+  rpc_client_stats cs;
+  for (int id = 7; id < 12; id++) { /* a client cycling ids */
+    rpc_client *c = client_for(port, id, NULL);
+    make_batch(&bb, id, 1);
+    assert_int_equal(rpc_client_push(c, &bb.b, NULL), 0);
+    rpc_client_flush(c, 10.0, NULL);
+    rpc_client_close(c, 5.0, &cs, NULL);
+    assert_int_equal(cs.rejected, 1);
+  }
+  rpc_server_stats st;
+  rpc_server_stats_get(srv, &st);
+  assert_int_equal(st.actors, 0); /* no slot for any of them */
+  assert_int_equal(st.rejected, 5);
+  rpc_client *c = client_for(port, 2, NULL);
+  make_batch(&bb, 2, 1);
+  assert_int_equal(rpc_client_push(c, &bb.b, NULL), 0);
+  assert_int_equal(rpc_client_flush(c, 10.0, NULL), 0);
+  rpc_client_close(c, 5.0, &cs, NULL);
+  assert_int_equal(cs.delivered, 1);
+  rpc_server_stats_get(srv, &st);
+  assert_int_equal(st.actors, 1);
+  rpc_server_destroy(srv, 2.0);
+}
+
 /* A batch larger than the learner's message limit: refused by push once the limit is
  * known (initial metadata), and dropped as rejected when it was queued before that. */
 static void test_client_oversize_batch(void **state) {
@@ -867,6 +902,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_port_in_use),
       cmocka_unit_test(test_client_rejections),
       cmocka_unit_test(test_client_oversize_batch),
+      cmocka_unit_test(test_actor_ids_bounded),
       cmocka_unit_test(test_learner_stops_on_purpose),
       cmocka_unit_test(test_refusal_retries),
       cmocka_unit_test(test_backpressure_without_learner),
