@@ -395,7 +395,10 @@ static bool jskip(jp *j, int depth) {
 }
 
 /* A number or a (nested, rectangular) array of numbers, flattened into out (cap
- * elements); *n the count, dims/ndim the nesting (ndim 0 for a bare number). */
+ * elements); *n the count, dims/ndim the nesting (ndim 0 for a bare number). The caller
+ * zeroes dims and sets *ndim to -1: each level's length is recorded by its first array
+ * and every number must sit at the same depth, so [[1,2],[3,4]] is 2x2 and [1,[2]] or
+ * [[1],[2,3]] is ragged. */
 static bool jarray(jp *j, float *out, size_t cap, size_t *n, int *dims, int *ndim, int depth) {
   ws(j);
   if (*j->p != '[') {
@@ -404,7 +407,8 @@ static bool jarray(jp *j, float *out, size_t cap, size_t *n, int *dims, int *ndi
     if (*n >= cap) return jfail(j, "too many numbers");
     /* Beyond float's range: keep the sign as an infinity so the check reports it. */
     out[(*n)++] = (float)(isfinite(v) && fabs(v) > FLT_MAX ? copysign(INFINITY, v) : v);
-    if (depth == 0) *ndim = 0;
+    if (*ndim < 0) *ndim = depth;
+    if (*ndim != depth) return jfail(j, "a ragged array (numbers at different depths)");
     return true;
   }
   if (depth >= ENV_MAX_DIMS) return jfail(j, "arrays nested too deep");
@@ -428,12 +432,10 @@ static bool jarray(jp *j, float *out, size_t cap, size_t *n, int *dims, int *ndi
     }
     return jfail(j, "',' or ']' expected in an array");
   }
-  if (depth + 1 > *ndim) {
-    *ndim = depth + 1;
+  if (!dims[depth])
     dims[depth] = count;
-  } else if (dims[depth] != count) {
+  else if (dims[depth] != count)
     return jfail(j, "a ragged array (rows of different lengths)");
-  }
   return true;
 }
 
@@ -459,7 +461,7 @@ static bool jbool(jp *j, bool *out) {
 /* An observation value of key into out: the env's shape, nested or flat. */
 static bool jobs(importer *im, jp *j, const char *key, float *out) {
   size_t n = 0;
-  int dims[ENV_MAX_DIMS] = {0}, ndim = 0;
+  int dims[ENV_MAX_DIMS] = {0}, ndim = -1;
   if (!jarray(j, out, im->obs_n, &n, dims, &ndim, 0)) {
     if (!strncmp(j->msg, "too many", 8))
       snprintf(j->msg, sizeof j->msg, "%s has more numbers than a %s observation (%zu)", key,
@@ -521,7 +523,7 @@ static bool parse_line(importer *im, jp *j, record *r) {
         if (ok) r->action_i = (int32_t)v;
       } else {
         size_t n = 0;
-        int dims[ENV_MAX_DIMS], nd = 0;
+        int dims[ENV_MAX_DIMS] = {0}, nd = -1;
         ok = jarray(j, r->action_f, im->act_n, &n, dims, &nd, 0);
         if (ok && n != im->act_n) {
           snprintf(j->msg, sizeof j->msg, "action has %zu numbers, %s actions have %zu", n,
@@ -730,8 +732,17 @@ static int npy_load(const char *dir, const char *name, npy *out, bool required) 
     goto done;
   }
   out->rows = out->shape[0];
-  for (int i = 1; i < out->ndim; i++) out->per_row *= (size_t)out->shape[i];
-  out->bytes = (size_t)out->rows * out->per_row * (size_t)out->size;
+  /* Every product checked: a header's shape must not wrap the byte count around. */
+  bool over = false;
+  for (int i = 1; i < out->ndim; i++)
+    over |= __builtin_mul_overflow(out->per_row, (size_t)out->shape[i], &out->per_row);
+  over |= __builtin_mul_overflow((size_t)out->rows, out->per_row, &out->bytes);
+  over |= __builtin_mul_overflow(out->bytes, (size_t)out->size, &out->bytes);
+  if (over) {
+    fprintf(stderr, "shoal import: %s: a shape of more bytes than any file holds\n", path);
+    rc = SHOAL_EFORMAT;
+    goto done;
+  }
   long pos = ftell(fp);
   struct stat sb;
   if (fstat(fileno(fp), &sb) != 0 || pos < 0 || (size_t)(sb.st_size - pos) < out->bytes) {

@@ -386,6 +386,80 @@ static double jnum(const char *line, const char *key) {
   return p ? strtod(p + strlen(k), NULL) : NAN;
 }
 
+/* A nested array of shape (ndim dims) as JSON, its numbers 0/1 by position and salt. */
+static void nested(FILE *f, const int *shape, int ndim, int *idx, int salt) {
+  fputc('[', f);
+  for (int k = 0; k < shape[0]; k++) {
+    if (k) fputs(", ", f);
+    if (ndim > 1)
+      nested(f, shape + 1, ndim - 1, idx, salt);
+    else
+      fprintf(f, "%d", (*idx)++ * 7 % 3 == salt % 3);
+  }
+  fputc(']', f);
+}
+
+static void nested_obs(FILE *f, const env_space *o, int salt) {
+  int idx = 0;
+  nested(f, o->shape, o->ndim, &idx, salt);
+}
+
+/* Nested observation arrays are read to the env's shape (MinAtar's C x 10 x 10), a
+ * ragged one is named, and a .npy header whose shape would overflow the byte count is
+ * refused (it once wrapped around to a 1-byte buffer). */
+static void test_import_nested_and_overflow(void **state) {
+  (void)state;
+  env *e;
+  shoal_error err = {0};
+  assert_int_equal(env_make(&e, "MinAtar/Breakout-v1", &err), 0);
+  const env_space *o = &env_get_spec(e)->obs;
+  assert_int_equal(o->ndim, 3);
+  char path[700], run[STORE_NAME_MAX];
+  snprintf(path, sizeof path, "%s/nested.jsonl", wf_dir);
+  FILE *f = fopen(path, "w");
+  for (int r = 0; r < 3; r++) {
+    fputs("{\"obs\": ", f);
+    nested_obs(f, o, r);
+    fputs(", \"action\": 1, \"reward\": 0, \"next_obs\": ", f);
+    nested_obs(f, o, r + 1);
+    fputs(", \"terminated\": false}\n", f);
+  }
+  /* Ragged: rows of one plane of different lengths. */
+  fputs("{\"obs\": [[0, 1], [0]], \"action\": 1, \"reward\": 0, \"next_obs\": [[0]]}\n", f);
+  fclose(f);
+  env_destroy(e);
+  run_name(run, "nested");
+  int rc;
+  char *out = run_import(path, run, "MinAtar/Breakout-v1", &rc);
+  if (rc || !strstr(out, "3 transitions imported") || !strstr(out, "ragged"))
+    fail_msg("nested import: status %d:\n%s", rc, out);
+  free(out);
+
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/huge", wf_dir);
+  mkdir(dir, 0755);
+  float small[8] = {0};
+  write_npy(dir, "reward", "<f4", 2, 1, small, 4, -1);
+  /* obs.npy claiming (2^62, 4) float32 rows: 2^66 bytes, which wraps a 64-bit size. */
+  snprintf(path, sizeof path, "%s/obs.npy", dir);
+  f = fopen(path, "wb");
+  const char *hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }";
+  int hl = (int)strlen(hdr), pad = (64 - (10 + hl + 1) % 64) % 64;
+  fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+  unsigned short len = (unsigned short)(hl + pad + 1);
+  fputc(len & 0xff, f), fputc(len >> 8, f);
+  fwrite(hdr, 1, (size_t)hl, f);
+  for (int i = 0; i < pad; i++) fputc(' ', f);
+  fputc('\n', f);
+  fwrite(small, 4, 8, f);
+  fclose(f);
+  run_name(run, "huge");
+  out = run_import(dir, run, "CartPole-v1", &rc);
+  if (rc == 0 || !strstr(out, "more bytes than any file holds"))
+    fail_msg("overflowing .npy: status %d:\n%s", rc, out);
+  free(out);
+}
+
 static void test_train_from_store(void **state) {
   (void)state;
   int n, eps, terms, bad_at[NBAD];
@@ -698,9 +772,13 @@ int main(int argc, char **argv) {
     snprintf(g_uri, sizeof g_uri, "file://%s/store", wf_dir);
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_import_jsonl),        cmocka_unit_test(test_import_refusals),
-      cmocka_unit_test(test_import_npy),          cmocka_unit_test(test_train_from_store),
-      cmocka_unit_test(test_follow_appending),    cmocka_unit_test(test_mixed_with_actors),
+      cmocka_unit_test(test_import_jsonl),
+      cmocka_unit_test(test_import_refusals),
+      cmocka_unit_test(test_import_npy),
+      cmocka_unit_test(test_train_from_store),
+      cmocka_unit_test(test_import_nested_and_overflow),
+      cmocka_unit_test(test_follow_appending),
+      cmocka_unit_test(test_mixed_with_actors),
       cmocka_unit_test(test_resume_exactly_once),
   };
   int rc = cmocka_run_group_tests_name("import", tests, NULL, NULL);
