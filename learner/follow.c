@@ -31,8 +31,10 @@ struct follow {
   pthread_cond_t cv;
   bool stop, joined;
   bool inserting; /* a segment is going in: mixed mode holds actors to their share */
-  /* Listed segments are being taken (read, then inserted): actors are held too, so a
-   * slow store still gets its share while it has rows to give. */
+  /* The store may have rows for us: from the start, and while listed segments are
+   * being taken (read, then inserted); not after a listing found none, after an error,
+   * or while the store is at its share. Actors are held meanwhile, so a slow store
+   * still gets its share while it has rows to give. */
   bool backlog;
   follow_stats stats;
   source_slot *slots;
@@ -383,6 +385,8 @@ static void *loop(void *arg) {
     if (rc) {
       pthread_mutex_lock(&f->mu);
       bool first = f->stats.store_errors++ == 0;
+      f->backlog = false; /* an outage must not hold the actors */
+      pthread_cond_broadcast(&f->cv);
       pthread_mutex_unlock(&f->mu);
       if (first)
         say(f, "listing store segments: %s (retrying every %.2f s)", err.msg, f->cfg.poll_s);
@@ -395,11 +399,14 @@ static void *loop(void *arg) {
     pthread_mutex_unlock(&f->mu);
     for (; i < n && !stopping(f); i++)
       if (f->cfg.replay_log ? handle_log(f, f->seqs[i]) : handle(f, f->seqs[i])) break;
-    /* Done, or held back (the store is at its share): the actors go on. */
-    pthread_mutex_lock(&f->mu);
-    f->backlog = false;
-    pthread_cond_broadcast(&f->cv);
-    pthread_mutex_unlock(&f->mu);
+    /* Held back (the store is at its share) or nothing listed: the actors go on. After
+     * a full list the next listing says whether there is more. */
+    if (i < n || n == 0) {
+      pthread_mutex_lock(&f->mu);
+      f->backlog = false;
+      pthread_cond_broadcast(&f->cv);
+      pthread_mutex_unlock(&f->mu);
+    }
     if (i < n || n == 0) nap(f, f->cfg.poll_s); /* nothing new, or held back / failing */
   }
   return NULL;
@@ -427,6 +434,7 @@ int follow_start(follow **out, const follow_config *cfg, shoal_error *err) {
     return shoal_error_set(err, SHOAL_ENOMEM, "follow: out of memory");
   }
   f->cfg = *cfg;
+  f->backlog = true; /* until a listing says otherwise */
   snprintf(f->run, sizeof f->run, "%s", cfg->run);
   f->cfg.run = f->run;
   f->stats.last_seq = cfg->start_after;
