@@ -223,6 +223,14 @@ static int batch_steps(const learner *L, uint32_t n, const void *const *cols, ui
   return 0;
 }
 
+/* A batch's record into the replay log (called under log_mu); a failure is counted, the
+ * first one said, and training goes on. */
+static void log_append(learner *L, const rlog_batch *rec) {
+  shoal_error le = {0};
+  if (rlog_append_batch(L->log, rec, &le) && atomic_fetch_add(&L->log_errors, 1) == 0)
+    lrt_note(L->b.rt, "replay log: %s (counted; training goes on)", le.msg);
+}
+
 /* Puts a checked batch of actor a into replay: the streams cut where batches are
  * missing or a new process speaks, then each env's group; the actor's seq table moves
  * to it. With the log on, the batch's record goes into the log under the same lock as
@@ -290,9 +298,7 @@ static int insert_batch(learner *L, int a, uint64_t incarnation, uint64_t seq, u
                       .steps = steps,
                       .items = n};
     for (int c = 0; c < NCOLS; c++) rec.cols[c] = cols[c];
-    shoal_error le = {0};
-    if (rlog_append_batch(L->log, &rec, &le) && atomic_fetch_add(&L->log_errors, 1) == 0)
-      fprintf(stderr, "shoal-learner: replay log: %s (counted; training goes on)\n", le.msg);
+    log_append(L, &rec);
   }
   if (L->log) pthread_mutex_unlock(&L->log_mu);
   if (!rc) {
@@ -398,8 +404,7 @@ static void log_checkpoint(learner *L) {
   if (!p || replay_priorities_get(L->mem, lo, (int64_t)(hi - lo), p, &err) ||
       rlog_append_priorities(L->log, (uint64_t)((int64_t)lo + off), hi - lo, p, &err)) {
     if (atomic_fetch_add(&L->log_errors, 1) == 0)
-      fprintf(stderr, "shoal-learner: replay log: priority checkpoint: %s\n",
-              p ? err.msg : "out of memory");
+      lrt_note(L->b.rt, "replay log: priority checkpoint: %s", p ? err.msg : "out of memory");
   }
   free(p);
 }
@@ -506,9 +511,7 @@ static int follow_insert(void *user, int stream, const replay_steps *st, shoal_e
                       .items = rows};
     const void *cols[NCOLS] = {obs, act, rew, term, trunc, prio, env, tail};
     for (int c = 0; c < NCOLS; c++) rec.cols[c] = cols[c];
-    shoal_error le = {0};
-    if (rlog_append_batch(L->log, &rec, &le) && atomic_fetch_add(&L->log_errors, 1) == 0)
-      fprintf(stderr, "shoal-learner: replay log: %s (counted; training goes on)\n", le.msg);
+    log_append(L, &rec);
     if (L->fol_reset) L->fol_reset[e] = 0;
   }
   pthread_mutex_unlock(&L->log_mu);
@@ -589,8 +592,7 @@ static void restore_replay(learner *L, const char *run) {
   if (e) lrt_die(L->b.rt, "resume: replay log", &err);
   if (!L->restored.segments) {
     /* Said only where there was something to resume (shoal run resumes every start). */
-    if (L->resumed_snapshot)
-      fprintf(stderr, "shoal-learner: resume: the store holds no replay log for %s\n", run);
+    if (L->resumed_snapshot) lrt_note(L->b.rt, "resume: the store holds no replay log for %s", run);
     return;
   }
   replay_stats rs;
@@ -601,14 +603,14 @@ static void restore_replay(learner *L, const char *run) {
    * not replay it in one burst. */
   double level = L->ratio * ((double)rs.inserted_steps - (double)L->warmup);
   replay_limiter_set_counts(L->lim, (double)rs.inserted_steps, level > 0 ? level : 0);
-  fprintf(stderr,
-          "shoal-learner: resume: replay rebuilt from the log: %lld items held from %llu "
-          "segments (%llu batches, %llu priorities, %llu gaps, %llu records skipped) in "
-          "%.2f s; %llu env steps logged\n",
-          (long long)rs.held, (unsigned long long)L->restored.segments,
-          (unsigned long long)L->restored.records, (unsigned long long)L->restored.priorities,
-          (unsigned long long)L->restored.gaps, (unsigned long long)L->restore_skipped,
-          L->restored.seconds, (unsigned long long)L->restored.steps_total);
+  lrt_note(L->b.rt,
+           "resume: replay rebuilt from the log: %lld items held from %llu segments (%llu "
+           "batches, %llu priorities, %llu gaps, %llu records skipped) in %.2f s; %llu env "
+           "steps logged",
+           (long long)rs.held, (unsigned long long)L->restored.segments,
+           (unsigned long long)L->restored.records, (unsigned long long)L->restored.priorities,
+           (unsigned long long)L->restored.gaps, (unsigned long long)L->restore_skipped,
+           L->restored.seconds, (unsigned long long)L->restored.steps_total);
 }
 
 static void open_log(learner *L, const char *run) {
@@ -725,7 +727,7 @@ static int params(void *a, const float **blob, size_t *n, rpc_param_entry **layo
   learner *L = a;
   nn_model *m = dqn_model(L->q);
   *blob = nn_model_params(m, n);
-  return publish_layout(m, 0, layout, nl, err);
+  return layout ? publish_layout(m, 0, layout, nl, err) : 0;
 }
 
 /* The model's safetensors bytes with the learner state as a trailer, so the two are

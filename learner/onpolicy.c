@@ -268,6 +268,7 @@ static int params(void *a, const float **blob, size_t *n, rpc_param_entry **layo
   op_params_pack(&L->ag, &L->s, &L->norm, L->pub);
   *blob = L->pub;
   *n = op_params_floats(&L->ag, &L->s);
+  if (!layout) return 0;
   size_t np;
   nn_model_params(m, &np);
   int rc = publish_layout(m, 2, layout, nl, err);

@@ -327,12 +327,9 @@ static void eval_post(lrt *rt, int64_t env_steps, uint64_t seed) {
   eval_box *e = &rt->eval;
   const float *blob;
   size_t n;
-  rpc_param_entry *layout = NULL;
-  int nl = 0;
   shoal_error err = {0};
-  if (rt->algo.params(rt->a, &blob, &n, &layout, &nl, &err))
+  if (rt->algo.params(rt->a, &blob, &n, NULL, NULL, &err))
     lrt_die(rt, "evaluation parameters", &err);
-  free(layout);
   if (n > e->cap) {
     float *b = realloc(e->blob, n * sizeof *b);
     if (!b) {

@@ -74,7 +74,7 @@ typedef struct lrt_algo {
   bool (*eval_due)(void *a, double now_s, int64_t env_steps, const double *hp, double return100,
                    uint64_t episodes);
   /* The published blob (borrowed, valid until the next step) and its layout (a new
-   * array the runtime frees). */
+   * array the runtime frees; layout NULL: the blob alone, for an evaluation). */
   int (*params)(void *a, const float **blob, size_t *n, rpc_param_entry **layout, int *nl,
                 shoal_error *err);
   /* A snapshot's bytes (a new buffer the runtime hands to the store writer). */

@@ -390,20 +390,39 @@ static uint8_t *slurp(const char *path, size_t *len) {
   return b;
 }
 
+/* configs/NAME loaded with schema: the config (caller destroys it) and its text in *yaml
+ * (caller frees it). */
+static config *load_config(const char *name, const cfg_key *keys, int nkeys, char **yaml) {
+  const char *src = getenv("SHOAL_SOURCE_DIR");
+  char path[600];
+  snprintf(path, sizeof path, "%s/configs/%s", src ? src : ".", name);
+  size_t len;
+  *yaml = (char *)slurp(path, &len);
+  (*yaml)[len] = 0;
+  shoal_error err = {0};
+  config *cfg = config_create(keys, nkeys, &err);
+  if (!cfg || config_load_string(cfg, *yaml, path, &err)) fail_msg("config: %s", err.msg);
+  return cfg;
+}
+
+/* Run `run` with config text yaml and one snapshot (version 5) of bytes. */
+static void store_run_snapshot(store *st, const char *run, const char *yaml, const uint8_t *bytes,
+                               size_t nb) {
+  shoal_error err = {0};
+  assert_int_equal(store_run_create(st, run, yaml, STORE_RUN_FINISHED, &err), 0);
+  store_snapshot_meta m = {.version = 5, .env_steps = 1000, .score = NAN};
+  snprintf(m.run, sizeof m.run, "%s", run);
+  assert_int_equal(store_snapshot_put(st, &m, bytes, nb, &err), 0);
+}
+
 /* A run of CartPole-v1 with one snapshot: a fresh (untrained) network, which fails
  * fast, so episodes are short. */
 static void make_run_with_snapshot(store *st, const char *run) {
-  const char *src = getenv("SHOAL_SOURCE_DIR");
-  char path[600];
-  snprintf(path, sizeof path, "%s/configs/cartpole-apex.yaml", src ? src : ".");
-  size_t len;
-  char *yaml = (char *)slurp(path, &len);
-  yaml[len] = 0;
-  shoal_error err = {0};
   int nkeys;
   const cfg_key *keys = apex_schema(&nkeys);
-  config *cfg = config_create(keys, nkeys, &err);
-  if (!cfg || config_load_string(cfg, yaml, path, &err)) fail_msg("config: %s", err.msg);
+  char *yaml;
+  config *cfg = load_config("cartpole-apex.yaml", keys, nkeys, &yaml);
+  shoal_error err = {0};
   int shape[1] = {4};
   dqn_config dc = apex_dqn_config(cfg, 1, shape, 2);
   dqn *q = dqn_create(&dc, NN_CPU, false, &err);
@@ -411,10 +430,7 @@ static void make_run_with_snapshot(store *st, const char *run) {
   uint8_t *bytes;
   size_t nb;
   assert_int_equal(nn_model_save_buffer(dqn_model(q), &bytes, &nb, &err), 0);
-  assert_int_equal(store_run_create(st, run, yaml, STORE_RUN_FINISHED, &err), 0);
-  store_snapshot_meta m = {.version = 5, .env_steps = 1000, .score = NAN};
-  snprintf(m.run, sizeof m.run, "%s", run);
-  assert_int_equal(store_snapshot_put(st, &m, bytes, nb, &err), 0);
+  store_run_snapshot(st, run, yaml, bytes, nb);
   free(bytes), free(yaml);
   dqn_destroy(q);
   config_destroy(cfg);
@@ -422,17 +438,11 @@ static void make_run_with_snapshot(store *st, const char *run) {
 
 /* An IMPALA run of CartPole-v1 with one snapshot of a fresh actor-critic. */
 static void make_onpolicy_run(store *st, const char *run) {
-  const char *src = getenv("SHOAL_SOURCE_DIR");
-  char path[600];
-  snprintf(path, sizeof path, "%s/configs/cartpole-impala.yaml", src ? src : ".");
-  size_t len;
-  char *yaml = (char *)slurp(path, &len);
-  yaml[len] = 0;
-  shoal_error err = {0};
   int nkeys;
   const cfg_key *keys = onpolicy_schema(&nkeys);
-  config *cfg = config_create(keys, nkeys, &err);
-  if (!cfg || config_load_string(cfg, yaml, path, &err)) fail_msg("config: %s", err.msg);
+  char *yaml;
+  config *cfg = load_config("cartpole-impala.yaml", keys, nkeys, &yaml);
+  shoal_error err = {0};
   op_spec s;
   op_agent a;
   op_norm z = {0};
@@ -443,10 +453,7 @@ static void make_onpolicy_run(store *st, const char *run) {
   uint8_t *bytes;
   size_t nb;
   assert_int_equal(op_snapshot_encode(&a, &s, &z, &bytes, &nb, &err), 0);
-  assert_int_equal(store_run_create(st, run, yaml, STORE_RUN_FINISHED, &err), 0);
-  store_snapshot_meta m = {.version = 5, .env_steps = 1000, .score = NAN};
-  snprintf(m.run, sizeof m.run, "%s", run);
-  assert_int_equal(store_snapshot_put(st, &m, bytes, nb, &err), 0);
+  store_run_snapshot(st, run, yaml, bytes, nb);
   free(bytes), free(yaml);
   op_agent_destroy(&a);
   op_norm_free(&z);
