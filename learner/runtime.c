@@ -295,6 +295,7 @@ static void *eval_main(void *arg) {
     e->err = err;
     e->busy = false;
     e->done = true;
+    pthread_cond_broadcast(&e->cv); /* a trainer waiting for it (eval_wait) */
   }
   pthread_mutex_unlock(&e->mu);
   return NULL;
@@ -320,6 +321,14 @@ static bool eval_idle(lrt *rt) {
   bool idle = !e->pending && !e->busy && !e->done;
   pthread_mutex_unlock(&e->mu);
   return idle;
+}
+
+/* Waits for the evaluation in progress to end (its result is then collected). */
+static void eval_wait(lrt *rt) {
+  eval_box *e = &rt->eval;
+  pthread_mutex_lock(&e->mu);
+  while (e->pending || e->busy) pthread_cond_wait(&e->cv, &e->mu);
+  pthread_mutex_unlock(&e->mu);
 }
 
 /* Posts the current version for evaluation (the thread is idle). */
@@ -758,8 +767,16 @@ static const char *train(lrt *rt, double t0) {
     uint64_t neps;
     double ret100 = return100(rt, &neps);
     rt->algo.figs(rt->a, &f);
-    if (eval_idle(rt) && rt->algo.eval_due(rt->a, now, f.env_steps, hp, ret100, neps))
+    /* An evaluation due while the last still runs waits for it: evaluations keep their
+     * schedule (every so many steps trained) instead of thinning out as training speeds
+     * up, and training pauses no longer than one evaluation. */
+    if (rt->algo.eval_due(rt->a, now, f.env_steps, hp, ret100, neps)) {
+      if (!eval_idle(rt)) {
+        eval_wait(rt);
+        if (eval_collect(rt, hp[LRT_HP_SOLVE])) return "solved";
+      }
       eval_post(rt, f.env_steps, eval_seed++);
+    }
     if (now - t_snap >= hp[LRT_HP_SNAP]) {
       t_snap = now;
       snapshot(rt, f.env_steps, rt->eval_return);

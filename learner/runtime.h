@@ -70,7 +70,8 @@ typedef struct lrt_algo {
    * hp; NULL when values are all it needs. */
   int (*apply_hp)(void *a, int k, double v, shoal_error *err);
   void (*figs)(void *a, lrt_figs *f);
-  /* Whether an evaluation is due now; asked only while the evaluation thread is idle. */
+  /* Whether an evaluation is due now (asked after every step; one due while the last
+   * still runs is started when that one ends, the trainer waiting for it). */
   bool (*eval_due)(void *a, double now_s, int64_t env_steps, const double *hp, double return100,
                    uint64_t episodes);
   /* The published blob (borrowed, valid until the next step) and its layout (a new
