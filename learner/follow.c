@@ -115,7 +115,7 @@ static int retry_later(follow *f, int rc, const char *what, uint64_t seq, const 
   bool first = f->stats.store_errors++ == 0;
   pthread_mutex_unlock(&f->mu);
   if (first) say(f, "reading %s %llu: %s (retrying)", what, (unsigned long long)seq, err->msg);
-  return rc;
+  return rc == SHOAL_EFULL ? SHOAL_EIO : rc; /* EFULL from handle means held back */
 }
 
 /* Mixed mode: may `rows` more store rows go in now? */
@@ -394,14 +394,18 @@ static void *loop(void *arg) {
       continue;
     }
     size_t i = 0;
+    int hrc = 0;
     pthread_mutex_lock(&f->mu);
     f->backlog = n > 0;
     pthread_mutex_unlock(&f->mu);
     for (; i < n && !stopping(f); i++)
-      if (f->cfg.replay_log ? handle_log(f, f->seqs[i]) : handle(f, f->seqs[i])) break;
-    /* Held back (the store is at its share) or nothing listed: the actors go on. After
-     * a full list the next listing says whether there is more. */
-    if (i < n || n == 0) {
+      if ((hrc = f->cfg.replay_log ? handle_log(f, f->seqs[i]) : handle(f, f->seqs[i]))) break;
+    /* Nothing listed, or a segment that cannot be read now: the actors go on. Held back
+     * (the store at its share) keeps the backlog: the store still has rows, and the
+     * actors keep to their share through follow_admit_actor's ratio meanwhile (a slow
+     * listing would otherwise let them run past it). After a full list the next
+     * listing says whether there is more. */
+    if (n == 0 || (i < n && hrc != SHOAL_EFULL)) {
       pthread_mutex_lock(&f->mu);
       f->backlog = false;
       pthread_cond_broadcast(&f->cv);

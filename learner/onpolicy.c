@@ -522,7 +522,6 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
                      .hp_count = HP_COUNT,
                      .hp_lr = HP_LR,
                      .samples_per_item = s->T,
-                     .snapshot_on_eval = true,
                      .on_batch = on_batch,
                      .step = step,
                      .figs = figs,

@@ -24,8 +24,8 @@ static const char *const common_hp[LRT_HP_COMMON] = {
     "learner.publish_every", "learner.snapshot_every_s", "run.max_env_steps", "run.max_seconds",
     "run.solve_return"};
 
-/* The evaluation thread's mailbox: the trainer posts a version's blob (and, with
- * snapshot_on_eval, that version's snapshot), the thread posts the mean back. */
+/* The evaluation thread's mailbox: the trainer posts a version's blob and that
+ * version's snapshot, the thread posts the mean back; the snapshot is stored with it. */
 typedef struct eval_box {
   pthread_t th;
   bool started;
@@ -35,7 +35,7 @@ typedef struct eval_box {
   float *blob;
   size_t n, cap;
   uint64_t seed;
-  int64_t version, env_steps;
+  int64_t version, env_steps, updates;
   uint8_t *snap; /* the evaluated version's snapshot, written with its score */
   size_t snap_len;
   store_snapshot_meta meta;
@@ -61,10 +61,12 @@ struct lrt {
   atomic_bool stopping;
 
   atomic_int_fast64_t version;
+  int64_t version_updates; /* rt->updates when version last changed */
   /* Written by the trainer, read by Status on rpc threads: atomic. */
   _Atomic int64_t updates;
   _Atomic double eval_return;
   int64_t last_snapshot_version, snapshots;
+  int64_t eval_version; /* the version the last collected evaluation played */
   double best_eval;
 
   pthread_mutex_t ep_mu;
@@ -224,20 +226,33 @@ static void publish(lrt *rt) {
   free(layout);
 }
 
+/* Gives the current parameters a version of their own when updates were made since the
+ * last one (publish_every > 1 leaves some unpublished), and publishes it while the
+ * server runs: whatever is evaluated or stored under a version is what actors got under
+ * it. Returns the version. */
+static int64_t version_current(lrt *rt) {
+  if (rt->updates != rt->version_updates) {
+    rt->version_updates = rt->updates;
+    atomic_fetch_add(&rt->version, 1);
+    if (rt->srv) publish(rt);
+  }
+  return atomic_load(&rt->version);
+}
+
 static void fill_meta(lrt *rt, store_snapshot_meta *m, int64_t version, int64_t env_steps,
-                      double score) {
+                      int64_t updates, double score) {
   memset(m, 0, sizeof *m);
   snprintf(m->run, sizeof m->run, "%s", rt->run);
   m->version = version;
   m->env_steps = env_steps;
-  m->updates = rt->updates;
+  m->updates = updates;
   m->wall_time = lrt_unix_now();
   m->score = score;
 }
 
 /* The current parameters and learner state into the store, once per version. */
 static void snapshot(lrt *rt, int64_t env_steps, double score) {
-  int64_t v = atomic_load(&rt->version);
+  int64_t v = version_current(rt);
   if (v <= rt->last_snapshot_version) return;
   uint8_t *buf = NULL;
   size_t len = 0;
@@ -248,7 +263,7 @@ static void snapshot(lrt *rt, int64_t env_steps, double score) {
   }
   rt->last_snapshot_version = v;
   store_snapshot_meta meta;
-  fill_meta(rt, &meta, v, env_steps, score);
+  fill_meta(rt, &meta, v, env_steps, rt->updates, score);
   /* The writer takes the buffer; a full queue keeps only the newest snapshot. */
   store_writer_snapshot(rt->wr, &meta, buf, len);
   rt->snapshots++;
@@ -266,7 +281,7 @@ static void resume(lrt *rt) {
   if (rt->algo.resume(rt->a, bytes, len, &meta, &err)) lrt_die(rt, "resume: snapshot", &err);
   free(bytes);
   atomic_store(&rt->version, meta.version);
-  rt->updates = meta.updates;
+  rt->updates = rt->version_updates = meta.updates;
   rt->last_snapshot_version = meta.version;
   if (isfinite(meta.score)) rt->eval_return = rt->best_eval = meta.score;
   lrt_note(rt, "resumed run %s at version %lld, %lld env steps", rt->run, (long long)meta.version,
@@ -351,15 +366,17 @@ static void eval_post(lrt *rt, int64_t env_steps, uint64_t seed) {
   memcpy(e->blob, blob, n * sizeof *blob);
   free(e->snap);
   e->snap = NULL;
-  if (rt->algo.snapshot_on_eval && rt->algo.snapshot(rt->a, &e->snap, &e->snap_len, &err)) {
+  const int64_t v = version_current(rt);
+  if (rt->algo.snapshot(rt->a, &e->snap, &e->snap_len, &err)) {
     lrt_note(rt, "snapshot: %s", err.msg);
     e->snap = NULL;
   }
   pthread_mutex_lock(&e->mu);
   e->n = n;
   e->seed = seed;
-  e->version = atomic_load(&rt->version);
+  e->version = v;
   e->env_steps = env_steps;
+  e->updates = rt->updates;
   e->pending = true;
   pthread_cond_signal(&e->cv);
   pthread_mutex_unlock(&e->mu);
@@ -381,12 +398,14 @@ static bool eval_collect(lrt *rt, double solve) {
   store_writer_metric(rt->wr, rt->run, "eval_return", e->env_steps, lrt_unix_now(), m);
   if (e->snap && e->version > rt->last_snapshot_version) {
     store_snapshot_meta meta;
-    fill_meta(rt, &meta, e->version, e->env_steps, m);
+    fill_meta(rt, &meta, e->version, e->env_steps, e->updates, m);
     store_writer_snapshot(rt->wr, &meta, e->snap, e->snap_len); /* takes the buffer */
     e->snap = NULL;
     rt->last_snapshot_version = e->version;
     rt->snapshots++;
+    if (rt->algo.after_snapshot) rt->algo.after_snapshot(rt->a);
   }
+  rt->eval_version = e->version;
   return solve != 0 && m >= solve;
 }
 
@@ -758,10 +777,7 @@ static const char *train(lrt *rt, double t0) {
     if (hp[LRT_HP_MAX_S] > 0 && now - t0 >= hp[LRT_HP_MAX_S]) return "max_seconds";
     bool trained = false;
     if (rt->algo.step(rt->a, hp, &trained, &err)) lrt_die(rt, "learn", &err);
-    if (trained && ++rt->updates % (int64_t)hp[LRT_HP_PUBLISH] == 0) {
-      atomic_fetch_add(&rt->version, 1);
-      publish(rt);
-    }
+    if (trained && ++rt->updates % (int64_t)hp[LRT_HP_PUBLISH] == 0) version_current(rt);
     if (eval_collect(rt, hp[LRT_HP_SOLVE])) return "solved";
     now = shoal_now_s();
     uint64_t neps;
@@ -778,6 +794,12 @@ static const char *train(lrt *rt, double t0) {
       eval_post(rt, f.env_steps, eval_seed++);
     }
     if (now - t_snap >= hp[LRT_HP_SNAP]) {
+      /* The evaluation in flight is stored first: snapshots go into the store in
+       * version order, so a solving evaluation's snapshot is never skipped as older. */
+      if (!eval_idle(rt)) {
+        eval_wait(rt);
+        if (eval_collect(rt, hp[LRT_HP_SOLVE])) return "solved";
+      }
       t_snap = now;
       snapshot(rt, f.env_steps, rt->eval_return);
     }
@@ -798,13 +820,11 @@ static int stop(lrt *rt, const char *reason, double t0) {
   eval_stop(rt);
   lrt_figs f;
   rt->algo.figs(rt->a, &f);
-  /* The evaluated snapshot of a solved run is its last; otherwise the final state. A
-   * learner that lost the run's lease to another writes nothing more to the run. */
-  const bool owner = !atomic_load(&rt->lease_lost);
-  if (owner && (strcmp(reason, "solved") || !rt->algo.snapshot_on_eval)) {
-    atomic_fetch_add(&rt->version, rt->algo.snapshot_on_eval ? 0 : 1);
-    snapshot(rt, f.env_steps, rt->eval_return);
-  }
+  /* The evaluated snapshot of a solved run is its last (the policy that solved, not the
+   * few updates made while it was evaluated); otherwise the final state. A learner that
+   * lost the run's lease to another writes nothing more to the run. */
+  const bool owner = !atomic_load(&rt->lease_lost), solved = !strcmp(reason, "solved");
+  if (owner && !solved) snapshot(rt, f.env_steps, rt->eval_return);
   char extra[1024] = "";
   bool kept = rt->algo.finish(rt->a, extra, sizeof extra);
   if (owner)
@@ -837,9 +857,10 @@ static int stop(lrt *rt, const char *reason, double t0) {
       "\"version\":%lld,\"eval\":%s,\"best_eval\":%s,\"store_ok\":%s,\"bad_batches\":%llu,"
       "\"stop_s\":%.2f%s}",
       reason, t_end - t0, (long long)f.env_steps, (long long)rt->updates,
-      (long long)atomic_load(&rt->version), jnum(j1, sizeof j1, rt->eval_return),
-      jnum(j2, sizeof j2, rt->best_eval), wrc == 0 && kept && !lost ? "true" : "false",
-      (unsigned long long)f.bad_batches, shoal_now_s() - t_end, extra);
+      (long long)(solved ? rt->eval_version : atomic_load(&rt->version)),
+      jnum(j1, sizeof j1, rt->eval_return), jnum(j2, sizeof j2, rt->best_eval),
+      wrc == 0 && kept && !lost ? "true" : "false", (unsigned long long)f.bad_batches,
+      shoal_now_s() - t_end, extra);
   return 0;
 }
 

@@ -52,10 +52,9 @@ typedef struct lrt_algo {
   const char *device;          /* "cpu" or "cuda": where it trains */
   const char *const *hp_names; /* its live-tunable keys (config names), after the runtime's */
   int hp_count;
-  int hp_lr;             /* index in hp_names of the key that must stay > 0, or -1 */
-  int samples_per_item;  /* env steps in one rpc item (the progress line's samples_s) */
-  bool snapshot_on_eval; /* store the evaluated parameters with their score */
-  rpc_spec spec;         /* the columns actors push (borrowed strings live in a) */
+  int hp_lr;            /* index in hp_names of the key that must stay > 0, or -1 */
+  int samples_per_item; /* env steps in one rpc item (the progress line's samples_s) */
+  rpc_spec spec;        /* the columns actors push (borrowed strings live in a) */
 
   /* Ingest, on rpc threads: checks a batch whole and takes it in, or refuses it
    * (SHOAL_EINVAL: the client drops it; SHOAL_EFULL: the client resends later). */
