@@ -212,8 +212,10 @@ static int model_table(nn_model *m, nn__st_tensor **out, int *count, const char 
     t[i].numel = info.numel;
     t[i].f32 = base + info.offset;
     t[i].trainable = info.trainable;
-    /* torch keeps integer state (num_batches_tracked) as I64 */
+    /* torch keeps integer state (num_batches_tracked) as I64, and a half-precision
+     * model's floats as F16 or BF16 */
     t[i].i64_ok = !info.trainable;
+    t[i].half_ok = true;
   }
   *out = t;
   *count = n;
@@ -257,7 +259,78 @@ int nn_model_save(const nn_model *m, const char *path, shoal_error *err) {
 
 /* ---- the header reader ---------------------------------------------------------------- */
 
-typedef enum st_dtype { ST_F32 = 0, ST_I64 = 1 } st_dtype;
+/* The dtypes of the safetensors specification, with their sizes. Every one is parsed,
+ * so a file's layout is checked whole; F32, F16, BF16 and I64 are the ones loaded. */
+typedef enum st_dtype {
+  ST_F32 = 0,
+  ST_I64,
+  ST_F16,
+  ST_BF16,
+  ST_F64,
+  ST_I32,
+  ST_U32,
+  ST_I16,
+  ST_U16,
+  ST_I8,
+  ST_U8,
+  ST_BOOL,
+  ST_U64,
+  ST_F8_E4M3,
+  ST_F8_E5M2,
+  ST_DTYPE_COUNT
+} st_dtype;
+
+static const struct {
+  const char *name;
+  unsigned size;
+} st_dtypes[ST_DTYPE_COUNT] = {
+    [ST_F32] = {"F32", 4},   [ST_I64] = {"I64", 8},         [ST_F16] = {"F16", 2},
+    [ST_BF16] = {"BF16", 2}, [ST_F64] = {"F64", 8},         [ST_I32] = {"I32", 4},
+    [ST_U32] = {"U32", 4},   [ST_I16] = {"I16", 2},         [ST_U16] = {"U16", 2},
+    [ST_I8] = {"I8", 1},     [ST_U8] = {"U8", 1},           [ST_BOOL] = {"BOOL", 1},
+    [ST_U64] = {"U64", 8},   [ST_F8_E4M3] = {"F8_E4M3", 1}, [ST_F8_E5M2] = {"F8_E5M2", 1},
+};
+
+/* binary16: sign, 5 exponent bits (bias 15), 10 mantissa bits. A float has 8 exponent
+ * bits (bias 127) and 23 mantissa bits, so every half maps to one float: the mantissa
+ * moves up 13 bits and the exponent is rebased by 127 - 15 = 112. */
+float nn__f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (uint32_t)h >> 10 & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | man << 13; /* infinity, or NaN with its payload */
+  } else if (exp) {
+    u = sign | (exp + 112) << 23 | man << 13;
+  } else if (!man) {
+    u = sign; /* +-0 */
+  } else {
+    /* subnormal: man * 2^-24 = 2^(k-24) * 1.f, k the top set bit of man (0..9); the
+     * float is normal, with exponent field k - 24 + 127 */
+    int k = 9;
+    while (!(man >> k)) k--;
+    u = sign | (uint32_t)(k + 103) << 23 | (man << (23 - k) & 0x7fffffu);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+float nn__bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* Element j of a tensor whose data start at p, as float (F32, F16, BF16 or I64). */
+static float st_value(st_dtype dt, const uint8_t *p, uint64_t j) {
+  switch (dt) {
+    case ST_F16: return nn__f16_to_f32((uint16_t)(p[2 * j] | p[2 * j + 1] << 8));
+    case ST_BF16: return nn__bf16_to_f32((uint16_t)(p[2 * j] | p[2 * j + 1] << 8));
+    case ST_I64: return (float)(int64_t)read_u64le(p + 8 * j);
+    default: return read_f32le(p + 4 * j);
+  }
+}
 
 typedef struct st_entry {
   char *name; /* decoded, malloc'd */
@@ -265,7 +338,7 @@ typedef struct st_entry {
   int ndim;
   uint64_t shape[ST_MAX_DIMS];
   uint64_t begin, end; /* bytes into the data section */
-  int model_index;     /* the table entry it fills */
+  int model_index;     /* the table entry it fills; -1 before matching, -2 skipped */
 } st_entry;
 
 typedef struct st_parser {
@@ -523,14 +596,14 @@ static int parse_entry(st_parser *ps, st_entry *e) {
         free(key);
         return rc;
       }
-      if (!strcmp(dt, "F32"))
-        e->dtype = ST_F32;
-      else if (!strcmp(dt, "I64"))
-        e->dtype = ST_I64;
+      int k = 0;
+      while (k < ST_DTYPE_COUNT && strcmp(dt, st_dtypes[k].name)) k++;
+      if (k < ST_DTYPE_COUNT)
+        e->dtype = (st_dtype)k;
       else
         rc = shoal_error_set(ps->err, SHOAL_EFORMAT,
-                             "nn: checkpoint '%s': tensor '%s' has dtype %s; shoal reads F32 "
-                             "(and I64 for integer state such as num_batches_tracked)",
+                             "nn: checkpoint '%s': tensor '%s' has dtype %s, which safetensors "
+                             "does not define",
                              ps->src, e->name, dt);
       free(dt);
       have_dtype = true;
@@ -645,8 +718,53 @@ static int cmp_begin(const void *a, const void *b) {
   return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
 }
 
+/* The file's name e as the table names it under opt's mapping, into buf (cap bytes).
+ * Returns false when e lies outside from_prefix or the result does not fit. */
+static bool map_name(const char *e, const char *from, const char *to, char *buf, size_t cap) {
+  size_t nf = strlen(from);
+  if (strncmp(e, from, nf)) return false;
+  int k = snprintf(buf, cap, "%s%s", to, e + nf);
+  return k >= 0 && (size_t)k < cap;
+}
+
+/* "'<file name>'" or, when mapped, "'<file name>' (the <owner>'s '<name>')", for messages. */
+static void entry_desc(char *buf, size_t cap, const char *fname, const char *mname,
+                       const char *owner) {
+  if (!mname || !strcmp(fname, mname))
+    snprintf(buf, cap, "'%s'", fname);
+  else
+    snprintf(buf, cap, "'%s' (the %s's '%s')", fname, owner, mname);
+}
+
+/* Entry e's data_offsets hold its shape's bytes in its dtype, inside the data section
+ * of dlen bytes. */
+static int check_bytes(const st_entry *e, uint64_t dlen, const char *src, shoal_error *err) {
+  uint64_t size = st_dtypes[e->dtype].size, numel = 1;
+  bool overflow = false;
+  for (int d = 0; d < e->ndim; d++) {
+    if (e->shape[d] && numel > UINT64_MAX / 8 / e->shape[d]) overflow = true;
+    numel *= e->shape[d];
+  }
+  if (overflow || e->end < e->begin || e->end - e->begin != numel * size) {
+    char fs[96];
+    shape_text(fs, sizeof fs, e->shape, e->ndim);
+    return shoal_error_set(err, SHOAL_EFORMAT,
+                           "nn: checkpoint '%s': tensor '%s': data_offsets [%llu, %llu] do not "
+                           "hold %llu values of %llu bytes (shape %s, %s)",
+                           src, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                           (unsigned long long)numel, (unsigned long long)size, fs,
+                           st_dtypes[e->dtype].name);
+  }
+  if (e->end > dlen)
+    return shoal_error_set(err, SHOAL_EFORMAT,
+                           "nn: checkpoint '%s': tensor '%s' ends at byte %llu of the data, which "
+                           "has %llu bytes (truncated file)",
+                           src, e->name, (unsigned long long)e->end, (unsigned long long)dlen);
+  return 0;
+}
+
 int nn__st_load_buffer(const nn__st_tensor *tab, int count, const char *owner, const uint8_t *buf,
-                       size_t len, const char *src, shoal_error *err) {
+                       size_t len, const char *src, const nn_load_options *opt, shoal_error *err) {
   if (!buf) return shoal_error_set(err, SHOAL_EINVAL, "nn: load: NULL data");
   if (len < 8)
     return shoal_error_set(err, SHOAL_EFORMAT,
@@ -668,19 +786,65 @@ int nn__st_load_buffer(const nn__st_tensor *tab, int count, const char *owner, c
   const uint8_t *data = buf + 8 + hlen;
   uint64_t dlen = len - 8 - hlen;
   st_entry **order = NULL;
+  char *mapped = NULL, *desc = NULL;
+  const char *from = opt && opt->from_prefix ? opt->from_prefix : "";
+  const char *to = opt && opt->to_prefix ? opt->to_prefix : "";
+  bool skip = opt && opt->skip_unmatched;
   int rc = parse_header(&ps);
   if (rc) goto done;
 
-  /* each entry: a tensor of the model, the same shape, a dtype that fits, bytes in range */
+  /* names: room for the longest file name with to_prefix in place of from_prefix */
+  size_t cap = strlen(to) + 1, dcap;
+  for (int i = 0; i < ps.n; i++)
+    if (strlen(ps.e[i].name) + strlen(to) + 1 > cap) cap = strlen(ps.e[i].name) + strlen(to) + 1;
+  dcap = 2 * cap + 64;
+  mapped = malloc(cap);
+  desc = malloc(dcap);
+  if (!mapped || !desc) {
+    rc = shoal_error_set(err, SHOAL_ENOMEM, "nn: checkpoint: out of memory");
+    goto done;
+  }
+  /* a prefix that no name carries is a wrong prefix, not an empty load */
+  if (*from) {
+    int with = 0;
+    for (int i = 0; i < ps.n; i++) with += !strncmp(ps.e[i].name, from, strlen(from));
+    if (!with) {
+      rc = shoal_error_set(err, SHOAL_ENOENT,
+                           "nn: checkpoint '%s': no tensor name starts with the prefix '%s'%s%s%s",
+                           src, from, ps.n ? " (the first is '" : "", ps.n ? ps.e[0].name : "",
+                           ps.n ? "')" : "");
+      goto done;
+    }
+  }
+
+  /* each entry: a tensor of the table, the same shape, a dtype that fits, bytes in range */
   char fs[96], ms[96];
   for (int i = 0; i < ps.n; i++) {
     st_entry *e = &ps.e[i];
+    if (!map_name(e->name, from, to, mapped, cap)) {
+      if (skip) {
+        e->model_index = -2;
+        if ((rc = check_bytes(e, dlen, src, err))) goto done;
+        continue;
+      }
+      rc = shoal_error_set(err, SHOAL_ESHAPE,
+                           "nn: checkpoint '%s': tensor '%s' does not start with the prefix '%s' "
+                           "(skip_unmatched skips such tensors)",
+                           src, e->name, from);
+      goto done;
+    }
     int found = -1;
     for (int k = 0; k < count && found < 0; k++)
-      if (!strcmp(tab[k].name, e->name)) found = k;
+      if (!strcmp(tab[k].name, mapped)) found = k;
+    entry_desc(desc, dcap, e->name, mapped, owner);
     if (found < 0) {
-      rc = shoal_error_set(err, SHOAL_ESHAPE, "nn: checkpoint '%s': tensor '%s' is not in the %s",
-                           src, e->name, owner);
+      if (skip) {
+        e->model_index = -2;
+        if ((rc = check_bytes(e, dlen, src, err))) goto done;
+        continue;
+      }
+      rc = shoal_error_set(err, SHOAL_ESHAPE, "nn: checkpoint '%s': tensor %s is not in the %s",
+                           src, desc, owner);
       goto done;
     }
     e->model_index = found;
@@ -693,48 +857,52 @@ int nn__st_load_buffer(const nn__st_tensor *tab, int count, const char *owner, c
       shape_text(fs, sizeof fs, e->shape, e->ndim);
       shape_text(ms, sizeof ms, ms64, t->ndim);
       rc = shoal_error_set(err, SHOAL_ESHAPE,
-                           "nn: checkpoint '%s': tensor '%s' has shape %s in the file, %s in the "
-                           "%s",
-                           src, e->name, fs, ms, owner);
+                           "nn: checkpoint '%s': tensor %s has shape %s in the file, %s in the %s",
+                           src, desc, fs, ms, owner);
       goto done;
     }
-    /* torch writes integer state (num_batches_tracked) as I64; parameters must be F32 */
-    if ((e->dtype == ST_I64 && !t->i64 && !t->i64_ok) || (e->dtype == ST_F32 && !t->f32)) {
-      rc = shoal_error_set(err, SHOAL_EFORMAT, "nn: checkpoint '%s': %s '%s' is %s; expected %s",
-                           src, t->trainable ? "parameter" : "tensor", e->name,
-                           e->dtype == ST_I64 ? "I64" : "F32", t->i64 ? "I64" : "F32");
+    /* torch writes integer state (num_batches_tracked) as I64, and half-precision
+     * models' floats as F16 or BF16 */
+    bool fits = t->i64 ? e->dtype == ST_I64
+                       : e->dtype == ST_F32 || (e->dtype == ST_I64 && t->i64_ok) ||
+                             ((e->dtype == ST_F16 || e->dtype == ST_BF16) && t->half_ok);
+    if (!fits) {
+      rc = shoal_error_set(err, SHOAL_EFORMAT, "nn: checkpoint '%s': %s %s is %s; expected %s", src,
+                           t->trainable ? "parameter" : "tensor", desc, st_dtypes[e->dtype].name,
+                           t->i64       ? "I64"
+                           : t->half_ok ? (t->i64_ok ? "F32, F16, BF16 or I64" : "F32, F16 or BF16")
+                           : t->i64_ok  ? "F32 or I64"
+                                        : "F32");
       goto done;
     }
-    uint64_t size = e->dtype == ST_F32 ? 4 : 8;
-    if (e->end < e->begin || e->end - e->begin != (uint64_t)t->numel * size) {
-      rc = shoal_error_set(err, SHOAL_EFORMAT,
-                           "nn: checkpoint '%s': tensor '%s': data_offsets [%llu, %llu] do not "
-                           "hold %zu values of %llu bytes",
-                           src, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
-                           t->numel, (unsigned long long)size);
-      goto done;
-    }
-    if (e->end > dlen) {
-      rc = shoal_error_set(err, SHOAL_EFORMAT,
-                           "nn: checkpoint '%s': tensor '%s' ends at byte %llu of the data, which "
-                           "has %llu bytes (truncated file)",
-                           src, e->name, (unsigned long long)e->end, (unsigned long long)dlen);
-      goto done;
-    }
+    if ((rc = check_bytes(e, dlen, src, err))) goto done;
   }
   for (int k = 0; k < count; k++) {
     bool present = false;
     for (int i = 0; i < ps.n && !present; i++) present = ps.e[i].model_index == k;
     if (!present) {
-      rc = shoal_error_set(err, SHOAL_ESHAPE,
-                           "nn: checkpoint '%s': the %s's tensor '%s' is missing from the file",
-                           src, owner, tab[k].name);
+      /* the name the file would need, under the mapping */
+      size_t nt = strlen(to);
+      if (!*from && !*to)
+        rc = shoal_error_set(err, SHOAL_ESHAPE,
+                             "nn: checkpoint '%s': the %s's tensor '%s' is missing from the file",
+                             src, owner, tab[k].name);
+      else if (!strncmp(tab[k].name, to, nt))
+        rc = shoal_error_set(err, SHOAL_ESHAPE,
+                             "nn: checkpoint '%s': the %s's tensor '%s' is missing from the file "
+                             "(as '%s%s')",
+                             src, owner, tab[k].name, from, tab[k].name + nt);
+      else
+        rc = shoal_error_set(err, SHOAL_ESHAPE,
+                             "nn: checkpoint '%s': the %s's tensor '%s' is missing from the file "
+                             "(it lies outside the prefix '%s' that '%s' maps to)",
+                             src, owner, tab[k].name, to, from);
       goto done;
     }
   }
 
   /* the tensors tile the data section: no overlap, no gap, nothing after */
-  order = malloc((size_t)ps.n * sizeof *order);
+  order = malloc((size_t)ps.n * sizeof *order + 1);
   if (!order) {
     rc = shoal_error_set(err, SHOAL_ENOMEM, "nn: checkpoint: out of memory");
     goto done;
@@ -766,37 +934,31 @@ int nn__st_load_buffer(const nn__st_tensor *tab, int count, const char *owner, c
     goto done;
   }
 
-  /* values: finite floats; integers that a float holds exactly */
+  /* values: finite floats (after widening a half); counts >= 0; integers that a float
+   * holds exactly */
   for (int i = 0; i < ps.n; i++) {
     st_entry *e = &ps.e[i];
-    uint64_t n = (e->end - e->begin) / (e->dtype == ST_F32 ? 4 : 8);
-    for (uint64_t j = 0; j < n; j++) {
-      const uint8_t *p = data + e->begin + j * (e->dtype == ST_F32 ? 4 : 8);
-      if (e->dtype == ST_F32) {
-        float v = read_f32le(p);
+    if (e->model_index < 0) continue;
+    const nn__st_tensor *t = &tab[e->model_index];
+    const uint8_t *p = data + e->begin;
+    for (uint64_t j = 0; j < t->numel; j++) {
+      if (e->dtype != ST_I64) {
+        float v = st_value(e->dtype, p, j);
         if (!isfinite(v)) {
-          rc = shoal_error_set(err, SHOAL_ENAN, "nn: checkpoint '%s': tensor '%s'[%llu] is %g", src,
-                               e->name, (unsigned long long)j, (double)v);
+          entry_desc(desc, dcap, e->name, t->name, owner);
+          rc = shoal_error_set(err, SHOAL_ENAN, "nn: checkpoint '%s': tensor %s[%llu] is %g", src,
+                               desc, (unsigned long long)j, (double)v);
           goto done;
         }
-      } else if (tab[e->model_index].i64) {
-        int64_t v = (int64_t)read_u64le(p);
-        if (v < 0) {
-          rc = shoal_error_set(err, SHOAL_ERANGE,
-                               "nn: checkpoint '%s': tensor '%s'[%llu] = %lld; a count must be "
-                               ">= 0",
-                               src, e->name, (unsigned long long)j, (long long)v);
-          goto done;
-        }
-      } else {
-        int64_t v = (int64_t)read_u64le(p);
-        if (v > (1 << 24) || v < -(1 << 24)) {
-          rc = shoal_error_set(err, SHOAL_ERANGE,
-                               "nn: checkpoint '%s': tensor '%s'[%llu] = %lld is not exact as "
-                               "float",
-                               src, e->name, (unsigned long long)j, (long long)v);
-          goto done;
-        }
+        continue;
+      }
+      int64_t v = (int64_t)read_u64le(p + 8 * j);
+      if (t->i64 ? v < 0 : v > (1 << 24) || v < -(1 << 24)) {
+        entry_desc(desc, dcap, e->name, t->name, owner);
+        rc = shoal_error_set(err, SHOAL_ERANGE, "nn: checkpoint '%s': tensor %s[%llu] = %lld %s",
+                             src, desc, (unsigned long long)j, (long long)v,
+                             t->i64 ? "; a count must be >= 0" : "is not exact as float");
+        goto done;
       }
     }
   }
@@ -804,48 +966,59 @@ int nn__st_load_buffer(const nn__st_tensor *tab, int count, const char *owner, c
   /* all checked: now fill the destinations */
   for (int i = 0; i < ps.n; i++) {
     st_entry *e = &ps.e[i];
+    if (e->model_index < 0) continue;
     const nn__st_tensor *t = &tab[e->model_index];
-    if (e->dtype == ST_F32)
-      floats_from_le(t->f32, data + e->begin, t->numel);
-    else if (t->i64)
-      for (size_t j = 0; j < t->numel; j++)
-        t->i64[j] = (int64_t)read_u64le(data + e->begin + 8 * j);
+    const uint8_t *p = data + e->begin;
+    if (t->i64)
+      for (size_t j = 0; j < t->numel; j++) t->i64[j] = (int64_t)read_u64le(p + 8 * j);
+    else if (e->dtype == ST_F32)
+      floats_from_le(t->f32, p, t->numel);
     else
-      for (size_t j = 0; j < t->numel; j++)
-        t->f32[j] = (float)(int64_t)read_u64le(data + e->begin + 8 * j);
+      for (size_t j = 0; j < t->numel; j++) t->f32[j] = st_value(e->dtype, p, j);
   }
 done:
   free(order);
+  free(mapped);
+  free(desc);
   free_entries(&ps);
   return rc;
 }
 
 static int model_load(nn_model *m, const uint8_t *buf, size_t len, const char *src,
-                      shoal_error *err) {
+                      const nn_load_options *opt, shoal_error *err) {
   if (!m || !buf) return shoal_error_set(err, SHOAL_EINVAL, "nn: load: NULL model or data");
   nn__st_tensor *t;
   int n;
   int rc = model_table(m, &t, &n, "load", err);
   if (rc) return rc;
-  rc = nn__st_load_buffer(t, n, "model", buf, len, src, err);
+  rc = nn__st_load_buffer(t, n, "model", buf, len, src, opt, err);
   free(t);
   if (!rc) rc = nn_model_params_changed(m, err); /* a CUDA model's device copy */
   return rc;
 }
 
-int nn_model_load_buffer(nn_model *m, const uint8_t *buf, size_t len, shoal_error *err) {
-  return model_load(m, buf, len, "buffer", err);
+int nn_model_load_buffer_ex(nn_model *m, const uint8_t *buf, size_t len, const nn_load_options *opt,
+                            shoal_error *err) {
+  return model_load(m, buf, len, "buffer", opt, err);
 }
 
-int nn_model_load(nn_model *m, const char *path, shoal_error *err) {
+int nn_model_load_buffer(nn_model *m, const uint8_t *buf, size_t len, shoal_error *err) {
+  return model_load(m, buf, len, "buffer", NULL, err);
+}
+
+int nn_model_load_ex(nn_model *m, const char *path, const nn_load_options *opt, shoal_error *err) {
   if (!path) return shoal_error_set(err, SHOAL_EINVAL, "nn: load: NULL path");
   if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: load: NULL model");
   uint8_t *buf = NULL;
   size_t len = 0;
   int rc = nn__st_read_file(path, &buf, &len, err);
-  if (!rc) rc = model_load(m, buf, len, path, err);
+  if (!rc) rc = model_load(m, buf, len, path, opt, err);
   free(buf);
   return rc;
+}
+
+int nn_model_load(nn_model *m, const char *path, shoal_error *err) {
+  return nn_model_load_ex(m, path, NULL, err);
 }
 
 int nn__st_read_file(const char *path, uint8_t **out, size_t *out_len, shoal_error *err) {

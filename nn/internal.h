@@ -22,7 +22,9 @@
 #include "common/shoal.h"
 #include "nn/nn.h"
 
-#define NN__NAME_MAX 64
+/* Layer names hold PyTorch module paths ("layer4.1.downsample.0"), whose depth grows
+ * with the model; 128 bytes cover torchvision's and Hugging Face's deepest. */
+#define NN__NAME_MAX 128
 #define NN__MAX_TENSORS 4 /* parameter tensors per layer (LSTM/GRU: 4) */
 #define NN__MAX_STATE 3   /* state tensors per layer (batch norm: 3) */
 
@@ -81,6 +83,7 @@ typedef struct nn__node {
   /* Hyper-parameters; which are used depends on kind. */
   int out_c, kh, kw, stride, pad, dil, opad; /* dense (out_c), conv, convT, pools */
   int hidden, num, dim, start, count;        /* cells (num: input size), embedding, slice */
+  bool bias; /* dense, conv, convT: a bias tensor, at poff[1] (NN_NO_BIAS: none) */
   nn_act act;
   float alpha, eps, momentum, p;
 

@@ -104,11 +104,23 @@ static int node_begin(nn_model *m, nn__node *t, nn__kind kind, const char *name)
     if (strlen(name) >= NN__NAME_MAX)
       return model_fail(m, SHOAL_EINVAL, "nn: layer '%.40s...': name longer than %d characters",
                         name, NN__NAME_MAX - 1);
-    /* '.' separates layer and tensor in "fc1.weight"; quotes would need escaping in
-     * a safetensors header. */
-    if (strpbrk(name, ".\"\\"))
-      return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': name may not contain '.', '\"' or '\\'",
+    /* A PyTorch module path ("features.0", "layer1.0.conv1") names the layer as its
+     * state_dict does. Tensor names stay unambiguous: a tensor is "<layer>.<suffix>"
+     * and no suffix holds a '.', so the last '.' splits them; empty parts ("a..b",
+     * ".a", "a.") are refused, as no module path has them. Quotes and backslashes
+     * would need escaping in a safetensors header. */
+    size_t len = strlen(name);
+    if (name[0] == '.' || name[len - 1] == '.' || strstr(name, ".."))
+      return model_fail(m, SHOAL_EINVAL,
+                        "nn: layer '%s': a dotted name needs a non-empty part between dots "
+                        "(a module path such as \"features.0\")",
                         name);
+    if (strpbrk(name, "\"\\"))
+      return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': name may not contain '\"' or '\\'", name);
+    for (size_t i = 0; i < len; i++)
+      if ((unsigned char)name[i] < 0x20)
+        return model_fail(m, SHOAL_EINVAL,
+                          "nn: layer '%s': name may not contain control characters", name);
     snprintf(t->name, sizeof t->name, "%s", name);
   } else {
     snprintf(t->name, sizeof t->name, "%s%d", kind_names[kind], m->n_nodes);
@@ -237,20 +249,35 @@ int nn_node_shape(const nn_model *m, int node, int *C, int *H, int *W) {
   return 0;
 }
 
-int nn_dense(nn_model *m, const char *name, int out_features) {
+/* The flags the bias-carrying layers take; anything else is a caller's mistake. */
+static int check_flags(nn_model *m, const nn__node *t, unsigned flags) {
+  if (flags & ~(unsigned)NN_NO_BIAS)
+    return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': unknown flags 0x%x", t->name,
+                      flags & ~(unsigned)NN_NO_BIAS);
+  return 0;
+}
+
+int nn_dense_ex(nn_model *m, const char *name, int out_features, unsigned flags) {
   nn__node t;
   int rc = node_begin(m, &t, NN__DENSE, name);
   if (rc) return rc;
+  if ((rc = check_flags(m, &t, flags))) return rc;
   int in = cur(m, &t)->F;
   if (out_features < 1)
     return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': out_features %d must be positive", t.name,
                       out_features);
   t.out_c = out_features;
+  t.bias = !(flags & NN_NO_BIAS);
   set_shape(&t, out_features, 1, 1);
   float bound = 1.0f / sqrtf((float)in);
   TENSOR("weight", true, 2, (int[]){out_features, in}, in, out_features, NN__INIT_UNIFORM, bound);
-  TENSOR("bias", true, 1, (int[]){out_features}, in, out_features, NN__INIT_UNIFORM, bound);
+  if (t.bias)
+    TENSOR("bias", true, 1, (int[]){out_features}, in, out_features, NN__INIT_UNIFORM, bound);
   return node_commit(m, &t);
+}
+
+int nn_dense(nn_model *m, const char *name, int out_features) {
+  return nn_dense_ex(m, name, out_features, 0);
 }
 
 static int conv_check(nn_model *m, nn__node *t, int out_c, int kh, int kw, int stride, int pad,
@@ -263,11 +290,12 @@ static int conv_check(nn_model *m, nn__node *t, int out_c, int kh, int kw, int s
   return 0;
 }
 
-int nn_conv2d(nn_model *m, const char *name, int out_c, int kh, int kw, int stride, int pad,
-              int dilation) {
+int nn_conv2d_ex(nn_model *m, const char *name, int out_c, int kh, int kw, int stride, int pad,
+                 int dilation, unsigned flags) {
   nn__node t;
   int rc = node_begin(m, &t, NN__CONV, name);
   if (rc) return rc;
+  if ((rc = check_flags(m, &t, flags))) return rc;
   rc = conv_check(m, &t, out_c, kh, kw, stride, pad, dilation);
   if (rc) return rc;
   const nn__node *x = cur(m, &t);
@@ -279,19 +307,26 @@ int nn_conv2d(nn_model *m, const char *name, int out_c, int kh, int kw, int stri
                       "(dilation %d)",
                       t.name, x->H, x->W, pad, kh, kw, dilation);
   t.out_c = out_c, t.kh = kh, t.kw = kw, t.stride = stride, t.pad = pad, t.dil = dilation;
+  t.bias = !(flags & NN_NO_BIAS);
   set_shape(&t, out_c, ho, wo);
   int fan_in = x->C * kh * kw, fan_out = out_c * kh * kw;
   float bound = 1.0f / sqrtf((float)fan_in);
   TENSOR("weight", true, 4, (int[]){out_c, x->C, kh, kw}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
-  TENSOR("bias", true, 1, (int[]){out_c}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
+  if (t.bias) TENSOR("bias", true, 1, (int[]){out_c}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
   return node_commit(m, &t);
 }
 
-int nn_conv_transpose2d(nn_model *m, const char *name, int out_c, int kh, int kw, int stride,
-                        int pad, int output_pad) {
+int nn_conv2d(nn_model *m, const char *name, int out_c, int kh, int kw, int stride, int pad,
+              int dilation) {
+  return nn_conv2d_ex(m, name, out_c, kh, kw, stride, pad, dilation, 0);
+}
+
+int nn_conv_transpose2d_ex(nn_model *m, const char *name, int out_c, int kh, int kw, int stride,
+                           int pad, int output_pad, unsigned flags) {
   nn__node t;
   int rc = node_begin(m, &t, NN__CONVT, name);
   if (rc) return rc;
+  if ((rc = check_flags(m, &t, flags))) return rc;
   rc = conv_check(m, &t, out_c, kh, kw, stride, pad, 1);
   if (rc) return rc;
   if (output_pad < 0 || output_pad >= stride)
@@ -306,13 +341,19 @@ int nn_conv_transpose2d(nn_model *m, const char *name, int out_c, int kh, int kw
                       t.name, x->H, x->W, ho, wo);
   t.out_c = out_c, t.kh = kh, t.kw = kw, t.stride = stride, t.pad = pad, t.dil = 1;
   t.opad = output_pad;
+  t.bias = !(flags & NN_NO_BIAS);
   set_shape(&t, out_c, ho, wo);
   /* PyTorch's fan of a (in, out, kh, kw) weight: fan_in = size(1) * kh * kw. */
   int fan_in = out_c * kh * kw, fan_out = x->C * kh * kw;
   float bound = 1.0f / sqrtf((float)fan_in);
   TENSOR("weight", true, 4, (int[]){x->C, out_c, kh, kw}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
-  TENSOR("bias", true, 1, (int[]){out_c}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
+  if (t.bias) TENSOR("bias", true, 1, (int[]){out_c}, fan_in, fan_out, NN__INIT_UNIFORM, bound);
   return node_commit(m, &t);
+}
+
+int nn_conv_transpose2d(nn_model *m, const char *name, int out_c, int kh, int kw, int stride,
+                        int pad, int output_pad) {
+  return nn_conv_transpose2d_ex(m, name, out_c, kh, kw, stride, pad, output_pad, 0);
 }
 
 static int pool(nn_model *m, nn__kind kind, const char *name, int k, int stride, int pad) {
@@ -959,8 +1000,12 @@ static size_t node_params(const nn_model *m, int id) {
   const nn__node *nd = &m->nodes[id];
   for (int t = 0; t < m->n_tensors; t++) {
     const nn__tensor *ts = &m->tensors[t];
+    /* "<layer>.<suffix>": the last '.' ends the layer's name, which may hold dots */
     size_t len = strlen(nd->name);
-    if (ts->trainable && !strncmp(ts->name, nd->name, len) && ts->name[len] == '.') n += ts->numel;
+    const char *dot = strrchr(ts->name, '.');
+    if (ts->trainable && dot && (size_t)(dot - ts->name) == len &&
+        !strncmp(ts->name, nd->name, len))
+      n += ts->numel;
   }
   return n;
 }

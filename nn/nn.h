@@ -84,12 +84,33 @@ int nn_model_current(const nn_model *m);
 int nn_node_shape(const nn_model *m, int node, int *C, int *H, int *W);
 
 /* Layers. name must be unique in the model (it prefixes the tensor names in
- * checkpoints: "fc1.weight", "fc1.bias", as PyTorch's state_dict names them). */
-int nn_dense(nn_model *m, const char *name, int out_features); /* over C*H*W features */
+ * checkpoints: "fc1.weight", "fc1.bias", as PyTorch's state_dict names them). It may be
+ * a PyTorch module path, parts joined by '.' ("features.0", "layer1.0.conv1"), so a
+ * model built by hand matches a torch model's state_dict ("features.0.weight"); the
+ * parts must be non-empty. '"', '\\' and control characters are refused; at most 127
+ * bytes. NULL or "" names the layer after its kind and node ("dense3"). */
+
+/* Flags of the layers with a bias (dense, conv2d, conv_transpose2d). */
+typedef enum nn_layer_flags {
+  NN_NO_BIAS = 1 << 0, /* PyTorch's bias=False: no bias tensor is allocated, initialised,
+                        * trained, saved or loaded, and y = W x alone */
+} nn_layer_flags;
+
+/* y = x W^T + b over the C*H*W input features; weight (out, in), bias (out). */
+int nn_dense(nn_model *m, const char *name, int out_features);
+/* y = conv(x, W) + b; weight (out_c, C, kh, kw), bias (out_c). */
 int nn_conv2d(nn_model *m, const char *name, int out_c, int kh, int kw, int stride, int pad,
               int dilation);
+/* The adjoint of conv2d, + b; weight (C, out_c, kh, kw) as PyTorch lays it out. */
 int nn_conv_transpose2d(nn_model *m, const char *name, int out_c, int kh, int kw, int stride,
                         int pad, int output_pad);
+/* The same with flags (nn_layer_flags; 0 is the plain call). An unknown flag is
+ * SHOAL_EINVAL. */
+int nn_dense_ex(nn_model *m, const char *name, int out_features, unsigned flags);
+int nn_conv2d_ex(nn_model *m, const char *name, int out_c, int kh, int kw, int stride, int pad,
+                 int dilation, unsigned flags);
+int nn_conv_transpose2d_ex(nn_model *m, const char *name, int out_c, int kh, int kw, int stride,
+                           int pad, int output_pad, unsigned flags);
 int nn_maxpool2d(nn_model *m, const char *name, int k, int stride, int pad);
 int nn_avgpool2d(nn_model *m, const char *name, int k, int stride, int pad);
 /* Batch norm over C (1-d when H = W = 1, else 2-d); running statistics updated in
@@ -407,15 +428,41 @@ float nn_schedule_value(const nn_schedule *s, long step);
  * folder), so a crash leaves the old file or the new one. */
 int nn_model_save(const nn_model *m, const char *path, shoal_error *err);
 /* Reads a safetensors file into m. Every tensor of m must be present once, with the
- * same shape and dtype F32 (state such as num_batches_tracked may also be I64, as
- * torch writes it), and no other; offsets must tile the data exactly and values be
- * finite. A missing, extra or mis-shaped tensor, a truncated or malformed file or a
- * NaN is an error (SHOAL_ESHAPE, SHOAL_EFORMAT, SHOAL_ENAN, SHOAL_ENOENT, SHOAL_EIO)
- * naming the tensor and the file, and leaves m unchanged. */
+ * same shape and dtype F32, F16 or BF16 (widened to float exactly; state such as
+ * num_batches_tracked may also be I64, as torch writes it), and no other; offsets must
+ * tile the data exactly and values be finite. A missing, extra or mis-shaped tensor,
+ * another dtype, a truncated or malformed file or a NaN or infinity is an error
+ * (SHOAL_ESHAPE, SHOAL_EFORMAT, SHOAL_ENAN, SHOAL_ENOENT, SHOAL_EIO) naming the tensor
+ * and the file, and leaves m unchanged. */
 int nn_model_load(nn_model *m, const char *path, shoal_error *err);
 /* The same to and from memory. save_buffer: caller frees *buf with free(). */
 int nn_model_save_buffer(const nn_model *m, uint8_t **buf, size_t *len, shoal_error *err);
 int nn_model_load_buffer(nn_model *m, const uint8_t *buf, size_t len, shoal_error *err);
+
+/* How nn_model_load_ex matches the file's tensor names to the model's. A zeroed struct
+ * is nn_model_load.
+ *
+ *   nn_load_options o = {.from_prefix = "module."};      // DataParallel's checkpoint
+ *   nn_load_options o = {.from_prefix = "backbone.", .skip_unmatched = true};
+ *                                                         // a detector's backbone alone */
+typedef struct nn_load_options {
+  /* A file name that starts with from_prefix loads into the model's tensor named
+   * to_prefix + the rest ("module.fc1.weight" -> "fc1.weight" with "module." -> "").
+   * NULL is "". When from_prefix is not "", no file name starting with it is
+   * SHOAL_ENOENT naming the prefix, and a file name without it is an error unless
+   * skip_unmatched. Borrowed for the call. */
+  const char *from_prefix;
+  const char *to_prefix;
+  /* File tensors outside from_prefix, or whose mapped name the model lacks, are
+   * skipped (their bytes still count in the file's checks; any safetensors dtype) instead
+   * of being errors. Every tensor of the model must still be in the file. */
+  bool skip_unmatched;
+} nn_load_options;
+/* nn_model_load and nn_model_load_buffer with options (NULL: none). Errors as theirs;
+ * each names the file's tensor and, when mapped, the model's. */
+int nn_model_load_ex(nn_model *m, const char *path, const nn_load_options *opt, shoal_error *err);
+int nn_model_load_buffer_ex(nn_model *m, const uint8_t *buf, size_t len, const nn_load_options *opt,
+                            shoal_error *err);
 
 #ifdef __cplusplus
 }

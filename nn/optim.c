@@ -406,7 +406,7 @@ static int optim_load(nn_optim *o, const uint8_t *buf, size_t len, const char *s
     int rc = o->dm->be->optim_get(o->dev, o->mom, err);
     if (rc) return rc;
   }
-  int rc = nn__st_load_buffer(t, n, "optimizer", buf, len, src, err);
+  int rc = nn__st_load_buffer(t, n, "optimizer", buf, len, src, NULL, err);
   if (rc) return rc;
   o->step = (long)step; /* >= 0, checked by the reader */
   if (o->dev) return o->dm->be->optim_set(o->dev, o->mom, err);

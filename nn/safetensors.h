@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "common/shoal.h"
+#include "nn/nn.h"
 
 /* One tensor to write or to fill. Exactly one of f32 and i64 is set. */
 typedef struct nn__st_tensor {
@@ -21,6 +22,7 @@ typedef struct nn__st_tensor {
   float *f32;     /* F32 data: the source when saving, the destination when loading */
   int64_t *i64;   /* I64 data: counts (a step count), so >= 0 on load */
   bool i64_ok;    /* f32 tensors: also accept I64 within +-2^24 (torch's integer state) */
+  bool half_ok;   /* f32 tensors: also accept F16 and BF16, widened exactly */
   bool trainable; /* only for messages: a parameter rather than state */
 } nn__st_tensor;
 
@@ -35,8 +37,16 @@ int nn__st_read_file(const char *path, uint8_t **out, size_t *len, shoal_error *
 /* Validates buf against the table (every tensor present once, no other, same shape, a
  * dtype that fits, offsets tiling the data, finite values) and only then fills every
  * destination. owner ("model", "optimizer") and src (the file, or "buffer") name
- * things in messages. On error nothing is written. */
+ * things in messages. opt (NULL: names as they are, nothing skipped) maps the file's
+ * names as nn_model_load_ex documents. On error nothing is written. */
 int nn__st_load_buffer(const nn__st_tensor *t, int count, const char *owner, const uint8_t *buf,
-                       size_t len, const char *src, shoal_error *err);
+                       size_t len, const char *src, const nn_load_options *opt, shoal_error *err);
+
+/* IEEE 754 binary16 bits -> float, exactly: every half is a float (subnormals become
+ * normal floats; infinities stay infinite; a NaN stays a NaN with its sign and its
+ * payload in the float mantissa's top bits). Can't fail. */
+float nn__f16_to_f32(uint16_t h);
+/* bfloat16 bits -> float, exactly (bfloat16 is a float's top 16 bits). Can't fail. */
+float nn__bf16_to_f32(uint16_t h);
 
 #endif

@@ -1039,7 +1039,12 @@ static void test_describe_and_find(void **s) {
   nn_conv2d(m, "conv", 16, 3, 3, 1, 0, 1);
   nn_flatten(m, "flat");
   int fc = nn_dense(m, "fc", 6);
-  assert_int_equal(nn_dense(m, "bad.name", 2), SHOAL_EINVAL);
+  /* module paths are names; empty parts, quotes and backslashes are not */
+  assert_int_equal(nn_dense(m, "bad..name", 2), SHOAL_EINVAL);
+  assert_non_null(strstr(nn_model_error(m), "non-empty part"));
+  assert_int_equal(nn_dense(m, ".lead", 2), SHOAL_EINVAL);
+  assert_int_equal(nn_dense(m, "trail.", 2), SHOAL_EINVAL);
+  assert_int_equal(nn_dense(m, "q\"uote", 2), SHOAL_EINVAL);
   assert_int_equal(nn_model_find_node(m, "fc"), fc);
   assert_int_equal(nn_model_find_node(m, "input"), 0);
   assert_int_equal(nn_model_find_node(m, "nope"), SHOAL_ENOENT);

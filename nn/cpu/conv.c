@@ -107,7 +107,8 @@ static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   const nn__node *xn = nn__input(m, n, 0);
   int P = n->H * n->W, K = xn->C * n->kh * n->kw, Co = n->C;
   int g = nn__conv_group(K, P, m->max_batch);
-  const float *w = m->params + n->poff[0], *b = m->params + n->poff[1];
+  const float *w = m->params + n->poff[0];
+  const float *b = n->bias ? m->params + n->poff[1] : NULL;
   float *col = m->scratch, *tmp = m->scratch + (size_t)K * g * P;
   for (int s0 = 0; s0 < B; s0 += g) {
     int gb = B - s0 < g ? B - s0 : g, N = gb * P;
@@ -119,7 +120,8 @@ static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
       for (int c = 0; c < Co; c++) {
         float *o = out + ((size_t)s * Co + c) * P;
         const float *t = y + ((size_t)c * gb + s) * P;
-        for (int p = 0; p < P; p++) o[p] = t[p] + b[c];
+        float bc = b ? b[c] : 0.0f;
+        for (int p = 0; p < P; p++) o[p] = t[p] + bc;
       }
     }
   }
@@ -131,7 +133,7 @@ static void conv_backward(nn_model *m, nn__node *n, int B) {
   int P = n->H * n->W, K = xn->C * n->kh * n->kw, Co = n->C;
   int g = nn__conv_group(K, P, m->max_batch);
   const float *w = m->params + n->poff[0];
-  float *dw = m->grads + n->poff[0], *db = m->grads + n->poff[1];
+  float *dw = m->grads + n->poff[0], *db = n->bias ? m->grads + n->poff[1] : NULL;
   bool acc;
   float *dx = nn__dinput(m, n, 0, &acc);
   float *col = m->scratch, *gcm = col + (size_t)K * g * P, *dcol = gcm + (size_t)Co * g * P;
@@ -143,7 +145,7 @@ static void conv_backward(nn_model *m, nn__node *n, int B) {
       to_cm(dy, gb, Co, P, gcm);
       gr = gcm;
     }
-    for (int c = 0; c < Co; c++) {
+    for (int c = 0; db && c < Co; c++) {
       const float *r = gr + (size_t)c * N;
       float t = 0;
       for (int i = 0; i < N; i++) t += r[i];
@@ -169,7 +171,8 @@ const nn__layer_ops nn__cpu_conv = {conv_forward, conv_backward};
 static int convt_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   const nn__node *xn = nn__input(m, n, 0);
   int Pin = xn->H * xn->W, N = B * Pin, Ci = xn->C, Kc = n->C * n->kh * n->kw;
-  const float *w = m->params + n->poff[0], *b = m->params + n->poff[1];
+  const float *w = m->params + n->poff[0];
+  const float *b = n->bias ? m->params + n->poff[1] : NULL;
   const float *xg = xn->out;
   float *col = m->scratch;
   if (B > 1) {
@@ -184,7 +187,7 @@ static int convt_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
     float *y = n->out + (size_t)s * n->F;
     nn__col2im(col + (size_t)s * Pin, N, n->C, n->H, n->W, n->kh, n->kw, n->stride, n->pad, 1,
                xn->H, xn->W, y);
-    for (int c = 0; c < n->C; c++)
+    for (int c = 0; b && c < n->C; c++)
       for (int p = 0; p < P; p++) y[(size_t)c * P + p] += b[c];
   }
   return 0;
@@ -195,13 +198,13 @@ static void convt_backward(nn_model *m, nn__node *n, int B) {
   int Pin = xn->H * xn->W, N = B * Pin, Ci = xn->C, Kc = n->C * n->kh * n->kw;
   int P = n->H * n->W;
   const float *w = m->params + n->poff[0];
-  float *dw = m->grads + n->poff[0], *db = m->grads + n->poff[1];
+  float *dw = m->grads + n->poff[0], *db = n->bias ? m->grads + n->poff[1] : NULL;
   float *dcol = m->scratch;
   for (int s = 0; s < B; s++) {
     const float *g = n->dout + (size_t)s * n->F;
     nn__im2col(g, n->C, n->H, n->W, n->kh, n->kw, n->stride, n->pad, 1, xn->H, xn->W,
                dcol + (size_t)s * Pin, N);
-    for (int c = 0; c < n->C; c++) {
+    for (int c = 0; db && c < n->C; c++) {
       float t = 0;
       for (int p = 0; p < P; p++) t += g[(size_t)c * P + p];
       db[c] += t;

@@ -10,15 +10,18 @@
 
 #include "nn/cpu/cpu.h"
 
-/* ---- dense: y (B, out) = x (B, in) W^T + b; W (out, in) ----------------------- */
+/* ---- dense: y (B, out) = x (B, in) W^T + b (b = 0 without a bias); W (out, in) ---- */
 
 static int dense_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   const float *x = nn__in_out(m, n, 0);
   int in = nn__in_F(m, n, 0), out = n->F;
-  const float *w = m->params + n->poff[0], *b = m->params + n->poff[1];
+  const float *w = m->params + n->poff[0];
   float *y = n->out;
-  for (int i = 0; i < B; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof(float));
-  nn__sgemm(false, true, B, out, in, 1.0f, x, in, w, in, 1.0f, y, out);
+  if (n->bias) {
+    const float *b = m->params + n->poff[1];
+    for (int i = 0; i < B; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof(float));
+  }
+  nn__sgemm(false, true, B, out, in, 1.0f, x, in, w, in, n->bias ? 1.0f : 0.0f, y, out);
   return 0;
 }
 
@@ -26,11 +29,14 @@ static void dense_backward(nn_model *m, nn__node *n, int B) {
   const float *x = nn__in_out(m, n, 0), *dy = n->dout;
   int in = nn__in_F(m, n, 0), out = n->F;
   const float *w = m->params + n->poff[0];
-  float *dw = m->grads + n->poff[0], *db = m->grads + n->poff[1];
+  float *dw = m->grads + n->poff[0];
   nn__sgemm(true, false, out, in, B, 1.0f, dy, out, x, in, 1.0f, dw, in); /* dW += dy^T x */
-  for (int i = 0; i < B; i++) {
-    const float *r = dy + (size_t)i * out;
-    for (int j = 0; j < out; j++) db[j] += r[j];
+  if (n->bias) {
+    float *db = m->grads + n->poff[1]; /* db += sum over the batch of dy */
+    for (int i = 0; i < B; i++) {
+      const float *r = dy + (size_t)i * out;
+      for (int j = 0; j < out; j++) db[j] += r[j];
+    }
   }
   bool acc;
   float *dx = nn__dinput(m, n, 0, &acc);

@@ -33,7 +33,7 @@ static const float ONE = 1.0f, ZERO = 0.0f;
 
 static inline const nn__node *in0(nn_model *m, nn__node *n) { return &m->nodes[n->in[0]]; }
 
-/* ---- dense: y (B, out) = x (B, in) W^T + b; W (out, in) --------------------------
+/* ---- dense: y (B, out) = x (B, in) W^T + b (none with NN_NO_BIAS); W (out, in) ----
  * cuBLAS is column-major: a row-major (B, out) matrix is its column-major (out, B),
  * so y^T = W x^T is gemm(T, N) with W read as (in, out). */
 
@@ -44,7 +44,7 @@ static int dense_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   NN_CUBLAS(c, n->name,
             cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, B, in, &ONE, P(0), in, x->out, in,
                         &ZERO, n->out, out));
-  NN_CU(c, n->name, nn__k_bias_rows(S, n->out, P(1), B, out));
+  if (n->bias) NN_CU(c, n->name, nn__k_bias_rows(S, n->out, P(1), B, out));
   return 0;
 }
 
@@ -57,8 +57,9 @@ static int dense_bwd(nn_model *m, nn__node *n, int B, shoal_error *err) {
   NN_CUBLAS(c, n->name,
             cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, B, &ONE, x->out, in, dy, out,
                         &ONE, G(0), in));
-  NN_CUBLAS(c, n->name,
-            cublasSgemv(c->blas, CUBLAS_OP_N, out, B, &ONE, dy, out, c->ones, 1, &ONE, G(1), 1));
+  if (n->bias)
+    NN_CUBLAS(c, n->name,
+              cublasSgemv(c->blas, CUBLAS_OP_N, out, B, &ONE, dy, out, c->ones, 1, &ONE, G(1), 1));
   bool acc;
   float *dx = nn__dinput(m, n, 0, &acc);
   if (dx) /* dx (B, in) = dy W */
@@ -70,10 +71,9 @@ static int dense_bwd(nn_model *m, nn__node *n, int B, shoal_error *err) {
 BACKWARD(dense)
 
 /* ---- conv2d and conv_transpose2d through cuDNN ------------------------------------
- * conv: y = conv(x, W) + b. convT is the input gradient of the conv that maps its
- * output back to its input, so its forward is cuDNN's backward-data, its input
- * gradient cuDNN's forward, and its weight gradient cuDNN's backward-filter with the
- * roles of x and y swapped. */
+ * conv: y = conv(x, W) + b (b only with a bias). convT is the input gradient of the conv that maps
+ * its output back to its input, so its forward is cuDNN's backward-data, its input gradient cuDNN's
+ * forward, and its weight gradient cuDNN's backward-filter with the roles of x and y swapped. */
 
 static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   CTX;
@@ -91,7 +91,8 @@ static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
     NN_CUDNN(c, n->name,
              cudnnConvolutionBackwardData(c->dnn, &ONE, d->w, P(0), d->x, x->out, d->conv,
                                           a->bwd_data, c->ws, c->ws_bytes, &ZERO, d->y, n->out));
-  NN_CUDNN(c, n->name, cudnnAddTensor(c->dnn, &ONE, d->bias, P(1), &ONE, d->y, n->out));
+  if (n->bias)
+    NN_CUDNN(c, n->name, cudnnAddTensor(c->dnn, &ONE, d->bias, P(1), &ONE, d->y, n->out));
   return 0;
 }
 
@@ -105,7 +106,8 @@ static int conv_bwd(nn_model *m, nn__node *n, int B, shoal_error *err) {
   const nn__conv_algos *a = nn__cuda_algos(m, n, B, err);
   if (!a) return SHOAL_ECUDA;
   bool t = n->kind == NN__CONVT;
-  NN_CUDNN(c, n->name, cudnnConvolutionBackwardBias(c->dnn, &ONE, d->y, dy, &ONE, d->bias, G(1)));
+  if (n->bias)
+    NN_CUDNN(c, n->name, cudnnConvolutionBackwardBias(c->dnn, &ONE, d->y, dy, &ONE, d->bias, G(1)));
   if (!t)
     NN_CUDNN(c, n->name,
              cudnnConvolutionBackwardFilter(c->dnn, &ONE, d->x, x->out, d->y, dy, d->conv,
