@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/nn_train_fixture.h — reads the text fixtures that tests/reference/nn_train.py
- * writes under tests/reference/nn_train/: one array per line, "name count v0 v1 ...".
- * Shared by test_nn_train.c and test_nn_checkpoint.c; header-only so each test stays
- * one source file.
+ * writes under tests/reference/nn_train/ (and nn_torch_models.py under
+ * tests/reference/nn_torch_models/): one array per line, "name count v0 v1 ...". Shared by
+ * test_nn_train.c, test_nn_checkpoint.c and test_nn_torch_models.c; header-only so each
+ * test stays one source file.
  */
 #ifndef SHOAL_TESTS_NN_TRAIN_FIXTURE_H
 #define SHOAL_TESTS_NN_TRAIN_FIXTURE_H
@@ -23,17 +24,22 @@ typedef struct fx_file {
   int count;
 } fx_file;
 
-/* The path of a file under tests/reference/nn_train/ (SHOAL_SOURCE_DIR set by ctest,
- * else the current directory's parent layout of a source checkout). */
-static inline void fx_path(char *out, size_t cap, const char *file) {
+/* The path of a file under tests/reference/<dir>/ (SHOAL_SOURCE_DIR set by ctest, else
+ * the current directory's parent layout of a source checkout). */
+static inline void fx_path_in(char *out, size_t cap, const char *dir, const char *file) {
   const char *src = getenv("SHOAL_SOURCE_DIR");
-  snprintf(out, cap, "%s/tests/reference/nn_train/%s", src ? src : ".", file);
+  snprintf(out, cap, "%s/tests/reference/%s/%s", src ? src : ".", dir, file);
 }
 
-/* Loads a fixture file; returns 0 or -1 (message on stderr). */
-static inline int fx_load(fx_file *fx, const char *file) {
+/* The same under tests/reference/nn_train/. */
+static inline void fx_path(char *out, size_t cap, const char *file) {
+  fx_path_in(out, cap, "nn_train", file);
+}
+
+/* Loads a fixture file of tests/reference/<dir>/; returns 0 or -1 (message on stderr). */
+static inline int fx_load_in(fx_file *fx, const char *dir, const char *file) {
   char path[1024];
-  fx_path(path, sizeof path, file);
+  fx_path_in(path, sizeof path, dir, file);
   FILE *f = fopen(path, "r");
   if (!f) {
     fprintf(stderr, "fixture %s: cannot open (run from the build dir via ctest)\n", path);
@@ -64,6 +70,11 @@ static inline int fx_load(fx_file *fx, const char *file) {
   }
   fclose(f);
   return fx->count > 0 ? 0 : -1;
+}
+
+/* Loads a fixture file of tests/reference/nn_train/. */
+static inline int fx_load(fx_file *fx, const char *file) {
+  return fx_load_in(fx, "nn_train", file);
 }
 
 static inline void fx_free(fx_file *fx) {

@@ -176,6 +176,24 @@ static void add_conv(nn_model *m) { nn_conv2d(m, "conv", 3, 3, 2, 2, 1, 2); }
 static void add_conv1(nn_model *m) { nn_conv2d(m, "conv", 4, 3, 3, 1, 1, 1); }
 static void add_convt(nn_model *m) { nn_conv_transpose2d(m, "convt", 3, 3, 3, 2, 1, 1); }
 static void add_convt2(nn_model *m) { nn_conv_transpose2d(m, "convt", 2, 4, 4, 2, 1, 0); }
+/* bias=False: y = W x alone (a DCGAN's and a ResNet's convolutions, under module paths) */
+static void add_dense_nb(nn_model *m) { nn_dense_ex(m, "head.1", 5, NN_NO_BIAS); }
+static void add_conv_nb(nn_model *m) {
+  nn_conv2d_ex(m, "features.0", 3, 3, 2, 2, 1, 2, NN_NO_BIAS);
+}
+static void add_convt_nb(nn_model *m) {
+  nn_conv_transpose2d_ex(m, "main.0", 3, 3, 3, 2, 1, 1, NN_NO_BIAS);
+}
+/* conv (no bias) -> batch norm -> relu -> conv-transpose (no bias) -> dense (no bias),
+ * B = 4 so conv2d runs in groups */
+static void add_nb_stack(nn_model *m) {
+  nn_conv2d_ex(m, "enc.conv", 4, 3, 3, 1, 1, 1, NN_NO_BIAS);
+  nn_batchnorm(m, "enc.bn", 1e-5f, 0.1f);
+  nn_activation(m, "enc.act", NN_TANH, 0);
+  nn_conv_transpose2d_ex(m, "dec.up", 2, 4, 4, 2, 1, 0, NN_NO_BIAS);
+  nn_flatten(m, "dec.flat");
+  nn_dense_ex(m, "dec.fc", 3, NN_NO_BIAS);
+}
 static void add_maxpool(nn_model *m) { nn_maxpool2d(m, "pool", 3, 2, 1); }
 static void add_avgpool(nn_model *m) { nn_avgpool2d(m, "pool", 3, 2, 1); }
 static void add_bn(nn_model *m) { nn_batchnorm(m, "bn", 1e-5f, 0.1f); }
@@ -327,6 +345,12 @@ GC(conv, "conv2d s2 p1 d2 3x2", 2, 7, 6, 2, add_conv, true, 1e-2f, X_UNIFORM, 0,
 GC(conv1, "conv2d s1 p1", 2, 5, 5, 2, add_conv1, true, 1e-2f, X_UNIFORM, 0, true)
 GC(convt, "conv_transpose2d s2 p1 op1", 2, 3, 4, 2, add_convt, true, 1e-2f, X_UNIFORM, 0, true)
 GC(convt2, "conv_transpose2d 4x4 s2 p1", 3, 3, 3, 1, add_convt2, true, 1e-2f, X_UNIFORM, 0, true)
+GC(dense_nb, "dense bias=False", 4, 1, 1, 3, add_dense_nb, true, 1e-2f, X_UNIFORM, 0, true)
+GC(conv_nb, "conv2d bias=False s2 p1 d2", 2, 7, 6, 2, add_conv_nb, true, 1e-2f, X_UNIFORM, 0, true)
+GC(convt_nb, "conv_transpose2d bias=False", 2, 3, 4, 2, add_convt_nb, true, 1e-2f, X_UNIFORM, 0,
+   true)
+GC(nb_stack, "conv-bn-convT-dense bias=False", 2, 4, 4, 4, add_nb_stack, true, 1e-2f, X_UNIFORM, 0,
+   true)
 GC(maxpool, "maxpool2d", 2, 5, 6, 2, add_maxpool, true, 1e-2f, X_DISTINCT, 0, true)
 GC(avgpool, "avgpool2d", 2, 5, 6, 2, add_avgpool, true, 1e-2f, X_UNIFORM, 0, true)
 GC(bn2d_train, "batchnorm2d train", 3, 2, 3, 4, add_bn, true, 1e-2f, X_UNIFORM, 0, true)
@@ -1032,6 +1056,62 @@ static void test_set_output(void **s) {
   nn_model_destroy(m);
 }
 
+/* NN_NO_BIAS: the weight is the layer's one tensor, and the output is what the same
+ * layer with a zero bias computes; its gradient is the same weight gradient. */
+static void test_no_bias_layers(void **s) {
+  shoal_error err = {0};
+  for (int kind = 0; kind < 3; kind++) {
+    nn_model *m[2];
+    for (int with = 0; with < 2; with++) {
+      m[with] = nn_model_create(NN_CPU, &err);
+      nn_input(m[with], 2, 5, 4);
+      unsigned fl = with ? 0 : NN_NO_BIAS;
+      int rc = kind == 0   ? nn_dense_ex(m[with], "l.0", 3, fl)
+               : kind == 1 ? nn_conv2d_ex(m[with], "l.0", 3, 3, 3, 1, 1, 1, fl)
+                           : nn_conv_transpose2d_ex(m[with], "l.0", 3, 3, 3, 2, 1, 1, fl);
+      assert_true(rc > 0);
+      assert_int_equal(nn_model_build(m[with], 2, 5, &err), 0);
+    }
+    assert_int_equal(nn_model_tensor_count(m[0]), 1);
+    assert_int_equal(nn_model_tensor_count(m[1]), 2);
+    assert_int_equal(nn_model_find_tensor(m[0], "l.0.bias", NULL), SHOAL_ENOENT);
+    nn_tensor_info w0, w1, b1;
+    assert_int_equal(nn_model_find_tensor(m[0], "l.0.weight", &w0), 0);
+    assert_int_equal(nn_model_find_tensor(m[1], "l.0.weight", &w1), 0);
+    assert_int_equal(nn_model_find_tensor(m[1], "l.0.bias", &b1), 0);
+    size_t n0, n1;
+    float *p0 = nn_model_params(m[0], &n0), *p1 = nn_model_params(m[1], &n1);
+    assert_int_equal(n0, w0.numel);
+    assert_int_equal(n1, w1.numel + b1.numel);
+    memcpy(p1 + w1.offset, p0 + w0.offset, w0.numel * sizeof *p0);
+    memset(p1 + b1.offset, 0, b1.numel * sizeof *p1);
+    float x[2 * 40], dy[2 * 3 * 10 * 8];
+    for (int i = 0; i < 80; i++) x[i] = sinf(0.7f * (float)i);
+    for (int i = 0; i < (int)(sizeof dy / sizeof *dy); i++) dy[i] = cosf(0.3f * (float)i);
+    const float *y[2];
+    int C, H, W;
+    nn_node_shape(m[0], 1, &C, &H, &W);
+    size_t ny = (size_t)2 * C * H * W;
+    for (int k = 0; k < 2; k++) {
+      nn_model_zero_grad(m[k]);
+      assert_int_equal(nn_model_forward(m[k], x, 2, &y[k], &err), 0);
+      assert_int_equal(nn_model_backward(m[k], dy, NULL, &err), 0);
+    }
+    for (size_t i = 0; i < ny; i++) assert_float_equal(y[0][i], y[1][i], 1e-6);
+    const float *g0 = nn_model_grads(m[0], NULL), *g1 = nn_model_grads(m[1], NULL);
+    for (size_t i = 0; i < w0.numel; i++)
+      assert_float_equal(g0[w0.offset + i], g1[w1.offset + i], 1e-5);
+    nn_model_destroy(m[0]);
+    nn_model_destroy(m[1]);
+  }
+  /* an unknown flag is the caller's mistake, said so */
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 2, 1, 1);
+  assert_int_equal(nn_dense_ex(m, "fc", 2, 0x10), SHOAL_EINVAL);
+  assert_non_null(strstr(nn_model_error(m), "unknown flags 0x10"));
+  nn_model_destroy(m);
+}
+
 static void test_describe_and_find(void **s) {
   shoal_error err = {0};
   nn_model *m = nn_model_create(NN_CPU, &err);
@@ -1150,6 +1230,11 @@ int main(void) {
       cmocka_unit_test(test_grad_conv1),
       cmocka_unit_test(test_grad_convt),
       cmocka_unit_test(test_grad_convt2),
+      cmocka_unit_test(test_grad_dense_nb),
+      cmocka_unit_test(test_grad_conv_nb),
+      cmocka_unit_test(test_grad_convt_nb),
+      cmocka_unit_test(test_grad_nb_stack),
+      cmocka_unit_test(test_no_bias_layers),
       cmocka_unit_test(test_grad_maxpool),
       cmocka_unit_test(test_grad_avgpool),
       cmocka_unit_test(test_grad_bn2d_train),
