@@ -14,6 +14,12 @@
  * offsets, finite values) before it writes one float, so a bad file leaves the model as
  * it was. The JSON reader covers what a safetensors header can hold (objects, arrays,
  * strings with escapes, non-negative integers) and rejects the rest.
+ *
+ * Every dtype of the specification is parsed, so the layout of a whole file is checked;
+ * F32 loads as it is, F16 and BF16 widen exactly (torch's half models), I64 fills
+ * integer state. nn_model_load_ex renames the file's tensors by a prefix before they
+ * are matched, and may skip those that match nothing (a detector's head when only its
+ * backbone is wanted).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -902,7 +908,7 @@ int nn__st_load_buffer(const nn__st_tensor *tab, int count, const char *owner, c
   }
 
   /* the tensors tile the data section: no overlap, no gap, nothing after */
-  order = malloc((size_t)ps.n * sizeof *order + 1);
+  order = malloc((size_t)ps.n * sizeof *order + 1); /* + 1: never malloc(0) */
   if (!order) {
     rc = shoal_error_set(err, SHOAL_ENOMEM, "nn: checkpoint: out of memory");
     goto done;

@@ -183,7 +183,19 @@ static void a_pool(nn_model *m) {
   nn_avgpool2d(m, "ap", 3, 1, 1);
 }
 
+/* bias=False (NN_NO_BIAS) on each kind, under PyTorch module paths: the CUDA kernels
+ * skip the bias add and its gradient as the CPU's do */
+static void a_no_bias(nn_model *m) {
+  nn_conv2d_ex(m, "features.0", 6, 3, 3, 2, 1, 1, NN_NO_BIAS);
+  nn_batchnorm(m, "features.1", 1e-5f, 0.1f);
+  nn_activation(m, "features.2", NN_RELU, 0);
+  nn_conv_transpose2d_ex(m, "features.3", 3, 4, 4, 2, 1, 0, NN_NO_BIAS);
+  nn_flatten(m, "head.0");
+  nn_dense_ex(m, "head.1", 7, NN_NO_BIAS);
+}
+
 static void test_conv(void **s) {
+  compare("bias=False", a_no_bias, 3, 10, 8, 4, true, TOL_GEMM);
   compare("conv2d", a_conv, 3, 11, 9, 5, true, TOL_GEMM);
   compare("conv2d b2", a_conv, 3, 11, 9, 2, true, TOL_GEMM);
   compare("conv_transpose2d", a_convt, 4, 5, 6, 3, true, TOL_GEMM);

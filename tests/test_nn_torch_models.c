@@ -7,7 +7,8 @@
  * the ResNet again in F16 and BF16, and a detector whose "backbone." is the ResNet's
  * encoder. Each is built by hand in shoal under torch's names, loaded, and must give
  * torch's outputs (within 1e-5); the half-precision files must give the outputs torch
- * computes in F32 with the same rounded weights. Also: the F16/BF16 widening against
+ * computes in F32 with the same rounded weights; torch loads shoal's save of the ResNet
+ * back with strict names. Also: the F16/BF16 widening against
  * torch's for all 65536 bit patterns, prefix mapping and skipping, and the errors that
  * name the tensor (missing, extra, mis-shaped, a prefix that matches nothing), each
  * leaving the model as it was.
@@ -23,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "nn/nn.h"
 #include "nn/safetensors.h" /* nn__f16_to_f32, nn__bf16_to_f32 */
@@ -275,6 +278,35 @@ static void test_nested_resnet(void **state) {
   nn_model_destroy(m);
 }
 
+/* The other way: torch loads the ResNet that shoal saves into its own ResNet with
+ * strict names (load_state_dict(strict=True)) and computes r.y with it. Skipped without
+ * /usr/bin/python3 and torch. */
+static void test_torch_loads_shoal_resnet(void **state) {
+  const char *py = getenv("SHOAL_PYTHON");
+  if (!py || !*py) py = "/usr/bin/python3";
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "%s -c 'import numpy, torch' >/dev/null 2>&1", py);
+  if (access(py, X_OK) != 0 || system(cmd) != 0) {
+    printf("SKIPPED: %s with numpy and torch is not available\n", py);
+    skip();
+  }
+  nn_model *m = make_full_resnet();
+  load_ok(m, "resnet.safetensors", NULL);
+  char dir[] = "/tmp/shoal_torch_models_XXXXXX", path[512];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/resnet.safetensors", dir);
+  shoal_error err = {0};
+  if (nn_model_save(m, path, &err)) fail_msg("save: %s", err.msg);
+  const char *src = getenv("SHOAL_SOURCE_DIR");
+  snprintf(cmd, sizeof cmd, "%s %s/tests/reference/nn_torch_models.py check %s", py,
+           src ? src : ".", path);
+  int rc = system(cmd);
+  unlink(path);
+  rmdir(dir);
+  assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+  nn_model_destroy(m);
+}
+
 /* A layer named as another layer's name continued ("blk" and "blk.fc") keeps its own
  * tensors: the last '.' of a tensor name ends the layer's name. */
 static void test_names_that_continue_names(void **state) {
@@ -518,6 +550,7 @@ int main(void) {
       cmocka_unit_test(test_dcgan_generator_from_dataparallel),
       cmocka_unit_test(test_dcgan_discriminator),
       cmocka_unit_test(test_nested_resnet),
+      cmocka_unit_test(test_torch_loads_shoal_resnet),
       cmocka_unit_test(test_names_that_continue_names),
       cmocka_unit_test(test_f16_checkpoint),
       cmocka_unit_test(test_bf16_checkpoint),

@@ -5,7 +5,8 @@
 biases, saved as safetensors exactly as their state_dict names them, and the outputs
 torch computes with them.
 
-    /usr/bin/python3 tests/reference/nn_torch_models.py   # rewrites tests/reference/nn_torch_models/
+    /usr/bin/python3 tests/reference/nn_torch_models.py             # rewrites nn_torch_models/
+    /usr/bin/python3 tests/reference/nn_torch_models.py check FILE  # torch loads shoal's ResNet
 
 torch 1.13 has no safetensors writer, so st_write below writes the format by its
 specification from the tensors' own bytes (F32, F16, BF16, I64, F64 as torch holds them).
@@ -31,6 +32,7 @@ Files:
 import json
 import os
 import struct
+import sys
 
 import numpy as np
 import torch
@@ -193,7 +195,40 @@ def half_table(dtype):
     return [h >> 16, h & 0xffff]
 
 
+def check(path):
+    """Loads a ResNet checkpoint that shoal wrote (test_nn_torch_models.c) into torch's
+    ResNet with strict names, and checks its outputs against r.y: shoal's names are
+    torch's. Exits non-zero on any difference."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    header.pop("__metadata__", None)
+    data = raw[8 + n:]
+    sd = {}
+    for name, info in header.items():
+        assert info["dtype"] == "F32", (name, info["dtype"])
+        b, e = info["data_offsets"]
+        t = torch.from_numpy(np.frombuffer(data[b:e], dtype="<f4").copy()).reshape(info["shape"])
+        sd[name] = t.long() if name.endswith("num_batches_tracked") else t
+    net = ResNet()
+    net.load_state_dict(sd, strict=True)  # raises on a missing or unexpected name
+    net.eval()
+    ref = {}
+    with open(os.path.join(OUT, "expected.txt")) as f:
+        for line in f:
+            parts = line.split()
+            ref[parts[0]] = np.array([float(v) for v in parts[2:]])
+    x = torch.tensor(ref["r.x"], dtype=torch.float32).reshape(2, 3, 8, 8)
+    diff = np.abs(net(x).detach().numpy().ravel() - ref["r.y"]).max()
+    print("torch loaded %d tensors from %s; largest |y - r.y| %.3g" % (len(sd), path, diff))
+    sys.exit(0 if diff <= 1e-5 else 1)
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "check":
+        check(sys.argv[2])
+        return
     torch.set_num_threads(1)
     os.makedirs(OUT, exist_ok=True)
     gen = torch.Generator().manual_seed(2022)
