@@ -119,7 +119,8 @@ typedef struct learner {
   bool resumed_snapshot;   /* --resume found a snapshot (a missing log is then said) */
   _Atomic float last_loss; /* read by Status on rpc threads */
   double t_eval;           /* when the last evaluation was posted */
-  double t_warm_note;      /* when the last "still warming up" note was printed */
+  int64_t eval_every_steps, next_eval_steps; /* run.eval_every_steps (0: by time) */
+  double t_warm_note;                        /* when the last "still warming up" note was printed */
   shoal_rng rng;
   bool tolerance_auto; /* learner.ratio_tolerance 0: derived from the replay ratio */
   double tolerance_per_ratio;
@@ -709,15 +710,22 @@ static void figs(void *a, lrt_figs *f) {
   f->loss = L->last_loss;
 }
 
-/* Every run.eval_every_s once warm, when there is a threshold to reach. */
+/* Once warm, when there is a threshold to reach: every run.eval_every_steps env steps
+ * (what sample efficiency is measured in: a solve is seen within that many steps at
+ * any speed), or every run.eval_every_s seconds when that is 0. */
 static bool eval_due(void *a, double now, int64_t steps, const double *hp, double ret100,
                      uint64_t episodes) {
   learner *L = a;
-  (void)steps, (void)ret100, (void)episodes;
+  (void)ret100, (void)episodes;
   replay_stats rs;
   replay_get_stats(L->mem, &rs);
-  if (hp[LRT_HP_SOLVE] == 0 || rs.held < L->warmup || now - L->t_eval < hp[HP(HP_EVAL_EVERY)])
+  if (hp[LRT_HP_SOLVE] == 0 || rs.held < L->warmup) return false;
+  if (L->eval_every_steps > 0) {
+    if (steps < L->next_eval_steps) return false;
+    L->next_eval_steps = (steps / L->eval_every_steps + 1) * L->eval_every_steps;
+  } else if (now - L->t_eval < hp[HP(HP_EVAL_EVERY)]) {
     return false;
+  }
   L->t_eval = now;
   return true;
 }
@@ -1038,6 +1046,7 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
   L->prioritized = config_bool(L->b.cfg, "replay.prioritized");
   L->last_loss = NAN;
   L->t_eval = L->t_warm_note = shoal_now_s();
+  L->eval_every_steps = config_int(L->b.cfg, "run.eval_every_steps");
   pthread_mutex_init(&L->ep_mu, NULL);
   pthread_mutex_init(&L->log_mu, NULL);
   shoal_rng_seed(&L->rng, (uint64_t)config_int(L->b.cfg, "run.seed") * 7919 + 17);

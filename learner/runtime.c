@@ -67,6 +67,7 @@ struct lrt {
   _Atomic double eval_return;
   int64_t last_snapshot_version, snapshots;
   int64_t eval_version; /* the version the last collected evaluation played */
+  int64_t evals;        /* evaluations collected by this learner */
   double best_eval;
 
   pthread_mutex_t ep_mu;
@@ -250,9 +251,12 @@ static void fill_meta(lrt *rt, store_snapshot_meta *m, int64_t version, int64_t 
   m->score = score;
 }
 
-/* The current parameters and learner state into the store, once per version. */
-static void snapshot(lrt *rt, int64_t env_steps, double score) {
+/* The current parameters and learner state into the store, once per version, with the
+ * score of their own evaluation if they had one (another version's would mislead
+ * `shoal eval --best` and a resume). */
+static void snapshot(lrt *rt, int64_t env_steps) {
   int64_t v = version_current(rt);
+  const double score = v == rt->eval_version ? rt->eval_return : NAN;
   if (v <= rt->last_snapshot_version) return;
   uint8_t *buf = NULL;
   size_t len = 0;
@@ -284,6 +288,7 @@ static void resume(lrt *rt) {
   rt->updates = rt->version_updates = meta.updates;
   rt->last_snapshot_version = meta.version;
   if (isfinite(meta.score)) rt->eval_return = rt->best_eval = meta.score;
+  rt->eval_version = meta.version;
   lrt_note(rt, "resumed run %s at version %lld, %lld env steps", rt->run, (long long)meta.version,
            (long long)meta.env_steps);
 }
@@ -406,6 +411,7 @@ static bool eval_collect(lrt *rt, double solve) {
     if (rt->algo.after_snapshot) rt->algo.after_snapshot(rt->a);
   }
   rt->eval_version = e->version;
+  rt->evals++;
   return solve != 0 && m >= solve;
 }
 
@@ -801,7 +807,7 @@ static const char *train(lrt *rt, double t0) {
         if (eval_collect(rt, hp[LRT_HP_SOLVE])) return "solved";
       }
       t_snap = now;
-      snapshot(rt, f.env_steps, rt->eval_return);
+      snapshot(rt, f.env_steps);
     }
     if (now - w.t >= log_every) progress(rt, t0, now, &w, &f);
   }
@@ -817,14 +823,26 @@ static int stop(lrt *rt, const char *reason, double t0) {
   rt->algo.halt(rt->a);
   rpc_server_destroy(rt->srv, 1.0);
   rt->srv = NULL;
-  eval_stop(rt);
   lrt_figs f;
   rt->algo.figs(rt->a, &f);
+  /* A run that ends at its budget, and evaluates, evaluates what it ends with: the last
+   * snapshot's score is then its own, not that of a version some updates before. */
+  const bool owner = !atomic_load(&rt->lease_lost), solved = !strcmp(reason, "solved");
+  if (owner && rt->evals > 0 &&
+      (!strcmp(reason, "max_env_steps") || !strcmp(reason, "max_seconds"))) {
+    eval_wait(rt);
+    eval_collect(rt, 0);
+    if (eval_idle(rt)) {
+      eval_post(rt, f.env_steps, 999999937);
+      eval_wait(rt);
+      eval_collect(rt, 0);
+    }
+  }
+  eval_stop(rt);
   /* The evaluated snapshot of a solved run is its last (the policy that solved, not the
    * few updates made while it was evaluated); otherwise the final state. A learner that
    * lost the run's lease to another writes nothing more to the run. */
-  const bool owner = !atomic_load(&rt->lease_lost), solved = !strcmp(reason, "solved");
-  if (owner && !solved) snapshot(rt, f.env_steps, rt->eval_return);
+  if (owner && !solved) snapshot(rt, f.env_steps);
   char extra[1024] = "";
   bool kept = rt->algo.finish(rt->a, extra, sizeof extra);
   if (owner)

@@ -18,6 +18,8 @@ static const cfg_key apex_keys[] = {
      "stop once the mean greedy evaluation return reaches this (0: never)"},
     {"run.eval_episodes", CFG_INT, "100", 1, 100000, "episodes of each solve check and eval"},
     {"run.eval_every_s", CFG_FLOAT, "5", 0.1, 1e6, "seconds between solve checks"},
+    {"run.eval_every_steps", CFG_INT, "0", 0, 1e15,
+     "env steps between solve checks (0: every run.eval_every_s)"},
     {"store.uri", CFG_STRING, "file://runs", 0, -1, "where runs live: file://DIR or mongodb://"},
     /* environment and actors */
     {"env.id", CFG_STRING, "CartPole-v1", 0, -1, "environment (envs registry name)"},

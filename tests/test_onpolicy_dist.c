@@ -114,19 +114,11 @@ static double eval_run_n(const char *run, const char *episodes) {
 static double eval_run(const char *run) { return eval_run_n(run, "100"); }
 
 static void test_impala_solves_cartpole(void **state) {
-  /* The actors' timing makes each distributed run different: on a quiet machine 8 of 8
-   * seeds solved, but a loaded one (CI runs tests side by side) drops more unrolls as
-   * stale. One more seed is allowed; both runs are printed. */
-  const char *seeds[] = {"run.seed=1", "run.seed=2"};
-  const char *done = NULL, *run = NULL;
-  char *out = NULL;
-  for (int t = 0; t < 2; t++) {
-    const char *sets[] = {"run.max_env_steps=1000000", seeds[t]};
-    free(out);
-    run = t ? "impala-solve2" : "impala-solve";
-    out = run_json(impala_cfg, run, sets, 2, 300, &done);
-    if (strstr(done, "\"reason\":\"solved\"")) break;
-  }
+  /* One seed of a config that solved seeds 1-5 distributed, on both OpenBLAS kernel
+   * sets (`make bench BENCH=learning`): no retry. */
+  const char *sets[] = {"run.max_env_steps=1000000", "run.seed=5"};
+  const char *done = NULL, *run = "impala-solve";
+  char *out = run_json(impala_cfg, run, sets, 2, 300, &done);
   assert_non_null(strstr(done, "\"reason\":\"solved\""));
   assert_true(number_after(done, "\"eval\":") >= 475.0);
   double steps = number_after(done, "\"env_steps\":");
