@@ -17,8 +17,9 @@ JOBS      ?= $(shell nproc)
 CMAKE_FLAGS ?=
 # ctest selection, e.g. CTEST_ARGS="-L unit" or "-LE slow"
 CTEST_ARGS ?=
-# Tests labelled slow (long training runs) are run in the normal build only.
-SAN_CTEST_ARGS ?= -LE slow
+# Tests labelled slow (long training runs) or slurm (a private Slurm cluster whose runs
+# must solve in a bounded time) are run in the normal build only.
+SAN_CTEST_ARGS ?= -LE 'slow|slurm'
 
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
