@@ -24,7 +24,7 @@ SAN_CTEST_ARGS ?= -LE slow
 # ThreadSanitizer runs the tests labelled tsan (cmake/shoal.cmake's SHOAL_TSAN_TESTS
 # says which and why): those that drive shoal's threads. The rest have no threads of
 # shoal's, or bound memory or time in ways TSan's 5-15x cost breaks; all of them keep
-# running in the two builds above. About 3 minutes on 2 cores.
+# running in the two builds above. About 5 minutes on 2 cores, build included.
 TSAN_CTEST_ARGS ?= -L tsan -LE slow
 
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
