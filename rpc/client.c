@@ -188,6 +188,7 @@ static gpr_timespec gpr_after(double s) {
 /* ---- the stream (all under c->mu) ----------------------------------------- */
 
 static void cstart(rpc_client *c, const grpc_op *ops, size_t n, ctag *tag) {
+  rpc__tsan_handoff(tag);
   grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
   if (e != GRPC_CALL_OK) {
     fprintf(stderr, "rpc client: grpc_call_start_batch: error %d (kind %d)\n", (int)e, tag->kind);
@@ -440,7 +441,10 @@ static void *client_thread(void *arg) {
     pthread_mutex_unlock(&c->mu);
     grpc_event ev = grpc_completion_queue_next(c->cq, gpr_after(wait), NULL);
     pthread_mutex_lock(&c->mu);
-    if (ev.type == GRPC_OP_COMPLETE) on_event(c, ev.tag, ev.success != 0);
+    if (ev.type == GRPC_OP_COMPLETE) {
+      rpc__tsan_taken(ev.tag);
+      on_event(c, ev.tag, ev.success != 0);
+    }
   }
   pthread_mutex_unlock(&c->mu);
   return NULL;

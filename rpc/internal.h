@@ -53,4 +53,26 @@ void rpc__hyperparams_release(rpc__hyper_req *r);
 /* The client's decoder of a Status reply. Returns 0 or SHOAL_EFORMAT. */
 int rpc__status_decode(const uint8_t *p, size_t n, rpc_status *out, shoal_error *err);
 
+/* ThreadSanitizer does not see gRPC's own synchronisation (the distribution's libgrpc is
+ * not instrumented): a tag handed to gRPC on one thread and returned by a completion
+ * queue on another looks unordered with the writes made before the hand-over.
+ * rpc__tsan_handoff(tag) as the tag goes to gRPC and rpc__tsan_taken(tag) as the queue
+ * returns it tell TSan the order gRPC guarantees. No-ops in other builds. */
+#if defined(__SANITIZE_THREAD__)
+#define RPC__TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RPC__TSAN 1
+#endif
+#endif
+#ifdef RPC__TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define rpc__tsan_handoff(tag) __tsan_release(tag)
+#define rpc__tsan_taken(tag) __tsan_acquire(tag)
+#else
+#define rpc__tsan_handoff(tag) ((void)(tag))
+#define rpc__tsan_taken(tag) ((void)(tag))
+#endif
+
 #endif

@@ -220,6 +220,7 @@ static void scall_free(scall *c) {
 /* Starts a batch and counts it. A refused batch is a bug in this file (wrong op order
  * or two ops of one kind in flight), never a peer's doing. */
 static void start(scall *c, const grpc_op *ops, size_t n, stag *tag) {
+  rpc__tsan_handoff(tag);
   grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
   if (e != GRPC_CALL_OK) {
     fprintf(stderr, "rpc server: grpc_call_start_batch: error %d (kind %d)\n", (int)e, tag->kind);
@@ -756,6 +757,7 @@ static void *poll_thread(void *arg) {
     grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.type != GRPC_OP_COMPLETE) continue;
+    rpc__tsan_taken(ev.tag);
     stag *t = ev.tag;
     if (t->kind == T_SHUTDOWN) {
       pthread_mutex_lock(&s->mu);
@@ -815,6 +817,7 @@ static void *reaper_thread(void *arg) {
 static void arm_accept(rpc_server *s) {
   scall *c = scall_new(s);
   if (!c) return; /* the next accepted call re-arms */
+  rpc__tsan_handoff(&c->t_new);
   grpc_call_error e =
       grpc_server_request_call(s->srv, &c->call, &c->details, &c->md, s->cq, s->cq, &c->t_new);
   if (e != GRPC_CALL_OK) scall_free(c);
@@ -982,6 +985,7 @@ int rpc_server_create(const rpc_server_config *cfg, const rpc_spec *spec, rpc_se
     grpc_server_cancel_all_calls(s->srv);
     for (;;) {
       grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+      rpc__tsan_taken(ev.tag);
       stag *t = ev.tag;
       if (t->kind == T_SHUTDOWN) break;
       on_event(s, t, ev.success != 0);
