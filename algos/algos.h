@@ -67,6 +67,12 @@ void dqn_destroy(dqn *d);
 /* The online network, owned by d: its parameter buffer is what the learner publishes. */
 nn_model *dqn_model(dqn *d);
 const dqn_config *dqn_get_config(const dqn *d);
+/* The network cfg builds, as the JSON that Params.arch carries (docs/actor-protocol.md,
+ * "The architecture"): the input (shape (C, H, W), or (C) for a vector, and obs_u8: u8
+ * planes the actor casts to float unscaled), the layers in order with their tensor
+ * names, sizes and activations, and the head (dueling: Q = V + A - mean(A)). *out is a
+ * new string the caller frees. Returns 0, SHOAL_EINVAL (a bad cfg) or SHOAL_ENOMEM. */
+int dqn_describe(const dqn_config *cfg, bool obs_u8, char **out, shoal_error *err);
 
 /* Q-values of B observations into the model's buffer: *q is (B, A), valid until the
  * next call on d. */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Ape-X DQN: the network, act() and learn(). See algos/algos.h for the maths. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,71 @@ void dqn_destroy(dqn *d) {
 
 nn_model *dqn_model(dqn *d) { return d->online; }
 const dqn_config *dqn_get_config(const dqn *d) { return &d->cfg; }
+
+/* Appends to buf[*k..cap) and moves *k; false once it did not fit. */
+static bool put(char *buf, size_t cap, size_t *k, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static bool put(char *buf, size_t cap, size_t *k, const char *fmt, ...) {
+  if (*k >= cap) return false;
+  va_list ap;
+  va_start(ap, fmt);
+  int w = vsnprintf(buf + *k, cap - *k, fmt, ap);
+  va_end(ap);
+  if (w < 0 || (size_t)w >= cap - *k) return false;
+  *k += (size_t)w;
+  return true;
+}
+
+/* Mirrors build_net(): what is written here is what it builds, layer for layer. */
+int dqn_describe(const dqn_config *c, bool obs_u8, char **out, shoal_error *err) {
+  if (!c || !out || c->obs_c < 1 || c->obs_h < 1 || c->obs_w < 1 || c->num_actions < 1)
+    return shoal_error_set(err, SHOAL_EINVAL, "dqn_describe: bad arguments");
+  /* At most five layers and a head of a few hundred bytes each: 2 KiB is ample. */
+  size_t cap = 2048, k = 0;
+  char *b = malloc(cap);
+  if (!b) return shoal_error_set(err, SHOAL_ENOMEM, "dqn_describe: out of memory");
+  bool ok = put(b, cap, &k, "{\"format\":1,\"algo\":\"apex\",\"input\":{\"shape\":[%d", c->obs_c);
+  if (c->obs_h > 1 || c->obs_w > 1) ok = ok && put(b, cap, &k, ",%d,%d", c->obs_h, c->obs_w);
+  ok = ok && put(b, cap, &k, "],\"dtype\":\"%s\",\"scale\":1},\"layers\":[", obs_u8 ? "u8" : "f32");
+  int in = c->obs_c * c->obs_h * c->obs_w;
+  if (c->net == DQN_NET_MINATAR) {
+    int oh = c->obs_h - 2, ow = c->obs_w - 2; /* 3x3, stride 1, no padding */
+    ok = ok && put(b, cap, &k,
+                   "{\"kind\":\"conv2d\",\"name\":\"conv1\",\"in\":%d,\"out\":16,"
+                   "\"kernel\":[3,3],\"stride\":1,\"padding\":0,\"activation\":\"relu\"},",
+                   c->obs_c);
+    ok = ok && put(b, cap, &k, "{\"kind\":\"flatten\"},");
+    ok = ok && put(b, cap, &k,
+                   "{\"kind\":\"dense\",\"name\":\"fc1\",\"in\":%d,\"out\":128,"
+                   "\"activation\":\"relu\"}",
+                   16 * oh * ow);
+    in = 128;
+  } else {
+    ok = ok && put(b, cap, &k, "{\"kind\":\"flatten\"}");
+    for (int i = 0; i < 2 && c->hidden[i] > 0; i++) {
+      ok = ok && put(b, cap, &k,
+                     ",{\"kind\":\"dense\",\"name\":\"fc%d\",\"in\":%d,\"out\":%d,"
+                     "\"activation\":\"relu\"}",
+                     i + 1, in, c->hidden[i]);
+      in = c->hidden[i];
+    }
+  }
+  if (c->dueling)
+    ok = ok && put(b, cap, &k,
+                   "],\"head\":{\"kind\":\"dueling\",\"in\":%d,\"actions\":%d,"
+                   "\"value\":\"value\",\"advantage\":\"advantage\","
+                   "\"q\":\"V + A - mean(A)\"}}",
+                   in, c->num_actions);
+  else
+    ok = ok && put(b, cap, &k, "],\"head\":{\"kind\":\"q\",\"in\":%d,\"actions\":%d,\"q\":\"q\"}}",
+                   in, c->num_actions);
+  if (!ok) {
+    free(b);
+    return shoal_error_set(err, SHOAL_ENOMEM, "dqn_describe: description over %zu bytes", cap);
+  }
+  *out = b;
+  return 0;
+}
 
 /* Network output -> Q. Dueling: Q_k = V + A_k − mean_j A_j (Wang et al. 2016, eq. 9). */
 static void heads_to_q(const dqn *d, const float *out, int B, float *q) {

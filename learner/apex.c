@@ -114,6 +114,7 @@ typedef struct learner {
   int B, E;          /* transitions per update; evaluation episodes */
   int64_t group_max; /* rows one env group may have: what replay_insert takes at once */
   dqn_config dc;     /* the network's settings, for the evaluation's copy */
+  char *arch;        /* dc described for the actors (Params.arch) */
   int64_t updates;   /* the runtime's count too: β anneals over it */
   int64_t env_steps_base;
   bool resumed_snapshot;   /* --resume found a snapshot (a missing log is then said) */
@@ -951,6 +952,7 @@ static void destroy(void *a) {
   free(L->fol_reset);
   free(L->obs_b), free(L->nobs_b), free(L->obs_f), free(L->nobs_f), free(L->ret), free(L->disc);
   free(L->w), free(L->prio), free(L->act), free(L->idx), free(L->gen);
+  free(L->arch);
   free(L);
 }
 
@@ -1022,6 +1024,7 @@ static int build(learner *L, lrt_algo *algo, shoal_error *err) {
   L->dc = apex_dqn_config(L->b.cfg, L->spec->obs.ndim, L->spec->obs.shape, L->spec->act.n);
   L->dc.max_batch = L->B;
   if (!(L->q = dqn_create(&L->dc, device, true, err))) return err->code;
+  if ((rc = dqn_describe(&L->dc, L->obs_u8, &L->arch, err))) return rc;
   if (!(L->mem = make_replay(L, err))) return err->code;
   L->ratio = config_float(L->b.cfg, "learner.replay_ratio");
   L->warmup = config_int(L->b.cfg, "learner.warmup");
@@ -1078,7 +1081,8 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
                      .eval_create = eval_create,
                      .eval_run = eval_run,
                      .eval_destroy = eval_destroy,
-                     .destroy = destroy};
+                     .destroy = destroy,
+                     .arch = L->arch};
   uint32_t max_items =
       (uint32_t)(2 * L->num_envs * (config_int(L->b.cfg, "actor.send_steps") + L->dc.n_step + 1));
   apex_rpc_spec(L->spec, L->b.run, max_items, &algo->spec);

@@ -609,6 +609,8 @@ static void start_server(lrt *rt) {
   sc.on_hyperparams = on_hyperparams;
   sc.user = rt;
   if (rpc_server_create(&sc, &rt->algo.spec, &rt->srv, &err)) lrt_die(rt, "rpc server", &err);
+  if (rt->algo.arch && rpc_server_set_arch(rt->srv, rt->algo.arch, &err))
+    lrt_die(rt, "rpc server", &err);
 }
 
 /* Keys that say where and how a learner runs, not what it trains: they may differ

@@ -55,6 +55,7 @@ typedef struct lrt_algo {
   int hp_lr;            /* index in hp_names of the key that must stay > 0, or -1 */
   int samples_per_item; /* env steps in one rpc item (the progress line's samples_s) */
   rpc_spec spec;        /* the columns actors push (borrowed strings live in a) */
+  const char *arch;     /* the network as JSON for Params.arch (owned by a), or NULL */
 
   /* Ingest, on rpc threads: checks a batch whole and takes it in, or refuses it
    * (SHOAL_EINVAL: the client drops it; SHOAL_EFULL: the client resends later). */

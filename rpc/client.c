@@ -963,8 +963,10 @@ int rpc_params_decode(const uint8_t *buf, size_t len, rpc_params **out, shoal_er
     }
     names += strlen(e->name) + 1;
   }
-  /* One allocation: the struct, the layout table, the names, the blob. */
-  size_t sz = sizeof(rpc_params) + m->n_layout * sizeof(rpc_param_entry) + names + 16 + m->blob.len;
+  /* One allocation: the struct, the layout table, the names, the description, the blob. */
+  size_t arch_len = m->arch ? strlen(m->arch) : 0;
+  size_t sz = sizeof(rpc_params) + m->n_layout * sizeof(rpc_param_entry) + names + arch_len + 1 +
+              16 + m->blob.len;
   rpc_params *p = calloc(1, sz);
   if (!p) {
     rc = shoal_error_set(err, SHOAL_ENOMEM, "Params: %zu bytes", sz);
@@ -987,6 +989,10 @@ int rpc_params_decode(const uint8_t *buf, size_t len, rpc_params **out, shoal_er
     d->offset = e->offset;
     d->numel = e->numel;
   }
+  if (arch_len) memcpy(names_at, m->arch, arch_len);
+  names_at[arch_len] = '\0';
+  p->arch = names_at;
+  names_at += arch_len + 1;
   uint8_t *blob = (uint8_t *)(((uintptr_t)names_at + 15) & ~(uintptr_t)15);
   if (m->blob.len) memcpy(blob, m->blob.data, m->blob.len);
   p->blob = blob;

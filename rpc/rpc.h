@@ -262,6 +262,12 @@ typedef struct rpc_param_entry {
 } rpc_param_entry;
 int rpc_server_set_params(rpc_server *s, int64_t version, int dtype, const void *blob, size_t bytes,
                           const rpc_param_entry *layout, int nlayout, shoal_error *err);
+/* Sets the description of the network (JSON, Params.arch) that every params version
+ * published after this call carries; copies json. Set it once, before the first
+ * rpc_server_set_params: a description that changed under a running actor would not
+ * match what it holds. Returns 0, SHOAL_EINVAL (json NULL), SHOAL_ESTATE (already set or
+ * params already published) or SHOAL_ENOMEM. */
+int rpc_server_set_arch(rpc_server *s, const char *json, shoal_error *err);
 /* A snapshot of the counters. Can't fail. */
 void rpc_server_stats_get(const rpc_server *s, rpc_server_stats *out);
 /* Graceful stop: Push streams in flight end at their next message with UNAVAILABLE
@@ -359,6 +365,7 @@ typedef struct rpc_params {
   size_t bytes;
   int nlayout;
   rpc_param_entry *layout; /* names owned by the struct */
+  const char *arch;        /* Params.arch, owned by the struct; "" when the learner sent none */
 } rpc_params;
 /* Asks for params newer than have_version (-1: any). *out is NULL when the server has
  * nothing newer (a cheap reply), else a new rpc_params. Returns 0, SHOAL_ENET (with the

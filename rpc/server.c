@@ -93,6 +93,7 @@ struct rpc_server {
   rpc_hyperparams_fn on_hyper;
   void *user;
   char *auth; /* "Bearer <token>" or NULL */
+  char *arch; /* Params.arch (JSON) or NULL; set once, before any params */
   size_t auth_len;
   grpc_server *srv;
   grpc_completion_queue *cq;
@@ -1051,6 +1052,8 @@ int rpc_server_set_params(rpc_server *s, int64_t version, int dtype, const void 
   m.n_layout = (size_t)nlayout;
   m.layout = ep;
   m.run_id = (char *)s->spec.run_id;
+  /* Set before the first version and never changed after, so read without the lock. */
+  if (s->arch) m.arch = s->arch;
   size_t n = protobuf_c_message_get_packed_size(&m.base);
   grpc_slice full = grpc_slice_malloc(n);
   protobuf_c_message_pack(&m.base, GRPC_SLICE_START_PTR(full));
@@ -1076,6 +1079,20 @@ int rpc_server_set_params(rpc_server *s, int64_t version, int dtype, const void 
     grpc_slice_unref(old_full);
     grpc_slice_unref(old_same);
   }
+  return 0;
+}
+
+int rpc_server_set_arch(rpc_server *s, const char *json, shoal_error *err) {
+  if (!s || !json) return shoal_error_set(err, SHOAL_EINVAL, "rpc set_arch: bad arguments");
+  pthread_mutex_lock(&s->mu);
+  bool late = s->have_params || s->arch;
+  pthread_mutex_unlock(&s->mu);
+  if (late)
+    return shoal_error_set(err, SHOAL_ESTATE,
+                           "rpc set_arch: the description is set once, before any params");
+  char *c = strdup(json);
+  if (!c) return shoal_error_set(err, SHOAL_ENOMEM, "rpc set_arch: out of memory");
+  s->arch = c;
   return 0;
 }
 
@@ -1158,6 +1175,7 @@ void rpc_server_destroy(rpc_server *s, double drain_s) {
   }
   free(s->actors);
   free(s->auth);
+  free(s->arch);
   rpc__spec_free(&s->spec);
   free(s);
 }

@@ -195,6 +195,60 @@ static void test_bad_input(void **state) {
 }
 
 /* The Ape-X config: the schema's defaults make a valid DQN; choice keys are checked. */
+/* Params.arch: the description matches what build_net() builds, tensor for tensor. */
+static void test_describe(void **state) {
+  (void)state;
+  dqn_config c = dqn_defaults();
+  c.obs_c = 4;
+  c.hidden[0] = 128;
+  c.hidden[1] = 32;
+  char *j = NULL;
+  assert_int_equal(dqn_describe(&c, false, &j, NULL), 0);
+  assert_string_equal(
+      j,
+      "{\"format\":1,\"algo\":\"apex\",\"input\":{\"shape\":[4],\"dtype\":\"f32\",\"scale\":1},"
+      "\"layers\":[{\"kind\":\"flatten\"},"
+      "{\"kind\":\"dense\",\"name\":\"fc1\",\"in\":4,\"out\":128,\"activation\":\"relu\"},"
+      "{\"kind\":\"dense\",\"name\":\"fc2\",\"in\":128,\"out\":32,\"activation\":\"relu\"}],"
+      "\"head\":{\"kind\":\"dueling\",\"in\":32,\"actions\":2,\"value\":\"value\","
+      "\"advantage\":\"advantage\",\"q\":\"V + A - mean(A)\"}}");
+  free(j);
+  /* Every weight the description names is a tensor of the model, with its shape. */
+  dqn *d = dqn_create(&c, NN_CPU, false, NULL);
+  assert_non_null(d);
+  nn_model *m = dqn_model(d);
+  const char *names[] = {"fc1.weight", "fc2.weight", "value.weight", "advantage.weight"};
+  const int64_t rows[] = {128, 32, 1, 2}, cols[] = {4, 128, 32, 32};
+  for (int k = 0; k < 4; k++) {
+    bool found = false;
+    for (int i = 0; i < nn_model_tensor_count(m); i++) {
+      nn_tensor_info ti;
+      nn_model_tensor(m, i, &ti);
+      if (strcmp(ti.name, names[k])) continue;
+      found = true;
+      assert_int_equal(ti.ndim, 2);
+      assert_int_equal(ti.shape[0], rows[k]);
+      assert_int_equal(ti.shape[1], cols[k]);
+    }
+    assert_true(found);
+  }
+  dqn_destroy(d);
+  /* MinAtar: the conv torso on u8 planes; no dueling: one head q. */
+  c = dqn_defaults();
+  c.net = DQN_NET_MINATAR;
+  c.obs_c = 4, c.obs_h = 10, c.obs_w = 10;
+  c.num_actions = 6;
+  c.dueling = false;
+  assert_int_equal(dqn_describe(&c, true, &j, NULL), 0);
+  assert_non_null(strstr(j, "\"shape\":[4,10,10],\"dtype\":\"u8\""));
+  assert_non_null(strstr(j, "\"kind\":\"conv2d\",\"name\":\"conv1\",\"in\":4,\"out\":16"));
+  assert_non_null(strstr(j, "\"name\":\"fc1\",\"in\":1024,\"out\":128"));
+  assert_non_null(strstr(j, "\"head\":{\"kind\":\"q\",\"in\":128,\"actions\":6,\"q\":\"q\"}"));
+  free(j);
+  c.obs_c = 0;
+  assert_int_equal(dqn_describe(&c, true, &j, NULL), SHOAL_EINVAL);
+}
+
 static void test_apex_config(void **state) {
   shoal_error err = {0};
   int n;
@@ -233,6 +287,7 @@ int main(void) {
       cmocka_unit_test(test_act_and_exploration),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_apex_config),
+      cmocka_unit_test(test_describe),
   };
   return cmocka_run_group_tests_name("dqn", tests, NULL, NULL);
 }

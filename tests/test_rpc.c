@@ -729,6 +729,34 @@ static void test_frame_stacks_compressed(void **state) {
   rpc_server_destroy(srv, 1.0);
 }
 
+/* Params.arch travels with every version; it is set once, before the first. */
+static void test_params_arch(void **state) {
+  (void)state;
+  sink s;
+  sink_init(&s);
+  rpc_server *srv = start_server(&s, NULL, NULL, NULL, NULL);
+  rpc_client *c = client_for(rpc_server_port(srv), 2, NULL);
+  const char *arch = "{\"format\":1,\"layers\":[{\"kind\":\"dense\",\"name\":\"fc\"}]}";
+  assert_int_equal(rpc_server_set_arch(srv, NULL, NULL), SHOAL_EINVAL);
+  assert_int_equal(rpc_server_set_arch(srv, arch, NULL), 0);
+  assert_int_equal(rpc_server_set_arch(srv, arch, NULL), SHOAL_ESTATE);
+  float blob[3] = {1, 2, 3};
+  rpc_param_entry layout[1] = {{.name = "fc.weight", .ndim = 1, .shape = {3}, .numel = 3}};
+  for (int v = 1; v <= 2; v++) {
+    assert_int_equal(rpc_server_set_params(srv, v, RPC_F32, blob, sizeof blob, layout, 1, NULL), 0);
+    rpc_params *p = NULL;
+    assert_int_equal(rpc_client_pull_params(c, -1, &p, NULL), 0);
+    assert_non_null(p);
+    assert_int_equal(p->version, v);
+    assert_string_equal(p->arch, arch);
+    assert_string_equal(p->layout[0].name, "fc.weight");
+    assert_memory_equal(p->blob, blob, sizeof blob);
+    rpc_params_free(p);
+  }
+  assert_int_equal(rpc_client_close(c, 5.0, NULL, NULL), 0);
+  rpc_server_destroy(srv, 1.0);
+}
+
 static void test_params_status_hyperparams(void **state) {
   sink s;
   sink_init(&s);
@@ -754,7 +782,10 @@ static void test_params_status_hyperparams(void **state) {
   assert_string_equal(p->layout[1].name, "fc.bias");
   assert_int_equal(p->layout[0].shape[1], 99);
   assert_int_equal(p->layout[1].offset, 99000);
+  assert_string_equal(p->arch, ""); /* none set: an empty description, as from an old learner */
   rpc_params_free(p);
+  /* The description is fixed once params are out. */
+  assert_int_equal(rpc_server_set_arch(srv, "{}", NULL), SHOAL_ESTATE);
   /* Not newer: a cheap reply, no params. */
   assert_int_equal(rpc_client_pull_params(c, 1, &p, NULL), 0);
   assert_null(p);
@@ -927,6 +958,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_backpressure_without_learner),
       cmocka_unit_test(test_frame_stacks_compressed),
       cmocka_unit_test(test_params_status_hyperparams),
+      cmocka_unit_test(test_params_arch),
       cmocka_unit_test(test_tls),
   };
   return cmocka_run_group_tests_name("rpc", tests, NULL, NULL);
