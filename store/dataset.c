@@ -456,6 +456,32 @@ int store_dataset_info_get(store *st, const char *name, store_dataset_info *out,
   return rc;
 }
 
+/* The file backend's path (manifest.json through libbson's JSON reader and writer) on a
+ * buffer, for tests/fuzz/fuzz_manifest.c, which must not include libbson itself. */
+int store__dataset_manifest_from_json(const char *name, const char *json, size_t len,
+                                      store_dataset_info *out, shoal_error *err) {
+  bson_t doc;
+  bson_error_t be;
+  if (!bson_init_from_json(&doc, json, (ssize_t)len, &be))
+    return shoal_error_set(err, SHOAL_EFORMAT, "store: dataset '%s': damaged manifest: %s", name,
+                           be.message);
+  int rc = manifest_parse(name, &doc, out, err);
+  bson_destroy(&doc);
+  return rc;
+}
+
+char *store__dataset_manifest_to_json(const store_dataset_info *info, size_t *len) {
+  bson_t doc;
+  manifest_build(&doc, info);
+  size_t n = 0;
+  char *txt = bson_as_relaxed_extended_json(&doc, &n);
+  bson_destroy(&doc);
+  char *out = txt ? malloc(n + 1) : NULL; /* the caller's free(), not bson_free() */
+  if (out) memcpy(out, txt, n + 1), *len = n;
+  bson_free(txt);
+  return out;
+}
+
 static int cmp_info(const void *a, const void *b) {
   return strcmp(((const store_dataset_info *)a)->name, ((const store_dataset_info *)b)->name);
 }
