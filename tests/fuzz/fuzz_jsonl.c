@@ -20,6 +20,7 @@
 
 enum { NENVS = 3 };
 static const char *ids[NENVS] = {"CartPole-v1", "Pendulum-v1", "MinAtar/Breakout-v1"};
+static env *envs[NENVS]; /* kept for the process's life: ims[i].spec is theirs */
 static importer ims[NENVS];
 static record recs[NENVS][2];
 static char *text; /* the re-encoded line */
@@ -36,13 +37,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argv;
   for (int i = 0; i < NENVS; i++) {
     shoal_error err = {0};
-    env *e = NULL;
     importer *im = &ims[i];
-    if (env_make(&e, ids[i], &err) || run_segment_limits(env_get_spec(e), &im->lim, &err)) {
+    if (env_make(&envs[i], ids[i], &err) ||
+        run_segment_limits(env_get_spec(envs[i]), &im->lim, &err)) {
       fprintf(stderr, "fuzz_jsonl: %s: %s\n", ids[i], err.msg);
       abort();
     }
-    im->spec = env_get_spec(e); /* the env stays for the process's life */
+    im->spec = env_get_spec(envs[i]);
     im->obs_n = (size_t)im->spec->obs.size;
     im->act_n = (size_t)im->spec->act.size;
     alloc_record(im, &recs[i][0]);

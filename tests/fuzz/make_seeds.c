@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/fuzz/make_seeds.c — writes the binary seed corpora under tests/fuzz/corpus/
- * (sample_batch, params, requests, safetensors, segment, learner_state, replay_load) with
+ * (sample_batch, params, requests, safetensors, segment, learner_state, replay_load,
+ * op_snapshot) with
  * protobuf-c's encoder and shoal's own writers (nn's checkpoints, store's segments, the
  * learner state, replay_save), so the seeds are real encodings: valid messages of every
  * shape the decoders take (dense, frame-stacked, LZ4, zstd; params; checkpoints of the
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <zstd.h>
 
+#include "algos/agent.h"
 #include "algos/algos.h"
 #include "nn/nn.h"
 #include "proto/shoal.pb-c.h"
@@ -484,6 +486,60 @@ static void replay_files(void) {
   }
 }
 
+/* ---- on-policy snapshots, for fuzz_op_snapshot.c (its agent; byte 0: 1 = resume) */
+
+static void op_snapshots(void) {
+  shoal_error err = {0};
+  op_spec s;
+  memset(&s, 0, sizeof s);
+  s.T = 4, s.num_envs = 1, s.learn_B = 1;
+  snprintf(s.env_id, sizeof s.env_id, "CartPole-v1");
+  s.obs_ndim = 1, s.obs_shape[0] = 4, s.obs_n = 4, s.obs_bytes = 16;
+  s.A = 2;
+  s.norm_obs = true;
+  s.gamma = 0.99f;
+  op_agent_config c;
+  memset(&c, 0, sizeof c);
+  c.ac = ac_defaults();
+  c.ac.obs_c = 4, c.ac.obs_h = 1, c.ac.obs_w = 1, c.ac.num_actions = 2;
+  c.ac.hidden[0] = 8, c.ac.hidden[1] = 0;
+  c.ppo = ppo_defaults();
+  c.ppo.T = 4;
+  op_agent a;
+  op_norm z;
+  uint8_t *snap = NULL;
+  size_t n = 0;
+  const float x[12] = {1, 2, 3, 4, -1, 0, 0.5f, 2, 0, 0, 0, 1};
+  if (op_agent_create(&s, &c, 4, true, NN_CPU, &a, &err) || op_norm_init(&z, 4, &err)) exit(1);
+  op_norm_update(&z, x, 3);
+  if (op_snapshot_encode(&a, &s, &z, &snap, &n, &err)) exit(1);
+  uint8_t *b = malloc(n + 1);
+  for (int resume = 0; resume < 2; resume++) {
+    b[0] = (uint8_t)resume;
+    memcpy(b + 1, snap, n);
+    put_raw("op_snapshot", resume ? "valid-resume" : "valid-decode", b, n + 1);
+  }
+  b[0] = 0; /* the damaged ones through op_snapshot_decode, which must change nothing */
+  double nan = NAN, neg = -1;
+  memcpy(b + 1 + n - 24, &nan, 8); /* the count */
+  put_raw("op_snapshot", "nan-count", b, n + 1);
+  memcpy(b + 1, snap, n);
+  memcpy(b + 1 + n - 24 - 8, &neg, 8); /* the last variance */
+  put_raw("op_snapshot", "negative-var", b, n + 1);
+  memcpy(b + 1, snap, n);
+  b[1 + n - 16] = 5; /* obs_n */
+  put_raw("op_snapshot", "wrong-obs-n", b, n + 1);
+  memcpy(b + 1, snap, n);
+  memset(b + 1, 0xff, 8); /* the safetensors header length: the statistics must not load */
+  put_raw("op_snapshot", "bad-model-good-stats", b, n + 1);
+  memcpy(b + 1, snap, n);
+  put_raw("op_snapshot", "truncated", b, n / 2 + 1);
+  free(b);
+  free(snap);
+  op_norm_free(&z);
+  op_agent_destroy(&a);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s tests/fuzz/corpus\n", argv[0]);
@@ -497,5 +553,6 @@ int main(int argc, char **argv) {
   segments();
   learner_states();
   replay_files();
+  op_snapshots();
   return 0;
 }
