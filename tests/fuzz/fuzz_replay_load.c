@@ -46,10 +46,21 @@ static replay *make(int prioritized) {
   return r;
 }
 
+/* The saved files' folder goes with the process, so runs leave nothing in /tmp. */
+static void cleanup(void) {
+  char p[128];
+  snprintf(p, sizeof p, "%s/a.rpl", dir);
+  unlink(p);
+  snprintf(p, sizeof p, "%s/b.rpl", dir);
+  unlink(p);
+  rmdir(dir);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
   if (!mkdtemp(dir)) abort();
+  atexit(cleanup);
   return 0;
 }
 
