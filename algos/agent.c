@@ -250,6 +250,8 @@ int op_snapshot_encode(op_agent *a, const op_spec *s, const op_norm *z, uint8_t 
 static int decode(op_agent *a, const op_spec *s, op_norm *z, const uint8_t *buf, size_t len,
                   bool *restored, shoal_error *err) {
   size_t ml = len;
+  const uint8_t *stats = NULL; /* the checked normaliser trailer, copied once the model loads */
+  double count = 0;
   if (len >= 16 && !memcmp(buf + len - 8, trailer_magic, 8)) {
     uint64_t n;
     memcpy(&n, buf + len - 16, sizeof n);
@@ -262,7 +264,6 @@ static int decode(op_agent *a, const op_spec *s, op_norm *z, const uint8_t *buf,
     ml = len - extra;
     if (z && z->mean) {
       const uint8_t *p = buf + ml;
-      double count;
       memcpy(&count, p + 2 * n * sizeof(double), sizeof count);
       for (size_t j = 0; j < 2 * n; j++) {
         double v;
@@ -272,9 +273,7 @@ static int decode(op_agent *a, const op_spec *s, op_norm *z, const uint8_t *buf,
       }
       if (!(count > 0) || !isfinite(count))
         return shoal_error_set(err, SHOAL_EFORMAT, "snapshot: normaliser count damaged");
-      memcpy(z->mean, p, n * sizeof(double));
-      memcpy(z->var, p + n * sizeof(double), n * sizeof(double));
-      z->count = count;
+      stats = p;
     }
   } else if (s->norm_obs && z) {
     return shoal_error_set(err, SHOAL_EFORMAT,
@@ -285,6 +284,13 @@ static int decode(op_agent *a, const op_spec *s, op_norm *z, const uint8_t *buf,
   size_t sl;
   int rc = algo_snapshot_split(buf, ml, &ml, &st, &sl, err);
   if (!rc) rc = nn_model_load_buffer(op_agent_model(a), buf, ml, err);
+  /* The statistics only with the model they were saved with: a snapshot whose model is
+   * refused leaves z as it was. */
+  if (!rc && stats) {
+    memcpy(z->mean, stats, s->obs_n * sizeof(double));
+    memcpy(z->var, stats + s->obs_n * sizeof(double), s->obs_n * sizeof(double));
+    z->count = count;
+  }
   if (rc || !restored) return rc;
   *restored = false;
   if (!st) return 0;
@@ -317,10 +323,10 @@ struct op_eval {
   uint8_t *term, *trunc;
   int *done;
   double *ret, *returns;
-  int S;          /* recurrent state floats per env (2·lstm), 0 without a core */
-  float *state;   /* (E, S) */
-  uint8_t *first; /* (E) the observation begins an episode */
-  double *first_ret;   /* (E) each copy's first episode: its return and length */
+  int S;             /* recurrent state floats per env (2·lstm), 0 without a core */
+  float *state;      /* (E, S) */
+  uint8_t *first;    /* (E) the observation begins an episode */
+  double *first_ret; /* (E) each copy's first episode: its return and length */
   int64_t *first_len;
   op_eval_watch_fn watch;
   void *watch_ctx;
@@ -373,8 +379,9 @@ op_eval *op_eval_create(const op_spec *s, int episodes, shoal_error *err) {
   e->first = malloc(E);
   e->first_ret = calloc(E, sizeof *e->first_ret);
   e->first_len = calloc(E, sizeof *e->first_len);
-  if (!e->first_ret || !e->first_len || !e->raw || !e->fin || !e->obs || !e->rew || !e->act || !e->env_act || !e->term || !e->trunc ||
-      !e->done || !e->ret || !e->returns || !e->state || !e->first) {
+  if (!e->first_ret || !e->first_len || !e->raw || !e->fin || !e->obs || !e->rew || !e->act ||
+      !e->env_act || !e->term || !e->trunc || !e->done || !e->ret || !e->returns || !e->state ||
+      !e->first) {
     op_eval_destroy(e);
     shoal_error_set(err, SHOAL_ENOMEM, "evaluation: out of memory");
     return NULL;
@@ -399,8 +406,8 @@ typedef struct agent_policy {
   shoal_rng rng;
 } agent_policy;
 
-static int agent_policy_act(void *ctx, const float *obs, int B, const uint8_t *first,
-                            void *env_act, shoal_error *err) {
+static int agent_policy_act(void *ctx, const float *obs, int B, const uint8_t *first, void *env_act,
+                            shoal_error *err) {
   agent_policy *p = ctx;
   op_eval *e = p->e;
   return e->S ? op_agent_act_recurrent(p->a, obs, B, e->state, first, &p->rng, p->greedy, e->act,

@@ -130,7 +130,8 @@ int op_params_unpack(op_agent *a, const op_spec *s, const float *blob, size_t n,
 int op_snapshot_encode(op_agent *a, const op_spec *s, const op_norm *z, uint8_t **buf, size_t *len,
                        shoal_error *err);
 /* Loads a snapshot into a's model and (when it has a trailer and z is not NULL) z.
- * SHOAL_EFORMAT for a damaged trailer; nn_model_load_buffer's errors otherwise. */
+ * SHOAL_EFORMAT for a damaged trailer; nn_model_load_buffer's errors otherwise. On
+ * error neither the model nor z changes. */
 int op_snapshot_decode(op_agent *a, const op_spec *s, op_norm *z, const uint8_t *buf, size_t len,
                        shoal_error *err);
 /* As op_snapshot_decode, and for a learner's agent also restores the learner state

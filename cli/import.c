@@ -24,6 +24,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,56 +33,13 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/import.h"
 #include "config/config.h"
 #include "envs/envs.h"
 #include "run/run.h"
 #include "store/store.h"
 
-enum { MAX_SHOWN = 50, MAX_ELEMS = 1 << 22 };
-
-/* One transition as read, before it is known whether it continues into the next. */
-typedef struct record {
-  float *obs, *next_obs; /* (obs size) */
-  bool has_next;
-  int32_t action_i;
-  float *action_f; /* (act size) for a box */
-  float reward;
-  bool terminated, truncated;
-  bool has_prio;
-  float prio;
-} record;
-
-typedef struct importer {
-  store *st;
-  const char *run;
-  const char *create_env; /* the run is made with the first segment, for this env (or NULL) */
-  char source[STORE_NAME_MAX];
-  const env_spec *spec;
-  store_segment_limits lim;
-  size_t obs_n, act_n; /* elements of one obs / one box action */
-  size_t ob, ab;       /* bytes of one obs / one action as stored */
-  uint32_t seg_rows;   /* rows per segment */
-  bool quiet;
-  int prio_mode; /* -1 unknown yet, 0 none, 1 every record */
-
-  /* Staging for the segment being built (seg_rows rows). */
-  unsigned char *s_obs, *s_act, *s_fin;
-  float *s_rew, *s_prio;
-  uint8_t *s_term, *s_trunc;
-  uint32_t n, k;
-  store_segment seg;
-
-  /* The pending record (its end is decided by the next one). */
-  record cur, pend;
-  bool have_pend;
-
-  /* Counts. */
-  uint64_t read, imported, bad, shown, segments, first_seq, last_seq;
-  uint64_t file_read, file_imported, file_bad;
-  const char *file;
-  int store_rc;
-  double t0;
-} importer;
+enum { MAX_SHOWN = 50 };
 
 static void bad_record(importer *im, const char *unit, uint64_t where, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -577,6 +535,15 @@ static bool parse_line(importer *im, jp *j, record *r) {
   return true;
 }
 
+bool import__jsonl_line(importer *im, const char *line, record *r, char *msg, size_t cap) {
+  jp j = {line, line, ""};
+  if (!parse_line(im, &j, r)) {
+    snprintf(msg, cap, "%s", j.msg);
+    return false;
+  }
+  return check_record(im, r, msg, cap);
+}
+
 static int import_jsonl(importer *im, const char *path) {
   FILE *fp = fopen(path, "r");
   if (!fp) {
@@ -598,15 +565,11 @@ static int import_jsonl(importer *im, const char *path) {
     const char *s = line;
     while (*s == ' ' || *s == '\t') s++;
     if (!*s) continue; /* blank lines are allowed */
-    jp j = {s, s, ""};
     char msg[300];
-    if (!parse_line(im, &j, &im->cur)) {
-      bad_record(im, "line", lineno, "%s", j.msg);
-    } else if (!check_record(im, &im->cur, msg, sizeof msg)) {
+    if (!import__jsonl_line(im, s, &im->cur, msg, sizeof msg))
       bad_record(im, "line", lineno, "%s", msg);
-    } else {
+    else
       rc = take(im, &im->cur);
-    }
   }
   bool io_error = ferror(fp);
   free(line);
@@ -621,17 +584,117 @@ static int import_jsonl(importer *im, const char *path) {
 
 /* ---- .npy column folders --------------------------------------------------------------- */
 
-typedef struct npy {
-  char kind; /* 'f', 'i', 'u', 'b' */
-  int size;  /* bytes per element */
-  int ndim;
-  int64_t shape[8];
-  int64_t rows;   /* shape[0] */
-  size_t per_row; /* elements per row */
-  unsigned char *data;
-  size_t bytes;
-  bool present;
-} npy;
+/* The header is read from a prefix of the file: magic, version, length and at most
+ * 1 MiB of header text (NumPy's own headers are far smaller). */
+enum { NPY_HEADER_MAX = 1 << 20, NPY_PREFIX_MAX = 12 + NPY_HEADER_MAX };
+
+static int npy_bad(npy *out, char *msg, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int npy_bad(npy *out, char *msg, size_t cap, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, cap, fmt, ap);
+  va_end(ap);
+  memset(out, 0, sizeof *out);
+  return SHOAL_EFORMAT;
+}
+
+int import__npy_header(const unsigned char *buf, size_t len, uint64_t file_size, npy *out,
+                       size_t *data_off, char *msg, size_t cap) {
+  memset(out, 0, sizeof *out);
+  if (len > file_size) len = (size_t)file_size;
+  if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
+    return npy_bad(out, msg, cap, "not a .npy file (%s)", len < 10 ? "too short" : "bad magic");
+  size_t hl, at;
+  if (buf[6] == 1) {
+    hl = (size_t)buf[8] | (size_t)buf[9] << 8;
+    at = 10;
+  } else if (buf[6] == 2 || buf[6] == 3) {
+    if (len < 12) return npy_bad(out, msg, cap, "truncated .npy header");
+    hl = (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
+    at = 12;
+  } else {
+    return npy_bad(out, msg, cap, ".npy format version %d is not supported (1-3 are)", buf[6]);
+  }
+  if (hl > NPY_HEADER_MAX || hl > len - at) return npy_bad(out, msg, cap, "truncated .npy header");
+  /* A NUL-terminated copy, so the text searches below stay inside the header. */
+  char *hdr = malloc(hl + 1);
+  if (!hdr) return npy_bad(out, msg, cap, "out of memory for a %zu-byte header", hl);
+  memcpy(hdr, buf + at, hl);
+  hdr[hl] = 0;
+  int rc = 0;
+  /* {'descr': '<f4', 'fortran_order': False, 'shape': (N, 4), } */
+  const char *d = strstr(hdr, "'descr'"), *fo = strstr(hdr, "'fortran_order'"),
+             *sh = strstr(hdr, "'shape'");
+  if (!d || !fo || !sh) {
+    rc = npy_bad(out, msg, cap, "the .npy header lacks descr, fortran_order or shape");
+    goto done;
+  }
+  d = strchr(d + 7, '\'');
+  if (!d || strlen(d) < 5 || !strchr("<|=", d[1]) || !strchr("fiub", d[2]) || d[4] != '\'' ||
+      (d[3] != '1' && d[3] != '4' && d[3] != '8')) {
+    rc = npy_bad(out, msg, cap, "dtype not supported (little-endian f4, f8, i4, i8, u1 or b1 are)");
+    goto done;
+  }
+  out->kind = d[2];
+  out->size = d[3] - '0';
+  if ((out->kind == 'f' && out->size == 1) || (out->kind == 'b' && out->size != 1) ||
+      (out->kind == 'u' && out->size != 1)) {
+    rc = npy_bad(out, msg, cap, "dtype %.3s not supported", d + 1);
+    goto done;
+  }
+  const char *fv = strchr(fo, ':');
+  bool fortran = fv && !strncmp(fv + 1 + strspn(fv + 1, " "), "True", 4);
+  const char *p = strchr(sh, '(');
+  out->ndim = 0;
+  out->per_row = 1;
+  if (!p) {
+    rc = npy_bad(out, msg, cap, "the .npy header's shape is not a tuple");
+    goto done;
+  }
+  p++;
+  while (*p && *p != ')') {
+    while (*p == ' ' || *p == ',') p++;
+    if (*p == ')') break;
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || v < 0 || out->ndim >= 8) {
+      rc = npy_bad(out, msg, cap, "a bad shape in the .npy header");
+      goto done;
+    }
+    out->shape[out->ndim++] = v;
+    p = end;
+  }
+  if (out->ndim < 1) {
+    rc = npy_bad(out, msg, cap, "a scalar; one row per transition expected");
+    goto done;
+  }
+  if (fortran && out->ndim > 1) {
+    rc = npy_bad(out, msg, cap, "Fortran order is not supported (np.ascontiguousarray)");
+    goto done;
+  }
+  out->rows = out->shape[0];
+  /* Every product checked: a header's shape must not wrap the byte count around. */
+  bool over = false;
+  for (int i = 1; i < out->ndim; i++)
+    over |= __builtin_mul_overflow(out->per_row, (size_t)out->shape[i], &out->per_row);
+  over |= __builtin_mul_overflow((size_t)out->rows, out->per_row, &out->bytes);
+  over |= __builtin_mul_overflow(out->bytes, (size_t)out->size, &out->bytes);
+  if (over) {
+    rc = npy_bad(out, msg, cap, "a shape of more bytes than any file holds");
+    goto done;
+  }
+  uint64_t left = file_size - (at + hl);
+  if (left < out->bytes) {
+    rc = npy_bad(out, msg, cap, "truncated: %llu data bytes, shape needs %zu",
+                 (unsigned long long)left, out->bytes);
+    goto done;
+  }
+  *data_off = at + hl;
+done:
+  free(hdr);
+  return rc;
+}
 
 static int npy_load(const char *dir, const char *name, npy *out, bool required) {
   char path[PATH_MAX];
@@ -643,123 +706,34 @@ static int npy_load(const char *dir, const char *name, npy *out, bool required) 
     fprintf(stderr, "shoal import: %s: %s\n", path, strerror(errno));
     return SHOAL_ENOENT;
   }
-  unsigned char h[12];
-  int rc = 0;
-  char *hdr = NULL;
-  if (fread(h, 1, 10, fp) != 10 || memcmp(h, "\x93NUMPY", 6) != 0) {
-    fprintf(stderr, "shoal import: %s: not a .npy file (bad magic)\n", path);
-    rc = SHOAL_EFORMAT;
-    goto done;
-  }
-  size_t hl;
-  if (h[6] == 1) {
-    hl = (size_t)h[8] | (size_t)h[9] << 8;
-  } else if (h[6] == 2 || h[6] == 3) {
-    if (fread(h + 10, 1, 2, fp) != 2) {
-      rc = SHOAL_EFORMAT;
-      goto done;
-    }
-    hl = (size_t)h[8] | (size_t)h[9] << 8 | (size_t)h[10] << 16 | (size_t)h[11] << 24;
-  } else {
-    fprintf(stderr, "shoal import: %s: .npy format version %d is not supported (1-3 are)\n", path,
-            h[6]);
-    rc = SHOAL_EFORMAT;
-    goto done;
-  }
-  if (hl > 1 << 20 || !(hdr = calloc(1, hl + 1)) || fread(hdr, 1, hl, fp) != hl) {
-    fprintf(stderr, "shoal import: %s: truncated .npy header\n", path);
-    rc = SHOAL_EFORMAT;
-    goto done;
-  }
-  /* {'descr': '<f4', 'fortran_order': False, 'shape': (N, 4), } */
-  const char *d = strstr(hdr, "'descr'"), *fo = strstr(hdr, "'fortran_order'"),
-             *sh = strstr(hdr, "'shape'");
-  if (!d || !fo || !sh) {
-    fprintf(stderr, "shoal import: %s: the .npy header lacks descr, fortran_order or shape\n",
-            path);
-    rc = SHOAL_EFORMAT;
-    goto done;
-  }
-  d = strchr(d + 7, '\'');
-  if (!d || strlen(d) < 5 || !strchr("<|=", d[1]) || !strchr("fiub", d[2]) || d[4] != '\'' ||
-      (d[3] != '1' && d[3] != '4' && d[3] != '8')) {
-    fprintf(stderr,
-            "shoal import: %s: dtype not supported (little-endian f4, f8, i4, i8, u1 or b1 "
-            "are)\n",
-            path);
-    rc = SHOAL_EFORMAT;
-    goto done;
-  }
-  out->kind = d[2];
-  out->size = d[3] - '0';
-  if ((out->kind == 'f' && out->size == 1) || (out->kind == 'b' && out->size != 1) ||
-      (out->kind == 'u' && out->size != 1)) {
-    fprintf(stderr, "shoal import: %s: dtype %.3s not supported\n", path, d + 1);
-    rc = SHOAL_EFORMAT;
-    goto done;
-  }
-  const char *fv = strchr(fo, ':');
-  bool fortran = fv && !strncmp(fv + 1 + strspn(fv + 1, " "), "True", 4);
-  const char *p = strchr(sh, '(');
-  out->ndim = 0;
-  out->per_row = 1;
-  if (!p) {
-    rc = SHOAL_EFORMAT;
-    goto done;
-  }
-  p++;
-  while (*p && *p != ')') {
-    while (*p == ' ' || *p == ',') p++;
-    if (*p == ')') break;
-    char *end;
-    long long v = strtoll(p, &end, 10);
-    if (end == p || v < 0 || out->ndim >= 8) {
-      rc = SHOAL_EFORMAT;
-      goto done;
-    }
-    out->shape[out->ndim++] = v;
-    p = end;
-  }
-  if (out->ndim < 1) {
-    fprintf(stderr, "shoal import: %s: a scalar; one row per transition expected\n", path);
-    rc = SHOAL_EFORMAT;
-    goto done;
-  }
-  if (fortran && out->ndim > 1) {
-    fprintf(stderr, "shoal import: %s: Fortran order is not supported (np.ascontiguousarray)\n",
-            path);
-    rc = SHOAL_EFORMAT;
-    goto done;
-  }
-  out->rows = out->shape[0];
-  /* Every product checked: a header's shape must not wrap the byte count around. */
-  bool over = false;
-  for (int i = 1; i < out->ndim; i++)
-    over |= __builtin_mul_overflow(out->per_row, (size_t)out->shape[i], &out->per_row);
-  over |= __builtin_mul_overflow((size_t)out->rows, out->per_row, &out->bytes);
-  over |= __builtin_mul_overflow(out->bytes, (size_t)out->size, &out->bytes);
-  if (over) {
-    fprintf(stderr, "shoal import: %s: a shape of more bytes than any file holds\n", path);
-    rc = SHOAL_EFORMAT;
-    goto done;
-  }
-  long pos = ftell(fp);
   struct stat sb;
-  if (fstat(fileno(fp), &sb) != 0 || pos < 0 || (size_t)(sb.st_size - pos) < out->bytes) {
-    fprintf(stderr, "shoal import: %s: truncated: %lld data bytes, shape needs %zu\n", path,
-            (long long)(sb.st_size - pos), out->bytes);
-    rc = SHOAL_EFORMAT;
+  unsigned char *head = NULL;
+  size_t off = 0, got = 0;
+  char msg[300];
+  int rc = fstat(fileno(fp), &sb) != 0 ? SHOAL_EIO : 0;
+  if (rc) {
+    fprintf(stderr, "shoal import: %s: %s\n", path, strerror(errno));
+    goto done;
+  }
+  size_t want = (uint64_t)sb.st_size < NPY_PREFIX_MAX ? (size_t)sb.st_size : NPY_PREFIX_MAX;
+  head = malloc(want ? want : 1);
+  if (head) got = fread(head, 1, want, fp);
+  rc = head ? import__npy_header(head, got, (uint64_t)sb.st_size, out, &off, msg, sizeof msg)
+            : SHOAL_ENOMEM;
+  if (rc) {
+    fprintf(stderr, "shoal import: %s: %s\n", path, head ? msg : "out of memory");
     goto done;
   }
   out->data = malloc(out->bytes ? out->bytes : 1);
-  if (!out->data || fread(out->data, 1, out->bytes, fp) != out->bytes) {
+  if (!out->data || fseek(fp, (long)off, SEEK_SET) != 0 ||
+      fread(out->data, 1, out->bytes, fp) != out->bytes) {
     fprintf(stderr, "shoal import: %s: cannot read %zu bytes\n", path, out->bytes);
     rc = SHOAL_EIO;
     goto done;
   }
   out->present = true;
 done:
-  free(hdr);
+  free(head);
   fclose(fp);
   if (rc) {
     free(out->data);

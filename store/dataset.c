@@ -14,6 +14,7 @@
 #include <bson/bson.h>
 #include <ctype.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,20 +173,26 @@ static int bad_manifest(shoal_error *err, const char *name, const char *what) {
                          what);
 }
 
-static int iter_int(const bson_t *d, const char *key, int64_t *out) {
-  bson_iter_t it;
-  if (!bson_iter_init_find(&it, d, key)) return 0;
-  if (BSON_ITER_HOLDS_INT32(&it) || BSON_ITER_HOLDS_INT64(&it)) {
-    *out = bson_iter_as_int64(&it);
+/* The integer at it: an int32, an int64, or a double with an integral value in int64's
+ * range (JSON numbers may come back as doubles); 0 for anything else, so no value is
+ * silently truncated or converted out of range (undefined in C). */
+static int iter_int_at(const bson_iter_t *it, int64_t *out) {
+  if (BSON_ITER_HOLDS_INT32(it) || BSON_ITER_HOLDS_INT64(it)) {
+    *out = bson_iter_as_int64(it);
     return 1;
   }
-  if (BSON_ITER_HOLDS_DOUBLE(&it)) { /* JSON numbers may come back as doubles */
-    double v = bson_iter_double(&it);
-    if (v != (double)(int64_t)v) return 0;
+  if (BSON_ITER_HOLDS_DOUBLE(it)) {
+    double v = bson_iter_double(it);
+    if (!(v >= -0x1p63 && v < 0x1p63) || v != floor(v)) return 0;
     *out = (int64_t)v;
     return 1;
   }
   return 0;
+}
+
+static int iter_int(const bson_t *d, const char *key, int64_t *out) {
+  bson_iter_t it;
+  return bson_iter_init_find(&it, d, key) && iter_int_at(&it, out);
 }
 
 static const char *iter_str(const bson_t *d, const char *key) {
@@ -227,7 +234,8 @@ static int manifest_parse(const char *name, const bson_t *doc, store_dataset_inf
       !iter_int(doc, "chunks", &chunks) || !iter_int(doc, "record_bytes", &record_bytes))
     return bad_manifest(err, name, "records, chunk_records, chunks or record_bytes missing");
   if (records < 1 || chunk_records < 1 || chunk_records > UINT32_MAX || chunks < 1 ||
-      chunks > UINT32_MAX || chunks != (records + chunk_records - 1) / chunk_records)
+      chunks > UINT32_MAX ||
+      chunks != (records - 1) / chunk_records + 1) /* ceil, without overflow */
     return bad_manifest(err, name, "record and chunk counts disagree");
   snprintf(info.name, sizeof info.name, "%s", name);
   const char *up = iter_str(doc, "upload"), *src = iter_str(doc, "source");
@@ -261,9 +269,10 @@ static int manifest_parse(const char *name, const bson_t *doc, store_dataset_inf
     bson_iter_t si;
     bson_iter_init(&si, &sh);
     while (bson_iter_next(&si)) {
-      if (f->ndim == STORE_DATASET_NDIM_MAX || !BSON_ITER_HOLDS_NUMBER(&si))
+      int64_t v;
+      if (f->ndim == STORE_DATASET_NDIM_MAX || !iter_int_at(&si, &v))
         return bad_manifest(err, name, "a bad shape");
-      f->shape[f->ndim++] = bson_iter_as_int64(&si);
+      f->shape[f->ndim++] = v;
     }
   }
   shoal_error ferr = {0};
@@ -283,8 +292,8 @@ static int manifest_parse(const char *name, const bson_t *doc, store_dataset_inf
   bson_iter_t ci;
   bson_iter_init(&ci, &crcs);
   for (uint32_t c = 0; bson_iter_next(&ci); c++) {
-    int64_t v = BSON_ITER_HOLDS_NUMBER(&ci) ? bson_iter_as_int64(&ci) : -1;
-    if (v < 0 || v > UINT32_MAX) {
+    int64_t v = -1;
+    if (!iter_int_at(&ci, &v) || v < 0 || v > UINT32_MAX) {
       free(info.crc);
       return bad_manifest(err, name, "a CRC that is not a 32-bit number");
     }
@@ -454,6 +463,32 @@ int store_dataset_info_get(store *st, const char *name, store_dataset_info *out,
   rc = manifest_parse(name, &doc, out, err);
   bson_destroy(&doc);
   return rc;
+}
+
+/* The file backend's path (manifest.json through libbson's JSON reader and writer) on a
+ * buffer, for tests/fuzz/fuzz_manifest.c, which must not include libbson itself. */
+int store__dataset_manifest_from_json(const char *name, const char *json, size_t len,
+                                      store_dataset_info *out, shoal_error *err) {
+  bson_t doc;
+  bson_error_t be;
+  if (!bson_init_from_json(&doc, json, (ssize_t)len, &be))
+    return shoal_error_set(err, SHOAL_EFORMAT, "store: dataset '%s': damaged manifest: %s", name,
+                           be.message);
+  int rc = manifest_parse(name, &doc, out, err);
+  bson_destroy(&doc);
+  return rc;
+}
+
+char *store__dataset_manifest_to_json(const store_dataset_info *info, size_t *len) {
+  bson_t doc;
+  manifest_build(&doc, info);
+  size_t n = 0;
+  char *txt = bson_as_relaxed_extended_json(&doc, &n);
+  bson_destroy(&doc);
+  char *out = txt ? malloc(n + 1) : NULL; /* the caller's free(), not bson_free() */
+  if (out) memcpy(out, txt, n + 1), *len = n;
+  bson_free(txt);
+  return out;
 }
 
 static int cmp_info(const void *a, const void *b) {

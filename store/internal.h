@@ -201,4 +201,15 @@ void store__seg_header_write(store_segment *seg);
  * messages) and lays the columns out. SHOAL_EFORMAT naming what is wrong. */
 int store__seg_header_read(store_segment *seg, size_t len, const char *where, shoal_error *err);
 
+/* ---- the dataset manifest as the file backend stores it (dataset.c), for the fuzz
+ * target tests/fuzz/fuzz_manifest.c */
+/* Parses and checks the JSON text of dataset name's manifest (len bytes, borrowed) into
+ * *out (caller clears it), untouched on error: SHOAL_EFORMAT naming the fault, or
+ * SHOAL_ENOMEM. */
+int store__dataset_manifest_from_json(const char *name, const char *json, size_t len,
+                                      store_dataset_info *out, shoal_error *err);
+/* The manifest of info as JSON text (caller frees it with free());
+ * *len its length. NULL when out of memory. */
+char *store__dataset_manifest_to_json(const store_dataset_info *info, size_t *len);
+
 #endif

@@ -292,6 +292,17 @@ void store__seg_header_write(store_segment *seg) {
   store__put_le32(h + 12, seg->crc);
 }
 
+/* A 64-byte name field as store__seg_header_write leaves it: a name (or nothing), then
+ * NULs to the end. Anything else would decode to a name that re-encodes to other bytes
+ * (a CRC that no longer matches), or put control characters into messages. */
+static int name_field_ok(const unsigned char *f) {
+  size_t n = strnlen((const char *)f, 64);
+  if (n == 64) return 0;
+  for (size_t i = n; i < 64; i++)
+    if (f[i]) return 0;
+  return n == 0 || store_name_valid((const char *)f);
+}
+
 int store__seg_header_read(store_segment *seg, size_t len, const char *where, shoal_error *err) {
   const unsigned char *h = seg->buf;
   store__seg_no_columns(seg);
@@ -327,6 +338,9 @@ int store__seg_header_read(store_segment *seg, size_t len, const char *where, sh
   if (!spec_ok(&s) || rows == 0 || ends > rows || (flags & ~(uint32_t)SEG_FLAG_PRIORITY))
     return shoal_error_set(err, SHOAL_EFORMAT, "store: %s: invalid spec, row count or flags",
                            where);
+  if (!name_field_ok(h + 48) || !name_field_ok(h + 112))
+    return shoal_error_set(err, SHOAL_EFORMAT,
+                           "store: %s: its run or source is not a NUL-padded name", where);
   if (want != len)
     return shoal_error_set(err, SHOAL_EFORMAT,
                            "store: %s holds %zu bytes; its header (%u rows, %u ends) needs %zu",

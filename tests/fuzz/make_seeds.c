@@ -1,16 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/fuzz/make_seeds.c — writes the binary seed corpora under tests/fuzz/corpus/
- * (sample_batch, params, requests, safetensors) with protobuf-c's encoder and nn's own
- * checkpoint writer, so the seeds are real encodings: valid messages of every shape the
- * decoders take (dense, frame-stacked, LZ4, zstd; params; checkpoints of the fuzzed
- * model and optimizer) and the hostile ones the malicious-client test sends (huge and
- * negative shapes, shape products that overflow, NaN, wrong run). Run it from the
- * repository root after changing proto/shoal.proto:
+ * (sample_batch, params, requests, safetensors, segment, learner_state, replay_load,
+ * op_snapshot) with
+ * protobuf-c's encoder and shoal's own writers (nn's checkpoints, store's segments, the
+ * learner state, replay_save), so the seeds are real encodings: valid messages of every
+ * shape the decoders take (dense, frame-stacked, LZ4, zstd; params; checkpoints of the
+ * fuzzed model and optimizer) and the hostile ones the malicious-client test sends (huge
+ * and negative shapes, shape products that overflow, NaN, wrong run). Run it from the
+ * repository root after changing proto/shoal.proto or one of those formats:
  *
  *   build/tests/fuzz_make_seeds tests/fuzz/corpus
  *
- * The YAML seeds (corpus/config) are written by hand and copied from configs/.
+ * The YAML seeds (corpus/config) are written by hand and copied from configs/; so are the
+ * JSON Lines, .npy and manifest seeds (corpus/jsonl, npy, manifest).
  */
 #define _GNU_SOURCE
 #include <lz4.h>
@@ -20,8 +23,13 @@
 #include <string.h>
 #include <zstd.h>
 
+#include "algos/agent.h"
+#include "algos/algos.h"
 #include "nn/nn.h"
 #include "proto/shoal.pb-c.h"
+#include "replay/replay.h"
+#include "store/internal.h"
+#include "store/store_segments.h"
 
 static const char *root;
 
@@ -323,6 +331,215 @@ static void safetensors(void) {
   nn_model_destroy(m);
 }
 
+/* ---- experience segments, for fuzz_segment.c (byte 0: 1 = restamp the CRC) ------ */
+
+static void put_seg(const char *name, uint8_t flags, const store_segment *g, size_t len) {
+  uint8_t *b = malloc(len + 1);
+  b[0] = flags;
+  memcpy(b + 1, g->buf, len);
+  put_raw("segment", name, b, len + 1);
+  free(b);
+}
+
+static void segments(void) {
+  shoal_error err = {0};
+  store_segment g;
+  memset(&g, 0, sizeof g);
+  /* CartPole's: obs f32 [4], a discrete action, 5 rows, 2 ends, priorities. */
+  store_segment_spec cp = {STORE_SEG_F32, 1, {4}, STORE_SEG_I32, 0, {0}};
+  if (store_segment_reserve(&g, &cp, 5, 2, 1, &err)) exit(1);
+  for (int i = 0; i < 5; i++) {
+    for (int e = 0; e < 4; e++) ((float *)g.obs)[i * 4 + e] = 0.1f * (float)(i + e);
+    ((int32_t *)g.action)[i] = i & 1;
+    g.reward[i] = 1;
+    g.terminated[i] = i == 2;
+    g.truncated[i] = i == 4;
+    g.priority[i] = 0.5f;
+  }
+  for (int e = 0; e < 8; e++) ((float *)g.final_obs)[e] = (float)e;
+  snprintf(g.run, sizeof g.run, "cartpole");
+  snprintf(g.source, sizeof g.source, "import");
+  g.seq = 7;
+  g.wall_time = 1.7e9;
+  store__seg_header_write(&g);
+  put_seg("valid-cartpole", 0, &g, g.len);
+  put_seg("truncated-restamped", 1, &g, g.len - 9);
+  g.buf[300] ^= 0x40;
+  put_seg("bad-crc", 0, &g, g.len);
+  g.reward[1] = NAN;
+  put_seg("nan-reward-restamped", 1, &g, g.len);
+  /* MinAtar's: obs u8 [10,10,4], no ends, no priorities. */
+  store_segment_spec ma = {STORE_SEG_U8, 3, {10, 10, 4}, STORE_SEG_I32, 0, {0}};
+  if (store_segment_reserve(&g, &ma, 2, 0, 0, &err)) exit(1);
+  memset(g.obs, 1, 2 * 400);
+  ((int32_t *)g.action)[0] = 3, ((int32_t *)g.action)[1] = 5;
+  g.reward[0] = g.reward[1] = 0;
+  g.terminated[0] = g.terminated[1] = g.truncated[0] = g.truncated[1] = 0;
+  store__seg_header_write(&g);
+  put_seg("valid-minatar", 0, &g, g.len);
+  /* A box action: Pendulum's obs f32 [3], action f32 [1]. */
+  store_segment_spec pe = {STORE_SEG_F32, 1, {3}, STORE_SEG_F32, 1, {1}};
+  if (store_segment_reserve(&g, &pe, 1, 1, 0, &err)) exit(1);
+  memset(g.obs, 0, 12);
+  memset(g.final_obs, 0, 12);
+  ((float *)g.action)[0] = -2;
+  g.reward[0] = -1;
+  g.terminated[0] = 0, g.truncated[0] = 1;
+  store__seg_header_write(&g);
+  put_seg("valid-box", 0, &g, g.len);
+  store__put_le32(g.buf + 32, 0xffffffffu); /* rows */
+  put_seg("huge-rows-restamped", 1, &g, g.len);
+  store_segment_free(&g);
+}
+
+/* ---- learner states, for fuzz_learner_state.c (the model of its Initialize) -------- */
+
+static void learner_states(void) {
+  shoal_error err = {0};
+  dqn_config dc = dqn_defaults();
+  dc.obs_c = 3, dc.obs_h = 1, dc.obs_w = 1;
+  dc.num_actions = 2;
+  dc.hidden[0] = 4, dc.hidden[1] = 0;
+  dc.max_batch = 4;
+  dqn *d = dqn_create(&dc, NN_CPU, true, &err);
+  uint8_t *st = NULL, *snap = NULL;
+  size_t sl = 0, nl = 0;
+  if (!d || dqn_state_save(d, &st, &sl, &err) ||
+      nn_model_save_buffer(dqn_model(d), &snap, &nl, &err) ||
+      algo_snapshot_append_state(&snap, &nl, st, sl, &err)) {
+    fprintf(stderr, "make_seeds: learner state: %s\n", err.msg);
+    exit(1);
+  }
+  uint8_t *b = malloc((nl > sl ? nl : sl) + 1);
+  b[0] = 0;
+  memcpy(b + 1, st, sl);
+  put_raw("learner_state", "valid-state", b, sl + 1);
+  b[0] = 1;
+  memset(b + 1 + 16, 0xff, 8); /* updates: -1 */
+  put_raw("learner_state", "negative-updates-restamped", b, sl + 1);
+  b[0] = 1;
+  memcpy(b + 1, st, sl);
+  b[1 + 12] = 3; /* written by ppo */
+  put_raw("learner_state", "foreign-kind-restamped", b, sl + 1);
+  b[0] = 2;
+  memcpy(b + 1, snap, nl);
+  put_raw("learner_state", "valid-snapshot", b, nl + 1);
+  memset(b + 1 + nl - 16, 0xff, 8); /* a trailer longer than the snapshot */
+  put_raw("learner_state", "snapshot-huge-trailer", b, nl + 1);
+  put_raw("learner_state", "snapshot-without-state", b, nl - sl - 16 + 1);
+  free(b);
+  free(st);
+  free(snap);
+  dqn_destroy(d);
+}
+
+/* ---- replay memory files, for fuzz_replay_load.c (its spec; byte 0: bit 0
+ * prioritized, bit 1 restamp the CRCs) ------------------------------------------ */
+
+static void put_file(const char *name, uint8_t flags, const char *path, long cut) {
+  FILE *f = fopen(path, "rb");
+  if (!f) exit(1);
+  uint8_t b[1 << 16];
+  size_t n = fread(b + 1, 1, sizeof b - 1, f);
+  fclose(f);
+  b[0] = flags;
+  if (cut) n = cut > 0 ? (size_t)cut : n + (size_t)cut;
+  put_raw("replay_load", name, b, n + 1);
+}
+
+static void replay_files(void) {
+  for (int prio = 0; prio < 2; prio++) {
+    replay_config c = {.kind = prio ? REPLAY_PRIORITIZED : REPLAY_UNIFORM,
+                       .capacity = 8,
+                       .streams = 2,
+                       .ncols = 2,
+                       .obs_column = "obs",
+                       .frame_stack = prio ? 2 : 1,
+                       .alpha = 0.6,
+                       .eps = 1e-6,
+                       .writer_slack = 0};
+    c.cols[0] = (replay_column){.name = "obs", .dtype = REPLAY_F32, .ndim = 1, .shape = {2}};
+    c.cols[1] = (replay_column){.name = "action", .dtype = REPLAY_I64};
+    replay *r;
+    shoal_error err = {0};
+    if (replay_create(&c, &r, &err)) exit(1);
+    /* Two streams, an episode that ends on each, then the ring laps (8 slots). */
+    for (int t = 0; t < 7; t++) {
+      for (int s = 0; s < 2; s++) {
+        float o[2] = {(float)t, (float)s}, fin[2] = {-1, -1};
+        int64_t a = t & 1;
+        const void *cols[2] = {o, &a};
+        int term = s == 0 && t == 3, trunc = s == 1 && t == 5;
+        if (replay_insert_one(r, s, cols, 0.5f * (float)t, term, trunc, term || trunc ? fin : NULL,
+                              prio ? 0.25f * (float)(t + 1) : -1, &err))
+          exit(1);
+      }
+    }
+    const char *path = "/tmp/fuzz_make_seeds.rpl";
+    if (replay_save(r, path, &err)) exit(1);
+    replay_destroy(r);
+    put_file(prio ? "valid-prioritized" : "valid-uniform", (uint8_t)prio, path, 0);
+    put_file(prio ? "truncated-prioritized-restamped" : "truncated-uniform", (uint8_t)(prio | 2),
+             path, -21);
+    if (!prio) put_file("header-only", 0, path, 128);
+    remove(path);
+  }
+}
+
+/* ---- on-policy snapshots, for fuzz_op_snapshot.c (its agent; byte 0: 1 = resume) */
+
+static void op_snapshots(void) {
+  shoal_error err = {0};
+  op_spec s;
+  memset(&s, 0, sizeof s);
+  s.T = 4, s.num_envs = 1, s.learn_B = 1;
+  snprintf(s.env_id, sizeof s.env_id, "CartPole-v1");
+  s.obs_ndim = 1, s.obs_shape[0] = 4, s.obs_n = 4, s.obs_bytes = 16;
+  s.A = 2;
+  s.norm_obs = true;
+  s.gamma = 0.99f;
+  op_agent_config c;
+  memset(&c, 0, sizeof c);
+  c.ac = ac_defaults();
+  c.ac.obs_c = 4, c.ac.obs_h = 1, c.ac.obs_w = 1, c.ac.num_actions = 2;
+  c.ac.hidden[0] = 8, c.ac.hidden[1] = 0;
+  c.ppo = ppo_defaults();
+  c.ppo.T = 4;
+  op_agent a;
+  op_norm z;
+  uint8_t *snap = NULL;
+  size_t n = 0;
+  const float x[12] = {1, 2, 3, 4, -1, 0, 0.5f, 2, 0, 0, 0, 1};
+  if (op_agent_create(&s, &c, 4, true, NN_CPU, &a, &err) || op_norm_init(&z, 4, &err)) exit(1);
+  op_norm_update(&z, x, 3);
+  if (op_snapshot_encode(&a, &s, &z, &snap, &n, &err)) exit(1);
+  uint8_t *b = malloc(n + 1);
+  for (int resume = 0; resume < 2; resume++) {
+    b[0] = (uint8_t)resume;
+    memcpy(b + 1, snap, n);
+    put_raw("op_snapshot", resume ? "valid-resume" : "valid-decode", b, n + 1);
+  }
+  b[0] = 0; /* the damaged ones through op_snapshot_decode, which must change nothing */
+  double nan = NAN, neg = -1;
+  memcpy(b + 1 + n - 24, &nan, 8); /* the count */
+  put_raw("op_snapshot", "nan-count", b, n + 1);
+  memcpy(b + 1, snap, n);
+  memcpy(b + 1 + n - 24 - 8, &neg, 8); /* the last variance */
+  put_raw("op_snapshot", "negative-var", b, n + 1);
+  memcpy(b + 1, snap, n);
+  b[1 + n - 16] = 5; /* obs_n */
+  put_raw("op_snapshot", "wrong-obs-n", b, n + 1);
+  memcpy(b + 1, snap, n);
+  memset(b + 1, 0xff, 8); /* the safetensors header length: the statistics must not load */
+  put_raw("op_snapshot", "bad-model-good-stats", b, n + 1);
+  memcpy(b + 1, snap, n);
+  put_raw("op_snapshot", "truncated", b, n / 2 + 1);
+  free(b);
+  free(snap);
+  op_norm_free(&z);
+  op_agent_destroy(&a);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s tests/fuzz/corpus\n", argv[0]);
@@ -333,5 +550,9 @@ int main(int argc, char **argv) {
   params();
   requests();
   safetensors();
+  segments();
+  learner_states();
+  replay_files();
+  op_snapshots();
   return 0;
 }

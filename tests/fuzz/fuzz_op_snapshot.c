@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * tests/fuzz/fuzz_op_snapshot.c — an on-policy run's snapshot as the learner resumes
+ * from it and an evaluation loads it (algos/agent.c: op_snapshot_resume,
+ * op_snapshot_decode): the model's safetensors, the learner state's trailer (PPO's
+ * optimizer and RNG), the observation normaliser's trailer. The agent is a PPO
+ * learner on CartPole's spaces (MLP 8) with norm_obs, as the seeds in
+ * corpus/op_snapshot (make_seeds.c). The first byte's bit 0 picks resume (else decode).
+ *
+ * Properties: a refusal is a shoal error with a message, and a refused decode changes
+ * neither the model nor the normaliser; an accepted snapshot leaves finite statistics
+ * (var >= 0, count > 0) and finite parameters, and encoding the agent, resuming from
+ * that and encoding again gives the same bytes.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "algos/agent.h"
+#include "tests/fuzz/fuzz.h"
+
+static op_spec spec;
+static op_agent agent;
+static op_norm norm;
+static uint8_t *base; /* the reference snapshot, to go back to after an accepted input */
+static size_t base_len;
+
+/* The spec and agent of the seeds: make_seeds.c builds the same. */
+static void setup(op_spec *s, op_agent *a, op_norm *z) {
+  shoal_error err = {0};
+  memset(s, 0, sizeof *s);
+  s->T = 4, s->num_envs = 1, s->learn_B = 1;
+  snprintf(s->env_id, sizeof s->env_id, "CartPole-v1");
+  s->obs_ndim = 1, s->obs_shape[0] = 4, s->obs_n = 4, s->obs_bytes = 16;
+  s->A = 2;
+  s->norm_obs = true;
+  s->gamma = 0.99f;
+  op_agent_config c;
+  memset(&c, 0, sizeof c);
+  c.ac = ac_defaults();
+  c.ac.obs_c = 4, c.ac.obs_h = 1, c.ac.obs_w = 1, c.ac.num_actions = 2;
+  c.ac.hidden[0] = 8, c.ac.hidden[1] = 0;
+  c.ppo = ppo_defaults();
+  c.ppo.T = 4;
+  if (op_agent_create(s, &c, 4, true, NN_CPU, a, &err) || op_norm_init(z, 4, &err)) {
+    fprintf(stderr, "op_snapshot: %s\n", err.msg);
+    abort();
+  }
+  const float x[8] = {0.1f, -0.2f, 0.03f, 0.4f, -0.1f, 0.2f, 0.0f, -0.4f};
+  op_norm_update(z, x, 2);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  setup(&spec, &agent, &norm);
+  shoal_error err = {0};
+  if (op_snapshot_encode(&agent, &spec, &norm, &base, &base_len, &err)) abort();
+  return 0;
+}
+
+static uint8_t *params_copy(size_t *n) {
+  const float *p = nn_model_params(op_agent_model(&agent), n);
+  uint8_t *c = malloc(*n * sizeof *p);
+  memcpy(c, p, *n * sizeof *p);
+  return c;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  bool resume = data[0] & 1;
+  size_t len = size - 1;
+  uint8_t *buf = malloc(len ? len : 1);
+  memcpy(buf, data + 1, len);
+  size_t np;
+  uint8_t *p0 = params_copy(&np);
+  double m0[4], v0[4], c0 = norm.count;
+  memcpy(m0, norm.mean, sizeof m0), memcpy(v0, norm.var, sizeof v0);
+  shoal_error err = {0};
+  bool restored = false;
+  int rc = resume ? op_snapshot_resume(&agent, &spec, &norm, buf, len, &restored, &err)
+                  : op_snapshot_decode(&agent, &spec, &norm, buf, len, &err);
+  if (rc) {
+    FUZZ_CHECK(rc < 0 && err.code == rc && err.msg[0]);
+    if (!resume) {
+      size_t n;
+      const float *p = nn_model_params(op_agent_model(&agent), &n);
+      FUZZ_CHECK(n == np && !memcmp(p, p0, np * sizeof *p));
+      FUZZ_CHECK(!memcmp(m0, norm.mean, sizeof m0) && !memcmp(v0, norm.var, sizeof v0) &&
+                 c0 == norm.count);
+    }
+    goto done;
+  }
+  for (int j = 0; j < 4; j++)
+    FUZZ_CHECK(isfinite(norm.mean[j]) && isfinite(norm.var[j]) && norm.var[j] >= 0);
+  FUZZ_CHECK(isfinite(norm.count) && norm.count > 0);
+  size_t n;
+  const float *p = nn_model_params(op_agent_model(&agent), &n);
+  for (size_t i = 0; i < n; i++) FUZZ_CHECK(isfinite(p[i]));
+  uint8_t *e1 = NULL, *e2 = NULL;
+  size_t l1 = 0, l2 = 0;
+  FUZZ_CHECK(!op_snapshot_encode(&agent, &spec, &norm, &e1, &l1, &err));
+  FUZZ_CHECK(!op_snapshot_resume(&agent, &spec, &norm, e1, l1, &restored, &err) && restored);
+  FUZZ_CHECK(!op_snapshot_encode(&agent, &spec, &norm, &e2, &l2, &err));
+  FUZZ_CHECK(l1 == l2 && !memcmp(e1, e2, l1));
+  free(e1);
+  free(e2);
+  /* Back to the reference agent, so the next refusal is checked against it. */
+  FUZZ_CHECK(!op_snapshot_resume(&agent, &spec, &norm, base, base_len, &restored, &err));
+done:
+  free(p0);
+  free(buf);
+  return 0;
+}
