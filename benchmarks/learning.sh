@@ -21,8 +21,9 @@
 #   LEARNING_SEEDS      default "1 2 3 4 5"
 #   LEARNING_CORETYPES  default "native Haswell": native lets OpenBLAS pick its kernels
 #                       for this CPU; Haswell forces its AVX2 kernels (OPENBLAS_CORETYPE),
-#                       what a machine without AVX-512 runs. shoal's own code has no
-#                       CPU dispatch, so this covers both kinds of machine.
+#                       what a machine without AVX-512 runs. shoal's own one CPU
+#                       dispatch (nn/optim.c's target_clones: avx2 or default) takes the
+#                       AVX2 clone on both kinds, so this covers both kinds of machine.
 #   LEARNING_CASES      default: every case below, by name
 set -uo pipefail
 root=${SHOAL_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
