@@ -832,13 +832,11 @@ static int stop(lrt *rt, const char *reason, double t0) {
   const bool owner = !atomic_load(&rt->lease_lost), solved = !strcmp(reason, "solved");
   if (owner && rt->evals > 0 &&
       (!strcmp(reason, "max_env_steps") || !strcmp(reason, "max_seconds"))) {
+    eval_wait(rt); /* the one in flight first, so snapshots keep version order */
+    eval_collect(rt, 0);
+    eval_post(rt, f.env_steps, 999999937);
     eval_wait(rt);
     eval_collect(rt, 0);
-    if (eval_idle(rt)) {
-      eval_post(rt, f.env_steps, 999999937);
-      eval_wait(rt);
-      eval_collect(rt, 0);
-    }
   }
   eval_stop(rt);
   /* The evaluated snapshot of a solved run is its last (the policy that solved, not the
