@@ -486,9 +486,12 @@ static void replay_files(void) {
   }
 }
 
-/* ---- on-policy snapshots, for fuzz_op_snapshot.c (its agent; byte 0: 1 = resume) */
+/* ---- on-policy snapshots, for fuzz_op_snapshot.c (its agents; byte 0: bit 0 resume, bit 1
+ * IMPALA) */
 
-static void op_snapshots(void) {
+static void op_snapshots_of(bool impala) {
+  const char *pre = impala ? "impala-" : "";
+  char name[64];
   shoal_error err = {0};
   op_spec s;
   memset(&s, 0, sizeof s);
@@ -498,6 +501,7 @@ static void op_snapshots(void) {
   s.A = 2;
   s.norm_obs = true;
   s.gamma = 0.99f;
+  s.impala = impala;
   op_agent_config c;
   memset(&c, 0, sizeof c);
   c.ac = ac_defaults();
@@ -505,6 +509,8 @@ static void op_snapshots(void) {
   c.ac.hidden[0] = 8, c.ac.hidden[1] = 0;
   c.ppo = ppo_defaults();
   c.ppo.T = 4;
+  c.impala = impala_defaults();
+  c.impala.T = 4;
   op_agent a;
   op_norm z;
   uint8_t *snap = NULL;
@@ -515,29 +521,41 @@ static void op_snapshots(void) {
   if (op_snapshot_encode(&a, &s, &z, &snap, &n, &err)) exit(1);
   uint8_t *b = malloc(n + 1);
   for (int resume = 0; resume < 2; resume++) {
-    b[0] = (uint8_t)resume;
+    b[0] = (uint8_t)(resume | (impala ? 2 : 0));
     memcpy(b + 1, snap, n);
-    put_raw("op_snapshot", resume ? "valid-resume" : "valid-decode", b, n + 1);
+    snprintf(name, sizeof name, "%s%s", pre, resume ? "valid-resume" : "valid-decode");
+    put_raw("op_snapshot", name, b, n + 1);
   }
-  b[0] = 0; /* the damaged ones through op_snapshot_decode, which must change nothing */
+  b[0] =
+      impala ? 2 : 0; /* the damaged ones through op_snapshot_decode, which must change nothing */
   double nan = NAN, neg = -1;
   memcpy(b + 1 + n - 24, &nan, 8); /* the count */
-  put_raw("op_snapshot", "nan-count", b, n + 1);
+  snprintf(name, sizeof name, "%snan-count", pre);
+  put_raw("op_snapshot", name, b, n + 1);
   memcpy(b + 1, snap, n);
   memcpy(b + 1 + n - 24 - 8, &neg, 8); /* the last variance */
-  put_raw("op_snapshot", "negative-var", b, n + 1);
+  snprintf(name, sizeof name, "%snegative-var", pre);
+  put_raw("op_snapshot", name, b, n + 1);
   memcpy(b + 1, snap, n);
   b[1 + n - 16] = 5; /* obs_n */
-  put_raw("op_snapshot", "wrong-obs-n", b, n + 1);
+  snprintf(name, sizeof name, "%swrong-obs-n", pre);
+  put_raw("op_snapshot", name, b, n + 1);
   memcpy(b + 1, snap, n);
   memset(b + 1, 0xff, 8); /* the safetensors header length: the statistics must not load */
-  put_raw("op_snapshot", "bad-model-good-stats", b, n + 1);
+  snprintf(name, sizeof name, "%sbad-model-good-stats", pre);
+  put_raw("op_snapshot", name, b, n + 1);
   memcpy(b + 1, snap, n);
-  put_raw("op_snapshot", "truncated", b, n / 2 + 1);
+  snprintf(name, sizeof name, "%struncated", pre);
+  put_raw("op_snapshot", name, b, n / 2 + 1);
   free(b);
   free(snap);
   op_norm_free(&z);
   op_agent_destroy(&a);
+}
+
+static void op_snapshots(void) {
+  op_snapshots_of(false);
+  op_snapshots_of(true);
 }
 
 int main(int argc, char **argv) {
