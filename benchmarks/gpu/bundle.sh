@@ -11,9 +11,9 @@
 #   OUT/configs/  the repository's configs (check.sh trains from them)
 #   OUT/MANIFEST  what is in, what was left out, the glibc and libstdc++ versions needed
 #
-# and packs it as OUT.tar.xz, the file to carry (the folder itself is ~90 MiB, mostly
+# and packs it as OUT.tar.xz, the file to carry (the folder itself is 97 MiB, mostly
 # OpenBLAS's kernels for every CPU and ICU's data, which libmongoc links; xz takes it to
-# about a quarter). Left out, as the GPU machine has them: the CUDA runtime, cuBLAS(Lt),
+# 21 MiB). Left out, as the GPU machine has them: the CUDA runtime, cuBLAS(Lt),
 # cuDNN (found there through LD_LIBRARY_PATH, see check.sh), glibc (libc, libm, libpthread,
 # libdl, librt, libresolv, libutil, ld-linux) and libstdc++/libgcc_s.
 #
@@ -22,7 +22,7 @@
 #     --from BUILD  gather from a build already made (BUILD/bin, BUILD/benchmarks) instead
 #     --out DIR     the folder (default build-bundle/shoal; DIR.tar.xz beside it)
 #     --no-archive  the folder only
-# The CUDA build takes a while on a small machine (about 7 minutes on 2 cores).
+# The CUDA build of these targets took 2.5 minutes on 2 cores here.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cuda=ON from="" out="" archive=1
@@ -48,6 +48,7 @@ if [ -z "$from" ]; then
   gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
   echo "== bundle.sh: building in $from (SHOAL_CUDA=$cuda, Release)"
+  mkdir -p "$root/build-bundle"
   cmake -S "$root" -B "$from" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DSHOAL_CUDA=$cuda \
     -DSHOAL_TESTS=OFF -DSHOAL_BENCHMARKS=ON >"$root/build-bundle/cmake-$cuda.log" 2>&1 ||
     { tail -n 30 "$root/build-bundle/cmake-$cuda.log"; exit 1; }
