@@ -23,5 +23,17 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "deps: installing ${#missing[@]} package(s): ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# Google Cloud's `kubectl` package (on some machine images) owns /usr/bin/kubectl, which
+# Debian's kubernetes-client also ships: apt-get would refuse the whole install. Divert
+# Google's binary to kubectl.google-cloud first, so both stay installed.
+if printf '%s\n' "${missing[@]}" | grep -qx kubernetes-client; then
+  owner=$(dpkg-query -S /usr/bin/kubectl 2>/dev/null | grep -v '^diversion' | cut -d: -f1 || true)
+  if [ -n "$owner" ] && [ "$owner" != kubernetes-client ] &&
+    ! dpkg-divert --list /usr/bin/kubectl | grep -q kubernetes-client; then
+    echo "deps: /usr/bin/kubectl belongs to $owner; diverting it to /usr/bin/kubectl.google-cloud"
+    "${sudo[@]}" dpkg-divert --package kubernetes-client --rename \
+      --divert /usr/bin/kubectl.google-cloud /usr/bin/kubectl
+  fi
+fi
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
