@@ -17,8 +17,8 @@ trains. A thin ctypes layer over libshoal.so (python/shoal_c.h); no compiled ext
     actions, log_probs = ppo.sample(obs)   # as shoal-onpolicy-actor samples; ppo(obs): the mode
 """
 
-from ._lib import (ShoalError, ShoalIOError, ShoalNotFoundError, ShoalStateError,
-                   ShoalValueError)
+from ._lib import (ShoalError, ShoalIOError, ShoalNotFoundError, ShoalNotSupportedError,
+                   ShoalStateError, ShoalValueError)
 from .policy import Policy, load_policy
 from .spaces import Box, Discrete, MultiDiscrete
 from .vector import VectorEnv, list_envs, make_vec
@@ -26,4 +26,4 @@ from .vector import VectorEnv, list_envs, make_vec
 __version__ = "0.1.0"
 __all__ = ["VectorEnv", "make_vec", "list_envs", "Policy", "load_policy", "Box", "Discrete",
            "MultiDiscrete", "ShoalError", "ShoalValueError", "ShoalNotFoundError",
-           "ShoalIOError", "ShoalStateError"]
+           "ShoalIOError", "ShoalStateError", "ShoalNotSupportedError"]
