@@ -2,7 +2,9 @@
 """shoal's Python vector env (python/shoal over libshoal.so) against the C vector env.
 
 Run by ctest (python/CMakeLists.txt) with SHOAL_LIB (the library) and SHOAL_REF
-(tests/python_ref.c, which steps env_vec from the part libraries directly)."""
+(tests/python_ref.c, which steps env_vec from the part libraries directly). States set
+through set_state are stepped against Gymnasium's classic-control equations written out
+here (gym_*_step), and spaces against the values of Gymnasium's sources."""
 
 import os
 import subprocess
@@ -275,6 +277,100 @@ def gym_mountaincar_step(state, action):
         velocity = 0
     terminated = bool(position >= 0.5 and velocity >= 0)
     return np.array([position, velocity]), -1.0, terminated
+
+
+def gym_mountaincar_continuous_step(state, action):
+    """continuous_mountain_car.py Continuous_MountainCarEnv.step (NumPy 1.x: the float32
+    action times a Python float is float64; the new state is stored as float32)."""
+    import math
+    position, velocity = (float(v) for v in state)
+    a = float(np.float32(action))
+    force = min(max(a, -1.0), 1.0)
+    velocity += force * 0.0015 - 0.0025 * math.cos(3 * position)
+    velocity = min(max(velocity, -0.07), 0.07)
+    position += velocity
+    position = min(max(position, -1.2), 0.6)
+    if position == -1.2 and velocity < 0:
+        velocity = 0
+    terminated = bool(position >= 0.45 and velocity >= 0)
+    reward = (100.0 if terminated else 0) - math.pow(a, 2) * 0.1
+    return np.array([position, velocity], np.float32).astype(np.float64), reward, terminated
+
+
+def gym_acrobot_step(state, action):
+    """acrobot.py AcrobotEnv.step ("book" dynamics): _dsdt, one rk4 step over dt = 0.2,
+    wrap and bound, with libm's sin/cos (math) as shoal computes them."""
+    from math import cos, pi, sin
+    m1 = m2 = l1 = 1.0
+    lc1 = lc2 = 0.5
+    I1 = I2 = 1.0
+    g = 9.8
+    torque = [-1.0, 0.0, 1.0][action]
+
+    def dsdt(y):
+        theta1, theta2, dtheta1, dtheta2, a = y
+        d1 = m1 * lc1**2 + m2 * (l1**2 + lc2**2 + 2 * l1 * lc2 * cos(theta2)) + I1 + I2
+        d2 = m2 * (lc2**2 + l1 * lc2 * cos(theta2)) + I2
+        phi2 = m2 * lc2 * g * cos(theta1 + theta2 - pi / 2.0)
+        phi1 = (-m2 * l1 * lc2 * dtheta2**2 * sin(theta2)
+                - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * sin(theta2)
+                + (m1 * lc1 + m2 * l1) * g * cos(theta1 - pi / 2) + phi2)
+        ddtheta2 = (a + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1**2 * sin(theta2) - phi2) / (
+            m2 * lc2**2 + I2 - d2**2 / d1)
+        ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
+        return np.array([dtheta1, dtheta2, ddtheta1, ddtheta2, 0.0])
+
+    y0 = np.append(np.asarray(state, np.float64), torque)
+    dt = 0.2
+    dt2 = dt / 2.0
+    k1 = dsdt(y0)
+    k2 = dsdt(y0 + dt2 * k1)
+    k3 = dsdt(y0 + dt2 * k2)
+    k4 = dsdt(y0 + dt * k3)
+    ns = (y0 + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4))[:4]
+    for j in range(2):
+        while ns[j] > pi:
+            ns[j] = ns[j] - (pi - -pi)
+        while ns[j] < -pi:
+            ns[j] = ns[j] + (pi - -pi)
+    ns[2] = min(max(ns[2], -4 * pi), 4 * pi)
+    ns[3] = min(max(ns[3], -9 * pi), 9 * pi)
+    terminated = bool(-cos(ns[0]) - cos(ns[1] + ns[0]) > 1.0)
+    obs = np.array([cos(ns[0]), sin(ns[0]), cos(ns[1]), sin(ns[1]), ns[2], ns[3]], np.float32)
+    return ns, obs, (0.0 if terminated else -1.0), terminated
+
+
+def test_acrobot_and_mountaincar_continuous_state_follow_gymnasium():
+    env = shoal.make_vec("Acrobot-v1", 2)
+    env.reset(seed=0)
+    state = np.array([0.4, -1.1, 2.0, -3.5])
+    env.set_state(1, state)
+    for a in [2, 0, 0, 1, 2, 2, 0]:
+        state, o, rew, term = gym_acrobot_step(state, a)
+        obs, r, te, _, _ = env.step(np.array([1, a], np.int32))
+        np.testing.assert_array_equal(env.get_state(1), state)
+        np.testing.assert_array_equal(obs[1], o)
+        assert r[1] == rew and te[1] == term
+    env.set_state(0, [3.0, 0.1, 0.0, 0.0])  # nearly upright: the tip is above the bar
+    _, o, rew, term = gym_acrobot_step([3.0, 0.1, 0.0, 0.0], 1)
+    _, r, te, _, info = env.step(np.array([1, 1], np.int32))
+    assert term and te[0] and r[0] == 0.0
+    np.testing.assert_array_equal(info["final_obs"][0], o)
+
+    mc = shoal.make_vec("MountainCarContinuous-v0", 1)
+    mc.reset(seed=0)
+    state = np.array([0.3, 0.05])
+    mc.set_state(0, state)
+    for a in [0.5, 1.7, -0.2, 1.0, 1.0, 1.0]:
+        state, rew, term = gym_mountaincar_continuous_step(state, a)
+        obs, r, te, _, info = mc.step(np.array([[a]], np.float32))
+        assert r[0] == np.float32(rew) and te[0] == term
+        if term:
+            np.testing.assert_array_equal(info["final_obs"][0], np.float32(state))
+            break
+        np.testing.assert_array_equal(mc.get_state(0), state)
+        np.testing.assert_array_equal(obs[0], np.float32(state))
+    assert term  # the goal, with its reward of 100
 
 
 def test_cartpole_state_set_then_step_follows_gymnasium():
