@@ -271,7 +271,9 @@ int env__reset_options_parse(const env_type *t, const void *state, void *scratch
   int rc = parse_options(t, opts, kv, ENV__MAX_OPTS, n, where, err);
   if (rc) return rc;
   if (*n == 0) return 0;
-  if (!t->reset_options || !t->get_state || !t->set_state)
+  /* A reset with options starts from the options' start state and sets it into the copy
+   * (env__reset_with), so it needs the state's get and set. */
+  if (!t->reset_options || !t->configure || !t->get_state || !t->set_state)
     return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s' takes no reset options (got '%s')", where,
                            t->spec.id, kv[0].key);
   for (int i = 0; i < *n; i++)
@@ -285,6 +287,10 @@ int env__reset_options_parse(const env_type *t, const void *state, void *scratch
   for (int i = 0; i < *n; i++)
     if ((rc = t->configure(scratch, kv[i].key, kv[i].value, err))) return wrap(t, rc, where, err);
   if ((rc = t->configure(scratch, NULL, 0.0, err))) return wrap(t, rc, where, err);
+  double probe[ENV__MAX_STATE];
+  if (t->get_state(scratch, probe, ENV__MAX_STATE) > ENV__MAX_STATE)
+    return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s': a state of more than %d values", where,
+                           t->spec.id, ENV__MAX_STATE);
   return 0;
 }
 

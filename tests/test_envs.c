@@ -549,7 +549,7 @@ static void test_reset_options_and_seeds(void **unused) {
   assert_int_equal(env_vec_reset_each(v, seeds, NULL, "g=3", obs, &err), SHOAL_EINVAL);
   assert_int_equal(env_vec_reset_each(v, NULL, NULL, NULL, obs, &err), SHOAL_EINVAL);
   /* state per copy */
-  double set[2] = {1.0, -2.0}, got[2];
+  double set[3] = {1.0, -2.0, 0.0}, got[2];
   assert_int_equal(env_vec_set_state(v, 2, set, 2, &err), 0);
   assert_int_equal(env_vec_get_state(v, 2, got, 2, &err), 2);
   assert_true(got[0] == 1.0 && got[1] == -2.0);
