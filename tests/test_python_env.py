@@ -137,6 +137,8 @@ GYM_SPACES = {
     "Pendulum-v1": (-np.array([1.0, 1.0, 8], np.float32), np.array([1.0, 1.0, 8], np.float32),
                     (-2.0, 2.0)),
 }
+# RL Zoo's CartPoleNoVel-v1 masks CartPole-v1's observations and keeps its spaces.
+GYM_SPACES["CartPoleNoVel-v1"] = GYM_SPACES["CartPole-v1"]
 
 
 @pytest.mark.parametrize("env_id", list(GYM_SPACES))
@@ -169,7 +171,7 @@ def test_spaces_are_gymnasiums(env_id):
     assert env.action_space.contains(acts)
     env.step(acts)
     assert o.contains(o.sample(np.random.default_rng(0)))
-    if env_id == "CartPole-v1":
+    if env_id.startswith("CartPole"):
         assert repr(o) == ("Box([-4.8000002e+00 -3.4028235e+38 -4.1887903e-01 -3.4028235e+38], "
                            "[4.8000002e+00 3.4028235e+38 4.1887903e-01 3.4028235e+38], (4,), "
                            "float32)")
