@@ -217,8 +217,9 @@ SHOAL_C_EXPORT int shoal_c_policy_sample(shoal_c_policy *p, const void *obs, int
  * shoal-onpolicy-actor and `shoal eval` act with it: state (B x S floats, per env h then
  * c) is each env's core state, read and replaced by the state after this step; first
  * (B bytes, NULL: none) marks observations that begin an episode, whose state is zeroed
- * before the step. A policy without a core: SHOAL_ESTATE (and shoal_c_policy_sample /
- * _act are SHOAL_ESTATE for one with). */
+ * before the step. SHOAL_ENAN for a non-finite observation or state value (nothing
+ * written). A policy without a core: SHOAL_ESTATE (and shoal_c_policy_sample / _act
+ * are SHOAL_ESTATE for one with). */
 SHOAL_C_EXPORT int shoal_c_policy_sample_recurrent(shoal_c_policy *p, const void *obs,
                                                    int obs_dtype, int B, float *state,
                                                    const uint8_t *first, int greedy, void *actions,
