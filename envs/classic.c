@@ -10,6 +10,7 @@
  * times a Python float is computed in float64. Sources: gymnasium/envs/classic_control/
  * {cartpole,mountain_car,continuous_mountain_car,acrobot,pendulum}.py.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -66,10 +67,11 @@ typedef struct cartpole_state {
   int sutton_barto; /* sutton_barto_reward: 0 per step and -1 on failure */
 } cartpole_state;
 
-static const float cp_high[4] = {(float)(CP_X_THRESHOLD * 2), INFINITY,
-                                 (float)(CP_THETA_THRESHOLD * 2), INFINITY};
-static const float cp_low[4] = {-(float)(CP_X_THRESHOLD * 2), -INFINITY,
-                                -(float)(CP_THETA_THRESHOLD * 2), -INFINITY};
+/* Gymnasium's Box(-high, high): the velocities' bound is np.finfo(np.float32).max. */
+static const float cp_high[4] = {(float)(CP_X_THRESHOLD * 2), FLT_MAX,
+                                 (float)(CP_THETA_THRESHOLD * 2), FLT_MAX};
+static const float cp_low[4] = {-(float)(CP_X_THRESHOLD * 2), -FLT_MAX,
+                                -(float)(CP_THETA_THRESHOLD * 2), -FLT_MAX};
 
 static inline void cartpole_obs(const cartpole_state *s, float *obs) {
   obs[0] = (float)s->x;
@@ -190,6 +192,7 @@ const env_type env__cartpole = {
     .vec_step = cartpole_vec_step,
     .init = cartpole_init,
     .configure = cartpole_configure,
+    .reset_options = "low,high",
 };
 
 /* ---- CartPoleNoVel-v1: CartPole with the velocities hidden ---------------------------
@@ -235,6 +238,7 @@ const env_type env__cartpole_novel = {
     .vec_step = cartpole_novel_vec_step,
     .init = cartpole_init,
     .configure = cartpole_configure,
+    .reset_options = "low,high",
 };
 
 /* ---- MountainCar-v0 and MountainCarContinuous-v0 ------------------------------------ */
@@ -415,6 +419,7 @@ const env_type env__mountaincar = {
     .vec_step = mountaincar_vec_step,
     .init = mountaincar_init,
     .configure = mountaincar_configure,
+    .reset_options = "low,high",
 };
 
 const env_type env__mountaincar_cont = {
@@ -434,6 +439,7 @@ const env_type env__mountaincar_cont = {
     .vec_step = mountaincar_cont_vec_step,
     .init = mountaincar_init,
     .configure = mountaincar_configure,
+    .reset_options = "low,high",
 };
 
 /* ---- Acrobot-v1 ----------------------------------------------------------------------- */
@@ -618,6 +624,7 @@ const env_type env__acrobot = {
     .vec_step = acrobot_vec_step,
     .init = acrobot_init,
     .configure = acrobot_configure,
+    .reset_options = "low,high",
 };
 
 /* ---- Pendulum-v1 ---------------------------------------------------------------------- */
@@ -768,4 +775,5 @@ const env_type env__pendulum = {
     .vec_step = pendulum_vec_step,
     .init = pendulum_init,
     .configure = pendulum_configure,
+    .reset_options = "x_init,y_init",
 };

@@ -174,13 +174,12 @@ int env__check_actions(const env_spec *sp, const void *actions, int B, const cha
   return 0;
 }
 
-/* Applies "k=v,k=v" to a fresh state. max_episode_steps is the framework's: it goes to
- * *max_steps. Each option goes to the kind's configure(). */
-int env__apply_options(const env_type *t, void *state, const char *opts, int *max_steps,
-                       const char *where, shoal_error *err) {
-  if (t->init) t->init(state);
-  if (!opts) return 0;
-  const char *p = opts;
+/* Splits "k=v,k=v" into at most cap (key, value) pairs; SHOAL_EINVAL for a malformed
+ * pair or a value that is no finite number. */
+static int parse_options(const env_type *t, const char *opts, env__opt *kv, int cap, int *n,
+                         const char *where, shoal_error *err) {
+  *n = 0;
+  const char *p = opts ? opts : "";
   while (*p) {
     while (*p == ' ' || *p == ',') p++;
     if (!*p) break;
@@ -189,27 +188,54 @@ int env__apply_options(const env_type *t, void *state, const char *opts, int *ma
     if (!eq || eq > end)
       return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s': option '%.*s' is not key=value", where,
                              t->spec.id, (int)(end - p), p);
-    char key[64], val[64];
+    char val[64];
     size_t kl = (size_t)(eq - p), vl = (size_t)(end - eq - 1);
     while (kl > 0 && p[kl - 1] == ' ') kl--;
-    if (kl == 0 || kl >= sizeof key || vl == 0 || vl >= sizeof val)
+    if (kl == 0 || kl >= sizeof kv->key || vl == 0 || vl >= sizeof val)
       return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s': bad option '%.*s'", where, t->spec.id,
                              (int)(end - p), p);
-    memcpy(key, p, kl);
-    key[kl] = 0;
+    if (*n == cap)
+      return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s': more than %d options", where, t->spec.id,
+                             cap);
+    env__opt *o = &kv[(*n)++];
+    memcpy(o->key, p, kl);
+    o->key[kl] = 0;
     memcpy(val, eq + 1, vl);
     val[vl] = 0;
     char *stop;
-    double v = strtod(val, &stop);
+    o->value = strtod(val, &stop);
     while (*stop == ' ') stop++;
-    if (*stop || stop == val || !isfinite(v))
+    if (*stop || stop == val || !isfinite(o->value))
       return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s': option %s = '%s' is not a number", where,
-                             t->spec.id, key, val);
-    int rc;
+                             t->spec.id, o->key, val);
+    p = end;
+  }
+  return 0;
+}
+
+/* Prefixes err's message with "where: 'id': " and returns rc. */
+static int wrap(const env_type *t, int rc, const char *where, shoal_error *err) {
+  char inner[sizeof err->msg];
+  snprintf(inner, sizeof inner, "%s", err ? err->msg : "");
+  return shoal_error_set(err, rc, "%s: '%s': %s", where, t->spec.id, inner);
+}
+
+/* Applies "k=v,k=v" to a fresh state. max_episode_steps is the framework's: it goes to
+ * *max_steps. Each option goes to the kind's configure(). */
+int env__apply_options(const env_type *t, void *state, const char *opts, int *max_steps,
+                       const char *where, shoal_error *err) {
+  if (t->init) t->init(state);
+  if (!opts) return 0;
+  env__opt kv[ENV__MAX_OPTS];
+  int n, rc = parse_options(t, opts, kv, ENV__MAX_OPTS, &n, where, err);
+  if (rc) return rc;
+  for (int i = 0; i < n; i++) {
+    const char *key = kv[i].key;
+    double v = kv[i].value;
     if (strcmp(key, "max_episode_steps") == 0) {
       if (v < 0 || v != floor(v) || v > 1e9)
-        return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s': max_episode_steps = %s", where,
-                               t->spec.id, val);
+        return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s': max_episode_steps = %g", where,
+                               t->spec.id, v);
       *max_steps = (int)v;
       rc = 0;
     } else if (!t->configure) {
@@ -217,22 +243,75 @@ int env__apply_options(const env_type *t, void *state, const char *opts, int *ma
     } else {
       rc = t->configure(state, key, v, err);
     }
-    if (rc) {
-      char inner[sizeof err->msg];
-      snprintf(inner, sizeof inner, "%s", err ? err->msg : "");
-      return shoal_error_set(err, rc, "%s: '%s': %s", where, t->spec.id, inner);
-    }
-    p = end;
+    if (rc) return wrap(t, rc, where, err);
   }
   if (t->configure) { /* all given: the kind checks them together (key NULL) */
-    int rc = t->configure(state, NULL, 0.0, err);
-    if (rc) {
-      char inner[sizeof err->msg];
-      snprintf(inner, sizeof inner, "%s", err ? err->msg : "");
-      return shoal_error_set(err, rc, "%s: '%s': %s", where, t->spec.id, inner);
-    }
+    rc = t->configure(state, NULL, 0.0, err);
+    if (rc) return wrap(t, rc, where, err);
   }
   return 0;
+}
+
+/* Whether key is one of t->reset_options ("low,high"). */
+static int is_reset_key(const env_type *t, const char *key) {
+  const char *p = t->reset_options;
+  size_t kl = strlen(key);
+  while (p && *p) {
+    const char *end = strchr(p, ',');
+    size_t l = end ? (size_t)(end - p) : strlen(p);
+    if (l == kl && strncmp(p, key, l) == 0) return 1;
+    if (!end) break;
+    p = end + 1;
+  }
+  return 0;
+}
+
+int env__reset_options_parse(const env_type *t, const void *state, void *scratch, const char *opts,
+                             env__opt *kv, int *n, const char *where, shoal_error *err) {
+  int rc = parse_options(t, opts, kv, ENV__MAX_OPTS, n, where, err);
+  if (rc) return rc;
+  if (*n == 0) return 0;
+  /* A reset with options starts from the options' start state and sets it into the copy
+   * (env__reset_with), so it needs the state's get and set. */
+  if (!t->reset_options || !t->configure || !t->get_state || !t->set_state)
+    return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s' takes no reset options (got '%s')", where,
+                           t->spec.id, kv[0].key);
+  for (int i = 0; i < *n; i++)
+    if (!is_reset_key(t, kv[i].key))
+      return shoal_error_set(err, SHOAL_EINVAL,
+                             "%s: '%s': '%s' is no reset option (reset takes %s; other settings "
+                             "are the env's, given when it is made)",
+                             where, t->spec.id, kv[i].key, t->reset_options);
+  /* The values are checked together once, on a copy, before any copy resets. */
+  memcpy(scratch, state, t->state_size);
+  for (int i = 0; i < *n; i++)
+    if ((rc = t->configure(scratch, kv[i].key, kv[i].value, err))) return wrap(t, rc, where, err);
+  if ((rc = t->configure(scratch, NULL, 0.0, err))) return wrap(t, rc, where, err);
+  double probe[ENV__MAX_STATE];
+  if (t->get_state(scratch, probe, ENV__MAX_STATE) > ENV__MAX_STATE)
+    return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s': a state of more than %d values", where,
+                           t->spec.id, ENV__MAX_STATE);
+  return 0;
+}
+
+void env__reset_with(const env_type *t, void *state, void *scratch, void *obs_tmp, shoal_rng *rng,
+                     const env__opt *kv, int n, void *obs) {
+  if (n == 0) {
+    t->reset(state, rng, obs);
+    return;
+  }
+  /* The episode starts from the options' range (scratch: the state with them applied,
+   * drawing from rng as a plain reset does) ... */
+  memcpy(scratch, state, t->state_size);
+  for (int i = 0; i < n; i++) t->configure(scratch, kv[i].key, kv[i].value, NULL);
+  t->reset(scratch, rng, obs);
+  double phys[ENV__MAX_STATE];
+  int ns = t->get_state(scratch, phys, ENV__MAX_STATE);
+  /* ... and the copy keeps its own settings: a plain reset (from a throwaway RNG) clears
+   * what a reset clears, then takes that start state. */
+  shoal_rng spare = *rng;
+  t->reset(state, &spare, obs_tmp);
+  t->set_state(state, phys, ns);
 }
 
 struct env {
@@ -288,6 +367,31 @@ void env_reset(env *e, void *obs) {
   e->elapsed = 0;
   e->running = 1;
   e->reset_once = 1;
+}
+
+int env_reset_opts(env *e, const char *options, void *obs, shoal_error *err) {
+  const env_type *t = e->type;
+  if (!options || !options[0]) {
+    env_reset(e, obs);
+    return 0;
+  }
+  size_t sz = (t->state_size + 15) & ~(size_t)15;
+  void *scratch = aligned_alloc(16, sz), *obs_tmp = malloc(env_space_bytes(&t->spec.obs));
+  if (!scratch || !obs_tmp) {
+    free(scratch), free(obs_tmp);
+    return shoal_error_set(err, SHOAL_ENOMEM, "env_reset_opts: '%s': out of memory", t->spec.id);
+  }
+  env__opt kv[ENV__MAX_OPTS];
+  int n;
+  int rc = env__reset_options_parse(t, e->state, scratch, options, kv, &n, "env_reset_opts", err);
+  if (!rc) {
+    env__reset_with(t, e->state, scratch, obs_tmp, &e->rng, kv, n, obs);
+    e->elapsed = 0;
+    e->running = 1;
+    e->reset_once = 1;
+  }
+  free(scratch), free(obs_tmp);
+  return rc;
 }
 
 int env_step(env *e, const void *action, void *obs, env_result *res, shoal_error *err) {

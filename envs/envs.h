@@ -139,6 +139,11 @@ typedef struct env_type {
    * Returns 0, or SHOAL_EINVAL for an unknown key or a bad value, saying which. Called
    * once more with key NULL after the last option, to check the settings together. */
   int (*configure)(void *state, const char *key, double value, shoal_error *err);
+  /* Optional: the keys of configure() that a reset takes for itself, comma-separated
+   * ("low,high"), as Gymnasium's reset(options=...): env_reset_opts and
+   * env_vec_reset_each apply them to that one reset (the kind needs get_state and
+   * set_state). NULL: the kind takes no reset options. */
+  const char *reset_options;
 } env_type;
 
 /* Registers a kind under type->spec.id. Borrows type: it must stay valid (static) for
@@ -189,6 +194,13 @@ void env_seed(env *e, uint64_t seed);
 
 /* Starts an episode and writes the first observation to obs (spec.obs). Can't fail. */
 void env_reset(env *e, void *obs);
+
+/* env_reset with options for this reset only, as Gymnasium's reset(options=...): "k=v,..."
+ * of the kind's reset options (classic control: low, high; Pendulum: x_init, y_init;
+ * the bounds the start state is drawn from). Later resets use the env's own settings
+ * (env_make_opts's, else the defaults). NULL or "": env_reset. SHOAL_EINVAL naming a key
+ * that is no reset option or a bad value (low > high), with nothing changed. */
+int env_reset_opts(env *e, const char *options, void *obs, shoal_error *err);
 
 /* One step with action (spec.act: one int32, or size floats). Writes the observation and
  * *res. Errors, with nothing changed: SHOAL_ERANGE for a discrete action out of range,
@@ -263,6 +275,21 @@ int env_vec_size(const env_vec *v); /* B */
 /* Seeds copy i with seed + i, resets every copy and writes the first observations
  * (B rows) to obs. Clears episode returns (not the statistics). Can't fail. */
 void env_vec_reset(env_vec *v, uint64_t seed, void *obs);
+
+/* As env_vec_reset with a seed per copy and reset options: copy i is seeded with
+ * seeds[i] when reseed is NULL or reseed[i] != 0, else its RNG goes on from where it is
+ * (a copy never seeded starts as if seeded with i); seeds may be NULL when reseed marks
+ * no copy. options as env_reset_opts, for every copy (this reset only). SHOAL_EINVAL
+ * for bad options, with nothing changed. */
+int env_vec_reset_each(env_vec *v, const uint64_t *seeds, const uint8_t *reseed,
+                       const char *options, void *obs, shoal_error *err);
+
+/* Copy i's physical state as doubles, as env_get_state (classic control: Gymnasium's
+ * env.unwrapped.state; SHOAL_ENOTSUP for kinds without one, SHOAL_ERANGE for a bad i).
+ * env_vec_set_state sets it as env_set_state does (SHOAL_ESTATE before the first
+ * reset); the copy's next step starts from it, the last observation is not rewritten. */
+int env_vec_get_state(const env_vec *v, int i, double *out, int cap, shoal_error *err);
+int env_vec_set_state(env_vec *v, int i, const double *in, int n, shoal_error *err);
 
 /* Steps all B copies with actions (B int32, or B x act.size floats) and writes out.
  * Copies whose episode ends are reset in this step (see env_vec_out) and their

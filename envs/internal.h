@@ -23,6 +23,25 @@ int env__not_found(const char *where, const char *id, shoal_error *err);
  * max_episode_steps goes to *max_steps. */
 int env__apply_options(const env_type *t, void *state, const char *opts, int *max_steps,
                        const char *where, shoal_error *err);
+/* One parsed option "key=value". */
+enum { ENV__MAX_OPTS = 16, ENV__MAX_STATE = 16 };
+typedef struct env__opt {
+  char key[64];
+  double value;
+} env__opt;
+/* Parses a reset's options (Gymnasium's reset(options=...)) for kind t into kv (at most
+ * ENV__MAX_OPTS; *n of them) and checks them together on scratch, a copy of state (a
+ * state of the kind: its settings are the defaults the options replace). SHOAL_EINVAL
+ * naming a key that is not among t->reset_options, a bad value, or any option for a
+ * kind without reset options. Nothing else changes. */
+int env__reset_options_parse(const env_type *t, const void *state, void *scratch, const char *opts,
+                             env__opt *kv, int *n, const char *where, shoal_error *err);
+/* Starts an episode of state from rng with the parsed options kv (n of them; none: a
+ * plain reset) applied to this reset only, writing its first observation to obs; the
+ * state keeps its settings for later resets. scratch: state_size bytes; obs_tmp: one
+ * observation. Can't fail (the options were checked). */
+void env__reset_with(const env_type *t, void *state, void *scratch, void *obs_tmp, shoal_rng *rng,
+                     const env__opt *kv, int n, void *obs);
 /* Checks B actions against sp->act: SHOAL_ERANGE / SHOAL_ENAN naming the copy. */
 int env__check_actions(const env_spec *sp, const void *actions, int B, const char *where,
                        shoal_error *err);

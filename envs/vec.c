@@ -22,6 +22,8 @@ struct env_vec {
   int32_t *done_length;
   int max_steps;
   int was_reset;
+  void *scratch; /* (stride) a state for reset options */
+  void *obs_tmp; /* one observation */
   /* finished episodes, a ring */
   env_episode *log;
   int log_cap, log_head, log_count;
@@ -125,6 +127,8 @@ void env_vec_destroy(env_vec *v) {
   free(v->done_return);
   free(v->done_length);
   free(v->log);
+  free(v->scratch);
+  free(v->obs_tmp);
   free(v);
 }
 
@@ -160,9 +164,11 @@ int env_vec_create(env_vec **out, const char *id, int B, const env_vec_config *c
   v->done_return = calloc((size_t)B, sizeof *v->done_return);
   v->done_length = calloc((size_t)B, sizeof *v->done_length);
   v->log = calloc((size_t)v->log_cap, sizeof *v->log);
+  v->scratch = aligned_alloc(16, v->stride);
+  v->obs_tmp = malloc(env_space_bytes(&t->spec.obs));
   v->nthreads = c.threads;
-  if (!v->states || !v->rngs || !v->elapsed || !v->ep_return || !v->done_return ||
-      !v->done_length || !v->log) {
+  if (!v->scratch || !v->obs_tmp || !v->states || !v->rngs || !v->elapsed || !v->ep_return ||
+      !v->done_return || !v->done_length || !v->log) {
     env_vec_destroy(v);
     return shoal_error_set(err, SHOAL_ENOMEM, "env_vec_create: '%s' x %d: out of memory", id, B);
   }
@@ -177,6 +183,8 @@ int env_vec_create(env_vec **out, const char *id, int B, const env_vec_config *c
   if (c.options && strstr(c.options, "max_episode_steps")) v->max_steps = opt_steps;
   for (int i = 1; i < B; i++)
     memcpy((char *)v->states + (size_t)i * v->stride, v->states, v->stride);
+  /* A copy reset without a seed (env_vec_reset_each) draws from seed i until seeded. */
+  for (int i = 0; i < B; i++) shoal_rng_seed(&v->rngs[i], (uint64_t)i);
   if (pthread_mutex_init(&v->mu, NULL) || pthread_cond_init(&v->cv_work, NULL) ||
       pthread_cond_init(&v->cv_done, NULL)) {
     env_vec_destroy(v);
@@ -220,6 +228,70 @@ void env_vec_reset(env_vec *v, uint64_t seed, void *obs) {
     v->ep_return[i] = 0.0;
   }
   v->was_reset = 1;
+}
+
+int env_vec_reset_each(env_vec *v, const uint64_t *seeds, const uint8_t *reseed,
+                       const char *options, void *obs, shoal_error *err) {
+  const env_type *t = v->type;
+  int any = !reseed;
+  for (int i = 0; reseed && i < v->B; i++) any |= reseed[i] != 0;
+  if (!obs || (!seeds && any))
+    return shoal_error_set(err, SHOAL_EINVAL, "env_vec_reset_each: '%s': NULL seeds or obs",
+                           t->spec.id);
+  env__opt kv[ENV__MAX_OPTS];
+  int n;
+  int rc = env__reset_options_parse(t, v->states, v->scratch, options, kv, &n, "env_vec_reset_each",
+                                    err);
+  if (rc) return rc;
+  size_t ob = env_space_bytes(&t->spec.obs);
+  for (int i = 0; i < v->B; i++) {
+    if (!reseed || reseed[i]) shoal_rng_seed(&v->rngs[i], seeds[i]);
+    env__reset_with(t, (char *)v->states + (size_t)i * v->stride, v->scratch, v->obs_tmp,
+                    &v->rngs[i], kv, n, (char *)obs + (size_t)i * ob);
+    v->elapsed[i] = 0;
+    v->ep_return[i] = 0.0;
+  }
+  v->was_reset = 1;
+  return 0;
+}
+
+int env_vec_get_state(const env_vec *v, int i, double *out, int cap, shoal_error *err) {
+  const env_spec *sp = &v->type->spec;
+  if (i < 0 || i >= v->B)
+    return shoal_error_set(err, SHOAL_ERANGE, "env_vec_get_state: '%s': copy %d of %d", sp->id, i,
+                           v->B);
+  if (!v->type->get_state)
+    return shoal_error_set(err, SHOAL_ENOTSUP, "env_vec_get_state: '%s' has no float state",
+                           sp->id);
+  return v->type->get_state((const char *)v->states + (size_t)i * v->stride, out, cap);
+}
+
+int env_vec_set_state(env_vec *v, int i, const double *in, int n, shoal_error *err) {
+  const env_spec *sp = &v->type->spec;
+  if (i < 0 || i >= v->B)
+    return shoal_error_set(err, SHOAL_ERANGE, "env_vec_set_state: '%s': copy %d of %d", sp->id, i,
+                           v->B);
+  if (!v->type->set_state)
+    return shoal_error_set(err, SHOAL_ENOTSUP, "env_vec_set_state: '%s' has no float state",
+                           sp->id);
+  if (!v->was_reset)
+    return shoal_error_set(err, SHOAL_ESTATE, "env_vec_set_state: '%s': call env_vec_reset first",
+                           sp->id);
+  if (!in || n < 0)
+    return shoal_error_set(err, SHOAL_EINVAL, "env_vec_set_state: '%s': no values", sp->id);
+  for (int k = 0; k < n; k++)
+    if (!isfinite(in[k]))
+      return shoal_error_set(err, SHOAL_ENAN, "env_vec_set_state: '%s': value %d is not finite",
+                             sp->id, k);
+  void *st = (char *)v->states + (size_t)i * v->stride;
+  int rc = v->type->set_state(st, in, n);
+  if (rc) {
+    double probe[ENV__MAX_STATE];
+    int want = v->type->get_state(st, probe, ENV__MAX_STATE);
+    return shoal_error_set(err, rc, "env_vec_set_state: '%s' takes %d values, got %d", sp->id, want,
+                           n);
+  }
+  return 0;
 }
 
 static void log_episode(env_vec *v, int i, int length, double ret, int truncated) {

@@ -161,6 +161,36 @@ int shoal_c_vec_reset(shoal_c_vec *v, uint64_t seed, void *obs) {
   return 0;
 }
 
+int shoal_c_vec_reset_each(shoal_c_vec *v, const uint64_t *seeds, const uint8_t *reseed,
+                           const char *options, void *obs) {
+  if (!v) return fail(SHOAL_EINVAL, "shoal_c_vec_reset_each: NULL env");
+  if (!obs) obs = v->out.obs;
+  if (!obs) return fail(SHOAL_EINVAL, "shoal_c_vec_reset_each: no obs buffer given or bound");
+  shoal_error err = {0};
+  int rc = env_vec_reset_each(v->v, seeds, reseed, options, obs, &err);
+  if (rc) return keep(&err, rc);
+  ok();
+  return 0;
+}
+
+int shoal_c_vec_get_state(const shoal_c_vec *v, int i, double *out, int cap) {
+  if (!v || (!out && cap > 0)) return fail(SHOAL_EINVAL, "shoal_c_vec_get_state: NULL argument");
+  shoal_error err = {0};
+  int rc = env_vec_get_state(v->v, i, out, cap < 0 ? 0 : cap, &err);
+  if (rc < 0) return keep(&err, rc);
+  ok();
+  return rc;
+}
+
+int shoal_c_vec_set_state(shoal_c_vec *v, int i, const double *in, int n) {
+  if (!v) return fail(SHOAL_EINVAL, "shoal_c_vec_set_state: NULL env");
+  shoal_error err = {0};
+  int rc = env_vec_set_state(v->v, i, in, n, &err);
+  if (rc) return keep(&err, rc);
+  ok();
+  return 0;
+}
+
 /* Counts the copies that ended and fills done when given. */
 static int count_ended(int B, const uint8_t *term, const uint8_t *trunc, uint8_t *done) {
   int n = 0;
@@ -316,14 +346,6 @@ static int policy_build_onpolicy(shoal_c_policy **out, const char *yaml, const c
   p->onpolicy = true;
   if ((rc = config_load_string(cfg, yaml, origin, &err)) || (rc = onpolicy_check(cfg, &err)) ||
       (rc = op_spec_from_config(cfg, &p->s, &err)) ||
-      /* A policy here maps observations to actions with no memory between calls; a core's
-       * (h, c) per episode would need one. */
-      (p->s.lstm > 0 &&
-       (rc = shoal_error_set(&err, SHOAL_ENOTSUP,
-                             "policy: the run's network has an LSTM core (ac.lstm %d), whose "
-                             "state the Python policy does not carry; evaluate it with `shoal "
-                             "eval`",
-                             p->s.lstm))) ||
       (rc = op_agent_from_config(cfg, &p->s, POLICY_CHUNK, false, NN_CPU, &p->a, &err)) ||
       (p->s.norm_obs && (rc = op_norm_init(&p->z, (int)p->s.obs_n, &err))) ||
       (rc = op_snapshot_decode(&p->a, &p->s, p->s.norm_obs ? &p->z : NULL, bytes, len, &err))) {
@@ -360,6 +382,7 @@ static int policy_build_onpolicy(shoal_c_policy **out, const char *yaml, const c
   p->info.algo = p->s.impala ? SHOAL_C_IMPALA : SHOAL_C_PPO;
   p->info.act_dim = p->D;
   p->info.norm_obs = p->s.norm_obs;
+  p->info.state_size = p->a.S; /* the caller carries the (h, c) of each env */
   info_meta(p, meta);
   *out = p;
   ok();
@@ -610,8 +633,9 @@ int shoal_c_policy_seed(shoal_c_policy *p, uint64_t seed) {
   return 0;
 }
 
-int shoal_c_policy_sample(shoal_c_policy *p, const void *obs, int obs_dtype, int B, int greedy,
-                          void *actions, float *raw, float *logp) {
+/* Both samplers: state and first for a recurrent policy, NULL otherwise. */
+static int policy_sample(shoal_c_policy *p, const void *obs, int obs_dtype, int B, float *state,
+                         const uint8_t *first, int greedy, void *actions, float *raw, float *logp) {
   if (!p || !obs || !actions) return fail(SHOAL_EINVAL, "policy sample: NULL argument");
   if (B < 1) return fail(SHOAL_EINVAL, "policy sample: batch %d, need >= 1", B);
   if (obs_dtype != SHOAL_C_FLOAT32 && obs_dtype != SHOAL_C_UINT8)
@@ -619,7 +643,15 @@ int shoal_c_policy_sample(shoal_c_policy *p, const void *obs, int obs_dtype, int
                 obs_dtype);
 #ifdef SHOAL_C_ONPOLICY
   if (p->onpolicy) {
-    const size_t F = (size_t)p->F, D = (size_t)p->D;
+    const size_t F = (size_t)p->F, D = (size_t)p->D, S = (size_t)p->a.S;
+    if (S > 0 && !state)
+      return fail(SHOAL_ESTATE,
+                  "policy sample: %s's network has an LSTM core (%zu state floats per env): "
+                  "act with shoal_c_policy_sample_recurrent and each env's state",
+                  p->info.env_id, S);
+    if (S == 0 && state)
+      return fail(SHOAL_ESTATE, "policy sample: %s's network has no recurrent state",
+                  p->info.env_id);
     if (obs_dtype == SHOAL_C_FLOAT32) {
       const float *o = obs;
       for (size_t i = 0; i < (size_t)B * F; i++)
@@ -627,6 +659,11 @@ int shoal_c_policy_sample(shoal_c_policy *p, const void *obs, int obs_dtype, int
           return fail(SHOAL_ENAN, "policy sample: observation %zu, element %zu is %g", i / F, i % F,
                       (double)o[i]);
     }
+    if (state)
+      for (size_t i = 0; i < (size_t)B * S; i++)
+        if (!isfinite(state[i]))
+          return fail(SHOAL_ENAN, "policy sample: the state of env %zu, element %zu is %g", i / S,
+                      i % S, (double)state[i]);
     shoal_error err = {0};
     for (int lo = 0; lo < B; lo += POLICY_CHUNK) {
       int n = B - lo < POLICY_CHUNK ? B - lo : POLICY_CHUNK;
@@ -638,15 +675,18 @@ int shoal_c_policy_sample(shoal_c_policy *p, const void *obs, int obs_dtype, int
         memcpy(p->obs_f, (const float *)obs + (size_t)lo * F, (size_t)n * F * sizeof(float));
       }
       if (p->s.norm_obs) op_norm_apply(&p->z, p->obs_f, (size_t)n);
-      int rc;
+      void *a_out = D > 0 ? (void *)p->raw : (void *)p->act;
+      void *env_out = D > 0 ? (void *)p->clip : NULL;
+      int rc = state ? op_agent_act_recurrent(&p->a, p->obs_f, n, state + (size_t)lo * S,
+                                              first ? first + lo : NULL, &p->rng, greedy != 0,
+                                              a_out, env_out, p->logp, &err)
+                     : op_agent_act(&p->a, p->obs_f, n, &p->rng, greedy != 0, a_out, env_out,
+                                    p->logp, &err);
+      if (rc) return keep(&err, rc);
       if (D > 0) {
-        rc = op_agent_act(&p->a, p->obs_f, n, &p->rng, greedy != 0, p->raw, p->clip, p->logp, &err);
-        if (rc) return keep(&err, rc);
         memcpy((float *)actions + (size_t)lo * D, p->clip, (size_t)n * D * sizeof(float));
         if (raw) memcpy(raw + (size_t)lo * D, p->raw, (size_t)n * D * sizeof(float));
       } else {
-        rc = op_agent_act(&p->a, p->obs_f, n, &p->rng, greedy != 0, p->act, NULL, p->logp, &err);
-        if (rc) return keep(&err, rc);
         memcpy((int32_t *)actions + lo, p->act, (size_t)n * sizeof(int32_t));
       }
       if (logp) memcpy(logp + lo, p->logp, (size_t)n * sizeof(float));
@@ -655,9 +695,24 @@ int shoal_c_policy_sample(shoal_c_policy *p, const void *obs, int obs_dtype, int
     return 0;
   }
 #endif
-  (void)greedy, (void)raw, (void)logp;
+  (void)greedy, (void)raw, (void)logp, (void)state, (void)first;
   return fail(SHOAL_ENOTSUP,
               "policy sample: %s is an Ape-X DQN policy (greedy only: use "
               "shoal_c_policy_act)",
               p->info.env_id);
+}
+
+int shoal_c_policy_sample(shoal_c_policy *p, const void *obs, int obs_dtype, int B, int greedy,
+                          void *actions, float *raw, float *logp) {
+  return policy_sample(p, obs, obs_dtype, B, NULL, NULL, greedy, actions, raw, logp);
+}
+
+int shoal_c_policy_sample_recurrent(shoal_c_policy *p, const void *obs, int obs_dtype, int B,
+                                    float *state, const uint8_t *first, int greedy, void *actions,
+                                    float *raw, float *logp) {
+  if (!state) return fail(SHOAL_EINVAL, "policy sample: NULL state");
+  if (p && p->info.state_size == 0)
+    return fail(SHOAL_ESTATE, "policy sample: %s's network has no recurrent state (no LSTM core)",
+                p->info.env_id);
+  return policy_sample(p, obs, obs_dtype, B, state, first, greedy, actions, raw, logp);
 }

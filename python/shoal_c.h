@@ -38,7 +38,7 @@
 extern "C" {
 #endif
 
-#define SHOAL_C_ABI 2
+#define SHOAL_C_ABI 3
 
 #if defined(__GNUC__)
 #define SHOAL_C_EXPORT __attribute__((visibility("default")))
@@ -124,6 +124,25 @@ SHOAL_C_EXPORT int shoal_c_vec_bind(shoal_c_vec *v, const void *actions, void *o
 /* One step with the bound buffers; returns as shoal_c_vec_step_into. */
 SHOAL_C_EXPORT int shoal_c_vec_step(shoal_c_vec *v);
 
+/* As shoal_c_vec_reset with a seed per copy and reset options (Gymnasium's
+ * reset(seed=[...], options={...})): copy i is seeded with seeds[i] where reseed is NULL
+ * or reseed[i] != 0, else its RNG goes on (a copy never seeded draws as if seeded with
+ * i). options: "k=v,..." of the env's reset options (classic control: low, high;
+ * Pendulum-v1: x_init, y_init), for this reset only; NULL or "" for none. SHOAL_EINVAL
+ * naming a key the env does not take at reset or a bad value, nothing reset then. */
+SHOAL_C_EXPORT int shoal_c_vec_reset_each(shoal_c_vec *v, const uint64_t *seeds,
+                                          const uint8_t *reseed, const char *options, void *obs);
+
+/* Copy i's physical state (Gymnasium's env.unwrapped.state) as doubles: get writes up
+ * to cap values and returns how many the env has (CartPole 4: x, x_dot, theta,
+ * theta_dot; MountainCar 2: position, velocity; Acrobot 4: theta1, theta2, dtheta1,
+ * dtheta2; Pendulum 2: theta, theta_dot); set takes exactly that many finite values and
+ * the copy's next step starts from them. SHOAL_ENOTSUP for envs without one (MinAtar),
+ * SHOAL_ERANGE for a bad i, SHOAL_ESHAPE for a wrong count, SHOAL_ESTATE (set) before a
+ * reset. */
+SHOAL_C_EXPORT int shoal_c_vec_get_state(const shoal_c_vec *v, int i, double *out, int cap);
+SHOAL_C_EXPORT int shoal_c_vec_set_state(shoal_c_vec *v, int i, const double *in, int n);
+
 /* Moves up to cap finished episodes (oldest first) into the arrays (any may be NULL)
  * and returns how many. */
 SHOAL_C_EXPORT int shoal_c_vec_episodes(shoal_c_vec *v, int32_t *index, int32_t *length,
@@ -145,11 +164,13 @@ typedef struct shoal_c_policy_info {
   int32_t num_actions; /* A (0 for a Box) */
   int32_t net;         /* DQN: 0 MLP, 1 MinAtar conv (algos.h dqn_net); -1 actor-critic */
   int64_t version, env_steps, updates;
-  double score;      /* the snapshot's evaluation score; NaN if none (or loaded from a file) */
-  int32_t algo;      /* SHOAL_C_DQN, SHOAL_C_IMPALA or SHOAL_C_PPO */
-  int32_t act_dim;   /* D of a Box action space; 0 for discrete */
-  shoal_c_space act; /* the env's action space */
-  int32_t norm_obs;  /* 1: observations pass the run's normaliser (in the snapshot) */
+  double score;       /* the snapshot's evaluation score; NaN if none (or loaded from a file) */
+  int32_t algo;       /* SHOAL_C_DQN, SHOAL_C_IMPALA or SHOAL_C_PPO */
+  int32_t act_dim;    /* D of a Box action space; 0 for discrete */
+  shoal_c_space act;  /* the env's action space */
+  int32_t norm_obs;   /* 1: observations pass the run's normaliser (in the snapshot) */
+  int32_t state_size; /* floats of recurrent state per env: 2 x the LSTM core's size
+                         ((h, c)), 0 for a network without one */
 } shoal_c_policy_info;
 
 /* 1 when target names a store by a URI with a scheme (file:..., mongodb://...; read as
@@ -192,6 +213,17 @@ SHOAL_C_EXPORT int shoal_c_policy_act(shoal_c_policy *p, const void *obs, int ob
  * observation (nothing written), SHOAL_ENOTSUP for a DQN policy. */
 SHOAL_C_EXPORT int shoal_c_policy_sample(shoal_c_policy *p, const void *obs, int obs_dtype, int B,
                                          int greedy, void *actions, float *raw, float *logp);
+/* As shoal_c_policy_sample for a policy with an LSTM core (info.state_size S > 0), as
+ * shoal-onpolicy-actor and `shoal eval` act with it: state (B x S floats, per env h then
+ * c) is each env's core state, read and replaced by the state after this step; first
+ * (B bytes, NULL: none) marks observations that begin an episode, whose state is zeroed
+ * before the step. SHOAL_ENAN for a non-finite observation or state value (nothing
+ * written). A policy without a core: SHOAL_ESTATE (and shoal_c_policy_sample / _act
+ * are SHOAL_ESTATE for one with). */
+SHOAL_C_EXPORT int shoal_c_policy_sample_recurrent(shoal_c_policy *p, const void *obs,
+                                                   int obs_dtype, int B, float *state,
+                                                   const uint8_t *first, int greedy, void *actions,
+                                                   float *raw, float *logp);
 /* Reseeds the policy's sampling RNG (xoshiro256** through splitmix64, as shoal_rng).
  * A new policy starts from seed 0. */
 SHOAL_C_EXPORT int shoal_c_policy_seed(shoal_c_policy *p, uint64_t seed);

@@ -25,6 +25,13 @@
  *       op_agent_act's actions (B int32, or B x D floats clipped to the Box), for a Box
  *       the unclipped samples (B x D), and the log-probabilities (B) to OUT; the RNG is
  *       seeded with SEED.
+ *   python_ref opactrec URI RUN latest|best|VERSION OBS FIRST T B GREEDY SEED OUT
+ *       as opact for a network with an LSTM core over T steps, as shoal-onpolicy-actor
+ *       carries its state: each env's (h, c) starts at zero and passes from step to step
+ *       through op_agent_act_recurrent, reset where FIRST (T x B bytes) marks an
+ *       episode's start. OBS holds T x B raw observations. OUT gets per step the actions
+ *       (B int32, or B x D floats clipped to the Box) and log-probabilities (B), then the
+ *       final state (B x 2·lstm floats).
  */
 #include <math.h>
 #include <stdio.h>
@@ -322,10 +329,83 @@ static int opact(int argc, char **argv) {
   store_close(st);
   return 0;
 }
+
+/* The recurrent actor over T steps: one op_agent_act_recurrent per step, batches of up
+ * to 256 as libshoal runs them, the state carried between steps. */
+static int opactrec(int argc, char **argv) {
+  if (argc < 10)
+    return die("usage: opactrec URI RUN latest|best|V OBS FIRST T B GREEDY SEED OUT", NULL);
+  const char *uri = argv[0], *run = argv[1], *which = argv[2];
+  int T = atoi(argv[5]), B = atoi(argv[6]);
+  bool greedy = atoi(argv[7]) != 0;
+  uint64_t seed = strtoull(argv[8], NULL, 10);
+  int64_t version = !strcmp(which, "latest") ? STORE_LATEST
+                    : !strcmp(which, "best") ? STORE_BEST
+                                             : strtoll(which, NULL, 10);
+  shoal_error err = {0};
+  store *st;
+  if (store_open(&st, uri, &err)) return die("store", &err);
+  store_run r = {0};
+  if (store_run_find(st, run, &r, &err)) return die("run", &err);
+  op_spec s;
+  config *cfg = op_config(r.config ? r.config : "", run, &s, &err);
+  if (!cfg) return die("config", &err);
+  store_run_clear(&r);
+  void *bytes;
+  size_t len;
+  if (store_snapshot_get(st, run, version, NULL, &bytes, &len, &err)) return die("snap", &err);
+  op_agent a;
+  if (op_agent_from_config(cfg, &s, B < 256 ? B : 256, false, NN_CPU, &a, &err))
+    return die("agent", &err);
+  if (a.S <= 0) return die("the run's network has no LSTM core", NULL);
+  op_norm z = {0};
+  if (s.norm_obs && op_norm_init(&z, (int)s.obs_n, &err)) return die("norm", &err);
+  if (op_snapshot_decode(&a, &s, s.norm_obs ? &z : NULL, bytes, len, &err))
+    return die("decode", &err);
+  free(bytes);
+  size_t olen, flen;
+  uint8_t *obs = read_all(argv[3], &olen), *first = read_all(argv[4], &flen);
+  if (!obs || olen != (size_t)T * B * s.obs_bytes) return die("OBS size", NULL);
+  if (!first || flen != (size_t)T * B) return die("FIRST size", NULL);
+  size_t D = s.D > 0 ? (size_t)s.D : 1, S = (size_t)a.S;
+  float *obs_f = malloc((size_t)B * s.obs_n * sizeof(float));
+  float *state = calloc((size_t)B * S, sizeof(float));
+  float *raw = malloc((size_t)B * D * sizeof(float)), *clip = malloc((size_t)B * D * sizeof(float));
+  float *logp = malloc((size_t)B * sizeof(float));
+  FILE *out = fopen(argv[9], "wb");
+  if (!out || !obs_f || !state || !raw || !clip || !logp) return die("OUT / memory", NULL);
+  shoal_rng rng;
+  shoal_rng_seed(&rng, seed);
+  for (int t = 0; t < T; t++) {
+    op_obs_to_float(&s, obs + (size_t)t * B * s.obs_bytes, obs_f, (size_t)B,
+                    s.norm_obs ? &z : NULL);
+    for (int lo = 0; lo < B; lo += 256) {
+      int n = B - lo < 256 ? B - lo : 256;
+      if (op_agent_act_recurrent(&a, obs_f + (size_t)lo * s.obs_n, n, state + (size_t)lo * S,
+                                 first + (size_t)t * B + lo, &rng, greedy, raw + (size_t)lo * D,
+                                 clip + (size_t)lo * D, logp + lo, &err))
+        return die("act", &err);
+    }
+    if (s.D > 0)
+      fwrite(clip, sizeof(float), (size_t)B * D, out);
+    else
+      fwrite(raw, sizeof(int32_t), (size_t)B, out);
+    fwrite(logp, sizeof(float), (size_t)B, out);
+  }
+  fwrite(state, sizeof(float), (size_t)B * S, out);
+  fclose(out);
+  free(obs), free(first), free(obs_f), free(state), free(raw), free(clip), free(logp);
+  op_norm_free(&z);
+  op_agent_destroy(&a);
+  config_destroy(cfg);
+  store_close(st);
+  return 0;
+}
 #endif
 
 int main(int argc, char **argv) {
 #ifdef PYTHON_REF_ONPOLICY
+  if (argc >= 2 && !strcmp(argv[1], "opactrec")) return opactrec(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "opmkrun")) return opmkrun(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "opact")) return opact(argc - 2, argv + 2);
 #endif

@@ -3,6 +3,7 @@
  * (auto-reset in the same step, final observations, statistics, seeding per copy,
  * threads, errors that change nothing). */
 #define _DEFAULT_SOURCE
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -92,7 +93,7 @@ static void test_registry(void **unused) {
   assert_int_equal(cp->obs.size, 4);
   assert_int_equal(cp->act.n, 2);
   assert_int_equal(cp->max_episode_steps, 500);
-  assert_true(cp->obs.high[0] == 4.8f && isinf(cp->obs.high[1]));
+  assert_true(cp->obs.high[0] == 4.8f && cp->obs.high[1] == FLT_MAX && cp->obs.low[3] == -FLT_MAX);
   const env_spec *pd = &env_find("Pendulum-v1")->spec;
   assert_int_equal(pd->act.n, 0);
   assert_int_equal(pd->act.size, 1);
@@ -489,12 +490,86 @@ static void test_options(void **unused) {
   env_destroy(e);
 }
 
+/* Reset options (Gymnasium's reset(options=...)) apply to one reset; seeds per copy. */
+static void test_reset_options_and_seeds(void **unused) {
+  shoal_error err = {0};
+  env *e, *wide;
+  float o1[4], o2[4];
+  /* One env: the options' start equals an env made with them, from the same draws. */
+  assert_int_equal(env_make(&e, "CartPole-v1", &err), 0);
+  assert_int_equal(env_make_opts(&wide, "CartPole-v1", "low=-0.3,high=0.3", &err), 0);
+  env_seed(e, 9);
+  env_seed(wide, 9);
+  assert_int_equal(env_reset_opts(e, "low=-0.3,high=0.3", o1, &err), 0);
+  env_reset(wide, o2);
+  assert_memory_equal(o1, o2, sizeof o1);
+  double st[4];
+  assert_int_equal(env_get_state(e, st, 4, &err), 4);
+  for (int j = 0; j < 4; j++) assert_true((float)st[j] == o1[j]);
+  /* ... and the next reset is the env's own again. */
+  env_seed(e, 9);
+  env_reset(e, o1);
+  for (int j = 0; j < 4; j++) assert_true(fabsf(o1[j]) <= 0.05f);
+  assert_int_equal(env_reset_opts(e, "high=-1", o1, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "must not exceed"));
+  assert_int_equal(env_reset_opts(e, "sutton_barto_reward=1", o1, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "no reset option"));
+  env_destroy(e);
+  env_destroy(wide);
+  assert_int_equal(env_make(&e, "MinAtar/Breakout-v1", &err), 0);
+  uint8_t mo[400];
+  assert_int_equal(env_reset_opts(e, "low=1", mo, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "takes no reset options"));
+  assert_int_equal(env_reset_opts(e, "", mo, &err), 0);
+  env_destroy(e);
+
+  /* A vector env: seeds per copy, options for all copies, state per copy. */
+  env_vec *v, *one;
+  assert_int_equal(env_vec_create(&v, "Pendulum-v1", 3, NULL, &err), 0);
+  assert_int_equal(env_vec_create(&one, "Pendulum-v1", 1, NULL, &err), 0);
+  float obs[9], ref[3];
+  uint64_t seeds[3] = {40, 7, 1000};
+  assert_int_equal(env_vec_reset_each(v, seeds, NULL, "x_init=0.2,y_init=0.1", obs, &err), 0);
+  for (int i = 0; i < 3; i++) {
+    double s[2];
+    assert_int_equal(env_vec_get_state(v, i, s, 2, &err), 2);
+    assert_true(fabs(s[0]) <= 0.2 && fabs(s[1]) <= 0.1);
+    assert_int_equal(env_vec_reset_each(one, &seeds[i], NULL, "x_init=0.2,y_init=0.1", ref, &err),
+                     0);
+    assert_memory_equal(obs + 3 * i, ref, sizeof ref);
+  }
+  /* reseed 0: copy 1 goes on from its RNG (seed 7's second draw). */
+  uint8_t reseed[3] = {1, 0, 1};
+  assert_int_equal(env_vec_reset_each(v, seeds, reseed, NULL, obs, &err), 0);
+  env_vec_reset(one, 7, ref);
+  float again[3];
+  uint8_t no = 0;
+  assert_int_equal(env_vec_reset_each(one, NULL, &no, NULL, again, &err), 0);
+  assert_memory_equal(obs + 3, again, sizeof again);
+  assert_int_equal(env_vec_reset_each(v, seeds, NULL, "g=3", obs, &err), SHOAL_EINVAL);
+  assert_int_equal(env_vec_reset_each(v, NULL, NULL, NULL, obs, &err), SHOAL_EINVAL);
+  /* state per copy */
+  double set[3] = {1.0, -2.0, 0.0}, got[2];
+  assert_int_equal(env_vec_set_state(v, 2, set, 2, &err), 0);
+  assert_int_equal(env_vec_get_state(v, 2, got, 2, &err), 2);
+  assert_true(got[0] == 1.0 && got[1] == -2.0);
+  assert_int_equal(env_vec_set_state(v, 3, set, 2, &err), SHOAL_ERANGE);
+  assert_int_equal(env_vec_set_state(v, 0, set, 3, &err), SHOAL_ESHAPE);
+  set[0] = NAN;
+  assert_int_equal(env_vec_set_state(v, 0, set, 2, &err), SHOAL_ENAN);
+  env_vec_destroy(v);
+  env_vec_destroy(one);
+  assert_int_equal(env_vec_create(&v, "MinAtar/Breakout-v1", 1, NULL, &err), 0);
+  assert_int_equal(env_vec_get_state(v, 0, got, 2, &err), SHOAL_ENOTSUP);
+  env_vec_destroy(v);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_registry),      cmocka_unit_test(test_register_user_env),
       cmocka_unit_test(test_vec_autoreset), cmocka_unit_test(test_vec_uint8_and_threads),
       cmocka_unit_test(test_vec_errors),    cmocka_unit_test(test_episode_log_overflow),
-      cmocka_unit_test(test_options),
+      cmocka_unit_test(test_options),       cmocka_unit_test(test_reset_options_and_seeds),
   };
   return cmocka_run_group_tests_name("envs", tests, NULL, NULL);
 }

@@ -8,7 +8,7 @@ The library is looked up, in order, at $SHOAL_LIB, beside this package (where
 import ctypes
 import os
 
-ABI = 2
+ABI = 3
 
 # common/shoal.h's codes.
 EINVAL, ENOMEM, EIO, ENOENT, EFORMAT, ENAN, ESHAPE, ENOTSUP = -1, -2, -3, -4, -5, -6, -7, -8
@@ -37,6 +37,10 @@ class ShoalIOError(ShoalError, OSError):
     """A read or write failed."""
 
 
+class ShoalNotSupportedError(ShoalError, NotImplementedError):
+    """Something the env or policy does not have (e.g. a MinAtar game's physical state)."""
+
+
 class ShoalStateError(ShoalError):
     """Called in the wrong state (e.g. step before reset)."""
 
@@ -44,6 +48,7 @@ class ShoalStateError(ShoalError):
 _KINDS = {
     EINVAL: ShoalValueError, EFORMAT: ShoalValueError, ENAN: ShoalValueError,
     ESHAPE: ShoalValueError, ERANGE: ShoalValueError, ENOENT: ShoalNotFoundError,
+    ENOTSUP: ShoalNotSupportedError,
     EIO: ShoalIOError, ESTATE: ShoalStateError,
 }
 
@@ -72,7 +77,8 @@ class PolicyInfo(ctypes.Structure):
                 ("net", ctypes.c_int32), ("version", ctypes.c_int64),
                 ("env_steps", ctypes.c_int64), ("updates", ctypes.c_int64),
                 ("score", ctypes.c_double), ("algo", ctypes.c_int32),
-                ("act_dim", ctypes.c_int32), ("act", Space), ("norm_obs", ctypes.c_int32)]
+                ("act_dim", ctypes.c_int32), ("act", Space), ("norm_obs", ctypes.c_int32),
+                ("state_size", ctypes.c_int32)]
 
 
 def _find():
@@ -108,6 +114,9 @@ def _load():
         "shoal_c_vec_step_into": (i32, [vp, vp, vp, vp, vp, vp, vp]),
         "shoal_c_vec_bind": (i32, [vp, vp, vp, vp, vp, vp, vp, vp]),
         "shoal_c_vec_step": (i32, [vp]),
+        "shoal_c_vec_reset_each": (i32, [vp, vp, vp, ctypes.c_char_p, vp]),
+        "shoal_c_vec_get_state": (i32, [vp, i32, vp, i32]),
+        "shoal_c_vec_set_state": (i32, [vp, i32, vp, i32]),
         "shoal_c_vec_episodes": (i32, [vp, vp, vp, vp, vp, i32]),
         "shoal_c_vec_stats": (i32, [vp, P(Stats)]),
         "shoal_c_vec_render": (i32, [vp, i32, vp]),
@@ -118,6 +127,7 @@ def _load():
         "shoal_c_policy_info_get": (i32, [vp, P(PolicyInfo)]),
         "shoal_c_policy_act": (i32, [vp, vp, i32, i32, vp, vp]),
         "shoal_c_policy_sample": (i32, [vp, vp, i32, i32, i32, vp, vp, vp]),
+        "shoal_c_policy_sample_recurrent": (i32, [vp, vp, i32, i32, vp, vp, i32, vp, vp, vp]),
         "shoal_c_policy_seed": (i32, [vp, u64]),
     }
     for name, (res, args) in sigs.items():

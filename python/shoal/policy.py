@@ -32,6 +32,17 @@ class Policy:
     ``(B, *shape)``, float32 or uint8 (other numeric dtypes are converted to float32).
     Discrete actions are int32 ``(B,)``; Box actions float32 ``(B, D)`` (one observation:
     no batch axis).
+
+    Recurrent policies (an IMPALA/PPO run with an LSTM core, ``ac.lstm``;
+    ``policy.recurrent``): the policy carries each env's core state (h, c) from call to
+    call, as shoal-onpolicy-actor and ``shoal eval`` do. Pass ``episode_start`` (B bools:
+    the observations that begin an episode, e.g. ``terminated | truncated`` of the last
+    step of a same-step-autoreset vector env, all True after ``reset``) and their states
+    are zeroed before acting. The first call (and the first after ``reset_state()``)
+    starts every env from zeros; ``policy.state`` reads or sets ``(h, c)``, each
+    ``(B, lstm_size)`` float32. A call with another batch size than the carried state's
+    raises ValueError until ``reset_state()``. Feed-forward policies ignore
+    ``episode_start``.
     """
 
     def __init__(self, handle, source):
@@ -55,6 +66,10 @@ class Policy:
         self.version = None if info.version < 0 else int(info.version)
         self.env_steps = None if info.env_steps < 0 else int(info.env_steps)
         self.score = None if np.isnan(info.score) else float(info.score)
+        self.state_size = int(info.state_size)
+        self.recurrent = self.state_size > 0
+        self.lstm_size = self.state_size // 2
+        self._state = None  # (B, state_size) float32: h then c per env
         self._shape = self.observation_space.shape
 
     def _batch(self, obs):
@@ -82,14 +97,15 @@ class Policy:
             return np.empty((B, self.act_dim), np.float32)
         return np.empty(B, np.int32)
 
-    def act(self, obs, return_q=False):
+    def act(self, obs, return_q=False, episode_start=None):
         """Greedy actions ((B,) int32, (B, D) float32 for a Box; no batch axis for one
-        observation) and, with ``return_q`` (DQN only), the Q-values as well."""
+        observation) and, with ``return_q`` (DQN only), the Q-values as well.
+        ``episode_start``: see the class (recurrent policies)."""
         if self.algo != "dqn":
             if return_q:
                 raise TypeError(f"{self.env_id} {self.algo} policy: an actor-critic has no "
                                 "Q-values")
-            return self.sample(obs, greedy=True)[0]
+            return self.sample(obs, greedy=True, episode_start=episode_start)[0]
         x, dt, single = self._batch(obs)
         B = x.shape[0]
         actions = np.empty(B, np.int32)
@@ -103,12 +119,13 @@ class Policy:
 
     __call__ = act
 
-    def sample(self, obs, greedy=False, return_raw=False):
+    def sample(self, obs, greedy=False, return_raw=False, episode_start=None):
         """IMPALA/PPO: actions sampled from the policy (``greedy=True``: its mode) and
         their log-probabilities ``(B,)`` float32, as shoal-onpolicy-actor computes them.
         Box actions come clipped to the Box (what the env steps with); the log-probability
         is that of the unclipped sample, which ``return_raw=True`` adds:
-        ``(actions, raw, log_probs)``."""
+        ``(actions, raw, log_probs)``. ``episode_start``: see the class (recurrent
+        policies)."""
         if self.algo == "dqn":
             raise TypeError(f"{self.env_id} policy: Ape-X DQN acts greedily: use act() or q()")
         x, dt, single = self._batch(obs)
@@ -116,17 +133,78 @@ class Policy:
         actions = self._actions(B)
         raw = np.empty((B, self.act_dim), np.float32) if return_raw and self.act_dim else None
         logp = np.empty(B, np.float32)
-        check(lib.shoal_c_policy_sample(self._h, x.ctypes.data, dt, B, int(bool(greedy)),
-                                        actions.ctypes.data,
-                                        raw.ctypes.data if raw is not None else None,
-                                        logp.ctypes.data),
-              f"{self.env_id} policy")
+        raw_p = raw.ctypes.data if raw is not None else None
+        if self.recurrent:
+            first = self._episode_start(episode_start, B)
+            if self._state is None:
+                self._state = np.zeros((B, self.state_size), np.float32)
+            elif self._state.shape[0] != B:
+                raise ValueError(f"{self.env_id} policy: it carries the state of "
+                                 f"{self._state.shape[0]} envs, got {B} observations; call "
+                                 "reset_state() to start over")
+            check(lib.shoal_c_policy_sample_recurrent(
+                self._h, x.ctypes.data, dt, B, self._state.ctypes.data,
+                first.ctypes.data if first is not None else None, int(bool(greedy)),
+                actions.ctypes.data, raw_p, logp.ctypes.data), f"{self.env_id} policy")
+        else:
+            check(lib.shoal_c_policy_sample(self._h, x.ctypes.data, dt, B, int(bool(greedy)),
+                                            actions.ctypes.data, raw_p, logp.ctypes.data),
+                  f"{self.env_id} policy")
         if return_raw and raw is None:
             raw = actions.copy()  # discrete: nothing is clipped
         if single:
             actions, logp = actions[0], logp[0]
             raw = raw[0] if return_raw else None
         return (actions, raw, logp) if return_raw else (actions, logp)
+
+    @staticmethod
+    def _episode_start(episode_start, B):
+        if episode_start is None:
+            return None
+        f = np.asarray(episode_start)
+        if f.shape == ():
+            f = np.full(B, bool(f))
+        if f.shape != (B,):
+            raise ValueError(f"episode_start: shape ({B},) (one per observation), got {f.shape}")
+        return np.ascontiguousarray(f != 0, np.uint8)
+
+    @property
+    def state(self):
+        """Recurrent policies: the carried ``(h, c)``, each ``(B, lstm_size)`` float32
+        (copies), or None before the first call / after ``reset_state()``. Feed-forward
+        policies: None. Assign ``(h, c)`` to set it (None: ``reset_state()``)."""
+        if self._state is None:
+            return None
+        H = self.lstm_size
+        return self._state[:, :H].copy(), self._state[:, H:].copy()
+
+    @state.setter
+    def state(self, hc):
+        if hc is None:
+            self._state = None
+            return
+        if not self.recurrent:
+            raise ValueError(f"{self.env_id} policy: no recurrent state (no LSTM core)")
+        h, c = (np.asarray(v, np.float32) for v in hc)
+        H = self.lstm_size
+        if h.ndim == 1:
+            h, c = h[None], c[None]
+        if h.shape != c.shape or h.ndim != 2 or h.shape[1] != H:
+            raise ValueError(f"{self.env_id} policy: state (h, c) must each be (B, {H}), got "
+                             f"{h.shape} and {c.shape}")
+        self._state = np.ascontiguousarray(np.concatenate([h, c], axis=1), np.float32)
+
+    def reset_state(self, mask=None):
+        """Recurrent policies: forgets the carried state (mask None: the next call starts
+        every env from zeros, with any batch size), or zeroes the envs where ``mask``
+        (B bools) is True. A no-op for feed-forward policies."""
+        if mask is None or self._state is None:
+            self._state = None
+            return
+        m = np.asarray(mask, bool)
+        if m.shape != (self._state.shape[0],):
+            raise ValueError(f"reset_state: mask of shape ({self._state.shape[0]},), got {m.shape}")
+        self._state[m] = 0
 
     def seed(self, seed):
         """Seeds the sampling RNG (a new policy starts from seed 0)."""
@@ -150,7 +228,8 @@ class Policy:
 
     def __repr__(self):
         acts = f"{self.num_actions} actions" if self.act_dim == 0 else f"{self.act_dim}-d Box"
-        return (f"Policy({self.env_id}, {self.algo}, {self.net}, {acts}, "
+        net = f"{self.net} + LSTM {self.lstm_size}" if self.recurrent else self.net
+        return (f"Policy({self.env_id}, {self.algo}, {net}, {acts}, "
                 f"version={self.version}, from {self.source})")
 
 

@@ -87,8 +87,9 @@ class VectorEnv:
         osp, asp = self.single_observation_space, self.single_action_space
         self._discrete = isinstance(asp, _spaces.Discrete)
         self._act_shape = (B,) + asp.shape
-        self._act_dtype = asp.dtype
-        self._act = np.zeros(self._act_shape, asp.dtype)
+        # The C buffer: int32 for discrete actions (the space says int64, as Gymnasium's).
+        self._act_dtype = np.dtype(np.int32) if self._discrete else asp.dtype
+        self._act = np.zeros(self._act_shape, self._act_dtype)
         self._obs = np.zeros((B,) + osp.shape, osp.dtype)
         self._final_obs = np.zeros((B,) + osp.shape, osp.dtype)
         self._rew = np.zeros(B, np.float32)
@@ -107,25 +108,48 @@ class VectorEnv:
     # ---- Gymnasium API --------------------------------------------------------------
 
     def reset(self, *, seed=None, options=None):
-        """Seeds copy i with ``seed + i``, resets every copy; returns ``(obs, info)``.
+        """Resets every copy; returns ``(obs, info)``. As Gymnasium's vector envs:
 
-        ``seed=None`` draws the seed from a generator that the last integer seed (or the
-        constructor's ``seed``) started, so a sequence of resets is reproducible."""
-        if options is not None:
-            raise ValueError("reset(options=...): env settings are fixed at creation; "
-                             "pass options to make_vec")
+        - ``seed=n`` (an int): copy i is seeded with ``n + i``;
+        - ``seed=[s0, s1, ...]`` (one per copy): copy i with ``s_i``; a ``None`` entry
+          leaves that copy's RNG going on from where it is;
+        - ``seed=None``: a seed drawn from a generator that the last integer seed (or the
+          constructor's ``seed``) started, so a sequence of resets is reproducible;
+        - ``options``: a dict (or "k=v,...") of the env's reset options, for this reset
+          only, as Gymnasium's ``reset(options=...)``: ``{"low": .., "high": ..}`` bound
+          the start state of CartPole, MountainCar(Continuous) and Acrobot (Gymnasium's
+          defaults ±0.05, [-0.6, -0.4], ±0.1), ``{"x_init": .., "y_init": ..}``
+          Pendulum's (π, 1). Later (auto-)resets use the env's own settings again
+          (``make_vec(options=...)``, else the defaults). Other keys raise ValueError."""
         h = self._handle()
+        B = self.num_envs
+        reseed = np.ones(B, np.uint8)
         if seed is None:
-            seed = int(self._seeder.integers(0, 2**63))
+            seeds = np.uint64(self._seeder.integers(0, 2**63)) + np.arange(B, dtype=np.uint64)
+        elif isinstance(seed, (list, tuple, np.ndarray)):
+            if len(seed) != B:
+                raise ValueError(f"reset(seed=[...]): {len(seed)} seeds for {B} copies")
+            seeds = np.zeros(B, np.uint64)
+            for i, s in enumerate(seed):
+                if s is None:
+                    reseed[i] = 0
+                    continue
+                if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
+                    raise TypeError(f"reset(seed=[...]): seed {i} is {s!r}, not an int or None")
+                if not 0 <= int(s) < 2**64:
+                    raise ValueError(f"reset(seed=[...]): seed {i} = {s}: needs 0 <= seed < 2**64")
+                seeds[i] = int(s)
         else:
-            if isinstance(seed, (list, tuple, np.ndarray)):
-                raise TypeError("reset(seed=...): one integer (copy i gets seed + i), "
-                                "not a list of seeds")
+            if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+                raise TypeError(f"reset(seed={seed!r}): an int, a list of one per copy, or None")
             seed = int(seed)
             if seed < 0 or seed >= 2**64:
                 raise ValueError(f"reset(seed={seed}): needs 0 <= seed < 2**64")
             self._seeder = np.random.default_rng(seed)
-        check(self._reset_c(h, seed, None), "reset")
+            seeds = np.uint64(seed) + np.arange(B, dtype=np.uint64)  # wraps as C's seed + i
+        seeds = np.ascontiguousarray(seeds, np.uint64)
+        check(lib.shoal_c_vec_reset_each(h, seeds.ctypes.data, reseed.ctypes.data,
+                                         _options(options), None), "reset")
         self._was_reset = True
         return (self._obs.copy() if self.copy else self._obs), {}
 
@@ -184,6 +208,48 @@ class VectorEnv:
         return {"steps": st.steps, "episodes": st.episodes, "dropped": st.dropped,
                 "mean_return_100": st.mean_return_100, "mean_length_100": st.mean_length_100}
 
+    def get_state(self, index):
+        """Copy ``index``'s physical state, as Gymnasium's ``env.unwrapped.state``: a
+        float64 array (CartPole: x, x_dot, theta, theta_dot; MountainCar(Continuous):
+        position, velocity; Acrobot: theta1, theta2, dtheta1, dtheta2; Pendulum: theta,
+        theta_dot). MinAtar games have none: ShoalNotSupportedError."""
+        h = self._handle()
+        i = self._index(index, "get_state")
+        buf = np.zeros(16, np.float64)
+        n = check(lib.shoal_c_vec_get_state(h, i, buf.ctypes.data, 16), "get_state")
+        return buf[:n].copy()
+
+    def set_state(self, index, state):
+        """Sets copy ``index``'s physical state (as ``get_state`` orders it), as
+        Gymnasium's ``env.unwrapped.state = state``: the copy's next step starts from
+        it; the observation last returned is not rewritten, and the episode's step count
+        (the time limit) goes on. Wrong sizes and non-finite values raise ValueError."""
+        h = self._handle()
+        i = self._index(index, "set_state")
+        x = np.ascontiguousarray(np.asarray(state, dtype=np.float64).reshape(-1))
+        check(lib.shoal_c_vec_set_state(h, i, x.ctypes.data, x.size), "set_state")
+
+    def get_attr(self, name):
+        """Gymnasium's ``VectorEnv.get_attr`` for ``"state"``: every copy's state."""
+        if name != "state":
+            raise AttributeError(f"{self.env_id}: get_attr({name!r}): only 'state'")
+        return tuple(self.get_state(i) for i in range(self.num_envs))
+
+    def set_attr(self, name, values):
+        """Gymnasium's ``VectorEnv.set_attr`` for ``"state"``: one state per copy (a list
+        or a (num_envs, n) array), or one state for all."""
+        if name != "state":
+            raise AttributeError(f"{self.env_id}: set_attr({name!r}): only 'state'")
+        if isinstance(values, (list, tuple)) or (np.ndim(values) == 2):
+            if len(values) != self.num_envs:
+                raise ValueError(f"set_attr('state'): {len(values)} states for "
+                                 f"{self.num_envs} copies")
+            for i, v in enumerate(values):
+                self.set_state(i, v)
+        else:
+            for i in range(self.num_envs):
+                self.set_state(i, values)
+
     def render(self, index=0):
         """Copy ``index`` drawn as an RGB uint8 array (height, width, 3)."""
         h = self._handle()
@@ -202,6 +268,12 @@ class VectorEnv:
         if self._h is None:
             raise ValueError(f"{self.env_id}: the env is closed")
         return self._h
+
+    def _index(self, index, what):
+        if (not isinstance(index, (int, np.integer)) or isinstance(index, bool)
+                or not 0 <= index < self.num_envs):
+            raise IndexError(f"{self.env_id}: {what}({index!r}): index in [0, {self.num_envs})")
+        return int(index)
 
     def _step_error(self, rc):
         if self._h is None:
