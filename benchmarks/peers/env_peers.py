@@ -19,9 +19,12 @@ shoal and EnvPool with 2 threads (shoal 1 at B = 1: a thread steps whole copies)
 Gymnasium's sync env and PufferLib's serial one use one core whatever they are given, so
 they appear at t1 only.
 
-Each figure is the best rate over windows of --window seconds within --seconds (the
-machine is shared: the best window is the least disturbed), stepping with uniformly random
-actions drawn by numpy in blocks (one draw per block, the same for every system).
+Each figure is the best of --rounds windows of --window seconds; at each (env, B, cores)
+every system is made first and their windows alternate round after round, so that load
+from elsewhere on the shared machine falls on all alike (PufferLib's Multiprocessing, whose
+workers busy-wait, is measured alone after the others are closed). The best window is the
+least disturbed one. Actions: uniformly random, drawn by numpy in blocks (one draw per
+block, the same for every system).
 Autoreset differs: shoal and PufferLib's emulation reset within the step that ends an
 episode; Gymnasium 1.x and EnvPool spend the next step on the reset (it counts as a step).
 
@@ -29,7 +32,7 @@ Prints a table, the versions, and
   BENCH name=env.<id>.b<B>[.t2].<peer> value=<shoal> unit=steps/s baseline=<peer> ratio=<shoal/peer>
 (the t1 names carry no thread suffix, as benchmarks/python_sps.py's). A missing peer gives
 baseline=none ratio=none and a line saying why.
-Run: make bench BENCH=env_peers, or benchmarks/peers/env_peers.sh [--seconds S] [--envs ...].
+Run: make bench BENCH=env_peers, or benchmarks/peers/env_peers.sh [--rounds N] [--window S] [--envs ...].
 """
 
 import argparse
@@ -193,37 +196,82 @@ def not_applicable(system, B, threads):
     return None
 
 
-def measure(system, env_id, B, threads, cpus, space, seconds, window):
-    os.sched_setaffinity(0, cpus)
-    step, close, per_call, dtype = maker(system, env_id, B, threads)
-    n, lo, hi = space
-    acts = Actions(n, lo, hi, B, dtype)
-    best = 0.0
-    try:
-        end = time.perf_counter() + seconds
+class Runner:
+    """One system made and reset, stepping one timed window at a time."""
+
+    def __init__(self, system, env_id, B, threads, space):
+        self.step, self.close, self.per_call, dtype = maker(system, env_id, B, threads)
+        n, lo, hi = space
+        self.acts = Actions(n, lo, hi, B, dtype)
+        self.best = 0.0
+        self.window_rate(0.02)  # warm-up: first steps, thread starts
+
+    def window_rate(self, window):
+        step, acts = self.step, self.acts
+        calls = 0
+        t0 = time.perf_counter()
         while True:
-            calls = 0
-            t0 = time.perf_counter()
-            while True:
-                block = acts.draw()
-                for k in range(acts.block):
-                    step(block[k])
-                calls += acts.block
-                now = time.perf_counter()
-                if now - t0 >= window:
-                    break
-            best = max(best, calls * per_call / (now - t0))
-            if now >= end:
+            block = acts.draw()
+            for k in range(acts.block):
+                step(block[k])
+            calls += acts.block
+            now = time.perf_counter()
+            if now - t0 >= window:
                 break
+        rate = calls * self.per_call / (now - t0)
+        self.best = max(self.best, rate)
+        return rate
+
+
+# PufferLib's Multiprocessing workers busy-wait while alive, which would slow whatever is
+# measured beside them: they are made and measured alone.
+ALONE = {"puffer-mp"}
+
+
+def measure_group(systems, env_id, B, threads, cpus, space, rounds, window):
+    """{system: best rate or an exception}. The systems' windows alternate, round after
+    round, so that load from elsewhere on the shared machine falls on all alike."""
+    os.sched_setaffinity(0, cpus)
+    out, runners = {}, {}
+    together = [x for x in systems if x not in ALONE]
+    try:
+        for x in together:
+            try:
+                runners[x] = Runner(x, env_id, B, threads, space)
+            except Exception as e:  # noqa: BLE001 - reported in the table
+                out[x] = e
+        for _ in range(rounds):
+            for x, r in list(runners.items()):
+                try:
+                    r.window_rate(window)
+                except Exception as e:  # noqa: BLE001
+                    out[x] = e
+                    del runners[x]
+                    r.close()
+        for x, r in runners.items():
+            out[x] = r.best
     finally:
-        close()
-    return best
+        for r in runners.values():
+            r.close()
+    for x in systems:
+        if x in ALONE:
+            try:
+                r = Runner(x, env_id, B, threads, space)
+                try:
+                    for _ in range(rounds):
+                        r.window_rate(window)
+                    out[x] = r.best
+                finally:
+                    r.close()
+            except Exception as e:  # noqa: BLE001
+                out[x] = e
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seconds", type=float, default=0.6, help="per figure")
-    ap.add_argument("--window", type=float, default=0.15)
+    ap.add_argument("--rounds", type=int, default=5, help="windows per figure")
+    ap.add_argument("--window", type=float, default=0.12, help="seconds")
     ap.add_argument("--envs", nargs="*", default=ENVS)
     ap.add_argument("--batches", nargs="*", type=int, default=BATCHES)
     args = ap.parse_args()
@@ -236,9 +284,9 @@ def main():
     else:
         print("env_peers: one CPU available: no two-core figures")
 
-    print(f"env_peers: vector-env steps/s from Python, best {args.window:.2f} s window within "
-          f"{args.seconds:.2f} s per figure, {datetime.date.today()} "
-          f"(shared machine: read +-20%)")
+    print(f"env_peers: vector-env steps/s from Python, best of {args.rounds} windows of "
+          f"{args.window:.2f} s per figure, the systems' windows alternating, "
+          f"{datetime.date.today()} (shared machine: read +-20%)")
     vers = [("python", platform.python_version()), ("numpy", np.__version__),
             ("gymnasium", version("gymnasium")), ("envpool", version("envpool")),
             ("pufferlib", version("pufferlib-core") if version("pufferlib-core") != "-"
@@ -252,19 +300,18 @@ def main():
         space = space_of(env_id)
         for B in args.batches:
             for threads, cpus, peers in configs:
+                why = {x: missing.get(family(x)) or not_applicable(x, B, threads)
+                       for x in peers}
+                run = ["shoal"] + [x for x in peers if not why[x]]
+                got = measure_group(run, env_id, B, threads, cpus, space, args.rounds,
+                                    args.window)
                 for system in ["shoal"] + peers:
-                    why = None if system == "shoal" else (
-                        missing.get(family(system)) or not_applicable(system, B, threads))
-                    val = None
-                    if why is None:
-                        try:
-                            val = measure(system, env_id, B, threads, cpus, space, args.seconds,
-                                          args.window)
-                        except Exception as e:  # noqa: BLE001 - report and go on
-                            why = f"failed: {type(e).__name__}: {e}"
-                    rows.append((env_id, B, threads, system, val, why))
+                    val, w = got.get(system), why.get(system)
+                    if isinstance(val, Exception):
+                        val, w = None, f"failed: {type(val).__name__}: {val}"
+                    rows.append((env_id, B, threads, system, val, w))
                     print(f"  {env_id:<16}B={B:<4}t{threads} {system:<16}"
-                          + (f"{val:>14,.0f}" if val is not None else f"{'-':>14}  ({why})"),
+                          + (f"{val:>14,.0f}" if val is not None else f"{'-':>14}  ({w})"),
                           flush=True)
     os.sched_setaffinity(0, set(cpus_all))
     print(f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
