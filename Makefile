@@ -7,6 +7,9 @@
 #                ThreadSanitizer build (label tsan), then each libFuzzer target for
 #                FUZZ_SECONDS (when clang has libFuzzer)
 #   make bench   deps + build + every benchmark (BENCH=name for one)
+#   make peers   the peers' venv for benchmarks and interop tests (benchmarks/peers/setup.sh:
+#                pinned gymnasium, envpool, pufferlib-core, torch 2, SB3, tensorboard,
+#                safetensors in SHOAL_PEERS_VENV, default ~/.cache/shoal-peers; idempotent)
 #   make python PREFIX=DIR  build libshoal.so and install the Python package shoal
 #                into a virtual environment or an install prefix (python/install.sh)
 #   make format / make format-check
@@ -30,7 +33,7 @@ TSAN_CTEST_ARGS ?= -L tsan -LE 'slow|slurm'
 
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
-.PHONY: deps build build-san build-tsan build-fuzz demo test test-normal test-san test-tsan test-fuzz bench python format format-check clean
+.PHONY: deps build build-san build-tsan build-fuzz demo test test-normal test-san test-tsan test-fuzz bench peers python format format-check clean
 
 deps:
 	@scripts/deps.sh
@@ -95,6 +98,10 @@ test-fuzz: build-fuzz
 
 bench: build
 	@scripts/bench.sh $(BUILD) $(BENCH)
+
+# Nothing of the build or of `make test` needs it: the tests using it skip without it.
+peers:
+	@benchmarks/peers/setup.sh
 
 python: build
 	@python/install.sh $(BUILD) "$(PREFIX)"

@@ -3,9 +3,11 @@
  * (env_step, resets included) and the vector env at B = 1, 16, 256 (one thread). Rates
  * are per second of this process's CPU time (steps/s per core), so that other work on a
  * shared machine does not count against them; the wall-clock rate is printed too.
- * Gymnasium cannot be installed here; its single-process figures measured on this kind of
- * machine (shared/baselines/README.md: CartPole-v1 88,200 and Pendulum-v1 29,000 steps/s,
- * env.step only) are printed beside as the baseline. Random actions, drawn up front. */
+ * Gymnasium's single-process figures measured once on this kind of machine
+ * (shared/baselines/README.md: CartPole-v1 88,200 and Pendulum-v1 29,000 steps/s, env.step
+ * only) are printed beside as the baseline; benchmarks/peers/env_peers.py measures
+ * Gymnasium, EnvPool and PufferLib beside shoal in one run (the peers' venv, make peers).
+ * Random actions, drawn up front. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>

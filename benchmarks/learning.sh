@@ -25,6 +25,13 @@
 #                       dispatch (nn/optim.c's target_clones: avx2 or default) takes the
 #                       AVX2 clone on both kinds, so this covers both kinds of machine.
 #   LEARNING_CASES      default: every case below, by name
+#   LEARNING_PEERS      default 1: where the peers' venv is (make peers), also run
+#                       benchmarks/peers/learning_peers.py (Stable-Baselines3 DQN and PPO
+#                       on CartPole-v1 with RL Zoo's settings, real Gymnasium and torch 2)
+#                       on LEARNING_PEERS_SEEDS (default "1 2 3") and set shoal's CartPole
+#                       cases beside them: BENCH learning.<case>.median_steps.<peer> and
+#                       .median_wall.<peer> (ratio = peer / shoal: > 1 means shoal needed
+#                       fewer steps or seconds). 0 leaves them out.
 set -uo pipefail
 root=${SHOAL_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${SHOAL_BINARY_DIR:-$root/build}/bin
@@ -65,7 +72,7 @@ for c in "${cases[@]}"; do
   IFS='|' read -r name mode cfg sets bar ref <<<"$c"
   if [ -n "$only" ] && ! printf ' %s ' "$only" | grep -q " $name "; then continue; fi
   all_ok=0 all_n=0
-  : >"$work/$name.steps"
+  : >"$work/$name.steps" ; : >"$work/$name.secs"
   for ct in $coretypes; do
     ok=0 n=0
     : >"$work/steps" ; : >"$work/secs" ; : >"$work/ret"
@@ -103,6 +110,7 @@ for c in "${cases[@]}"; do
         echo "$steps" >>"$work/steps"
         echo "$steps" >>"$work/$name.steps"
         echo "$secs" >>"$work/secs"
+        echo "$secs" >>"$work/$name.secs"
       else
         echo "  $name $ct seed $s: not reached: $line" >&2
       fi
@@ -126,4 +134,36 @@ for c in "${cases[@]}"; do
 done
 echo "(distributed cases run 2 actors beside the learner on this machine: their steps"
 echo " include unrolls dropped as stale, and their wall times depend on its load)"
+
+# The peers from the same run: SB3's DQN beside shoal's DQN-family case, SB3's PPO beside
+# its PPO and IMPALA cases (CartPole-v1, greedy mean >= 475 over 100 episodes).
+venv=${SHOAL_PEERS_VENV:-$HOME/.cache/shoal-peers}
+if [ "${LEARNING_PEERS:-1}" != 0 ]; then
+  if [ -x "$venv/bin/python" ]; then
+    # shellcheck disable=SC2086
+    PYTHONWARNINGS=ignore "$venv/bin/python" "$root/benchmarks/peers/learning_peers.py" \
+      --seeds ${LEARNING_PEERS_SEEDS:-1 2 3} >"$work/peers.log" 2>&1
+    grep -v '^    ' "$work/peers.log" | grep -v '^BENCH'
+    pv() { sed -n "s/^BENCH name=learning.peers.$1-cartpole.$2 value=\([^ ]*\) .*/\1/p" "$work/peers.log"; }
+    for pair in apex-cartpole:sb3-dqn impala-cartpole:sb3-ppo ppo-cartpole-lag8:sb3-ppo \
+      sync-ppo-cartpole:sb3-ppo sync-impala-cartpole:sb3-ppo; do
+      name=${pair%%:*} peer=${pair#*:}
+      [ -f "$work/$name.steps" ] || continue
+      for what in steps:median_steps:env_steps secs:median_wall:s; do
+        IFS=: read -r file key unit <<<"$what"
+        mine=$(median <"$work/$name.$file") theirs=$(pv "$peer" "$key")
+        if [ "$mine" != nan ] && [ -n "$theirs" ]; then
+          ratio=$(awk -v p="$theirs" -v m="$mine" 'BEGIN {printf "%.2f", p / m}')
+          benches+=("BENCH name=learning.$name.$key.$peer value=$mine unit=$unit baseline=$theirs ratio=$ratio")
+        else
+          benches+=("BENCH name=learning.$name.$key.$peer value=$mine unit=$unit baseline=none ratio=none")
+        fi
+      done
+    done
+    while read -r l; do benches+=("$l"); done < <(grep '^BENCH' "$work/peers.log")
+  else
+    echo "peers: no venv at $venv (make peers): SB3 rows left out"
+    benches+=("BENCH name=learning.peers.sb3-dqn-cartpole.solved value=none unit=fraction baseline=none ratio=none")
+  fi
+fi
 printf '%s\n' "${benches[@]}"

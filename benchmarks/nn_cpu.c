@@ -2,7 +2,9 @@
 /*
  * benchmarks/nn_cpu.c — training and acting speed of nn on the CPU against PyTorch 1.13,
  * measured in the same run (benchmarks/nn_cpu_torch.py through $SHOAL_PYTHON, default
- * /usr/bin/python3), at 1 and 2 threads:
+ * /usr/bin/python3), and against PyTorch 2 (the same script through the peers' venv of
+ * benchmarks/peers/setup.sh, torch2_python in torch_child.h; BENCH lines
+ * nn.<row>.t<T>.torch2, baseline=none without the venv), at 1 and 2 threads:
  *
  *   (a) DQN MLP 4-64-64-2, b256: target forward, Q(s, a), Huber, backward, Adam
  *   (b) MinAtar conv net 4x10x10 -> conv16 3x3 -> dense 128 -> 6, b32, the same step
@@ -20,9 +22,10 @@
  * advises) and OMP_WAIT_POLICY=PASSIVE (see torch_start). Each figure is the median of several
  * time-bounded windows; shoal's and torch's windows alternate (torch in a child process serving one
  * window per request), so that load from other processes on a shared machine falls on both alike.
+ * PyTorch 2 runs in a second child the same way, its windows alternating with the other two.
  *
  *   nn_cpu [--threads 1,2] [--window 0.3] [--repeats 5] [--rows mlp,minatar,nature,dcgan,act]
- *          [--no-torch]
+ *          [--no-torch] [--no-torch2]
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -329,18 +332,21 @@ static double gemm_gflops(const gemm *g, double calls_per_s) {
 
 typedef struct pair {
   double shoal, torch; /* calls/s, medians */
+  double torch2;       /* PyTorch 2's calls/s, median, or NAN */
   double sgemm;        /* GFLOP/s of cblas_sgemm 1024 in windows between them, or NAN */
 } pair;
 
 /* Alternates windows of shoal, of torch and (when g is given) of sgemm, so that load
  * from other processes on the shared machine falls on all alike; the median of each. */
-static pair timed_pair(void (*fn)(void *), void *ctx, torch_proc *tp, const char *row, gemm *g) {
+static pair timed_pair(void (*fn)(void *), void *ctx, torch_proc *tp, torch_proc *tp2,
+                       const char *row, gemm *g) {
   fn(ctx); /* warm-up; the torch side warms up on its first request */
-  double rs[64], rt[64], rg[64];
+  double rs[64], rt[64], rg[64], r2[64];
   int k = g_repeats < 64 ? g_repeats : 64;
   for (int r = 0; r < k; r++) {
     rs[r] = window_rate(fn, ctx);
     rt[r] = tp ? torch_window(tp, row, g_window) : NAN;
+    r2[r] = tp2 ? torch_window(tp2, row, g_window) : NAN;
     rg[r] = NAN;
 #ifdef SHOAL_HAVE_OPENBLAS
     if (g) rg[r] = gemm_gflops(g, window_rate(gemm_step, g));
@@ -349,9 +355,11 @@ static pair timed_pair(void (*fn)(void *), void *ctx, torch_proc *tp, const char
   qsort(rs, (size_t)k, sizeof *rs, cmp_double);
   qsort(rt, (size_t)k, sizeof *rt, cmp_double);
   qsort(rg, (size_t)k, sizeof *rg, cmp_double);
-  pair p = {rs[k / 2], rt[k / 2], rg[k / 2]};
+  qsort(r2, (size_t)k, sizeof *r2, cmp_double);
+  pair p = {rs[k / 2], rt[k / 2], r2[k / 2], rg[k / 2]};
   for (int r = 0; r < k; r++) {
     if (!isfinite(rt[r])) p.torch = NAN;
+    if (!isfinite(r2[r])) p.torch2 = NAN;
     if (!isfinite(rg[r])) p.sgemm = NAN;
   }
   return p;
@@ -359,20 +367,23 @@ static pair timed_pair(void (*fn)(void *), void *ctx, torch_proc *tp, const char
 
 /* ---- output ------------------------------------------------------------------------------- */
 
-static void row(const char *name, int threads, double shoal, double torch, const char *unit) {
-  double ratio = shoal / torch;
-  printf("%-16s t%d %14.5g %14.5g %8.2f  %s\n", name, threads, shoal, torch, ratio, unit);
+static void row(const char *name, int threads, double shoal, double torch, double torch2,
+                const char *unit) {
+  printf("%-16s t%d %14.5g %14.5g %8.2f %14.5g %8.2f  %s\n", name, threads, shoal, torch,
+         shoal / torch, torch2, shoal / torch2, unit);
 }
 
 typedef struct bench_line {
   char text[256];
 } bench_line;
 
-static bench_line g_lines[64];
+static bench_line g_lines[96];
 static int g_nlines;
 
-static void bench(const char *name, int threads, double value, const char *unit, double baseline) {
-  if (g_nlines == 64) return;
+/* peer: NULL for PyTorch 1.13 (nn.<name>.t<T>), "torch2" for PyTorch 2. */
+static void bench_peer(const char *name, const char *peer, int threads, double value,
+                       const char *unit, double baseline) {
+  if (g_nlines == 96) return;
   char b[32], r[32];
   if (isfinite(baseline) && baseline > 0) {
     snprintf(b, sizeof b, "%.5g", baseline);
@@ -382,8 +393,18 @@ static void bench(const char *name, int threads, double value, const char *unit,
     snprintf(r, sizeof r, "none");
   }
   snprintf(g_lines[g_nlines++].text, sizeof g_lines[0].text,
-           "BENCH name=nn.%s.t%d value=%.5g unit=%s baseline=%s ratio=%s", name, threads, value,
-           unit, b, r);
+           "BENCH name=nn.%s.t%d%s%s value=%.5g unit=%s baseline=%s ratio=%s", name, threads,
+           peer ? "." : "", peer ? peer : "", value, unit, b, r);
+}
+
+static void bench(const char *name, int threads, double value, const char *unit, double baseline) {
+  bench_peer(name, NULL, threads, value, unit, baseline);
+}
+
+/* The row against PyTorch 1.13 and against PyTorch 2. */
+static void bench2(const char *name, int threads, const pair *p, const char *unit) {
+  bench(name, threads, p->shoal, unit, p->torch);
+  bench_peer(name, "torch2", threads, p->shoal, unit, p->torch2);
 }
 
 /* The 1-minute load average, so a reader can tell a quiet run from a busy one. */
@@ -407,7 +428,7 @@ static bool has_row(const char *rows, const char *r) {
 
 int main(int argc, char **argv) {
   const char *threads_arg = "1,2", *rows = "mlp,minatar,nature,dcgan,act";
-  bool with_torch = true;
+  bool with_torch = true, with_torch2 = true;
   signal(SIGPIPE, SIG_IGN); /* a dead torch process is reported, not fatal */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -420,10 +441,12 @@ int main(int argc, char **argv) {
       rows = argv[++i];
     else if (!strcmp(argv[i], "--no-torch"))
       with_torch = false;
+    else if (!strcmp(argv[i], "--no-torch2"))
+      with_torch2 = false;
     else {
       fprintf(stderr,
               "usage: nn_cpu [--threads 1,2] [--window s] [--repeats n] [--rows "
-              "mlp,minatar,nature,dcgan,act] [--no-torch]\n");
+              "mlp,minatar,nature,dcgan,act] [--no-torch] [--no-torch2]\n");
       return 2;
     }
   }
@@ -435,7 +458,19 @@ int main(int argc, char **argv) {
       "nn_cpu: shoal nn vs PyTorch (same run), median of %d windows of %.2f s; load average "
       "%.2f\n",
       g_repeats, g_window, loadavg());
-  printf("%-16s %2s %14s %14s %8s  %s\n", "row", "th", "shoal", "pytorch", "ratio", "unit");
+  char py2buf[1024], v1[64] = "-", v2[64] = "-";
+  const char *py2 = with_torch2 ? torch2_python(py2buf, sizeof py2buf) : NULL;
+  if (with_torch) {
+    const char *py1 = getenv("SHOAL_PYTHON");
+    torch_version(py1 && *py1 ? py1 : "/usr/bin/python3", v1, sizeof v1);
+  }
+  if (py2) torch_version(py2, v2, sizeof v2);
+  printf("pytorch: %s; torch2: %s (%s)\n", v1, v2,
+         py2           ? py2
+         : with_torch2 ? "no peers venv: make peers"
+                       : "--no-torch2");
+  printf("%-16s %2s %14s %14s %8s %14s %8s  %s\n", "row", "th", "shoal", "pytorch", "ratio",
+         "torch2", "ratio2", "unit");
 
   char tbuf[64];
   snprintf(tbuf, sizeof tbuf, "%s", threads_arg);
@@ -446,6 +481,9 @@ int main(int argc, char **argv) {
     nn_set_threads(th);
     torch_proc tproc, *tp = NULL;
     if (with_torch && torch_start(&tproc, "nn_cpu", "nn_cpu_torch.py", "--serve", th)) tp = &tproc;
+    torch_proc tproc2, *tp2 = NULL;
+    if (py2 && torch_start_with(&tproc2, "nn_cpu", py2, "nn_cpu_torch.py", "--serve", th))
+      tp2 = &tproc2;
     gemm *gp = NULL;
 #ifdef SHOAL_HAVE_OPENBLAS
     gemm gm;
@@ -454,24 +492,25 @@ int main(int argc, char **argv) {
       gp = &gm;
     }
 #endif
-    pair mlp = {NAN, NAN, NAN}, minatar = mlp, nature = mlp, dcgan = mlp, act[3] = {mlp, mlp, mlp};
+    pair mlp = {NAN, NAN, NAN, NAN}, minatar = mlp, nature = mlp, dcgan = mlp,
+         act[3] = {mlp, mlp, mlp};
     double nature_flops = 0, dcgan_flops = 0;
     if (has_row(rows, "mlp")) {
       dqn d;
       dqn_init(&d, make_mlp, 256);
-      mlp = timed_pair(dqn_step, &d, tp, "mlp_train", NULL);
+      mlp = timed_pair(dqn_step, &d, tp, tp2, "mlp_train", NULL);
       dqn_free(&d);
     }
     if (has_row(rows, "minatar")) {
       dqn d;
       dqn_init(&d, make_minatar, 32);
-      minatar = timed_pair(dqn_step, &d, tp, "minatar_train", NULL);
+      minatar = timed_pair(dqn_step, &d, tp, tp2, "minatar_train", NULL);
       dqn_free(&d);
     }
     if (has_row(rows, "nature")) {
       dqn d;
       dqn_init(&d, make_nature, 32);
-      nature = timed_pair(dqn_step, &d, tp, "nature_train", gp);
+      nature = timed_pair(dqn_step, &d, tp, tp2, "nature_train", gp);
       /* trained q: forward + backward = 3x forward; target: forward only */
       nature_flops = 32.0 * 4.0 * nn_model_flops_per_sample(d.q);
       dqn_free(&d);
@@ -479,7 +518,7 @@ int main(int argc, char **argv) {
     if (has_row(rows, "dcgan")) {
       gan t;
       gan_init(&t, 64);
-      dcgan = timed_pair(gan_step, &t, tp, "dcgan_train", gp);
+      dcgan = timed_pair(gan_step, &t, tp, tp2, "dcgan_train", gp);
       /* G: forward + backward (3x); D: three forwards and three backwards (9x) */
       dcgan_flops =
           64.0 * (3.0 * nn_model_flops_per_sample(t.g) + 9.0 * nn_model_flops_per_sample(t.d));
@@ -497,39 +536,40 @@ int main(int argc, char **argv) {
         shoal_rng r;
         shoal_rng_seed(&r, 3);
         fill_normal(a.x, (size_t)bs[k] * 4, &r);
-        act[k] = timed_pair(act_step, &a, tp, tnames[k], NULL);
-        act[k].shoal *= bs[k], act[k].torch *= bs[k]; /* samples/s */
+        act[k] = timed_pair(act_step, &a, tp, tp2, tnames[k], NULL);
+        act[k].shoal *= bs[k], act[k].torch *= bs[k], act[k].torch2 *= bs[k]; /* samples/s */
         free(a.x), free(a.act);
         nn_model_destroy(a.q);
       }
     }
     if (tp) torch_stop(tp);
+    if (tp2) torch_stop(tp2);
 #ifdef SHOAL_HAVE_OPENBLAS
     if (gp) gemm_free(gp);
 #endif
 
     if (has_row(rows, "mlp")) {
-      row("mlp_train", th, mlp.shoal, mlp.torch, "steps/s");
-      bench("mlp_train", th, mlp.shoal, "steps/s", mlp.torch);
+      row("mlp_train", th, mlp.shoal, mlp.torch, mlp.torch2, "steps/s");
+      bench2("mlp_train", th, &mlp, "steps/s");
     }
     if (has_row(rows, "minatar")) {
-      row("minatar_train", th, minatar.shoal, minatar.torch, "steps/s");
-      bench("minatar_train", th, minatar.shoal, "steps/s", minatar.torch);
+      row("minatar_train", th, minatar.shoal, minatar.torch, minatar.torch2, "steps/s");
+      bench2("minatar_train", th, &minatar, "steps/s");
     }
     if (has_row(rows, "nature")) {
-      row("nature_train", th, nature.shoal, nature.torch, "steps/s");
-      bench("nature_train", th, nature.shoal, "steps/s", nature.torch);
+      row("nature_train", th, nature.shoal, nature.torch, nature.torch2, "steps/s");
+      bench2("nature_train", th, &nature, "steps/s");
       double gs = nature.shoal * nature_flops / 1e9, gt = nature.torch * nature_flops / 1e9;
-      row("  GFLOP/s", th, gs, gt, "GFLOP/s");
+      row("  GFLOP/s", th, gs, gt, nature.torch2 * nature_flops / 1e9, "GFLOP/s");
       printf("%-16s t%d %14.5g %14s %8.2f  GFLOP/s, shoal / sgemm 1024\n", "  sgemm", th,
              nature.sgemm, "", gs / nature.sgemm);
       bench("nature_train.gflops", th, gs, "GFLOP/s", nature.sgemm);
     }
     if (has_row(rows, "dcgan")) {
-      row("dcgan_train", th, dcgan.shoal, dcgan.torch, "it/s");
-      bench("dcgan_train", th, dcgan.shoal, "it/s", dcgan.torch);
+      row("dcgan_train", th, dcgan.shoal, dcgan.torch, dcgan.torch2, "it/s");
+      bench2("dcgan_train", th, &dcgan, "it/s");
       double gs = dcgan.shoal * dcgan_flops / 1e9, gt = dcgan.torch * dcgan_flops / 1e9;
-      row("  GFLOP/s", th, gs, gt, "GFLOP/s");
+      row("  GFLOP/s", th, gs, gt, dcgan.torch2 * dcgan_flops / 1e9, "GFLOP/s");
       printf("%-16s t%d %14.5g %14s %8.2f  GFLOP/s, shoal / sgemm 1024\n", "  sgemm", th,
              dcgan.sgemm, "", gs / dcgan.sgemm);
       bench("dcgan_train.gflops", th, gs, "GFLOP/s", dcgan.sgemm);
@@ -537,8 +577,8 @@ int main(int argc, char **argv) {
     if (has_row(rows, "act")) {
       const char *names[3] = {"act_b1", "act_b16", "act_b256"};
       for (int k = 0; k < 3; k++) {
-        row(names[k], th, act[k].shoal, act[k].torch, "samples/s");
-        bench(names[k], th, act[k].shoal, "samples/s", act[k].torch);
+        row(names[k], th, act[k].shoal, act[k].torch, act[k].torch2, "samples/s");
+        bench2(names[k], th, &act[k], "samples/s");
       }
     }
     double sg = isfinite(nature.sgemm) ? nature.sgemm : dcgan.sgemm;

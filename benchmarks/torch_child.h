@@ -7,6 +7,7 @@
 #ifndef SHOAL_BENCH_TORCH_CHILD_H
 #define SHOAL_BENCH_TORCH_CHILD_H
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -30,15 +31,40 @@ static inline void torch_stop(torch_proc *t) {
   t->who = who;
 }
 
-/* Starts $SHOAL_PYTHON (default /usr/bin/python3) on benchmarks/<script> with
- * "[extra_arg] --threads N", torch at `threads` threads and OpenBLAS at 1 (one pool).
- * False when Python or torch is missing: the baselines are then none. */
-static inline bool torch_start(torch_proc *t, const char *who, const char *script_name,
-                               const char *extra_arg, int threads) {
+/* The python of the peers' venv (benchmarks/peers/setup.sh), which has PyTorch 2:
+ * $SHOAL_TORCH2_PYTHON, else $SHOAL_PEERS_VENV/bin/python, else
+ * ~/.cache/shoal-peers/bin/python; NULL when that is not an executable. buf holds it. */
+static inline const char *torch2_python(char *buf, size_t cap) {
+  const char *py = getenv("SHOAL_TORCH2_PYTHON"), *venv = getenv("SHOAL_PEERS_VENV"),
+             *home = getenv("HOME");
+  if (py && *py)
+    snprintf(buf, cap, "%s", py);
+  else if (venv && *venv)
+    snprintf(buf, cap, "%s/bin/python", venv);
+  else
+    snprintf(buf, cap, "%s/.cache/shoal-peers/bin/python", home ? home : "");
+  return access(buf, X_OK) == 0 ? buf : NULL;
+}
+
+/* torch.__version__ under python py into buf ("?" when it cannot be had). */
+static inline const char *torch_version(const char *py, char *buf, size_t cap) {
+  char cmd[1200];
+  snprintf(buf, cap, "?");
+  snprintf(cmd, sizeof cmd, "'%s' -c 'import torch; print(torch.__version__)' 2>/dev/null", py);
+  FILE *f = popen(cmd, "r");
+  if (!f) return buf;
+  if (fgets(buf, (int)cap, f)) buf[strcspn(buf, "\n")] = 0;
+  if (pclose(f) != 0 || !buf[0]) snprintf(buf, cap, "?");
+  return buf;
+}
+
+/* Starts python `py` on benchmarks/<script> with "[extra_arg] --threads N", torch at
+ * `threads` threads and OpenBLAS at 1 (one pool). False when Python or torch is missing:
+ * the baselines are then none. */
+static inline bool torch_start_with(torch_proc *t, const char *who, const char *py,
+                                    const char *script_name, const char *extra_arg, int threads) {
   memset(t, 0, sizeof *t);
   t->who = who;
-  const char *py = getenv("SHOAL_PYTHON");
-  if (!py || !*py) py = "/usr/bin/python3";
   char script[1024], th[16];
   const char *src = getenv("SHOAL_SOURCE_DIR");
   if (src) {
@@ -56,6 +82,10 @@ static inline bool torch_start(torch_proc *t, const char *who, const char *scrip
     close(to[0]), close(to[1]);
     return false;
   }
+  /* Not inherited by a later child (a second torch process holding this one's stdin open
+   * would keep it from seeing EOF at torch_stop); dup2 clears the flag on 0 and 1. */
+  for (int i = 0; i < 2; i++)
+    fcntl(to[i], F_SETFD, FD_CLOEXEC), fcntl(from[i], F_SETFD, FD_CLOEXEC);
   pid_t pid = fork();
   if (pid < 0) {
     close(to[0]), close(to[1]), close(from[0]), close(from[1]);
@@ -91,6 +121,14 @@ static inline bool torch_start(torch_proc *t, const char *who, const char *scrip
     return false;
   }
   return true;
+}
+
+/* torch_start_with $SHOAL_PYTHON (default /usr/bin/python3: Debian's PyTorch 1.13). */
+static inline bool torch_start(torch_proc *t, const char *who, const char *script_name,
+                               const char *extra_arg, int threads) {
+  const char *py = getenv("SHOAL_PYTHON");
+  if (!py || !*py) py = "/usr/bin/python3";
+  return torch_start_with(t, who, py, script_name, extra_arg, threads);
 }
 
 /* One window of `row`, at least window_s long, in the torch process: calls/s, or NAN
