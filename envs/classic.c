@@ -67,11 +67,12 @@ typedef struct cartpole_state {
   int sutton_barto; /* sutton_barto_reward: 0 per step and -1 on failure */
 } cartpole_state;
 
-/* Gymnasium's Box(-high, high): the velocities' bound is np.finfo(np.float32).max. */
-static const float cp_high[4] = {(float)(CP_X_THRESHOLD * 2), FLT_MAX,
-                                 (float)(CP_THETA_THRESHOLD * 2), FLT_MAX};
-static const float cp_low[4] = {-(float)(CP_X_THRESHOLD * 2), -FLT_MAX,
-                                -(float)(CP_THETA_THRESHOLD * 2), -FLT_MAX};
+/* Gymnasium's Box(-high, high): the velocities are unbounded (np.inf in Gymnasium 1.x's
+ * cartpole.py, checked against Gymnasium 1.4.0; gym and Gymnasium 0.x had float32 max). */
+static const float cp_high[4] = {(float)(CP_X_THRESHOLD * 2), INFINITY,
+                                 (float)(CP_THETA_THRESHOLD * 2), INFINITY};
+static const float cp_low[4] = {-(float)(CP_X_THRESHOLD * 2), -INFINITY,
+                                -(float)(CP_THETA_THRESHOLD * 2), -INFINITY};
 
 static inline void cartpole_obs(const cartpole_state *s, float *obs) {
   obs[0] = (float)s->x;

@@ -14,7 +14,7 @@ def _short(a):
 class Box:
     """A bounded array: ``shape``, ``dtype``, ``low`` and ``high`` (arrays of ``shape``),
     as Gymnasium's ``spaces.Box`` reports them (CartPole-v1's velocity bounds are
-    ``np.finfo(np.float32).max``, as Gymnasium's, not infinity)."""
+    infinite, as in Gymnasium 1.x)."""
 
     def __init__(self, low, high, shape, dtype):
         self.shape = tuple(shape)
@@ -42,10 +42,18 @@ class Box:
     def sample(self, rng=None):
         rng = np.random.default_rng() if rng is None else rng
         if self.dtype.kind == "f":
-            lo = np.where(np.isfinite(self.low), self.low, -1.0).astype(np.float64)
-            hi = np.where(np.isfinite(self.high), self.high, 1.0).astype(np.float64)
-            # (float32 max - float32 min overflows neither float64 nor the result)
-            return rng.uniform(lo, hi).astype(self.dtype)
+            # As Gymnasium's Box.sample: uniform where bounded on both sides, a standard
+            # normal where unbounded, low + exponential / high - exponential where
+            # bounded on one side.
+            lo, hi = self.low.astype(np.float64), self.high.astype(np.float64)
+            both = self.bounded_below & self.bounded_above
+            x = rng.normal(size=self.shape)
+            x = np.where(self.bounded_below & ~self.bounded_above,
+                         lo + rng.exponential(size=self.shape), x)
+            x = np.where(~self.bounded_below & self.bounded_above,
+                         hi - rng.exponential(size=self.shape), x)
+            x = np.where(both, rng.uniform(np.where(both, lo, 0), np.where(both, hi, 1)), x)
+            return x.astype(self.dtype)
         return rng.integers(self.low, self.high, endpoint=True).astype(self.dtype)
 
     def contains(self, x):
