@@ -283,6 +283,8 @@ void nn__col2im(const float *col, int ldc, int C, int H, int W, int kh, int kw, 
 /* At a CPU model's create: OpenBLAS's pool to nn_set_threads' count (one thread
  * unless set), not OpenBLAS's own default of one per core. No-op without OpenBLAS. */
 void nn__cpu_apply_threads(void);
+/* The thread count nn_set_threads set (1 unless set). */
+int nn__cpu_threads(void);
 
 /* Conv2d runs samples in groups whose im2col matrix (K x g*P floats) fits in about
  * NN__COL_BUDGET floats; the group size for max_batch. */

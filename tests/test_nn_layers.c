@@ -1005,27 +1005,42 @@ static void test_two_models_chain(void **s) {
   nn_model_destroy(d);
 }
 
-/* Two threads (OpenBLAS's pool) give the same results as one, to float rounding. */
+/* Two threads (OpenBLAS's pool and nn's own, which runs the conv kernels) give the same
+ * results as one, to float rounding: outputs, parameter gradients and the input's. The
+ * second conv is strided and padded and its input gets a gradient (dx on both threads). */
 static void test_threads(void **s) {
   shoal_error err = {0};
   nn_model *m = nn_model_create(NN_CPU, &err);
   nn_input(m, 8, 16, 16);
   nn_conv2d(m, "c", 32, 3, 3, 1, 1, 1);
+  nn_conv2d(m, "c2", 12, 4, 4, 2, 1, 1);
   nn_flatten(m, "f");
   nn_dense(m, "d", 64);
   assert_int_equal(nn_model_build(m, 16, 1, &err), 0);
-  size_t nx = 16 * 8 * 16 * 16;
-  float *x = malloc(nx * sizeof *x), y1[16 * 64];
+  size_t nx = 16 * 8 * 16 * 16, np;
+  float *x = malloc(nx * sizeof *x), y1[16 * 64], dy[16 * 64];
   for (size_t i = 0; i < nx; i++) x[i] = (float)(i % 17) * 0.05f - 0.4f;
-  const float *y;
+  for (int i = 0; i < 16 * 64; i++) dy[i] = (float)(i % 13) * 0.1f - 0.6f;
+  nn_model_params(m, &np);
+  float *g1 = malloc(np * sizeof *g1), *dx1 = malloc(nx * sizeof *dx1);
+  const float *y, *dx;
   nn_set_threads(1);
   assert_int_equal(nn_model_forward(m, x, 16, &y, &err), 0);
   memcpy(y1, y, sizeof y1);
+  nn_model_zero_grad(m);
+  assert_int_equal(nn_model_backward(m, dy, &dx, &err), 0);
+  memcpy(g1, nn_model_grads(m, NULL), np * sizeof *g1);
+  memcpy(dx1, dx, nx * sizeof *dx1);
   nn_set_threads(2);
   assert_int_equal(nn_model_forward(m, x, 16, &y, &err), 0);
   for (int i = 0; i < 16 * 64; i++) assert_float_equal(y[i], y1[i], 1e-4f * (1 + fabsf(y1[i])));
+  nn_model_zero_grad(m);
+  assert_int_equal(nn_model_backward(m, dy, &dx, &err), 0);
+  const float *g2 = nn_model_grads(m, NULL);
+  for (size_t i = 0; i < np; i++) assert_float_equal(g2[i], g1[i], 1e-4f * (1 + fabsf(g1[i])));
+  for (size_t i = 0; i < nx; i++) assert_float_equal(dx[i], dx1[i], 1e-4f * (1 + fabsf(dx1[i])));
   nn_set_threads(1);
-  free(x);
+  free(x), free(g1), free(dx1);
   nn_model_destroy(m);
 }
 

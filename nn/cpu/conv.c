@@ -103,7 +103,16 @@ static void im2col_group(const nn__node *xn, const nn__node *n, int s0, int gb, 
                n->pad, n->dil, n->H, n->W, col + (size_t)s * P, N);
 }
 
+/* nn's own kernels unless the GEMM path is forced or the layer is out of their range. */
+static bool use_convk(nn_model *m, nn__node *n) {
+  return nn__conv_path_get() != NN__CONV_GEMM && nn__convk_scratch(m, n, m->max_batch) > 0;
+}
+
 static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  if (use_convk(m, n)) {
+    nn__convk_forward(m, n, B);
+    return 0;
+  }
   const nn__node *xn = nn__input(m, n, 0);
   int P = n->H * n->W, K = xn->C * n->kh * n->kw, Co = n->C;
   int g = nn__conv_group(K, P, m->max_batch);
@@ -129,6 +138,10 @@ static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
 }
 
 static void conv_backward(nn_model *m, nn__node *n, int B) {
+  if (use_convk(m, n)) {
+    nn__convk_backward(m, n, B);
+    return;
+  }
   const nn__node *xn = nn__input(m, n, 0);
   int P = n->H * n->W, K = xn->C * n->kh * n->kw, Co = n->C;
   int g = nn__conv_group(K, P, m->max_batch);

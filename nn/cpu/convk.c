@@ -1,0 +1,513 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * nn/cpu/convk.c — conv2d by nn's own packed implicit GEMM.
+ *
+ * With K = C_in*kh*kw and x̂ the (implicit) im2col matrix of a sample, (K, P):
+ *
+ *   forward      y[co][p]  = b[co] + sum_k W[co][k] x̂[k][p]       M = C_out, N = B*P
+ *   backward dW  dW[co][k] += sum_(s,p) dy[co][p] x̂[k][p]         M = C_out, N = K
+ *   backward dx  dx̂[p][k] = sum_co dy[co][p] W[co][k], col2im'd   M = P,     N = K
+ *
+ * Each is a GEMM C (M, N) = A (M, L) B (L, N) cut into MR x NR tiles that one
+ * micro-kernel computes in registers. Panels of B and A are packed into the order the
+ * micro-kernel reads them (B: NR floats per contraction step, A: MR floats), straight
+ * from NCHW tensors: the im2col matrix is never written out whole, which im2col + sgemm
+ * does and then packs again. A panel's columns may cross output rows and samples, so a
+ * 7x7 output does not leave lanes of a 16- or 32-wide panel idle. Tiles come back through
+ * a small buffer and are written where they belong (NCHW plus the bias, dW, or added into
+ * dx at the input positions they were read from), so no pass over the whole output follows.
+ *
+ * The micro-kernels: AVX-512 8x32 (16 zmm accumulators), AVX2+FMA 6x16 (12 ymm), and a
+ * portable 4x16 that the compiler vectorises for whatever the build targets. They are
+ * chosen at run time by CPUID, so one binary runs on either kind of machine.
+ *
+ * Threads (nn__parallel_for): forward by panels of columns, dx by samples (a sample's
+ * scatter stays on one thread), dW by panels of K (each thread owns its dW columns).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define NN__X86 1
+#endif
+
+#include "nn/cpu/cpu.h"
+
+#define MR_MAX 8
+#define NR_MAX 32
+#define PC 256         /* contraction columns per dW chunk: a B^T chunk of 32 KB */
+#define K_MAX 16384    /* beyond these the GEMM path runs the layer */
+#define CO_MAX 4096
+
+/* C (MR, NR) = (acc ? C : 0) + sum_l A[l*MR + i] B[l*NR + j]. */
+typedef void (*ukern_fn)(int L, const float *A, const float *B, float *C, int acc);
+
+typedef struct isa {
+  int mr, nr;
+  ukern_fn k;
+} isa;
+
+/* ---- micro-kernels ---------------------------------------------------------------- */
+
+static void ukern_portable(int L, const float *A, const float *B, float *C, int acc) {
+  float c[4][16];
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 16; j++) c[i][j] = acc ? C[i * 16 + j] : 0.0f;
+  for (int l = 0; l < L; l++) {
+    const float *a = A + (size_t)l * 4, *b = B + (size_t)l * 16;
+    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 16; j++) c[i][j] += a[i] * b[j];
+  }
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 16; j++) C[i * 16 + j] = c[i][j];
+}
+
+#ifdef NN__X86
+__attribute__((target("avx2,fma"))) static void ukern_avx2(int L, const float *A, const float *B,
+                                                           float *C, int acc) {
+  __m256 c[6][2];
+  for (int i = 0; i < 6; i++)
+    for (int h = 0; h < 2; h++)
+      c[i][h] = acc ? _mm256_loadu_ps(C + i * 16 + h * 8) : _mm256_setzero_ps();
+  for (int l = 0; l < L; l++) {
+    __m256 b0 = _mm256_loadu_ps(B), b1 = _mm256_loadu_ps(B + 8);
+    for (int i = 0; i < 6; i++) {
+      __m256 a = _mm256_broadcast_ss(A + i);
+      c[i][0] = _mm256_fmadd_ps(a, b0, c[i][0]);
+      c[i][1] = _mm256_fmadd_ps(a, b1, c[i][1]);
+    }
+    A += 6, B += 16;
+  }
+  for (int i = 0; i < 6; i++)
+    for (int h = 0; h < 2; h++) _mm256_storeu_ps(C + i * 16 + h * 8, c[i][h]);
+}
+
+__attribute__((target("avx512f"))) static void ukern_avx512(int L, const float *A, const float *B,
+                                                            float *C, int acc) {
+  __m512 c[8][2];
+  for (int i = 0; i < 8; i++)
+    for (int h = 0; h < 2; h++)
+      c[i][h] = acc ? _mm512_loadu_ps(C + i * 32 + h * 16) : _mm512_setzero_ps();
+  for (int l = 0; l < L; l++) {
+    __m512 b0 = _mm512_loadu_ps(B), b1 = _mm512_loadu_ps(B + 16);
+    for (int i = 0; i < 8; i++) {
+      __m512 a = _mm512_set1_ps(A[i]);
+      c[i][0] = _mm512_fmadd_ps(a, b0, c[i][0]);
+      c[i][1] = _mm512_fmadd_ps(a, b1, c[i][1]);
+    }
+    A += 8, B += 32;
+  }
+  for (int i = 0; i < 8; i++)
+    for (int h = 0; h < 2; h++) _mm512_storeu_ps(C + i * 32 + h * 16, c[i][h]);
+}
+#endif
+
+static const isa g_isa[] = {
+    [NN__CONV_PORTABLE] = {4, 16, ukern_portable},
+#ifdef NN__X86
+    [NN__CONV_AVX2] = {6, 16, ukern_avx2},
+    [NN__CONV_AVX512] = {8, 32, ukern_avx512},
+#endif
+};
+
+/* ---- dispatch --------------------------------------------------------------------- */
+
+static nn__conv_path g_path;
+static pthread_once_t g_path_once = PTHREAD_ONCE_INIT;
+
+static void path_init(void) {
+  nn__conv_path best = NN__CONV_PORTABLE;
+#ifdef NN__X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = NN__CONV_AVX2;
+  if (__builtin_cpu_supports("avx512f")) best = NN__CONV_AVX512;
+#endif
+  g_path = best;
+  const char *e = getenv("SHOAL_NN_CONV_PATH");
+  if (!e || !*e) return;
+  for (int p = NN__CONV_GEMM; p <= NN__CONV_AVX512; p++)
+    if (!strcmp(e, nn__conv_path_name((nn__conv_path)p)))
+      g_path = (nn__conv_path)p <= best ? (nn__conv_path)p : best; /* CI on a smaller CPU */
+}
+
+nn__conv_path nn__conv_path_get(void) {
+  pthread_once(&g_path_once, path_init);
+  return g_path;
+}
+
+const char *nn__conv_path_name(nn__conv_path p) {
+  static const char *names[] = {"gemm", "portable", "avx2", "avx512"};
+  return p >= NN__CONV_GEMM && p <= NN__CONV_AVX512 ? names[p] : "?";
+}
+
+/* ---- geometry: the input in space-to-depth form ---------------------------------------
+ * A stride-s convolution is a stride-1 one over the input rearranged space-to-depth:
+ *   xs[(c*s + ri)*s + rj][a][b] = x[c][a*s + ri - pad][b*s + rj - pad]   (0 outside x)
+ * so tap (ki, kj) of channel c reads xs channel (c*s + ki%s)*s + kj%s at (oh + ki/s,
+ * ow + kj/s). Padding is folded in too, so the packing loops below are plain contiguous
+ * copies of output-row runs with no bounds checks, where im2col of an 8x8/4 convolution
+ * gathers every 4th float with a bounds test on each. The rearrangement reads x once. */
+
+typedef struct geom {
+  int C, H, W, kh, kw, s, pad; /* input and kernel (dilation 1) */
+  int Co, Ho, Wo, P, K;        /* output; P = Ho*Wo, K = C*kh*kw */
+  int Hs, Ws;                  /* xs is (C*s*s, Hs, Ws) */
+  size_t xsF;                  /* floats per sample of xs */
+} geom;
+
+static geom geom_of(const nn_model *m, const nn__node *n) {
+  const nn__node *x = &m->nodes[n->in[0]];
+  geom g = {x->C, x->H, x->W, n->kh, n->kw, n->stride, n->pad, n->C, n->H, n->W, n->H * n->W,
+            x->C * n->kh * n->kw};
+  g.Hs = g.Ho + (g.kh - 1) / g.s, g.Ws = g.Wo + (g.kw - 1) / g.s;
+  g.xsF = (size_t)g.C * g.s * g.s * g.Hs * g.Ws;
+  return g;
+}
+
+static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* One sample x (C, H, W) -> xs, or back: dx (+)= the entries of dxs that lie inside x. */
+static void to_s2d(const geom *g, const float *x, float *xs) {
+  int s = g->s;
+  for (int c = 0; c < g->C; c++)
+    for (int ri = 0; ri < s; ri++)
+      for (int rj = 0; rj < s; rj++) {
+        float *d = xs + ((size_t)(c * s + ri) * s + rj) * g->Hs * g->Ws;
+        int off = rj - g->pad; /* iw = b*s + off */
+        int lo = clampi(off >= 0 ? 0 : (-off + s - 1) / s, 0, g->Ws);
+        int hi = clampi(g->W - off <= 0 ? 0 : (g->W - off + s - 1) / s, lo, g->Ws);
+        for (int a = 0; a < g->Hs; a++, d += g->Ws) {
+          int ih = a * s + ri - g->pad;
+          if ((unsigned)ih >= (unsigned)g->H) {
+            memset(d, 0, (size_t)g->Ws * sizeof(float));
+            continue;
+          }
+          const float *r = x + ((size_t)c * g->H + ih) * g->W + off;
+          for (int b = 0; b < lo; b++) d[b] = 0.0f;
+          if (s == 1)
+            for (int b = lo; b < hi; b++) d[b] = r[b];
+          else
+            for (int b = lo; b < hi; b++) d[b] = r[b * s];
+          for (int b = hi; b < g->Ws; b++) d[b] = 0.0f;
+        }
+      }
+}
+
+static void from_s2d(const geom *g, const float *xs, float *x, bool acc) {
+  int s = g->s;
+  if (!acc) memset(x, 0, (size_t)g->C * g->H * g->W * sizeof(float));
+  for (int c = 0; c < g->C; c++)
+    for (int ri = 0; ri < s; ri++)
+      for (int rj = 0; rj < s; rj++) {
+        const float *d = xs + ((size_t)(c * s + ri) * s + rj) * g->Hs * g->Ws;
+        int off = rj - g->pad;
+        int lo = clampi(off >= 0 ? 0 : (-off + s - 1) / s, 0, g->Ws);
+        int hi = clampi(g->W - off <= 0 ? 0 : (g->W - off + s - 1) / s, lo, g->Ws);
+        for (int a = 0; a < g->Hs; a++, d += g->Ws) {
+          int ih = a * s + ri - g->pad;
+          if ((unsigned)ih >= (unsigned)g->H) continue;
+          float *r = x + ((size_t)c * g->H + ih) * g->W + off;
+          if (s == 1)
+            for (int b = lo; b < hi; b++) r[b] += d[b];
+          else
+            for (int b = lo; b < hi; b++) r[b * s] += d[b];
+        }
+      }
+}
+
+/* koff[k]: where tap k = (c, ki, kj) starts in a sample of xs. */
+static void tap_offsets(const geom *g, int *koff) {
+  int s = g->s;
+  for (int c = 0, k = 0; c < g->C; c++)
+    for (int ki = 0; ki < g->kh; ki++)
+      for (int kj = 0; kj < g->kw; kj++, k++) {
+        int cs = (c * s + ki % s) * s + kj % s;
+        koff[k] = (cs * g->Hs + ki / s) * g->Ws + kj / s;
+      }
+}
+
+/* A run of panel columns along one output row of one sample. */
+typedef struct seg {
+  int j0, len;  /* panel columns [j0, j0+len) */
+  size_t xoff;  /* the run's first pixel in xs: sample*xsF + oh*Ws + ow */
+  size_t yoff;  /* and in y: sample*C_out*P + oh*Wo + ow */
+} seg;
+
+/* Cuts global columns [n0, n0+cnt) (n = sample*P + p) into runs along output rows. */
+static int segments(const geom *g, int n0, int cnt, seg *sg) {
+  int ns = 0;
+  for (int j = 0; j < cnt;) {
+    int n = n0 + j, s = n / g->P, p = n - s * g->P, oh = p / g->Wo, ow = p - oh * g->Wo;
+    int len = g->Wo - ow < cnt - j ? g->Wo - ow : cnt - j;
+    sg[ns++] = (seg){j, len, s * g->xsF + (size_t)oh * g->Ws + ow,
+                     (size_t)s * g->Co * g->P + (size_t)oh * g->Wo + ow};
+    j += len;
+  }
+  return ns;
+}
+
+/* dst[kk*ks + j*cs] = x̂[k0+kk][column j]. Inlined with constant strides, so the
+ * forward's copies (cs = 1) vectorise. */
+static inline __attribute__((always_inline)) void pack_cols(const float *xs, const int *koff,
+                                                            const seg *sg, int ns, int k0, int nk,
+                                                            float *dst, int ks, int cs) {
+  for (int kk = 0; kk < nk; kk++) {
+    const float *base = xs + koff[k0 + kk];
+    float *d = dst + (size_t)kk * ks;
+    for (int q = 0; q < ns; q++) {
+      const float *src = base + sg[q].xoff;
+      float *o = d + (size_t)sg[q].j0 * cs;
+      for (int t = 0; t < sg[q].len; t++) o[t * cs] = src[t];
+    }
+  }
+}
+
+/* ---- scratch ------------------------------------------------------------------------- */
+
+static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Scratch layout (floats):
+ *   W packed (for forward or dx)   max(C_out+MR_MAX, ...) x K, panels of K rounded to NR_MAX
+ *   tap offsets                    K ints
+ *   xs of the batch                max_batch * xsF
+ *   dy packed for dW               max_batch * P * (C_out + MR_MAX)
+ *   per thread: the largest of a forward B panel (K x NR), a dW chunk (B^T PC x NR and a
+ *   tile per block of C_out) and dx's (A panel C_out x MR, dxs one sample)
+ * sized for the widest ISA and the pool's most threads, so the path and thread count
+ * can change after build. C_out rounded up to any MR <= MR_MAX is at most C_out+MR_MAX. */
+typedef struct layout {
+  size_t w, koff, xs, dyp, thr, tstride, total;
+} layout;
+
+static layout layout_of(const geom *g, int max_batch) {
+  layout L;
+  size_t cp = (size_t)g->Co + MR_MAX, kp = ((size_t)g->K + NR_MAX - 1) / NR_MAX * NR_MAX;
+  size_t wa = cp * g->K, wb = kp * g->Co;
+  size_t f = (size_t)g->K * NR_MAX;
+  size_t w = (size_t)PC * NR_MAX + cp * NR_MAX;
+  size_t d = (size_t)g->Co * MR_MAX + up16(g->xsF);
+  L.w = 0;
+  L.koff = up16(wa > wb ? wa : wb);
+  L.xs = L.koff + up16((size_t)g->K);
+  L.dyp = L.xs + up16((size_t)max_batch * g->xsF);
+  L.thr = L.dyp + up16((size_t)max_batch * g->P * cp);
+  L.tstride = up16(f > w ? (f > d ? f : d) : (w > d ? w : d));
+  L.total = L.thr + (size_t)nn__pool_max_threads() * L.tstride;
+  return L;
+}
+
+size_t nn__convk_scratch(const nn_model *m, const nn__node *n, int max_batch) {
+  if (n->dil != 1) return 0; /* dilated: the GEMM path */
+  geom g = geom_of(m, n);
+  if (g.K > K_MAX || g.Co > CO_MAX) return 0;
+  return layout_of(&g, max_batch).total;
+}
+
+typedef struct job {
+  const isa *I;
+  geom g;
+  layout L;
+  const float *x, *dy, *bias, *Wp;
+  float *y, *dw, *dx, *xs, *dyp, *tb;
+  const int *koff;
+  size_t xF;
+  int B, N, acc;
+} job;
+
+static void job_init(job *j, nn_model *m, nn__node *n, int B) {
+  memset(j, 0, sizeof *j);
+  j->I = &g_isa[nn__conv_path_get()];
+  j->g = geom_of(m, n);
+  j->L = layout_of(&j->g, m->max_batch);
+  const nn__node *xn = nn__input(m, n, 0);
+  j->x = xn->out, j->xF = (size_t)xn->F;
+  j->B = B, j->N = B * j->g.P;
+  float *S = m->scratch;
+  j->xs = S + j->L.xs, j->dyp = S + j->L.dyp, j->tb = S + j->L.thr;
+  int *koff = (int *)(S + j->L.koff);
+  tap_offsets(&j->g, koff);
+  j->koff = koff;
+}
+
+static void s2d_task(void *vc, int s, int th) {
+  const job *j = vc;
+  to_s2d(&j->g, j->x + s * j->xF, j->xs + s * j->g.xsF);
+}
+
+/* ---- forward ------------------------------------------------------------------------- */
+
+static void fwd_task(void *vc, int task, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  int mr = j->I->mr, nr = j->I->nr, n0 = task * nr, cnt = j->N - n0 < nr ? j->N - n0 : nr;
+  float *Bp = j->tb + (size_t)th * j->L.tstride;
+  seg sg[NR_MAX];
+  int ns = segments(g, n0, cnt, sg);
+  if (cnt < nr) memset(Bp, 0, (size_t)g->K * nr * sizeof(float));
+  pack_cols(j->xs, j->koff, sg, ns, 0, g->K, Bp, nr, 1);
+  float tile[MR_MAX * NR_MAX] __attribute__((aligned(64)));
+  for (int co0 = 0; co0 < g->Co; co0 += mr) {
+    j->I->k(g->K, j->Wp + (size_t)co0 * g->K, Bp, tile, 0);
+    int rows = g->Co - co0 < mr ? g->Co - co0 : mr;
+    for (int i = 0; i < rows; i++) {
+      int co = co0 + i;
+      float bc = j->bias ? j->bias[co] : 0.0f;
+      const float *t = tile + i * nr;
+      for (int q = 0; q < ns; q++) {
+        float *o = j->y + sg[q].yoff + (size_t)co * g->P;
+        const float *tt = t + sg[q].j0;
+        for (int u = 0; u < sg[q].len; u++) o[u] = tt[u] + bc;
+      }
+    }
+  }
+}
+
+/* Wp[b*MR*K + k*MR + i] = W[b*MR + i][k]: blocks of MR rows of W (C_out, K), K steps
+ * of MR floats each, zero past C_out. */
+static void pack_w_rows(const float *w, int Co, int K, int mr, float *Wp) {
+  for (int co0 = 0; co0 < Co; co0 += mr) {
+    float *d = Wp + (size_t)co0 * K;
+    for (int k = 0; k < K; k++)
+      for (int i = 0; i < mr; i++)
+        d[(size_t)k * mr + i] = co0 + i < Co ? w[(size_t)(co0 + i) * K + k] : 0.0f;
+  }
+}
+
+void nn__convk_forward(nn_model *m, nn__node *n, int B) {
+  job j;
+  job_init(&j, m, n, B);
+  j.y = n->out;
+  j.bias = n->bias ? m->params + n->poff[1] : NULL;
+  float *Wp = m->scratch + j.L.w;
+  pack_w_rows(m->params + n->poff[0], j.g.Co, j.g.K, j.I->mr, Wp);
+  j.Wp = Wp;
+  nn__parallel_for(B, s2d_task, &j);
+  nn__parallel_for((j.N + j.I->nr - 1) / j.I->nr, fwd_task, &j);
+}
+
+/* ---- backward ------------------------------------------------------------------------ */
+
+/* dyp[b*N*MR + n*MR + i] = dy[sample][b*MR + i][p] (n = sample*P + p): dy as the A
+ * operand of dW, blocks of MR channels, zero past C_out; and db += sum_p dy. */
+static void dyp_task(void *vc, int s, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  int mr = j->I->mr;
+  for (int co0 = 0; co0 < g->Co; co0 += mr) {
+    float *d = j->dyp + (size_t)co0 * j->N + (size_t)s * g->P * mr;
+    for (int i = 0; i < mr; i++) {
+      int co = co0 + i;
+      if (co >= g->Co) {
+        for (int p = 0; p < g->P; p++) d[p * mr + i] = 0.0f;
+        continue;
+      }
+      const float *r = j->dy + ((size_t)s * g->Co + co) * g->P;
+      for (int p = 0; p < g->P; p++) d[p * mr + i] = r[p];
+    }
+  }
+}
+
+/* dW[:, k0:k0+NR] += sum over every column (sample, p) of dy[co][p] x̂[k][p]: chunks of
+ * PC columns, B^T packed once per chunk and used by every block of C_out. */
+static void dw_task(void *vc, int task, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  int mr = j->I->mr, nr = j->I->nr, k0 = task * nr, nk = g->K - k0 < nr ? g->K - k0 : nr;
+  int cb = (g->Co + mr - 1) / mr;
+  float *Bt = j->tb + (size_t)th * j->L.tstride, *tiles = Bt + (size_t)PC * NR_MAX;
+  memset(tiles, 0, (size_t)cb * mr * nr * sizeof(float));
+  if (nk < nr) memset(Bt, 0, (size_t)PC * nr * sizeof(float));
+  seg sg[PC];
+  for (int n0 = 0; n0 < j->N; n0 += PC) {
+    int cnt = j->N - n0 < PC ? j->N - n0 : PC;
+    int ns = segments(g, n0, cnt, sg);
+    pack_cols(j->xs, j->koff, sg, ns, k0, nk, Bt, 1, nr);
+    for (int b = 0; b < cb; b++)
+      j->I->k(cnt, j->dyp + (size_t)b * mr * j->N + (size_t)n0 * mr, Bt,
+              tiles + (size_t)b * mr * nr, 1);
+  }
+  for (int b = 0; b < cb; b++)
+    for (int i = 0; i < mr && b * mr + i < g->Co; i++) {
+      float *d = j->dw + (size_t)(b * mr + i) * g->K + k0;
+      const float *t = tiles + ((size_t)b * mr + i) * nr;
+      for (int q = 0; q < nk; q++) d[q] += t[q];
+    }
+}
+
+/* dx of one sample: tiles of MR pixels x NR taps of dx̂ = dy^T W, each entry added into
+ * dxs where its x̂ entry was read (col2im, without bounds tests), then dxs folded back. */
+static void dx_task(void *vc, int s, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  int mr = j->I->mr, nr = j->I->nr;
+  float *Ap = j->tb + (size_t)th * j->L.tstride, *dxs = Ap + (size_t)g->Co * MR_MAX;
+  const float *dy = j->dy + (size_t)s * g->Co * g->P;
+  memset(dxs, 0, g->xsF * sizeof(float));
+  float tile[MR_MAX * NR_MAX] __attribute__((aligned(64)));
+  int pix[MR_MAX];
+  for (int p0 = 0; p0 < g->P; p0 += mr) {
+    int rows = g->P - p0 < mr ? g->P - p0 : mr;
+    for (int co = 0; co < g->Co; co++) {
+      const float *src = dy + (size_t)co * g->P + p0;
+      float *d = Ap + (size_t)co * mr;
+      for (int i = 0; i < mr; i++) d[i] = i < rows ? src[i] : 0.0f;
+    }
+    for (int i = 0; i < rows; i++) {
+      int p = p0 + i, oh = p / g->Wo;
+      pix[i] = oh * g->Ws + p - oh * g->Wo;
+    }
+    for (int k0 = 0; k0 < g->K; k0 += nr) {
+      int nk = g->K - k0 < nr ? g->K - k0 : nr;
+      j->I->k(g->Co, Ap, j->Wp + (size_t)k0 * g->Co, tile, 0);
+      const int *ko = j->koff + k0;
+      for (int i = 0; i < rows; i++) {
+        float *base = dxs + pix[i];
+        const float *t = tile + i * nr;
+        for (int q = 0; q < nk; q++) base[ko[q]] += t[q];
+      }
+    }
+  }
+  from_s2d(g, dxs, j->dx + s * j->xF, j->acc);
+}
+
+/* Wp[k0*C_out + co*NR + q] = W[co][k0 + q]: panels of NR columns of W, C_out steps
+ * each, zero past K. */
+static void pack_w_cols(const float *w, int Co, int K, int nr, float *Wp) {
+  for (int k0 = 0; k0 < K; k0 += nr) {
+    float *d = Wp + (size_t)k0 * Co;
+    for (int co = 0; co < Co; co++)
+      for (int q = 0; q < nr; q++)
+        d[(size_t)co * nr + q] = k0 + q < K ? w[(size_t)co * K + k0 + q] : 0.0f;
+  }
+}
+
+void nn__convk_backward(nn_model *m, nn__node *n, int B) {
+  job j;
+  job_init(&j, m, n, B);
+  const geom *g = &j.g;
+  j.dy = n->dout;
+  j.dw = m->grads + n->poff[0];
+  if (n->bias) { /* db += sum over samples and pixels of dy */
+    float *db = m->grads + n->poff[1];
+    for (int s = 0; s < B; s++)
+      for (int co = 0; co < g->Co; co++) {
+        const float *r = j.dy + ((size_t)s * g->Co + co) * g->P;
+        float t = 0;
+        for (int p = 0; p < g->P; p++) t += r[p];
+        db[co] += t;
+      }
+  }
+  nn__parallel_for(B, s2d_task, &j);
+  nn__parallel_for(B, dyp_task, &j);
+  nn__parallel_for((g->K + j.I->nr - 1) / j.I->nr, dw_task, &j);
+  bool acc;
+  j.dx = nn__dinput(m, n, 0, &acc);
+  if (!j.dx) return;
+  j.acc = acc;
+  float *Wp = m->scratch + j.L.w;
+  pack_w_cols(m->params + n->poff[0], g->Co, g->K, j.I->nr, Wp);
+  j.Wp = Wp;
+  nn__parallel_for(B, dx_task, &j);
+}
