@@ -35,6 +35,14 @@
 
 #include "nn/cpu/cpu.h"
 
+/* The packing and NCHW loops are compiled for each ISA too, so their copies use the
+ * machine's widest vectors (the micro-kernels are per-ISA already). */
+#ifdef NN__X86
+#define NN__CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define NN__CLONES
+#endif
+
 #define MR_MAX 8
 #define NR_MAX 32
 #define PC 256         /* contraction columns per dW chunk: a B^T chunk of 32 KB */
@@ -65,23 +73,43 @@ static void ukern_portable(int L, const float *A, const float *B, float *C, int 
 }
 
 #ifdef NN__X86
+/* Named accumulators, not an array: gcc kept part of a __m256 c[6][2] on the stack
+ * inside the loop (a store per FMA pair, half the speed). */
+#define NN__ROW2(i)                                 \
+  do {                                              \
+    __m256 a = _mm256_broadcast_ss(A + (i));        \
+    c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0);      \
+    c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1);      \
+  } while (0)
 __attribute__((target("avx2,fma"))) static void ukern_avx2(int L, const float *A, const float *B,
                                                            float *C, int acc) {
-  __m256 c[6][2];
-  for (int i = 0; i < 6; i++)
-    for (int h = 0; h < 2; h++)
-      c[i][h] = acc ? _mm256_loadu_ps(C + i * 16 + h * 8) : _mm256_setzero_ps();
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  if (acc) {
+    c00 = _mm256_loadu_ps(C + 0), c01 = _mm256_loadu_ps(C + 8);
+    c10 = _mm256_loadu_ps(C + 16), c11 = _mm256_loadu_ps(C + 24);
+    c20 = _mm256_loadu_ps(C + 32), c21 = _mm256_loadu_ps(C + 40);
+    c30 = _mm256_loadu_ps(C + 48), c31 = _mm256_loadu_ps(C + 56);
+    c40 = _mm256_loadu_ps(C + 64), c41 = _mm256_loadu_ps(C + 72);
+    c50 = _mm256_loadu_ps(C + 80), c51 = _mm256_loadu_ps(C + 88);
+  } else {
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+  }
   for (int l = 0; l < L; l++) {
     __m256 b0 = _mm256_loadu_ps(B), b1 = _mm256_loadu_ps(B + 8);
-    for (int i = 0; i < 6; i++) {
-      __m256 a = _mm256_broadcast_ss(A + i);
-      c[i][0] = _mm256_fmadd_ps(a, b0, c[i][0]);
-      c[i][1] = _mm256_fmadd_ps(a, b1, c[i][1]);
-    }
+    NN__ROW2(0);
+    NN__ROW2(1);
+    NN__ROW2(2);
+    NN__ROW2(3);
+    NN__ROW2(4);
+    NN__ROW2(5);
     A += 6, B += 16;
   }
-  for (int i = 0; i < 6; i++)
-    for (int h = 0; h < 2; h++) _mm256_storeu_ps(C + i * 16 + h * 8, c[i][h]);
+  _mm256_storeu_ps(C + 0, c00), _mm256_storeu_ps(C + 8, c01);
+  _mm256_storeu_ps(C + 16, c10), _mm256_storeu_ps(C + 24, c11);
+  _mm256_storeu_ps(C + 32, c20), _mm256_storeu_ps(C + 40, c21);
+  _mm256_storeu_ps(C + 48, c30), _mm256_storeu_ps(C + 56, c31);
+  _mm256_storeu_ps(C + 64, c40), _mm256_storeu_ps(C + 72, c41);
+  _mm256_storeu_ps(C + 80, c50), _mm256_storeu_ps(C + 88, c51);
 }
 
 __attribute__((target("avx512f"))) static void ukern_avx512(int L, const float *A, const float *B,
@@ -169,7 +197,7 @@ static geom geom_of(const nn_model *m, const nn__node *n) {
 static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* One sample x (C, H, W) -> xs, or back: dx (+)= the entries of dxs that lie inside x. */
-static void to_s2d(const geom *g, const float *x, float *xs) {
+NN__CLONES static void to_s2d(const geom *g, const float *x, float *xs) {
   int s = g->s;
   for (int c = 0; c < g->C; c++)
     for (int ri = 0; ri < s; ri++)
@@ -195,7 +223,7 @@ static void to_s2d(const geom *g, const float *x, float *xs) {
       }
 }
 
-static void from_s2d(const geom *g, const float *xs, float *x, bool acc) {
+NN__CLONES static void from_s2d(const geom *g, const float *xs, float *x, bool acc) {
   int s = g->s;
   if (!acc) memset(x, 0, (size_t)g->C * g->H * g->W * sizeof(float));
   for (int c = 0; c < g->C; c++)
@@ -336,9 +364,19 @@ static void s2d_task(void *vc, int s, int th) {
   to_s2d(&j->g, j->x + s * j->xF, j->xs + s * j->g.xsF);
 }
 
+/* The batch in space-to-depth form; x itself when that is the identity (stride 1, no
+ * padding: xs == x, Hs == H, Ws == W). */
+static void make_xs(job *j) {
+  if (j->g.s == 1 && j->g.pad == 0) {
+    j->xs = (float *)j->x;
+    return;
+  }
+  nn__parallel_for(j->B, s2d_task, j);
+}
+
 /* ---- forward ------------------------------------------------------------------------- */
 
-static void fwd_task(void *vc, int task, int th) {
+NN__CLONES static void fwd_task(void *vc, int task, int th) {
   const job *j = vc;
   const geom *g = &j->g;
   int mr = j->I->mr, nr = j->I->nr, n0 = task * nr, cnt = j->N - n0 < nr ? j->N - n0 : nr;
@@ -369,9 +407,14 @@ static void fwd_task(void *vc, int task, int th) {
 static void pack_w_rows(const float *w, int Co, int K, int mr, float *Wp) {
   for (int co0 = 0; co0 < Co; co0 += mr) {
     float *d = Wp + (size_t)co0 * K;
-    for (int k = 0; k < K; k++)
-      for (int i = 0; i < mr; i++)
-        d[(size_t)k * mr + i] = co0 + i < Co ? w[(size_t)(co0 + i) * K + k] : 0.0f;
+    for (int i = 0; i < mr; i++) {
+      if (co0 + i >= Co) {
+        for (int k = 0; k < K; k++) d[(size_t)k * mr + i] = 0.0f;
+        continue;
+      }
+      const float *r = w + (size_t)(co0 + i) * K;
+      for (int k = 0; k < K; k++) d[(size_t)k * mr + i] = r[k];
+    }
   }
 }
 
@@ -383,7 +426,7 @@ void nn__convk_forward(nn_model *m, nn__node *n, int B) {
   float *Wp = m->scratch + j.L.w;
   pack_w_rows(m->params + n->poff[0], j.g.Co, j.g.K, j.I->mr, Wp);
   j.Wp = Wp;
-  nn__parallel_for(B, s2d_task, &j);
+  make_xs(&j);
   nn__parallel_for((j.N + j.I->nr - 1) / j.I->nr, fwd_task, &j);
 }
 
@@ -391,7 +434,7 @@ void nn__convk_forward(nn_model *m, nn__node *n, int B) {
 
 /* dyp[b*N*MR + n*MR + i] = dy[sample][b*MR + i][p] (n = sample*P + p): dy as the A
  * operand of dW, blocks of MR channels, zero past C_out; and db += sum_p dy. */
-static void dyp_task(void *vc, int s, int th) {
+NN__CLONES static void dyp_task(void *vc, int s, int th) {
   const job *j = vc;
   const geom *g = &j->g;
   int mr = j->I->mr;
@@ -411,7 +454,7 @@ static void dyp_task(void *vc, int s, int th) {
 
 /* dW[:, k0:k0+NR] += sum over every column (sample, p) of dy[co][p] x̂[k][p]: chunks of
  * PC columns, B^T packed once per chunk and used by every block of C_out. */
-static void dw_task(void *vc, int task, int th) {
+NN__CLONES static void dw_task(void *vc, int task, int th) {
   const job *j = vc;
   const geom *g = &j->g;
   int mr = j->I->mr, nr = j->I->nr, k0 = task * nr, nk = g->K - k0 < nr ? g->K - k0 : nr;
@@ -438,7 +481,7 @@ static void dw_task(void *vc, int task, int th) {
 
 /* dx of one sample: tiles of MR pixels x NR taps of dx̂ = dy^T W, each entry added into
  * dxs where its x̂ entry was read (col2im, without bounds tests), then dxs folded back. */
-static void dx_task(void *vc, int s, int th) {
+NN__CLONES static void dx_task(void *vc, int s, int th) {
   const job *j = vc;
   const geom *g = &j->g;
   int mr = j->I->mr, nr = j->I->nr;
@@ -477,9 +520,11 @@ static void dx_task(void *vc, int s, int th) {
 static void pack_w_cols(const float *w, int Co, int K, int nr, float *Wp) {
   for (int k0 = 0; k0 < K; k0 += nr) {
     float *d = Wp + (size_t)k0 * Co;
-    for (int co = 0; co < Co; co++)
-      for (int q = 0; q < nr; q++)
-        d[(size_t)co * nr + q] = k0 + q < K ? w[(size_t)co * K + k0 + q] : 0.0f;
+    int nk = K - k0 < nr ? K - k0 : nr;
+    for (int co = 0; co < Co; co++) {
+      memcpy(d + (size_t)co * nr, w + (size_t)co * K + k0, (size_t)nk * sizeof(float));
+      for (int q = nk; q < nr; q++) d[(size_t)co * nr + q] = 0.0f;
+    }
   }
 }
 
@@ -499,7 +544,7 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
         db[co] += t;
       }
   }
-  nn__parallel_for(B, s2d_task, &j);
+  make_xs(&j);
   nn__parallel_for(B, dyp_task, &j);
   nn__parallel_for((g->K + j.I->nr - 1) / j.I->nr, dw_task, &j);
   bool acc;
