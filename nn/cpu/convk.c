@@ -292,6 +292,31 @@ static inline __attribute__((always_inline)) void pack_cols(const float *xs, con
   }
 }
 
+/* The forward's panel, dst[kk*nr + j] = x̂[kk][column j], copied in whole 8-float
+ * chunks (a run is 7 to 20 floats in the Nature-DQN and DCGAN layers, which the vector
+ * loop above leaves mostly to its scalar tail). A chunk may read up to 7 floats past a
+ * run, which the next run or row overwrites, or which land in lanes past cnt that
+ * nothing reads back; so dst needs 8 floats of slack and xs readable floats up to xend
+ * (else the run's copy is exact). */
+static inline __attribute__((always_inline)) void pack_rows(const float *xs, const float *xend,
+                                                            const int *koff, const seg *sg, int ns,
+                                                            int K, float *dst, int nr) {
+  for (int k = 0; k < K; k++) {
+    const float *base = xs + koff[k];
+    float *d = dst + (size_t)k * nr;
+    for (int q = 0; q < ns; q++) {
+      const float *src = base + sg[q].xoff;
+      float *o = d + sg[q].j0;
+      int len = sg[q].len;
+      if (src + ((len + 7) & ~7) <= xend) {
+        for (int t = 0; t < len; t += 8) memcpy(o + t, src + t, 8 * sizeof(float));
+      } else {
+        for (int t = 0; t < len; t++) o[t] = src[t];
+      }
+    }
+  }
+}
+
 /* ---- scratch ------------------------------------------------------------------------- */
 
 static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -301,12 +326,13 @@ static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
  *   tap offsets                    K ints
  *   xs of the batch                max_batch * xsF
  *   dy packed for dW               max_batch * P * (C_out + MR_MAX)
+ *   per-sample sums of dy for db   max_batch * C_out
  *   per thread: the largest of a forward B panel (K x NR), a dW chunk (B^T PC x NR and a
  *   tile per block of C_out) and dx's (A panel C_out x MR, dxs one sample)
  * sized for the widest ISA and the pool's most threads, so the path and thread count
  * can change after build. C_out rounded up to any MR <= MR_MAX is at most C_out+MR_MAX. */
 typedef struct layout {
-  size_t w, koff, xs, dyp, thr, tstride, total;
+  size_t w, koff, xs, dyp, dbs, thr, tstride, total;
 } layout;
 
 static layout layout_of(const geom *g, int max_batch) {
@@ -319,9 +345,10 @@ static layout layout_of(const geom *g, int max_batch) {
   L.w = 0;
   L.koff = up16(wa > wb ? wa : wb);
   L.xs = L.koff + up16((size_t)g->K);
-  L.dyp = L.xs + up16((size_t)max_batch * g->xsF);
-  L.thr = L.dyp + up16((size_t)max_batch * g->P * cp);
-  L.tstride = up16(f > w ? (f > d ? f : d) : (w > d ? w : d));
+  L.dyp = L.xs + up16((size_t)max_batch * g->xsF) + 16; /* pack_rows reads past the end */
+  L.dbs = L.dyp + up16((size_t)max_batch * g->P * cp);
+  L.thr = L.dbs + up16((size_t)max_batch * g->Co);
+  L.tstride = up16(f > w ? (f > d ? f : d) : (w > d ? w : d)) + 16; /* and writes */
   L.total = L.thr + (size_t)nn__pool_max_threads() * L.tstride;
   return L;
 }
@@ -339,6 +366,8 @@ typedef struct job {
   layout L;
   const float *x, *dy, *bias, *Wp;
   float *y, *dw, *dx, *xs, *dyp, *tb;
+  float *dbs; /* (B, C_out): each sample's sum of dy, for db */
+  const float *xend; /* xs is readable up to here (pack_rows) */
   const int *koff;
   size_t xF;
   int B, N, acc;
@@ -369,8 +398,10 @@ static void s2d_task(void *vc, int s, int th) {
 static void make_xs(job *j) {
   if (j->g.s == 1 && j->g.pad == 0) {
     j->xs = (float *)j->x;
+    j->xend = j->x + j->B * j->xF;
     return;
   }
+  j->xend = j->xs + j->B * j->g.xsF + 16;
   nn__parallel_for(j->B, s2d_task, j);
 }
 
@@ -384,7 +415,17 @@ NN__CLONES static void fwd_task(void *vc, int task, int th) {
   seg sg[NR_MAX];
   int ns = segments(g, n0, cnt, sg);
   if (cnt < nr) memset(Bp, 0, (size_t)g->K * nr * sizeof(float));
-  pack_cols(j->xs, j->koff, sg, ns, 0, g->K, Bp, nr, 1);
+  pack_rows(j->xs, j->xend, j->koff, sg, ns, g->K, Bp, nr);
+  /* In y a sample's pixels are contiguous across output rows: merge the runs, so the
+   * writes below are a vector loop over up to NR columns, not rows of Wo. */
+  int nw = 0;
+  for (int q = 0; q < ns; q++) {
+    if (nw && sg[nw - 1].yoff + sg[nw - 1].len == sg[q].yoff) {
+      sg[nw - 1].len += sg[q].len;
+      continue;
+    }
+    sg[nw++] = sg[q];
+  }
   float tile[MR_MAX * NR_MAX] __attribute__((aligned(64)));
   for (int co0 = 0; co0 < g->Co; co0 += mr) {
     j->I->k(g->K, j->Wp + (size_t)co0 * g->K, Bp, tile, 0);
@@ -393,7 +434,7 @@ NN__CLONES static void fwd_task(void *vc, int task, int th) {
       int co = co0 + i;
       float bc = j->bias ? j->bias[co] : 0.0f;
       const float *t = tile + i * nr;
-      for (int q = 0; q < ns; q++) {
+      for (int q = 0; q < nw; q++) {
         float *o = j->y + sg[q].yoff + (size_t)co * g->P;
         const float *tt = t + sg[q].j0;
         for (int u = 0; u < sg[q].len; u++) o[u] = tt[u] + bc;
@@ -449,6 +490,19 @@ NN__CLONES static void dyp_task(void *vc, int s, int th) {
       const float *r = j->dy + ((size_t)s * g->Co + co) * g->P;
       for (int p = 0; p < g->P; p++) d[p * mr + i] = r[p];
     }
+  }
+  if (!j->dbs) return;
+  /* 16 partial sums, so the reduction vectorises without reassociation by the compiler */
+  for (int co = 0; co < g->Co; co++) {
+    const float *r = j->dy + ((size_t)s * g->Co + co) * g->P;
+    float acc[16] = {0};
+    int p = 0;
+    for (; p + 16 <= g->P; p += 16)
+      for (int l = 0; l < 16; l++) acc[l] += r[p + l];
+    float t = 0;
+    for (int l = 0; l < 16; l++) t += acc[l];
+    for (; p < g->P; p++) t += r[p];
+    j->dbs[(size_t)s * g->Co + co] = t;
   }
 }
 
@@ -534,18 +588,14 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
   const geom *g = &j.g;
   j.dy = n->dout;
   j.dw = m->grads + n->poff[0];
-  if (n->bias) { /* db += sum over samples and pixels of dy */
-    float *db = m->grads + n->poff[1];
-    for (int s = 0; s < B; s++)
-      for (int co = 0; co < g->Co; co++) {
-        const float *r = j.dy + ((size_t)s * g->Co + co) * g->P;
-        float t = 0;
-        for (int p = 0; p < g->P; p++) t += r[p];
-        db[co] += t;
-      }
-  }
+  j.dbs = n->bias ? m->scratch + j.L.dbs : NULL;
   make_xs(&j);
   nn__parallel_for(B, dyp_task, &j);
+  if (n->bias) { /* db += the samples' sums, in sample order (the same on any thread count) */
+    float *db = m->grads + n->poff[1];
+    for (int s = 0; s < B; s++)
+      for (int co = 0; co < g->Co; co++) db[co] += j.dbs[(size_t)s * g->Co + co];
+  }
   nn__parallel_for((g->K + j.I->nr - 1) / j.I->nr, dw_task, &j);
   bool acc;
   j.dx = nn__dinput(m, n, 0, &acc);
