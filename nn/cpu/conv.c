@@ -103,13 +103,8 @@ static void im2col_group(const nn__node *xn, const nn__node *n, int s0, int gb, 
                n->pad, n->dil, n->H, n->W, col + (size_t)s * P, N);
 }
 
-/* nn's own kernels unless the GEMM path is forced or the layer is out of their range. */
-static bool use_convk(nn_model *m, nn__node *n) {
-  return nn__conv_path_get() != NN__CONV_GEMM && nn__convk_scratch(m, n, m->max_batch) > 0;
-}
-
 static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
-  if (use_convk(m, n)) {
+  if (nn__convk_runs(m, n)) { /* nn's own kernels (nn/cpu/convk.c) */
     nn__convk_forward(m, n, B);
     return 0;
   }
@@ -138,7 +133,7 @@ static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
 }
 
 static void conv_backward(nn_model *m, nn__node *n, int B) {
-  if (use_convk(m, n)) {
+  if (nn__convk_runs(m, n)) { /* nn's own kernels (nn/cpu/convk.c) */
     nn__convk_backward(m, n, B);
     return;
   }

@@ -18,7 +18,7 @@
  * dx at the input positions they were read from), so no pass over the whole output follows.
  *
  * The micro-kernels: AVX-512 8x32 (16 zmm accumulators), AVX2+FMA 6x16 (12 ymm), and a
- * portable 4x16 that the compiler vectorises for whatever the build targets. They are
+ * portable 4x8 in the compiler's vector extension (SSE2 on x86-64, NEON on arm64). They are
  * chosen at run time by CPUID, so one binary runs on either kind of machine.
  *
  * Threads (nn__parallel_for): forward by panels of columns, dx by samples (a sample's
@@ -59,17 +59,32 @@ typedef struct isa {
 
 /* ---- micro-kernels ---------------------------------------------------------------- */
 
+/* 4 x 8 in 4-float vectors of the compiler's vector extension (SSE, NEON, or scalar
+ * code where there is none): 8 accumulators, which fit any 16-register vector file. */
+typedef float nn__v4 __attribute__((vector_size(16)));
+
+static inline nn__v4 v4_load(const float *p) {
+  nn__v4 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
 static void ukern_portable(int L, const float *A, const float *B, float *C, int acc) {
-  float c[4][16];
-  for (int i = 0; i < 4; i++)
-    for (int j = 0; j < 16; j++) c[i][j] = acc ? C[i * 16 + j] : 0.0f;
-  for (int l = 0; l < L; l++) {
-    const float *a = A + (size_t)l * 4, *b = B + (size_t)l * 16;
-    for (int i = 0; i < 4; i++)
-      for (int j = 0; j < 16; j++) c[i][j] += a[i] * b[j];
+  nn__v4 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+  if (acc) {
+    c00 = v4_load(C), c01 = v4_load(C + 4), c10 = v4_load(C + 8), c11 = v4_load(C + 12);
+    c20 = v4_load(C + 16), c21 = v4_load(C + 20), c30 = v4_load(C + 24), c31 = v4_load(C + 28);
   }
-  for (int i = 0; i < 4; i++)
-    for (int j = 0; j < 16; j++) C[i * 16 + j] = c[i][j];
+  for (int l = 0; l < L; l++, A += 4, B += 8) {
+    nn__v4 b0 = v4_load(B), b1 = v4_load(B + 4);
+    c00 += A[0] * b0, c01 += A[0] * b1;
+    c10 += A[1] * b0, c11 += A[1] * b1;
+    c20 += A[2] * b0, c21 += A[2] * b1;
+    c30 += A[3] * b0, c31 += A[3] * b1;
+  }
+  memcpy(C, &c00, 16), memcpy(C + 4, &c01, 16), memcpy(C + 8, &c10, 16);
+  memcpy(C + 12, &c11, 16), memcpy(C + 16, &c20, 16), memcpy(C + 20, &c21, 16);
+  memcpy(C + 24, &c30, 16), memcpy(C + 28, &c31, 16);
 }
 
 #ifdef NN__X86
@@ -133,7 +148,7 @@ __attribute__((target("avx512f"))) static void ukern_avx512(int L, const float *
 #endif
 
 static const isa g_isa[] = {
-    [NN__CONV_PORTABLE] = {4, 16, ukern_portable},
+    [NN__CONV_PORTABLE] = {4, 8, ukern_portable},
 #ifdef NN__X86
     [NN__CONV_AVX2] = {6, 16, ukern_avx2},
     [NN__CONV_AVX512] = {8, 32, ukern_avx512},
@@ -145,6 +160,17 @@ static const isa g_isa[] = {
 static nn__conv_path g_path;
 static pthread_once_t g_path_once = PTHREAD_ONCE_INIT;
 
+static nn__conv_path g_best;
+static bool g_forced; /* by SHOAL_NN_CONV_PATH or nn__conv_path_force */
+
+/* The path named e, or -1; one the CPU lacks gives the best it has (CI on a smaller CPU). */
+static int path_of(const char *e) {
+  for (int p = NN__CONV_GEMM; p <= NN__CONV_AVX512; p++)
+    if (!strcmp(e, nn__conv_path_name((nn__conv_path)p)))
+      return (nn__conv_path)p <= g_best ? p : (int)g_best;
+  return -1;
+}
+
 static void path_init(void) {
   nn__conv_path best = NN__CONV_PORTABLE;
 #ifdef NN__X86
@@ -152,17 +178,24 @@ static void path_init(void) {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = NN__CONV_AVX2;
   if (__builtin_cpu_supports("avx512f")) best = NN__CONV_AVX512;
 #endif
-  g_path = best;
+  g_best = g_path = best;
   const char *e = getenv("SHOAL_NN_CONV_PATH");
-  if (!e || !*e) return;
-  for (int p = NN__CONV_GEMM; p <= NN__CONV_AVX512; p++)
-    if (!strcmp(e, nn__conv_path_name((nn__conv_path)p)))
-      g_path = (nn__conv_path)p <= best ? (nn__conv_path)p : best; /* CI on a smaller CPU */
+  int p = e && *e ? path_of(e) : -1;
+  if (p >= 0) g_path = (nn__conv_path)p, g_forced = true;
 }
 
 nn__conv_path nn__conv_path_get(void) {
   pthread_once(&g_path_once, path_init);
   return g_path;
+}
+
+const char *nn__conv_path_force(const char *name) {
+  pthread_once(&g_path_once, path_init);
+  if (!name) return nn__conv_path_name(g_path);
+  int p = path_of(name);
+  if (p < 0) return NULL;
+  g_path = (nn__conv_path)p, g_forced = true;
+  return nn__conv_path_name(g_path);
 }
 
 const char *nn__conv_path_name(nn__conv_path p) {
@@ -358,6 +391,16 @@ size_t nn__convk_scratch(const nn_model *m, const nn__node *n, int max_batch) {
   geom g = geom_of(m, n);
   if (g.K > K_MAX || g.Co > CO_MAX) return 0;
   return layout_of(&g, max_batch).total;
+}
+
+bool nn__convk_runs(const nn_model *m, const nn__node *n) {
+  nn__conv_path p = nn__conv_path_get();
+  if (p == NN__CONV_GEMM || !nn__convk_scratch(m, n, m->max_batch)) return false;
+  /* K under one panel (DCGAN's first conv, K = 16): half of each dW and dx tile is
+   * padding and the layer is all memory traffic; im2col + GEMM measured 2x faster. A
+   * forced path runs every layer it can, so that the tests cover it on small shapes. */
+  const nn__node *x = &m->nodes[n->in[0]];
+  return g_forced || x->C * n->kh * n->kw >= NR_MAX;
 }
 
 typedef struct job {

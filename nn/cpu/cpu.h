@@ -34,8 +34,9 @@ int nn__pool_max_threads(void);
  * micro-kernel's layout (never a whole im2col matrix), register-blocked micro-kernels per
  * ISA, and the results written into NCHW (forward, with the bias), scattered into dx
  * (backward data) or added into dW, on nn's threads. SHOAL_NN_CONV_PATH=gemm|portable|
- * avx2|avx512 forces a path (a path the CPU lacks falls back to the best it has);
- * unset, the best the CPU runs. */
+ * avx2|avx512 forces a path (a path the CPU lacks falls back to the best it has) for
+ * every layer the kernels can run; unset, the best the CPU runs, on the shapes where it
+ * beats im2col + GEMM. */
 typedef enum nn__conv_path {
   NN__CONV_GEMM = 0, /* im2col + nn__sgemm (nn/cpu/conv.c) */
   NN__CONV_PORTABLE = 1,
@@ -50,6 +51,9 @@ const char *nn__conv_path_name(nn__conv_path p);
 size_t nn__convk_scratch(const nn_model *m, const nn__node *n, int max_batch);
 /* conv2d forward, y = W x + b, and backward, dW += .., db += .., dx (= or +=) ..; for a
  * node whose nn__convk_scratch is non-zero. */
+/* Whether conv2d node n runs on these kernels: the path is not gemm, the layer is in
+ * their range, and (unless a path was forced) they beat im2col + GEMM on its shape. */
+bool nn__convk_runs(const nn_model *m, const nn__node *n);
 void nn__convk_forward(nn_model *m, nn__node *n, int B);
 void nn__convk_backward(nn_model *m, nn__node *n, int B);
 
