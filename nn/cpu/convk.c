@@ -46,8 +46,10 @@
 #define MR_MAX 8
 #define NR_MAX 32
 #define PC 256         /* contraction columns per dW chunk: a B^T chunk of 32 KB */
+#define G_MAX 8        /* panels of K per dW task */
 #define K_MAX 16384    /* beyond these the GEMM path runs the layer */
 #define CO_MAX 4096
+#define SCRATCH_MAX ((size_t)32 << 20) /* floats: 128 MB */
 
 /* C (MR, NR) = (acc ? C : 0) + sum_l A[l*MR + i] B[l*NR + j]. */
 typedef void (*ukern_fn)(int L, const float *A, const float *B, float *C, int acc);
@@ -360,8 +362,9 @@ static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
  *   xs of the batch                max_batch * xsF
  *   dy packed for dW               max_batch * P * (C_out + MR_MAX)
  *   per-sample sums of dy for db   max_batch * C_out
- *   per thread: the largest of a forward B panel (K x NR), a dW chunk (B^T PC x NR and a
- *   tile per block of C_out) and dx's (A panel C_out x MR, dxs one sample)
+ *   per thread: the largest of a forward B panel (K x NR), a dW chunk (B^T PC x NR and
+ *   tiles for G_MAX panels of every block of C_out) and dx's (A panel C_out x MR, dxs one
+ *   sample)
  * sized for the widest ISA and the pool's most threads, so the path and thread count
  * can change after build. C_out rounded up to any MR <= MR_MAX is at most C_out+MR_MAX. */
 typedef struct layout {
@@ -373,7 +376,7 @@ static layout layout_of(const geom *g, int max_batch) {
   size_t cp = (size_t)g->Co + MR_MAX, kp = ((size_t)g->K + NR_MAX - 1) / NR_MAX * NR_MAX;
   size_t wa = cp * g->K, wb = kp * g->Co;
   size_t f = (size_t)g->K * NR_MAX;
-  size_t w = (size_t)PC * NR_MAX + cp * NR_MAX;
+  size_t w = (size_t)PC * NR_MAX + G_MAX * cp * NR_MAX;
   size_t d = (size_t)g->Co * MR_MAX + up16(g->xsF);
   L.w = 0;
   L.koff = up16(wa > wb ? wa : wb);
@@ -390,7 +393,10 @@ size_t nn__convk_scratch(const nn_model *m, const nn__node *n, int max_batch) {
   if (n->dil != 1) return 0; /* dilated: the GEMM path */
   geom g = geom_of(m, n);
   if (g.K > K_MAX || g.Co > CO_MAX) return 0;
-  return layout_of(&g, max_batch).total;
+  size_t total = layout_of(&g, max_batch).total;
+  /* The batch's packed dy and xs grow with batch x image; past this (an ImageNet-sized
+   * layer at batch 256) im2col + GEMM's few-MB groups are the better use of memory. */
+  return total > SCRATCH_MAX ? 0 : total;
 }
 
 bool nn__convk_runs(const nn_model *m, const nn__node *n) {
@@ -414,6 +420,7 @@ typedef struct job {
   const int *koff;
   size_t xF;
   int B, N, acc;
+  int G; /* panels of K per dW task */
 } job;
 
 static void job_init(job *j, nn_model *m, nn__node *n, int B) {
@@ -549,31 +556,43 @@ NN__CLONES static void dyp_task(void *vc, int s, int th) {
   }
 }
 
-/* dW[:, k0:k0+NR] += sum over every column (sample, p) of dy[co][p] x̂[k][p]: chunks of
- * PC columns, B^T packed once per chunk and used by every block of C_out. */
+/* dW[:, panels p0..p0+G) += sum over every column (sample, p) of dy[co][p] x̂[k][p]:
+ * chunks of PC columns; per chunk, each of the task's G panels of K gets its B^T packed
+ * and multiplied by every block of C_out. G panels a task, not one, so the chunk of
+ * packed dy (C_out x PC) is read from cache G times for each time it comes from memory
+ * (DCGAN's second conv: 3.4 MB of packed dy, read once per task). */
 NN__CLONES static void dw_task(void *vc, int task, int th) {
   const job *j = vc;
   const geom *g = &j->g;
-  int mr = j->I->mr, nr = j->I->nr, k0 = task * nr, nk = g->K - k0 < nr ? g->K - k0 : nr;
-  int cb = (g->Co + mr - 1) / mr;
+  int mr = j->I->mr, nr = j->I->nr, cb = (g->Co + mr - 1) / mr;
+  int np = (g->K + nr - 1) / nr, p0 = task * j->G, p1 = p0 + j->G < np ? p0 + j->G : np;
+  size_t tsz = (size_t)cb * mr * nr; /* one panel's tiles */
   float *Bt = j->tb + (size_t)th * j->L.tstride, *tiles = Bt + (size_t)PC * NR_MAX;
-  memset(tiles, 0, (size_t)cb * mr * nr * sizeof(float));
-  if (nk < nr) memset(Bt, 0, (size_t)PC * nr * sizeof(float));
+  memset(tiles, 0, (size_t)(p1 - p0) * tsz * sizeof(float));
   seg sg[PC];
   for (int n0 = 0; n0 < j->N; n0 += PC) {
     int cnt = j->N - n0 < PC ? j->N - n0 : PC;
     int ns = segments(g, n0, cnt, sg);
-    pack_cols(j->xs, j->koff, sg, ns, k0, nk, Bt, 1, nr);
-    for (int b = 0; b < cb; b++)
-      j->I->k(cnt, j->dyp + (size_t)b * mr * j->N + (size_t)n0 * mr, Bt,
-              tiles + (size_t)b * mr * nr, 1);
-  }
-  for (int b = 0; b < cb; b++)
-    for (int i = 0; i < mr && b * mr + i < g->Co; i++) {
-      float *d = j->dw + (size_t)(b * mr + i) * g->K + k0;
-      const float *t = tiles + ((size_t)b * mr + i) * nr;
-      for (int q = 0; q < nk; q++) d[q] += t[q];
+    for (int pi = p0; pi < p1; pi++) {
+      int k0 = pi * nr, nk = g->K - k0 < nr ? g->K - k0 : nr;
+      if (nk < nr) memset(Bt, 0, (size_t)cnt * nr * sizeof(float));
+      pack_cols(j->xs, j->koff, sg, ns, k0, nk, Bt, 1, nr);
+      float *tp = tiles + (size_t)(pi - p0) * tsz;
+      for (int b = 0; b < cb; b++)
+        j->I->k(cnt, j->dyp + (size_t)b * mr * j->N + (size_t)n0 * mr, Bt, tp + (size_t)b * mr * nr,
+                1);
     }
+  }
+  for (int pi = p0; pi < p1; pi++) {
+    int k0 = pi * nr, nk = g->K - k0 < nr ? g->K - k0 : nr;
+    const float *tp = tiles + (size_t)(pi - p0) * tsz;
+    for (int b = 0; b < cb; b++)
+      for (int i = 0; i < mr && b * mr + i < g->Co; i++) {
+        float *d = j->dw + (size_t)(b * mr + i) * g->K + k0;
+        const float *t = tp + ((size_t)b * mr + i) * nr;
+        for (int q = 0; q < nk; q++) d[q] += t[q];
+      }
+  }
 }
 
 /* dx of one sample: tiles of MR pixels x NR taps of dx̂ = dy^T W, each entry added into
@@ -639,7 +658,11 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
     for (int s = 0; s < B; s++)
       for (int co = 0; co < g->Co; co++) db[co] += j.dbs[(size_t)s * g->Co + co];
   }
-  nn__parallel_for((g->K + j.I->nr - 1) / j.I->nr, dw_task, &j);
+  /* panels per dW task: up to G_MAX, and at least two tasks a thread for balance */
+  int np = (g->K + j.I->nr - 1) / j.I->nr, T = nn__cpu_threads();
+  j.G = np / (2 * (T < 1 ? 1 : T));
+  j.G = j.G < 1 ? 1 : j.G > G_MAX ? G_MAX : j.G;
+  nn__parallel_for((np + j.G - 1) / j.G, dw_task, &j);
   bool acc;
   j.dx = nn__dinput(m, n, 0, &acc);
   if (!j.dx) return;

@@ -7,13 +7,14 @@
  * microseconds) and then sleep on a condition variable, so an idle model costs nothing.
  *
  * One job at a time: nn's layers run one after another, and a model is used by one
- * thread at a time. Jobs from two threads (two models trained side by side) are
- * serialised by a mutex rather than interleaved.
+ * thread at a time. A job from a second thread (two models used side by side) while the
+ * pool is busy runs on its caller alone.
  */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include "nn/cpu/cpu.h"
 
@@ -66,14 +67,15 @@ static void *worker(void *arg) {
 }
 
 void nn__parallel_for(int n_tasks, void (*fn)(void *ctx, int task, int thread), void *ctx) {
-  int T = nn__cpu_threads();
-  if (T > NN__POOL_MAX + 1) T = NN__POOL_MAX + 1;
+  int T = nn__cpu_threads(), cap = nn__pool_max_threads();
+  if (T > cap) T = cap;
   if (T > n_tasks) T = n_tasks;
-  if (T <= 1) {
+  /* A job from another thread (a second model) holds the pool: run this one on the
+   * caller alone (thread 0's scratch is the caller's model's own) rather than wait. */
+  if (T <= 1 || pthread_mutex_trylock(&g_pool.run_mu)) {
     for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
     return;
   }
-  pthread_mutex_lock(&g_pool.run_mu);
   while (g_pool.started < T - 1) {
     pthread_t th;
     pthread_attr_t at;
@@ -97,4 +99,17 @@ void nn__parallel_for(int n_tasks, void (*fn)(void *ctx, int task, int thread), 
   pthread_mutex_unlock(&g_pool.run_mu);
 }
 
-int nn__pool_max_threads(void) { return NN__POOL_MAX + 1; }
+/* One per core (at least 2, at most NN__POOL_MAX + 1), fixed at the first call: layers
+ * size their per-thread scratch by it, so it must not change under a built model. */
+static int g_cap;
+static pthread_once_t g_cap_once = PTHREAD_ONCE_INIT;
+
+static void cap_init(void) {
+  long c = sysconf(_SC_NPROCESSORS_ONLN);
+  g_cap = c < 2 ? 2 : c > NN__POOL_MAX + 1 ? NN__POOL_MAX + 1 : (int)c;
+}
+
+int nn__pool_max_threads(void) {
+  pthread_once(&g_cap_once, cap_init);
+  return g_cap;
+}
