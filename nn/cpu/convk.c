@@ -232,30 +232,47 @@ static geom geom_of(const nn_model *m, const nn__node *n) {
 static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* One sample x (C, H, W) -> xs, or back: dx (+)= the entries of dxs that lie inside x. */
+/* Input row by input row: the s rows of xs that one row of x feeds are written in one
+ * pass over it (for strides 2 and 4 a loop the compiler turns into loads and shuffles),
+ * not s strided passes. Columns near the padding take the checked loop. */
 NN__CLONES static void to_s2d(const geom *g, const float *x, float *xs) {
-  int s = g->s;
+  int s = g->s, pad = g->pad, W = g->W, Ws = g->Ws;
+  size_t plane = (size_t)g->Hs * Ws;
+  /* b with every rj inside x: b*s - pad >= 0 and b*s + s-1 - pad < W */
+  int blo = clampi((pad + s - 1) / s, 0, Ws);
+  int bhi = clampi(W + pad - s < 0 ? 0 : (W + pad - s) / s + 1, blo, Ws);
   for (int c = 0; c < g->C; c++)
-    for (int ri = 0; ri < s; ri++)
-      for (int rj = 0; rj < s; rj++) {
-        float *d = xs + ((size_t)(c * s + ri) * s + rj) * g->Hs * g->Ws;
-        int off = rj - g->pad; /* iw = b*s + off */
-        int lo = clampi(off >= 0 ? 0 : (-off + s - 1) / s, 0, g->Ws);
-        int hi = clampi(g->W - off <= 0 ? 0 : (g->W - off + s - 1) / s, lo, g->Ws);
-        for (int a = 0; a < g->Hs; a++, d += g->Ws) {
-          int ih = a * s + ri - g->pad;
-          if ((unsigned)ih >= (unsigned)g->H) {
-            memset(d, 0, (size_t)g->Ws * sizeof(float));
-            continue;
+    for (int ri = 0; ri < s; ri++) {
+      float *d0 = xs + (size_t)(c * s + ri) * s * plane;
+      for (int a = 0; a < g->Hs; a++) {
+        int ih = a * s + ri - pad;
+        float *d = d0 + (size_t)a * Ws;
+        if ((unsigned)ih >= (unsigned)g->H) {
+          for (int rj = 0; rj < s; rj++) memset(d + rj * plane, 0, (size_t)Ws * sizeof(float));
+          continue;
+        }
+        const float *r = x + ((size_t)c * g->H + ih) * W; /* r[b*s + rj - pad] */
+        for (int rj = 0; rj < s; rj++)
+          for (int b = 0; b < Ws; b++) {
+            if (b == blo) b = bhi;
+            if (b >= Ws) break;
+            int iw = b * s + rj - pad;
+            d[rj * plane + b] = (unsigned)iw < (unsigned)W ? r[iw] : 0.0f;
           }
-          const float *r = x + ((size_t)c * g->H + ih) * g->W + off;
-          for (int b = 0; b < lo; b++) d[b] = 0.0f;
-          if (s == 1)
-            for (int b = lo; b < hi; b++) d[b] = r[b];
-          else
-            for (int b = lo; b < hi; b++) d[b] = r[b * s];
-          for (int b = hi; b < g->Ws; b++) d[b] = 0.0f;
+        if (s == 2) {
+          float *e0 = d, *e1 = d + plane;
+          for (int b = blo; b < bhi; b++) e0[b] = r[2 * b - pad], e1[b] = r[2 * b + 1 - pad];
+        } else if (s == 4) {
+          float *e0 = d, *e1 = d + plane, *e2 = d + 2 * plane, *e3 = d + 3 * plane;
+          for (int b = blo; b < bhi; b++)
+            e0[b] = r[4 * b - pad], e1[b] = r[4 * b + 1 - pad], e2[b] = r[4 * b + 2 - pad],
+            e3[b] = r[4 * b + 3 - pad];
+        } else {
+          for (int rj = 0; rj < s; rj++)
+            for (int b = blo; b < bhi; b++) d[rj * plane + b] = r[b * s + rj - pad];
         }
       }
+    }
 }
 
 NN__CLONES static void from_s2d(const geom *g, const float *xs, float *x, bool acc) {
