@@ -5,10 +5,10 @@
  * nn_cpu against PyTorch). For the conv nets it prints the achieved GFLOP/s beside
  * OpenBLAS's sgemm rate measured in the same run (the ceiling im2col + GEMM can reach).
  *
- * The figure "convs" times each conv layer of those nets alone, forward and backward,
- * on every conv2d path the CPU runs (im2col + GEMM, and nn's own kernels: portable, AVX2,
- * AVX-512; nn/cpu/convk.c), taking the fastest of 15 calls: on a shared machine the
- * least disturbed call is the figure that repeats.
+ * The figure "convs" times each conv and conv-transpose layer of those nets alone,
+ * forward and backward, on every conv path the CPU runs (im2col + GEMM, and nn's own
+ * kernels: portable, AVX2, AVX-512; nn/cpu/convk.c), taking the fastest of 15 calls: on
+ * a shared machine the least disturbed call is the figure that repeats.
  *
  *   nn_layers_speed [threads [figure]]   (default 1 thread; figure: mlp, act, minatar,
  *                                         nature, dcgan or convs, for profiling one)
@@ -173,6 +173,7 @@ typedef struct conv_case {
   const char *name;
   int C, H, W, Co, k, s, pad, B;
   bool dx; /* its input needs a gradient (not a net's first layer) */
+  bool t;  /* conv-transpose2d */
 } conv_case;
 
 static const conv_case g_convs[] = {
@@ -182,6 +183,8 @@ static const conv_case g_convs[] = {
     {"dcgan D c1 1x28x28 4x4/2p1 ->64", 1, 28, 28, 64, 4, 2, 1, 128, true},
     {"dcgan D c2 64x14x14 4x4/2p1 ->128", 64, 14, 14, 128, 4, 2, 1, 128, true},
     {"minatar 4x10x10 3x3/1 ->16", 4, 10, 10, 16, 3, 1, 0, 32, false},
+    {"dcgan G ct1 128x7x7 4x4/2p1 ->64", 128, 7, 7, 64, 4, 2, 1, 64, true, true},
+    {"dcgan G ct2 64x14x14 4x4/2p1 ->1", 64, 14, 14, 1, 4, 2, 1, 64, true, true},
 };
 
 static double min_call_s(nn_model *m, const float *x, const float *dy, int B, bool dx, bool fwd) {
@@ -208,14 +211,19 @@ static void conv_table(const char *t) {
     shoal_error err = {0};
     nn_model *m = nn_model_create(NN_CPU, NULL);
     nn_input(m, k->C, k->H, k->W);
-    nn_conv2d(m, "conv", k->Co, k->k, k->k, k->s, k->pad, 1);
+    if (k->t)
+      nn_conv_transpose2d(m, "convt", k->Co, k->k, k->k, k->s, k->pad, 0);
+    else
+      nn_conv2d(m, "conv", k->Co, k->k, k->k, k->s, k->pad, 1);
     if (nn_model_build(m, k->B, 1, &err)) die("conv", &err);
     int C, H, W;
     nn_node_shape(m, nn_model_current(m), &C, &H, &W);
     float *x = rnd((size_t)k->B * k->C * k->H * k->W, 1, 31);
     float *dy = rnd((size_t)k->B * C * H * W, 0.1f, 32);
-    /* multiply-adds: forward 1x, backward 2x (dW and dx) or 1x (dW only) */
-    double macs = (double)k->B * C * H * W * k->C * k->k * k->k;
+    /* multiply-adds: forward 1x, backward 2x (dW and dx) or 1x (dW only); a
+     * conv-transpose's are those of the conv it is the adjoint of */
+    double macs = k->t ? (double)k->B * k->C * k->H * k->W * C * k->k * k->k
+                       : (double)k->B * C * H * W * k->C * k->k * k->k;
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
       if (strcmp(nn__conv_path_force(paths[p]), paths[p])) continue; /* the CPU lacks it */
       double f = min_call_s(m, x, dy, k->B, k->dx, true);

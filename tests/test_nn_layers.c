@@ -1044,14 +1044,15 @@ static void test_threads(void **s) {
   nn_model_destroy(m);
 }
 
-/* Every conv2d path this CPU runs (nn__conv_path_force: nn's own kernels, portable,
+/* Every conv path this CPU runs (nn__conv_path_force: nn's own kernels, portable,
  * AVX2, AVX-512) against im2col + GEMM, which the PyTorch and finite-difference checks
  * above pin down: outputs, dW, db and dx on the Nature-DQN and DCGAN geometries (strides
  * 4 and 2, padding, space-to-depth with kh not a multiple of the stride), a 3x2 kernel
- * with stride 3 and padding 2, and batches whose columns end mid-panel, at 1 and 2
- * threads. */
+ * with stride 3 and padding 2, conv-transposes with and without output padding, and
+ * batches whose columns end mid-panel, at 1 and 2 threads. */
 typedef struct conv_geo {
   int C, H, W, Co, kh, kw, s, pad, B;
+  int t, opad; /* conv-transpose2d (square kernels), its output padding */
 } conv_geo;
 
 static void conv_run(const conv_geo *c, const char *path, int threads, float *y, float *g,
@@ -1062,7 +1063,10 @@ static void conv_run(const conv_geo *c, const char *path, int threads, float *y,
   nn_model *m = nn_model_create(NN_CPU, &err);
   nn_input(m, c->C, c->H, c->W);
   nn_activation(m, "a", NN_TANH, 0); /* so the conv's input needs a gradient */
-  nn_conv2d(m, "conv", c->Co, c->kh, c->kw, c->s, c->pad, 1);
+  if (c->t)
+    nn_conv_transpose2d(m, "convt", c->Co, c->kh, c->kw, c->s, c->pad, c->opad);
+  else
+    nn_conv2d(m, "conv", c->Co, c->kh, c->kw, c->s, c->pad, 1);
   assert_int_equal(nn_model_build(m, c->B + 1, 7, &err), 0); /* B below max_batch */
   float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
   for (size_t i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 101) * 0.02f - 1.0f;
@@ -1087,12 +1091,19 @@ static void test_conv_paths_agree(void **s) {
       {16, 14, 14, 24, 4, 4, 2, 1, 2},
       {5, 13, 11, 7, 3, 2, 3, 2, 3}, /* odd: stride 3, padding 2, 3x2, 7 channels */
       {4, 10, 10, 16, 3, 3, 1, 0, 5}, /* MinAtar */
+      {128, 7, 7, 64, 4, 4, 2, 1, 3, 1, 0}, /* DCGAN G's first conv-transpose */
+      {6, 5, 4, 5, 3, 3, 2, 1, 3, 1, 1},   /* output padding */
+      {8, 6, 6, 4, 3, 3, 1, 0, 2, 1, 0},   /* stride 1 */
+      {3, 4, 5, 40, 4, 4, 3, 2, 2, 1, 2},  /* stride 3, padding 2 */
   };
   static const char *paths[] = {"portable", "avx2", "avx512"};
   const char *was = nn__conv_path_force(NULL);
   for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++) {
     const conv_geo *c = &geos[gi];
     int Ho = (c->H + 2 * c->pad - c->kh) / c->s + 1, Wo = (c->W + 2 * c->pad - c->kw) / c->s + 1;
+    if (c->t)
+      Ho = (c->H - 1) * c->s - 2 * c->pad + c->kh + c->opad,
+      Wo = (c->W - 1) * c->s - 2 * c->pad + c->kw + c->opad;
     size_t ny = (size_t)c->B * c->Co * Ho * Wo, nx = (size_t)c->B * c->C * c->H * c->W;
     size_t np = (size_t)c->Co * c->C * c->kh * c->kw + c->Co;
     float *y0 = malloc(ny * sizeof *y0), *g0 = malloc(np * sizeof *g0), *d0 = malloc(nx * 4);

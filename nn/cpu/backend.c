@@ -86,9 +86,12 @@ static size_t scratch_floats(const nn_model *m, const nn__node *n, int max_batch
       size_t gemm = (2 * (size_t)K + (size_t)n->C) * N, own = nn__convk_scratch(m, n, max_batch);
       return gemm > own ? gemm : own; /* the path may be switched after build */
     }
-    case NN__CONVT: { /* col or dcol, the channel-major input and its gradient */
+    case NN__CONVT: { /* col or dcol, the channel-major input and its gradient; or nn's
+                       * kernels' panels */
       size_t N = mb * (size_t)x->H * x->W;
-      return (size_t)n->C * n->kh * n->kw * N + 2 * (size_t)x->C * N;
+      size_t gemm = (size_t)n->C * n->kh * n->kw * N + 2 * (size_t)x->C * N;
+      size_t own = nn__convk_scratch(m, n, max_batch);
+      return gemm > own ? gemm : own;
     }
     case NN__LSTM: return mb * 5 * Hd;
     case NN__GRU: return mb * 6 * Hd;

@@ -177,6 +177,10 @@ const nn__layer_ops nn__cpu_conv = {conv_forward, conv_backward};
  * dcol = im2col(dy), dW += x_cm dcol^T, dx_cm = W dcol. */
 
 static int convt_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  if (nn__convk_runs(m, n)) {
+    nn__convk_t_forward(m, n, B);
+    return 0;
+  }
   const nn__node *xn = nn__input(m, n, 0);
   int Pin = xn->H * xn->W, N = B * Pin, Ci = xn->C, Kc = n->C * n->kh * n->kw;
   const float *w = m->params + n->poff[0];
@@ -202,6 +206,10 @@ static int convt_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
 }
 
 static void convt_backward(nn_model *m, nn__node *n, int B) {
+  if (nn__convk_runs(m, n)) {
+    nn__convk_t_backward(m, n, B);
+    return;
+  }
   const nn__node *xn = nn__input(m, n, 0);
   int Pin = xn->H * xn->W, N = B * Pin, Ci = xn->C, Kc = n->C * n->kh * n->kw;
   int P = n->H * n->W;

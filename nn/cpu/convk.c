@@ -220,10 +220,17 @@ typedef struct geom {
   size_t xsF;                  /* floats per sample of xs */
 } geom;
 
+/* A conv-transpose2d node is seen as the conv2d it is the adjoint of: that conv's input
+ * is the node's output (C_out, H, W) and its output the node's input; the weights
+ * (C_in, C_out, kh, kw) are that conv's (its C_out, C_in, kh, kw) as they lie. Output
+ * padding only adds rows and columns that the conv never reads. */
 static geom geom_of(const nn_model *m, const nn__node *n) {
   const nn__node *x = &m->nodes[n->in[0]];
   geom g = {x->C, x->H, x->W, n->kh, n->kw, n->stride, n->pad, n->C, n->H, n->W, n->H * n->W,
             x->C * n->kh * n->kw};
+  if (n->kind == NN__CONVT)
+    g = (geom){n->C, n->H, n->W, n->kh, n->kw, n->stride, n->pad, x->C, x->H, x->W, x->H * x->W,
+               n->C * n->kh * n->kw};
   g.Hs = g.Ho + (g.kh - 1) / g.s, g.Ws = g.Wo + (g.kw - 1) / g.s;
   g.xsF = (size_t)g.C * g.s * g.s * g.Hs * g.Ws;
   return g;
@@ -400,14 +407,14 @@ static layout layout_of(const geom *g, int max_batch) {
   L.xs = L.koff + up16((size_t)g->K);
   L.dyp = L.xs + up16((size_t)max_batch * g->xsF) + 16; /* pack_rows reads past the end */
   L.dbs = L.dyp + up16((size_t)max_batch * g->P * cp);
-  L.thr = L.dbs + up16((size_t)max_batch * g->Co);
+  L.thr = L.dbs + up16((size_t)max_batch * (g->Co + g->C)); /* conv-transpose: its C_out */
   L.tstride = up16(f > w ? (f > d ? f : d) : (w > d ? w : d)) + 16; /* and writes */
   L.total = L.thr + (size_t)nn__pool_max_threads() * L.tstride;
   return L;
 }
 
 size_t nn__convk_scratch(const nn_model *m, const nn__node *n, int max_batch) {
-  if (n->dil != 1) return 0; /* dilated: the GEMM path */
+  if (n->kind == NN__CONV && n->dil != 1) return 0; /* dilated: the GEMM path */
   geom g = geom_of(m, n);
   if (g.K > K_MAX || g.Co > CO_MAX) return 0;
   size_t total = layout_of(&g, max_batch).total;
@@ -422,8 +429,8 @@ bool nn__convk_runs(const nn_model *m, const nn__node *n) {
   /* K under one panel (DCGAN's first conv, K = 16): half of each dW and dx tile is
    * padding and the layer is all memory traffic; im2col + GEMM measured 2x faster. A
    * forced path runs every layer it can, so that the tests cover it on small shapes. */
-  const nn__node *x = &m->nodes[n->in[0]];
-  return g_forced || x->C * n->kh * n->kw >= NR_MAX;
+  geom g = geom_of(m, n);
+  return g_forced || g.K >= NR_MAX;
 }
 
 typedef struct job {
@@ -438,6 +445,7 @@ typedef struct job {
   size_t xF;
   int B, N, acc;
   int G; /* panels of K per dW task */
+  const float *bias_x; /* conv-transpose forward: added to dx (its output) per channel */
 } job;
 
 static void job_init(job *j, nn_model *m, nn__node *n, int B) {
@@ -446,7 +454,10 @@ static void job_init(job *j, nn_model *m, nn__node *n, int B) {
   j->g = geom_of(m, n);
   j->L = layout_of(&j->g, m->max_batch);
   const nn__node *xn = nn__input(m, n, 0);
-  j->x = xn->out, j->xF = (size_t)xn->F;
+  if (n->kind == NN__CONVT) /* the conv's input is this node's output (its gradient) */
+    j->x = n->dout, j->xF = (size_t)n->F;
+  else
+    j->x = xn->out, j->xF = (size_t)xn->F;
   j->B = B, j->N = B * j->g.P;
   float *S = m->scratch;
   j->xs = S + j->L.xs, j->dyp = S + j->L.dyp, j->tb = S + j->L.thr;
@@ -504,7 +515,10 @@ NN__CLONES static void fwd_task(void *vc, int task, int th) {
       for (int q = 0; q < nw; q++) {
         float *o = j->y + sg[q].yoff + (size_t)co * g->P;
         const float *tt = t + sg[q].j0;
-        for (int u = 0; u < sg[q].len; u++) o[u] = tt[u] + bc;
+        if (j->acc) /* conv-transpose's dx, a later consumer's share */
+          for (int u = 0; u < sg[q].len; u++) o[u] += tt[u];
+        else
+          for (int u = 0; u < sg[q].len; u++) o[u] = tt[u] + bc;
       }
     }
   }
@@ -645,7 +659,12 @@ NN__CLONES static void dx_task(void *vc, int s, int th) {
       }
     }
   }
-  from_s2d(g, dxs, j->dx + s * j->xF, j->acc);
+  float *d = j->dx + s * j->xF;
+  from_s2d(g, dxs, d, j->acc);
+  for (int c = 0; j->bias_x && c < g->C; c++) {
+    float b = j->bias_x[c], *r = d + (size_t)c * g->H * g->W;
+    for (int q = 0; q < g->H * g->W; q++) r[q] += b;
+  }
 }
 
 /* Wp[k0*C_out + co*NR + q] = W[co][k0 + q]: panels of NR columns of W, C_out steps
@@ -688,4 +707,67 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
   pack_w_cols(m->params + n->poff[0], g->Co, g->K, j.I->nr, Wp);
   j.Wp = Wp;
   nn__parallel_for(B, dx_task, &j);
+}
+
+/* ---- conv-transpose2d: y = conv^T x + b, through the conv it is the adjoint of --------
+ *   forward   y  = that conv's dx from "dy" = x, plus the bias
+ *   backward  dW += that conv's dW from input dy and "dy" = x;  dx (+)= that conv's
+ *             forward of dy;  db += sum of dy over samples and pixels */
+
+static void sum_task(void *vc, int s, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  size_t HW = (size_t)g->H * g->W;
+  for (int c = 0; c < g->C; c++) {
+    const float *r = j->x + s * j->xF + c * HW;
+    float acc[16] = {0}, t = 0;
+    size_t p = 0;
+    for (; p + 16 <= HW; p += 16)
+      for (int l = 0; l < 16; l++) acc[l] += r[p + l];
+    for (int l = 0; l < 16; l++) t += acc[l];
+    for (; p < HW; p++) t += r[p];
+    j->dbs[(size_t)s * g->C + c] = t;
+  }
+}
+
+void nn__convk_t_forward(nn_model *m, nn__node *n, int B) {
+  job j;
+  job_init(&j, m, n, B);
+  j.dy = nn__input(m, n, 0)->out;
+  j.dx = n->out, j.xF = (size_t)n->F, j.acc = 0;
+  j.bias_x = n->bias ? m->params + n->poff[1] : NULL;
+  float *Wp = m->scratch + j.L.w;
+  pack_w_cols(m->params + n->poff[0], j.g.Co, j.g.K, j.I->nr, Wp);
+  j.Wp = Wp;
+  nn__parallel_for(B, dx_task, &j);
+}
+
+void nn__convk_t_backward(nn_model *m, nn__node *n, int B) {
+  job j;
+  job_init(&j, m, n, B);
+  const geom *g = &j.g;
+  j.dy = nn__input(m, n, 0)->out;
+  j.dw = m->grads + n->poff[0];
+  if (n->bias) {
+    j.dbs = m->scratch + j.L.dbs;
+    nn__parallel_for(B, sum_task, &j);
+    float *db = m->grads + n->poff[1];
+    for (int s = 0; s < B; s++)
+      for (int c = 0; c < g->C; c++) db[c] += j.dbs[(size_t)s * g->C + c];
+    j.dbs = NULL;
+  }
+  make_xs(&j);
+  nn__parallel_for(B, dyp_task, &j);
+  int np = (g->K + j.I->nr - 1) / j.I->nr, T = nn__cpu_threads();
+  j.G = np / (2 * (T < 1 ? 1 : T));
+  j.G = j.G < 1 ? 1 : j.G > G_MAX ? G_MAX : j.G;
+  nn__parallel_for((np + j.G - 1) / j.G, dw_task, &j);
+  bool acc;
+  j.y = nn__dinput(m, n, 0, &acc);
+  if (!j.y) return;
+  j.acc = acc;
+  float *Wp = m->scratch + j.L.w;
+  pack_w_rows(m->params + n->poff[0], g->Co, g->K, j.I->mr, Wp);
+  j.Wp = Wp;
+  nn__parallel_for((j.N + j.I->nr - 1) / j.I->nr, fwd_task, &j);
 }

@@ -56,6 +56,10 @@ size_t nn__convk_scratch(const nn_model *m, const nn__node *n, int max_batch);
 bool nn__convk_runs(const nn_model *m, const nn__node *n);
 void nn__convk_forward(nn_model *m, nn__node *n, int B);
 void nn__convk_backward(nn_model *m, nn__node *n, int B);
+/* conv-transpose2d, as the adjoint of a conv2d (nn__convk_runs and _scratch take either
+ * kind of node). */
+void nn__convk_t_forward(nn_model *m, nn__node *n, int B);
+void nn__convk_t_backward(nn_model *m, nn__node *n, int B);
 
 extern const nn__layer_ops nn__cpu_dense, nn__cpu_act, nn__cpu_dropout, nn__cpu_view, nn__cpu_slice,
     nn__cpu_add, nn__cpu_concat, nn__cpu_embedding, nn__cpu_conv, nn__cpu_convt, nn__cpu_maxpool,
