@@ -36,8 +36,19 @@
 #include "nn/cpu/cpu.h"
 
 /* The packing and NCHW loops are compiled for each ISA too, so their copies use the
- * machine's widest vectors (the micro-kernels are per-ISA already). */
-#ifdef NN__X86
+ * machine's widest vectors (the micro-kernels are per-ISA already). Not under
+ * ThreadSanitizer: a clone's resolver runs during relocation, before TSan's runtime is
+ * up, and crashes there when instrumented (as nn/optim.c). */
+#if defined(__SANITIZE_THREAD__)
+#define NN__TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define NN__TSAN 1
+#endif
+#endif
+#if defined(NN__X86) && !defined(NN__TSAN) &&         \
+    ((defined(__clang__) && __clang_major__ >= 14) || \
+     (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8))
 #define NN__CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define NN__CLONES
