@@ -43,9 +43,12 @@ static void run_tasks(int thread) {
   }
 }
 
+/* The job generation when worker id was created: it takes part from the next one. */
+static unsigned long g_seen0[NN__POOL_MAX + 1];
+
 static void *worker(void *arg) {
   int id = (int)(intptr_t)arg; /* 1.. */
-  unsigned long seen = 0;
+  unsigned long seen = g_seen0[id];
   for (;;) {
     unsigned long g = atomic_load(&g_pool.gen);
     for (int i = 0; g == seen && i < NN__POOL_SPIN; i++) {
@@ -66,6 +69,18 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* A forked child has none of the parent's workers: it starts its own on its first job
+ * (shoal's launchers fork processes that may have used nn already). */
+static void pool_atfork_child(void) {
+  pthread_mutex_init(&g_pool.run_mu, NULL);
+  pthread_mutex_init(&g_pool.mu, NULL);
+  pthread_cond_init(&g_pool.wake, NULL);
+  g_pool.started = 0;
+}
+
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+static void atfork_init(void) { pthread_atfork(NULL, NULL, pool_atfork_child); }
+
 void nn__parallel_for(int n_tasks, void (*fn)(void *ctx, int task, int thread), void *ctx) {
   int T = nn__cpu_threads(), cap = nn__pool_max_threads();
   if (T > cap) T = cap;
@@ -76,11 +91,13 @@ void nn__parallel_for(int n_tasks, void (*fn)(void *ctx, int task, int thread), 
     for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
     return;
   }
+  pthread_once(&g_atfork_once, atfork_init);
   while (g_pool.started < T - 1) {
     pthread_t th;
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    g_seen0[g_pool.started + 1] = atomic_load(&g_pool.gen);
     int rc = pthread_create(&th, &at, worker, (void *)(intptr_t)(g_pool.started + 1));
     pthread_attr_destroy(&at);
     if (rc) break; /* fewer threads: the caller does the rest */
