@@ -21,29 +21,42 @@
 #define NN__POOL_MAX 16 /* worker threads, beyond the caller */
 #define NN__POOL_SPIN 2000 /* sched_yield()s, about a millisecond */
 
+/* Tasks are claimed from one word, (job << 32) | next task, by compare-and-swap: a worker
+ * that wakes late, after its job is over, finds a newer job number there and claims
+ * nothing, so the caller waits only for tasks in flight, never for a worker the
+ * scheduler has not run yet (on a loaded machine that wait was a time slice per job). */
 static struct {
   pthread_mutex_t run_mu; /* one job at a time */
   pthread_mutex_t mu;
   pthread_cond_t wake;
-  int started;           /* workers created */
-  int want;              /* workers that take part in the current job */
-  atomic_ulong gen;      /* bumped per job */
-  atomic_int next;       /* next task index */
-  atomic_int busy;       /* workers still in the current job */
-  int n_tasks;
-  void (*fn)(void *ctx, int task, int thread);
-  void *ctx;
+  int started;          /* workers created */
+  atomic_ulong gen;     /* the current job's number, for waking workers */
+  _Atomic uint64_t word; /* (job number << 32) | next task index */
+  atomic_int done;      /* tasks of the current job finished */
+  _Atomic int n_tasks;
+  void (*_Atomic fn)(void *ctx, int task, int thread);
+  void *_Atomic ctx;
 } g_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
 
-static void run_tasks(int thread) {
+/* Runs tasks of job number job until none are left or the job is over. The fields read
+ * before a successful claim belong to job: it cannot end (nor the fields change) while
+ * one of its tasks is unclaimed. */
+static void run_tasks(uint32_t job, int thread) {
   for (;;) {
-    int t = atomic_fetch_add(&g_pool.next, 1);
-    if (t >= g_pool.n_tasks) break;
-    g_pool.fn(g_pool.ctx, t, thread);
+    uint64_t w = atomic_load(&g_pool.word);
+    if ((uint32_t)(w >> 32) != job) return;
+    void (*fn)(void *, int, int) = atomic_load_explicit(&g_pool.fn, memory_order_relaxed);
+    void *ctx = atomic_load_explicit(&g_pool.ctx, memory_order_relaxed);
+    int n = atomic_load_explicit(&g_pool.n_tasks, memory_order_relaxed);
+    int t = (int)(uint32_t)w;
+    if (t >= n) return;
+    if (!atomic_compare_exchange_weak(&g_pool.word, &w, w + 1)) continue;
+    fn(ctx, t, thread);
+    atomic_fetch_add(&g_pool.done, 1);
   }
 }
 
-/* The job generation when worker id was created: it takes part from the next one. */
+/* The job number when worker id was created: it takes part from the next one. */
 static unsigned long g_seen0[NN__POOL_MAX + 1];
 
 static void *worker(void *arg) {
@@ -61,10 +74,7 @@ static void *worker(void *arg) {
       pthread_mutex_unlock(&g_pool.mu);
     }
     seen = g;
-    /* Every worker acknowledges every job, taking part or not, so none can still be
-     * looking at a finished job's fields when the next one is set up. */
-    if (id < g_pool.want) run_tasks(id);
-    atomic_fetch_sub(&g_pool.busy, 1);
+    run_tasks((uint32_t)g, id);
   }
   return NULL;
 }
@@ -103,16 +113,20 @@ void nn__parallel_for(int n_tasks, void (*fn)(void *ctx, int task, int thread), 
     if (rc) break; /* fewer threads: the caller does the rest */
     g_pool.started++;
   }
-  if (T > g_pool.started + 1) T = g_pool.started + 1;
-  g_pool.fn = fn, g_pool.ctx = ctx, g_pool.n_tasks = n_tasks, g_pool.want = T;
-  atomic_store(&g_pool.next, 0);
-  atomic_store(&g_pool.busy, g_pool.started);
+  /* Workers beyond T (threads lowered since) may take tasks too: every thread index
+   * below nn__pool_max_threads() has its scratch. */
+  uint32_t job = (uint32_t)atomic_load(&g_pool.gen) + 1;
+  atomic_store_explicit(&g_pool.fn, fn, memory_order_relaxed);
+  atomic_store_explicit(&g_pool.ctx, ctx, memory_order_relaxed);
+  atomic_store_explicit(&g_pool.n_tasks, n_tasks, memory_order_relaxed);
+  atomic_store(&g_pool.done, 0);
+  atomic_store(&g_pool.word, (uint64_t)job << 32); /* publishes the fields above */
   pthread_mutex_lock(&g_pool.mu);
-  atomic_fetch_add(&g_pool.gen, 1);
+  atomic_store(&g_pool.gen, job);
   pthread_cond_broadcast(&g_pool.wake);
   pthread_mutex_unlock(&g_pool.mu);
-  run_tasks(0);
-  while (atomic_load(&g_pool.busy) > 0) sched_yield();
+  run_tasks(job, 0);
+  while (atomic_load(&g_pool.done) < n_tasks) sched_yield();
   pthread_mutex_unlock(&g_pool.run_mu);
 }
 
