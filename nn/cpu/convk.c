@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nn/cpu/convk.c — conv2d by nn's own packed implicit GEMM.
+ * nn/cpu/convk.c — conv2d (and conv-transpose2d, its adjoint) by nn's own packed
+ * implicit GEMM.
  *
  * With K = C_in*kh*kw and x̂ the (implicit) im2col matrix of a sample, (K, P):
  *
@@ -22,7 +23,11 @@
  * chosen at run time by CPUID, so one binary runs on either kind of machine.
  *
  * Threads (nn__parallel_for): forward by panels of columns, dx by samples (a sample's
- * scatter stays on one thread), dW by panels of K (each thread owns its dW columns).
+ * scatter stays on one thread), dW by groups of panels of K (each thread owns its dW
+ * columns).
+ *
+ * Not done: Winograd F(2x2,3x3) for the 3x3 stride-1 layers, and fusing the activation
+ * that follows a conv into its output write (nn's graph keeps it a separate node).
  */
 #include <pthread.h>
 #include <stdlib.h>

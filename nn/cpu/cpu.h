@@ -29,7 +29,7 @@ static inline int nn__in_F(nn_model *m, nn__node *n, int k) { return m->nodes[n-
 void nn__parallel_for(int n_tasks, void (*fn)(void *ctx, int task, int thread), void *ctx);
 int nn__pool_max_threads(void);
 
-/* ---- nn's own conv2d kernels (nn/cpu/convk.c) ----
+/* ---- nn's own conv2d and conv-transpose2d kernels (nn/cpu/convk.c) ----
  * Packed implicit GEMM: im2col panels are packed straight from the NCHW input into the
  * micro-kernel's layout (never a whole im2col matrix), register-blocked micro-kernels per
  * ISA, and the results written into NCHW (forward, with the bias), scattered into dx
@@ -46,18 +46,18 @@ typedef enum nn__conv_path {
 
 nn__conv_path nn__conv_path_get(void);
 const char *nn__conv_path_name(nn__conv_path p);
-/* Scratch floats the kernels need for conv2d node n at batches up to max_batch; 0 when
- * the layer is out of their range (dilated, or K or C_out huge: it runs on the GEMM path). */
+/* Scratch floats the kernels need for conv2d or conv-transpose2d node n at batches up to
+ * max_batch; 0 when the layer is out of their range (dilated, K or C_out huge, or more
+ * than 128 MB: it runs on the GEMM path). */
 size_t nn__convk_scratch(const nn_model *m, const nn__node *n, int max_batch);
-/* conv2d forward, y = W x + b, and backward, dW += .., db += .., dx (= or +=) ..; for a
- * node whose nn__convk_scratch is non-zero. */
-/* Whether conv2d node n runs on these kernels: the path is not gemm, the layer is in
- * their range, and (unless a path was forced) they beat im2col + GEMM on its shape. */
+/* Whether node n (either kind) runs on these kernels: the path is not gemm, the layer
+ * is in their range, and (unless a path was forced) they beat im2col + GEMM on its shape. */
 bool nn__convk_runs(const nn_model *m, const nn__node *n);
+/* conv2d forward, y = W x + b, and backward, dW += .., db += .., dx (= or +=) ..;
+ * conv-transpose2d's the same, through the conv2d it is the adjoint of. For nodes that
+ * nn__convk_runs accepts. Can't fail. */
 void nn__convk_forward(nn_model *m, nn__node *n, int B);
 void nn__convk_backward(nn_model *m, nn__node *n, int B);
-/* conv-transpose2d, as the adjoint of a conv2d (nn__convk_runs and _scratch take either
- * kind of node). */
 void nn__convk_t_forward(nn_model *m, nn__node *n, int B);
 void nn__convk_t_backward(nn_model *m, nn__node *n, int B);
 
