@@ -5,8 +5,13 @@
  * nn_cpu against PyTorch). For the conv nets it prints the achieved GFLOP/s beside
  * OpenBLAS's sgemm rate measured in the same run (the ceiling im2col + GEMM can reach).
  *
+ * The figure "convs" times each conv and conv-transpose layer of those nets alone,
+ * forward and backward, on every conv path the CPU runs (im2col + GEMM, and nn's own
+ * kernels: portable, AVX2, AVX-512; nn/cpu/convk.c), taking the fastest of 15 calls: on
+ * a shared machine the least disturbed call is the figure that repeats.
+ *
  *   nn_layers_speed [threads [figure]]   (default 1 thread; figure: mlp, act, minatar,
- *                                         nature or dcgan, for profiling one)
+ *                                         nature, dcgan or convs, for profiling one)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +167,79 @@ static double train_rate(nn_model *m, int B, int in_f, int out_f, nn_model *targ
   return r;
 }
 
+/* ---- each conv layer alone, per conv path ------------------------------------------- */
+
+typedef struct conv_case {
+  const char *name;
+  int C, H, W, Co, k, s, pad, B;
+  bool dx; /* its input needs a gradient (not a net's first layer) */
+  bool t;  /* conv-transpose2d */
+} conv_case;
+
+static const conv_case g_convs[] = {
+    {"nature c1 4x84x84 8x8/4 ->32", 4, 84, 84, 32, 8, 4, 0, 32, false},
+    {"nature c2 32x20x20 4x4/2 ->64", 32, 20, 20, 64, 4, 2, 0, 32, true},
+    {"nature c3 64x9x9 3x3/1 ->64", 64, 9, 9, 64, 3, 1, 0, 32, true},
+    {"dcgan D c1 1x28x28 4x4/2p1 ->64", 1, 28, 28, 64, 4, 2, 1, 128, true},
+    {"dcgan D c2 64x14x14 4x4/2p1 ->128", 64, 14, 14, 128, 4, 2, 1, 128, true},
+    {"minatar 4x10x10 3x3/1 ->16", 4, 10, 10, 16, 3, 1, 0, 32, false},
+    {"dcgan G ct1 128x7x7 4x4/2p1 ->64", 128, 7, 7, 64, 4, 2, 1, 64, true, true},
+    {"dcgan G ct2 64x14x14 4x4/2p1 ->1", 64, 14, 14, 1, 4, 2, 1, 64, true, true},
+};
+
+static double min_call_s(nn_model *m, const float *x, const float *dy, int B, bool dx, bool fwd) {
+  shoal_error err = {0};
+  const float *y, *g;
+  double best = 1e30;
+  for (int r = 0; r < 17; r++) {
+    if (!fwd && nn_model_forward(m, x, B, &y, &err)) die("conv", &err);
+    double t0 = shoal_now_s();
+    if (fwd && nn_model_forward(m, x, B, &y, &err)) die("conv", &err);
+    if (!fwd && nn_model_backward(m, dy, dx ? &g : NULL, &err)) die("conv back", &err);
+    double t = shoal_now_s() - t0;
+    if (r >= 2 && t < best) best = t; /* the first two warm the caches */
+  }
+  return best;
+}
+
+static void conv_table(const char *t) {
+  static const char *paths[] = {"gemm", "portable", "avx2", "avx512"};
+  const char *was = nn__conv_path_force(NULL);
+  printf("%-34s %8s %9s %9s %8s\n", "conv layer (batch)", "path", "fwd ms", "bwd ms", "GFLOP/s");
+  for (size_t c = 0; c < sizeof g_convs / sizeof g_convs[0]; c++) {
+    const conv_case *k = &g_convs[c];
+    shoal_error err = {0};
+    nn_model *m = nn_model_create(NN_CPU, NULL);
+    nn_input(m, k->C, k->H, k->W);
+    if (k->t)
+      nn_conv_transpose2d(m, "convt", k->Co, k->k, k->k, k->s, k->pad, 0);
+    else
+      nn_conv2d(m, "conv", k->Co, k->k, k->k, k->s, k->pad, 1);
+    if (nn_model_build(m, k->B, 1, &err)) die("conv", &err);
+    int C, H, W;
+    nn_node_shape(m, nn_model_current(m), &C, &H, &W);
+    float *x = rnd((size_t)k->B * k->C * k->H * k->W, 1, 31);
+    float *dy = rnd((size_t)k->B * C * H * W, 0.1f, 32);
+    /* multiply-adds: forward 1x, backward 2x (dW and dx) or 1x (dW only); a
+     * conv-transpose's are those of the conv it is the adjoint of */
+    double macs = k->t ? (double)k->B * k->C * k->H * k->W * C * k->k * k->k
+                       : (double)k->B * C * H * W * k->C * k->k * k->k;
+    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+      if (strcmp(nn__conv_path_force(paths[p]), paths[p])) continue; /* the CPU lacks it */
+      double f = min_call_s(m, x, dy, k->B, k->dx, true);
+      double b = min_call_s(m, x, dy, k->B, k->dx, false);
+      double gf = 2 * macs * (k->dx ? 3 : 2) / (f + b) / 1e9;
+      printf("%-34s %8s %9.3f %9.3f %8.1f\n", p ? "" : k->name, paths[p], f * 1e3, b * 1e3, gf);
+      printf("BENCH name=nn.layers.conv%zu_%s.%s value=%.1f unit=GFLOP/s baseline=none "
+             "ratio=none\n",
+             c, paths[p], t, gf);
+    }
+    free(x), free(dy);
+    nn_model_destroy(m);
+  }
+  nn__conv_path_force(was);
+}
+
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 1;
   if (argc > 2) g_only = argv[2], g_min_s = 3;
@@ -271,6 +349,7 @@ int main(int argc, char **argv) {
     printf(
         "BENCH name=nn.layers.dcgan_gflops.%s value=%.1f unit=GFLOP/s baseline=%.1f ratio=%.2f\n",
         t, gf, sg, gf / sg);
+  if (want("convs")) conv_table(t);
   free(z), free(real), free(dd), free(both);
   nn_model_destroy(q), nn_model_destroy(qt), nn_model_destroy(mn), nn_model_destroy(na);
   nn_model_destroy(g), nn_model_destroy(d);

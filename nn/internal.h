@@ -283,6 +283,14 @@ void nn__col2im(const float *col, int ldc, int C, int H, int W, int kh, int kw, 
 /* At a CPU model's create: OpenBLAS's pool to nn_set_threads' count (one thread
  * unless set), not OpenBLAS's own default of one per core. No-op without OpenBLAS. */
 void nn__cpu_apply_threads(void);
+/* Which conv2d kernels the CPU layers use from now on, by name: "gemm" (im2col +
+ * nn__sgemm), "portable", "avx2", "avx512" (nn/cpu/convk.c), as SHOAL_NN_CONV_PATH
+ * would set it; for benchmarks that compare them in one process. Returns the name of
+ * the path in force (a path the CPU lacks gives the best it has; name NULL: no change),
+ * NULL for an unknown name (nothing changes). Not thread-safe against running models. */
+const char *nn__conv_path_force(const char *name);
+/* The thread count nn_set_threads set (1 unless set). */
+int nn__cpu_threads(void);
 
 /* Conv2d runs samples in groups whose im2col matrix (K x g*P floats) fits in about
  * NN__COL_BUDGET floats; the group size for max_batch. */

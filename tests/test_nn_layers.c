@@ -1005,28 +1005,131 @@ static void test_two_models_chain(void **s) {
   nn_model_destroy(d);
 }
 
-/* Two threads (OpenBLAS's pool) give the same results as one, to float rounding. */
+/* Two threads (OpenBLAS's pool and nn's own, which runs the conv kernels) give the same
+ * results as one, to float rounding: outputs, parameter gradients and the input's. The
+ * second conv is strided and padded and its input gets a gradient (dx on both threads). */
 static void test_threads(void **s) {
   shoal_error err = {0};
   nn_model *m = nn_model_create(NN_CPU, &err);
   nn_input(m, 8, 16, 16);
   nn_conv2d(m, "c", 32, 3, 3, 1, 1, 1);
+  nn_conv2d(m, "c2", 12, 4, 4, 2, 1, 1);
   nn_flatten(m, "f");
   nn_dense(m, "d", 64);
   assert_int_equal(nn_model_build(m, 16, 1, &err), 0);
-  size_t nx = 16 * 8 * 16 * 16;
-  float *x = malloc(nx * sizeof *x), y1[16 * 64];
+  size_t nx = 16 * 8 * 16 * 16, np;
+  float *x = malloc(nx * sizeof *x), y1[16 * 64], dy[16 * 64];
   for (size_t i = 0; i < nx; i++) x[i] = (float)(i % 17) * 0.05f - 0.4f;
-  const float *y;
+  for (int i = 0; i < 16 * 64; i++) dy[i] = (float)(i % 13) * 0.1f - 0.6f;
+  nn_model_params(m, &np);
+  float *g1 = malloc(np * sizeof *g1), *dx1 = malloc(nx * sizeof *dx1);
+  const float *y, *dx;
   nn_set_threads(1);
   assert_int_equal(nn_model_forward(m, x, 16, &y, &err), 0);
   memcpy(y1, y, sizeof y1);
+  nn_model_zero_grad(m);
+  assert_int_equal(nn_model_backward(m, dy, &dx, &err), 0);
+  memcpy(g1, nn_model_grads(m, NULL), np * sizeof *g1);
+  memcpy(dx1, dx, nx * sizeof *dx1);
   nn_set_threads(2);
   assert_int_equal(nn_model_forward(m, x, 16, &y, &err), 0);
   for (int i = 0; i < 16 * 64; i++) assert_float_equal(y[i], y1[i], 1e-4f * (1 + fabsf(y1[i])));
+  nn_model_zero_grad(m);
+  assert_int_equal(nn_model_backward(m, dy, &dx, &err), 0);
+  const float *g2 = nn_model_grads(m, NULL);
+  for (size_t i = 0; i < np; i++) assert_float_equal(g2[i], g1[i], 1e-4f * (1 + fabsf(g1[i])));
+  for (size_t i = 0; i < nx; i++) assert_float_equal(dx[i], dx1[i], 1e-4f * (1 + fabsf(dx1[i])));
   nn_set_threads(1);
-  free(x);
+  free(x), free(g1), free(dx1);
   nn_model_destroy(m);
+}
+
+/* Every conv path this CPU runs (nn__conv_path_force: nn's own kernels, portable,
+ * AVX2, AVX-512) against im2col + GEMM, which the PyTorch and finite-difference checks
+ * above pin down: outputs, dW, db and dx on the Nature-DQN and DCGAN geometries (strides
+ * 4 and 2, padding, space-to-depth with kh not a multiple of the stride), a 3x2 kernel
+ * with stride 3 and padding 2, conv-transposes with and without output padding, and
+ * batches whose columns end mid-panel, at 1 and 2 threads. */
+typedef struct conv_geo {
+  int C, H, W, Co, kh, kw, s, pad, B;
+  int t, opad; /* conv-transpose2d (square kernels), its output padding */
+} conv_geo;
+
+static void conv_run(const conv_geo *c, const char *path, int threads, float *y, float *g,
+                     float *dx, size_t ny, size_t np, size_t nx) {
+  shoal_error err = {0};
+  assert_non_null(nn__conv_path_force(path));
+  nn_set_threads(threads);
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, c->C, c->H, c->W);
+  nn_activation(m, "a", NN_TANH, 0); /* so the conv's input needs a gradient */
+  if (c->t)
+    nn_conv_transpose2d(m, "convt", c->Co, c->kh, c->kw, c->s, c->pad, c->opad);
+  else
+    nn_conv2d(m, "conv", c->Co, c->kh, c->kw, c->s, c->pad, 1);
+  assert_int_equal(nn_model_build(m, c->B + 1, 7, &err), 0); /* B below max_batch */
+  float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
+  for (size_t i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 101) * 0.02f - 1.0f;
+  for (size_t i = 0; i < ny; i++) dy[i] = (float)((i * 104729) % 97) * 0.02f - 0.95f;
+  const float *yo, *dxo;
+  assert_int_equal(nn_model_forward(m, x, c->B, &yo, &err), 0);
+  memcpy(y, yo, ny * sizeof *y);
+  nn_model_zero_grad(m);
+  assert_int_equal(nn_model_backward(m, dy, &dxo, &err), 0);
+  memcpy(g, nn_model_grads(m, NULL), np * sizeof *g);
+  memcpy(dx, dxo, nx * sizeof *dx);
+  free(x), free(dy);
+  nn_model_destroy(m);
+}
+
+static void test_conv_paths_agree(void **s) {
+  static const conv_geo geos[] = {
+      {4, 84, 84, 32, 8, 8, 4, 0, 3}, /* Nature-DQN */
+      {32, 20, 20, 64, 4, 4, 2, 0, 5},
+      {64, 9, 9, 64, 3, 3, 1, 0, 3},
+      {1, 28, 28, 64, 4, 4, 2, 1, 3}, /* DCGAN D */
+      {16, 14, 14, 24, 4, 4, 2, 1, 2},
+      {5, 13, 11, 7, 3, 2, 3, 2, 3}, /* odd: stride 3, padding 2, 3x2, 7 channels */
+      {4, 10, 10, 16, 3, 3, 1, 0, 5}, /* MinAtar */
+      {128, 7, 7, 64, 4, 4, 2, 1, 3, 1, 0}, /* DCGAN G's first conv-transpose */
+      {6, 5, 4, 5, 3, 3, 2, 1, 3, 1, 1},   /* output padding */
+      {8, 6, 6, 4, 3, 3, 1, 0, 2, 1, 0},   /* stride 1 */
+      {3, 4, 5, 40, 4, 4, 3, 2, 2, 1, 2},  /* stride 3, padding 2 */
+  };
+  static const char *paths[] = {"portable", "avx2", "avx512"};
+  const char *was = nn__conv_path_force(NULL);
+  for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++) {
+    const conv_geo *c = &geos[gi];
+    int Ho = (c->H + 2 * c->pad - c->kh) / c->s + 1, Wo = (c->W + 2 * c->pad - c->kw) / c->s + 1;
+    if (c->t)
+      Ho = (c->H - 1) * c->s - 2 * c->pad + c->kh + c->opad,
+      Wo = (c->W - 1) * c->s - 2 * c->pad + c->kw + c->opad;
+    size_t ny = (size_t)c->B * c->Co * Ho * Wo, nx = (size_t)c->B * c->C * c->H * c->W;
+    size_t np = (size_t)c->Co * c->C * c->kh * c->kw + c->Co;
+    float *y0 = malloc(ny * sizeof *y0), *g0 = malloc(np * sizeof *g0), *d0 = malloc(nx * 4);
+    float *y1 = malloc(ny * sizeof *y1), *g1 = malloc(np * sizeof *g1), *d1 = malloc(nx * 4);
+    conv_run(c, "gemm", 1, y0, g0, d0, ny, np, nx);
+    for (size_t p = 0; p < 3; p++)
+      for (int t = 1; t <= 2; t++) {
+        if (strcmp(nn__conv_path_force(paths[p]), paths[p])) continue; /* the CPU lacks it */
+        conv_run(c, paths[p], t, y1, g1, d1, ny, np, nx);
+        for (size_t i = 0; i < ny; i++)
+          if (fabsf(y1[i] - y0[i]) > 1e-4f * (1 + fabsf(y0[i])))
+            fail_msg("geometry %zu, %s, %d threads: y[%zu] %g vs gemm %g", gi, paths[p], t, i,
+                     y1[i], y0[i]);
+        for (size_t i = 0; i < np; i++)
+          if (fabsf(g1[i] - g0[i]) > 1e-4f * (1 + fabsf(g0[i])))
+            fail_msg("geometry %zu, %s, %d threads: grad[%zu] %g vs gemm %g", gi, paths[p], t, i,
+                     g1[i], g0[i]);
+        for (size_t i = 0; i < nx; i++)
+          if (fabsf(d1[i] - d0[i]) > 1e-4f * (1 + fabsf(d0[i])))
+            fail_msg("geometry %zu, %s, %d threads: dx[%zu] %g vs gemm %g", gi, paths[p], t, i,
+                     d1[i], d0[i]);
+      }
+    free(y0), free(g0), free(d0), free(y1), free(g1), free(d1);
+  }
+  nn__conv_path_force(was);
+  nn_set_threads(1);
 }
 
 /* Two heads; the output is the first: the second head is not computed and gets no
@@ -1297,6 +1400,7 @@ int main(void) {
       cmocka_unit_test(test_shared_layers),
       cmocka_unit_test(test_two_models_chain),
       cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_conv_paths_agree),
       cmocka_unit_test(test_set_output),
       cmocka_unit_test(test_describe_and_find),
       cmocka_unit_test(test_no_cuda_backend),

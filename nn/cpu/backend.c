@@ -79,14 +79,19 @@ static size_t scratch_floats(const nn_model *m, const nn__node *n, int max_batch
   size_t mb = (size_t)max_batch, Hd = (size_t)n->hidden;
   const nn__node *x = n->n_in ? &m->nodes[n->in[0]] : NULL;
   switch (n->kind) {
-    case NN__CONV: { /* a group's im2col matrix, its channel-major gradient and dcol */
+    case NN__CONV: { /* im2col + GEMM: a group's im2col matrix, its channel-major gradient
+                    * and dcol; nn's kernels: packed panels (nn/cpu/convk.c) */
       int K = x->C * n->kh * n->kw, P = n->H * n->W;
       size_t N = (size_t)nn__conv_group(K, P, max_batch) * P;
-      return (2 * (size_t)K + (size_t)n->C) * N;
+      size_t gemm = (2 * (size_t)K + (size_t)n->C) * N, own = nn__convk_scratch(m, n, max_batch);
+      return gemm > own ? gemm : own; /* the path may be switched after build */
     }
-    case NN__CONVT: { /* col or dcol, the channel-major input and its gradient */
+    case NN__CONVT: { /* col or dcol, the channel-major input and its gradient; or nn's
+                       * kernels' panels */
       size_t N = mb * (size_t)x->H * x->W;
-      return (size_t)n->C * n->kh * n->kw * N + 2 * (size_t)x->C * N;
+      size_t gemm = (size_t)n->C * n->kh * n->kw * N + 2 * (size_t)x->C * N;
+      size_t own = nn__convk_scratch(m, n, max_batch);
+      return gemm > own ? gemm : own;
     }
     case NN__LSTM: return mb * 5 * Hd;
     case NN__GRU: return mb * 6 * Hd;

@@ -104,6 +104,10 @@ static void im2col_group(const nn__node *xn, const nn__node *n, int s0, int gb, 
 }
 
 static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  if (nn__convk_runs(m, n)) { /* nn's own kernels (nn/cpu/convk.c) */
+    nn__convk_forward(m, n, B);
+    return 0;
+  }
   const nn__node *xn = nn__input(m, n, 0);
   int P = n->H * n->W, K = xn->C * n->kh * n->kw, Co = n->C;
   int g = nn__conv_group(K, P, m->max_batch);
@@ -129,6 +133,10 @@ static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
 }
 
 static void conv_backward(nn_model *m, nn__node *n, int B) {
+  if (nn__convk_runs(m, n)) { /* nn's own kernels (nn/cpu/convk.c) */
+    nn__convk_backward(m, n, B);
+    return;
+  }
   const nn__node *xn = nn__input(m, n, 0);
   int P = n->H * n->W, K = xn->C * n->kh * n->kw, Co = n->C;
   int g = nn__conv_group(K, P, m->max_batch);
@@ -169,6 +177,10 @@ const nn__layer_ops nn__cpu_conv = {conv_forward, conv_backward};
  * dcol = im2col(dy), dW += x_cm dcol^T, dx_cm = W dcol. */
 
 static int convt_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  if (nn__convk_runs(m, n)) {
+    nn__convk_t_forward(m, n, B);
+    return 0;
+  }
   const nn__node *xn = nn__input(m, n, 0);
   int Pin = xn->H * xn->W, N = B * Pin, Ci = xn->C, Kc = n->C * n->kh * n->kw;
   const float *w = m->params + n->poff[0];
@@ -194,6 +206,10 @@ static int convt_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
 }
 
 static void convt_backward(nn_model *m, nn__node *n, int B) {
+  if (nn__convk_runs(m, n)) {
+    nn__convk_t_backward(m, n, B);
+    return;
+  }
   const nn__node *xn = nn__input(m, n, 0);
   int Pin = xn->H * xn->W, N = B * Pin, Ci = xn->C, Kc = n->C * n->kh * n->kw;
   int P = n->H * n->W;

@@ -23,6 +23,44 @@ static inline const float *nn__in_out(nn_model *m, nn__node *n, int k) {
 }
 static inline int nn__in_F(nn_model *m, nn__node *n, int k) { return m->nodes[n->in[k]].F; }
 
+/* Runs fn(ctx, task, thread) for task in [0, n_tasks) on up to nn__cpu_threads()
+ * threads (the caller is thread 0; thread < nn__pool_max_threads()), returning when
+ * all are done. Tasks may run in any order and on any thread. */
+void nn__parallel_for(int n_tasks, void (*fn)(void *ctx, int task, int thread), void *ctx);
+int nn__pool_max_threads(void);
+
+/* ---- nn's own conv2d and conv-transpose2d kernels (nn/cpu/convk.c) ----
+ * Packed implicit GEMM: im2col panels are packed straight from the NCHW input into the
+ * micro-kernel's layout (never a whole im2col matrix), register-blocked micro-kernels per
+ * ISA, and the results written into NCHW (forward, with the bias), scattered into dx
+ * (backward data) or added into dW, on nn's threads. SHOAL_NN_CONV_PATH=gemm|portable|
+ * avx2|avx512 forces a path (a path the CPU lacks falls back to the best it has) for
+ * every layer the kernels can run; unset, the best the CPU runs, on the shapes where it
+ * beats im2col + GEMM. */
+typedef enum nn__conv_path {
+  NN__CONV_GEMM = 0, /* im2col + nn__sgemm (nn/cpu/conv.c) */
+  NN__CONV_PORTABLE = 1,
+  NN__CONV_AVX2 = 2, /* AVX2 + FMA */
+  NN__CONV_AVX512 = 3,
+} nn__conv_path;
+
+nn__conv_path nn__conv_path_get(void);
+const char *nn__conv_path_name(nn__conv_path p);
+/* Scratch floats the kernels need for conv2d or conv-transpose2d node n at batches up to
+ * max_batch; 0 when the layer is out of their range (dilated, K or C_out huge, or more
+ * than 128 MB: it runs on the GEMM path). */
+size_t nn__convk_scratch(const nn_model *m, const nn__node *n, int max_batch);
+/* Whether node n (either kind) runs on these kernels: the path is not gemm, the layer
+ * is in their range, and (unless a path was forced) they beat im2col + GEMM on its shape. */
+bool nn__convk_runs(const nn_model *m, const nn__node *n);
+/* conv2d forward, y = W x + b, and backward, dW += .., db += .., dx (= or +=) ..;
+ * conv-transpose2d's the same, through the conv2d it is the adjoint of. For nodes that
+ * nn__convk_runs accepts. Can't fail. */
+void nn__convk_forward(nn_model *m, nn__node *n, int B);
+void nn__convk_backward(nn_model *m, nn__node *n, int B);
+void nn__convk_t_forward(nn_model *m, nn__node *n, int B);
+void nn__convk_t_backward(nn_model *m, nn__node *n, int B);
+
 extern const nn__layer_ops nn__cpu_dense, nn__cpu_act, nn__cpu_dropout, nn__cpu_view, nn__cpu_slice,
     nn__cpu_add, nn__cpu_concat, nn__cpu_embedding, nn__cpu_conv, nn__cpu_convt, nn__cpu_maxpool,
     nn__cpu_avgpool, nn__cpu_batchnorm, nn__cpu_layernorm, nn__cpu_lstm, nn__cpu_gru, nn__cpu_mul;

@@ -39,6 +39,8 @@ void nn_set_threads(int n) {
 
 void nn__cpu_apply_threads(void) { blas_set_threads(g_threads); }
 
+int nn__cpu_threads(void) { return g_threads; }
+
 /* C (M,N) = alpha op(A) op(B) + beta C, row-major. Loop orders keep the innermost loop
  * running along contiguous memory (vectorisable) except for A·B^T, which is rows of
  * dot products summed in 8 lanes. */

@@ -1,0 +1,789 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * nn/cpu/convk.c — conv2d (and conv-transpose2d, its adjoint) by nn's own packed
+ * implicit GEMM.
+ *
+ * With K = C_in*kh*kw and x̂ the (implicit) im2col matrix of a sample, (K, P):
+ *
+ *   forward      y[co][p]  = b[co] + sum_k W[co][k] x̂[k][p]       M = C_out, N = B*P
+ *   backward dW  dW[co][k] += sum_(s,p) dy[co][p] x̂[k][p]         M = C_out, N = K
+ *   backward dx  dx̂[p][k] = sum_co dy[co][p] W[co][k], col2im'd   M = P,     N = K
+ *
+ * Each is a GEMM C (M, N) = A (M, L) B (L, N) cut into MR x NR tiles that one
+ * micro-kernel computes in registers. Panels of B and A are packed into the order the
+ * micro-kernel reads them (B: NR floats per contraction step, A: MR floats), straight
+ * from NCHW tensors: the im2col matrix is never written out whole, which im2col + sgemm
+ * does and then packs again. A panel's columns may cross output rows and samples, so a
+ * 7x7 output does not leave lanes of a 16- or 32-wide panel idle. Tiles come back through
+ * a small buffer and are written where they belong (NCHW plus the bias, dW, or added into
+ * dx at the input positions they were read from), so no pass over the whole output follows.
+ *
+ * The micro-kernels: AVX-512 8x32 (16 zmm accumulators), AVX2+FMA 6x16 (12 ymm), and a
+ * portable 4x8 in the compiler's vector extension (SSE2 on x86-64, NEON on arm64). They are
+ * chosen at run time by CPUID, so one binary runs on either kind of machine.
+ *
+ * Threads (nn__parallel_for): forward by panels of columns, dx by samples (a sample's
+ * scatter stays on one thread), dW by groups of panels of K (each thread owns its dW
+ * columns).
+ *
+ * Not done: Winograd F(2x2,3x3) for the 3x3 stride-1 layers, and fusing the activation
+ * that follows a conv into its output write (nn's graph keeps it a separate node).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define NN__X86 1
+#endif
+
+#include "nn/cpu/cpu.h"
+
+/* The packing and NCHW loops are compiled for each ISA too, so their copies use the
+ * machine's widest vectors (the micro-kernels are per-ISA already). Not under
+ * ThreadSanitizer: a clone's resolver runs during relocation, before TSan's runtime is
+ * up, and crashes there when instrumented (as nn/optim.c). */
+#if defined(__SANITIZE_THREAD__)
+#define NN__TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define NN__TSAN 1
+#endif
+#endif
+#if defined(NN__X86) && !defined(NN__TSAN) &&         \
+    ((defined(__clang__) && __clang_major__ >= 14) || \
+     (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8))
+#define NN__CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define NN__CLONES
+#endif
+
+#define MR_MAX 8
+#define NR_MAX 32
+#define PC 256         /* contraction columns per dW chunk: a B^T chunk of 32 KB */
+#define G_MAX 8        /* panels of K per dW task */
+#define K_MAX 16384    /* beyond these the GEMM path runs the layer */
+#define CO_MAX 4096
+#define SCRATCH_MAX ((size_t)32 << 20) /* floats: 128 MB */
+
+/* C (MR, NR) = (acc ? C : 0) + sum_l A[l*MR + i] B[l*NR + j]. */
+typedef void (*ukern_fn)(int L, const float *A, const float *B, float *C, int acc);
+
+typedef struct isa {
+  int mr, nr;
+  ukern_fn k;
+} isa;
+
+/* ---- micro-kernels ---------------------------------------------------------------- */
+
+/* 4 x 8 in 4-float vectors of the compiler's vector extension (SSE, NEON, or scalar
+ * code where there is none): 8 accumulators, which fit any 16-register vector file. */
+typedef float nn__v4 __attribute__((vector_size(16)));
+
+static inline nn__v4 v4_load(const float *p) {
+  nn__v4 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static void ukern_portable(int L, const float *A, const float *B, float *C, int acc) {
+  nn__v4 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+  if (acc) {
+    c00 = v4_load(C), c01 = v4_load(C + 4), c10 = v4_load(C + 8), c11 = v4_load(C + 12);
+    c20 = v4_load(C + 16), c21 = v4_load(C + 20), c30 = v4_load(C + 24), c31 = v4_load(C + 28);
+  }
+  for (int l = 0; l < L; l++, A += 4, B += 8) {
+    nn__v4 b0 = v4_load(B), b1 = v4_load(B + 4);
+    c00 += A[0] * b0, c01 += A[0] * b1;
+    c10 += A[1] * b0, c11 += A[1] * b1;
+    c20 += A[2] * b0, c21 += A[2] * b1;
+    c30 += A[3] * b0, c31 += A[3] * b1;
+  }
+  memcpy(C, &c00, 16), memcpy(C + 4, &c01, 16), memcpy(C + 8, &c10, 16);
+  memcpy(C + 12, &c11, 16), memcpy(C + 16, &c20, 16), memcpy(C + 20, &c21, 16);
+  memcpy(C + 24, &c30, 16), memcpy(C + 28, &c31, 16);
+}
+
+#ifdef NN__X86
+/* Named accumulators, not an array: gcc kept part of a __m256 c[6][2] on the stack
+ * inside the loop (a store per FMA pair, half the speed). */
+#define NN__ROW2(i)                                 \
+  do {                                              \
+    __m256 a = _mm256_broadcast_ss(A + (i));        \
+    c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0);      \
+    c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1);      \
+  } while (0)
+__attribute__((target("avx2,fma"))) static void ukern_avx2(int L, const float *A, const float *B,
+                                                           float *C, int acc) {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  if (acc) {
+    c00 = _mm256_loadu_ps(C + 0), c01 = _mm256_loadu_ps(C + 8);
+    c10 = _mm256_loadu_ps(C + 16), c11 = _mm256_loadu_ps(C + 24);
+    c20 = _mm256_loadu_ps(C + 32), c21 = _mm256_loadu_ps(C + 40);
+    c30 = _mm256_loadu_ps(C + 48), c31 = _mm256_loadu_ps(C + 56);
+    c40 = _mm256_loadu_ps(C + 64), c41 = _mm256_loadu_ps(C + 72);
+    c50 = _mm256_loadu_ps(C + 80), c51 = _mm256_loadu_ps(C + 88);
+  } else {
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+  }
+  for (int l = 0; l < L; l++) {
+    __m256 b0 = _mm256_loadu_ps(B), b1 = _mm256_loadu_ps(B + 8);
+    NN__ROW2(0);
+    NN__ROW2(1);
+    NN__ROW2(2);
+    NN__ROW2(3);
+    NN__ROW2(4);
+    NN__ROW2(5);
+    A += 6, B += 16;
+  }
+  _mm256_storeu_ps(C + 0, c00), _mm256_storeu_ps(C + 8, c01);
+  _mm256_storeu_ps(C + 16, c10), _mm256_storeu_ps(C + 24, c11);
+  _mm256_storeu_ps(C + 32, c20), _mm256_storeu_ps(C + 40, c21);
+  _mm256_storeu_ps(C + 48, c30), _mm256_storeu_ps(C + 56, c31);
+  _mm256_storeu_ps(C + 64, c40), _mm256_storeu_ps(C + 72, c41);
+  _mm256_storeu_ps(C + 80, c50), _mm256_storeu_ps(C + 88, c51);
+}
+
+__attribute__((target("avx512f"))) static void ukern_avx512(int L, const float *A, const float *B,
+                                                            float *C, int acc) {
+  __m512 c[8][2];
+  for (int i = 0; i < 8; i++)
+    for (int h = 0; h < 2; h++)
+      c[i][h] = acc ? _mm512_loadu_ps(C + i * 32 + h * 16) : _mm512_setzero_ps();
+  for (int l = 0; l < L; l++) {
+    __m512 b0 = _mm512_loadu_ps(B), b1 = _mm512_loadu_ps(B + 16);
+    for (int i = 0; i < 8; i++) {
+      __m512 a = _mm512_set1_ps(A[i]);
+      c[i][0] = _mm512_fmadd_ps(a, b0, c[i][0]);
+      c[i][1] = _mm512_fmadd_ps(a, b1, c[i][1]);
+    }
+    A += 8, B += 32;
+  }
+  for (int i = 0; i < 8; i++)
+    for (int h = 0; h < 2; h++) _mm512_storeu_ps(C + i * 32 + h * 16, c[i][h]);
+}
+#endif
+
+static const isa g_isa[] = {
+    [NN__CONV_PORTABLE] = {4, 8, ukern_portable},
+#ifdef NN__X86
+    [NN__CONV_AVX2] = {6, 16, ukern_avx2},
+    [NN__CONV_AVX512] = {8, 32, ukern_avx512},
+#endif
+};
+
+/* ---- dispatch --------------------------------------------------------------------- */
+
+static nn__conv_path g_path;
+static pthread_once_t g_path_once = PTHREAD_ONCE_INIT;
+
+static nn__conv_path g_best;
+static bool g_forced; /* by SHOAL_NN_CONV_PATH or nn__conv_path_force */
+
+/* The path named e, or -1; one the CPU lacks gives the best it has (CI on a smaller CPU). */
+static int path_of(const char *e) {
+  for (int p = NN__CONV_GEMM; p <= NN__CONV_AVX512; p++)
+    if (!strcmp(e, nn__conv_path_name((nn__conv_path)p)))
+      return (nn__conv_path)p <= g_best ? p : (int)g_best;
+  return -1;
+}
+
+static void path_init(void) {
+  nn__conv_path best = NN__CONV_PORTABLE;
+#ifdef NN__X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = NN__CONV_AVX2;
+  if (__builtin_cpu_supports("avx512f")) best = NN__CONV_AVX512;
+#endif
+  g_best = g_path = best;
+  const char *e = getenv("SHOAL_NN_CONV_PATH");
+  int p = e && *e ? path_of(e) : -1;
+  if (p >= 0) g_path = (nn__conv_path)p, g_forced = true;
+}
+
+nn__conv_path nn__conv_path_get(void) {
+  pthread_once(&g_path_once, path_init);
+  return g_path;
+}
+
+const char *nn__conv_path_force(const char *name) {
+  pthread_once(&g_path_once, path_init);
+  if (!name) return nn__conv_path_name(g_path);
+  int p = path_of(name);
+  if (p < 0) return NULL;
+  g_path = (nn__conv_path)p, g_forced = true;
+  return nn__conv_path_name(g_path);
+}
+
+const char *nn__conv_path_name(nn__conv_path p) {
+  static const char *names[] = {"gemm", "portable", "avx2", "avx512"};
+  return p >= NN__CONV_GEMM && p <= NN__CONV_AVX512 ? names[p] : "?";
+}
+
+/* ---- geometry: the input in space-to-depth form ---------------------------------------
+ * A stride-s convolution is a stride-1 one over the input rearranged space-to-depth:
+ *   xs[(c*s + ri)*s + rj][a][b] = x[c][a*s + ri - pad][b*s + rj - pad]   (0 outside x)
+ * so tap (ki, kj) of channel c reads xs channel (c*s + ki%s)*s + kj%s at (oh + ki/s,
+ * ow + kj/s). Padding is folded in too, so the packing loops below are plain contiguous
+ * copies of output-row runs with no bounds checks, where im2col of an 8x8/4 convolution
+ * gathers every 4th float with a bounds test on each. The rearrangement reads x once. */
+
+typedef struct geom {
+  int C, H, W, kh, kw, s, pad; /* input and kernel (dilation 1) */
+  int Co, Ho, Wo, P, K;        /* output; P = Ho*Wo, K = C*kh*kw */
+  int Hs, Ws;                  /* xs is (C*s*s, Hs, Ws) */
+  size_t xsF;                  /* floats per sample of xs */
+} geom;
+
+/* A conv-transpose2d node is seen as the conv2d it is the adjoint of: that conv's input
+ * is the node's output (C_out, H, W) and its output the node's input; the weights
+ * (C_in, C_out, kh, kw) are that conv's (its C_out, C_in, kh, kw) as they lie. Output
+ * padding only adds rows and columns that the conv never reads. */
+static geom geom_of(const nn_model *m, const nn__node *n) {
+  const nn__node *x = &m->nodes[n->in[0]];
+  geom g = {x->C, x->H, x->W, n->kh, n->kw, n->stride, n->pad, n->C, n->H, n->W, n->H * n->W,
+            x->C * n->kh * n->kw};
+  if (n->kind == NN__CONVT)
+    g = (geom){n->C, n->H, n->W, n->kh, n->kw, n->stride, n->pad, x->C, x->H, x->W, x->H * x->W,
+               n->C * n->kh * n->kw};
+  g.Hs = g.Ho + (g.kh - 1) / g.s, g.Ws = g.Wo + (g.kw - 1) / g.s;
+  g.xsF = (size_t)g.C * g.s * g.s * g.Hs * g.Ws;
+  return g;
+}
+
+static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* One sample x (C, H, W) -> xs, or back: dx (+)= the entries of dxs that lie inside x. */
+/* Input row by input row: the s rows of xs that one row of x feeds are written in one
+ * pass over it (for strides 2 and 4 a loop the compiler turns into loads and shuffles),
+ * not s strided passes. Columns near the padding take the checked loop. */
+NN__CLONES static void to_s2d(const geom *g, const float *x, float *xs) {
+  int s = g->s, pad = g->pad, W = g->W, Ws = g->Ws;
+  size_t plane = (size_t)g->Hs * Ws;
+  /* b with every rj inside x: b*s - pad >= 0 and b*s + s-1 - pad < W */
+  int blo = clampi((pad + s - 1) / s, 0, Ws);
+  int bhi = clampi(W + pad - s < 0 ? 0 : (W + pad - s) / s + 1, blo, Ws);
+  for (int c = 0; c < g->C; c++)
+    for (int ri = 0; ri < s; ri++) {
+      float *d0 = xs + (size_t)(c * s + ri) * s * plane;
+      for (int a = 0; a < g->Hs; a++) {
+        int ih = a * s + ri - pad;
+        float *d = d0 + (size_t)a * Ws;
+        if ((unsigned)ih >= (unsigned)g->H) {
+          for (int rj = 0; rj < s; rj++) memset(d + rj * plane, 0, (size_t)Ws * sizeof(float));
+          continue;
+        }
+        const float *r = x + ((size_t)c * g->H + ih) * W; /* r[b*s + rj - pad] */
+        for (int rj = 0; rj < s; rj++)
+          for (int b = 0; b < Ws; b++) {
+            if (b == blo) b = bhi;
+            if (b >= Ws) break;
+            int iw = b * s + rj - pad;
+            d[rj * plane + b] = (unsigned)iw < (unsigned)W ? r[iw] : 0.0f;
+          }
+        if (s == 2) {
+          float *e0 = d, *e1 = d + plane;
+          for (int b = blo; b < bhi; b++) e0[b] = r[2 * b - pad], e1[b] = r[2 * b + 1 - pad];
+        } else if (s == 4) {
+          float *e0 = d, *e1 = d + plane, *e2 = d + 2 * plane, *e3 = d + 3 * plane;
+          for (int b = blo; b < bhi; b++)
+            e0[b] = r[4 * b - pad], e1[b] = r[4 * b + 1 - pad], e2[b] = r[4 * b + 2 - pad],
+            e3[b] = r[4 * b + 3 - pad];
+        } else {
+          for (int rj = 0; rj < s; rj++)
+            for (int b = blo; b < bhi; b++) d[rj * plane + b] = r[b * s + rj - pad];
+        }
+      }
+    }
+}
+
+NN__CLONES static void from_s2d(const geom *g, const float *xs, float *x, bool acc) {
+  int s = g->s;
+  if (!acc) memset(x, 0, (size_t)g->C * g->H * g->W * sizeof(float));
+  for (int c = 0; c < g->C; c++)
+    for (int ri = 0; ri < s; ri++)
+      for (int rj = 0; rj < s; rj++) {
+        const float *d = xs + ((size_t)(c * s + ri) * s + rj) * g->Hs * g->Ws;
+        int off = rj - g->pad;
+        int lo = clampi(off >= 0 ? 0 : (-off + s - 1) / s, 0, g->Ws);
+        int hi = clampi(g->W - off <= 0 ? 0 : (g->W - off + s - 1) / s, lo, g->Ws);
+        for (int a = 0; a < g->Hs; a++, d += g->Ws) {
+          int ih = a * s + ri - g->pad;
+          if ((unsigned)ih >= (unsigned)g->H) continue;
+          float *r = x + ((size_t)c * g->H + ih) * g->W + off;
+          if (s == 1)
+            for (int b = lo; b < hi; b++) r[b] += d[b];
+          else
+            for (int b = lo; b < hi; b++) r[b * s] += d[b];
+        }
+      }
+}
+
+/* koff[k]: where tap k = (c, ki, kj) starts in a sample of xs. */
+static void tap_offsets(const geom *g, int *koff) {
+  int s = g->s;
+  for (int c = 0, k = 0; c < g->C; c++)
+    for (int ki = 0; ki < g->kh; ki++)
+      for (int kj = 0; kj < g->kw; kj++, k++) {
+        int cs = (c * s + ki % s) * s + kj % s;
+        koff[k] = (cs * g->Hs + ki / s) * g->Ws + kj / s;
+      }
+}
+
+/* A run of panel columns along one output row of one sample. */
+typedef struct seg {
+  int j0, len;  /* panel columns [j0, j0+len) */
+  size_t xoff;  /* the run's first pixel in xs: sample*xsF + oh*Ws + ow */
+  size_t yoff;  /* and in y: sample*C_out*P + oh*Wo + ow */
+} seg;
+
+/* Cuts global columns [n0, n0+cnt) (n = sample*P + p) into runs along output rows. */
+static int segments(const geom *g, int n0, int cnt, seg *sg) {
+  int ns = 0;
+  for (int j = 0; j < cnt;) {
+    int n = n0 + j, s = n / g->P, p = n - s * g->P, oh = p / g->Wo, ow = p - oh * g->Wo;
+    int len = g->Wo - ow < cnt - j ? g->Wo - ow : cnt - j;
+    sg[ns++] = (seg){j, len, s * g->xsF + (size_t)oh * g->Ws + ow,
+                     (size_t)s * g->Co * g->P + (size_t)oh * g->Wo + ow};
+    j += len;
+  }
+  return ns;
+}
+
+/* dst[kk*ks + j*cs] = x̂[k0+kk][column j]. Inlined with constant strides, so the
+ * forward's copies (cs = 1) vectorise. */
+static inline __attribute__((always_inline)) void pack_cols(const float *xs, const int *koff,
+                                                            const seg *sg, int ns, int k0, int nk,
+                                                            float *dst, int ks, int cs) {
+  for (int kk = 0; kk < nk; kk++) {
+    const float *base = xs + koff[k0 + kk];
+    float *d = dst + (size_t)kk * ks;
+    for (int q = 0; q < ns; q++) {
+      const float *src = base + sg[q].xoff;
+      float *o = d + (size_t)sg[q].j0 * cs;
+      for (int t = 0; t < sg[q].len; t++) o[t * cs] = src[t];
+    }
+  }
+}
+
+/* The forward's panel, dst[kk*nr + j] = x̂[kk][column j], copied in whole 8-float
+ * chunks (a run is 7 to 20 floats in the Nature-DQN and DCGAN layers, which the vector
+ * loop above leaves mostly to its scalar tail). A chunk may read up to 7 floats past a
+ * run, which the next run or row overwrites, or which land in lanes past cnt that
+ * nothing reads back; so dst needs 8 floats of slack and xs readable floats up to xend
+ * (else the run's copy is exact). */
+static inline __attribute__((always_inline)) void pack_rows(const float *xs, const float *xend,
+                                                            const int *koff, const seg *sg, int ns,
+                                                            int K, float *dst, int nr) {
+  for (int k = 0; k < K; k++) {
+    const float *base = xs + koff[k];
+    float *d = dst + (size_t)k * nr;
+    for (int q = 0; q < ns; q++) {
+      const float *src = base + sg[q].xoff;
+      float *o = d + sg[q].j0;
+      int len = sg[q].len;
+      if (src + ((len + 7) & ~7) <= xend) {
+        for (int t = 0; t < len; t += 8) memcpy(o + t, src + t, 8 * sizeof(float));
+      } else {
+        for (int t = 0; t < len; t++) o[t] = src[t];
+      }
+    }
+  }
+}
+
+/* ---- scratch ------------------------------------------------------------------------- */
+
+static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Scratch layout (floats):
+ *   W packed (for forward or dx)   max(C_out+MR_MAX, ...) x K, panels of K rounded to NR_MAX
+ *   tap offsets                    K ints
+ *   xs of the batch                max_batch * xsF
+ *   dy packed for dW               max_batch * P * (C_out + MR_MAX)
+ *   per-sample sums of dy for db   max_batch * C_out
+ *   per thread: the largest of a forward B panel (K x NR), a dW chunk (B^T PC x NR and
+ *   tiles for G_MAX panels of every block of C_out) and dx's (A panel C_out x MR, dxs one
+ *   sample)
+ * sized for the widest ISA and the pool's most threads, so the path and thread count
+ * can change after build. C_out rounded up to any MR <= MR_MAX is at most C_out+MR_MAX. */
+typedef struct layout {
+  size_t w, koff, xs, dyp, dbs, thr, tstride, total;
+} layout;
+
+static layout layout_of(const geom *g, int max_batch) {
+  layout L;
+  size_t cp = (size_t)g->Co + MR_MAX, kp = ((size_t)g->K + NR_MAX - 1) / NR_MAX * NR_MAX;
+  size_t wa = cp * g->K, wb = kp * g->Co;
+  size_t f = (size_t)g->K * NR_MAX;
+  size_t w = (size_t)PC * NR_MAX + G_MAX * cp * NR_MAX;
+  size_t d = (size_t)g->Co * MR_MAX + up16(g->xsF);
+  L.w = 0;
+  L.koff = up16(wa > wb ? wa : wb);
+  L.xs = L.koff + up16((size_t)g->K);
+  L.dyp = L.xs + up16((size_t)max_batch * g->xsF) + 16; /* pack_rows reads past the end */
+  L.dbs = L.dyp + up16((size_t)max_batch * g->P * cp);
+  L.thr = L.dbs + up16((size_t)max_batch * (g->Co + g->C)); /* conv-transpose: its C_out */
+  L.tstride = up16(f > w ? (f > d ? f : d) : (w > d ? w : d)) + 16; /* and writes */
+  L.total = L.thr + (size_t)nn__pool_max_threads() * L.tstride;
+  return L;
+}
+
+size_t nn__convk_scratch(const nn_model *m, const nn__node *n, int max_batch) {
+  if (n->kind == NN__CONV && n->dil != 1) return 0; /* dilated: the GEMM path */
+  geom g = geom_of(m, n);
+  if (g.K > K_MAX || g.Co > CO_MAX) return 0;
+  size_t total = layout_of(&g, max_batch).total;
+  /* The batch's packed dy and xs grow with batch x image; past this (an ImageNet-sized
+   * layer at batch 256) im2col + GEMM's few-MB groups are the better use of memory. */
+  return total > SCRATCH_MAX ? 0 : total;
+}
+
+bool nn__convk_runs(const nn_model *m, const nn__node *n) {
+  nn__conv_path p = nn__conv_path_get();
+  if (p == NN__CONV_GEMM || !nn__convk_scratch(m, n, m->max_batch)) return false;
+  /* K under one panel (DCGAN's first conv, K = 16): half of each dW and dx tile is
+   * padding and the layer is all memory traffic; im2col + GEMM measured 2x faster. A
+   * forced path runs every layer it can, so that the tests cover it on small shapes. */
+  geom g = geom_of(m, n);
+  return g_forced || g.K >= NR_MAX;
+}
+
+typedef struct job {
+  const isa *I;
+  geom g;
+  layout L;
+  const float *x, *dy, *bias, *Wp;
+  float *y, *dw, *dx, *xs, *dyp, *tb;
+  float *dbs; /* (B, C_out): each sample's sum of dy, for db */
+  const float *xend; /* xs is readable up to here (pack_rows) */
+  const int *koff;
+  size_t xF;
+  int B, N, acc;
+  int G; /* panels of K per dW task */
+  const float *bias_x; /* conv-transpose forward: added to dx (its output) per channel */
+} job;
+
+static void job_init(job *j, nn_model *m, nn__node *n, int B) {
+  memset(j, 0, sizeof *j);
+  j->I = &g_isa[nn__conv_path_get()];
+  j->g = geom_of(m, n);
+  j->L = layout_of(&j->g, m->max_batch);
+  const nn__node *xn = nn__input(m, n, 0);
+  if (n->kind == NN__CONVT) /* the conv's input is this node's output (its gradient) */
+    j->x = n->dout, j->xF = (size_t)n->F;
+  else
+    j->x = xn->out, j->xF = (size_t)xn->F;
+  j->B = B, j->N = B * j->g.P;
+  float *S = m->scratch;
+  j->xs = S + j->L.xs, j->dyp = S + j->L.dyp, j->tb = S + j->L.thr;
+  int *koff = (int *)(S + j->L.koff);
+  tap_offsets(&j->g, koff);
+  j->koff = koff;
+}
+
+static void s2d_task(void *vc, int s, int th) {
+  const job *j = vc;
+  to_s2d(&j->g, j->x + s * j->xF, j->xs + s * j->g.xsF);
+}
+
+/* The batch in space-to-depth form; x itself when that is the identity (stride 1, no
+ * padding: xs == x, Hs == H, Ws == W). */
+static void make_xs(job *j) {
+  if (j->g.s == 1 && j->g.pad == 0) {
+    j->xs = (float *)j->x;
+    j->xend = j->x + j->B * j->xF;
+    return;
+  }
+  j->xend = j->xs + j->B * j->g.xsF + 16;
+  nn__parallel_for(j->B, s2d_task, j);
+}
+
+/* ---- forward ------------------------------------------------------------------------- */
+
+NN__CLONES static void fwd_task(void *vc, int task, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  int mr = j->I->mr, nr = j->I->nr, n0 = task * nr, cnt = j->N - n0 < nr ? j->N - n0 : nr;
+  float *Bp = j->tb + (size_t)th * j->L.tstride;
+  seg sg[NR_MAX];
+  int ns = segments(g, n0, cnt, sg);
+  if (cnt < nr) memset(Bp, 0, (size_t)g->K * nr * sizeof(float));
+  pack_rows(j->xs, j->xend, j->koff, sg, ns, g->K, Bp, nr);
+  /* In y a sample's pixels are contiguous across output rows: merge the runs, so the
+   * writes below are a vector loop over up to NR columns, not rows of Wo. */
+  int nw = 0;
+  for (int q = 0; q < ns; q++) {
+    if (nw && sg[nw - 1].yoff + sg[nw - 1].len == sg[q].yoff) {
+      sg[nw - 1].len += sg[q].len;
+      continue;
+    }
+    sg[nw++] = sg[q];
+  }
+  float tile[MR_MAX * NR_MAX] __attribute__((aligned(64)));
+  for (int co0 = 0; co0 < g->Co; co0 += mr) {
+    j->I->k(g->K, j->Wp + (size_t)co0 * g->K, Bp, tile, 0);
+    int rows = g->Co - co0 < mr ? g->Co - co0 : mr;
+    for (int i = 0; i < rows; i++) {
+      int co = co0 + i;
+      float bc = j->bias ? j->bias[co] : 0.0f;
+      const float *t = tile + i * nr;
+      for (int q = 0; q < nw; q++) {
+        float *o = j->y + sg[q].yoff + (size_t)co * g->P;
+        const float *tt = t + sg[q].j0;
+        if (j->acc) /* conv-transpose's dx, a later consumer's share */
+          for (int u = 0; u < sg[q].len; u++) o[u] += tt[u];
+        else
+          for (int u = 0; u < sg[q].len; u++) o[u] = tt[u] + bc;
+      }
+    }
+  }
+}
+
+/* Wp[b*MR*K + k*MR + i] = W[b*MR + i][k]: blocks of MR rows of W (C_out, K), K steps
+ * of MR floats each, zero past C_out. */
+static void pack_w_rows(const float *w, int Co, int K, int mr, float *Wp) {
+  for (int co0 = 0; co0 < Co; co0 += mr) {
+    float *d = Wp + (size_t)co0 * K;
+    for (int i = 0; i < mr; i++) {
+      if (co0 + i >= Co) {
+        for (int k = 0; k < K; k++) d[(size_t)k * mr + i] = 0.0f;
+        continue;
+      }
+      const float *r = w + (size_t)(co0 + i) * K;
+      for (int k = 0; k < K; k++) d[(size_t)k * mr + i] = r[k];
+    }
+  }
+}
+
+void nn__convk_forward(nn_model *m, nn__node *n, int B) {
+  job j;
+  job_init(&j, m, n, B);
+  j.y = n->out;
+  j.bias = n->bias ? m->params + n->poff[1] : NULL;
+  float *Wp = m->scratch + j.L.w;
+  pack_w_rows(m->params + n->poff[0], j.g.Co, j.g.K, j.I->mr, Wp);
+  j.Wp = Wp;
+  make_xs(&j);
+  nn__parallel_for((j.N + j.I->nr - 1) / j.I->nr, fwd_task, &j);
+}
+
+/* ---- backward ------------------------------------------------------------------------ */
+
+/* dyp[b*N*MR + n*MR + i] = dy[sample][b*MR + i][p] (n = sample*P + p): dy as the A
+ * operand of dW, blocks of MR channels, zero past C_out; and db += sum_p dy. */
+NN__CLONES static void dyp_task(void *vc, int s, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  int mr = j->I->mr;
+  for (int co0 = 0; co0 < g->Co; co0 += mr) {
+    float *d = j->dyp + (size_t)co0 * j->N + (size_t)s * g->P * mr;
+    for (int i = 0; i < mr; i++) {
+      int co = co0 + i;
+      if (co >= g->Co) {
+        for (int p = 0; p < g->P; p++) d[p * mr + i] = 0.0f;
+        continue;
+      }
+      const float *r = j->dy + ((size_t)s * g->Co + co) * g->P;
+      for (int p = 0; p < g->P; p++) d[p * mr + i] = r[p];
+    }
+  }
+  if (!j->dbs) return;
+  /* 16 partial sums, so the reduction vectorises without reassociation by the compiler */
+  for (int co = 0; co < g->Co; co++) {
+    const float *r = j->dy + ((size_t)s * g->Co + co) * g->P;
+    float acc[16] = {0};
+    int p = 0;
+    for (; p + 16 <= g->P; p += 16)
+      for (int l = 0; l < 16; l++) acc[l] += r[p + l];
+    float t = 0;
+    for (int l = 0; l < 16; l++) t += acc[l];
+    for (; p < g->P; p++) t += r[p];
+    j->dbs[(size_t)s * g->Co + co] = t;
+  }
+}
+
+/* dW[:, panels p0..p0+G) += sum over every column (sample, p) of dy[co][p] x̂[k][p]:
+ * chunks of PC columns; per chunk, each of the task's G panels of K gets its B^T packed
+ * and multiplied by every block of C_out. G panels a task, not one, so the chunk of
+ * packed dy (C_out x PC) is read from cache G times for each time it comes from memory
+ * (DCGAN's second conv: 3.4 MB of packed dy, read once per task). */
+NN__CLONES static void dw_task(void *vc, int task, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  int mr = j->I->mr, nr = j->I->nr, cb = (g->Co + mr - 1) / mr;
+  int np = (g->K + nr - 1) / nr, p0 = task * j->G, p1 = p0 + j->G < np ? p0 + j->G : np;
+  size_t tsz = (size_t)cb * mr * nr; /* one panel's tiles */
+  float *Bt = j->tb + (size_t)th * j->L.tstride, *tiles = Bt + (size_t)PC * NR_MAX;
+  memset(tiles, 0, (size_t)(p1 - p0) * tsz * sizeof(float));
+  seg sg[PC];
+  for (int n0 = 0; n0 < j->N; n0 += PC) {
+    int cnt = j->N - n0 < PC ? j->N - n0 : PC;
+    int ns = segments(g, n0, cnt, sg);
+    for (int pi = p0; pi < p1; pi++) {
+      int k0 = pi * nr, nk = g->K - k0 < nr ? g->K - k0 : nr;
+      if (nk < nr) memset(Bt, 0, (size_t)cnt * nr * sizeof(float));
+      pack_cols(j->xs, j->koff, sg, ns, k0, nk, Bt, 1, nr);
+      float *tp = tiles + (size_t)(pi - p0) * tsz;
+      for (int b = 0; b < cb; b++)
+        j->I->k(cnt, j->dyp + (size_t)b * mr * j->N + (size_t)n0 * mr, Bt, tp + (size_t)b * mr * nr,
+                1);
+    }
+  }
+  for (int pi = p0; pi < p1; pi++) {
+    int k0 = pi * nr, nk = g->K - k0 < nr ? g->K - k0 : nr;
+    const float *tp = tiles + (size_t)(pi - p0) * tsz;
+    for (int b = 0; b < cb; b++)
+      for (int i = 0; i < mr && b * mr + i < g->Co; i++) {
+        float *d = j->dw + (size_t)(b * mr + i) * g->K + k0;
+        const float *t = tp + ((size_t)b * mr + i) * nr;
+        for (int q = 0; q < nk; q++) d[q] += t[q];
+      }
+  }
+}
+
+/* dx of one sample: tiles of MR pixels x NR taps of dx̂ = dy^T W, each entry added into
+ * dxs where its x̂ entry was read (col2im, without bounds tests), then dxs folded back. */
+NN__CLONES static void dx_task(void *vc, int s, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  int mr = j->I->mr, nr = j->I->nr;
+  float *Ap = j->tb + (size_t)th * j->L.tstride, *dxs = Ap + (size_t)g->Co * MR_MAX;
+  const float *dy = j->dy + (size_t)s * g->Co * g->P;
+  memset(dxs, 0, g->xsF * sizeof(float));
+  float tile[MR_MAX * NR_MAX] __attribute__((aligned(64)));
+  int pix[MR_MAX];
+  for (int p0 = 0; p0 < g->P; p0 += mr) {
+    int rows = g->P - p0 < mr ? g->P - p0 : mr;
+    for (int co = 0; co < g->Co; co++) {
+      const float *src = dy + (size_t)co * g->P + p0;
+      float *d = Ap + (size_t)co * mr;
+      for (int i = 0; i < mr; i++) d[i] = i < rows ? src[i] : 0.0f;
+    }
+    for (int i = 0; i < rows; i++) {
+      int p = p0 + i, oh = p / g->Wo;
+      pix[i] = oh * g->Ws + p - oh * g->Wo;
+    }
+    for (int k0 = 0; k0 < g->K; k0 += nr) {
+      int nk = g->K - k0 < nr ? g->K - k0 : nr;
+      j->I->k(g->Co, Ap, j->Wp + (size_t)k0 * g->Co, tile, 0);
+      const int *ko = j->koff + k0;
+      for (int i = 0; i < rows; i++) {
+        float *base = dxs + pix[i];
+        const float *t = tile + i * nr;
+        for (int q = 0; q < nk; q++) base[ko[q]] += t[q];
+      }
+    }
+  }
+  float *d = j->dx + s * j->xF;
+  from_s2d(g, dxs, d, j->acc);
+  for (int c = 0; j->bias_x && c < g->C; c++) {
+    float b = j->bias_x[c], *r = d + (size_t)c * g->H * g->W;
+    for (int q = 0; q < g->H * g->W; q++) r[q] += b;
+  }
+}
+
+/* Wp[k0*C_out + co*NR + q] = W[co][k0 + q]: panels of NR columns of W, C_out steps
+ * each, zero past K. */
+static void pack_w_cols(const float *w, int Co, int K, int nr, float *Wp) {
+  for (int k0 = 0; k0 < K; k0 += nr) {
+    float *d = Wp + (size_t)k0 * Co;
+    int nk = K - k0 < nr ? K - k0 : nr;
+    for (int co = 0; co < Co; co++) {
+      memcpy(d + (size_t)co * nr, w + (size_t)co * K + k0, (size_t)nk * sizeof(float));
+      for (int q = nk; q < nr; q++) d[(size_t)co * nr + q] = 0.0f;
+    }
+  }
+}
+
+void nn__convk_backward(nn_model *m, nn__node *n, int B) {
+  job j;
+  job_init(&j, m, n, B);
+  const geom *g = &j.g;
+  j.dy = n->dout;
+  j.dw = m->grads + n->poff[0];
+  j.dbs = n->bias ? m->scratch + j.L.dbs : NULL;
+  make_xs(&j);
+  nn__parallel_for(B, dyp_task, &j);
+  if (n->bias) { /* db += the samples' sums, in sample order (the same on any thread count) */
+    float *db = m->grads + n->poff[1];
+    for (int s = 0; s < B; s++)
+      for (int co = 0; co < g->Co; co++) db[co] += j.dbs[(size_t)s * g->Co + co];
+  }
+  /* panels per dW task: up to G_MAX, and at least two tasks a thread for balance */
+  int np = (g->K + j.I->nr - 1) / j.I->nr, T = nn__cpu_threads();
+  j.G = np / (2 * (T < 1 ? 1 : T));
+  j.G = j.G < 1 ? 1 : j.G > G_MAX ? G_MAX : j.G;
+  nn__parallel_for((np + j.G - 1) / j.G, dw_task, &j);
+  bool acc;
+  j.dx = nn__dinput(m, n, 0, &acc);
+  if (!j.dx) return;
+  j.acc = acc;
+  float *Wp = m->scratch + j.L.w;
+  pack_w_cols(m->params + n->poff[0], g->Co, g->K, j.I->nr, Wp);
+  j.Wp = Wp;
+  nn__parallel_for(B, dx_task, &j);
+}
+
+/* ---- conv-transpose2d: y = conv^T x + b, through the conv it is the adjoint of --------
+ *   forward   y  = that conv's dx from "dy" = x, plus the bias
+ *   backward  dW += that conv's dW from input dy and "dy" = x;  dx (+)= that conv's
+ *             forward of dy;  db += sum of dy over samples and pixels */
+
+static void sum_task(void *vc, int s, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  size_t HW = (size_t)g->H * g->W;
+  for (int c = 0; c < g->C; c++) {
+    const float *r = j->x + s * j->xF + c * HW;
+    float acc[16] = {0}, t = 0;
+    size_t p = 0;
+    for (; p + 16 <= HW; p += 16)
+      for (int l = 0; l < 16; l++) acc[l] += r[p + l];
+    for (int l = 0; l < 16; l++) t += acc[l];
+    for (; p < HW; p++) t += r[p];
+    j->dbs[(size_t)s * g->C + c] = t;
+  }
+}
+
+void nn__convk_t_forward(nn_model *m, nn__node *n, int B) {
+  job j;
+  job_init(&j, m, n, B);
+  j.dy = nn__input(m, n, 0)->out;
+  j.dx = n->out, j.xF = (size_t)n->F, j.acc = 0;
+  j.bias_x = n->bias ? m->params + n->poff[1] : NULL;
+  float *Wp = m->scratch + j.L.w;
+  pack_w_cols(m->params + n->poff[0], j.g.Co, j.g.K, j.I->nr, Wp);
+  j.Wp = Wp;
+  nn__parallel_for(B, dx_task, &j);
+}
+
+void nn__convk_t_backward(nn_model *m, nn__node *n, int B) {
+  job j;
+  job_init(&j, m, n, B);
+  const geom *g = &j.g;
+  j.dy = nn__input(m, n, 0)->out;
+  j.dw = m->grads + n->poff[0];
+  if (n->bias) {
+    j.dbs = m->scratch + j.L.dbs;
+    nn__parallel_for(B, sum_task, &j);
+    float *db = m->grads + n->poff[1];
+    for (int s = 0; s < B; s++)
+      for (int c = 0; c < g->C; c++) db[c] += j.dbs[(size_t)s * g->C + c];
+    j.dbs = NULL;
+  }
+  make_xs(&j);
+  nn__parallel_for(B, dyp_task, &j);
+  int np = (g->K + j.I->nr - 1) / j.I->nr, T = nn__cpu_threads();
+  j.G = np / (2 * (T < 1 ? 1 : T));
+  j.G = j.G < 1 ? 1 : j.G > G_MAX ? G_MAX : j.G;
+  nn__parallel_for((np + j.G - 1) / j.G, dw_task, &j);
+  bool acc;
+  j.y = nn__dinput(m, n, 0, &acc);
+  if (!j.y) return;
+  j.acc = acc;
+  float *Wp = m->scratch + j.L.w;
+  pack_w_rows(m->params + n->poff[0], g->Co, g->K, j.I->mr, Wp);
+  j.Wp = Wp;
+  nn__parallel_for((j.N + j.I->nr - 1) / j.I->nr, fwd_task, &j);
+}
