@@ -73,7 +73,8 @@ endfunction()
 # The tests `make test-tsan` runs under ThreadSanitizer (label tsan): those that drive
 # shoal's own threads (rpc server and client, replay's concurrent inserts, the store
 # writer, data's stream reader, the vector env, follow, supervise, the learner's eval
-# and lease threads through the actor, apex, on-policy, live, sweep and fault tests). Left out: tests without threads, the slow ones, the
+# and lease threads through the actor, apex, on-policy, live, sweep and fault tests; nn's
+# thread pool through test_nn_layers). Left out: tests without threads, the slow ones, the
 # MongoDB ones (libmongoc's uninstrumented threads, and forks of a threaded process,
 # which TSan does not support), those that bound RSS (TSan's shadow memory breaks the
 # bound: replay_spill, malicious, store_dataset), test_faults_ingest (its throughput
@@ -83,7 +84,7 @@ set(SHOAL_TSAN_TESTS
     test_replay_traj test_rpc test_store_writer test_store_file test_follow test_supervise
     test_rlog test_actor test_apex test_onpolicy_dist test_faults_net test_faults_actors
     test_data test_envs test_onpolicy_train test_workflow_live test_workflow_sweep
-    test_faults_store test_faults_lease)
+    test_faults_store test_faults_lease test_nn_layers)
 
 # shoal_add_test(NAME name SOURCES ... [DEPS ...] [LABELS unit|integration|gpu|slow ...]
 #                [TIMEOUT seconds] [ARGS ...])
