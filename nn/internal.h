@@ -300,4 +300,20 @@ int nn__conv_group(int K, int P, int max_batch);
 /* y = accumulate ? y + x : x, n floats. */
 void nn__put(float *y, const float *x, size_t n, bool accumulate);
 
+/* NN__CAN_CLONE: nn may give hot loops per-ISA clones (target_clones, chosen at load time):
+ * x86-64 with gcc >= 8 or clang >= 14, and not under ThreadSanitizer, where a clone's
+ * resolver runs during relocation, before TSan's runtime is up, and crashes there. */
+#if defined(__SANITIZE_THREAD__)
+#define NN__TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define NN__TSAN 1
+#endif
+#endif
+#if defined(__x86_64__) && !defined(NN__TSAN) &&      \
+    ((defined(__clang__) && __clang_major__ >= 14) || \
+     (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8))
+#define NN__CAN_CLONE 1
+#endif
+
 #endif

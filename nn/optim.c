@@ -175,18 +175,7 @@ static int slot(const nn_optim *o, const float *b) { return b ? (int)((b - o->mo
 /* The loops over the whole buffer get an AVX2 clone beside the baseline x86-64 one,
  * chosen at load time (the build targets baseline x86-64). Same operations in the same
  * order in both (no FMA contraction in ISO C mode), so the results are identical. */
-/* Not under ThreadSanitizer: the clones' resolver runs during relocation, before TSan's
- * runtime is set up, and its instrumentation crashes there. */
-#if defined(__SANITIZE_THREAD__)
-#define NN__TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define NN__TSAN 1
-#endif
-#endif
-#if defined(__x86_64__) && !defined(NN__TSAN) &&      \
-    ((defined(__clang__) && __clang_major__ >= 14) || \
-     (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8))
+#ifdef NN__CAN_CLONE /* (nn/internal.h) */
 #define NN__HOT __attribute__((target_clones("avx2", "default")))
 #else
 #define NN__HOT

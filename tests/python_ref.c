@@ -264,6 +264,48 @@ static int opmkrun(int argc, char **argv) {
   return 0;
 }
 
+/* The run's on-policy agent from the store as shoal-onpolicy-actor and `shoal eval` build
+ * it: its spec, the snapshot WHICH (latest, best or a version) decoded into it for act()
+ * batches up to 256, and the normaliser it carries. Exits through die() on error. */
+typedef struct opref {
+  store *st;
+  config *cfg;
+  op_spec s;
+  op_agent a;
+  op_norm z;
+} opref;
+
+static int opref_load(opref *o, const char *uri, const char *run, const char *which, int B) {
+  int64_t version = !strcmp(which, "latest") ? STORE_LATEST
+                    : !strcmp(which, "best") ? STORE_BEST
+                                             : strtoll(which, NULL, 10);
+  shoal_error err = {0};
+  memset(o, 0, sizeof *o);
+  if (store_open(&o->st, uri, &err)) return die("store", &err);
+  store_run r = {0};
+  if (store_run_find(o->st, run, &r, &err)) return die("run", &err);
+  o->cfg = op_config(r.config ? r.config : "", run, &o->s, &err);
+  if (!o->cfg) return die("config", &err);
+  store_run_clear(&r);
+  void *bytes;
+  size_t len;
+  if (store_snapshot_get(o->st, run, version, NULL, &bytes, &len, &err)) return die("snap", &err);
+  if (op_agent_from_config(o->cfg, &o->s, B < 256 ? B : 256, false, NN_CPU, &o->a, &err))
+    return die("agent", &err);
+  if (o->s.norm_obs && op_norm_init(&o->z, (int)o->s.obs_n, &err)) return die("norm", &err);
+  if (op_snapshot_decode(&o->a, &o->s, o->s.norm_obs ? &o->z : NULL, bytes, len, &err))
+    return die("decode", &err);
+  free(bytes);
+  return 0;
+}
+
+static void opref_free(opref *o) {
+  op_norm_free(&o->z);
+  op_agent_destroy(&o->a);
+  config_destroy(o->cfg);
+  store_close(o->st);
+}
+
 /* shoal-onpolicy-actor's and `shoal eval`'s construction and acting, step for step. */
 static int opact(int argc, char **argv) {
   if (argc < 8) return die("usage: opact URI RUN latest|best|V OBS B GREEDY SEED OUT", NULL);
@@ -271,34 +313,15 @@ static int opact(int argc, char **argv) {
   int B = atoi(argv[4]);
   bool greedy = atoi(argv[5]) != 0;
   uint64_t seed = strtoull(argv[6], NULL, 10);
-  int64_t version = !strcmp(which, "latest") ? STORE_LATEST
-                    : !strcmp(which, "best") ? STORE_BEST
-                                             : strtoll(which, NULL, 10);
+  opref o;
+  if (opref_load(&o, uri, run, which, B)) return 1;
+  const op_spec s = o.s;
   shoal_error err = {0};
-  store *st;
-  if (store_open(&st, uri, &err)) return die("store", &err);
-  store_run r = {0};
-  if (store_run_find(st, run, &r, &err)) return die("run", &err);
-  op_spec s;
-  config *cfg = op_config(r.config ? r.config : "", run, &s, &err);
-  if (!cfg) return die("config", &err);
-  store_run_clear(&r);
-  void *bytes;
-  size_t len;
-  if (store_snapshot_get(st, run, version, NULL, &bytes, &len, &err)) return die("snap", &err);
-  op_agent a;
-  if (op_agent_from_config(cfg, &s, B < 256 ? B : 256, false, NN_CPU, &a, &err))
-    return die("agent", &err);
-  op_norm z = {0};
-  if (s.norm_obs && op_norm_init(&z, (int)s.obs_n, &err)) return die("norm", &err);
-  if (op_snapshot_decode(&a, &s, s.norm_obs ? &z : NULL, bytes, len, &err))
-    return die("decode", &err);
-  free(bytes);
   size_t olen;
   void *obs = read_all(argv[3], &olen);
   if (!obs || olen != (size_t)B * s.obs_bytes) return die("OBS size", NULL);
   float *obs_f = malloc((size_t)B * s.obs_n * sizeof(float));
-  op_obs_to_float(&s, obs, obs_f, (size_t)B, s.norm_obs ? &z : NULL);
+  op_obs_to_float(&s, obs, obs_f, (size_t)B, s.norm_obs ? &o.z : NULL);
   size_t D = s.D > 0 ? (size_t)s.D : 1;
   float *raw = malloc((size_t)B * D * sizeof(float)), *clip = malloc((size_t)B * D * sizeof(float));
   float *logp = malloc((size_t)B * sizeof(float));
@@ -308,7 +331,7 @@ static int opact(int argc, char **argv) {
    * bits of a BLAS product differently); one RNG across them. */
   for (int lo = 0; lo < B; lo += 256) {
     int n = B - lo < 256 ? B - lo : 256;
-    if (op_agent_act(&a, obs_f + (size_t)lo * s.obs_n, n, &rng, greedy, raw + (size_t)lo * D,
+    if (op_agent_act(&o.a, obs_f + (size_t)lo * s.obs_n, n, &rng, greedy, raw + (size_t)lo * D,
                      clip + (size_t)lo * D, logp + lo, &err))
       return die("act", &err);
   }
@@ -323,10 +346,7 @@ static int opact(int argc, char **argv) {
   fwrite(logp, sizeof(float), (size_t)B, out);
   fclose(out);
   free(obs), free(obs_f), free(raw), free(clip), free(logp);
-  op_norm_free(&z);
-  op_agent_destroy(&a);
-  config_destroy(cfg);
-  store_close(st);
+  opref_free(&o);
   return 0;
 }
 
@@ -339,35 +359,16 @@ static int opactrec(int argc, char **argv) {
   int T = atoi(argv[5]), B = atoi(argv[6]);
   bool greedy = atoi(argv[7]) != 0;
   uint64_t seed = strtoull(argv[8], NULL, 10);
-  int64_t version = !strcmp(which, "latest") ? STORE_LATEST
-                    : !strcmp(which, "best") ? STORE_BEST
-                                             : strtoll(which, NULL, 10);
+  opref o;
+  if (opref_load(&o, uri, run, which, B)) return 1;
+  if (o.a.S <= 0) return die("the run's network has no LSTM core", NULL);
+  const op_spec s = o.s;
   shoal_error err = {0};
-  store *st;
-  if (store_open(&st, uri, &err)) return die("store", &err);
-  store_run r = {0};
-  if (store_run_find(st, run, &r, &err)) return die("run", &err);
-  op_spec s;
-  config *cfg = op_config(r.config ? r.config : "", run, &s, &err);
-  if (!cfg) return die("config", &err);
-  store_run_clear(&r);
-  void *bytes;
-  size_t len;
-  if (store_snapshot_get(st, run, version, NULL, &bytes, &len, &err)) return die("snap", &err);
-  op_agent a;
-  if (op_agent_from_config(cfg, &s, B < 256 ? B : 256, false, NN_CPU, &a, &err))
-    return die("agent", &err);
-  if (a.S <= 0) return die("the run's network has no LSTM core", NULL);
-  op_norm z = {0};
-  if (s.norm_obs && op_norm_init(&z, (int)s.obs_n, &err)) return die("norm", &err);
-  if (op_snapshot_decode(&a, &s, s.norm_obs ? &z : NULL, bytes, len, &err))
-    return die("decode", &err);
-  free(bytes);
   size_t olen, flen;
   uint8_t *obs = read_all(argv[3], &olen), *first = read_all(argv[4], &flen);
   if (!obs || olen != (size_t)T * B * s.obs_bytes) return die("OBS size", NULL);
   if (!first || flen != (size_t)T * B) return die("FIRST size", NULL);
-  size_t D = s.D > 0 ? (size_t)s.D : 1, S = (size_t)a.S;
+  size_t D = s.D > 0 ? (size_t)s.D : 1, S = (size_t)o.a.S;
   float *obs_f = malloc((size_t)B * s.obs_n * sizeof(float));
   float *state = calloc((size_t)B * S, sizeof(float));
   float *raw = malloc((size_t)B * D * sizeof(float)), *clip = malloc((size_t)B * D * sizeof(float));
@@ -378,10 +379,10 @@ static int opactrec(int argc, char **argv) {
   shoal_rng_seed(&rng, seed);
   for (int t = 0; t < T; t++) {
     op_obs_to_float(&s, obs + (size_t)t * B * s.obs_bytes, obs_f, (size_t)B,
-                    s.norm_obs ? &z : NULL);
+                    s.norm_obs ? &o.z : NULL);
     for (int lo = 0; lo < B; lo += 256) {
       int n = B - lo < 256 ? B - lo : 256;
-      if (op_agent_act_recurrent(&a, obs_f + (size_t)lo * s.obs_n, n, state + (size_t)lo * S,
+      if (op_agent_act_recurrent(&o.a, obs_f + (size_t)lo * s.obs_n, n, state + (size_t)lo * S,
                                  first + (size_t)t * B + lo, &rng, greedy, raw + (size_t)lo * D,
                                  clip + (size_t)lo * D, logp + lo, &err))
         return die("act", &err);
@@ -395,10 +396,7 @@ static int opactrec(int argc, char **argv) {
   fwrite(state, sizeof(float), (size_t)B * S, out);
   fclose(out);
   free(obs), free(first), free(obs_f), free(state), free(raw), free(clip), free(logp);
-  op_norm_free(&z);
-  op_agent_destroy(&a);
-  config_destroy(cfg);
-  store_close(st);
+  opref_free(&o);
   return 0;
 }
 #endif

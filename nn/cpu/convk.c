@@ -41,19 +41,8 @@
 #include "nn/cpu/cpu.h"
 
 /* The packing and NCHW loops are compiled for each ISA too, so their copies use the
- * machine's widest vectors (the micro-kernels are per-ISA already). Not under
- * ThreadSanitizer: a clone's resolver runs during relocation, before TSan's runtime is
- * up, and crashes there when instrumented (as nn/optim.c). */
-#if defined(__SANITIZE_THREAD__)
-#define NN__TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define NN__TSAN 1
-#endif
-#endif
-#if defined(NN__X86) && !defined(NN__TSAN) &&         \
-    ((defined(__clang__) && __clang_major__ >= 14) || \
-     (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8))
+ * machine's widest vectors (the micro-kernels are per-ISA already). */
+#if defined(NN__X86) && defined(NN__CAN_CLONE)
 #define NN__CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define NN__CLONES
@@ -61,9 +50,9 @@
 
 #define MR_MAX 8
 #define NR_MAX 32
-#define PC 256         /* contraction columns per dW chunk: a B^T chunk of 32 KB */
-#define G_MAX 8        /* panels of K per dW task */
-#define K_MAX 16384    /* beyond these the GEMM path runs the layer */
+#define PC 256      /* contraction columns per dW chunk: a B^T chunk of 32 KB */
+#define G_MAX 8     /* panels of K per dW task */
+#define K_MAX 16384 /* beyond these the GEMM path runs the layer */
 #define CO_MAX 4096
 #define SCRATCH_MAX ((size_t)32 << 20) /* floats: 128 MB */
 
@@ -108,11 +97,11 @@ static void ukern_portable(int L, const float *A, const float *B, float *C, int 
 #ifdef NN__X86
 /* Named accumulators, not an array: gcc kept part of a __m256 c[6][2] on the stack
  * inside the loop (a store per FMA pair, half the speed). */
-#define NN__ROW2(i)                                 \
-  do {                                              \
-    __m256 a = _mm256_broadcast_ss(A + (i));        \
-    c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0);      \
-    c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1);      \
+#define NN__ROW2(i)                            \
+  do {                                         \
+    __m256 a = _mm256_broadcast_ss(A + (i));   \
+    c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0); \
+    c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1); \
   } while (0)
 __attribute__((target("avx2,fma"))) static void ukern_avx2(int L, const float *A, const float *B,
                                                            float *C, int acc) {
@@ -242,11 +231,11 @@ typedef struct geom {
  * padding only adds rows and columns that the conv never reads. */
 static geom geom_of(const nn_model *m, const nn__node *n) {
   const nn__node *x = &m->nodes[n->in[0]];
-  geom g = {x->C, x->H, x->W, n->kh, n->kw, n->stride, n->pad, n->C, n->H, n->W, n->H * n->W,
-            x->C * n->kh * n->kw};
+  geom g = {x->C,   x->H, x->W, n->kh, n->kw,       n->stride,
+            n->pad, n->C, n->H, n->W,  n->H * n->W, x->C * n->kh * n->kw};
   if (n->kind == NN__CONVT)
-    g = (geom){n->C, n->H, n->W, n->kh, n->kw, n->stride, n->pad, x->C, x->H, x->W, x->H * x->W,
-               n->C * n->kh * n->kw};
+    g = (geom){n->C,   n->H, n->W, n->kh, n->kw,       n->stride,
+               n->pad, x->C, x->H, x->W,  x->H * x->W, n->C * n->kh * n->kw};
   g.Hs = g.Ho + (g.kh - 1) / g.s, g.Ws = g.Wo + (g.kw - 1) / g.s;
   g.xsF = (size_t)g.C * g.s * g.s * g.Hs * g.Ws;
   return g;
@@ -333,9 +322,9 @@ static void tap_offsets(const geom *g, int *koff) {
 
 /* A run of panel columns along one output row of one sample. */
 typedef struct seg {
-  int j0, len;  /* panel columns [j0, j0+len) */
-  size_t xoff;  /* the run's first pixel in xs: sample*xsF + oh*Ws + ow */
-  size_t yoff;  /* and in y: sample*C_out*P + oh*Wo + ow */
+  int j0, len; /* panel columns [j0, j0+len) */
+  size_t xoff; /* the run's first pixel in xs: sample*xsF + oh*Ws + ow */
+  size_t yoff; /* and in y: sample*C_out*P + oh*Wo + ow */
 } seg;
 
 /* Cuts global columns [n0, n0+cnt) (n = sample*P + p) into runs along output rows. */
@@ -423,7 +412,7 @@ static layout layout_of(const geom *g, int max_batch) {
   L.xs = L.koff + up16((size_t)g->K);
   L.dyp = L.xs + up16((size_t)max_batch * g->xsF) + 16; /* pack_rows reads past the end */
   L.dbs = L.dyp + up16((size_t)max_batch * g->P * cp);
-  L.thr = L.dbs + up16((size_t)max_batch * (g->Co + g->C)); /* conv-transpose: its C_out */
+  L.thr = L.dbs + up16((size_t)max_batch * (g->Co + g->C));         /* conv-transpose: its C_out */
   L.tstride = up16(f > w ? (f > d ? f : d) : (w > d ? w : d)) + 16; /* and writes */
   L.total = L.thr + (size_t)nn__pool_max_threads() * L.tstride;
   return L;
@@ -455,12 +444,12 @@ typedef struct job {
   layout L;
   const float *x, *dy, *bias, *Wp;
   float *y, *dw, *dx, *xs, *dyp, *tb;
-  float *dbs; /* (B, C_out): each sample's sum of dy, for db */
+  float *dbs;        /* (B, C_out): each sample's sum of dy, for db */
   const float *xend; /* xs is readable up to here (pack_rows) */
   const int *koff;
   size_t xF;
   int B, N, acc;
-  int G; /* panels of K per dW task */
+  int G;               /* panels of K per dW task */
   const float *bias_x; /* conv-transpose forward: added to dx (its output) per channel */
 } job;
 
