@@ -17,6 +17,17 @@ CLI = os.environ.get("SHOAL_CLI")
 SRC = os.environ.get("SHOAL_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 
 
+def shoal_eval(uri, run, seed):
+    """`shoal eval RUN` over 16 episodes: the match of its line (version, mean, sd, min,
+    max)."""
+    out = subprocess.run([CLI, "eval", run, "--store", uri, "--episodes", "16", "--seed",
+                          str(seed)], check=True, capture_output=True, text=True).stdout
+    m = re.search(r"snapshot v(\d+).*return (-?[0-9.]+) ± ([0-9.]+) over 16 episodes "
+                  r"\(min (-?[0-9.]+), max (-?[0-9.]+)\)", out)
+    assert m, out
+    return m
+
+
 @pytest.mark.skipif(not CLI, reason="SHOAL_CLI (the shoal program) not built")
 def test_trained_policy_plays_as_shoal_eval(tmp_path):
     uri = "file://" + str(tmp_path / "runs")
@@ -26,11 +37,7 @@ def test_trained_policy_plays_as_shoal_eval(tmp_path):
                    capture_output=True)
     # The store folder holds the run and the store's own dot entries (.leases).
     (run,) = [n for n in os.listdir(tmp_path / "runs") if not n.startswith(".")]
-    out = subprocess.run([CLI, "eval", run, "--store", uri, "--episodes", "16", "--seed", "3"],
-                         check=True, capture_output=True, text=True).stdout
-    m = re.search(r"snapshot v(\d+).*return (-?[0-9.]+) ± ([0-9.]+) over 16 episodes "
-                  r"\(min (-?[0-9.]+), max (-?[0-9.]+)\)", out)
-    assert m, out
+    m = shoal_eval(uri, run, 3)
     pol = shoal.load_policy(uri, run=run)
     assert pol.version == int(m.group(1))
     ret = python_eval(pol, "CartPole-v1", 16, 3)
@@ -71,11 +78,7 @@ def test_trained_recurrent_policy_plays_as_shoal_eval(tmp_path):
                     "--set", "run.eval_every_steps=10000", "--set", "run.eval_episodes=4"],
                    check=True, timeout=120, capture_output=True)
     (run,) = [n for n in os.listdir(tmp_path / "runs") if not n.startswith(".")]
-    out = subprocess.run([CLI, "eval", run, "--store", uri, "--episodes", "16", "--seed", "5"],
-                         check=True, capture_output=True, text=True).stdout
-    m = re.search(r"snapshot v(\d+).*return (-?[0-9.]+) ± ([0-9.]+) over 16 episodes "
-                  r"\(min (-?[0-9.]+), max (-?[0-9.]+)\)", out)
-    assert m, out
+    m = shoal_eval(uri, run, 5)
     pol = shoal.load_policy(uri, run=run)
     assert pol.recurrent and pol.lstm_size == 64 and pol.normalizes_obs
     assert pol.version == int(m.group(1))

@@ -631,6 +631,15 @@ NN__CLONES static void dw_task(void *vc, int task, int th) {
   }
 }
 
+/* dW over the K panels: up to G_MAX panels a task, and at least two tasks a thread for
+ * balance. */
+static void run_dw(job *j, int K) {
+  int np = (K + j->I->nr - 1) / j->I->nr, T = nn__cpu_threads();
+  j->G = np / (2 * (T < 1 ? 1 : T));
+  j->G = j->G < 1 ? 1 : j->G > G_MAX ? G_MAX : j->G;
+  nn__parallel_for((np + j->G - 1) / j->G, dw_task, j);
+}
+
 /* dx of one sample: tiles of MR pixels x NR taps of dx̂ = dy^T W, each entry added into
  * dxs where its x̂ entry was read (col2im, without bounds tests), then dxs folded back. */
 NN__CLONES static void dx_task(void *vc, int s, int th) {
@@ -699,11 +708,7 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
     for (int s = 0; s < B; s++)
       for (int co = 0; co < g->Co; co++) db[co] += j.dbs[(size_t)s * g->Co + co];
   }
-  /* panels per dW task: up to G_MAX, and at least two tasks a thread for balance */
-  int np = (g->K + j.I->nr - 1) / j.I->nr, T = nn__cpu_threads();
-  j.G = np / (2 * (T < 1 ? 1 : T));
-  j.G = j.G < 1 ? 1 : j.G > G_MAX ? G_MAX : j.G;
-  nn__parallel_for((np + j.G - 1) / j.G, dw_task, &j);
+  run_dw(&j, g->K);
   bool acc;
   j.dx = nn__dinput(m, n, 0, &acc);
   if (!j.dx) return;
@@ -763,10 +768,7 @@ void nn__convk_t_backward(nn_model *m, nn__node *n, int B) {
   }
   make_xs(&j);
   nn__parallel_for(B, dyp_task, &j);
-  int np = (g->K + j.I->nr - 1) / j.I->nr, T = nn__cpu_threads();
-  j.G = np / (2 * (T < 1 ? 1 : T));
-  j.G = j.G < 1 ? 1 : j.G > G_MAX ? G_MAX : j.G;
-  nn__parallel_for((np + j.G - 1) / j.G, dw_task, &j);
+  run_dw(&j, g->K);
   bool acc;
   j.y = nn__dinput(m, n, 0, &acc);
   if (!j.y) return;
