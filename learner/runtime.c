@@ -762,13 +762,9 @@ static double seconds_before(lrt *rt) {
 }
 
 /* Trains until a stop rule or a signal; returns the reason. t0 is when the run's
- * training time began (earlier than now for a resumed run). */
-static const char *train(lrt *rt, double t0) {
+ * training time began (earlier than now for a resumed run); wp is the log window. */
+static const char *train_loop(lrt *rt, double t0, window *wp) {
   const double log_every = config_float(rt->cfg, "learner.log_every_s");
-  lrt_figs f0;
-  rt->algo.figs(rt->a, &f0);
-  /* The first window starts from where the run is, not from 0 (no false rate). */
-  window w = {shoal_now_s(), f0.env_steps, rt->updates, 0};
   double t_snap = t0;
   uint64_t eval_seed = 1000003;
   shoal_error err = {0};
@@ -811,8 +807,24 @@ static const char *train(lrt *rt, double t0) {
       t_snap = now;
       snapshot(rt, f.env_steps);
     }
-    if (now - w.t >= log_every) progress(rt, t0, now, &w, &f);
+    if (now - wp->t >= log_every) progress(rt, t0, now, wp, &f);
   }
+}
+
+static const char *train(lrt *rt, double t0) {
+  lrt_figs f;
+  rt->algo.figs(rt->a, &f);
+  /* The first window starts from where the run is, not from 0 (no false rate). */
+  window w = {shoal_now_s(), f.env_steps, rt->updates, 0};
+  const char *reason = train_loop(rt, t0, &w);
+  /* The last window is logged too, so a run that ends within its first log interval (a
+   * quick solve) still has its rates and its progress line. Not after losing the lease:
+   * the run is another learner's then. */
+  rt->algo.figs(rt->a, &f);
+  const double now = shoal_now_s();
+  if (strcmp(reason, "lease_lost") && f.env_steps > w.steps && now - w.t > 1e-3)
+    progress(rt, t0, now, &w, &f);
+  return reason;
 }
 
 /* Stop taking batches, keep what was learned, say how it ended: "t" is the run's
