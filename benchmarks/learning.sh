@@ -35,6 +35,7 @@
 #   LEARNING_PEER_SEEDS default "1 2 3"
 #   LEARNING_PEER_JOBS  peer runs at once, default 1
 #   LEARNING_PEER_BUDGET env steps per peer run for a quick check (default: each peer's own)
+#   LEARNING_PEER_EVAL_EVERY  default 20000, the grid shoal's CartPole configs evaluate on
 # Peer BENCH lines set each shoal CartPole case beside each peer of its family (DQN: Ape-X;
 # PPO and IMPALA: the on-policy peers):
 #   BENCH name=learning.<case>.vs_<peer>.steps value=<shoal median env steps to the bar>

@@ -29,15 +29,18 @@ Peers (names as LEARNING_PEERS / --peers take them):
 
 The code here is shoal's own restatement of those algorithms; nothing is copied from CleanRL.
 
-Evaluation: every --eval-every env steps (default 10,000; shoal's CartPole configs evaluate
-every 20,000 or 20,480) the greedy policy (argmax) plays 100 episodes on a separate set of
-CartPole-v1 envs seeded 100000 + 1000 * seed + i, batched through one forward per step; the
-run stops at the first evaluation at or above 475. "train s" is the wall time with the
+Evaluation: every --eval-every env steps (LEARNING_PEER_EVAL_EVERY, default 20,000: shoal's
+CartPole configs evaluate every 20,000 or 20,480, and a finer grid alone would lower a peer's
+count) and once more at the end of the budget, the greedy policy (argmax) plays 100 episodes
+on a separate set of CartPole-v1 envs seeded 100000 + 1000 * seed + i, batched through one
+forward per step; the run stops at the first evaluation at or above 475. Evaluating neither
+draws from the training's random streams nor changes its state, so a run's trajectory does
+not depend on the grid. "train s" is the wall time with the
 evaluations taken out; "eval s" is the time they took, reported beside it. Each run is its
 own Python process (--one PEER SEED prints one RESULT line), `--jobs` of them at once.
 
 usage: learning_peers.py [--peers "cleanrl_dqn cleanrl_ppo sb3_dqn sb3_ppo"] [--seeds "1 2 3"]
-                         [--eval-every 10000] [--jobs 1]
+                         [--eval-every 20000] [--jobs 1] [--budget N]
 Prints a table, then one machine-readable line per peer for benchmarks/learning.sh:
   PEER name=P runs=N solved=K med_steps=S worst_steps=W med_s=T worst_s=U med_eval_s=E budget=B
 
@@ -73,6 +76,7 @@ class Evaluator:
         self.seconds = 0.0
         self.cpu = 0.0
         self.last = float("nan")
+        self.last_at = -1
         self.solved_at = -1
 
     def run(self, act):
@@ -101,6 +105,11 @@ class Evaluator:
             return False
         while self.next <= steps:
             self.next += self.every
+        return self.at(steps, act)
+
+    def at(self, steps, act):
+        """Evaluates now, at `steps`; True when the mean reached the bar."""
+        self.last_at = steps
         if self.run(act) >= BAR:
             self.solved_at = steps
             return True
@@ -164,7 +173,8 @@ def cleanrl_dqn(seed, budget, ev):
                 i = np.random.randint(0, buf_n if full else pos, size=batch)
                 with torch.no_grad():
                     tmax = tq(torch.from_numpy(b_next[i])).max(1).values
-                    y = torch.from_numpy(b_rew[i]) + gamma * tmax * (1 - torch.from_numpy(b_term[i]))
+                    notdone = 1 - torch.from_numpy(b_term[i])
+                    y = torch.from_numpy(b_rew[i]) + gamma * tmax * notdone
                 old = q(torch.from_numpy(b_obs[i])).gather(1, torch.from_numpy(b_act[i])[:, None])
                 loss = nn.functional.mse_loss(old.squeeze(1), y)
                 opt.zero_grad()
@@ -173,8 +183,8 @@ def cleanrl_dqn(seed, budget, ev):
             if step % target_every == 0:
                 tq.load_state_dict(q.state_dict())
         if ev.check(step + 1, act):
-            return step + 1
-    return budget
+            return step + 1, act
+    return budget, act
 
 
 def cleanrl_ppo(seed, budget, ev):
@@ -233,7 +243,7 @@ def cleanrl_ppo(seed, budget, ev):
             next_obs = torch.as_tensor(o, dtype=torch.float32)
             next_done = torch.as_tensor(term | trunc, dtype=torch.float32)
             if ev.check(steps, act):
-                return steps
+                return steps, act
         with torch.no_grad():
             nv = critic(next_obs).reshape(1, -1)
             adv = torch.zeros_like(rews)
@@ -268,7 +278,7 @@ def cleanrl_ppo(seed, budget, ev):
                 loss.backward()
                 nn.utils.clip_grad_norm_(params, mgn)
                 opt.step()
-    return steps
+    return steps, act
 
 
 def sb3_run(algo, seed, budget, ev):
@@ -299,7 +309,7 @@ def sb3_run(algo, seed, budget, ev):
             return not ev.check(self.num_timesteps, act)
     cb = Cb()
     model.learn(total_timesteps=budget, callback=cb)
-    return ev.solved_at if ev.solved_at > 0 else model.num_timesteps
+    return (ev.solved_at if ev.solved_at > 0 else model.num_timesteps), act
 
 
 def one(peer, seed, every, budget=0):
@@ -309,17 +319,19 @@ def one(peer, seed, every, budget=0):
     ev = Evaluator(seed, every)
     t0, c0 = time.perf_counter(), time.process_time()
     if peer == "cleanrl_dqn":
-        steps = cleanrl_dqn(seed, budget, ev)
+        steps, act = cleanrl_dqn(seed, budget, ev)
     elif peer == "cleanrl_ppo":
-        steps = cleanrl_ppo(seed, budget, ev)
+        steps, act = cleanrl_ppo(seed, budget, ev)
     else:
-        steps = sb3_run(peer[4:], seed, budget, ev)
+        steps, act = sb3_run(peer[4:], seed, budget, ev)
+    if ev.solved_at < 0 and ev.last_at != steps:
+        ev.at(steps, act)  # one more evaluation at the end of the budget
     wall = time.perf_counter() - t0
     cpu = time.process_time() - c0
     solved = int(ev.solved_at > 0)
     print(f"RESULT peer={peer} seed={seed} solved={solved} steps={steps} "
-          f"train_s={wall - ev.seconds:.2f} train_cpu_s={cpu - ev.cpu:.2f} eval_s={ev.seconds:.2f} greedy={ev.last:.1f} "
-          f"budget={budget}", flush=True)
+          f"train_s={wall - ev.seconds:.2f} train_cpu_s={cpu - ev.cpu:.2f} "
+          f"eval_s={ev.seconds:.2f} greedy={ev.last:.1f} budget={budget}", flush=True)
 
 
 def versions():
@@ -345,10 +357,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--peers", default=os.environ.get("LEARNING_PEERS", " ".join(PEERS)))
     ap.add_argument("--seeds", default=os.environ.get("LEARNING_PEER_SEEDS", "1 2 3"))
-    ap.add_argument("--eval-every", type=int, default=10_000)
+    ap.add_argument("--eval-every", type=int,
+                    default=int(os.environ.get("LEARNING_PEER_EVAL_EVERY", "20000")))
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("LEARNING_PEER_JOBS", "1")))
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per run")
-    ap.add_argument("--budget", type=int, default=int(os.environ.get("LEARNING_PEER_BUDGET", "0")), help="env steps per run (0: each peer's own)")
+    ap.add_argument("--budget", type=int, default=int(os.environ.get("LEARNING_PEER_BUDGET", "0")),
+                    help="env steps per run (0: each peer's own)")
     ap.add_argument("--one", nargs=2, metavar=("PEER", "SEED"), help="one run (internal)")
     a = ap.parse_args()
     if a.one:
@@ -384,7 +398,8 @@ def main():
         kv = dict(f.split("=", 1) for f in line.split()[1:])
         results[(p, s)] = kv
         print(f"  {p} seed {s}: solved={kv['solved']} steps={kv['steps']} "
-              f"train_s={kv['train_s']} cpu_s={kv['train_cpu_s']} eval_s={kv['eval_s']} greedy={kv['greedy']}",
+              f"train_s={kv['train_s']} cpu_s={kv['train_cpu_s']} eval_s={kv['eval_s']} "
+              f"greedy={kv['greedy']}",
               file=sys.stderr, flush=True)
 
     while jobs or running:
@@ -413,11 +428,11 @@ def main():
         ms, ws = median(st), (max(st) if st else float("nan"))
         mt, wt = median(sec), (max(sec) if sec else float("nan"))
         me = median(evs)
-        print(f"{p:<14} {a.budget or BUDGET[p]:>7} {len(ok):>3}/{len(seeds):<3} {ms:>10g} {ws:>12g} "
-              f"{mt:>7.1f} {wt:>8.1f} {mc:>9.1f} {me:>7.1f}")
+        print(f"{p:<14} {a.budget or BUDGET[p]:>7} {len(ok):>3}/{len(seeds):<3} {ms:>10g} "
+              f"{ws:>12g} {mt:>7.1f} {wt:>8.1f} {mc:>9.1f} {me:>7.1f}")
         lines.append(f"PEER name={p} runs={len(seeds)} solved={len(ok)} med_steps={ms:g} "
-                     f"worst_steps={ws:g} med_s={mt:.2f} worst_s={wt:.2f} med_cpu_s={mc:.2f} med_eval_s={me:.2f} "
-                     f"budget={a.budget or BUDGET[p]}")
+                     f"worst_steps={ws:g} med_s={mt:.2f} worst_s={wt:.2f} med_cpu_s={mc:.2f} "
+                     f"med_eval_s={me:.2f} budget={a.budget or BUDGET[p]}")
     print("(steps and seconds over the seeds that reached the bar; seconds exclude the "
           "evaluations, whose wall time is the eval s column; cpu s: the run's own CPU time)")
     print("\n".join(lines))
