@@ -44,9 +44,16 @@ usage: learning_peers.py [--peers "cleanrl_dqn cleanrl_ppo sb3_dqn sb3_ppo"] [--
 Prints a table, then one machine-readable line per peer for benchmarks/learning.sh:
   PEER name=P runs=N solved=K med_steps=S worst_steps=W med_s=T worst_s=U med_eval_s=E budget=B
 
-Measured 2026-12-02 (python 3.11.2, torch 2.9.0 CPU wheel, gymnasium 1.4.0,
-stable-baselines3 2.9.2, numpy 2.4.6) on the 2-core shared development machine, seeds 1-3,
-one run at a time beside other helpers' jobs: see README.md, "Learning on every seed".
+Measured 2026-12-02 00:57-01:10 UTC by `make bench BENCH=learning` (python 3.11.2, torch
+2.9.0+cu128 on the CPU, gymnasium 1.4.0, stable-baselines3 2.9.2, numpy 2.4.6) on the shared
+2-core development machine beside other jobs (load 6-8), seeds 1-3, two runs at a time, the
+20k grid; steps to the bar per seed, median (worst) wall s without the evaluations, median CPU s:
+  cleanrl_dqn  3/3  220k 220k 280k   115 (123) s   58 s CPU
+  cleanrl_ppo  3/3   20k  40k  20k    10 (12) s     6 s CPU
+  sb3_dqn      2/3   40k  50k   -    183 (196) s   99 s CPU   (seed 3: greedy 191 at 50k)
+  sb3_ppo      3/3   20k  40k  40k    20 (23) s    18 s CPU
+shoal beside them in the same run, and the comparison: README.md, "Learning on every seed";
+logs in benchmarks/results/learning-peers/.
 """
 import argparse
 import os
