@@ -155,9 +155,12 @@ pairs=(
   "sync-ppo-cartpole|cleanrl_ppo sb3_ppo"
   "sync-impala-cartpole|cleanrl_ppo sb3_ppo"
 )
-why=""
+why="" paired=0
+for pr in "${pairs[@]}"; do [ -f "$work/${pr%%|*}.steps" ] && paired=1; done
 if [ -z "$peers" ] || [ "$peers" = none ]; then
   why="LEARNING_PEERS=none"
+elif [ $paired = 0 ]; then
+  why="no CartPole case of theirs in LEARNING_CASES"
 elif [ ! -x "$venv/bin/python" ]; then
   why="no peers venv at $venv (benchmarks/peers/setup.sh makes it)"
 else
@@ -193,5 +196,5 @@ for pr in "${pairs[@]}"; do
     done
   done
 done
-[ -z "$why" ] || echo "(peer rows with baseline=none: $why)"
+[ -z "$why" ] || [ $paired = 0 ] || echo "(peer rows with baseline=none: $why)"
 printf '%s\n' "${benches[@]}"
