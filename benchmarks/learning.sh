@@ -25,13 +25,23 @@
 #                       dispatch (nn/optim.c's target_clones: avx2 or default) takes the
 #                       AVX2 clone on both kinds, so this covers both kinds of machine.
 #   LEARNING_CASES      default: every case below, by name
-#   LEARNING_PEERS      default 1: where the peers' venv is (make peers), also run
-#                       benchmarks/peers/learning_peers.py (Stable-Baselines3 DQN and PPO
-#                       on CartPole-v1 with RL Zoo's settings, real Gymnasium and torch 2)
-#                       on LEARNING_PEERS_SEEDS (default "1 2 3") and set shoal's CartPole
-#                       cases beside them: BENCH learning.<case>.median_steps.<peer> and
-#                       .median_wall.<peer> (ratio = peer / shoal: > 1 means shoal needed
-#                       fewer steps or seconds). 0 leaves them out.
+#   LEARNING_PEERS      default "cleanrl_dqn cleanrl_ppo sb3_dqn sb3_ppo"; "none" skips them:
+#                       the peers run by benchmarks/peers/learning_peers.py in the peers' venv
+#                       ($SHOAL_PEERS_VENV, default ~/.cache/shoal-peers; benchmarks/peers/
+#                       setup.sh makes it) on CartPole-v1, after shoal's cases, to the same
+#                       bar (greedy >= 475 over 100 episodes): CleanRL's dqn.py and ppo.py
+#                       restated on Gymnasium + torch 2, SB3's DQN and PPO with RL Zoo's
+#                       hyperparameters. Without the venv their rows print baseline=none.
+#   LEARNING_PEER_SEEDS default "1 2 3"
+#   LEARNING_PEER_JOBS  peer runs at once, default 1
+#   LEARNING_PEER_BUDGET env steps per peer run for a quick check (default: each peer's own)
+#   LEARNING_PEER_EVAL_EVERY  default 20000, the grid shoal's CartPole configs evaluate on
+# Peer BENCH lines set each shoal CartPole case beside each peer of its family (DQN: Ape-X;
+# PPO and IMPALA: the on-policy peers):
+#   BENCH name=learning.<case>.vs_<peer>.steps value=<shoal median env steps to the bar>
+#         unit=env_steps baseline=<peer's median> ratio=<peer / shoal: > 1, shoal fewer>
+#   BENCH name=learning.<case>.vs_<peer>.seconds  the same for wall seconds (the peers'
+#         evaluation time taken out; shoal's includes its own evaluations)
 set -uo pipefail
 root=${SHOAL_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${SHOAL_BINARY_DIR:-$root/build}/bin
@@ -135,35 +145,56 @@ done
 echo "(distributed cases run 2 actors beside the learner on this machine: their steps"
 echo " include unrolls dropped as stale, and their wall times depend on its load)"
 
-# The peers from the same run: SB3's DQN beside shoal's DQN-family case, SB3's PPO beside
-# its PPO and IMPALA cases (CartPole-v1, greedy mean >= 475 over 100 episodes).
+# The peers, in the same run, and each shoal CartPole case beside those of its family.
+peers=${LEARNING_PEERS-cleanrl_dqn cleanrl_ppo sb3_dqn sb3_ppo}
 venv=${SHOAL_PEERS_VENV:-$HOME/.cache/shoal-peers}
-if [ "${LEARNING_PEERS:-1}" != 0 ]; then
-  if [ -x "$venv/bin/python" ]; then
-    # shellcheck disable=SC2086
-    PYTHONWARNINGS=ignore "$venv/bin/python" "$root/benchmarks/peers/learning_peers.py" \
-      --seeds ${LEARNING_PEERS_SEEDS:-1 2 3} >"$work/peers.log" 2>&1
-    grep -v '^    ' "$work/peers.log" | grep -v '^BENCH'
-    pv() { sed -n "s/^BENCH name=learning.peers.$1-cartpole.$2 value=\([^ ]*\) .*/\1/p" "$work/peers.log"; }
-    for pair in apex-cartpole:sb3-dqn impala-cartpole:sb3-ppo ppo-cartpole-lag8:sb3-ppo \
-      sync-ppo-cartpole:sb3-ppo sync-impala-cartpole:sb3-ppo; do
-      name=${pair%%:*} peer=${pair#*:}
-      [ -f "$work/$name.steps" ] || continue
-      for what in steps:median_steps:env_steps secs:median_wall:s; do
-        IFS=: read -r file key unit <<<"$what"
-        mine=$(median <"$work/$name.$file") theirs=$(pv "$peer" "$key")
-        if [ "$mine" != nan ] && [ -n "$theirs" ]; then
-          ratio=$(awk -v p="$theirs" -v m="$mine" 'BEGIN {printf "%.2f", p / m}')
-          benches+=("BENCH name=learning.$name.$key.$peer value=$mine unit=$unit baseline=$theirs ratio=$ratio")
-        else
-          benches+=("BENCH name=learning.$name.$key.$peer value=$mine unit=$unit baseline=none ratio=none")
-        fi
-      done
-    done
-    while read -r l; do benches+=("$l"); done < <(grep '^BENCH' "$work/peers.log")
-  else
-    echo "peers: no venv at $venv (make peers): SB3 rows left out"
-    benches+=("BENCH name=learning.peers.sb3-dqn-cartpole.solved value=none unit=fraction baseline=none ratio=none")
-  fi
+pairs=(
+  "apex-cartpole|cleanrl_dqn sb3_dqn"
+  "impala-cartpole|cleanrl_ppo sb3_ppo"
+  "ppo-cartpole-lag8|cleanrl_ppo sb3_ppo"
+  "sync-ppo-cartpole|cleanrl_ppo sb3_ppo"
+  "sync-impala-cartpole|cleanrl_ppo sb3_ppo"
+)
+why="" paired=0
+for pr in "${pairs[@]}"; do [ -f "$work/${pr%%|*}.steps" ] && paired=1; done
+if [ -z "$peers" ] || [ "$peers" = none ]; then
+  why="LEARNING_PEERS=none"
+elif [ $paired = 0 ]; then
+  why="no CartPole case of theirs in LEARNING_CASES"
+elif [ ! -x "$venv/bin/python" ]; then
+  why="no peers venv at $venv (benchmarks/peers/setup.sh makes it)"
+else
+  echo "peers (benchmarks/peers/learning_peers.py, CartPole-v1 to a greedy 475):"
+  # shellcheck disable=SC2086
+  PYTHONWARNINGS=ignore nice "$venv/bin/python" "$root/benchmarks/peers/learning_peers.py" \
+    --peers "$peers" --seeds "${LEARNING_PEER_SEEDS:-1 2 3}" >"$work/peers.out" 2>&1
+  rc=$?
+  grep -v '^PEER ' "$work/peers.out"
+  [ $rc = 0 ] || why="learning_peers.py failed (exit $rc)"
 fi
+[ -z "$why" ] || echo "peers: none run: $why"
+peer_val() { # peer key -> the value from its PEER line, or nothing
+  [ -f "$work/peers.out" ] || return 0
+  sed -n "s/^PEER name=$1 .*[ ]$2=\([^ ]*\).*/\1/p" "$work/peers.out" | head -1
+}
+for pr in "${pairs[@]}"; do
+  IFS='|' read -r name fam <<<"$pr"
+  [ -f "$work/$name.steps" ] || continue
+  for peer in $fam; do
+    for what in steps:med_steps:env_steps secs:med_s:s; do
+      IFS=: read -r file key unit <<<"$what"
+      label=$([ "$file" = steps ] && echo steps || echo seconds)
+      mine=$(median <"$work/$name.$file")
+      theirs=$(peer_val "$peer" "$key")
+      if [ -n "$theirs" ] && [ "$theirs" != nan ] && [ "$mine" != nan ]; then
+        ratio=$(awk -v p="$theirs" -v m="$mine" 'BEGIN {printf "%.2f", p / m}')
+        benches+=("BENCH name=learning.$name.vs_$peer.$label value=$mine unit=$unit baseline=$theirs ratio=$ratio")
+      else
+        [ -n "$why" ] || why="$peer: not run or reached the bar on no seed"
+        benches+=("BENCH name=learning.$name.vs_$peer.$label value=$mine unit=$unit baseline=none ratio=none")
+      fi
+    done
+  done
+done
+[ -z "$why" ] || [ $paired = 0 ] || echo "(peer rows with baseline=none: $why)"
 printf '%s\n' "${benches[@]}"

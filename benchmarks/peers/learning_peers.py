@@ -1,159 +1,448 @@
+#!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Stable-Baselines3 learning CartPole-v1 on real Gymnasium and torch 2 (issue 24 item 4):
-env steps and wall time until the greedy policy's mean return over 100 episodes reaches
-475, the bar benchmarks/learning.sh holds shoal's CartPole runs to.
+"""Peers for `make bench BENCH=learning`: CartPole-v1 to a greedy mean >= 475 over 100 episodes.
 
-Algorithms, with RL Zoo's CartPole-v1 hyperparameters (rl-baselines3-zoo hyperparams/):
-  sb3-dqn  DQN: lr 2.3e-3, batch 64, buffer 100k, learning_starts 1000, gamma 0.99,
-           target_update_interval 10, train_freq 256, gradient_steps 128,
-           exploration_fraction 0.16, exploration_final_eps 0.04, net [256, 256]
-           over RL Zoo's budget of 50k steps
-  sb3-ppo  PPO: 8 envs, n_steps 32, batch 256, gae_lambda 0.8, gamma 0.98, n_epochs 20,
-           ent_coef 0, learning_rate and clip_range linear from 1e-3 and 0.2 over RL Zoo's
-           budget of 100k steps
-A run stops at the bar or at the end of the budget (one more evaluation there).
-torch at 1 thread (torch.set_num_threads(1)). Every --eval-every env steps the greedy
-policy (deterministic=True) plays 100 episodes of CartPole-v1 on other seeds, all at
-once in a SyncVectorEnv; the time spent evaluating is not counted in the wall time.
+Runs in the peers venv ($SHOAL_PEERS_VENV, default ~/.cache/shoal-peers; made by
+benchmarks/peers/setup.sh) on real Gymnasium and PyTorch 2, one torch thread, and for each
+peer and seed reports the env steps and the wall time until a GREEDY policy first averages
+>= 475 over 100 evaluation episodes, the bar shoal's CartPole configs use (run.solve_return).
 
-CleanRL's dqn.py / ppo.py are single-file scripts, not a package: they are not run here
-(see benchmarks/learning.sh for the CleanRL figure restated on torch 1.13).
+Peers (names as LEARNING_PEERS / --peers take them):
+  cleanrl_dqn  CleanRL's dqn.py algorithm restated here on Gymnasium + torch 2 with its
+               defaults: one env, Q-net 4-120-84-2 ReLU, Adam 2.5e-4, buffer 10k, batch 128,
+               gamma 0.99, MSE TD loss, target copied every 500 steps, epsilon 1 -> 0.05 over
+               the first half of the budget, learning starts at 10k, a gradient step every 10
+               env steps; budget 500k (its total_timesteps).
+  cleanrl_ppo  CleanRL's ppo.py algorithm restated (as benchmarks/onpolicy_cleanrl_torch.py
+               does on torch 1.13) on Gymnasium's SyncVectorEnv with same-step autoreset:
+               4 envs x 128 steps, 4 epochs of 4 minibatches, Adam 2.5e-4 annealed, eps 1e-5,
+               gamma 0.99, GAE 0.95, clip 0.2 with value clipping, entropy 0.01, value 0.5,
+               max grad norm 0.5, separate 64-64 tanh actor and critic, orthogonal init;
+               budget 500k.
+  sb3_dqn      Stable-Baselines3's DQN with RL Zoo's hyperparams/dqn.yml CartPole-v1: lr 2.3e-3,
+               batch 64, buffer 100k, learning_starts 1000, gamma 0.99, target every 10
+               steps, train_freq 256 with 128 gradient steps, exploration 0.16 -> 0.04,
+               net [256, 256]; budget n_timesteps 50k.
+  sb3_ppo      Stable-Baselines3's PPO with RL Zoo's hyperparams/ppo.yml CartPole-v1: 8 envs x
+               32 steps, batch 256, 20 epochs, gamma 0.98, GAE 0.8, entropy 0, lr and clip
+               linear from 1e-3 and 0.2; budget n_timesteps 100k.
 
-Prints one line per run and
-  BENCH name=learning.peers.<algo>-cartpole.solved value=<fraction> unit=fraction ...
-  BENCH name=learning.peers.<algo>-cartpole.median_steps value=<steps> unit=env_steps ...
-  BENCH name=learning.peers.<algo>-cartpole.median_wall value=<s> unit=s ...
-(baseline=none: these are the peers' figures, for learning.sh's shoal rows).
-Run: make bench BENCH=learning_peers, or benchmarks/peers/learning_peers.sh [--seeds 1 2 3].
+The code here is shoal's own restatement of those algorithms; nothing is copied from CleanRL.
+
+Evaluation: every --eval-every env steps (LEARNING_PEER_EVAL_EVERY, default 20,000: shoal's
+CartPole configs evaluate every 20,000 or 20,480, and a finer grid alone would lower a peer's
+count) and once more at the end of the budget, the greedy policy (argmax) plays 100 episodes
+on a separate set of CartPole-v1 envs seeded 100000 + 1000 * seed + i, batched through one
+forward per step; the run stops at the first evaluation at or above 475. Evaluating neither
+draws from the training's random streams nor changes its state, so a run's trajectory does
+not depend on the grid. "train s" is the wall time with the
+evaluations taken out; "eval s" is the time they took, reported beside it. Each run is its
+own Python process (--one PEER SEED prints one RESULT line), `--jobs` of them at once.
+
+usage: learning_peers.py [--peers "cleanrl_dqn cleanrl_ppo sb3_dqn sb3_ppo"] [--seeds "1 2 3"]
+                         [--eval-every 20000] [--jobs 1] [--budget N]
+Prints a table, then one machine-readable line per peer for benchmarks/learning.sh:
+  PEER name=P runs=N solved=K med_steps=S worst_steps=W med_s=T worst_s=U med_eval_s=E budget=B
+
+Measured 2026-12-02 00:57-01:10 UTC by `make bench BENCH=learning` (python 3.11.2, torch
+2.9.0+cu128 on the CPU, gymnasium 1.4.0, stable-baselines3 2.9.2, numpy 2.4.6) on the shared
+2-core development machine beside other jobs (load 6-8), seeds 1-3, two runs at a time, the
+20k grid; steps to the bar per seed, median (worst) wall s without the evaluations, median CPU s:
+  cleanrl_dqn  3/3  220k 220k 280k   115 (123) s   58 s CPU
+  cleanrl_ppo  3/3   20k  40k  20k    10 (12) s     6 s CPU
+  sb3_dqn      2/3   40k  50k   -    183 (196) s   99 s CPU   (seed 3: greedy 191 at 50k)
+  sb3_ppo      3/3   20k  40k  40k    20 (23) s    18 s CPU
+shoal beside them in the same run, and the comparison: README.md, "Learning on every seed";
+logs in benchmarks/results/learning-peers/.
 """
-
 import argparse
 import os
-import statistics
+import subprocess
 import sys
 import time
 
-import numpy as np
+for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+PEERS = ("cleanrl_dqn", "cleanrl_ppo", "sb3_dqn", "sb3_ppo")
+BUDGET = {"cleanrl_dqn": 500_000, "cleanrl_ppo": 500_000, "sb3_dqn": 50_000, "sb3_ppo": 100_000}
+BAR = 475.0
 
 
-def greedy_mean(model, episodes=100, seed=10_000):
-    """Mean undiscounted return of the greedy policy over `episodes` episodes."""
+class Evaluator:
+    """Greedy evaluation every `every` env steps on 100 envs of its own; tracks its time."""
+
+    def __init__(self, seed, every, episodes=100):
+        import gymnasium as gym
+        import numpy as np
+        self.np = np
+        self.envs = [gym.make("CartPole-v1") for _ in range(episodes)]
+        self.seeds = [100000 + 1000 * seed + i for i in range(episodes)]
+        self.every = every
+        self.next = every
+        self.seconds = 0.0
+        self.cpu = 0.0
+        self.last = float("nan")
+        self.last_at = -1
+        self.solved_at = -1
+
+    def run(self, act):
+        np = self.np
+        t0, c0 = time.perf_counter(), time.process_time()
+        obs = np.stack([e.reset(seed=s)[0] for e, s in zip(self.envs, self.seeds)])
+        alive = np.ones(len(self.envs), bool)
+        ret = np.zeros(len(self.envs))
+        while alive.any():
+            idx = np.flatnonzero(alive)
+            acts = act(obs[idx].astype(np.float32))
+            for j, a in zip(idx, acts):
+                o, r, term, trunc, _ = self.envs[j].step(int(a))
+                obs[j] = o
+                ret[j] += r
+                if term or trunc:
+                    alive[j] = False
+        self.seconds += time.perf_counter() - t0
+        self.cpu += time.process_time() - c0
+        self.last = float(ret.mean())
+        return self.last
+
+    def check(self, steps, act):
+        """Evaluates when `steps` passed the next point; True once the bar is reached."""
+        if steps < self.next:
+            return False
+        while self.next <= steps:
+            self.next += self.every
+        return self.at(steps, act)
+
+    def at(self, steps, act):
+        """Evaluates now, at `steps`; True when the mean reached the bar."""
+        self.last_at = steps
+        if self.run(act) >= BAR:
+            self.solved_at = steps
+            return True
+        return False
+
+
+def greedy_torch(net):
+    import torch
+
+    def act(obs):
+        with torch.no_grad():
+            return net(torch.from_numpy(obs)).argmax(1).numpy()
+    return act
+
+
+def cleanrl_dqn(seed, budget, ev):
+    import random
     import gymnasium as gym
-    env = gym.make_vec("CartPole-v1", num_envs=episodes, vectorization_mode="sync")
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    lr, buf_n, gamma, target_every, batch = 2.5e-4, 10_000, 0.99, 500, 128
+    start_e, end_e, frac, starts, train_every = 1.0, 0.05, 0.5, 10_000, 10
+
+    def qnet():
+        return nn.Sequential(nn.Linear(4, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
+                             nn.Linear(84, 2))
+    q, tq = qnet(), qnet()
+    tq.load_state_dict(q.state_dict())
+    opt = torch.optim.Adam(q.parameters(), lr=lr)
+    env = gym.make("CartPole-v1")
+    env.action_space.seed(seed)
     obs, _ = env.reset(seed=seed)
-    ret = np.zeros(episodes)
-    done = np.zeros(episodes, bool)
-    while not done.all():
-        act, _ = model.predict(obs, deterministic=True)
-        obs, r, term, trunc, _ = env.step(act)
-        ret += r * ~done
-        done |= term | trunc  # each copy's first episode only
-    env.close()
-    return float(ret.mean())
+    b_obs = np.zeros((buf_n, 4), np.float32)
+    b_next = np.zeros((buf_n, 4), np.float32)
+    b_act = np.zeros(buf_n, np.int64)
+    b_rew = np.zeros(buf_n, np.float32)
+    b_term = np.zeros(buf_n, np.float32)
+    pos, full = 0, False
+    act = greedy_torch(q)
+    duration = frac * budget
+    for step in range(budget):
+        eps = max(end_e, start_e + (end_e - start_e) * step / duration)
+        if random.random() < eps:
+            a = env.action_space.sample()
+        else:
+            with torch.no_grad():
+                a = int(q(torch.from_numpy(np.asarray(obs, np.float32))[None]).argmax(1))
+        nobs, r, term, trunc, _ = env.step(a)
+        # the buffer keeps the real next observation (the final one where an episode ended);
+        # only termination stops the bootstrap, as CleanRL's dqn.py
+        b_obs[pos], b_next[pos], b_act[pos], b_rew[pos], b_term[pos] = obs, nobs, a, r, term
+        pos = (pos + 1) % buf_n
+        full = full or pos == 0
+        obs = env.reset()[0] if term or trunc else nobs
+        if step > starts:
+            if step % train_every == 0:
+                i = np.random.randint(0, buf_n if full else pos, size=batch)
+                with torch.no_grad():
+                    tmax = tq(torch.from_numpy(b_next[i])).max(1).values
+                    notdone = 1 - torch.from_numpy(b_term[i])
+                    y = torch.from_numpy(b_rew[i]) + gamma * tmax * notdone
+                old = q(torch.from_numpy(b_obs[i])).gather(1, torch.from_numpy(b_act[i])[:, None])
+                loss = nn.functional.mse_loss(old.squeeze(1), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            if step % target_every == 0:
+                tq.load_state_dict(q.state_dict())
+        if ev.check(step + 1, act):
+            return step + 1, act
+    return budget, act
 
 
-def make(algo, seed):
-    """The model with RL Zoo's settings, and RL Zoo's budget (its schedules span it)."""
-    import stable_baselines3 as sb3
+def cleanrl_ppo(seed, budget, ev):
+    import random
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    N, T, MB, EP = 4, 128, 4, 4
+    lr0, gamma, lam, clip, ent, vf, mgn = 2.5e-4, 0.99, 0.95, 0.2, 0.01, 0.5, 0.5
+    batch = N * T
+    mbs = batch // MB
+    iters = budget // batch
+
+    def init(layer, std=np.sqrt(2)):
+        nn.init.orthogonal_(layer.weight, std)
+        nn.init.constant_(layer.bias, 0.0)
+        return layer
+    critic = nn.Sequential(init(nn.Linear(4, 64)), nn.Tanh(), init(nn.Linear(64, 64)), nn.Tanh(),
+                           init(nn.Linear(64, 1), 1.0))
+    actor = nn.Sequential(init(nn.Linear(4, 64)), nn.Tanh(), init(nn.Linear(64, 64)), nn.Tanh(),
+                          init(nn.Linear(64, 2), 0.01))
+    params = list(critic.parameters()) + list(actor.parameters())
+    opt = torch.optim.Adam(params, lr=lr0, eps=1e-5)
+    envs = gym.make_vec("CartPole-v1", num_envs=N, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    envs.action_space.seed(seed)
+    o, _ = envs.reset(seed=seed)
+    obs = torch.zeros((T, N, 4))
+    acts = torch.zeros((T, N), dtype=torch.long)
+    logps = torch.zeros((T, N))
+    rews = torch.zeros((T, N))
+    dones = torch.zeros((T, N))
+    vals = torch.zeros((T, N))
+    next_obs = torch.tensor(o, dtype=torch.float32)
+    next_done = torch.zeros(N)
+    act = greedy_torch(actor)
+    steps = 0
+    for it in range(1, iters + 1):
+        opt.param_groups[0]["lr"] = (1.0 - (it - 1.0) / iters) * lr0
+        for t in range(T):
+            steps += N
+            obs[t] = next_obs
+            dones[t] = next_done
+            with torch.no_grad():
+                dist = torch.distributions.Categorical(logits=actor(next_obs))
+                a = dist.sample()
+                logps[t] = dist.log_prob(a)
+                vals[t] = critic(next_obs).flatten()
+            acts[t] = a
+            o, r, term, trunc, _ = envs.step(a.numpy())
+            rews[t] = torch.as_tensor(r, dtype=torch.float32)
+            next_obs = torch.as_tensor(o, dtype=torch.float32)
+            next_done = torch.as_tensor(term | trunc, dtype=torch.float32)
+            if ev.check(steps, act):
+                return steps, act
+        with torch.no_grad():
+            nv = critic(next_obs).reshape(1, -1)
+            adv = torch.zeros_like(rews)
+            last = 0
+            for t in reversed(range(T)):
+                if t == T - 1:
+                    nnt, nvals = 1.0 - next_done, nv
+                else:
+                    nnt, nvals = 1.0 - dones[t + 1], vals[t + 1]
+                delta = rews[t] + gamma * nvals * nnt - vals[t]
+                adv[t] = last = delta + gamma * lam * nnt * last
+            rets = adv + vals
+        b_obs, b_lp, b_a = obs.reshape(-1, 4), logps.reshape(-1), acts.reshape(-1)
+        b_adv, b_ret, b_v = adv.reshape(-1), rets.reshape(-1), vals.reshape(-1)
+        inds = np.arange(batch)
+        for _ in range(EP):
+            np.random.shuffle(inds)
+            for s in range(0, batch, mbs):
+                mb = torch.from_numpy(inds[s:s + mbs])
+                dist = torch.distributions.Categorical(logits=actor(b_obs[mb]))
+                nlp, entr = dist.log_prob(b_a[mb]), dist.entropy()
+                nval = critic(b_obs[mb]).view(-1)
+                ratio = (nlp - b_lp[mb]).exp()
+                ma = b_adv[mb]
+                ma = (ma - ma.mean()) / (ma.std() + 1e-8)
+                pg = torch.max(-ma * ratio, -ma * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
+                vu = (nval - b_ret[mb]) ** 2
+                vc = b_v[mb] + torch.clamp(nval - b_v[mb], -clip, clip)
+                vl = 0.5 * torch.max(vu, (vc - b_ret[mb]) ** 2).mean()
+                loss = pg - ent * entr.mean() + vf * vl
+                opt.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(params, mgn)
+                opt.step()
+    return steps, act
+
+
+def sb3_run(algo, seed, budget, ev):
+    from stable_baselines3 import DQN, PPO
+    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
-    if algo == "sb3-dqn":
-        env = make_vec_env("CartPole-v1", n_envs=1, seed=seed)
-        return sb3.DQN("MlpPolicy", env, learning_rate=2.3e-3, batch_size=64,
-                       buffer_size=100_000, learning_starts=1000, gamma=0.99,
-                       target_update_interval=10, train_freq=256, gradient_steps=128,
-                       exploration_fraction=0.16, exploration_final_eps=0.04,
-                       policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device="cpu",
-                       verbose=0), 50_000
-    env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
 
     def lin(v):
-        return lambda progress: progress * v  # progress_remaining: 1 -> 0 over the budget
+        return lambda progress_remaining: progress_remaining * v
+    if algo == "dqn":
+        env = make_vec_env("CartPole-v1", n_envs=1, seed=seed)
+        model = DQN("MlpPolicy", env, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+                    learning_starts=1000, gamma=0.99, target_update_interval=10,
+                    train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+                    exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]),
+                    seed=seed, device="cpu", verbose=0)
+    else:
+        env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
+        model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
+                    n_epochs=20, ent_coef=0.0, learning_rate=lin(1e-3), clip_range=lin(0.2),
+                    seed=seed, device="cpu", verbose=0)
 
-    return sb3.PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
-                   n_epochs=20, ent_coef=0.0, learning_rate=lin(1e-3), clip_range=lin(0.2),
-                   seed=seed, device="cpu", verbose=0), 100_000
+    def act(obs):
+        return model.predict(obs, deterministic=True)[0]
 
-
-def run(algo, seed, eval_every, bar=475.0):
-    """(steps to the bar or None, training seconds to it, best mean, budget)."""
-    from stable_baselines3.common.callbacks import BaseCallback
-    model, budget = make(algo, seed)
-    state = {"next": eval_every, "eval_s": 0.0, "best": -1.0, "solved": None}
-    t_start = time.perf_counter()
-
-    class Eval(BaseCallback):
+    class Cb(BaseCallback):
         def _on_step(self):
-            n = self.model.num_timesteps
-            if n < state["next"]:
-                return True
-            state["next"] += eval_every
-            t0 = time.perf_counter()
-            m = greedy_mean(self.model)
-            state["eval_s"] += time.perf_counter() - t0
-            state["best"] = max(state["best"], m)
-            wall = time.perf_counter() - t_start - state["eval_s"]
-            print(f"    {algo} seed {seed}: {n} steps, {wall:.1f} s, greedy mean {m:.1f}",
-                  flush=True)
-            if m >= bar:
-                state["solved"] = (n, wall)
-                return False  # stop training
-            return True
+            return not ev.check(self.num_timesteps, act)
+    cb = Cb()
+    model.learn(total_timesteps=budget, callback=cb)
+    return (ev.solved_at if ev.solved_at > 0 else model.num_timesteps), act
 
-    model.learn(total_timesteps=budget, callback=Eval(), progress_bar=False)
-    if state["solved"] is None:  # one evaluation at the end of the budget
-        m = greedy_mean(model)
-        state["best"] = max(state["best"], m)
-        if m >= bar:
-            state["solved"] = (model.num_timesteps,
-                               time.perf_counter() - t_start - state["eval_s"])
-    st, w = state["solved"] or (None, time.perf_counter() - t_start - state["eval_s"])
-    return st, w, state["best"], budget
+
+def one(peer, seed, every, budget=0):
+    import torch
+    torch.set_num_threads(1)
+    budget = budget or BUDGET[peer]
+    ev = Evaluator(seed, every)
+    t0, c0 = time.perf_counter(), time.process_time()
+    if peer == "cleanrl_dqn":
+        steps, act = cleanrl_dqn(seed, budget, ev)
+    elif peer == "cleanrl_ppo":
+        steps, act = cleanrl_ppo(seed, budget, ev)
+    else:
+        steps, act = sb3_run(peer[4:], seed, budget, ev)
+    if ev.solved_at < 0 and ev.last_at != steps:
+        ev.at(steps, act)  # one more evaluation at the end of the budget
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    solved = int(ev.solved_at > 0)
+    print(f"RESULT peer={peer} seed={seed} solved={solved} steps={steps} "
+          f"train_s={wall - ev.seconds:.2f} train_cpu_s={cpu - ev.cpu:.2f} "
+          f"eval_s={ev.seconds:.2f} greedy={ev.last:.1f} budget={budget}", flush=True)
+
+
+def versions():
+    from importlib.metadata import version
+    out = [f"python {sys.version.split()[0]}"]
+    for p in ("torch", "gymnasium", "stable-baselines3", "numpy"):
+        try:
+            out.append(f"{p} {version(p)}")
+        except Exception:  # noqa: BLE001 - a missing package is reported, not fatal
+            out.append(f"{p} missing")
+    return ", ".join(out)
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    if not n:
+        return float("nan")
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", nargs="*", type=int, default=[1, 2, 3])
-    ap.add_argument("--algos", nargs="*", default=["sb3-dqn", "sb3-ppo"])
-    ap.add_argument("--eval-every", type=int, default=2_500)
-    args = ap.parse_args()
-    try:
-        import gymnasium
-        import stable_baselines3
-        import torch
-    except Exception as e:  # noqa: BLE001
-        print(f"learning_peers: peers missing ({e}); run `make peers`")
-        for algo in args.algos:
-            print(f"BENCH name=learning.peers.{algo}-cartpole.solved value=none unit=fraction "
-                  f"baseline=none ratio=none")
+    ap.add_argument("--peers", default=os.environ.get("LEARNING_PEERS", " ".join(PEERS)))
+    ap.add_argument("--seeds", default=os.environ.get("LEARNING_PEER_SEEDS", "1 2 3"))
+    ap.add_argument("--eval-every", type=int,
+                    default=int(os.environ.get("LEARNING_PEER_EVAL_EVERY", "20000")))
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("LEARNING_PEER_JOBS", "1")))
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds per run")
+    ap.add_argument("--budget", type=int, default=int(os.environ.get("LEARNING_PEER_BUDGET", "0")),
+                    help="env steps per run (0: each peer's own)")
+    ap.add_argument("--one", nargs=2, metavar=("PEER", "SEED"), help="one run (internal)")
+    a = ap.parse_args()
+    if a.one:
+        one(a.one[0], int(a.one[1]), a.eval_every, a.budget)
         return 0
-    torch.set_num_threads(1)
-    print(f"learning_peers: stable-baselines3 {stable_baselines3.__version__}, torch "
-          f"{torch.__version__}, gymnasium {gymnasium.__version__}; CartPole-v1 to a greedy "
-          f"mean >= 475 over 100 episodes, evaluated every {args.eval_every} steps; "
-          f"load average {os.getloadavg()[0]:.1f}")
+    peers = a.peers.split()
+    bad = [p for p in peers if p not in PEERS]
+    if bad:
+        print(f"learning_peers: unknown peer(s) {' '.join(bad)} (known: {' '.join(PEERS)})",
+              file=sys.stderr)
+        return 2
+    seeds = [int(s) for s in a.seeds.split()]
+    print(f"peers: {versions()}; one torch thread; greedy >= {BAR:g} over 100 episodes, "
+          f"evaluated every {a.eval_every} env steps", flush=True)
+    jobs = [(p, s) for p in peers for s in seeds]
+    results = {}
+    running = []
+
+    def start(p, s):
+        cmd = [sys.executable, os.path.abspath(__file__), "--one", p, str(s),
+               "--eval-every", str(a.eval_every), "--budget", str(a.budget)]
+        return (p, s, time.time(), subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                                    stderr=subprocess.PIPE, text=True))
+
+    def finish(p, s, proc, timed_out=False):
+        out, err = proc.communicate()
+        line = next((ln for ln in out.splitlines() if ln.startswith("RESULT ")), None)
+        if line is None:
+            why = "timed out" if timed_out else f"exit {proc.returncode}"
+            print(f"  {p} seed {s}: no result ({why}): {err.strip()[-400:]}", file=sys.stderr)
+            results[(p, s)] = None
+            return
+        kv = dict(f.split("=", 1) for f in line.split()[1:])
+        results[(p, s)] = kv
+        print(f"  {p} seed {s}: solved={kv['solved']} steps={kv['steps']} "
+              f"train_s={kv['train_s']} cpu_s={kv['train_cpu_s']} eval_s={kv['eval_s']} "
+              f"greedy={kv['greedy']}",
+              file=sys.stderr, flush=True)
+
+    while jobs or running:
+        while jobs and len(running) < max(1, a.jobs):
+            running.append(start(*jobs.pop(0)))
+        time.sleep(0.2)
+        for r in list(running):
+            p, s, t0, proc = r
+            if proc.poll() is not None:
+                running.remove(r)
+                finish(p, s, proc)
+            elif time.time() - t0 > a.timeout:
+                proc.kill()
+                running.remove(r)
+                finish(p, s, proc, timed_out=True)
+    print(f"{'peer':<14} {'budget':>7} {'solved':>7} {'med steps':>10} {'worst steps':>12} "
+          f"{'med s':>7} {'worst s':>8} {'med cpu s':>9} {'eval s':>7}")
     lines = []
-    for algo in args.algos:
-        res = [run(algo, s, args.eval_every) for s in args.seeds]
-        solved = [(st, w) for st, w, _, _ in res if st is not None]
-        frac = len(solved) / len(res)
-        for s, (st, w, b, budget) in zip(args.seeds, res):
-            print(f"  {algo} seed {s}: " + (f"solved at {st} steps, {w:.1f} s" if st else
-                                            f"not solved in RL Zoo's {budget} steps "
-                                            f"(best {b:.1f})"))
-        lines.append(f"BENCH name=learning.peers.{algo}-cartpole.solved value={frac:.2f} "
-                     f"unit=fraction baseline=none ratio=none")
-        if solved:
-            ms = statistics.median(st for st, _ in solved)
-            mw = statistics.median(w for _, w in solved)
-            lines.append(f"BENCH name=learning.peers.{algo}-cartpole.median_steps value={ms:.0f} "
-                         f"unit=env_steps baseline=none ratio=none")
-            lines.append(f"BENCH name=learning.peers.{algo}-cartpole.median_wall value={mw:.1f} "
-                         f"unit=s baseline=none ratio=none")
-            print(f"  {algo}: {len(solved)}/{len(res)} solved, median {ms:.0f} steps, "
-                  f"{mw:.1f} s")
-    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
-    for line in lines:
-        print(line)
+    for p in peers:
+        rs = [results.get((p, s)) for s in seeds]
+        ok = [r for r in rs if r and r["solved"] == "1"]
+        st = [int(r["steps"]) for r in ok]
+        sec = [float(r["train_s"]) for r in ok]
+        evs = [float(r["eval_s"]) for r in rs if r]
+        mc = median([float(r["train_cpu_s"]) for r in ok])
+        ms, ws = median(st), (max(st) if st else float("nan"))
+        mt, wt = median(sec), (max(sec) if sec else float("nan"))
+        me = median(evs)
+        print(f"{p:<14} {a.budget or BUDGET[p]:>7} {len(ok):>3}/{len(seeds):<3} {ms:>10g} "
+              f"{ws:>12g} {mt:>7.1f} {wt:>8.1f} {mc:>9.1f} {me:>7.1f}")
+        lines.append(f"PEER name={p} runs={len(seeds)} solved={len(ok)} med_steps={ms:g} "
+                     f"worst_steps={ws:g} med_s={mt:.2f} worst_s={wt:.2f} med_cpu_s={mc:.2f} "
+                     f"med_eval_s={me:.2f} budget={a.budget or BUDGET[p]}")
+    print("(steps and seconds over the seeds that reached the bar; seconds exclude the "
+          "evaluations, whose wall time is the eval s column; cpu s: the run's own CPU time)")
+    print("\n".join(lines))
     return 0
 
 
