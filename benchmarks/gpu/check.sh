@@ -142,11 +142,19 @@ bundle_part() {
     echo "== bundle: none (benchmarks/gpu/bundle.sh makes build-bundle/shoal.tar.xz): skipped"
     return
   fi
+  if [ ! -e "$bundle" ]; then
+    echo "check.sh: SHOAL_BUNDLE=$bundle: no such bundle folder or archive" >&2
+    return 2
+  fi
   if [ -f "$bundle" ]; then
     echo "== bundle: unpacking $bundle"
     rm -rf "$out/bundle" && mkdir -p "$out/bundle"
     tar -C "$out/bundle" -xJf "$bundle"
     bundle=$(dirname "$(find "$out/bundle" -name MANIFEST | head -n 1)")
+  fi
+  if [ ! -f "$bundle/MANIFEST" ]; then
+    echo "check.sh: $bundle has no MANIFEST: not a bundle made by benchmarks/gpu/bundle.sh" >&2
+    return 2
   fi
   echo "== bundle: $bundle"
   sed -n 1,2p "$bundle/MANIFEST"
