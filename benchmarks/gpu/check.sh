@@ -29,7 +29,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-build-gpu}
 py=${SHOAL_PYTHON:-python3}
-out=${OUT:-$root/$build}
+case $build in /*) out=${OUT:-$build} ;; *) out=${OUT:-$root/$build} ;; esac
 window=${BENCH_WINDOW:-1.0}
 parts=${CHECK_PARTS:-nn bundle}
 cd "$root"
