@@ -15,6 +15,7 @@
 
 #include "algos/algos.h"
 #include "tests/fuzz/fuzz.h"
+#include "tests/fuzz/targets.h"
 
 static dqn *learner;
 static uint8_t *base;
@@ -33,11 +34,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
   shoal_error err = {0};
-  dqn_config dc = dqn_defaults();
-  dc.obs_c = 3, dc.obs_h = 1, dc.obs_w = 1;
-  dc.num_actions = 2;
-  dc.hidden[0] = 4, dc.hidden[1] = 0;
-  dc.max_batch = 4;
+  dqn_config dc = fuzz_dqn_config();
   learner = dqn_create(&dc, NN_CPU, true, &err);
   if (!learner || dqn_state_save(learner, &base, &base_len, &err)) {
     fprintf(stderr, "fuzz_learner_state: %s\n", err.msg);

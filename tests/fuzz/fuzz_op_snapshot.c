@@ -18,6 +18,7 @@
 
 #include "algos/agent.h"
 #include "tests/fuzz/fuzz.h"
+#include "tests/fuzz/targets.h"
 
 /* [0] PPO, [1] IMPALA. */
 static op_spec specs[2];
@@ -26,26 +27,11 @@ static op_norm norms[2];
 static uint8_t *bases[2]; /* the reference snapshots, to go back to after an accepted input */
 static size_t base_lens[2];
 
-/* The spec and agent of the seeds: make_seeds.c builds the same. */
+/* The spec and agent of the seeds (tests/fuzz/targets.h). */
 static void setup(bool impala, op_spec *s, op_agent *a, op_norm *z) {
   shoal_error err = {0};
-  memset(s, 0, sizeof *s);
-  s->T = 4, s->num_envs = 1, s->learn_B = 1;
-  snprintf(s->env_id, sizeof s->env_id, "CartPole-v1");
-  s->obs_ndim = 1, s->obs_shape[0] = 4, s->obs_n = 4, s->obs_bytes = 16;
-  s->A = 2;
-  s->norm_obs = true;
-  s->gamma = 0.99f;
-  s->impala = impala;
   op_agent_config c;
-  memset(&c, 0, sizeof c);
-  c.ac = ac_defaults();
-  c.ac.obs_c = 4, c.ac.obs_h = 1, c.ac.obs_w = 1, c.ac.num_actions = 2;
-  c.ac.hidden[0] = 8, c.ac.hidden[1] = 0;
-  c.ppo = ppo_defaults();
-  c.ppo.T = 4;
-  c.impala = impala_defaults();
-  c.impala.T = 4, c.impala.B = 1;
+  fuzz_op_config(impala, s, &c);
   if (op_agent_create(s, &c, 4, true, NN_CPU, a, &err) || op_norm_init(z, 4, &err)) {
     fprintf(stderr, "op_snapshot: %s\n", err.msg);
     abort();

@@ -22,21 +22,12 @@
 #include "common/crc32c.h"
 #include "replay/replay.h"
 #include "tests/fuzz/fuzz.h"
+#include "tests/fuzz/targets.h"
 
 static char dir[] = "/tmp/fuzz_replay_load.XXXXXX";
 
 static replay *make(int prioritized) {
-  replay_config c = {.kind = prioritized ? REPLAY_PRIORITIZED : REPLAY_UNIFORM,
-                     .capacity = 8,
-                     .streams = 2,
-                     .ncols = 2,
-                     .obs_column = "obs",
-                     .frame_stack = prioritized ? 2 : 1,
-                     .alpha = 0.6,
-                     .eps = 1e-6,
-                     .writer_slack = 0};
-  c.cols[0] = (replay_column){.name = "obs", .dtype = REPLAY_F32, .ndim = 1, .shape = {2}};
-  c.cols[1] = (replay_column){.name = "action", .dtype = REPLAY_I64};
+  replay_config c = fuzz_replay_config(prioritized);
   replay *r = NULL;
   shoal_error err = {0};
   if (replay_create(&c, &r, &err)) {

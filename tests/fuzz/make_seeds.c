@@ -30,6 +30,7 @@
 #include "replay/replay.h"
 #include "store/internal.h"
 #include "store/store_segments.h"
+#include "tests/fuzz/targets.h"
 
 static const char *root;
 
@@ -396,11 +397,7 @@ static void segments(void) {
 
 static void learner_states(void) {
   shoal_error err = {0};
-  dqn_config dc = dqn_defaults();
-  dc.obs_c = 3, dc.obs_h = 1, dc.obs_w = 1;
-  dc.num_actions = 2;
-  dc.hidden[0] = 4, dc.hidden[1] = 0;
-  dc.max_batch = 4;
+  dqn_config dc = fuzz_dqn_config();
   dqn *d = dqn_create(&dc, NN_CPU, true, &err);
   uint8_t *st = NULL, *snap = NULL;
   size_t sl = 0, nl = 0;
@@ -449,17 +446,7 @@ static void put_file(const char *name, uint8_t flags, const char *path, long cut
 
 static void replay_files(void) {
   for (int prio = 0; prio < 2; prio++) {
-    replay_config c = {.kind = prio ? REPLAY_PRIORITIZED : REPLAY_UNIFORM,
-                       .capacity = 8,
-                       .streams = 2,
-                       .ncols = 2,
-                       .obs_column = "obs",
-                       .frame_stack = prio ? 2 : 1,
-                       .alpha = 0.6,
-                       .eps = 1e-6,
-                       .writer_slack = 0};
-    c.cols[0] = (replay_column){.name = "obs", .dtype = REPLAY_F32, .ndim = 1, .shape = {2}};
-    c.cols[1] = (replay_column){.name = "action", .dtype = REPLAY_I64};
+    replay_config c = fuzz_replay_config(prio);
     replay *r;
     shoal_error err = {0};
     if (replay_create(&c, &r, &err)) exit(1);
@@ -494,23 +481,8 @@ static void op_snapshots_of(bool impala) {
   char name[64];
   shoal_error err = {0};
   op_spec s;
-  memset(&s, 0, sizeof s);
-  s.T = 4, s.num_envs = 1, s.learn_B = 1;
-  snprintf(s.env_id, sizeof s.env_id, "CartPole-v1");
-  s.obs_ndim = 1, s.obs_shape[0] = 4, s.obs_n = 4, s.obs_bytes = 16;
-  s.A = 2;
-  s.norm_obs = true;
-  s.gamma = 0.99f;
-  s.impala = impala;
   op_agent_config c;
-  memset(&c, 0, sizeof c);
-  c.ac = ac_defaults();
-  c.ac.obs_c = 4, c.ac.obs_h = 1, c.ac.obs_w = 1, c.ac.num_actions = 2;
-  c.ac.hidden[0] = 8, c.ac.hidden[1] = 0;
-  c.ppo = ppo_defaults();
-  c.ppo.T = 4;
-  c.impala = impala_defaults();
-  c.impala.T = 4;
+  fuzz_op_config(impala, &s, &c);
   op_agent a;
   op_norm z;
   uint8_t *snap = NULL;
