@@ -83,6 +83,47 @@ class Agent(nn.Module):
         return a, dist.log_prob(a), dist.entropy(), self.critic(x)
 
 
+def gae(rews, vals, dones, next_value, next_done, gamma, lam):
+    """CleanRL's GAE(lambda) over (T, N) rollouts: the advantages and the returns."""
+    T = rews.shape[0]
+    adv = torch.zeros_like(rews)
+    last = 0
+    for t in reversed(range(T)):
+        if t == T - 1:
+            nnt, nvals = 1.0 - next_done, next_value
+        else:
+            nnt, nvals = 1.0 - dones[t + 1], vals[t + 1]
+        delta = rews[t] + gamma * nvals * nnt - vals[t]
+        adv[t] = last = delta + gamma * lam * nnt * last
+    return adv, adv + vals
+
+
+def ppo_update(agent, opt, b_obs, b_lp, b_a, b_adv, b_ret, b_v, epochs, mbs, clip, ent, vf,
+               mgn):
+    """CleanRL's update: epochs of shuffled minibatches, the clipped objective with
+    normalised advantages, the clipped value loss, entropy, the global grad-norm clip."""
+    batch = b_obs.shape[0]
+    inds = np.arange(batch)
+    for _ in range(epochs):
+        np.random.shuffle(inds)
+        for s in range(0, batch, mbs):
+            mb = inds[s:s + mbs]
+            _, nlp, entr, nval = agent.act(b_obs[mb], b_a.long()[mb])
+            ratio = (nlp - b_lp[mb]).exp()
+            ma = b_adv[mb]
+            ma = (ma - ma.mean()) / (ma.std() + 1e-8)
+            pg = torch.max(-ma * ratio, -ma * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
+            nval = nval.view(-1)
+            vu = (nval - b_ret[mb]) ** 2
+            vc = b_v[mb] + torch.clamp(nval - b_v[mb], -clip, clip)
+            vl = 0.5 * torch.max(vu, (vc - b_ret[mb]) ** 2).mean()
+            loss = pg - ent * entr.mean() + vf * vl
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), mgn)
+            opt.step()
+
+
 def main():
     total = int(sys.argv[1]) if len(sys.argv) > 1 else 100000
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 1
@@ -128,38 +169,11 @@ def main():
             if first475 < 0 and len(returns_log) >= 100 and np.mean(returns_log[-100:]) >= 475:
                 first475 = steps
         with torch.no_grad():
-            nv = agent.value(next_obs).reshape(1, -1)
-            adv = torch.zeros_like(rews)
-            last = 0
-            for t in reversed(range(T)):
-                if t == T - 1:
-                    nnt, nvals = 1.0 - next_done, nv
-                else:
-                    nnt, nvals = 1.0 - dones[t + 1], vals[t + 1]
-                delta = rews[t] + gamma * nvals * nnt - vals[t]
-                adv[t] = last = delta + gamma * lam * nnt * last
-            rets = adv + vals
-        b_obs, b_lp, b_a = obs.reshape(-1, 4), logps.reshape(-1), acts.reshape(-1)
-        b_adv, b_ret, b_v = adv.reshape(-1), rets.reshape(-1), vals.reshape(-1)
-        inds = np.arange(batch)
-        for _ in range(EP):
-            np.random.shuffle(inds)
-            for s in range(0, batch, mbs):
-                mb = inds[s:s + mbs]
-                _, nlp, entr, nval = agent.act(b_obs[mb], b_a.long()[mb])
-                ratio = (nlp - b_lp[mb]).exp()
-                ma = b_adv[mb]
-                ma = (ma - ma.mean()) / (ma.std() + 1e-8)
-                pg = torch.max(-ma * ratio, -ma * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
-                nval = nval.view(-1)
-                vu = (nval - b_ret[mb]) ** 2
-                vc = b_v[mb] + torch.clamp(nval - b_v[mb], -clip, clip)
-                vl = 0.5 * torch.max(vu, (vc - b_ret[mb]) ** 2).mean()
-                loss = pg - ent * entr.mean() + vf * vl
-                opt.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), mgn)
-                opt.step()
+            adv, rets = gae(rews, vals, dones, agent.value(next_obs).reshape(1, -1), next_done,
+                            gamma, lam)
+        ppo_update(agent, opt, obs.reshape(-1, 4), logps.reshape(-1), acts.reshape(-1),
+                   adv.reshape(-1), rets.reshape(-1), vals.reshape(-1), EP, mbs, clip, ent, vf,
+                   mgn)
     sec = time.time() - t0
     r100 = float(np.mean(returns_log[-100:])) if returns_log else float("nan")
     print(f"steps={steps} seconds={sec:.3f} return100={r100:.1f} first475={first475}")

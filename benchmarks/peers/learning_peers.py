@@ -199,7 +199,6 @@ def cleanrl_ppo(seed, budget, ev):
     import gymnasium as gym
     import numpy as np
     import torch
-    import torch.nn as nn
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -209,16 +208,12 @@ def cleanrl_ppo(seed, budget, ev):
     mbs = batch // MB
     iters = budget // batch
 
-    def init(layer, std=np.sqrt(2)):
-        nn.init.orthogonal_(layer.weight, std)
-        nn.init.constant_(layer.bias, 0.0)
-        return layer
-    critic = nn.Sequential(init(nn.Linear(4, 64)), nn.Tanh(), init(nn.Linear(64, 64)), nn.Tanh(),
-                           init(nn.Linear(64, 1), 1.0))
-    actor = nn.Sequential(init(nn.Linear(4, 64)), nn.Tanh(), init(nn.Linear(64, 64)), nn.Tanh(),
-                          init(nn.Linear(64, 2), 0.01))
-    params = list(critic.parameters()) + list(actor.parameters())
-    opt = torch.optim.Adam(params, lr=lr0, eps=1e-5)
+    # shoal's restatement of ppo.py on torch 1.13 (benchmarks/onpolicy_cleanrl_torch.py):
+    # its network, GAE and update, here on Gymnasium's envs and torch 2.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from onpolicy_cleanrl_torch import Agent, gae, ppo_update
+    agent = Agent()
+    opt = torch.optim.Adam(agent.parameters(), lr=lr0, eps=1e-5)
     envs = gym.make_vec("CartPole-v1", num_envs=N, vectorization_mode="sync",
                         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
     envs.action_space.seed(seed)
@@ -231,7 +226,7 @@ def cleanrl_ppo(seed, budget, ev):
     vals = torch.zeros((T, N))
     next_obs = torch.tensor(o, dtype=torch.float32)
     next_done = torch.zeros(N)
-    act = greedy_torch(actor)
+    act = greedy_torch(agent.actor)
     steps = 0
     for it in range(1, iters + 1):
         opt.param_groups[0]["lr"] = (1.0 - (it - 1.0) / iters) * lr0
@@ -240,10 +235,8 @@ def cleanrl_ppo(seed, budget, ev):
             obs[t] = next_obs
             dones[t] = next_done
             with torch.no_grad():
-                dist = torch.distributions.Categorical(logits=actor(next_obs))
-                a = dist.sample()
-                logps[t] = dist.log_prob(a)
-                vals[t] = critic(next_obs).flatten()
+                a, logps[t], _, v = agent.act(next_obs)
+                vals[t] = v.flatten()
             acts[t] = a
             o, r, term, trunc, _ = envs.step(a.numpy())
             rews[t] = torch.as_tensor(r, dtype=torch.float32)
@@ -252,39 +245,11 @@ def cleanrl_ppo(seed, budget, ev):
             if ev.check(steps, act):
                 return steps, act
         with torch.no_grad():
-            nv = critic(next_obs).reshape(1, -1)
-            adv = torch.zeros_like(rews)
-            last = 0
-            for t in reversed(range(T)):
-                if t == T - 1:
-                    nnt, nvals = 1.0 - next_done, nv
-                else:
-                    nnt, nvals = 1.0 - dones[t + 1], vals[t + 1]
-                delta = rews[t] + gamma * nvals * nnt - vals[t]
-                adv[t] = last = delta + gamma * lam * nnt * last
-            rets = adv + vals
-        b_obs, b_lp, b_a = obs.reshape(-1, 4), logps.reshape(-1), acts.reshape(-1)
-        b_adv, b_ret, b_v = adv.reshape(-1), rets.reshape(-1), vals.reshape(-1)
-        inds = np.arange(batch)
-        for _ in range(EP):
-            np.random.shuffle(inds)
-            for s in range(0, batch, mbs):
-                mb = torch.from_numpy(inds[s:s + mbs])
-                dist = torch.distributions.Categorical(logits=actor(b_obs[mb]))
-                nlp, entr = dist.log_prob(b_a[mb]), dist.entropy()
-                nval = critic(b_obs[mb]).view(-1)
-                ratio = (nlp - b_lp[mb]).exp()
-                ma = b_adv[mb]
-                ma = (ma - ma.mean()) / (ma.std() + 1e-8)
-                pg = torch.max(-ma * ratio, -ma * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
-                vu = (nval - b_ret[mb]) ** 2
-                vc = b_v[mb] + torch.clamp(nval - b_v[mb], -clip, clip)
-                vl = 0.5 * torch.max(vu, (vc - b_ret[mb]) ** 2).mean()
-                loss = pg - ent * entr.mean() + vf * vl
-                opt.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(params, mgn)
-                opt.step()
+            adv, rets = gae(rews, vals, dones, agent.value(next_obs).reshape(1, -1), next_done,
+                            gamma, lam)
+        ppo_update(agent, opt, obs.reshape(-1, 4), logps.reshape(-1), acts.reshape(-1),
+                   adv.reshape(-1), rets.reshape(-1), vals.reshape(-1), EP, mbs, clip, ent, vf,
+                   mgn)
     return steps, act
 
 
