@@ -417,32 +417,40 @@ int env_step(env *e, const void *action, void *obs, env_result *res, shoal_error
   return 0;
 }
 
+int env__state_get(const env_type *t, const void *state, double *out, int cap, const char *fn,
+                   shoal_error *err) {
+  if (!t->get_state)
+    return shoal_error_set(err, SHOAL_ENOTSUP, "%s: '%s' has no float state", fn, t->spec.id);
+  return t->get_state(state, out, cap);
+}
+
+int env__state_set(const env_type *t, void *state, bool running, const double *in, int n,
+                   const char *fn, const char *reset_fn, shoal_error *err) {
+  if (!t->set_state)
+    return shoal_error_set(err, SHOAL_ENOTSUP, "%s: '%s' has no float state", fn, t->spec.id);
+  if (!running)
+    return shoal_error_set(err, SHOAL_ESTATE, "%s: '%s': call %s first", fn, t->spec.id, reset_fn);
+  if (!in || n < 0)
+    return shoal_error_set(err, SHOAL_EINVAL, "%s: '%s': no values", fn, t->spec.id);
+  for (int i = 0; i < n; i++)
+    if (!isfinite(in[i]))
+      return shoal_error_set(err, SHOAL_ENAN, "%s: '%s': value %d is not finite", fn, t->spec.id,
+                             i);
+  int rc = t->set_state(state, in, n);
+  if (rc) {
+    double probe[ENV__MAX_STATE];
+    int want = t->get_state(state, probe, ENV__MAX_STATE);
+    return shoal_error_set(err, rc, "%s: '%s' takes %d values, got %d", fn, t->spec.id, want, n);
+  }
+  return 0;
+}
+
 int env_get_state(const env *e, double *out, int cap, shoal_error *err) {
-  if (!e->type->get_state)
-    return shoal_error_set(err, SHOAL_ENOTSUP, "env_get_state: '%s' has no float state",
-                           e->type->spec.id);
-  return e->type->get_state(e->state, out, cap);
+  return env__state_get(e->type, e->state, out, cap, "env_get_state", err);
 }
 
 int env_set_state(env *e, const double *in, int n, shoal_error *err) {
-  if (!e->type->set_state)
-    return shoal_error_set(err, SHOAL_ENOTSUP, "env_set_state: '%s' has no float state",
-                           e->type->spec.id);
-  if (!e->running)
-    return shoal_error_set(err, SHOAL_ESTATE, "env_set_state: '%s': call env_reset first",
-                           e->type->spec.id);
-  for (int i = 0; i < n; i++)
-    if (!isfinite(in[i]))
-      return shoal_error_set(err, SHOAL_ENAN, "env_set_state: '%s': value %d is not finite",
-                             e->type->spec.id, i);
-  int rc = e->type->set_state(e->state, in, n);
-  if (rc) {
-    double probe[16];
-    int want = e->type->get_state(e->state, probe, 16);
-    return shoal_error_set(err, rc, "env_set_state: '%s' takes %d values, got %d", e->type->spec.id,
-                           want, n);
-  }
-  return 0;
+  return env__state_set(e->type, e->state, e->running, in, n, "env_set_state", "env_reset", err);
 }
 
 int env_render(const env *e, uint8_t *rgb, shoal_error *err) {

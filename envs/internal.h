@@ -6,6 +6,7 @@
 #ifndef SHOAL_ENVS_INTERNAL_H
 #define SHOAL_ENVS_INTERNAL_H
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "envs/envs.h"
@@ -40,6 +41,15 @@ int env__reset_options_parse(const env_type *t, const void *state, void *scratch
  * plain reset) applied to this reset only, writing its first observation to obs; the
  * state keeps its settings for later resets. scratch: state_size bytes; obs_tmp: one
  * observation. Can't fail (the options were checked). */
+/* env_get_state / env_set_state on one state of kind t (env_vec's copies too): fn names
+ * the caller in errors; running says whether an episode was started (else SHOAL_ESTATE
+ * asking for reset_fn first). set_state refuses non-finite values and a wrong count,
+ * naming the count taken. */
+int env__state_get(const env_type *t, const void *state, double *out, int cap, const char *fn,
+                   shoal_error *err);
+int env__state_set(const env_type *t, void *state, bool running, const double *in, int n,
+                   const char *fn, const char *reset_fn, shoal_error *err);
+
 void env__reset_with(const env_type *t, void *state, void *scratch, void *obs_tmp, shoal_rng *rng,
                      const env__opt *kv, int n, void *obs);
 /* Checks B actions against sp->act: SHOAL_ERANGE / SHOAL_ENAN naming the copy. */

@@ -256,42 +256,19 @@ int env_vec_reset_each(env_vec *v, const uint64_t *seeds, const uint8_t *reseed,
 }
 
 int env_vec_get_state(const env_vec *v, int i, double *out, int cap, shoal_error *err) {
-  const env_spec *sp = &v->type->spec;
   if (i < 0 || i >= v->B)
-    return shoal_error_set(err, SHOAL_ERANGE, "env_vec_get_state: '%s': copy %d of %d", sp->id, i,
-                           v->B);
-  if (!v->type->get_state)
-    return shoal_error_set(err, SHOAL_ENOTSUP, "env_vec_get_state: '%s' has no float state",
-                           sp->id);
-  return v->type->get_state((const char *)v->states + (size_t)i * v->stride, out, cap);
+    return shoal_error_set(err, SHOAL_ERANGE, "env_vec_get_state: '%s': copy %d of %d",
+                           v->type->spec.id, i, v->B);
+  return env__state_get(v->type, (const char *)v->states + (size_t)i * v->stride, out, cap,
+                        "env_vec_get_state", err);
 }
 
 int env_vec_set_state(env_vec *v, int i, const double *in, int n, shoal_error *err) {
-  const env_spec *sp = &v->type->spec;
   if (i < 0 || i >= v->B)
-    return shoal_error_set(err, SHOAL_ERANGE, "env_vec_set_state: '%s': copy %d of %d", sp->id, i,
-                           v->B);
-  if (!v->type->set_state)
-    return shoal_error_set(err, SHOAL_ENOTSUP, "env_vec_set_state: '%s' has no float state",
-                           sp->id);
-  if (!v->was_reset)
-    return shoal_error_set(err, SHOAL_ESTATE, "env_vec_set_state: '%s': call env_vec_reset first",
-                           sp->id);
-  if (!in || n < 0)
-    return shoal_error_set(err, SHOAL_EINVAL, "env_vec_set_state: '%s': no values", sp->id);
-  for (int k = 0; k < n; k++)
-    if (!isfinite(in[k]))
-      return shoal_error_set(err, SHOAL_ENAN, "env_vec_set_state: '%s': value %d is not finite",
-                             sp->id, k);
-  void *st = (char *)v->states + (size_t)i * v->stride;
-  int rc = v->type->set_state(st, in, n);
-  if (rc) {
-    double probe[ENV__MAX_STATE];
-    int want = v->type->get_state(st, probe, ENV__MAX_STATE);
-    return shoal_error_set(err, rc, "env_vec_set_state: '%s' takes %d values, got %d", sp->id, want,
-                           n);
-  }
-  return 0;
+    return shoal_error_set(err, SHOAL_ERANGE, "env_vec_set_state: '%s': copy %d of %d",
+                           v->type->spec.id, i, v->B);
+  return env__state_set(v->type, (char *)v->states + (size_t)i * v->stride, v->was_reset, in, n,
+                        "env_vec_set_state", "env_vec_reset", err);
 }
 
 static void log_episode(env_vec *v, int i, int length, double ret, int truncated) {
