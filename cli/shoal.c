@@ -502,13 +502,20 @@ static int cmd_run(int argc, char **argv) {
     const char *why = !strcmp(reason, "signal")       ? "stopped (Ctrl-C or SIGTERM)"
                       : !strcmp(reason, "lease_lost") ? "lost its lease to another learner"
                                                       : reason;
+    /* The last learner's batch accounting, exact once its server has stopped: every batch
+     * it acknowledged went into replay once, or was a resend of one already there. */
+    char acct[160] = "";
+    double nb = json_num(ctx.done_line, "batches"), ni = json_num(ctx.done_line, "batches_inserted");
+    if (isfinite(nb) && isfinite(ni))
+      snprintf(acct, sizeof acct, "; batches: %.0f taken, %.0f inserted, %.0f resends dropped", nb,
+               ni, json_num(ctx.done_line, "resent_dropped"));
     if (!json)
       printf(
           "shoal: run %s %s after %.1f s: %.0f env steps, %.0f updates, policy v%.0f%s; "
-          "restarts: learner %d, actors %d; the stop took %.1f s\n",
+          "restarts: learner %d, actors %d; the stop took %.1f s%s\n",
           run, why, isfinite(trained) ? trained : wall, json_num(ctx.done_line, "env_steps"),
           json_num(ctx.done_line, "updates"), json_num(ctx.done_line, "version"), evs,
-          ls_stats.restarts, actor_restarts, isfinite(stop_s) ? stop_s : 0.0);
+          ls_stats.restarts, actor_restarts, isfinite(stop_s) ? stop_s : 0.0, acct);
   }
   if (rc) {
     fprintf(stderr, "shoal: run %s failed: %s\n", run, err.msg);

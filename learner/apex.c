@@ -875,7 +875,11 @@ static bool finish(void *a, char *buf, size_t cap) {
   L->log = NULL;
   store_writer_stats ws;
   store_writer_stats_get(L->b.wr, &ws);
-  snprintf(buf, cap, ",\"log_segments\":%llu,\"log_dropped\":%llu",
+  snprintf(buf, cap,
+           ",\"batches_inserted\":%llu,\"resent_dropped\":%llu,\"log_segments\":%llu,"
+           "\"log_dropped\":%llu",
+           (unsigned long long)atomic_load(&L->batches_inserted),
+           (unsigned long long)atomic_load(&L->resent_dropped),
            (unsigned long long)ws.replay_written,
            (unsigned long long)(ls.segments_dropped + ws.replay_dropped));
   return lrc == 0;

@@ -835,7 +835,8 @@ static int stop(lrt *rt, const char *reason, double t0) {
   if (!atomic_load(&rt->lease_lost)) lease_stopping(rt);
   live_hp_wake(&rt->live);
   rt->algo.halt(rt->a);
-  rpc_server_destroy(rt->srv, 1.0);
+  rpc_server_stats fin; /* exact now that no batch is in flight */
+  rpc_server_close(rt->srv, 1.0, &fin);
   rt->srv = NULL;
   lrt_figs f;
   rt->algo.figs(rt->a, &f);
@@ -885,12 +886,13 @@ static int stop(lrt *rt, const char *reason, double t0) {
   emit(
       "{\"event\":\"done\",\"reason\":\"%s\",\"t\":%.2f,\"env_steps\":%lld,\"updates\":%lld,"
       "\"version\":%lld,\"eval\":%s,\"best_eval\":%s,\"store_ok\":%s,\"bad_batches\":%llu,"
-      "\"stop_s\":%.2f%s}",
+      "\"batches\":%llu,\"rejected\":%llu,\"stop_s\":%.2f%s}",
       reason, t_end - t0, (long long)f.env_steps, (long long)rt->updates,
       (long long)(solved ? rt->eval_version : atomic_load(&rt->version)),
       jnum(j1, sizeof j1, rt->eval_return), jnum(j2, sizeof j2, rt->best_eval),
       wrc == 0 && kept && !lost ? "true" : "false", (unsigned long long)f.bad_batches,
-      shoal_now_s() - t_end, extra);
+      (unsigned long long)fin.batches, (unsigned long long)fin.rejected, shoal_now_s() - t_end,
+      extra);
   return 0;
 }
 

@@ -277,6 +277,10 @@ void rpc_server_stats_get(const rpc_server *s, rpc_server_stats *out);
  * and calls still running after drain_s seconds are cancelled. Then frees everything.
  * s may be NULL. */
 void rpc_server_destroy(rpc_server *s, double drain_s);
+/* rpc_server_destroy, and final (when not NULL) gets the counters after the last call
+ * has ended: exact, where a snapshot taken while batches are in flight can count a batch
+ * the learner has taken but the server not yet. */
+void rpc_server_close(rpc_server *s, double drain_s, rpc_server_stats *final);
 
 /* ------------------------------------------------------------------------- */
 /* Client (actor side).                                                       */

@@ -1133,7 +1133,10 @@ static bool wait_shutdown(rpc_server *s, double timeout_s) {
   return done;
 }
 
-void rpc_server_destroy(rpc_server *s, double drain_s) {
+void rpc_server_destroy(rpc_server *s, double drain_s) { rpc_server_close(s, drain_s, NULL); }
+
+void rpc_server_close(rpc_server *s, double drain_s, rpc_server_stats *final) {
+  if (final) memset(final, 0, sizeof *final);
   if (!s) return;
   /* Order from the notes (item 15): shutdown_and_notify, poll until its tag, destroy the
    * server, shut the queue down and drain it, destroy it, grpc_shutdown. */
@@ -1160,6 +1163,7 @@ void rpc_server_destroy(rpc_server *s, double drain_s) {
   grpc_server_destroy(s->srv);
   grpc_completion_queue_shutdown(s->cq);
   for (int i = 0; i < s->nthreads; i++) pthread_join(s->threads[i], NULL);
+  if (final) rpc_server_stats_get(s, final);
   grpc_completion_queue_destroy(s->cq);
   if (s->have_params) {
     grpc_slice_unref(s->params_full);
