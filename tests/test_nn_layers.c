@@ -1132,6 +1132,84 @@ static void test_conv_paths_agree(void **s) {
   nn_set_threads(1);
 }
 
+/* Dense layers on nn's own kernels (nn/cpu/densek.c) against the gemm path, at shapes
+ * that take them (and Nature-DQN's, which they leave to sgemm), partial panels and row
+ * tiles, no bias, and an input read by two layers (dx added, not stored). */
+typedef struct dense_geo {
+  int B, in, out;
+  unsigned flags;
+} dense_geo;
+
+static void dense_run(const dense_geo *d, const char *path, int threads, float *y, float *g,
+                      float *dx, size_t ny, size_t np, size_t nx) {
+  shoal_error err = {0};
+  assert_non_null(nn__conv_path_force(path));
+  nn_set_threads(threads);
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, d->in, 1, 1);
+  int a = nn_activation(m, "a", NN_TANH, 0); /* so the dense's input needs a gradient */
+  int d1 = nn_dense_ex(m, "d1", d->out, d->flags);
+  nn_model_select(m, a);
+  int d2 = nn_dense_ex(m, "d2", d->out, 0);
+  nn_add(m, "sum", d1, d2);
+  assert_int_equal(nn_model_build(m, d->B + 3, 7, &err), 0); /* B below max_batch */
+  float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
+  for (size_t i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 101) * 0.02f - 1.0f;
+  for (size_t i = 0; i < ny; i++) dy[i] = (float)((i * 104729) % 97) * 0.02f - 0.95f;
+  const float *yo, *dxo;
+  assert_int_equal(nn_model_forward(m, x, d->B, &yo, &err), 0);
+  memcpy(y, yo, ny * sizeof *y);
+  nn_model_zero_grad(m);
+  assert_int_equal(nn_model_backward(m, dy, &dxo, &err), 0);
+  size_t have;
+  memcpy(g, nn_model_grads(m, &have), np * sizeof *g);
+  assert_int_equal(have, np);
+  memcpy(dx, dxo, nx * sizeof *dx);
+  free(x), free(dy);
+  nn_model_destroy(m);
+}
+
+static void test_dense_paths_agree(void **s) {
+  static const dense_geo geos[] = {
+      {32, 1024, 128, 0},         /* MinAtar's: y^T = W x^T */
+      {256, 64, 64, 0},           /* the DQN MLP: y = x W^T */
+      {32, 3136, 512, 0},         /* Nature-DQN's */
+      {37, 75, 150, NN_NO_BIAS},  /* partial panels and row tiles */
+      {70, 33, 19, NN_NO_BIAS},   /* batch above the width: the backward only */
+      {20, 200, 90, 0},           /* a batch under one panel */
+  };
+  static const char *paths[] = {"portable", "avx2", "avx512"};
+  const char *was = nn__conv_path_force(NULL);
+  for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++) {
+    const dense_geo *d = &geos[gi];
+    size_t ny = (size_t)d->B * d->out, nx = (size_t)d->B * d->in;
+    size_t np = 2 * (size_t)d->out * d->in + d->out + (d->flags & NN_NO_BIAS ? 0 : d->out);
+    float *y0 = malloc(ny * 4), *g0 = malloc(np * 4), *d0 = malloc(nx * 4);
+    float *y1 = malloc(ny * 4), *g1 = malloc(np * 4), *d1 = malloc(nx * 4);
+    dense_run(d, "gemm", 1, y0, g0, d0, ny, np, nx);
+    for (size_t p = 0; p < 3; p++)
+      for (int t = 1; t <= 2; t++) {
+        if (strcmp(nn__conv_path_force(paths[p]), paths[p])) continue; /* the CPU lacks it */
+        dense_run(d, paths[p], t, y1, g1, d1, ny, np, nx);
+        for (size_t i = 0; i < ny; i++)
+          if (fabsf(y1[i] - y0[i]) > 1e-4f * (1 + fabsf(y0[i])))
+            fail_msg("dense %zu, %s, %d threads: y[%zu] %g vs gemm %g", gi, paths[p], t, i, y1[i],
+                     y0[i]);
+        for (size_t i = 0; i < np; i++)
+          if (fabsf(g1[i] - g0[i]) > 1e-4f * (1 + fabsf(g0[i])))
+            fail_msg("dense %zu, %s, %d threads: grad[%zu] %g vs gemm %g", gi, paths[p], t, i,
+                     g1[i], g0[i]);
+        for (size_t i = 0; i < nx; i++)
+          if (fabsf(d1[i] - d0[i]) > 1e-4f * (1 + fabsf(d0[i])))
+            fail_msg("dense %zu, %s, %d threads: dx[%zu] %g vs gemm %g", gi, paths[p], t, i, d1[i],
+                     d0[i]);
+      }
+    free(y0), free(g0), free(d0), free(y1), free(g1), free(d1);
+  }
+  nn__conv_path_force(was);
+  nn_set_threads(1);
+}
+
 /* Two heads; the output is the first: the second head is not computed and gets no
  * gradient. */
 static void test_set_output(void **s) {
@@ -1401,6 +1479,7 @@ int main(void) {
       cmocka_unit_test(test_two_models_chain),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_conv_paths_agree),
+      cmocka_unit_test(test_dense_paths_agree),
       cmocka_unit_test(test_set_output),
       cmocka_unit_test(test_describe_and_find),
       cmocka_unit_test(test_no_cuda_backend),

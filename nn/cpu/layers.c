@@ -17,6 +17,7 @@ static int dense_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   int in = nn__in_F(m, n, 0), out = n->F;
   const float *w = m->params + n->poff[0];
   float *y = n->out;
+  if (nn__densek_forward(x, w, n->bias ? m->params + n->poff[1] : NULL, y, B, in, out)) return 0;
   if (n->bias) {
     const float *b = m->params + n->poff[1];
     for (int i = 0; i < B; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof(float));
@@ -30,7 +31,8 @@ static void dense_backward(nn_model *m, nn__node *n, int B) {
   int in = nn__in_F(m, n, 0), out = n->F;
   const float *w = m->params + n->poff[0];
   float *dw = m->grads + n->poff[0];
-  nn__sgemm(true, false, out, in, B, 1.0f, dy, out, x, in, 1.0f, dw, in); /* dW += dy^T x */
+  if (!nn__densek_dw(dy, x, dw, B, in, out))
+    nn__sgemm(true, false, out, in, B, 1.0f, dy, out, x, in, 1.0f, dw, in); /* dW += dy^T x */
   if (n->bias) {
     float *db = m->grads + n->poff[1]; /* db += sum over the batch of dy */
     for (int i = 0; i < B; i++) {
@@ -40,7 +42,8 @@ static void dense_backward(nn_model *m, nn__node *n, int B) {
   }
   bool acc;
   float *dx = nn__dinput(m, n, 0, &acc);
-  if (dx) nn__sgemm(false, false, B, in, out, 1.0f, dy, out, w, in, acc ? 1.0f : 0.0f, dx, in);
+  if (dx && !nn__densek_dx(dy, w, dx, acc, B, in, out))
+    nn__sgemm(false, false, B, in, out, 1.0f, dy, out, w, in, acc ? 1.0f : 0.0f, dx, in);
 }
 
 const nn__layer_ops nn__cpu_dense = {dense_forward, dense_backward};

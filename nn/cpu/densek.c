@@ -1,0 +1,304 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * nn/cpu/densek.c — a dense layer's three products by nn's own micro-kernels, with the
+ * weights read where they lie.
+ *
+ * For W (out, in), x (B, in), y (B, out) and a batch far smaller than the layer:
+ *
+ *   forward  y^T = W x^T + b    pack x^T (B*in floats), read W's rows in place
+ *   dx      (+)= dy W           W's rows are the kernel's B operand as they lie
+ *   dW       += dy^T x          x's rows are, and dy is read down its columns
+ *
+ * cblas_sgemm packs both operands on every call, and at a batch of 32 through a 1024x128
+ * layer packing W costs as much as the products (MinAtar's network: a third of its
+ * training step was OpenBLAS packing). Here the only copies are of the small operand and
+ * of the last partial column panel.
+ *
+ * Each product is C (M, N) = sum_l A(i, l) B(l, j) with A(i, l) at A[i*sai + l*sal] (any
+ * strides: a matrix or its transpose) and B's rows contiguous (ldb apart), cut into
+ * MR x 32 tiles. A tile is computed in registers into a small buffer and then written
+ * where it belongs (transposed for y^T, with the bias, added or stored), so no pass over
+ * the whole output follows. Micro-kernels: AVX-512 8x32, AVX2+FMA 6x16 twice, portable
+ * 4x8 four times; the path is the conv kernels' (SHOAL_NN_CONV_PATH; gemm runs nn__sgemm
+ * instead), so the per-path tests check these too.
+ *
+ * Where they pay was measured per product (MinAtar's 1024x128 at batch 32: forward 1.9x,
+ * dx 1.5x, dW 1.1x sgemm; the MLP's 64x64 at 256: 1.0-1.1x); layers with rows 12 KB
+ * apart (Nature-DQN's 3136 features) and dW beyond L2 stay on sgemm, which was faster.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define NN__X86 1
+#endif
+
+#include "nn/cpu/cpu.h"
+
+#define NR 32
+#define MR_MAX 8
+
+/* T (MR, 32) = sum_l a_i[l*sal] B[l*ldb + j] for i < MR (a: MR row pointers). */
+typedef void (*dk_fn)(int L, const float *const *a, ptrdiff_t sal, const float *B, ptrdiff_t ldb,
+                      float *T);
+
+typedef float nn__v4 __attribute__((vector_size(16)));
+
+static void dk_portable(int L, const float *const *a, ptrdiff_t sal, const float *B,
+                        ptrdiff_t ldb, float *T) {
+  for (int h = 0; h < NR; h += 8) {
+    nn__v4 c[4][2] = {{{0}}};
+    const float *b = B + h;
+    for (ptrdiff_t l = 0, o = 0; l < L; l++, o += sal, b += ldb) {
+      nn__v4 b0, b1;
+      memcpy(&b0, b, 16), memcpy(&b1, b + 4, 16);
+      for (int i = 0; i < 4; i++) {
+        float s = a[i][o];
+        c[i][0] += s * b0, c[i][1] += s * b1;
+      }
+    }
+    for (int i = 0; i < 4; i++) memcpy(T + i * NR + h, c[i], 32);
+  }
+}
+
+#ifdef NN__X86
+#define NN__DK_ROW(i)                           \
+  do {                                          \
+    __m256 s = _mm256_broadcast_ss(a##i + o);   \
+    c##i##0 = _mm256_fmadd_ps(s, b0, c##i##0);  \
+    c##i##1 = _mm256_fmadd_ps(s, b1, c##i##1);  \
+  } while (0)
+/* Named accumulators (an array of __m256 was partly kept on the stack by gcc); 16
+ * columns per pass, so 12 accumulators, 2 B vectors and the broadcast fit 16 registers. */
+__attribute__((target("avx2,fma"))) static void dk_avx2(int L, const float *const *a,
+                                                        ptrdiff_t sal, const float *B,
+                                                        ptrdiff_t ldb, float *T) {
+  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+  for (int h = 0; h < NR; h += 16) {
+    __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+    const float *b = B + h;
+    for (ptrdiff_t l = 0, o = 0; l < L; l++, o += sal, b += ldb) {
+      __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+      NN__DK_ROW(0);
+      NN__DK_ROW(1);
+      NN__DK_ROW(2);
+      NN__DK_ROW(3);
+      NN__DK_ROW(4);
+      NN__DK_ROW(5);
+    }
+    float *t = T + h;
+    _mm256_storeu_ps(t + 0 * NR, c00), _mm256_storeu_ps(t + 0 * NR + 8, c01);
+    _mm256_storeu_ps(t + 1 * NR, c10), _mm256_storeu_ps(t + 1 * NR + 8, c11);
+    _mm256_storeu_ps(t + 2 * NR, c20), _mm256_storeu_ps(t + 2 * NR + 8, c21);
+    _mm256_storeu_ps(t + 3 * NR, c30), _mm256_storeu_ps(t + 3 * NR + 8, c31);
+    _mm256_storeu_ps(t + 4 * NR, c40), _mm256_storeu_ps(t + 4 * NR + 8, c41);
+    _mm256_storeu_ps(t + 5 * NR, c50), _mm256_storeu_ps(t + 5 * NR + 8, c51);
+  }
+}
+
+__attribute__((target("avx512f"))) static void dk_avx512(int L, const float *const *a,
+                                                         ptrdiff_t sal, const float *B,
+                                                         ptrdiff_t ldb, float *T) {
+  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3];
+  const float *a4 = a[4], *a5 = a[5], *a6 = a[6], *a7 = a[7];
+  __m512 c[8][2];
+  for (int i = 0; i < 8; i++) c[i][0] = c[i][1] = _mm512_setzero_ps();
+  for (ptrdiff_t l = 0, o = 0; l < L; l++, o += sal, B += ldb) {
+    __m512 b0 = _mm512_loadu_ps(B), b1 = _mm512_loadu_ps(B + 16);
+#define NN__DK_ROW512(i)                                 \
+  do {                                                   \
+    __m512 s = _mm512_set1_ps(a##i[o]);                  \
+    c[i][0] = _mm512_fmadd_ps(s, b0, c[i][0]);           \
+    c[i][1] = _mm512_fmadd_ps(s, b1, c[i][1]);           \
+  } while (0)
+    NN__DK_ROW512(0);
+    NN__DK_ROW512(1);
+    NN__DK_ROW512(2);
+    NN__DK_ROW512(3);
+    NN__DK_ROW512(4);
+    NN__DK_ROW512(5);
+    NN__DK_ROW512(6);
+    NN__DK_ROW512(7);
+#undef NN__DK_ROW512
+  }
+  for (int i = 0; i < 8; i++)
+    _mm512_storeu_ps(T + i * NR, c[i][0]), _mm512_storeu_ps(T + i * NR + 16, c[i][1]);
+}
+#endif
+
+/* ---- scratch: per thread, grown as needed and kept (the pool's threads live on) ---- */
+
+static _Thread_local float *g_buf[2];
+static _Thread_local size_t g_cap[2];
+
+static float *scratch(int slot, size_t floats) {
+  if (g_cap[slot] < floats) {
+    float *p = aligned_alloc(64, (floats * sizeof(float) + 63) & ~(size_t)63);
+    if (!p) return NULL;
+    free(g_buf[slot]);
+    g_buf[slot] = p, g_cap[slot] = floats;
+  }
+  return g_buf[slot];
+}
+
+/* ---- the product driver ------------------------------------------------------------- */
+
+typedef struct dk_job {
+  int M, N, L;
+  const float *A; /* A(i, l) = A[i*sai + l*sal] */
+  ptrdiff_t sai, sal;
+  const float *B; /* B(l, j) = B[l*ldb + j] */
+  ptrdiff_t ldb;
+  float *D; /* C(i, j) goes to D[i*rs + j*cs] */
+  ptrdiff_t rs, cs;
+  bool acc;                     /* D += C, else D = C */
+  const float *bias_i, *bias_j; /* added per row or per column, or NULL */
+  int mr;
+  dk_fn k;
+  int nbj, nbi, gi; /* column panels, row tiles, row tiles per task */
+} dk_job;
+
+static void put_tile(const dk_job *J, const float *restrict T, int i0, int mr, int j0, int nb) {
+  const bool acc = J->acc;
+  const float *bias_i = J->bias_i, *bias_j = J->bias_j;
+  if (J->cs == 1) {
+    for (int i = 0; i < mr; i++) {
+      float *restrict d = J->D + (i0 + i) * J->rs + j0;
+      const float *t = T + i * NR;
+      float bi = bias_i ? bias_i[i0 + i] : 0.0f;
+      const float *bj = bias_j ? bias_j + j0 : NULL;
+      if (acc && bj)
+        for (int j = 0; j < nb; j++) d[j] += t[j] + bi + bj[j];
+      else if (acc)
+        for (int j = 0; j < nb; j++) d[j] += t[j] + bi;
+      else if (bj)
+        for (int j = 0; j < nb; j++) d[j] = t[j] + bi + bj[j];
+      else
+        for (int j = 0; j < nb; j++) d[j] = t[j] + bi;
+    }
+  } else { /* transposed: rows of D along i */
+    for (int j = 0; j < nb; j++) {
+      float *restrict d = J->D + (j0 + j) * J->cs + i0 * J->rs;
+      float bj = bias_j ? bias_j[j0 + j] : 0.0f;
+      for (int i = 0; i < mr; i++) {
+        float v = T[i * NR + j] + bj + (bias_i ? bias_i[i0 + i] : 0.0f);
+        d[i * J->rs] = acc ? d[i * J->rs] + v : v;
+      }
+    }
+  }
+}
+
+/* One column panel and a group of row tiles: the panel's B rows stay in L1 across them. */
+static void dk_task(void *ctx, int task, int thread) {
+  (void)thread;
+  const dk_job *J = ctx;
+  int jb = task % J->nbj, g = task / J->nbj;
+  int j0 = jb * NR, nb = J->N - j0 < NR ? J->N - j0 : NR;
+  const float *B = J->B + j0;
+  ptrdiff_t ldb = J->ldb;
+  if (nb < NR) { /* the last partial panel, zero-padded, so the kernel reads no further */
+    float *P = scratch(1, (size_t)J->L * NR);
+    if (!P) abort(); /* a few KB per thread; nothing sensible is left to do without it */
+    for (int l = 0; l < J->L; l++) {
+      memcpy(P + (size_t)l * NR, B + l * ldb, (size_t)nb * sizeof(float));
+      memset(P + (size_t)l * NR + nb, 0, (size_t)(NR - nb) * sizeof(float));
+    }
+    B = P, ldb = NR;
+  }
+  float T[MR_MAX * NR];
+  int ib_end = (g + 1) * J->gi < J->nbi ? (g + 1) * J->gi : J->nbi;
+  for (int ib = g * J->gi; ib < ib_end; ib++) {
+    int i0 = ib * J->mr, mr = J->M - i0 < J->mr ? J->M - i0 : J->mr;
+    const float *a[MR_MAX];
+    for (int i = 0; i < J->mr; i++) a[i] = J->A + (ptrdiff_t)(i0 + (i < mr ? i : mr - 1)) * J->sai;
+    J->k(J->L, a, J->sal, B, ldb, T);
+    put_tile(J, T, i0, mr, j0, nb);
+  }
+}
+
+static void dk_run(dk_job *J) {
+  nn__conv_path p = nn__conv_path_get();
+#ifdef NN__X86
+  if (p == NN__CONV_AVX512)
+    J->k = dk_avx512, J->mr = 8;
+  else if (p == NN__CONV_AVX2)
+    J->k = dk_avx2, J->mr = 6;
+  else
+#endif
+    J->k = dk_portable, J->mr = 4;
+  J->nbj = (J->N + NR - 1) / NR;
+  J->nbi = (J->M + J->mr - 1) / J->mr;
+  /* Enough tasks for every thread to have a few, in row groups when panels are few. */
+  int T = nn__cpu_threads(), want = 4 * T, ng = 1;
+  if (T > 1 && J->nbj < want) ng = (want + J->nbj - 1) / J->nbj;
+  if (ng > J->nbi) ng = J->nbi;
+  J->gi = (J->nbi + ng - 1) / ng;
+  ng = (J->nbi + J->gi - 1) / J->gi;
+  nn__parallel_for(J->nbj * ng, dk_task, J);
+}
+
+/* dst (C, ldd) = src (R, C)^T, columns R..ldd of dst zeroed. In 16x16 blocks, src read
+ * along its rows: read down a column, rows 4 KB apart (MinAtar's 1024 features) all fall
+ * in one cache set, which thrashed (a third of the forward went there). */
+static void transpose(const float *restrict src, int R, int C, float *restrict dst, int ldd) {
+  for (int c0 = 0; c0 < C; c0 += 16) {
+    int c1 = c0 + 16 < C ? c0 + 16 : C;
+    for (int r0 = 0; r0 < R; r0 += 16) {
+      int r1 = r0 + 16 < R ? r0 + 16 : R;
+      for (int r = r0; r < r1; r++) {
+        const float *q = src + (size_t)r * C;
+        for (int c = c0; c < c1; c++) dst[(size_t)c * ldd + r] = q[c];
+      }
+    }
+    for (int c = c0; c < c1; c++)
+      for (int r = R; r < ldd; r++) dst[(size_t)c * ldd + r] = 0.0f;
+  }
+}
+
+/* ---- the dense layer's products ------------------------------------------------------ */
+
+/* The kernels pay where every side of the product has some size; a batch of one is a
+ * matrix-vector product (nn__sgemm's sgemv), and tiny layers run nn__sgemm's loops. */
+static bool dk_ok(int M, int N, int L) {
+  if (nn__conv_path_get() == NN__CONV_GEMM) return false;
+  return M >= 8 && N >= 16 && L >= 4 && (double)M * N * L >= 32768.0;
+}
+
+bool nn__densek_forward(const float *x, const float *w, const float *b, float *y, int B, int in,
+                        int out) {
+  /* y^T (out, B) = W x^T, W's rows read in place and x^T packed (in, B rounded up to the
+   * panel width): for a batch up to the layer's width, where the pack is the small copy.
+   * Past 2048 features a tile's eight W rows stream from memory without the prefetch that
+   * OpenBLAS's contiguous pack gets (Nature-DQN's 3136: sgemm was faster). */
+  if (B < 2 || B > out || in > 2048 || !dk_ok(out, B, in) || (double)B * in * out < 262144.0)
+    return false;
+  int Bp = (B + NR - 1) / NR * NR;
+  float *P = scratch(0, (size_t)in * Bp);
+  if (!P) return false;
+  transpose(x, B, in, P, Bp);
+  dk_job J = {.M = out, .N = B, .L = in, .A = w, .sai = in, .sal = 1, .B = P, .ldb = Bp,
+              .D = y, .rs = 1, .cs = out, .bias_i = b};
+  dk_run(&J);
+  return true;
+}
+
+bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, int in, int out) {
+  /* A panel is 128 bytes of each of W's rows: rows far apart stream without prefetch, as
+   * in the forward. */
+  if (B < 2 || in > 2048 || !dk_ok(B, in, out)) return false;
+  dk_job J = {.M = B, .N = in, .L = out, .A = dy, .sai = out, .sal = 1, .B = w, .ldb = in,
+              .D = dx, .rs = in, .cs = 1, .acc = acc};
+  dk_run(&J);
+  return true;
+}
+
+bool nn__densek_dw(const float *dy, const float *x, float *dw, int B, int in, int out) {
+  /* dW is read and written whole per call: beyond L2 sgemm's order of passes wins. */
+  if (B < 2 || (double)in * out > 131072.0 || !dk_ok(out, in, B)) return false;
+  dk_job J = {.M = out, .N = in, .L = B, .A = dy, .sai = 1, .sal = out, .B = x, .ldb = in,
+              .D = dw, .rs = in, .cs = 1, .acc = true};
+  dk_run(&J);
+  return true;
+}
