@@ -108,6 +108,11 @@ typedef struct nn__node {
   bool need_grad;    /* this backward needs the gradient of this node's output */
   bool written;      /* dout holds a value in this backward */
   bool fwd_training; /* the mode of the last forward (dropout, batch norm) */
+  /* CPU (set by its build): a dense layer whose one reader is a ReLU writes relu(y)
+   * straight into that node's out (fuse_act: its index) and leaves its own out unwritten;
+   * the ReLU's forward (fused) then does nothing. Its backward needs only its output. */
+  int fuse_act;
+  bool fused;
 } nn__node;
 
 /* A layer kind's kernels on one backend. forward may fail (an index out of range,

@@ -67,7 +67,7 @@ void nn__convk_t_backward(nn_model *m, nn__node *n, int B);
  * is the better choice (the gemm path, a batch of one, a tiny layer) or scratch could
  * not be had: the caller then runs nn__sgemm. */
 bool nn__densek_forward(const float *x, const float *w, const float *b, float *y, int B, int in,
-                        int out); /* y = x W^T (+ b when b is not NULL) */
+                        int out, bool relu); /* y = x W^T (+ b when not NULL), max(y, 0) if relu */
 bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, int in,
                    int out); /* dx (+)= dy W */
 bool nn__densek_dw(const float *dy, const float *x, float *dw, int B, int in,

@@ -23,7 +23,7 @@
  * instead), so the per-path tests check these too.
  *
  * Where they pay was measured per product (MinAtar's 1024x128 at batch 32: forward 1.9x,
- * dx 1.5x, dW 1.1x sgemm; the MLP's 64x64 at 256: 1.0-1.1x); layers with rows 12 KB
+ * dx 1.5x, dW 1.1x sgemm); small layers (the DQN MLP's 64x64), layers with rows 12 KB
  * apart (Nature-DQN's 3136 features) and dW beyond L2 stay on sgemm, which was faster.
  */
 #include <stdlib.h>
@@ -154,6 +154,7 @@ typedef struct dk_job {
   float *D; /* C(i, j) goes to D[i*rs + j*cs] */
   ptrdiff_t rs, cs;
   bool acc;                     /* D += C, else D = C */
+  bool relu;                    /* D = max(C, 0) (with acc false) */
   const float *bias_i, *bias_j; /* added per row or per column, or NULL */
   int mr;
   dk_fn k;
@@ -177,6 +178,8 @@ static void put_tile(const dk_job *J, const float *restrict T, int i0, int mr, i
         for (int j = 0; j < nb; j++) d[j] = t[j] + bi + bj[j];
       else
         for (int j = 0; j < nb; j++) d[j] = t[j] + bi;
+      if (J->relu) /* as act_forward's ReLU: x > 0 ? x : 0 */
+        for (int j = 0; j < nb; j++) d[j] = d[j] > 0 ? d[j] : 0.0f;
     }
   } else { /* transposed: rows of D along i */
     for (int j = 0; j < nb; j++) {
@@ -184,7 +187,11 @@ static void put_tile(const dk_job *J, const float *restrict T, int i0, int mr, i
       float bj = bias_j ? bias_j[j0 + j] : 0.0f;
       for (int i = 0; i < mr; i++) {
         float v = T[i * NR + j] + bj + (bias_i ? bias_i[i0 + i] : 0.0f);
-        d[i * J->rs] = acc ? d[i * J->rs] + v : v;
+        if (acc)
+          v += d[i * J->rs];
+        else if (J->relu)
+          v = v > 0 ? v : 0.0f;
+        d[i * J->rs] = v;
       }
     }
   }
@@ -259,27 +266,28 @@ static void transpose(const float *restrict src, int R, int C, float *restrict d
 
 /* ---- the dense layer's products ------------------------------------------------------ */
 
-/* The kernels pay where every side of the product has some size; a batch of one is a
- * matrix-vector product (nn__sgemm's sgemv), and tiny layers run nn__sgemm's loops. */
-static bool dk_ok(int M, int N, int L) {
+/* The kernels pay where the weights are what costs: a layer of 32K weights or more (below,
+ * OpenBLAS's packing is cheap and its kernels were 5-8% faster over the DQN MLP's training
+ * step), every side of the product of some size; a batch of one is a matrix-vector product
+ * (nn__sgemm's sgemv). */
+static bool dk_ok(int M, int N, int L, int in, int out) {
   if (nn__conv_path_get() == NN__CONV_GEMM) return false;
-  return M >= 8 && N >= 16 && L >= 4 && (double)M * N * L >= 32768.0;
+  return (double)in * out >= 32768.0 && M >= 8 && N >= 16 && L >= 16;
 }
 
 bool nn__densek_forward(const float *x, const float *w, const float *b, float *y, int B, int in,
-                        int out) {
+                        int out, bool relu) {
   /* y^T (out, B) = W x^T, W's rows read in place and x^T packed (in, B rounded up to the
    * panel width): for a batch up to the layer's width, where the pack is the small copy.
-   * Past 2048 features a tile's eight W rows stream from memory without the prefetch that
-   * OpenBLAS's contiguous pack gets (Nature-DQN's 3136: sgemm was faster). */
-  if (B < 2 || B > out || in > 2048 || !dk_ok(out, B, in) || (double)B * in * out < 262144.0)
-    return false;
+   * Past 2048 features a tile's eight W rows stream from memory without the prefetch
+   * that OpenBLAS's contiguous pack gets (Nature-DQN's 3136: sgemm was faster). */
+  if (B < 2 || B > out || in > 2048 || !dk_ok(out, B, in, in, out)) return false;
   int Bp = (B + NR - 1) / NR * NR;
   float *P = scratch(0, (size_t)in * Bp);
   if (!P) return false;
   transpose(x, B, in, P, Bp);
   dk_job J = {.M = out, .N = B, .L = in, .A = w, .sai = in, .sal = 1, .B = P, .ldb = Bp,
-              .D = y, .rs = 1, .cs = out, .bias_i = b};
+              .D = y, .rs = 1, .cs = out, .bias_i = b, .relu = relu};
   dk_run(&J);
   return true;
 }
@@ -287,7 +295,7 @@ bool nn__densek_forward(const float *x, const float *w, const float *b, float *y
 bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, int in, int out) {
   /* A panel is 128 bytes of each of W's rows: rows far apart stream without prefetch, as
    * in the forward. */
-  if (B < 2 || in > 2048 || !dk_ok(B, in, out)) return false;
+  if (B < 2 || in > 2048 || !dk_ok(B, in, out, in, out)) return false;
   dk_job J = {.M = B, .N = in, .L = out, .A = dy, .sai = out, .sal = 1, .B = w, .ldb = in,
               .D = dx, .rs = in, .cs = 1, .acc = acc};
   dk_run(&J);
@@ -296,7 +304,7 @@ bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, 
 
 bool nn__densek_dw(const float *dy, const float *x, float *dw, int B, int in, int out) {
   /* dW is read and written whole per call: beyond L2 sgemm's order of passes wins. */
-  if (B < 2 || (double)in * out > 131072.0 || !dk_ok(out, in, B)) return false;
+  if (B < 2 || (double)in * out > 131072.0 || !dk_ok(out, in, B, in, out)) return false;
   dk_job J = {.M = out, .N = in, .L = B, .A = dy, .sai = 1, .sal = out, .B = x, .ldb = in,
               .D = dw, .rs = in, .cs = 1, .acc = true};
   dk_run(&J);

@@ -16,13 +16,17 @@ static int dense_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   const float *x = nn__in_out(m, n, 0);
   int in = nn__in_F(m, n, 0), out = n->F;
   const float *w = m->params + n->poff[0];
-  float *y = n->out;
-  if (nn__densek_forward(x, w, n->bias ? m->params + n->poff[1] : NULL, y, B, in, out)) return 0;
+  const bool relu = n->fuse_act > 0; /* then y is the ReLU's out (nn__node.fuse_act) */
+  float *y = relu ? m->nodes[n->fuse_act].out : n->out;
+  if (nn__densek_forward(x, w, n->bias ? m->params + n->poff[1] : NULL, y, B, in, out, relu))
+    return 0;
   if (n->bias) {
     const float *b = m->params + n->poff[1];
     for (int i = 0; i < B; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof(float));
   }
   nn__sgemm(false, true, B, out, in, 1.0f, x, in, w, in, n->bias ? 1.0f : 0.0f, y, out);
+  if (relu)
+    for (size_t i = 0, N = (size_t)B * out; i < N; i++) y[i] = y[i] > 0 ? y[i] : 0.0f;
   return 0;
 }
 
@@ -51,6 +55,7 @@ const nn__layer_ops nn__cpu_dense = {dense_forward, dense_backward};
 /* ---- activations ----------------------------------------------------------------- */
 
 static int act_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  if (n->fused) return 0; /* its dense input wrote it */
   const float *x = nn__in_out(m, n, 0);
   float *y = n->out;
   size_t N = (size_t)B * n->F;
