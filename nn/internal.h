@@ -108,7 +108,7 @@ typedef struct nn__node {
   bool need_grad;    /* this backward needs the gradient of this node's output */
   bool written;      /* dout holds a value in this backward */
   bool fwd_training; /* the mode of the last forward (dropout, batch norm) */
-  /* CPU (set by its build): a dense layer whose one reader is a ReLU writes relu(y)
+  /* CPU (set by its build): a dense or conv2d layer whose one reader is a ReLU writes relu(y)
    * straight into that node's out (fuse_act: its index) and leaves its own out unwritten;
    * the ReLU's forward (fused) then does nothing. Its backward needs only its output. */
   int fuse_act;

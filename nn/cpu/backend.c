@@ -120,8 +120,8 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 /* One arena for every live node's out, dout and cache, carved in node order; one
  * scratch, the largest any node needs, shared because layers run one at a time. */
-/* Dense + ReLU as one pass (nn__node.fuse_act): where the ReLU is the dense layer's only
- * reader and the dense layer is not the output, nothing else needs its pre-activation
+/* Dense or conv2d + ReLU as one pass (nn__node.fuse_act): where the ReLU is the layer's
+ * only reader and the layer is not the output, nothing else needs its pre-activation
  * values, so the pass that would write them and the pass that reads them back go (about
  * a tenth of a small MLP's training step). */
 static void fuse(nn_model *m) {
@@ -131,7 +131,7 @@ static void fuse(nn_model *m) {
     if (!a->live || a->kind != NN__ACT || a->act != NN_RELU) continue;
     int k = a->in[0];
     nn__node *d = &m->nodes[k];
-    if (k <= 0 || d->kind != NN__DENSE || k == m->output) continue;
+    if (k <= 0 || (d->kind != NN__DENSE && d->kind != NN__CONV) || k == m->output) continue;
     int readers = 0;
     for (int j = 1; j < m->n_nodes; j++) {
       const nn__node *r = &m->nodes[j];

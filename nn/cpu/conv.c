@@ -114,10 +114,11 @@ static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   const float *w = m->params + n->poff[0];
   const float *b = n->bias ? m->params + n->poff[1] : NULL;
   float *col = m->scratch, *tmp = m->scratch + (size_t)K * g * P;
+  const bool relu = n->fuse_act > 0; /* y is the ReLU's out (nn__node.fuse_act) */
   for (int s0 = 0; s0 < B; s0 += g) {
     int gb = B - s0 < g ? B - s0 : g, N = gb * P;
     im2col_group(xn, n, s0, gb, col);
-    float *out = n->out + (size_t)s0 * n->F;
+    float *out = (relu ? m->nodes[n->fuse_act].out : n->out) + (size_t)s0 * n->F;
     float *y = gb == 1 ? out : tmp; /* one sample: (C_out, P) is already NCHW */
     nn__sgemm(false, false, Co, N, K, 1.0f, w, K, col, N, 0.0f, y, N);
     for (int s = 0; s < gb; s++) {
@@ -125,7 +126,10 @@ static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
         float *o = out + ((size_t)s * Co + c) * P;
         const float *t = y + ((size_t)c * gb + s) * P;
         float bc = b ? b[c] : 0.0f;
-        for (int p = 0; p < P; p++) o[p] = t[p] + bc;
+        if (relu) /* as act_forward's ReLU */
+          for (int p = 0; p < P; p++) o[p] = t[p] + bc > 0 ? t[p] + bc : 0.0f;
+        else
+          for (int p = 0; p < P; p++) o[p] = t[p] + bc;
       }
     }
   }

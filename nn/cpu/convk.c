@@ -449,6 +449,7 @@ typedef struct job {
   const int *koff;
   size_t xF;
   int B, N, acc;
+  int relu; /* forward: y = max(W x + b, 0) (a fused ReLU, nn__node.fuse_act) */
   int G;               /* panels of K per dW task */
   const float *bias_x; /* conv-transpose forward: added to dx (its output) per channel */
 } job;
@@ -522,6 +523,8 @@ NN__CLONES static void fwd_task(void *vc, int task, int th) {
         const float *tt = t + sg[q].j0;
         if (j->acc) /* conv-transpose's dx, a later consumer's share */
           for (int u = 0; u < sg[q].len; u++) o[u] += tt[u];
+        else if (j->relu) /* as act_forward's ReLU: x > 0 ? x : 0 */
+          for (int u = 0; u < sg[q].len; u++) o[u] = tt[u] + bc > 0 ? tt[u] + bc : 0.0f;
         else
           for (int u = 0; u < sg[q].len; u++) o[u] = tt[u] + bc;
       }
@@ -548,7 +551,8 @@ static void pack_w_rows(const float *w, int Co, int K, int mr, float *Wp) {
 void nn__convk_forward(nn_model *m, nn__node *n, int B) {
   job j;
   job_init(&j, m, n, B);
-  j.y = n->out;
+  j.relu = n->fuse_act > 0;
+  j.y = j.relu ? m->nodes[n->fuse_act].out : n->out;
   j.bias = n->bias ? m->params + n->poff[1] : NULL;
   float *Wp = m->scratch + j.L.w;
   pack_w_rows(m->params + n->poff[0], j.g.Co, j.g.K, j.I->mr, Wp);
