@@ -8,10 +8,12 @@
  * The figure "convs" times each conv and conv-transpose layer of those nets alone,
  * forward and backward, on every conv path the CPU runs (im2col + GEMM, and nn's own
  * kernels: portable, AVX2, AVX-512; nn/cpu/convk.c), taking the fastest of 15 calls: on
- * a shared machine the least disturbed call is the figure that repeats.
+ * a shared machine the least disturbed call is the figure that repeats. The figure
+ * "denses" does the same for the nets' dense layers (nn/cpu/densek.c against sgemm, the
+ * gemm path, as the BENCH lines' baseline; a shape the kernels leave to sgemm shows ~1).
  *
  *   nn_layers_speed [threads [figure]]   (default 1 thread; figure: mlp, act, minatar,
- *                                         nature, dcgan or convs, for profiling one)
+ *                                         nature, dcgan, convs or denses, for profiling one)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,6 +242,53 @@ static void conv_table(const char *t) {
   nn__conv_path_force(was);
 }
 
+/* ---- each dense layer alone, per path: nn's dense kernels (nn/cpu/densek.c) against
+ * sgemm (the gemm path) on the shapes of the nets above ---------------------------------- */
+
+typedef struct dense_case {
+  const char *name;
+  int B, in, out;
+} dense_case;
+
+static const dense_case g_denses[] = {
+    {"minatar fc 1024->128, b32", 32, 1024, 128},
+    {"nature fc 3136->512, b32", 32, 3136, 512},
+    {"mlp fc2 64->64, b256", 256, 64, 64},
+    {"dcgan G fc 100->6272, b64", 64, 100, 6272},
+};
+
+static void dense_table(const char *t) {
+  static const char *paths[] = {"gemm", "avx2", "avx512"};
+  const char *was = nn__conv_path_force(NULL);
+  printf("%-34s %8s %9s %9s %8s\n", "dense layer (input grad)", "path", "fwd ms", "bwd ms",
+         "GFLOP/s");
+  for (size_t c = 0; c < sizeof g_denses / sizeof g_denses[0]; c++) {
+    const dense_case *k = &g_denses[c];
+    shoal_error err = {0};
+    nn_model *m = nn_model_create(NN_CPU, NULL);
+    nn_input(m, k->in, 1, 1);
+    nn_dense(m, "fc", k->out);
+    if (nn_model_build(m, k->B, 1, &err)) die("dense", &err);
+    float *x = rnd((size_t)k->B * k->in, 1, 41), *dy = rnd((size_t)k->B * k->out, 0.1f, 42);
+    double macs = (double)k->B * k->in * k->out, gf0 = 0;
+    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+      if (strcmp(nn__conv_path_force(paths[p]), paths[p])) continue; /* the CPU lacks it */
+      double f = min_call_s(m, x, dy, k->B, true, true);
+      double b = min_call_s(m, x, dy, k->B, true, false);
+      double gf = 2 * macs * 3 / (f + b) / 1e9;
+      if (!p) gf0 = gf;
+      printf("%-34s %8s %9.3f %9.3f %8.1f\n", p ? "" : k->name, paths[p], f * 1e3, b * 1e3, gf);
+      if (p)
+        printf("BENCH name=nn.layers.dense%zu_%s.%s value=%.1f unit=GFLOP/s baseline=%.1f "
+               "ratio=%.2f\n",
+               c, paths[p], t, gf, gf0, gf / gf0);
+    }
+    free(x), free(dy);
+    nn_model_destroy(m);
+  }
+  nn__conv_path_force(was);
+}
+
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 1;
   if (argc > 2) g_only = argv[2], g_min_s = 3;
@@ -350,6 +399,7 @@ int main(int argc, char **argv) {
         "BENCH name=nn.layers.dcgan_gflops.%s value=%.1f unit=GFLOP/s baseline=%.1f ratio=%.2f\n",
         t, gf, sg, gf / sg);
   if (want("convs")) conv_table(t);
+  if (want("denses")) dense_table(t);
   free(z), free(real), free(dd), free(both);
   nn_model_destroy(q), nn_model_destroy(qt), nn_model_destroy(mn), nn_model_destroy(na);
   nn_model_destroy(g), nn_model_destroy(d);

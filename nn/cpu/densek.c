@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nn/cpu/densek.c — a dense layer's three products by nn's own micro-kernels, with the
- * weights read where they lie.
+ * nn/cpu/densek.c — a dense layer's forward and input gradient by nn's own AVX-512
+ * micro-kernel, with the weights read where they lie.
  *
  * For W (out, in), x (B, in), y (B, out) and a batch far smaller than the layer:
  *
  *   forward  y^T = W x^T + b    pack x^T (B*in floats), read W's rows in place
  *   dx      (+)= dy W           W's rows are the kernel's B operand as they lie
- *   dW       += dy^T x          x's rows are, and dy is read down its columns
+ *
+ * (dW += dy^T x stays on sgemm: on these kernels it was 1.1x at best on AVX-512 and
+ * slower on AVX2, a product read and written whole with a contraction of only B.)
  *
  * cblas_sgemm packs both operands on every call, and at a batch of 32 through a 1024x128
  * layer packing W costs as much as the products (MinAtar's network: a third of its
@@ -16,15 +18,17 @@
  *
  * Each product is C (M, N) = sum_l A(i, l) B(l, j) with A(i, l) at A[i*sai + l*sal] (any
  * strides: a matrix or its transpose) and B's rows contiguous (ldb apart), cut into
- * MR x 32 tiles. A tile is computed in registers into a small buffer and then written
- * where it belongs (transposed for y^T, with the bias, added or stored), so no pass over
- * the whole output follows. Micro-kernels: AVX-512 8x32, AVX2+FMA 6x16 twice, portable
- * 4x8 four times; the path is the conv kernels' (SHOAL_NN_CONV_PATH; gemm runs nn__sgemm
- * instead), so the per-path tests check these too.
+ * 8 x 32 tiles. A tile is computed in registers into a small buffer and then written
+ * where it belongs (transposed for y^T, with the bias and a fused ReLU, added or stored),
+ * so no pass over the whole output follows. On the AVX-512 path only (the conv kernels'
+ * path, SHOAL_NN_CONV_PATH): with OpenBLAS's AVX2 kernels (OPENBLAS_CORETYPE=Haswell) an
+ * AVX2 6x16 version of this kernel was 0.9x sgemm on MinAtar's layer, so AVX2 machines keep
+ * sgemm.
  *
  * Where they pay was measured per product (MinAtar's 1024x128 at batch 32: forward 1.9x,
- * dx 1.5x, dW 1.1x sgemm); small layers (the DQN MLP's 64x64), layers with rows 12 KB
- * apart (Nature-DQN's 3136 features) and dW beyond L2 stay on sgemm, which was faster.
+ * dx 1.5x sgemm); small layers (the DQN MLP's 64x64), layers with rows 12 KB apart
+ * (Nature-DQN's 3136 features) and wide ones (DCGAN's 6272 outputs) stay on sgemm, which
+ * was faster.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -36,67 +40,14 @@
 
 #include "nn/cpu/cpu.h"
 
+#ifdef NN__X86
+
 #define NR 32
 #define MR_MAX 8
 
 /* T (MR, 32) = sum_l a_i[l*sal] B[l*ldb + j] for i < MR (a: MR row pointers). */
 typedef void (*dk_fn)(int L, const float *const *a, ptrdiff_t sal, const float *B, ptrdiff_t ldb,
                       float *T);
-
-typedef float nn__v4 __attribute__((vector_size(16)));
-
-static void dk_portable(int L, const float *const *a, ptrdiff_t sal, const float *B,
-                        ptrdiff_t ldb, float *T) {
-  for (int h = 0; h < NR; h += 8) {
-    nn__v4 c[4][2] = {{{0}}};
-    const float *b = B + h;
-    for (ptrdiff_t l = 0, o = 0; l < L; l++, o += sal, b += ldb) {
-      nn__v4 b0, b1;
-      memcpy(&b0, b, 16), memcpy(&b1, b + 4, 16);
-      for (int i = 0; i < 4; i++) {
-        float s = a[i][o];
-        c[i][0] += s * b0, c[i][1] += s * b1;
-      }
-    }
-    for (int i = 0; i < 4; i++) memcpy(T + i * NR + h, c[i], 32);
-  }
-}
-
-#ifdef NN__X86
-#define NN__DK_ROW(i)                           \
-  do {                                          \
-    __m256 s = _mm256_broadcast_ss(a##i + o);   \
-    c##i##0 = _mm256_fmadd_ps(s, b0, c##i##0);  \
-    c##i##1 = _mm256_fmadd_ps(s, b1, c##i##1);  \
-  } while (0)
-/* Named accumulators (an array of __m256 was partly kept on the stack by gcc); 16
- * columns per pass, so 12 accumulators, 2 B vectors and the broadcast fit 16 registers. */
-__attribute__((target("avx2,fma"))) static void dk_avx2(int L, const float *const *a,
-                                                        ptrdiff_t sal, const float *B,
-                                                        ptrdiff_t ldb, float *T) {
-  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
-  for (int h = 0; h < NR; h += 16) {
-    __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
-    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
-    const float *b = B + h;
-    for (ptrdiff_t l = 0, o = 0; l < L; l++, o += sal, b += ldb) {
-      __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-      NN__DK_ROW(0);
-      NN__DK_ROW(1);
-      NN__DK_ROW(2);
-      NN__DK_ROW(3);
-      NN__DK_ROW(4);
-      NN__DK_ROW(5);
-    }
-    float *t = T + h;
-    _mm256_storeu_ps(t + 0 * NR, c00), _mm256_storeu_ps(t + 0 * NR + 8, c01);
-    _mm256_storeu_ps(t + 1 * NR, c10), _mm256_storeu_ps(t + 1 * NR + 8, c11);
-    _mm256_storeu_ps(t + 2 * NR, c20), _mm256_storeu_ps(t + 2 * NR + 8, c21);
-    _mm256_storeu_ps(t + 3 * NR, c30), _mm256_storeu_ps(t + 3 * NR + 8, c31);
-    _mm256_storeu_ps(t + 4 * NR, c40), _mm256_storeu_ps(t + 4 * NR + 8, c41);
-    _mm256_storeu_ps(t + 5 * NR, c50), _mm256_storeu_ps(t + 5 * NR + 8, c51);
-  }
-}
 
 __attribute__((target("avx512f"))) static void dk_avx512(int L, const float *const *a,
                                                          ptrdiff_t sal, const float *B,
@@ -126,7 +77,6 @@ __attribute__((target("avx512f"))) static void dk_avx512(int L, const float *con
   for (int i = 0; i < 8; i++)
     _mm512_storeu_ps(T + i * NR, c[i][0]), _mm512_storeu_ps(T + i * NR + 16, c[i][1]);
 }
-#endif
 
 /* ---- scratch: per thread, grown as needed and kept (the pool's threads live on) ---- */
 
@@ -226,15 +176,7 @@ static void dk_task(void *ctx, int task, int thread) {
 }
 
 static void dk_run(dk_job *J) {
-  nn__conv_path p = nn__conv_path_get();
-#ifdef NN__X86
-  if (p == NN__CONV_AVX512)
-    J->k = dk_avx512, J->mr = 8;
-  else if (p == NN__CONV_AVX2)
-    J->k = dk_avx2, J->mr = 6;
-  else
-#endif
-    J->k = dk_portable, J->mr = 4;
+  J->k = dk_avx512, J->mr = 8;
   J->nbj = (J->N + NR - 1) / NR;
   J->nbi = (J->M + J->mr - 1) / J->mr;
   /* Enough tasks for every thread to have a few, in row groups when panels are few. */
@@ -271,8 +213,11 @@ static void transpose(const float *restrict src, int R, int C, float *restrict d
  * step), every side of the product of some size; a batch of one is a matrix-vector product
  * (nn__sgemm's sgemv). */
 static bool dk_ok(int M, int N, int L, int in, int out) {
-  if (nn__conv_path_get() == NN__CONV_GEMM) return false;
-  return (double)in * out >= 32768.0 && M >= 8 && N >= 16 && L >= 16;
+  /* Past 1024 outputs the forward's y^T tiles land 32 bytes per row across a wide y, and
+   * dx's last partial panel copies out x 32 floats: DCGAN's 100->6272 ran at half
+   * sgemm's rate. */
+  return nn__conv_path_get() == NN__CONV_AVX512 && (double)in * out >= 32768.0 && out <= 1024 &&
+         M >= 8 && N >= 16 && L >= 16;
 }
 
 bool nn__densek_forward(const float *x, const float *w, const float *b, float *y, int B, int in,
@@ -302,11 +247,17 @@ bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, 
   return true;
 }
 
-bool nn__densek_dw(const float *dy, const float *x, float *dw, int B, int in, int out) {
-  /* dW is read and written whole per call: beyond L2 sgemm's order of passes wins. */
-  if (B < 2 || (double)in * out > 131072.0 || !dk_ok(out, in, B, in, out)) return false;
-  dk_job J = {.M = out, .N = in, .L = B, .A = dy, .sai = 1, .sal = out, .B = x, .ldb = in,
-              .D = dw, .rs = in, .cs = 1, .acc = true};
-  dk_run(&J);
-  return true;
+#else /* no AVX-512 kernel to run: nn__sgemm does every product */
+
+bool nn__densek_forward(const float *x, const float *w, const float *b, float *y, int B, int in,
+                        int out, bool relu) {
+  (void)x, (void)w, (void)b, (void)y, (void)B, (void)in, (void)out, (void)relu;
+  return false;
 }
+
+bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, int in, int out) {
+  (void)dy, (void)w, (void)dx, (void)acc, (void)B, (void)in, (void)out;
+  return false;
+}
+
+#endif
