@@ -1055,6 +1055,27 @@ typedef struct conv_geo {
   int t, opad; /* conv-transpose2d (square kernels), its output padding */
 } conv_geo;
 
+/* Runs built model m forward and backward at batch B on fixed inputs and
+ * copies out its output, parameter gradients and input gradient; destroys m. */
+static void fwd_bwd_into(nn_model *m, int B, float *y, float *g, float *dx, size_t ny, size_t np,
+                         size_t nx) {
+  shoal_error err = {0};
+  float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
+  for (size_t i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 101) * 0.02f - 1.0f;
+  for (size_t i = 0; i < ny; i++) dy[i] = (float)((i * 104729) % 97) * 0.02f - 0.95f;
+  const float *yo, *dxo;
+  assert_int_equal(nn_model_forward(m, x, B, &yo, &err), 0);
+  memcpy(y, yo, ny * sizeof *y);
+  nn_model_zero_grad(m);
+  assert_int_equal(nn_model_backward(m, dy, &dxo, &err), 0);
+  size_t have;
+  memcpy(g, nn_model_grads(m, &have), np * sizeof *g);
+  assert_int_equal(have, np);
+  memcpy(dx, dxo, nx * sizeof *dx);
+  free(x), free(dy);
+  nn_model_destroy(m);
+}
+
 static void conv_run(const conv_geo *c, const char *path, int threads, float *y, float *g,
                      float *dx, size_t ny, size_t np, size_t nx) {
   shoal_error err = {0};
@@ -1068,18 +1089,7 @@ static void conv_run(const conv_geo *c, const char *path, int threads, float *y,
   else
     nn_conv2d(m, "conv", c->Co, c->kh, c->kw, c->s, c->pad, 1);
   assert_int_equal(nn_model_build(m, c->B + 1, 7, &err), 0); /* B below max_batch */
-  float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
-  for (size_t i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 101) * 0.02f - 1.0f;
-  for (size_t i = 0; i < ny; i++) dy[i] = (float)((i * 104729) % 97) * 0.02f - 0.95f;
-  const float *yo, *dxo;
-  assert_int_equal(nn_model_forward(m, x, c->B, &yo, &err), 0);
-  memcpy(y, yo, ny * sizeof *y);
-  nn_model_zero_grad(m);
-  assert_int_equal(nn_model_backward(m, dy, &dxo, &err), 0);
-  memcpy(g, nn_model_grads(m, NULL), np * sizeof *g);
-  memcpy(dx, dxo, nx * sizeof *dx);
-  free(x), free(dy);
-  nn_model_destroy(m);
+  fwd_bwd_into(m, c->B, y, g, dx, ny, np, nx);
 }
 
 static void test_conv_paths_agree(void **s) {
@@ -1153,20 +1163,7 @@ static void dense_run(const dense_geo *d, const char *path, int threads, float *
   int d2 = nn_dense_ex(m, "d2", d->out, 0);
   nn_add(m, "sum", d1, d2);
   assert_int_equal(nn_model_build(m, d->B + 3, 7, &err), 0); /* B below max_batch */
-  float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
-  for (size_t i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 101) * 0.02f - 1.0f;
-  for (size_t i = 0; i < ny; i++) dy[i] = (float)((i * 104729) % 97) * 0.02f - 0.95f;
-  const float *yo, *dxo;
-  assert_int_equal(nn_model_forward(m, x, d->B, &yo, &err), 0);
-  memcpy(y, yo, ny * sizeof *y);
-  nn_model_zero_grad(m);
-  assert_int_equal(nn_model_backward(m, dy, &dxo, &err), 0);
-  size_t have;
-  memcpy(g, nn_model_grads(m, &have), np * sizeof *g);
-  assert_int_equal(have, np);
-  memcpy(dx, dxo, nx * sizeof *dx);
-  free(x), free(dy);
-  nn_model_destroy(m);
+  fwd_bwd_into(m, d->B, y, g, dx, ny, np, nx);
 }
 
 static void test_dense_paths_agree(void **s) {
