@@ -1055,6 +1055,15 @@ typedef struct conv_geo {
   int t, opad; /* conv-transpose2d (square kernels), its output padding */
 } conv_geo;
 
+/* got agrees with the gemm path's ref to 1e-4 relative, or the test fails naming it. */
+static void agree(const char *kind, size_t gi, const char *path, int t, const char *what,
+                  const float *got, const float *ref, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (fabsf(got[i] - ref[i]) > 1e-4f * (1 + fabsf(ref[i])))
+      fail_msg("%s %zu, %s, %d threads: %s[%zu] %g vs gemm %g", kind, gi, path, t, what, i, got[i],
+               ref[i]);
+}
+
 /* Runs built model m forward and backward at batch B on fixed inputs and
  * copies out its output, parameter gradients and input gradient; destroys m. */
 static void fwd_bwd_into(nn_model *m, int B, float *y, float *g, float *dx, size_t ny, size_t np,
@@ -1076,8 +1085,31 @@ static void fwd_bwd_into(nn_model *m, int B, float *y, float *g, float *dx, size
   nn_model_destroy(m);
 }
 
-static void conv_run(const conv_geo *c, const char *path, int threads, float *y, float *g,
-                     float *dx, size_t ny, size_t np, size_t nx) {
+typedef void (*path_run_fn)(const void *geo, const char *path, int threads, float *y, float *g,
+                            float *dx, size_t ny, size_t np, size_t nx);
+
+/* Geometry gi run on every kernel path the CPU has, at 1 and 2 threads, agrees with the gemm
+ * path: outputs, parameter gradients and input gradients. */
+static void paths_agree(const char *kind, size_t gi, path_run_fn run, const void *geo, size_t ny,
+                        size_t np, size_t nx) {
+  static const char *paths[] = {"portable", "avx2", "avx512"};
+  float *y0 = malloc(ny * 4), *g0 = malloc(np * 4), *d0 = malloc(nx * 4);
+  float *y1 = malloc(ny * 4), *g1 = malloc(np * 4), *d1 = malloc(nx * 4);
+  run(geo, "gemm", 1, y0, g0, d0, ny, np, nx);
+  for (size_t p = 0; p < 3; p++)
+    for (int t = 1; t <= 2; t++) {
+      if (strcmp(nn__conv_path_force(paths[p]), paths[p])) continue; /* the CPU lacks it */
+      run(geo, paths[p], t, y1, g1, d1, ny, np, nx);
+      agree(kind, gi, paths[p], t, "y", y1, y0, ny);
+      agree(kind, gi, paths[p], t, "grad", g1, g0, np);
+      agree(kind, gi, paths[p], t, "dx", d1, d0, nx);
+    }
+  free(y0), free(g0), free(d0), free(y1), free(g1), free(d1);
+}
+
+static void conv_run(const void *geo, const char *path, int threads, float *y, float *g, float *dx,
+                     size_t ny, size_t np, size_t nx) {
+  const conv_geo *c = geo;
   shoal_error err = {0};
   assert_non_null(nn__conv_path_force(path));
   nn_set_threads(threads);
@@ -1106,7 +1138,6 @@ static void test_conv_paths_agree(void **s) {
       {8, 6, 6, 4, 3, 3, 1, 0, 2, 1, 0},   /* stride 1 */
       {3, 4, 5, 40, 4, 4, 3, 2, 2, 1, 2},  /* stride 3, padding 2 */
   };
-  static const char *paths[] = {"portable", "avx2", "avx512"};
   const char *was = nn__conv_path_force(NULL);
   for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++) {
     const conv_geo *c = &geos[gi];
@@ -1116,27 +1147,7 @@ static void test_conv_paths_agree(void **s) {
       Wo = (c->W - 1) * c->s - 2 * c->pad + c->kw + c->opad;
     size_t ny = (size_t)c->B * c->Co * Ho * Wo, nx = (size_t)c->B * c->C * c->H * c->W;
     size_t np = (size_t)c->Co * c->C * c->kh * c->kw + c->Co;
-    float *y0 = malloc(ny * sizeof *y0), *g0 = malloc(np * sizeof *g0), *d0 = malloc(nx * 4);
-    float *y1 = malloc(ny * sizeof *y1), *g1 = malloc(np * sizeof *g1), *d1 = malloc(nx * 4);
-    conv_run(c, "gemm", 1, y0, g0, d0, ny, np, nx);
-    for (size_t p = 0; p < 3; p++)
-      for (int t = 1; t <= 2; t++) {
-        if (strcmp(nn__conv_path_force(paths[p]), paths[p])) continue; /* the CPU lacks it */
-        conv_run(c, paths[p], t, y1, g1, d1, ny, np, nx);
-        for (size_t i = 0; i < ny; i++)
-          if (fabsf(y1[i] - y0[i]) > 1e-4f * (1 + fabsf(y0[i])))
-            fail_msg("geometry %zu, %s, %d threads: y[%zu] %g vs gemm %g", gi, paths[p], t, i,
-                     y1[i], y0[i]);
-        for (size_t i = 0; i < np; i++)
-          if (fabsf(g1[i] - g0[i]) > 1e-4f * (1 + fabsf(g0[i])))
-            fail_msg("geometry %zu, %s, %d threads: grad[%zu] %g vs gemm %g", gi, paths[p], t, i,
-                     g1[i], g0[i]);
-        for (size_t i = 0; i < nx; i++)
-          if (fabsf(d1[i] - d0[i]) > 1e-4f * (1 + fabsf(d0[i])))
-            fail_msg("geometry %zu, %s, %d threads: dx[%zu] %g vs gemm %g", gi, paths[p], t, i,
-                     d1[i], d0[i]);
-      }
-    free(y0), free(g0), free(d0), free(y1), free(g1), free(d1);
+    paths_agree("geometry", gi, conv_run, c, ny, np, nx);
   }
   nn__conv_path_force(was);
   nn_set_threads(1);
@@ -1150,8 +1161,9 @@ typedef struct dense_geo {
   unsigned flags;
 } dense_geo;
 
-static void dense_run(const dense_geo *d, const char *path, int threads, float *y, float *g,
+static void dense_run(const void *geo, const char *path, int threads, float *y, float *g,
                       float *dx, size_t ny, size_t np, size_t nx) {
+  const dense_geo *d = geo;
   shoal_error err = {0};
   assert_non_null(nn__conv_path_force(path));
   nn_set_threads(threads);
@@ -1175,33 +1187,12 @@ static void test_dense_paths_agree(void **s) {
       {70, 333, 109, NN_NO_BIAS}, /* batch above the width: the backward only */
       {20, 400, 90, 0},           /* a batch under one panel */
   };
-  static const char *paths[] = {"portable", "avx2", "avx512"};
   const char *was = nn__conv_path_force(NULL);
   for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++) {
     const dense_geo *d = &geos[gi];
     size_t ny = (size_t)d->B * d->out, nx = (size_t)d->B * d->in;
     size_t np = 2 * (size_t)d->out * d->in + d->out + (d->flags & NN_NO_BIAS ? 0 : d->out);
-    float *y0 = malloc(ny * 4), *g0 = malloc(np * 4), *d0 = malloc(nx * 4);
-    float *y1 = malloc(ny * 4), *g1 = malloc(np * 4), *d1 = malloc(nx * 4);
-    dense_run(d, "gemm", 1, y0, g0, d0, ny, np, nx);
-    for (size_t p = 0; p < 3; p++)
-      for (int t = 1; t <= 2; t++) {
-        if (strcmp(nn__conv_path_force(paths[p]), paths[p])) continue; /* the CPU lacks it */
-        dense_run(d, paths[p], t, y1, g1, d1, ny, np, nx);
-        for (size_t i = 0; i < ny; i++)
-          if (fabsf(y1[i] - y0[i]) > 1e-4f * (1 + fabsf(y0[i])))
-            fail_msg("dense %zu, %s, %d threads: y[%zu] %g vs gemm %g", gi, paths[p], t, i, y1[i],
-                     y0[i]);
-        for (size_t i = 0; i < np; i++)
-          if (fabsf(g1[i] - g0[i]) > 1e-4f * (1 + fabsf(g0[i])))
-            fail_msg("dense %zu, %s, %d threads: grad[%zu] %g vs gemm %g", gi, paths[p], t, i,
-                     g1[i], g0[i]);
-        for (size_t i = 0; i < nx; i++)
-          if (fabsf(d1[i] - d0[i]) > 1e-4f * (1 + fabsf(d0[i])))
-            fail_msg("dense %zu, %s, %d threads: dx[%zu] %g vs gemm %g", gi, paths[p], t, i, d1[i],
-                     d0[i]);
-      }
-    free(y0), free(g0), free(d0), free(y1), free(g1), free(d1);
+    paths_agree("dense", gi, dense_run, d, ny, np, nx);
   }
   nn__conv_path_force(was);
   nn_set_threads(1);
