@@ -19,11 +19,12 @@
 #
 # Settings (environment variables):
 #   LEARNING_SEEDS      default "1 2 3 4 5"
-#   LEARNING_CORETYPES  default "native Haswell": native lets OpenBLAS pick its kernels
-#                       for this CPU; Haswell forces its AVX2 kernels (OPENBLAS_CORETYPE),
-#                       what a machine without AVX-512 runs. shoal's own one CPU
-#                       dispatch (nn/optim.c's target_clones: avx2 or default) takes the
-#                       AVX2 clone on both kinds, so this covers both kinds of machine.
+#   LEARNING_CORETYPES  default "native Haswell": native lets OpenBLAS and shoal pick their
+#                       kernels for this CPU; Haswell forces OpenBLAS's AVX2 kernels
+#                       (OPENBLAS_CORETYPE) and shoal's own AVX2 ones (SHOAL_NN_CONV_PATH=avx2:
+#                       nn's conv kernels, and no AVX-512 dense kernels), what a machine
+#                       without AVX-512 runs; nn/optim.c's target_clones take their AVX2
+#                       clone on both kinds. So this covers both kinds of machine.
 #   LEARNING_CASES      default: every case below, by name
 #   LEARNING_PEERS      default "cleanrl_dqn cleanrl_ppo sb3_dqn sb3_ppo"; "none" skips them:
 #                       the peers run by benchmarks/peers/learning_peers.py in the peers' venv
@@ -90,7 +91,11 @@ for c in "${cases[@]}"; do
       n=$((n + 1))
       args=(--set "run.seed=$s")
       for kv in $sets; do args+=(--set "$kv"); done
-      if [ "$ct" = Haswell ]; then export OPENBLAS_CORETYPE=Haswell; else unset OPENBLAS_CORETYPE; fi
+      if [ "$ct" = Haswell ]; then
+        export OPENBLAS_CORETYPE=Haswell SHOAL_NN_CONV_PATH=avx2
+      else
+        unset OPENBLAS_CORETYPE SHOAL_NN_CONV_PATH
+      fi
       log=$work/$name.$ct.$s.log
       if [ "$mode" = sync ]; then
         "$bin/shoal-train-sync" "$root/configs/$cfg" "${args[@]}" >"$log" 2>&1
@@ -126,7 +131,7 @@ for c in "${cases[@]}"; do
       fi
       echo "${ret:-nan}" >>"$work/ret"
     done
-    unset OPENBLAS_CORETYPE
+    unset OPENBLAS_CORETYPE SHOAL_NN_CONV_PATH
     printf '%-30s %-7s %7s %12s %12s %9s %9s %10s\n' "$name" "$ct" "$ok/$n" \
       "$(median <"$work/steps")" "$(worst <"$work/steps")" "$(median <"$work/secs")" \
       "$(worst <"$work/secs")" "$(median <"$work/ret")"
