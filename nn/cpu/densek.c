@@ -78,7 +78,7 @@ __attribute__((target("avx512f"))) static void dk_avx512(int L, const float *con
     _mm512_storeu_ps(T + i * NR, c[i][0]), _mm512_storeu_ps(T + i * NR + 16, c[i][1]);
 }
 
-/* ---- scratch: per thread, grown as needed and kept (the pool's threads live on) ---- */
+/* ---- scratch: the caller's, grown as needed and kept ---------------------------------- */
 
 static _Thread_local float *g_buf[2];
 static _Thread_local size_t g_cap[2];
@@ -101,6 +101,7 @@ typedef struct dk_job {
   ptrdiff_t sai, sal;
   const float *B; /* B(l, j) = B[l*ldb + j] */
   ptrdiff_t ldb;
+  const float *tail; /* the last panel when partial: (L, 32), zero-padded */
   float *D; /* C(i, j) goes to D[i*rs + j*cs] */
   ptrdiff_t rs, cs;
   bool acc;                     /* D += C, else D = C */
@@ -153,17 +154,8 @@ static void dk_task(void *ctx, int task, int thread) {
   const dk_job *J = ctx;
   int jb = task % J->nbj, g = task / J->nbj;
   int j0 = jb * NR, nb = J->N - j0 < NR ? J->N - j0 : NR;
-  const float *B = J->B + j0;
-  ptrdiff_t ldb = J->ldb;
-  if (nb < NR) { /* the last partial panel, zero-padded, so the kernel reads no further */
-    float *P = scratch(1, (size_t)J->L * NR);
-    if (!P) abort(); /* a few KB per thread; nothing sensible is left to do without it */
-    for (int l = 0; l < J->L; l++) {
-      memcpy(P + (size_t)l * NR, B + l * ldb, (size_t)nb * sizeof(float));
-      memset(P + (size_t)l * NR + nb, 0, (size_t)(NR - nb) * sizeof(float));
-    }
-    B = P, ldb = NR;
-  }
+  const float *B = nb < NR ? J->tail : J->B + j0; /* the last partial panel, padded */
+  ptrdiff_t ldb = nb < NR ? NR : J->ldb;
   float T[MR_MAX * NR];
   int ib_end = (g + 1) * J->gi < J->nbi ? (g + 1) * J->gi : J->nbi;
   for (int ib = g * J->gi; ib < ib_end; ib++) {
@@ -175,9 +167,23 @@ static void dk_task(void *ctx, int task, int thread) {
   }
 }
 
-static void dk_run(dk_job *J) {
+/* False (nothing done) when the scratch for a partial panel cannot be had. */
+static bool dk_run(dk_job *J) {
   J->k = dk_avx512, J->mr = 8;
   J->nbj = (J->N + NR - 1) / NR;
+  int nb = J->N - (J->nbj - 1) * NR;
+  if (nb < NR) {
+    /* The last panel's columns, zero-padded to the kernel's width so that it reads no
+     * further; copied once here, read by every task of that panel. */
+    float *P = scratch(1, (size_t)J->L * NR);
+    if (!P) return false;
+    const float *B = J->B + (size_t)(J->nbj - 1) * NR;
+    for (int l = 0; l < J->L; l++) {
+      memcpy(P + (size_t)l * NR, B + l * J->ldb, (size_t)nb * sizeof(float));
+      memset(P + (size_t)l * NR + nb, 0, (size_t)(NR - nb) * sizeof(float));
+    }
+    J->tail = P;
+  }
   J->nbi = (J->M + J->mr - 1) / J->mr;
   /* Enough tasks for every thread to have a few, in row groups when panels are few. */
   int T = nn__cpu_threads(), want = 4 * T, ng = 1;
@@ -186,6 +192,7 @@ static void dk_run(dk_job *J) {
   J->gi = (J->nbi + ng - 1) / ng;
   ng = (J->nbi + J->gi - 1) / J->gi;
   nn__parallel_for(J->nbj * ng, dk_task, J);
+  return true;
 }
 
 /* dst (C, ldd) = src (R, C)^T, columns R..ldd of dst zeroed. In 16x16 blocks, src read
@@ -233,8 +240,7 @@ bool nn__densek_forward(const float *x, const float *w, const float *b, float *y
   transpose(x, B, in, P, Bp);
   dk_job J = {.M = out, .N = B, .L = in, .A = w, .sai = in, .sal = 1, .B = P, .ldb = Bp,
               .D = y, .rs = 1, .cs = out, .bias_i = b, .relu = relu};
-  dk_run(&J);
-  return true;
+  return dk_run(&J);
 }
 
 bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, int in, int out) {
@@ -243,8 +249,7 @@ bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, 
   if (B < 2 || in > 2048 || !dk_ok(B, in, out, in, out)) return false;
   dk_job J = {.M = B, .N = in, .L = out, .A = dy, .sai = out, .sal = 1, .B = w, .ldb = in,
               .D = dx, .rs = in, .cs = 1, .acc = acc};
-  dk_run(&J);
-  return true;
+  return dk_run(&J);
 }
 
 #else /* no AVX-512 kernel to run: nn__sgemm does every product */
