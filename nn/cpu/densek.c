@@ -12,14 +12,14 @@
  * slower on AVX2, a product read and written whole with a contraction of only B.)
  *
  * cblas_sgemm packs both operands on every call, and at a batch of 32 through a 1024x128
- * layer packing W costs as much as the products (MinAtar's network: a third of its
- * training step was OpenBLAS packing). Here the only copies are of the small operand and
+ * layer packing W is half as much work again as the product (MinAtar's network: a fifth
+ * of its training step was OpenBLAS packing, beside 36% in its kernel). Here the only copies are of the small operand and
  * of the last partial column panel.
  *
  * Each product is C (M, N) = sum_l A(i, l) B(l, j) with A(i, l) at A[i*sai + l*sal] (any
  * strides: a matrix or its transpose) and B's rows contiguous (ldb apart), cut into
  * 8 x 32 tiles. A tile is computed in registers into a small buffer and then written
- * where it belongs (transposed for y^T, with the bias and a fused ReLU, added or stored),
+ * where it belongs (transposed for y^T with the bias and a fused ReLU; dx's stored or added),
  * so no pass over the whole output follows. On the AVX-512 path only (the conv kernels'
  * path, SHOAL_NN_CONV_PATH): with OpenBLAS's AVX2 kernels (OPENBLAS_CORETYPE=Haswell) an
  * AVX2 6x16 version of this kernel was 0.9x sgemm on MinAtar's layer, so AVX2 machines keep
@@ -104,46 +104,34 @@ typedef struct dk_job {
   const float *tail; /* the last panel when partial: (L, 32), zero-padded */
   float *D; /* C(i, j) goes to D[i*rs + j*cs] */
   ptrdiff_t rs, cs;
-  bool acc;                     /* D += C, else D = C */
-  bool relu;                    /* D = max(C, 0) (with acc false) */
-  const float *bias_i, *bias_j; /* added per row or per column, or NULL */
+  bool acc;          /* D += C, else D = C (rows of D only) */
+  bool relu;         /* D = max(C + bias, 0) (columns of D only) */
+  const float *bias; /* added per row i, or NULL (columns of D only) */
   int mr;
   dk_fn k;
   int nbj, nbi, gi; /* column panels, row tiles, row tiles per task */
 } dk_job;
 
+/* dx's tiles go to rows of D (cs 1), stored or added; the forward's y^T tiles go down its
+ * columns (rs 1), with the bias and the fused ReLU. */
 static void put_tile(const dk_job *J, const float *restrict T, int i0, int mr, int j0, int nb) {
-  const bool acc = J->acc;
-  const float *bias_i = J->bias_i, *bias_j = J->bias_j;
   if (J->cs == 1) {
     for (int i = 0; i < mr; i++) {
       float *restrict d = J->D + (i0 + i) * J->rs + j0;
       const float *t = T + i * NR;
-      float bi = bias_i ? bias_i[i0 + i] : 0.0f;
-      const float *bj = bias_j ? bias_j + j0 : NULL;
-      if (acc && bj)
-        for (int j = 0; j < nb; j++) d[j] += t[j] + bi + bj[j];
-      else if (acc)
-        for (int j = 0; j < nb; j++) d[j] += t[j] + bi;
-      else if (bj)
-        for (int j = 0; j < nb; j++) d[j] = t[j] + bi + bj[j];
+      if (J->acc)
+        for (int j = 0; j < nb; j++) d[j] += t[j];
       else
-        for (int j = 0; j < nb; j++) d[j] = t[j] + bi;
-      if (J->relu) /* as act_forward's ReLU: x > 0 ? x : 0 */
-        for (int j = 0; j < nb; j++) d[j] = d[j] > 0 ? d[j] : 0.0f;
+        memcpy(d, t, (size_t)nb * sizeof(float));
     }
-  } else { /* transposed: rows of D along i */
-    for (int j = 0; j < nb; j++) {
-      float *restrict d = J->D + (j0 + j) * J->cs + i0 * J->rs;
-      float bj = bias_j ? bias_j[j0 + j] : 0.0f;
-      for (int i = 0; i < mr; i++) {
-        float v = T[i * NR + j] + bj + (bias_i ? bias_i[i0 + i] : 0.0f);
-        if (acc)
-          v += d[i * J->rs];
-        else if (J->relu)
-          v = v > 0 ? v : 0.0f;
-        d[i * J->rs] = v;
-      }
+    return;
+  }
+  for (int j = 0; j < nb; j++) {
+    float *restrict d = J->D + (j0 + j) * J->cs + i0 * J->rs;
+    for (int i = 0; i < mr; i++) {
+      float v = T[i * NR + j] + (J->bias ? J->bias[i0 + i] : 0.0f);
+      if (J->relu) v = v > 0 ? v : 0.0f; /* as act_forward's ReLU: x > 0 ? x : 0 */
+      d[i * J->rs] = v;
     }
   }
 }
@@ -239,7 +227,7 @@ bool nn__densek_forward(const float *x, const float *w, const float *b, float *y
   if (!P) return false;
   transpose(x, B, in, P, Bp);
   dk_job J = {.M = out, .N = B, .L = in, .A = w, .sai = in, .sal = 1, .B = P, .ldb = Bp,
-              .D = y, .rs = 1, .cs = out, .bias_i = b, .relu = relu};
+              .D = y, .rs = 1, .cs = out, .bias = b, .relu = relu};
   return dk_run(&J);
 }
 
