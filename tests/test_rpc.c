@@ -523,20 +523,26 @@ static void test_client_oversize_batch(void **state) {
   big.cols[1] = (rpc_column){.name = "action", .dtype = RPC_I32, .data = act, .bytes = sizeof act};
   big.cols[2] = (rpc_column){.name = "reward", .dtype = RPC_F32, .data = rew, .bytes = sizeof rew};
   big.cols[3] = (rpc_column){.name = "done", .dtype = RPC_BOOL, .data = done, .bytes = sizeof done};
-  /* Queued at once, before the client can know the limit. */
+  /* Queued at once, before the client can know the limit, as a rule. On a loaded machine
+   * the first push's stream may have brought the limit already: then push refuses it,
+   * the other documented outcome, and nothing is rejected later. */
   rpc_client *c = client_for(rpc_server_port(srv), 11, NULL);
   batch_buf bb;
   make_batch(&bb, 11, 1);
   assert_int_equal(rpc_client_push(c, &bb.b, NULL), 0);
-  assert_int_equal(rpc_client_push(c, &big, NULL), 0);
+  shoal_error err = {0};
+  int brc = rpc_client_push(c, &big, &err);
+  if (brc) {
+    assert_int_equal(brc, SHOAL_EINVAL);
+    assert_non_null(strstr(err.msg, "limit"));
+  }
   make_batch(&bb, 11, 3);
   assert_int_equal(rpc_client_push(c, &bb.b, NULL), 0);
-  shoal_error err = {0};
-  assert_int_equal(rpc_client_flush(c, 10.0, &err), 0);
+  if (rpc_client_flush(c, 10.0, &err)) fail_msg("flush: %s", err.msg);
   rpc_client_stats cs;
   rpc_client_stats_get(c, &cs);
   assert_int_equal(cs.delivered, 2);
-  assert_int_equal(cs.rejected, 1);
+  assert_int_equal(cs.rejected, brc ? 0 : 1);
   /* Now the limit is known: push refuses at once. */
   assert_int_equal(rpc_client_push(c, &big, &err), SHOAL_EINVAL);
   assert_non_null(strstr(err.msg, "limit"));
