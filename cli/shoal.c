@@ -502,8 +502,9 @@ static int cmd_run(int argc, char **argv) {
     const char *why = !strcmp(reason, "signal")       ? "stopped (Ctrl-C or SIGTERM)"
                       : !strcmp(reason, "lease_lost") ? "lost its lease to another learner"
                                                       : reason;
-    /* The last learner's batch accounting, exact once its server has stopped: every batch
-     * it acknowledged went into replay once, or was a resend of one already there. */
+    /* The last learner process's batch accounting (since its start, a resume's restored
+     * batches not counted), exact once its server has stopped: every batch it
+     * acknowledged went into replay once, or was a resend of one already there. */
     char acct[160] = "";
     double nb = json_num(ctx.done_line, "batches"), ni = json_num(ctx.done_line, "batches_inserted");
     if (isfinite(nb) && isfinite(ni))

@@ -94,7 +94,7 @@ typedef struct learner {
    * the rest. */
   pthread_mutex_t *actor_mu;
   uint64_t *last_seq;
-  atomic_uint_fast64_t batches_inserted, resent_dropped, stream_cuts;
+  atomic_uint_fast64_t batches_inserted, resent_dropped, stream_cuts; /* since this start */
 
   /* The rate limiter (replay/limiter.h): the trainer samples at most replay_ratio
    * transitions per transition inserted after warm-up, and a batch waits while it would
@@ -308,7 +308,9 @@ static int insert_batch(learner *L, int a, uint64_t incarnation, uint64_t seq, u
      * process's later batches look like resends. */
     L->incarnation[a] = incarnation;
     L->last_seq[a] = seq;
-    atomic_fetch_add(&L->batches_inserted, 1);
+    /* Batches taken from actors by this process: those a resume restores from the log are
+     * not, so that taken = inserted + resent holds for every learner process. */
+    if (!L->restoring) atomic_fetch_add(&L->batches_inserted, 1);
   }
   return rc;
 }

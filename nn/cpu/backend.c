@@ -118,8 +118,6 @@ static bool is_view(nn__kind k) { return k == NN__FLATTEN || k == NN__RESHAPE; }
 /* Arena buffers start on 64-byte boundaries (16 floats): aligned vector loads. */
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-/* One arena for every live node's out, dout and cache, carved in node order; one
- * scratch, the largest any node needs, shared because layers run one at a time. */
 /* Dense or conv2d + ReLU as one pass (nn__node.fuse_act): where the ReLU is the layer's
  * only reader and the layer is not the output, nothing else needs its pre-activation
  * values, so the pass that would write them and the pass that reads them back go (about
@@ -142,6 +140,8 @@ static void fuse(nn_model *m) {
   }
 }
 
+/* One arena for every live node's out, dout and cache, carved in node order; one
+ * scratch, the largest any node needs, shared because layers run one at a time. */
 static int cpu_build(nn_model *m, shoal_error *err) {
   int max_batch = m->max_batch;
   size_t total = 0, scratch = 0;
