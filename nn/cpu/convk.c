@@ -40,13 +40,8 @@
 
 #include "nn/cpu/cpu.h"
 
-/* The packing and NCHW loops are compiled for each ISA too, so their copies use the
- * machine's widest vectors (the micro-kernels are per-ISA already). */
-#if defined(NN__X86) && defined(NN__CAN_CLONE)
-#define NN__CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define NN__CLONES
-#endif
+/* The packing and NCHW loops are compiled for each ISA too (NN__CLONES), so their copies
+ * use the machine's widest vectors (the micro-kernels are per-ISA already). */
 
 #define MR_MAX 8
 #define NR_MAX 32

@@ -18,6 +18,14 @@
 
 static inline float nn__sel(bool c, float a, float b) { return c ? a : b; }
 
+/* A loop over activations compiled for AVX-512, AVX2 and baseline x86-64, chosen at load
+ * time (nn/internal.h's NN__CAN_CLONE), so it runs on the machine's widest vectors. */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(NN__CAN_CLONE)
+#define NN__CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define NN__CLONES
+#endif
+
 static inline const float *nn__in_out(nn_model *m, nn__node *n, int k) {
   return m->nodes[n->in[k]].out;
 }

@@ -12,6 +12,21 @@
 
 /* ---- dense: y (B, out) = x (B, in) W^T + b (b = 0 without a bias); W (out, in) ---- */
 
+/* y (B, F) += b per row (b may be NULL), then max(y, 0) if relu: one pass after the
+ * product (a row-by-row copy of the bias before it, for sgemm to add to, was a pass of
+ * its own and made sgemm read y). */
+NN__CLONES static void bias_relu(float *y, const float *b, bool relu, int B, int F) {
+  for (int i = 0; i < B; i++) {
+    float *r = y + (size_t)i * F;
+    if (b && relu)
+      for (int j = 0; j < F; j++) r[j] = r[j] + b[j] > 0 ? r[j] + b[j] : 0.0f;
+    else if (b)
+      for (int j = 0; j < F; j++) r[j] += b[j];
+    else
+      for (int j = 0; j < F; j++) r[j] = r[j] > 0 ? r[j] : 0.0f;
+  }
+}
+
 static int dense_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   const float *x = nn__in_out(m, n, 0);
   int in = nn__in_F(m, n, 0), out = n->F;
@@ -20,17 +35,13 @@ static int dense_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   float *y = relu ? m->nodes[n->fuse_act].out : n->out;
   if (nn__densek_forward(x, w, n->bias ? m->params + n->poff[1] : NULL, y, B, in, out, relu))
     return 0;
-  if (n->bias) {
-    const float *b = m->params + n->poff[1];
-    for (int i = 0; i < B; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof(float));
-  }
-  nn__sgemm(false, true, B, out, in, 1.0f, x, in, w, in, n->bias ? 1.0f : 0.0f, y, out);
-  if (relu)
-    for (size_t i = 0, N = (size_t)B * out; i < N; i++) y[i] = y[i] > 0 ? y[i] : 0.0f;
+  nn__sgemm(false, true, B, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  const float *b = n->bias ? m->params + n->poff[1] : NULL;
+  if (b || relu) bias_relu(y, b, relu, B, out);
   return 0;
 }
 
-static void dense_backward(nn_model *m, nn__node *n, int B) {
+NN__CLONES static void dense_backward(nn_model *m, nn__node *n, int B) {
   const float *x = nn__in_out(m, n, 0), *dy = n->dout;
   int in = nn__in_F(m, n, 0), out = n->F;
   const float *w = m->params + n->poff[0];
@@ -101,7 +112,7 @@ static int act_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   return 0;
 }
 
-static void act_backward(nn_model *m, nn__node *n, int B) {
+NN__CLONES static void act_backward(nn_model *m, nn__node *n, int B) {
   bool acc;
   float *dx = nn__dinput(m, n, 0, &acc);
   if (!dx) return;
