@@ -64,7 +64,7 @@ const nn__layer_ops nn__cpu_dense = {dense_forward, dense_backward};
 
 /* ---- activations ----------------------------------------------------------------- */
 
-static int act_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+NN__CLONES static int act_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
   if (n->fused) return 0; /* its dense or conv2d input wrote it (nn__node.fuse_act) */
   const float *x = nn__in_out(m, n, 0);
   float *y = n->out;
