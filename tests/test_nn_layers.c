@@ -1154,8 +1154,8 @@ static void test_conv_paths_agree(void **s) {
 }
 
 /* Dense layers on nn's own kernels (nn/cpu/densek.c) against the gemm path, at shapes
- * that take them (and Nature-DQN's, which they leave to sgemm), partial panels and row
- * tiles, no bias, and an input read by two layers (dx added, not stored). */
+ * that take them (shapes they leave to sgemm would compare sgemm with itself): partial
+ * panels and row tiles, no bias, and an input read by two layers (dx added, not stored). */
 typedef struct dense_geo {
   int B, in, out;
   unsigned flags;
@@ -1181,8 +1181,6 @@ static void dense_run(const void *geo, const char *path, int threads, float *y, 
 static void test_dense_paths_agree(void **s) {
   static const dense_geo geos[] = {
       {32, 1024, 128, 0},         /* MinAtar's: y^T = W x^T */
-      {256, 64, 64, 0},           /* the DQN MLP's: sgemm */
-      {32, 3136, 512, 0},         /* Nature-DQN's */
       {37, 275, 150, NN_NO_BIAS}, /* partial panels and row tiles */
       {70, 333, 109, NN_NO_BIAS}, /* batch above the width: the backward only */
       {20, 400, 90, 0},           /* a batch under one panel */

@@ -630,6 +630,12 @@ NN__CLONES static void dw_task(void *vc, int task, int th) {
   }
 }
 
+/* db (C) += the per-sample sums dbs (B, C), in sample order: the same on any thread count. */
+static void add_sample_sums(float *db, const float *dbs, int B, int C) {
+  for (int s = 0; s < B; s++)
+    for (int c = 0; c < C; c++) db[c] += dbs[(size_t)s * C + c];
+}
+
 /* dW over the K panels: up to G_MAX panels a task, and at least two tasks a thread for
  * balance. */
 static void run_dw(job *j, int K) {
@@ -702,11 +708,7 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
   j.dbs = n->bias ? m->scratch + j.L.dbs : NULL;
   make_xs(&j);
   nn__parallel_for(B, dyp_task, &j);
-  if (n->bias) { /* db += the samples' sums, in sample order (the same on any thread count) */
-    float *db = m->grads + n->poff[1];
-    for (int s = 0; s < B; s++)
-      for (int co = 0; co < g->Co; co++) db[co] += j.dbs[(size_t)s * g->Co + co];
-  }
+  if (n->bias) add_sample_sums(m->grads + n->poff[1], j.dbs, B, g->Co);
   run_dw(&j, g->K);
   bool acc;
   j.dx = nn__dinput(m, n, 0, &acc);
@@ -760,9 +762,7 @@ void nn__convk_t_backward(nn_model *m, nn__node *n, int B) {
   if (n->bias) {
     j.dbs = m->scratch + j.L.dbs;
     nn__parallel_for(B, sum_task, &j);
-    float *db = m->grads + n->poff[1];
-    for (int s = 0; s < B; s++)
-      for (int c = 0; c < g->C; c++) db[c] += j.dbs[(size_t)s * g->C + c];
+    add_sample_sums(m->grads + n->poff[1], j.dbs, B, g->C);
     j.dbs = NULL;
   }
   make_xs(&j);

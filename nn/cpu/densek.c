@@ -43,12 +43,9 @@
 #ifdef NN__X86
 
 #define NR 32
-#define MR_MAX 8
+#define MR 8
 
 /* T (MR, 32) = sum_l a_i[l*sal] B[l*ldb + j] for i < MR (a: MR row pointers). */
-typedef void (*dk_fn)(int L, const float *const *a, ptrdiff_t sal, const float *B, ptrdiff_t ldb,
-                      float *T);
-
 __attribute__((target("avx512f"))) static void dk_avx512(int L, const float *const *a,
                                                          ptrdiff_t sal, const float *B,
                                                          ptrdiff_t ldb, float *T) {
@@ -107,8 +104,6 @@ typedef struct dk_job {
   bool acc;          /* D += C, else D = C (rows of D only) */
   bool relu;         /* D = max(C + bias, 0) (columns of D only) */
   const float *bias; /* added per row i, or NULL (columns of D only) */
-  int mr;
-  dk_fn k;
   int nbj, nbi, gi; /* column panels, row tiles, row tiles per task */
 } dk_job;
 
@@ -144,20 +139,19 @@ static void dk_task(void *ctx, int task, int thread) {
   int j0 = jb * NR, nb = J->N - j0 < NR ? J->N - j0 : NR;
   const float *B = nb < NR ? J->tail : J->B + j0; /* the last partial panel, padded */
   ptrdiff_t ldb = nb < NR ? NR : J->ldb;
-  float T[MR_MAX * NR];
+  float T[MR * NR];
   int ib_end = (g + 1) * J->gi < J->nbi ? (g + 1) * J->gi : J->nbi;
   for (int ib = g * J->gi; ib < ib_end; ib++) {
-    int i0 = ib * J->mr, mr = J->M - i0 < J->mr ? J->M - i0 : J->mr;
-    const float *a[MR_MAX];
-    for (int i = 0; i < J->mr; i++) a[i] = J->A + (ptrdiff_t)(i0 + (i < mr ? i : mr - 1)) * J->sai;
-    J->k(J->L, a, J->sal, B, ldb, T);
+    int i0 = ib * MR, mr = J->M - i0 < MR ? J->M - i0 : MR;
+    const float *a[MR];
+    for (int i = 0; i < MR; i++) a[i] = J->A + (ptrdiff_t)(i0 + (i < mr ? i : mr - 1)) * J->sai;
+    dk_avx512(J->L, a, J->sal, B, ldb, T);
     put_tile(J, T, i0, mr, j0, nb);
   }
 }
 
 /* False (nothing done) when the scratch for a partial panel cannot be had. */
 static bool dk_run(dk_job *J) {
-  J->k = dk_avx512, J->mr = 8;
   J->nbj = (J->N + NR - 1) / NR;
   int nb = J->N - (J->nbj - 1) * NR;
   if (nb < NR) {
@@ -172,7 +166,7 @@ static bool dk_run(dk_job *J) {
     }
     J->tail = P;
   }
-  J->nbi = (J->M + J->mr - 1) / J->mr;
+  J->nbi = (J->M + MR - 1) / MR;
   /* Enough tasks for every thread to have a few, in row groups when panels are few. */
   int T = nn__cpu_threads(), want = 4 * T, ng = 1;
   if (T > 1 && J->nbj < want) ng = (want + J->nbj - 1) / J->nbj;
