@@ -842,11 +842,16 @@ static int stop(lrt *rt, const char *reason, double t0) {
   rt->algo.figs(rt->a, &f);
   /* A run that ends at its budget, and evaluates, evaluates what it ends with: the last
    * snapshot's score is then its own, not that of a version some updates before. */
-  const bool owner = !atomic_load(&rt->lease_lost), solved = !strcmp(reason, "solved");
-  if (owner && rt->evals > 0 &&
-      (!strcmp(reason, "max_env_steps") || !strcmp(reason, "max_seconds"))) {
+  const bool owner = !atomic_load(&rt->lease_lost);
+  const bool budget = !strcmp(reason, "max_env_steps") || !strcmp(reason, "max_seconds");
+  /* An evaluation in flight when the budget ran out played a version trained within it:
+   * if that one reaches the bar, the run solved within its budget. */
+  if (owner && budget) {
     eval_wait(rt); /* the one in flight first, so snapshots keep version order */
-    eval_collect(rt, 0);
+    if (eval_collect(rt, rt->live.hp[LRT_HP_SOLVE])) reason = "solved";
+  }
+  const bool solved = !strcmp(reason, "solved");
+  if (owner && rt->evals > 0 && budget && !solved) {
     eval_post(rt, f.env_steps, 999999937);
     eval_wait(rt);
     eval_collect(rt, 0);

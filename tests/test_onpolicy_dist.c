@@ -116,17 +116,15 @@ static double eval_run(const char *run) { return eval_run_n(run, "100", false); 
 static double eval_run_best(const char *run) { return eval_run_n(run, "100", true); }
 
 static void test_impala_solves_cartpole(void **state) {
-  /* One seed, no retry. Distributed IMPALA on CartPole is not yet sure to reach 475 within
-   * 1M steps on a loaded machine: the actors' timing decides which unrolls arrive stale
-   * (`make bench BENCH=learning`: 9 of 10 runs solved, and seed 5 missed once under the
-   * full suite, best 415). Its strict solve is asserted by the synchronous trainer
-   * (test_onpolicy_train, 10 of 10 on both OpenBLAS kernel sets); here the distributed
-   * runtime must learn: every run seen reached a best greedy evaluation of 375 or more. */
-  const char *sets[] = {"run.max_env_steps=1000000", "run.seed=5"};
+  /* One seed, no retry: the config (rewards scaled, env.norm_reward) solved 40 of 40
+   * seeds on each OpenBLAS kernel set with two busy loops beside it (README, "Learning on
+   * every seed"). */
+  const char *sets[] = {"run.max_env_steps=1000000", "run.seed=1"};
   const char *done = NULL, *run = "impala-solve";
   char *out = run_json(impala_cfg, run, sets, 2, 300, &done);
   printf("%s\n", done);
-  assert_true(number_after(done, "\"best_eval\":") >= 300.0);
+  assert_non_null(strstr(done, "\"reason\":\"solved\""));
+  assert_true(number_after(done, "\"eval\":") >= 475.0);
   double steps = number_after(done, "\"env_steps\":");
   assert_true(steps > 0 && steps <= 1000000 + 2 * 16 * 20 * 4);
   /* V-trace saw actor data from older versions: the lag is measured and within the
