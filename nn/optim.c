@@ -10,9 +10,11 @@
  * computed in double as torch's Python code does.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/cpu/cpu.h"
 #include "nn/internal.h"
 #include "nn/nn.h"
 #include "nn/safetensors.h"
@@ -172,23 +174,67 @@ void nn_optim_reset(nn_optim *o) {
 /* The slot of a moment buffer in the device's copy of mom (-1: unused). */
 static int slot(const nn_optim *o, const float *b) { return b ? (int)((b - o->mom) / o->n) : -1; }
 
-/* The loops over the whole buffer get an AVX2 clone beside the baseline x86-64 one,
- * chosen at load time (the build targets baseline x86-64). Same operations in the same
- * order in both (no FMA contraction in ISO C mode), so the results are identical. */
+/* The loops over the whole buffer get AVX-512 and AVX2 clones beside the baseline
+ * x86-64 one, chosen at load time (the build targets baseline x86-64). Same operations in
+ * the same order in all (no FMA contraction in ISO C mode), so the results are identical. */
 #ifdef NN__CAN_CLONE /* (nn/internal.h) */
-#define NN__HOT __attribute__((target_clones("avx2", "default")))
+#define NN__HOT __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define NN__HOT
 #endif
 
+/* The buffer is walked in chunks of this many elements, run on nn's threads when there
+ * are two or more: the split does not depend on the thread count, so neither does any
+ * result (the norm's chunk sums are added in chunk order). */
+#define OPT_CHUNK ((size_t)32768)
+
+static size_t n_chunks(size_t n) { return n ? (n + OPT_CHUNK - 1) / OPT_CHUNK : 0; }
+
 /* Eight partial sums: the loop vectorises and rounding grows slower. */
-NN__HOT static double sum_squares(const float *restrict g, size_t n) {
+NN__HOT static double sum_squares_1(const float *restrict g, size_t n) {
   double s[8] = {0};
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int k = 0; k < 8; k++) s[k] += (double)g[i + k] * g[i + k];
   for (; i < n; i++) s[0] += (double)g[i] * g[i];
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+typedef struct sq_job {
+  const float *g;
+  size_t n;
+  double *part; /* (chunks,) */
+} sq_job;
+
+static void sq_task(void *ctx, int task, int thread) {
+  (void)thread;
+  sq_job *j = ctx;
+  size_t lo = (size_t)task * OPT_CHUNK, hi = lo + OPT_CHUNK < j->n ? lo + OPT_CHUNK : j->n;
+  j->part[task] = sum_squares_1(j->g + lo, hi - lo);
+}
+
+/* Runs fn over the chunks of an n-element buffer: on nn's threads when there are two or
+ * more chunks and threads, else in order on the caller's. */
+static void over_chunks(size_t n, void (*fn)(void *, int, int), void *ctx) {
+  size_t c = n_chunks(n);
+  if (c > 1 && nn__cpu_threads() > 1 && c <= (size_t)INT32_MAX) {
+    nn__parallel_for((int)c, fn, ctx);
+    return;
+  }
+  for (size_t t = 0; t < c; t++) fn(ctx, (int)t, 0);
+}
+
+static double sum_squares(const float *g, size_t n) {
+  size_t c = n_chunks(n);
+  if (c <= 1) return sum_squares_1(g, n);
+  double stack[64], *part = c <= 64 ? stack : malloc(c * sizeof *part);
+  if (!part) return sum_squares_1(g, n); /* one pass on the caller's thread */
+  sq_job j = {g, n, part};
+  over_chunks(n, sq_task, &j);
+  double s = 0;
+  for (size_t t = 0; t < c; t++) s += part[t];
+  if (part != stack) free(part);
+  return s;
 }
 
 /* torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1, multiplied in. A
@@ -238,23 +284,20 @@ NN__HOT static void step_sgd(nn_optim *o) {
   }
 }
 
-/* Branch-free over the buffer so that it vectorises (nn/CMakeLists.txt builds nn
- * with -O3 -fno-math-errno): Adam adds wd * p to the gradient, AdamW shrinks p by
- * 1 - lr wd first (Loshchilov & Hutter 2019); a zero factor changes nothing, exactly. */
-NN__HOT static void step_adam(nn_optim *o) {
-  const nn_optim_config *c = &o->cfg;
-  float *restrict p = o->params, *restrict m = o->exp_avg, *restrict v = o->exp_avg_sq;
-  const float *restrict g = o->grads;
-  double t = (double)(o->step + 1);
-  double bc1 = 1.0 - pow((double)c->beta1, t), bc2 = 1.0 - pow((double)c->beta2, t);
-  float step_size = (float)((double)c->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-  float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
-  float one_b1 = 1.0f - b1, one_b2 = 1.0f - b2;
-  bool decoupled = c->kind == NN_ADAMW;
-  float wd = decoupled ? 0.0f : c->weight_decay;
-  float shrink = decoupled ? (float)(1.0 - (double)c->lr * c->weight_decay) : 1.0f;
-  size_t n = o->n;
-  for (size_t i = 0; i < n; i++) {
+typedef struct adam_k {
+  float *p, *m, *v;
+  const float *g;
+  size_t n;
+  float step_size, bc2_sqrt, b1, b2, eps, one_b1, one_b2, wd, shrink;
+} adam_k;
+
+NN__HOT static void adam_range(const adam_k *k, size_t lo, size_t hi) {
+  float *restrict p = k->p, *restrict m = k->m, *restrict v = k->v;
+  const float *restrict g = k->g;
+  const float step_size = k->step_size, bc2_sqrt = k->bc2_sqrt, b1 = k->b1, b2 = k->b2;
+  const float eps = k->eps, one_b1 = k->one_b1, one_b2 = k->one_b2, wd = k->wd;
+  const float shrink = k->shrink;
+  for (size_t i = lo; i < hi; i++) {
     float pi = p[i] * shrink;
     float gi = g[i] + wd * pi;
     float mi = b1 * m[i] + one_b1 * gi;
@@ -264,6 +307,41 @@ NN__HOT static void step_adam(nn_optim *o) {
     float denom = sqrtf(vi) / bc2_sqrt + eps;
     p[i] = pi - step_size * (mi / denom);
   }
+}
+
+static void adam_task(void *ctx, int task, int thread) {
+  (void)thread;
+  const adam_k *k = ctx;
+  size_t lo = (size_t)task * OPT_CHUNK, hi = lo + OPT_CHUNK < k->n ? lo + OPT_CHUNK : k->n;
+  adam_range(k, lo, hi);
+}
+
+/* Branch-free over the buffer so that it vectorises (nn/CMakeLists.txt builds nn
+ * with -O3 -fno-math-errno): Adam adds wd * p to the gradient, AdamW shrinks p by
+ * 1 - lr wd first (Loshchilov & Hutter 2019); a zero factor changes nothing, exactly.
+ * Element by element, so the chunks may run on any thread. */
+static void step_adam(nn_optim *o) {
+  const nn_optim_config *c = &o->cfg;
+  double t = (double)(o->step + 1);
+  double bc1 = 1.0 - pow((double)c->beta1, t), bc2 = 1.0 - pow((double)c->beta2, t);
+  bool decoupled = c->kind == NN_ADAMW;
+  adam_k k = {
+      .p = o->params,
+      .m = o->exp_avg,
+      .v = o->exp_avg_sq,
+      .g = o->grads,
+      .n = o->n,
+      .step_size = (float)((double)c->lr / bc1),
+      .bc2_sqrt = (float)sqrt(bc2),
+      .b1 = c->beta1,
+      .b2 = c->beta2,
+      .eps = c->eps,
+      .one_b1 = 1.0f - c->beta1,
+      .one_b2 = 1.0f - c->beta2,
+      .wd = decoupled ? 0.0f : c->weight_decay,
+      .shrink = decoupled ? (float)(1.0 - (double)c->lr * c->weight_decay) : 1.0f,
+  };
+  over_chunks(o->n, adam_task, &k);
 }
 
 NN__HOT static void step_rmsprop(nn_optim *o) {

@@ -300,6 +300,53 @@ static void test_optimizer_defaults_are_torchs(void **state) {
   assert_true(s.lr == 0.01f && s.momentum == 0 && s.dampening == 0 && !s.nesterov);
 }
 
+/* A buffer of several chunks (nn/optim.c walks 32768 elements at a time, on nn's threads
+ * when there are two): one thread and two give the same bits, the norm is the buffer's,
+ * and a NaN in the last, partial chunk is found. */
+static void test_optimizer_large_buffer_threads(void **state) {
+  (void)state;
+  enum { N = 200003 };
+  float *p[2], *g[2];
+  for (int r = 0; r < 2; r++) {
+    p[r] = malloc(N * sizeof(float));
+    g[r] = malloc(N * sizeof(float));
+    assert_non_null(p[r]);
+    assert_non_null(g[r]);
+  }
+  const nn_optim_kind kinds[] = {NN_ADAM, NN_ADAMW, NN_SGD, NN_RMSPROP};
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+    nn_optim_config c = nn_optim_defaults(kinds[k]);
+    c.clip_norm = 1.0f;
+    c.weight_decay = 0.01f;
+    nn_optim *o[2];
+    for (int r = 0; r < 2; r++) {
+      for (int i = 0; i < N; i++) p[r][i] = 0.001f * (float)(i % 977) - 0.4f;
+      o[r] = nn_optim_create_buffers(p[r], g[r], N, &c, NULL);
+      assert_non_null(o[r]);
+    }
+    for (int t = 0; t < 3; t++) {
+      double ss = 0;
+      for (int r = 0; r < 2; r++) {
+        nn_set_threads(r + 1);
+        for (int i = 0; i < N; i++) g[r][i] = 0.01f * (float)((i * 7 + t * 13) % 101 - 50);
+        if (r == 0)
+          for (int i = 0; i < N; i++) ss += (double)g[0][i] * g[0][i];
+        assert_int_equal(nn_optim_step(o[r], NULL), 0);
+      }
+      assert_close("norm", t, nn_optim_last_grad_norm(o[0]), sqrt(ss), 0, 1e-6);
+      assert_true(nn_optim_last_grad_norm(o[0]) == nn_optim_last_grad_norm(o[1]));
+      assert_memory_equal(p[0], p[1], N * sizeof(float));
+    }
+    g[1][N - 1] = NAN;
+    shoal_error err = {0};
+    assert_int_equal(nn_optim_step(o[1], &err), SHOAL_ENAN);
+    assert_non_null(strstr(err.msg, "gradient[200002]"));
+    for (int r = 0; r < 2; r++) nn_optim_destroy(o[r]);
+  }
+  nn_set_threads(1);
+  for (int r = 0; r < 2; r++) free(p[r]), free(g[r]);
+}
+
 static void test_optimizer_skips_non_finite_gradient(void **state) {
   float p[NP], g[NP], q[NP], h[NP];
   for (int kind = NN_SGD; kind <= NN_RMSPROP; kind++) {
@@ -692,6 +739,7 @@ int main(void) {
       cmocka_unit_test(test_losses_reject_bad_input),
       cmocka_unit_test(test_optimizers_match_torch),
       cmocka_unit_test(test_optimizer_defaults_are_torchs),
+      cmocka_unit_test(test_optimizer_large_buffer_threads),
       cmocka_unit_test(test_optimizer_skips_non_finite_gradient),
       cmocka_unit_test(test_optimizer_rejects_bad_config),
       cmocka_unit_test(test_set_lr_and_reset),
