@@ -846,7 +846,7 @@ static int stop(lrt *rt, const char *reason, double t0) {
   const bool budget = !strcmp(reason, "max_env_steps") || !strcmp(reason, "max_seconds");
   /* An evaluation in flight when the budget ran out played a version trained within it:
    * if that one reaches the bar, the run solved within its budget. */
-  if (owner && budget) {
+  if (owner && budget && rt->eval.started) {
     eval_wait(rt); /* the one in flight first, so snapshots keep version order */
     if (eval_collect(rt, rt->live.hp[LRT_HP_SOLVE])) reason = "solved";
   }

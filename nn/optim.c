@@ -228,7 +228,14 @@ static double sum_squares(const float *g, size_t n) {
   size_t c = n_chunks(n);
   if (c <= 1) return sum_squares_1(g, n);
   double stack[64], *part = c <= 64 ? stack : malloc(c * sizeof *part);
-  if (!part) return sum_squares_1(g, n); /* one pass on the caller's thread */
+  if (!part) { /* the same sums in the same order, on the caller's thread */
+    double s = 0;
+    for (size_t t = 0; t < c; t++) {
+      size_t lo = t * OPT_CHUNK;
+      s += sum_squares_1(g + lo, lo + OPT_CHUNK < n ? OPT_CHUNK : n - lo);
+    }
+    return s;
+  }
   sq_job j = {g, n, part};
   over_chunks(n, sq_task, &j);
   double s = 0;

@@ -69,7 +69,7 @@ static void test_set_changes_learning_rate(void **state) {
   assert_non_null(strstr(out, "env steps/s"));
   free(out);
 
-  char *a2[] = {wf_shoal, "set", addr, "dqn.lr=0.0001", "dqn.target_period=100", NULL};
+  char *a2[] = {wf_shoal, "set", addr, "dqn.lr=0.0001", "dqn.target_period=200", NULL};
   out = wf_run(a2, 30, &rc);
   printf("%s", out);
   assert_int_equal(rc, 0);
@@ -82,7 +82,7 @@ static void test_set_changes_learning_rate(void **state) {
   printf("%s", out);
   assert_int_equal(rc, 0);
   assert_true(fabs(json_field(out, "hparam/dqn.lr") - 0.0001) < 1e-12);
-  assert_true(json_field(out, "hparam/dqn.target_period") == 100);
+  assert_true(json_field(out, "hparam/dqn.target_period") == 200);
   assert_true(json_field(out, "hparam_changes") == 2);
   free(out);
 
@@ -121,7 +121,7 @@ static void test_set_changes_learning_rate(void **state) {
     if (up) {
       printf("%s", out);
       assert_true(fabs(json_field(out, "hparam/dqn.lr") - 0.0001) < 1e-12);
-      assert_true(json_field(out, "hparam/dqn.target_period") == 100);
+      assert_true(json_field(out, "hparam/dqn.target_period") == 200);
     }
     free(out);
     if (up) break;
