@@ -300,7 +300,10 @@ def slurm_commands(tmp, config):
     r = subprocess.run(["bash", str(SBATCH), str(config), "run1"], cwd=tmp, env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, f"shoal.sbatch: {r.stdout}{r.stderr}"
-    return read_log(log)
+    # The learner and the actors start in the background, so on a loaded machine an actor
+    # may log before the learner: the order compared is by role, not by arrival.
+    cmds = read_log(log)
+    return cmds[:1] + sorted(cmds[1:], key=lambda a: "actor" in a[0])
 
 
 def expand(s, env):
