@@ -174,14 +174,9 @@ void nn_optim_reset(nn_optim *o) {
 /* The slot of a moment buffer in the device's copy of mom (-1: unused). */
 static int slot(const nn_optim *o, const float *b) { return b ? (int)((b - o->mom) / o->n) : -1; }
 
-/* The loops over the whole buffer get AVX-512 and AVX2 clones beside the baseline
- * x86-64 one, chosen at load time (the build targets baseline x86-64). Same operations in
- * the same order in all (no FMA contraction in ISO C mode), so the results are identical. */
-#ifdef NN__CAN_CLONE /* (nn/internal.h) */
-#define NN__HOT __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define NN__HOT
-#endif
+/* The loops over the whole buffer are NN__CLONES (nn/cpu/cpu.h): AVX-512, AVX2 and
+ * baseline x86-64 copies, chosen at load time. Same operations in the same order in all
+ * (no FMA contraction in ISO C mode), so the results are identical. */
 
 /* The buffer is walked in chunks of this many elements, run on nn's threads when there
  * are two or more: the split does not depend on the thread count, so neither does any
@@ -190,27 +185,11 @@ static int slot(const nn_optim *o, const float *b) { return b ? (int)((b - o->mo
 
 static size_t n_chunks(size_t n) { return n ? (n + OPT_CHUNK - 1) / OPT_CHUNK : 0; }
 
-/* Eight partial sums: the loop vectorises and rounding grows slower. */
-NN__HOT static double sum_squares_1(const float *restrict g, size_t n) {
-  double s[8] = {0};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; k++) s[k] += (double)g[i + k] * g[i + k];
-  for (; i < n; i++) s[0] += (double)g[i] * g[i];
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
-typedef struct sq_job {
-  const float *g;
-  size_t n;
-  double *part; /* (chunks,) */
-} sq_job;
-
-static void sq_task(void *ctx, int task, int thread) {
-  (void)thread;
-  sq_job *j = ctx;
-  size_t lo = (size_t)task * OPT_CHUNK, hi = lo + OPT_CHUNK < j->n ? lo + OPT_CHUNK : j->n;
-  j->part[task] = sum_squares_1(j->g + lo, hi - lo);
+/* Chunk t of an n-element buffer: its first element, and its length in *len. */
+static size_t chunk_at(size_t n, int t, size_t *len) {
+  size_t lo = (size_t)t * OPT_CHUNK;
+  *len = n - lo < OPT_CHUNK ? n - lo : OPT_CHUNK;
+  return lo;
 }
 
 /* Runs fn over the chunks of an n-element buffer: on nn's threads when there are two or
@@ -224,23 +203,40 @@ static void over_chunks(size_t n, void (*fn)(void *, int, int), void *ctx) {
   for (size_t t = 0; t < c; t++) fn(ctx, (int)t, 0);
 }
 
+/* Eight partial sums: the loop vectorises and rounding grows slower. */
+NN__CLONES static double sum_squares_1(const float *restrict g, size_t n) {
+  double s[8] = {0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) s[k] += (double)g[i + k] * g[i + k];
+  for (; i < n; i++) s[0] += (double)g[i] * g[i];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+enum { SQ_GROUP = 64 }; /* chunks summed per round: their sums fit on the stack */
+
+typedef struct sq_job {
+  const float *g;
+  size_t n;
+  double part[SQ_GROUP];
+} sq_job;
+
+static void sq_task(void *ctx, int task, int thread) {
+  (void)thread;
+  sq_job *j = ctx;
+  size_t len, lo = chunk_at(j->n, task, &len);
+  j->part[task] = sum_squares_1(j->g + lo, len);
+}
+
+/* The chunks' sums in chunk order, SQ_GROUP chunks a round (no allocation per step). */
 static double sum_squares(const float *g, size_t n) {
-  size_t c = n_chunks(n);
-  if (c <= 1) return sum_squares_1(g, n);
-  double stack[64], *part = c <= 64 ? stack : malloc(c * sizeof *part);
-  if (!part) { /* the same sums in the same order, on the caller's thread */
-    double s = 0;
-    for (size_t t = 0; t < c; t++) {
-      size_t lo = t * OPT_CHUNK;
-      s += sum_squares_1(g + lo, lo + OPT_CHUNK < n ? OPT_CHUNK : n - lo);
-    }
-    return s;
-  }
-  sq_job j = {g, n, part};
-  over_chunks(n, sq_task, &j);
+  const size_t group = SQ_GROUP * OPT_CHUNK;
   double s = 0;
-  for (size_t t = 0; t < c; t++) s += part[t];
-  if (part != stack) free(part);
+  for (size_t off = 0; off < n; off += group) {
+    sq_job j = {.g = g + off, .n = n - off < group ? n - off : group};
+    over_chunks(j.n, sq_task, &j);
+    for (size_t t = 0, c = n_chunks(j.n); t < c; t++) s += j.part[t];
+  }
   return s;
 }
 
@@ -260,7 +256,7 @@ float nn_clip_grad_norm(float *g, size_t n, float max_norm) {
 
 /* torch: d = g + wd p; buf = d on the first step, else mu buf + (1 - dampening) d;
  * d = d + mu buf (nesterov) or buf; p -= lr d. One loop per case, so each vectorises. */
-NN__HOT static void step_sgd(nn_optim *o) {
+NN__CLONES static void step_sgd(nn_optim *o) {
   const nn_optim_config *c = &o->cfg;
   float *restrict p = o->params, *restrict buf = o->buf;
   const float *restrict g = o->grads;
@@ -298,7 +294,7 @@ typedef struct adam_k {
   float step_size, bc2_sqrt, b1, b2, eps, one_b1, one_b2, wd, shrink;
 } adam_k;
 
-NN__HOT static void adam_range(const adam_k *k, size_t lo, size_t hi) {
+NN__CLONES static void adam_range(const adam_k *k, size_t lo, size_t hi) {
   float *restrict p = k->p, *restrict m = k->m, *restrict v = k->v;
   const float *restrict g = k->g;
   const float step_size = k->step_size, bc2_sqrt = k->bc2_sqrt, b1 = k->b1, b2 = k->b2;
@@ -319,8 +315,8 @@ NN__HOT static void adam_range(const adam_k *k, size_t lo, size_t hi) {
 static void adam_task(void *ctx, int task, int thread) {
   (void)thread;
   const adam_k *k = ctx;
-  size_t lo = (size_t)task * OPT_CHUNK, hi = lo + OPT_CHUNK < k->n ? lo + OPT_CHUNK : k->n;
-  adam_range(k, lo, hi);
+  size_t len, lo = chunk_at(k->n, task, &len);
+  adam_range(k, lo, lo + len);
 }
 
 /* Branch-free over the buffer so that it vectorises (nn/CMakeLists.txt builds nn
@@ -351,7 +347,7 @@ static void step_adam(nn_optim *o) {
   over_chunks(o->n, adam_task, &k);
 }
 
-NN__HOT static void step_rmsprop(nn_optim *o) {
+NN__CLONES static void step_rmsprop(nn_optim *o) {
   const nn_optim_config *c = &o->cfg;
   float *restrict p = o->params, *restrict sq = o->exp_avg_sq, *restrict ga = o->exp_avg;
   float *restrict buf = o->buf;
