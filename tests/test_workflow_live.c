@@ -49,6 +49,8 @@ static void test_set_changes_learning_rate(void **state) {
                   "learner.warmup=500",
                   "--set",
                   "learner.snapshot_every_s=0.5",
+                  "--set", /* the starting rate, whatever the config's */
+                  "dqn.lr=0.0005",
                   NULL};
   wf_proc run;
   wf_start(&run, argv);
