@@ -3,8 +3,8 @@
  * shoal: the command line.
  *   shoal run CONFIG [--set key=value ...] [--quiet] [--log-json] [--no-tensorboard]
  *   shoal run --resume RUN [--store URI] [--set key=value ...]
- *   shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S] [--render [STRIP.png]]
- *              [--record K] [--frames N]
+ *   shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S] [--set env.KEY=V]...
+ *              [--render [STRIP.png]] [--record K] [--frames N]
  *   shoal init CONFIG --set run.name=RUN [--set ...] [--out RESOLVED.yaml]
  *   shoal status | set | plot | sweep | worker | tboard   (cli/commands.h)
  *
@@ -653,7 +653,10 @@ static int policy_load(eval_policy *p, const config *cfg, int copies, const void
   }
   env *e;
   snprintf(p->s.env_id, sizeof p->s.env_id, "%s", config_string(cfg, "env.id"));
-  if ((rc = env_make(&e, p->s.env_id, err))) return rc;
+  snprintf(p->s.env_options, sizeof p->s.env_options, "%s", config_string(cfg, "env.options"));
+  if ((rc = p->s.env_options[0] ? env_make_opts(&e, p->s.env_id, p->s.env_options, err)
+                                : env_make(&e, p->s.env_id, err)))
+    return rc;
   const env_spec *sp = env_get_spec(e);
   rc = op_spec_set_env(&p->s, sp, err);
   dqn_config dc = apex_dqn_config(cfg, sp->obs.ndim, sp->obs.shape, sp->act.n);
@@ -788,9 +791,28 @@ done:
 static int cmd_eval(int argc, char **argv) {
   const char *uri = "file://runs";
   eval_args a = {.episodes = 100, .frames_max = 12, .nrec = 1, .seed = 12345};
+  const char *sets[16];
+  int nsets = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--store") && i + 1 < argc)
       uri = argv[++i];
+    else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+      /* The env the policy is played on, not how it was trained: a snapshot trained with
+       * sticky actions evaluated without them, or under another episode limit. */
+      const char *kv = argv[++i];
+      if (strncmp(kv, "env.", 4) != 0 || !strncmp(kv, "env.id=", 7) || !strchr(kv, '=')) {
+        fprintf(stderr,
+                "shoal eval: --set '%s': only env.* keys other than env.id change an "
+                "evaluation (KEY=VALUE, e.g. env.options=max_episode_steps=1000)\n",
+                kv);
+        return 2;
+      }
+      if (nsets == 16) {
+        fprintf(stderr, "shoal eval: more than 16 --set\n");
+        return 2;
+      }
+      sets[nsets++] = kv;
+    }
     else if (!strcmp(argv[i], "--episodes") && i + 1 < argc)
       a.episodes = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
@@ -829,6 +851,14 @@ static int cmd_eval(int argc, char **argv) {
   if (!cfg || config_load_string(cfg, r.config ? r.config : "", a.run, &err))
     return fail("eval: the run's config", &err);
   store_run_clear(&r);
+  for (int i = 0; i < nsets; i++) {
+    if (config_set(cfg, sets[i], &err)) {
+      config_destroy(cfg);
+      store_close(st);
+      return fail("eval: --set", &err);
+    }
+    printf("eval %s: %s (the run trained with its own)\n", a.run, sets[i]);
+  }
   int rc = eval_run(st, cfg, onpolicy, &a);
   config_destroy(cfg);
   store_close(st);

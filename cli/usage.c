@@ -20,8 +20,10 @@ static const usage_entry usages[] = {
      "  Ctrl-C. The keys a config takes: shoal config keys [apex|impala|ppo].\n"},
     {"eval", "eval RUN [--best] [--render]", "play a snapshot",
      "usage: shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]\n"
-     "                  [--render [STRIP.png] [--record K (1..16; 1)] "
+     "                  [--set env.KEY=VALUE ...] [--render [STRIP.png] [--record K (1..16; 1)] "
      "[--frames N (even, 2..64; 12)]]\n"
+     "  --set plays the snapshot on other env settings than the run's (env.* keys but\n"
+     "  env.id), e.g. --set env.options=sticky_action_prob=0,max_episode_steps=1000.\n"
      "  --render stores a PNG strip and an animated PNG of the first K episodes in the\n"
      "  run's media (`shoal media ls RUN`); STRIP.png also gets episode 1's strip.\n"},
     {"init", "init CONFIG --set run.name=RUN", "record a run (deploy/)",

@@ -906,6 +906,8 @@ static void *eval_create(void *a, shoal_error *err) {
   dqn_config dc = L->dc;
   dc.max_batch = L->E < 16 ? L->E : 16;
   snprintf(e->s.env_id, sizeof e->s.env_id, "%s", L->spec->id);
+  snprintf(e->s.env_options, sizeof e->s.env_options, "%s",
+           config_string(L->b.cfg, "env.options"));
   if (!(e->q = dqn_create(&dc, NN_CPU, false, err)) || op_spec_set_env(&e->s, L->spec, err) ||
       !(e->loop = op_eval_create(&e->s, L->E, err))) {
     dqn_destroy(e->q);
@@ -1010,7 +1012,9 @@ static int read_source(learner *L, shoal_error *err) {
 
 /* The network, the replay and the rate limiter from the config. */
 static int build(learner *L, lrt_algo *algo, shoal_error *err) {
-  int rc = env_make(&L->spec_env, config_string(L->b.cfg, "env.id"), err);
+  const char *opts = config_string(L->b.cfg, "env.options");
+  int rc = opts[0] ? env_make_opts(&L->spec_env, config_string(L->b.cfg, "env.id"), opts, err)
+                   : env_make(&L->spec_env, config_string(L->b.cfg, "env.id"), err);
   if (rc) return rc;
   L->spec = env_get_spec(L->spec_env);
   if (L->spec->act.n <= 0)

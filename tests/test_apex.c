@@ -86,6 +86,18 @@ static void test_solves_cartpole(void **state) {
   /* Another 100 episodes from other seeds: the stored policy plays well there too. */
   assert_true(number_after(out, ": return ") >= 400.0);
   free(out);
+
+  /* On other env settings: a 50-step limit caps every episode of that policy. */
+  char *e2[] = {wf_shoal,   "eval",    run, "--store", store_uri, "--episodes", "10", "--set",
+                "env.options=max_episode_steps=50", NULL};
+  wf_start(&p, e2);
+  assert_int_equal(wf_wait(&p, 60), 0);
+  out = wf_slurp(p.out, NULL);
+  printf("%s", out);
+  assert_non_null(strstr(out, "env.options=max_episode_steps=50 (the run trained with its own)"));
+  assert_true(number_after(out, "(min ") >= 40.0);
+  assert_true(number_after(out, ", max ") <= 50.0);
+  free(out);
 }
 
 /* Actor 1 of a run: its command line holds "--run RUN --index 1". */
@@ -220,6 +232,11 @@ static void test_config_errors_are_clear(void **state) {
   expect_config_error("bad value", a5, "'lots' is not a number");
   char *a6[] = {wf_shoal, "eval", "no-such-run", "--store", store_set + 10, NULL};
   expect_config_error("missing run", a6, "no-such-run");
+  /* `shoal eval --set` changes the env it plays on, nothing else. */
+  char *a9[] = {wf_shoal, "eval", "no-such-run", "--set", "dqn.lr=1", NULL};
+  expect_config_error("eval --set", a9, "only env.* keys other than env.id");
+  char *a10[] = {wf_shoal, "eval", "no-such-run", "--set", "env.id=Pendulum-v1", NULL};
+  expect_config_error("eval --set env.id", a10, "only env.* keys other than env.id");
   /* `algo: apex` is an Ape-X config (its dqn.* keys are checked, not refused as unknown);
    * an algorithm shoal does not have is named. */
   char *a7[] = {wf_shoal,    "run",   config_path,      "--set",
