@@ -272,6 +272,17 @@ static void on_tick(void *ud) {
   }
 }
 
+/* Makes the env as the children will: its id and, where the config takes them, its
+ * options, so that a bad one fails here, with the config's name for it. */
+static int probe_env(const config *cfg, shoal_error *err) {
+  const char *id = config_string(cfg, "env.id");
+  const char *opts = config_has(cfg, "env.options") ? config_string(cfg, "env.options") : "";
+  env *e;
+  int rc = opts[0] ? env_make_opts(&e, id, opts, err) : env_make(&e, id, err);
+  if (!rc) env_destroy(e);
+  return rc;
+}
+
 static int cmd_run(int argc, char **argv) {
   const char *cfg_file = NULL, *resume = NULL, *store_uri = NULL;
   const char *sets[128];
@@ -377,9 +388,7 @@ static int cmd_run(int argc, char **argv) {
     if (op_spec_from_config(cfg, &ops, &err)) return fail("config", &err);
   }
   /* Validate what children would only find later: the env and the device. */
-  env *probe;
-  if (env_make(&probe, config_string(cfg, "env.id"), &err)) return fail("config: env.id", &err);
-  env_destroy(probe);
+  if (probe_env(cfg, &err)) return fail("config: env", &err);
 
   if (!resume) {
     const char *name = config_string(cfg, "run.name");
@@ -569,9 +578,7 @@ static int cmd_init(int argc, char **argv) {
     fprintf(stderr, "shoal init: run.name '%s' is not valid (1-63 of [A-Za-z0-9._-])\n", run);
     return 1;
   }
-  env *probe;
-  if (env_make(&probe, config_string(cfg, "env.id"), &err)) return fail("config: env.id", &err);
-  env_destroy(probe);
+  if (probe_env(cfg, &err)) return fail("config: env", &err);
   char *stored = NULL;
   if (config_dump_redacted(cfg, &stored, &err)) return fail(NULL, &err);
   store *st;
@@ -812,8 +819,7 @@ static int cmd_eval(int argc, char **argv) {
         return 2;
       }
       sets[nsets++] = kv;
-    }
-    else if (!strcmp(argv[i], "--episodes") && i + 1 < argc)
+    } else if (!strcmp(argv[i], "--episodes") && i + 1 < argc)
       a.episodes = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
       a.seed = strtoull(argv[++i], NULL, 10);

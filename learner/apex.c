@@ -951,7 +951,8 @@ static void destroy(void *a) {
   free(L->stream_ret);
   free(L->incarnation);
   free(L->last_seq);
-  for (int i = 0; i < L->b.actors; i++) pthread_mutex_destroy(&L->actor_mu[i]);
+  /* A set-up that failed early (a bad env option) has no per-actor locks yet. */
+  for (int i = 0; L->actor_mu && i < L->b.actors; i++) pthread_mutex_destroy(&L->actor_mu[i]);
   free(L->actor_mu);
   pthread_mutex_destroy(&L->log_mu);
   pthread_mutex_destroy(&L->ep_mu);

@@ -237,6 +237,20 @@ static void test_config_errors_are_clear(void **state) {
   expect_config_error("eval --set", a9, "only env.* keys other than env.id");
   char *a10[] = {wf_shoal, "eval", "no-such-run", "--set", "env.id=Pendulum-v1", NULL};
   expect_config_error("eval --set env.id", a10, "only env.* keys other than env.id");
+  /* A bad env option: `shoal run` names it before starting anything, and a learner
+   * started by hand (as Slurm does) exits with it, not with a crash. */
+  char *a11[] = {wf_shoal, "run", config_path, "--set", "env.options=bogus=1", NULL};
+  expect_config_error("env option", a11, "unknown option 'bogus'");
+  char learner[4200];
+  snprintf(learner, sizeof learner, "%s/bin/shoal-learner", getenv("SHOAL_BINARY_DIR"));
+  char *a12[] = {learner, "--config", config_path, "--run", "bad-opt", "--set", store_set,
+                 "--set", "env.options=bogus=1", NULL};
+  int rc;
+  char *out = wf_run(a12, 60, &rc);
+  printf("%s", out);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out, "unknown option 'bogus'"));
+  free(out);
   /* `algo: apex` is an Ape-X config (its dqn.* keys are checked, not refused as unknown);
    * an algorithm shoal does not have is named. */
   char *a7[] = {wf_shoal,    "run",   config_path,      "--set",
