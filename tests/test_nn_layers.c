@@ -1389,6 +1389,55 @@ static void test_gemm_paths(void **s) {
   }
 }
 
+/* With threads, a big product is split into row or column blocks of C over nn's pool,
+ * one OpenBLAS call each: the same values as the reference and as one thread's single
+ * call (to rounding: a narrower block may take another OpenBLAS kernel), C's padding
+ * untouched (strided views, both splits, beta 0/1). */
+static void test_gemm_split_threads(void **s) {
+  (void)s;
+  const int shapes[3][3] = {{200, 96, 80}, {40, 520, 64}, {130, 129, 70}};
+  for (int t = 0; t < 4; t++)
+    for (int c = 0; c < 3; c++)
+      for (int bz = 0; bz < 2; bz++) {
+        bool ta = t & 1, tb = t & 2;
+        int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
+        int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1;
+        int ar = ta ? K : M, br = tb ? N : K;
+        float beta = bz ? 1.0f : 0.0f;
+        float *A = malloc((size_t)ar * lda * sizeof *A), *Bm = malloc((size_t)br * ldb * sizeof *Bm);
+        float *C1 = malloc((size_t)M * ldc * sizeof *C1), *C2 = malloc((size_t)M * ldc * sizeof *C2);
+        float *C0 = malloc((size_t)M * ldc * sizeof *C0);
+        shoal_rng rng;
+        shoal_rng_seed(&rng, (uint64_t)(c * 8 + t * 2 + bz));
+        for (int i = 0; i < ar * lda; i++) A[i] = shoal_rng_uniformf(&rng) - 0.5f;
+        for (int i = 0; i < br * ldb; i++) Bm[i] = shoal_rng_uniformf(&rng) - 0.5f;
+        for (int i = 0; i < M * ldc; i++) C0[i] = C1[i] = C2[i] = shoal_rng_uniformf(&rng) - 0.5f;
+        nn_set_threads(1);
+        nn__sgemm(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, beta, C1, ldc);
+        nn_set_threads(2);
+        nn__sgemm(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, beta, C2, ldc);
+        nn_set_threads(1);
+        for (int i = 0; i < M; i++) {
+          for (int j = 0; j < N; j++) {
+            double r = 0;
+            for (int k = 0; k < K; k++)
+              r += (double)(ta ? A[k * lda + i] : A[i * lda + k]) *
+                   (tb ? Bm[j * ldb + k] : Bm[k * ldb + j]);
+            double want = 0.75 * r + beta * C0[i * ldc + j];
+            if (fabs(C2[i * ldc + j] - want) > 1e-4 * (1 + sqrt((double)K)))
+              fail_msg("split gemm ta=%d tb=%d %dx%dx%d: C[%d,%d] = %g, want %g", ta, tb, M, N, K,
+                       i, j, C2[i * ldc + j], want);
+          }
+          assert_true(C2[i * ldc + N] == C0[i * ldc + N]);
+        }
+        for (int i = 0; i < M * ldc; i++)
+          if (fabsf(C1[i] - C2[i]) > 1e-5f * (1 + fabsf(C1[i])))
+            fail_msg("split gemm ta=%d tb=%d: [%d] %g against one call's %g", ta, tb, i, C2[i],
+                     C1[i]);
+        free(A), free(Bm), free(C0), free(C1), free(C2);
+      }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_grad_dense),
@@ -1433,6 +1482,7 @@ int main(void) {
       cmocka_unit_test(test_grad_unrolled),
       cmocka_unit_test(test_grad_big),
       cmocka_unit_test(test_gemm_paths),
+      cmocka_unit_test(test_gemm_split_threads),
       cmocka_unit_test(test_torch_dense),
       cmocka_unit_test(test_torch_conv2d),
       cmocka_unit_test(test_torch_conv2d_b1),

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "nn/internal.h"
+#include "nn/cpu/cpu.h"
 
 #ifdef SHOAL_HAVE_OPENBLAS
 #include <cblas.h>
@@ -20,11 +20,15 @@
 
 static int g_threads = 1; /* small nets run fastest on one thread */
 
+/* OpenBLAS runs on the calling thread only: with threads, nn__sgemm splits a big
+ * product over nn's own pool (nn/cpu/pool.c). Two pools on the same cores fought:
+ * OpenBLAS's workers spin for ~2^28 cycles after each call, taking the core from nn's
+ * conv and optimizer tasks (Nature-DQN at 2 threads: 30 steps/s with both pools, 37
+ * with OpenBLAS's workers asleep). */
 static void blas_set_threads(int n) {
-#ifdef SHOAL_HAVE_OPENBLAS
-  openblas_set_num_threads(n);
-#else
   (void)n;
+#ifdef SHOAL_HAVE_OPENBLAS
+  openblas_set_num_threads(1);
 #endif
 }
 
@@ -100,6 +104,44 @@ static void gemm_loops(bool ta, bool tb, int M, int N, int K, float alpha, const
   }
 }
 
+#ifdef SHOAL_HAVE_OPENBLAS
+/* One product split into row (by_m) or column blocks of C, each an OpenBLAS call on one
+ * pool thread: the same sums per element as one call (a block only narrows M or N). */
+typedef struct gemm_split {
+  bool ta, tb, by_m;
+  int M, N, K, lda, ldb, ldc, step;
+  float alpha, beta;
+  const float *A, *B;
+  float *C;
+} gemm_split;
+
+static void gemm_part(void *vc, int task, int thread) {
+  const gemm_split *g = vc;
+  (void)thread;
+  int lo = task * g->step, dim = g->by_m ? g->M : g->N;
+  int n = dim - lo < g->step ? dim - lo : g->step;
+  if (n <= 0) return;
+  const float *A = g->A, *B = g->B;
+  float *C = g->C;
+  int M = g->M, N = g->N;
+  if (g->by_m) { /* rows lo.. of op(A) and of C */
+    A += g->ta ? (size_t)lo : (size_t)lo * g->lda;
+    C += (size_t)lo * g->ldc;
+    M = n;
+  } else { /* columns lo.. of op(B) and of C */
+    B += g->tb ? (size_t)lo * g->ldb : (size_t)lo;
+    C += lo;
+    N = n;
+  }
+  cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+              M, N, g->K, g->alpha, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
+}
+
+/* Past this many multiply-adds a product is split over the threads (a block of ~2^18
+ * still runs near OpenBLAS's full rate on one core). */
+#define NN__SPLIT_GEMM 524288.0
+#endif
+
 void nn__sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                const float *B, int ldb, float beta, float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
@@ -121,6 +163,15 @@ void nn__sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *
     /* c (M,1) = alpha op(A) b, b's elements ldb apart unless B is stored transposed (1,K). */
     cblas_sgemv(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, ta ? K : M, ta ? M : K, alpha, A,
                 lda, B, tb ? 1 : ldb, beta, C, ldc);
+    return;
+  }
+  int T = g_threads < nn__pool_max_threads() ? g_threads : nn__pool_max_threads();
+  if (T > 1 && (double)M * N * K >= NN__SPLIT_GEMM && (M >= 32 * T || N >= 32 * T)) {
+    /* Along the longer side, in blocks that are whole 16-float vectors. */
+    gemm_split g = {ta, tb, M >= N, M, N, K, lda, ldb, ldc, 0, alpha, beta, A, B, C};
+    int dim = g.by_m ? M : N;
+    g.step = ((dim + T - 1) / T + 15) / 16 * 16;
+    nn__parallel_for((dim + g.step - 1) / g.step, gemm_part, &g);
     return;
   }
   if ((double)M * N * K > NN__SMALL_GEMM) {
