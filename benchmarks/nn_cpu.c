@@ -15,9 +15,11 @@
  *
  * For (c) and (d) it prints the achieved GFLOP/s (nominal: a training step counts 3x
  * the forward multiply-adds of the trained model, 1x for a forward only) beside
- * OpenBLAS's cblas_sgemm rate on 1024x1024 measured in windows between those rows'.
+ * the sgemm rate on 1024x1024 measured in windows between those rows': OpenBLAS's
+ * sgemm on one thread, split in column blocks over nn's threads past one (as nn runs
+ * every big product; OpenBLAS's own pool would keep spinning into shoal's windows).
  *
- * Threads: shoal uses nn_set_threads(n) (OpenBLAS's pool is its pool); torch runs with
+ * Threads: shoal uses nn_set_threads(n) (OpenBLAS on one thread, nn's pool); torch runs with
  * torch.set_num_threads(n), OpenBLAS at 1 thread (one pool each, as the baselines note
  * advises) and OMP_WAIT_POLICY=PASSIVE (see torch_start). Each figure is the median of several
  * time-bounded windows; shoal's and torch's windows alternate (torch in a child process serving one
@@ -38,6 +40,7 @@
 #include <unistd.h>
 
 #include "benchmarks/torch_child.h"
+#include "nn/internal.h" /* nn__sgemm: the ceiling, as nn runs a product */
 #include "nn/nn.h"
 
 #ifdef SHOAL_HAVE_OPENBLAS
@@ -308,8 +311,7 @@ typedef struct gemm {
 #ifdef SHOAL_HAVE_OPENBLAS
 static void gemm_step(void *ctx) {
   gemm *g = ctx;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->n, g->n, g->n, 1.0f, g->a, g->n, g->b,
-              g->n, 0.0f, g->c, g->n);
+  nn__sgemm(false, false, g->n, g->n, g->n, 1.0f, g->a, g->n, g->b, g->n, 0.0f, g->c, g->n);
 }
 
 static void gemm_init(gemm *g) {

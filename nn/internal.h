@@ -285,8 +285,8 @@ void nn__im2col(const float *x, int C, int H, int W, int kh, int kw, int stride,
 void nn__col2im(const float *col, int ldc, int C, int H, int W, int kh, int kw, int stride, int pad,
                 int dil, int Ho, int Wo, float *x);
 
-/* At a CPU model's create: OpenBLAS's pool to nn_set_threads' count (one thread
- * unless set), not OpenBLAS's own default of one per core. No-op without OpenBLAS. */
+/* At a CPU model's create: OpenBLAS to one thread, not its own default of one per core
+ * (nn__sgemm splits big products over nn's pool instead). No-op without OpenBLAS. */
 void nn__cpu_apply_threads(void);
 /* Which conv2d kernels the CPU layers use from now on, by name: "gemm" (im2col +
  * nn__sgemm), "portable", "avx2", "avx512" (nn/cpu/convk.c), as SHOAL_NN_CONV_PATH

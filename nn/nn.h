@@ -60,7 +60,8 @@ typedef enum nn_act {
   NN_LOG_SOFTMAX = 6, /* likewise */
 } nn_act;
 
-/* Sets the threads nn uses (OpenBLAS's pool included). n <= 0: one per core. */
+/* Sets the threads nn uses: its own pool, which also runs big matrix products as
+ * blocks (OpenBLAS itself stays on the calling thread). n <= 0: one per core. */
 void nn_set_threads(int n);
 /* True when a CUDA device is usable; else false and, if err, the reason ("no CUDA
  * device", or "shoal was built without the CUDA backend"). */

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nn/cpu/gemm.c — matrix products for the CPU layers: OpenBLAS's cblas_sgemm for
- * products big enough that its call overhead (a few hundred ns, thread dispatch)
- * pays, nn's own loops for the small ones (a greedy action at batch 1 is a few
- * thousand multiply-adds) and for builds without OpenBLAS.
+ * products big enough that its call overhead (a few hundred ns) pays, on one thread
+ * or in blocks over nn's pool; nn's own loops for the small ones (a greedy action at
+ * batch 1 is a few thousand multiply-adds) and for builds without OpenBLAS.
  */
 #include <string.h>
 #include <unistd.h>

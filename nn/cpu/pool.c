@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nn/cpu/pool.c — nn's own worker threads for the work that OpenBLAS's pool does not
- * run: nn's convolution kernels (packing, micro-kernels, the NCHW writes). The caller
+ * nn/cpu/pool.c — nn's worker threads, the only ones nn runs: nn's convolution kernels
+ * (packing, micro-kernels, the NCHW writes), the optimizer's chunks and the blocks of big
+ * matrix products (OpenBLAS stays on one thread, nn/cpu/gemm.c). The caller
  * runs task 0.. with the workers; tasks are taken from an atomic counter so uneven
  * tasks balance. Workers spin briefly after a job (layers follow each other within
  * microseconds) and then sleep on a condition variable, so an idle model costs nothing.
