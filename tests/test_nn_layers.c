@@ -1348,7 +1348,11 @@ static void test_gradients_accumulate(void **s) {
 
 /* ---- GEMM: OpenBLAS for big products, nn's loops for small ones ------------------- */
 
-static void gemm_case(bool ta, bool tb, int M, int N, int K, float beta) {
+/* C = 0.75 op(A) op(B) + beta C on strided views, at `threads` (nn_set_threads): the
+ * values of a double-precision reference, C's padding untouched; past one thread also
+ * one thread's single call, to rounding (a narrower block may take another OpenBLAS
+ * kernel). */
+static void gemm_case(bool ta, bool tb, int M, int N, int K, float beta, int threads) {
   int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1; /* strided views */
   int ar = ta ? K : M, br = tb ? N : K;
   float *A = malloc((size_t)ar * lda * sizeof *A), *Bm = malloc((size_t)br * ldb * sizeof *Bm);
@@ -1358,7 +1362,19 @@ static void gemm_case(bool ta, bool tb, int M, int N, int K, float beta) {
   for (int i = 0; i < ar * lda; i++) A[i] = shoal_rng_uniformf(&rng) - 0.5f;
   for (int i = 0; i < br * ldb; i++) Bm[i] = shoal_rng_uniformf(&rng) - 0.5f;
   for (int i = 0; i < M * ldc; i++) C[i] = C0[i] = shoal_rng_uniformf(&rng) - 0.5f;
+  nn_set_threads(threads);
   nn__sgemm(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, beta, C, ldc);
+  nn_set_threads(1);
+  if (threads > 1) {
+    float *C1 = malloc((size_t)M * ldc * sizeof *C1);
+    memcpy(C1, C0, (size_t)M * ldc * sizeof *C1);
+    nn__sgemm(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, beta, C1, ldc);
+    for (int i = 0; i < M * ldc; i++)
+      if (fabsf(C1[i] - C[i]) > 1e-5f * (1 + fabsf(C1[i])))
+        fail_msg("gemm ta=%d tb=%d %dx%dx%d at %d threads: [%d] %g against one call's %g", ta, tb,
+                 M, N, K, threads, i, C[i], C1[i]);
+    free(C1);
+  }
   for (int i = 0; i < M; i++) {
     for (int j = 0; j < N; j++) {
       double s = 0;
@@ -1379,63 +1395,28 @@ static void gemm_case(bool ta, bool tb, int M, int N, int K, float beta) {
 static void test_gemm_paths(void **s) {
   for (int t = 0; t < 4; t++) {
     bool ta = t & 1, tb = t & 2;
-    gemm_case(ta, tb, 3, 5, 4, 0.0f); /* nn's loops */
-    gemm_case(ta, tb, 7, 9, 13, 1.0f);
-    gemm_case(ta, tb, 1, 64, 64, 0.5f);
-    gemm_case(ta, tb, 40, 70, 50, 0.0f); /* OpenBLAS when built with it */
-    gemm_case(ta, tb, 64, 33, 129, 1.0f);
-    gemm_case(ta, tb, 1, 300, 200, 0.0f); /* sgemv, a row */
-    gemm_case(ta, tb, 300, 1, 200, 1.0f); /* sgemv, a column */
+    gemm_case(ta, tb, 3, 5, 4, 0.0f, 1); /* nn's loops */
+    gemm_case(ta, tb, 7, 9, 13, 1.0f, 1);
+    gemm_case(ta, tb, 1, 64, 64, 0.5f, 1);
+    gemm_case(ta, tb, 40, 70, 50, 0.0f, 1); /* OpenBLAS when built with it */
+    gemm_case(ta, tb, 64, 33, 129, 1.0f, 1);
+    gemm_case(ta, tb, 1, 300, 200, 0.0f, 1); /* sgemv, a row */
+    gemm_case(ta, tb, 300, 1, 200, 1.0f, 1); /* sgemv, a column */
   }
 }
 
 /* With threads, a big product is split into row or column blocks of C over nn's pool,
- * one OpenBLAS call each: the same values as the reference and as one thread's single
- * call (to rounding: a narrower block may take another OpenBLAS kernel), C's padding
- * untouched (strided views, both splits, beta 0/1). */
+ * one OpenBLAS call each (gemm_case at 2 threads: both splits, every transpose, beta 0
+ * and 1). */
 static void test_gemm_split_threads(void **s) {
   (void)s;
-  const int shapes[3][3] = {{200, 96, 80}, {40, 520, 64}, {130, 129, 70}};
-  for (int t = 0; t < 4; t++)
-    for (int c = 0; c < 3; c++)
-      for (int bz = 0; bz < 2; bz++) {
-        bool ta = t & 1, tb = t & 2;
-        int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
-        int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1;
-        int ar = ta ? K : M, br = tb ? N : K;
-        float beta = bz ? 1.0f : 0.0f;
-        float *A = malloc((size_t)ar * lda * sizeof *A), *Bm = malloc((size_t)br * ldb * sizeof *Bm);
-        float *C1 = malloc((size_t)M * ldc * sizeof *C1), *C2 = malloc((size_t)M * ldc * sizeof *C2);
-        float *C0 = malloc((size_t)M * ldc * sizeof *C0);
-        shoal_rng rng;
-        shoal_rng_seed(&rng, (uint64_t)(c * 8 + t * 2 + bz));
-        for (int i = 0; i < ar * lda; i++) A[i] = shoal_rng_uniformf(&rng) - 0.5f;
-        for (int i = 0; i < br * ldb; i++) Bm[i] = shoal_rng_uniformf(&rng) - 0.5f;
-        for (int i = 0; i < M * ldc; i++) C0[i] = C1[i] = C2[i] = shoal_rng_uniformf(&rng) - 0.5f;
-        nn_set_threads(1);
-        nn__sgemm(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, beta, C1, ldc);
-        nn_set_threads(2);
-        nn__sgemm(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, beta, C2, ldc);
-        nn_set_threads(1);
-        for (int i = 0; i < M; i++) {
-          for (int j = 0; j < N; j++) {
-            double r = 0;
-            for (int k = 0; k < K; k++)
-              r += (double)(ta ? A[k * lda + i] : A[i * lda + k]) *
-                   (tb ? Bm[j * ldb + k] : Bm[k * ldb + j]);
-            double want = 0.75 * r + beta * C0[i * ldc + j];
-            if (fabs(C2[i * ldc + j] - want) > 1e-4 * (1 + sqrt((double)K)))
-              fail_msg("split gemm ta=%d tb=%d %dx%dx%d: C[%d,%d] = %g, want %g", ta, tb, M, N, K,
-                       i, j, C2[i * ldc + j], want);
-          }
-          assert_true(C2[i * ldc + N] == C0[i * ldc + N]);
-        }
-        for (int i = 0; i < M * ldc; i++)
-          if (fabsf(C1[i] - C2[i]) > 1e-5f * (1 + fabsf(C1[i])))
-            fail_msg("split gemm ta=%d tb=%d: [%d] %g against one call's %g", ta, tb, i, C2[i],
-                     C1[i]);
-        free(A), free(Bm), free(C0), free(C1), free(C2);
-      }
+  for (int t = 0; t < 4; t++) {
+    bool ta = t & 1, tb = t & 2;
+    gemm_case(ta, tb, 200, 96, 80, 0.0f, 2); /* rows */
+    gemm_case(ta, tb, 40, 520, 64, 1.0f, 2); /* columns */
+    gemm_case(ta, tb, 130, 129, 70, 1.0f, 2);
+    gemm_case(ta, tb, 130, 129, 70, 0.0f, 2);
+  }
 }
 
 int main(void) {
