@@ -43,10 +43,6 @@
 #include "nn/internal.h" /* nn__sgemm: the ceiling, as nn runs a product */
 #include "nn/nn.h"
 
-#ifdef SHOAL_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
-
 static double g_window = 0.3;
 static int g_repeats = 5;
 
@@ -335,7 +331,7 @@ static double gemm_gflops(const gemm *g, double calls_per_s) {
 typedef struct pair {
   double shoal, torch; /* calls/s, medians */
   double torch2;       /* PyTorch 2's calls/s, median, or NAN */
-  double sgemm;        /* GFLOP/s of cblas_sgemm 1024 in windows between them, or NAN */
+  double sgemm;        /* GFLOP/s of nn__sgemm 1024 in windows between them, or NAN */
 } pair;
 
 /* Alternates windows of shoal, of torch and (when g is given) of sgemm, so that load

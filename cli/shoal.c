@@ -275,10 +275,9 @@ static void on_tick(void *ud) {
 /* Makes the env as the children will: its id and, where the config takes them, its
  * options, so that a bad one fails here, with the config's name for it. */
 static int probe_env(const config *cfg, shoal_error *err) {
-  const char *id = config_string(cfg, "env.id");
-  const char *opts = config_has(cfg, "env.options") ? config_string(cfg, "env.options") : "";
+  const char *opts = config_has(cfg, "env.options") ? config_string(cfg, "env.options") : NULL;
   env *e;
-  int rc = opts[0] ? env_make_opts(&e, id, opts, err) : env_make(&e, id, err);
+  int rc = env_make_opts(&e, config_string(cfg, "env.id"), opts, err);
   if (!rc) env_destroy(e);
   return rc;
 }
@@ -661,9 +660,7 @@ static int policy_load(eval_policy *p, const config *cfg, int copies, const void
   env *e;
   snprintf(p->s.env_id, sizeof p->s.env_id, "%s", config_string(cfg, "env.id"));
   snprintf(p->s.env_options, sizeof p->s.env_options, "%s", config_string(cfg, "env.options"));
-  if ((rc = p->s.env_options[0] ? env_make_opts(&e, p->s.env_id, p->s.env_options, err)
-                                : env_make(&e, p->s.env_id, err)))
-    return rc;
+  if ((rc = env_make_opts(&e, p->s.env_id, p->s.env_options, err))) return rc;
   const env_spec *sp = env_get_spec(e);
   rc = op_spec_set_env(&p->s, sp, err);
   dqn_config dc = apex_dqn_config(cfg, sp->obs.ndim, sp->obs.shape, sp->act.n);

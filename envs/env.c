@@ -331,6 +331,7 @@ int env_make(env **out, const char *id, shoal_error *err) {
 int env_make_opts(env **out, const char *id, const char *options, shoal_error *err) {
   const env_type *t = env_find(id);
   if (!t) return env__not_found("env_make", id, err);
+  if (options && !options[0]) options = NULL; /* "" is env_make, as documented */
   env *e = calloc(1, sizeof *e);
   size_t sz = (t->state_size + 15) & ~(size_t)15;
   void *st = e ? aligned_alloc(16, sz) : NULL;

@@ -1013,9 +1013,8 @@ static int read_source(learner *L, shoal_error *err) {
 
 /* The network, the replay and the rate limiter from the config. */
 static int build(learner *L, lrt_algo *algo, shoal_error *err) {
-  const char *opts = config_string(L->b.cfg, "env.options");
-  int rc = opts[0] ? env_make_opts(&L->spec_env, config_string(L->b.cfg, "env.id"), opts, err)
-                   : env_make(&L->spec_env, config_string(L->b.cfg, "env.id"), err);
+  int rc = env_make_opts(&L->spec_env, config_string(L->b.cfg, "env.id"),
+                         config_string(L->b.cfg, "env.options"), err);
   if (rc) return rc;
   L->spec = env_get_spec(L->spec_env);
   if (L->spec->act.n <= 0)

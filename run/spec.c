@@ -21,8 +21,7 @@ int op_spec_from_config(const config *cfg, op_spec *s, shoal_error *err) {
   s->gamma = (float)config_float(cfg, s->impala ? "impala.gamma" : "ppo.gamma");
   s->lstm = (int)config_int(cfg, "ac.lstm");
   env *e;
-  int rc = s->env_options[0] ? env_make_opts(&e, s->env_id, s->env_options, err)
-                             : env_make(&e, s->env_id, err);
+  int rc = env_make_opts(&e, s->env_id, s->env_options, err);
   if (rc) return rc;
   rc = op_spec_set_env(s, env_get_spec(e), err);
   env_destroy(e);

@@ -25,8 +25,7 @@ static int g_threads = 1; /* small nets run fastest on one thread */
  * OpenBLAS's workers spin for ~2^28 cycles after each call, taking the core from nn's
  * conv and optimizer tasks (Nature-DQN at 2 threads: 30 steps/s with both pools, 37
  * with OpenBLAS's workers asleep). */
-static void blas_set_threads(int n) {
-  (void)n;
+static void blas_one_thread(void) {
 #ifdef SHOAL_HAVE_OPENBLAS
   openblas_set_num_threads(1);
 #endif
@@ -38,10 +37,10 @@ void nn_set_threads(int n) {
     n = c > 0 ? (int)c : 1;
   }
   g_threads = n;
-  blas_set_threads(n);
+  blas_one_thread();
 }
 
-void nn__cpu_apply_threads(void) { blas_set_threads(g_threads); }
+void nn__cpu_apply_threads(void) { blas_one_thread(); }
 
 int nn__cpu_threads(void) { return g_threads; }
 
