@@ -187,6 +187,8 @@ static const conv_case g_convs[] = {
     {"minatar 4x10x10 3x3/1 ->16", 4, 10, 10, 16, 3, 1, 0, 32, false},
     {"dcgan G ct1 128x7x7 4x4/2p1 ->64", 128, 7, 7, 64, 4, 2, 1, 64, true, true},
     {"dcgan G ct2 64x14x14 4x4/2p1 ->1", 64, 14, 14, 1, 4, 2, 1, 64, true, true},
+    {"fmnist c2 32x14x14 3x3/1p1 ->64", 32, 14, 14, 64, 3, 1, 1, 64, true},
+    {"resnet 64x28x28 3x3/1p1 ->64", 64, 28, 28, 64, 3, 1, 1, 16, true},
 };
 
 static double min_call_s(nn_model *m, const float *x, const float *dy, int B, bool dx, bool fwd) {
@@ -226,16 +228,26 @@ static void conv_table(const char *t) {
      * conv-transpose's are those of the conv it is the adjoint of */
     double macs = k->t ? (double)k->B * k->C * k->H * k->W * C * k->k * k->k
                        : (double)k->B * C * H * W * k->C * k->k * k->k;
-    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
-      if (strcmp(nn__conv_path_force(paths[p]), paths[p])) continue; /* the CPU lacks it */
-      double f = min_call_s(m, x, dy, k->B, k->dx, true);
-      double b = min_call_s(m, x, dy, k->B, k->dx, false);
-      double gf = 2 * macs * (k->dx ? 3 : 2) / (f + b) / 1e9;
-      printf("%-34s %8s %9.3f %9.3f %8.1f\n", p ? "" : k->name, paths[p], f * 1e3, b * 1e3, gf);
-      printf("BENCH name=nn.layers.conv%zu_%s.%s value=%.1f unit=GFLOP/s baseline=none "
-             "ratio=none\n",
-             c, paths[p], t, gf);
-    }
+    /* a 3x3 stride-1 layer: each of nn's paths with Winograd F(2x2,3x3) off, then on
+     * (its forward and dx; GFLOP/s counts the direct sum's multiply-adds) */
+    bool wino = !k->t && k->k == 3 && k->s == 1;
+    int was_w = nn__wino_mode(-1);
+    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++)
+      for (int w = 0; w < (wino && p ? 2 : 1); w++) {
+        if (strcmp(nn__conv_path_force(paths[p]), paths[p])) continue; /* the CPU lacks it */
+        nn__wino_mode(wino ? w : -1);
+        double f = min_call_s(m, x, dy, k->B, k->dx, true);
+        double b = min_call_s(m, x, dy, k->B, k->dx, false);
+        double gf = 2 * macs * (k->dx ? 3 : 2) / (f + b) / 1e9;
+        char label[32];
+        snprintf(label, sizeof label, "%s%s", paths[p], w ? "+wino" : "");
+        printf("%-34s %8s %9.3f %9.3f %8.1f\n", p || w ? "" : k->name, label, f * 1e3, b * 1e3, gf);
+        printf(
+            "BENCH name=nn.layers.conv%zu_%s%s.%s value=%.1f unit=GFLOP/s baseline=none "
+            "ratio=none\n",
+            c, paths[p], w ? "_wino" : "", t, gf);
+      }
+    nn__wino_mode(was_w);
     free(x), free(dy);
     nn_model_destroy(m);
   }
@@ -279,9 +291,10 @@ static void dense_table(const char *t) {
       if (!p) gf0 = gf;
       printf("%-34s %8s %9.3f %9.3f %8.1f\n", p ? "" : k->name, paths[p], f * 1e3, b * 1e3, gf);
       if (p)
-        printf("BENCH name=nn.layers.dense%zu_%s.%s value=%.1f unit=GFLOP/s baseline=%.1f "
-               "ratio=%.2f\n",
-               c, paths[p], t, gf, gf0, gf / gf0);
+        printf(
+            "BENCH name=nn.layers.dense%zu_%s.%s value=%.1f unit=GFLOP/s baseline=%.1f "
+            "ratio=%.2f\n",
+            c, paths[p], t, gf, gf0, gf / gf0);
     }
     free(x), free(dy);
     nn_model_destroy(m);

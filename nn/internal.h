@@ -294,6 +294,11 @@ void nn__cpu_apply_threads(void);
  * the path in force (a path the CPU lacks gives the best it has; name NULL: no change),
  * NULL for an unknown name (nothing changes). Not thread-safe against running models. */
 const char *nn__conv_path_force(const char *name);
+/* Winograd F(2x2, 3x3) for 3x3 stride-1 conv2d on nn's own kernels (nn/cpu/wino.c), as
+ * SHOAL_NN_WINOGRAD sets it: mode -1 where it pays, 0 never, 1 every layer it can run
+ * (another value changes nothing). Returns the mode before. Not thread-safe against
+ * running models. */
+int nn__wino_mode(int mode);
 /* The thread count nn_set_threads set (1 unless set). */
 int nn__cpu_threads(void);
 

@@ -1131,14 +1131,18 @@ static void test_conv_paths_agree(void **s) {
       {64, 9, 9, 64, 3, 3, 1, 0, 3},
       {1, 28, 28, 64, 4, 4, 2, 1, 3}, /* DCGAN D */
       {16, 14, 14, 24, 4, 4, 2, 1, 2},
-      {5, 13, 11, 7, 3, 2, 3, 2, 3}, /* odd: stride 3, padding 2, 3x2, 7 channels */
-      {4, 10, 10, 16, 3, 3, 1, 0, 5}, /* MinAtar */
+      {5, 13, 11, 7, 3, 2, 3, 2, 3},        /* odd: stride 3, padding 2, 3x2, 7 channels */
+      {4, 10, 10, 16, 3, 3, 1, 0, 5},       /* MinAtar */
       {128, 7, 7, 64, 4, 4, 2, 1, 3, 1, 0}, /* DCGAN G's first conv-transpose */
-      {6, 5, 4, 5, 3, 3, 2, 1, 3, 1, 1},   /* output padding */
-      {8, 6, 6, 4, 3, 3, 1, 0, 2, 1, 0},   /* stride 1 */
-      {3, 4, 5, 40, 4, 4, 3, 2, 2, 1, 2},  /* stride 3, padding 2 */
+      {6, 5, 4, 5, 3, 3, 2, 1, 3, 1, 1},    /* output padding */
+      {8, 6, 6, 4, 3, 3, 1, 0, 2, 1, 0},    /* stride 1 */
+      {3, 4, 5, 40, 4, 4, 3, 2, 2, 1, 2},   /* stride 3, padding 2 */
+      {32, 14, 14, 64, 3, 3, 1, 1, 3},      /* 3x3 stride 1 (Winograd): Fashion-MNIST's */
+      {17, 7, 9, 18, 3, 3, 1, 2, 2},        /* odd sizes, padding 2, a channel tail */
+      {16, 3, 4, 16, 3, 3, 1, 0, 40},       /* one tile a sample, tasks ending mid-block */
   };
   const char *was = nn__conv_path_force(NULL);
+  int was_w = nn__wino_mode(-1);
   for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++) {
     const conv_geo *c = &geos[gi];
     int Ho = (c->H + 2 * c->pad - c->kh) / c->s + 1, Wo = (c->W + 2 * c->pad - c->kw) / c->s + 1;
@@ -1147,8 +1151,14 @@ static void test_conv_paths_agree(void **s) {
       Wo = (c->W - 1) * c->s - 2 * c->pad + c->kw + c->opad;
     size_t ny = (size_t)c->B * c->Co * Ho * Wo, nx = (size_t)c->B * c->C * c->H * c->W;
     size_t np = (size_t)c->Co * c->C * c->kh * c->kw + c->Co;
-    paths_agree("geometry", gi, conv_run, c, ny, np, nx);
+    /* 3x3 stride 1: nn's kernels with Winograd F(2x2,3x3) (nn/cpu/wino.c) and without */
+    bool w = !c->t && c->kh == 3 && c->kw == 3 && c->s == 1;
+    for (int mode = w ? 0 : -1; mode <= (w ? 1 : -1); mode++) {
+      nn__wino_mode(mode);
+      paths_agree(mode == 1 ? "geometry (winograd)" : "geometry", gi, conv_run, c, ny, np, nx);
+    }
   }
+  nn__wino_mode(was_w);
   nn__conv_path_force(was);
   nn_set_threads(1);
 }
@@ -1161,8 +1171,8 @@ typedef struct dense_geo {
   unsigned flags;
 } dense_geo;
 
-static void dense_run(const void *geo, const char *path, int threads, float *y, float *g,
-                      float *dx, size_t ny, size_t np, size_t nx) {
+static void dense_run(const void *geo, const char *path, int threads, float *y, float *g, float *dx,
+                      size_t ny, size_t np, size_t nx) {
   const dense_geo *d = geo;
   shoal_error err = {0};
   assert_non_null(nn__conv_path_force(path));

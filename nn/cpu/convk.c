@@ -26,8 +26,10 @@
  * scatter stays on one thread), dW by groups of panels of K (each thread owns its dW
  * columns).
  *
- * Not done: Winograd F(2x2,3x3) for the 3x3 stride-1 layers, and fusing the activation
- * that follows a conv into its output write (nn's graph keeps it a separate node).
+ * A conv2d whose only reader is a ReLU writes max(y, 0) into the ReLU's buffer
+ * (nn__node.fuse_act). 3x3 stride-1 layers with 16 or more channels in and out run their
+ * forward and dx by Winograd F(2x2,3x3) instead (nn/cpu/wino.c), on these micro-kernels'
+ * shapes; their dW stays here.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -417,7 +419,8 @@ size_t nn__convk_scratch(const nn_model *m, const nn__node *n, int max_batch) {
   if (n->kind == NN__CONV && n->dil != 1) return 0; /* dilated: the GEMM path */
   geom g = geom_of(m, n);
   if (g.K > K_MAX || g.Co > CO_MAX) return 0;
-  size_t total = layout_of(&g, max_batch).total;
+  size_t total = layout_of(&g, max_batch).total, wino = nn__wino_scratch(m, n, max_batch);
+  total = wino > total ? wino : total; /* Winograd's forward and dx, after dW */
   /* The batch's packed dy and xs grow with batch x image; past this (an ImageNet-sized
    * layer at batch 256) im2col + GEMM's few-MB groups are the better use of memory. */
   return total > SCRATCH_MAX ? 0 : total;
@@ -444,7 +447,7 @@ typedef struct job {
   const int *koff;
   size_t xF;
   int B, N, acc;
-  int relu; /* forward: y = max(W x + b, 0) (a fused ReLU, nn__node.fuse_act) */
+  int relu;            /* forward: y = max(W x + b, 0) (a fused ReLU, nn__node.fuse_act) */
   int G;               /* panels of K per dW task */
   const float *bias_x; /* conv-transpose forward: added to dx (its output) per channel */
 } job;
@@ -544,6 +547,10 @@ static void pack_w_rows(const float *w, int Co, int K, int mr, float *Wp) {
 }
 
 void nn__convk_forward(nn_model *m, nn__node *n, int B) {
+  if (nn__wino_runs(m, n)) {
+    nn__wino_forward(m, n, B);
+    return;
+  }
   job j;
   job_init(&j, m, n, B);
   j.relu = n->fuse_act > 0;
@@ -713,6 +720,10 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
   bool acc;
   j.dx = nn__dinput(m, n, 0, &acc);
   if (!j.dx) return;
+  if (nn__wino_runs(m, n)) { /* the scratch is free again: dW is done */
+    nn__wino_dx(m, n, B, j.dx, acc);
+    return;
+  }
   j.acc = acc;
   float *Wp = m->scratch + j.L.w;
   pack_w_cols(m->params + n->poff[0], g->Co, g->K, j.I->nr, Wp);
