@@ -378,6 +378,59 @@ static inline __attribute__((always_inline)) void pack_rows(const float *xs, con
   }
 }
 
+#ifdef NN__X86
+/* dW's panel for 8 taps: dst[j*nr + r] = x̂[k_r][column j], r < 8, koff8 their offsets:
+ * 8 columns of 8 taps at a time, loaded as rows and transposed in registers, where the
+ * scalar copy (pack_cols with cs = nr) made a strided store per float and took longer
+ * than the products (Nature-DQN's first conv: a third of its backward). As pack_rows, a
+ * run is read and written in whole 8-column blocks: the writes past it land in the next
+ * run's columns (written after) or past the chunk (dst has 8 columns of slack), and a
+ * run whose reads would pass xend is copied exactly. */
+__attribute__((target("avx2"))) static void pack_t8(const float *xs, const float *xend,
+                                                    const int *koff8, const seg *sg, int ns,
+                                                    float *dst, int nr) {
+  const float *b[8];
+  int kmax = 0;
+  for (int r = 0; r < 8; r++) {
+    b[r] = xs + koff8[r];
+    kmax = koff8[r] > kmax ? koff8[r] : kmax;
+  }
+  for (int q = 0; q < ns; q++) {
+    size_t off = sg[q].xoff;
+    int len = sg[q].len;
+    float *o = dst + (size_t)sg[q].j0 * nr;
+    if (xs + kmax + off + ((len + 7) & ~7) > xend) {
+      for (int t = 0; t < len; t++)
+        for (int r = 0; r < 8; r++) o[(size_t)t * nr + r] = b[r][off + t];
+      continue;
+    }
+    for (int t = 0; t < len; t += 8) {
+      __m256 r0 = _mm256_loadu_ps(b[0] + off + t), r1 = _mm256_loadu_ps(b[1] + off + t);
+      __m256 r2 = _mm256_loadu_ps(b[2] + off + t), r3 = _mm256_loadu_ps(b[3] + off + t);
+      __m256 r4 = _mm256_loadu_ps(b[4] + off + t), r5 = _mm256_loadu_ps(b[5] + off + t);
+      __m256 r6 = _mm256_loadu_ps(b[6] + off + t), r7 = _mm256_loadu_ps(b[7] + off + t);
+      __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+      __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+      __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+      __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+      __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      float *w = o + (size_t)t * nr;
+      _mm256_storeu_ps(w, _mm256_permute2f128_ps(s0, s4, 0x20));
+      _mm256_storeu_ps(w + nr, _mm256_permute2f128_ps(s1, s5, 0x20));
+      _mm256_storeu_ps(w + 2 * nr, _mm256_permute2f128_ps(s2, s6, 0x20));
+      _mm256_storeu_ps(w + 3 * nr, _mm256_permute2f128_ps(s3, s7, 0x20));
+      _mm256_storeu_ps(w + 4 * nr, _mm256_permute2f128_ps(s0, s4, 0x31));
+      _mm256_storeu_ps(w + 5 * nr, _mm256_permute2f128_ps(s1, s5, 0x31));
+      _mm256_storeu_ps(w + 6 * nr, _mm256_permute2f128_ps(s2, s6, 0x31));
+      _mm256_storeu_ps(w + 7 * nr, _mm256_permute2f128_ps(s3, s7, 0x31));
+    }
+  }
+}
+#endif
+
 /* ---- scratch ------------------------------------------------------------------------- */
 
 static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -388,7 +441,7 @@ static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
  *   xs of the batch                max_batch * xsF
  *   dy packed for dW               max_batch * P * (C_out + MR_MAX)
  *   per-sample sums of dy for db   max_batch * C_out
- *   per thread: the largest of a forward B panel (K x NR), a dW chunk (B^T PC x NR and
+ *   per thread: the largest of a forward B panel (K x NR), a dW chunk (B^T (PC+8) x NR and
  *   tiles for G_MAX panels of every block of C_out) and dx's (A panel C_out x MR, dxs one
  *   sample)
  * sized for the widest ISA and the pool's most threads, so the path and thread count
@@ -402,7 +455,7 @@ static layout layout_of(const geom *g, int max_batch) {
   size_t cp = (size_t)g->Co + MR_MAX, kp = ((size_t)g->K + NR_MAX - 1) / NR_MAX * NR_MAX;
   size_t wa = cp * g->K, wb = kp * g->Co;
   size_t f = (size_t)g->K * NR_MAX;
-  size_t w = (size_t)PC * NR_MAX + G_MAX * cp * NR_MAX;
+  size_t w = (size_t)(PC + 8) * NR_MAX + G_MAX * cp * NR_MAX; /* pack_t8's slack */
   size_t d = (size_t)g->Co * MR_MAX + up16(g->xsF);
   L.w = 0;
   L.koff = up16(wa > wb ? wa : wb);
@@ -609,7 +662,7 @@ NN__CLONES static void dw_task(void *vc, int task, int th) {
   int mr = j->I->mr, nr = j->I->nr, cb = (g->Co + mr - 1) / mr;
   int np = (g->K + nr - 1) / nr, p0 = task * j->G, p1 = p0 + j->G < np ? p0 + j->G : np;
   size_t tsz = (size_t)cb * mr * nr; /* one panel's tiles */
-  float *Bt = j->tb + (size_t)th * j->L.tstride, *tiles = Bt + (size_t)PC * NR_MAX;
+  float *Bt = j->tb + (size_t)th * j->L.tstride, *tiles = Bt + (size_t)(PC + 8) * NR_MAX;
   memset(tiles, 0, (size_t)(p1 - p0) * tsz * sizeof(float));
   seg sg[PC];
   for (int n0 = 0; n0 < j->N; n0 += PC) {
@@ -618,7 +671,13 @@ NN__CLONES static void dw_task(void *vc, int task, int th) {
     for (int pi = p0; pi < p1; pi++) {
       int k0 = pi * nr, nk = g->K - k0 < nr ? g->K - k0 : nr;
       if (nk < nr) memset(Bt, 0, (size_t)cnt * nr * sizeof(float));
-      pack_cols(j->xs, j->koff, sg, ns, k0, nk, Bt, 1, nr);
+      int kk = 0;
+#ifdef NN__X86
+      if (nr >= 16) /* the AVX2 and AVX-512 paths */
+        for (; kk + 8 <= nk; kk += 8)
+          pack_t8(j->xs, j->xend, j->koff + k0 + kk, sg, ns, Bt + kk, nr);
+#endif
+      pack_cols(j->xs, j->koff, sg, ns, k0 + kk, nk - kk, Bt + kk, 1, nr);
       float *tp = tiles + (size_t)(pi - p0) * tsz;
       for (int b = 0; b < cb; b++)
         j->I->k(cnt, j->dyp + (size_t)b * mr * j->N + (size_t)n0 * mr, Bt, tp + (size_t)b * mr * nr,
