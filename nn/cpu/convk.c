@@ -600,7 +600,7 @@ static void pack_w_rows(const float *w, int Co, int K, int mr, float *Wp) {
 }
 
 void nn__convk_forward(nn_model *m, nn__node *n, int B) {
-  if (nn__wino_runs(m, n)) {
+  if (nn__wino_runs(m, n, B)) {
     nn__wino_forward(m, n, B);
     return;
   }
@@ -779,7 +779,7 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
   bool acc;
   j.dx = nn__dinput(m, n, 0, &acc);
   if (!j.dx) return;
-  if (nn__wino_runs(m, n)) { /* the scratch is free again: dW is done */
+  if (nn__wino_runs(m, n, B)) { /* the scratch is free again: dW is done */
     nn__wino_dx(m, n, B, j.dx, acc);
     return;
   }

@@ -76,8 +76,8 @@ void nn__convk_t_backward(nn_model *m, nn__node *n, int B);
 /* Scratch floats for node n at batches up to max_batch; 0 when n is not a 3x3, stride-1,
  * undilated conv2d with padding at most 2. */
 size_t nn__wino_scratch(const nn_model *m, const nn__node *n, int max_batch);
-/* Whether node n, which nn__convk_runs accepts, runs its forward and dx here. */
-bool nn__wino_runs(const nn_model *m, const nn__node *n);
+/* Whether node n, which nn__convk_runs accepts, runs its forward and dx here at batch B. */
+bool nn__wino_runs(const nn_model *m, const nn__node *n, int B);
 /* y = W x + b (into the fused ReLU's buffer, as nn__convk_forward), and dx (+)= the input
  * gradient of dy. For nodes nn__wino_runs accepts; can't fail. */
 void nn__wino_forward(nn_model *m, nn__node *n, int B);

@@ -158,14 +158,15 @@ static bool wino_can(const nn_model *m, const nn__node *n) {
          n->pad <= 2 && m->nodes[n->in[0]].H + 2 * n->pad >= 3;
 }
 
-bool nn__wino_runs(const nn_model *m, const nn__node *n) {
+bool nn__wino_runs(const nn_model *m, const nn__node *n, int B) {
   pthread_once(&g_mode_once, mode_init);
   if (!g_mode || !wino_can(m, n)) return false;
   if (g_mode == 1) return true;
   /* Measured (benchmarks/nn_layers_speed): with few channels the transforms and the
-   * tiles' unused outputs cost more than the 2.25x fewer multiply-adds save. */
+   * tiles' unused outputs cost more than the 2.25x fewer multiply-adds save; with few
+   * tiles (an actor's batch of one) the filters' transform, made on every call, does. */
   int C = m->nodes[n->in[0]].C;
-  return C >= 16 && n->C >= 16;
+  return C >= 16 && n->C >= 16 && (size_t)B * ((n->H + 1) / 2) * ((n->W + 1) / 2) >= 4 * TT_MAX;
 }
 
 /* ---- geometry and scratch ------------------------------------------------------------ */
@@ -229,28 +230,33 @@ size_t nn__wino_scratch(const nn_model *m, const nn__node *n, int max_batch) {
  * Co) and input channel ci; g is W[co][ci] (forward) or W[ci][co] turned 180 degrees
  * (dx: this conv's input channels are the layer's outputs). */
 static void pack_u(const float *w, int Co, int C, bool flip, int nr, float *Ub) {
+  /* Every call (the weights may have changed): float arithmetic and no memset, as the
+   * transform in double with a zeroed buffer was a fifth of Nature-DQN's step. */
   int ncop = (Co + nr - 1) / nr;
-  memset(Ub, 0, (size_t)16 * ncop * C * nr * sizeof(float));
-  for (int co = 0; co < Co; co++)
+  size_t xs = (size_t)ncop * C * nr; /* between positions ξ */
+  for (int co = 0; co < ncop * nr; co++)
     for (int ci = 0; ci < C; ci++) {
+      float *u = Ub + ((size_t)(co / nr) * C + ci) * nr + co % nr;
+      if (co >= Co) {
+        for (int xi = 0; xi < 16; xi++) u[xi * xs] = 0.0f;
+        continue;
+      }
       /* the layer's W is (layer C_out, layer C_in, 3, 3) */
       const float *k = flip ? w + ((size_t)ci * Co + co) * 9 : w + ((size_t)co * C + ci) * 9;
-      double g[3][3], t[4][3];
-      for (int a = 0; a < 3; a++)
-        for (int b = 0; b < 3; b++) g[a][b] = flip ? k[(2 - a) * 3 + (2 - b)] : k[a * 3 + b];
+      float g[9], t[4][3];
+      for (int q = 0; q < 9; q++) g[q] = flip ? k[8 - q] : k[q];
       for (int b = 0; b < 3; b++) { /* t = G g */
-        t[0][b] = g[0][b];
-        t[1][b] = 0.5 * (g[0][b] + g[1][b] + g[2][b]);
-        t[2][b] = 0.5 * (g[0][b] - g[1][b] + g[2][b]);
-        t[3][b] = g[2][b];
+        t[0][b] = g[b];
+        t[1][b] = 0.5f * (g[b] + g[3 + b] + g[6 + b]);
+        t[2][b] = 0.5f * (g[b] - g[3 + b] + g[6 + b]);
+        t[3][b] = g[6 + b];
       }
       for (int a = 0; a < 4; a++) { /* u = t G^T */
-        double u[4] = {t[a][0], 0.5 * (t[a][0] + t[a][1] + t[a][2]),
-                       0.5 * (t[a][0] - t[a][1] + t[a][2]), t[a][2]};
-        for (int b = 0; b < 4; b++) {
-          int xi = a * 4 + b;
-          Ub[(((size_t)xi * ncop + co / nr) * C + ci) * nr + co % nr] = (float)u[b];
-        }
+        float *r = u + (size_t)a * 4 * xs;
+        r[0] = t[a][0];
+        r[xs] = 0.5f * (t[a][0] + t[a][1] + t[a][2]);
+        r[2 * xs] = 0.5f * (t[a][0] - t[a][1] + t[a][2]);
+        r[3 * xs] = t[a][2];
       }
     }
 }
