@@ -404,29 +404,7 @@ __attribute__((target("avx2"))) static void pack_t8(const float *xs, const float
         for (int r = 0; r < 8; r++) o[(size_t)t * nr + r] = b[r][off + t];
       continue;
     }
-    for (int t = 0; t < len; t += 8) {
-      __m256 r0 = _mm256_loadu_ps(b[0] + off + t), r1 = _mm256_loadu_ps(b[1] + off + t);
-      __m256 r2 = _mm256_loadu_ps(b[2] + off + t), r3 = _mm256_loadu_ps(b[3] + off + t);
-      __m256 r4 = _mm256_loadu_ps(b[4] + off + t), r5 = _mm256_loadu_ps(b[5] + off + t);
-      __m256 r6 = _mm256_loadu_ps(b[6] + off + t), r7 = _mm256_loadu_ps(b[7] + off + t);
-      __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-      __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-      __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-      __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-      __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-      __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-      __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-      __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-      float *w = o + (size_t)t * nr;
-      _mm256_storeu_ps(w, _mm256_permute2f128_ps(s0, s4, 0x20));
-      _mm256_storeu_ps(w + nr, _mm256_permute2f128_ps(s1, s5, 0x20));
-      _mm256_storeu_ps(w + 2 * nr, _mm256_permute2f128_ps(s2, s6, 0x20));
-      _mm256_storeu_ps(w + 3 * nr, _mm256_permute2f128_ps(s3, s7, 0x20));
-      _mm256_storeu_ps(w + 4 * nr, _mm256_permute2f128_ps(s0, s4, 0x31));
-      _mm256_storeu_ps(w + 5 * nr, _mm256_permute2f128_ps(s1, s5, 0x31));
-      _mm256_storeu_ps(w + 6 * nr, _mm256_permute2f128_ps(s2, s6, 0x31));
-      _mm256_storeu_ps(w + 7 * nr, _mm256_permute2f128_ps(s3, s7, 0x31));
-    }
+    for (int t = 0; t < len; t += 8) nn__tr8x8(b, off + t, o + (size_t)t * nr, nr);
   }
 }
 #endif

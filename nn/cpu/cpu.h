@@ -26,6 +26,35 @@ static inline float nn__sel(bool c, float a, float b) { return c ? a : b; }
 #define NN__CLONES
 #endif
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+/* An 8x8 block transposed in registers: dst[k*ld + i] = row[i][off + k], i, k < 8. For
+ * the packing loops whose scalar form made a strided store per float. Needs AVX. */
+__attribute__((target("avx2"))) static inline void nn__tr8x8(const float *const *row, size_t off,
+                                                             float *dst, size_t ld) {
+  __m256 r0 = _mm256_loadu_ps(row[0] + off), r1 = _mm256_loadu_ps(row[1] + off);
+  __m256 r2 = _mm256_loadu_ps(row[2] + off), r3 = _mm256_loadu_ps(row[3] + off);
+  __m256 r4 = _mm256_loadu_ps(row[4] + off), r5 = _mm256_loadu_ps(row[5] + off);
+  __m256 r6 = _mm256_loadu_ps(row[6] + off), r7 = _mm256_loadu_ps(row[7] + off);
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(dst, _mm256_permute2f128_ps(s0, s4, 0x20));
+  _mm256_storeu_ps(dst + ld, _mm256_permute2f128_ps(s1, s5, 0x20));
+  _mm256_storeu_ps(dst + 2 * ld, _mm256_permute2f128_ps(s2, s6, 0x20));
+  _mm256_storeu_ps(dst + 3 * ld, _mm256_permute2f128_ps(s3, s7, 0x20));
+  _mm256_storeu_ps(dst + 4 * ld, _mm256_permute2f128_ps(s0, s4, 0x31));
+  _mm256_storeu_ps(dst + 5 * ld, _mm256_permute2f128_ps(s1, s5, 0x31));
+  _mm256_storeu_ps(dst + 6 * ld, _mm256_permute2f128_ps(s2, s6, 0x31));
+  _mm256_storeu_ps(dst + 7 * ld, _mm256_permute2f128_ps(s3, s7, 0x31));
+}
+#endif
+
 static inline const float *nn__in_out(nn_model *m, nn__node *n, int k) {
   return m->nodes[n->in[k]].out;
 }
