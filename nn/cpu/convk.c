@@ -362,18 +362,32 @@ static inline __attribute__((always_inline)) void pack_cols(const float *xs, con
 static inline __attribute__((always_inline)) void pack_rows(const float *xs, const float *xend,
                                                             const int *koff, const seg *sg, int ns,
                                                             int K, float *dst, int nr) {
-  for (int k = 0; k < K; k++) {
-    const float *base = xs + koff[k];
-    float *d = dst + (size_t)k * nr;
-    for (int q = 0; q < ns; q++) {
-      const float *src = base + sg[q].xoff;
-      float *o = d + sg[q].j0;
-      int len = sg[q].len;
-      if (src + ((len + 7) & ~7) <= xend) {
-        for (int t = 0; t < len; t += 8) memcpy(o + t, src + t, 8 * sizeof(float));
-      } else {
-        for (int t = 0; t < len; t++) o[t] = src[t];
-      }
+  /* Run by run, the taps inside: a run whose every tap's chunks lie before xend (all but
+   * the batch's last few) copies with no test per tap. A run's chunks may not pass the
+   * panel's last column: there they would land in the next tap's row, already written. */
+  int kmax = 0;
+  for (int k = 0; k < K; k++) kmax = koff[k] > kmax ? koff[k] : kmax;
+  for (int q = 0; q < ns; q++) {
+    const float *src = xs + sg[q].xoff;
+    float *o = dst + sg[q].j0;
+    int len = sg[q].len, l8 = (len + 7) & ~7;
+    bool room = sg[q].j0 + l8 <= nr;
+    if (room && src + kmax + l8 <= xend) {
+      if (len <= 8)
+        for (int k = 0; k < K; k++) memcpy(o + (size_t)k * nr, src + koff[k], 8 * sizeof(float));
+      else
+        for (int k = 0; k < K; k++)
+          for (int t = 0; t < len; t += 8)
+            memcpy(o + (size_t)k * nr + t, src + koff[k] + t, 8 * sizeof(float));
+      continue;
+    }
+    for (int k = 0; k < K; k++) {
+      const float *a = src + koff[k];
+      float *d = o + (size_t)k * nr;
+      if (room && a + l8 <= xend)
+        for (int t = 0; t < len; t += 8) memcpy(d + t, a + t, 8 * sizeof(float));
+      else
+        for (int t = 0; t < len; t++) d[t] = a[t];
     }
   }
 }
