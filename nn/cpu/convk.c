@@ -618,6 +618,17 @@ NN__CLONES static void dyp_task(void *vc, int s, int th) {
   int mr = j->I->mr;
   for (int co0 = 0; co0 < g->Co; co0 += mr) {
     float *d = j->dyp + (size_t)co0 * j->N + (size_t)s * g->P * mr;
+#ifdef NN__X86
+    if (mr == 8 && co0 + 8 <= g->Co) { /* AVX-512's 8 rows: 8x8 register transposes */
+      const float *row[8];
+      for (int i = 0; i < 8; i++) row[i] = j->dy + ((size_t)s * g->Co + co0 + i) * g->P;
+      int p = 0;
+      for (; p + 8 <= g->P; p += 8) nn__tr8x8(row, p, d + (size_t)p * 8, 8);
+      for (; p < g->P; p++)
+        for (int i = 0; i < 8; i++) d[p * 8 + i] = row[i][p];
+      continue;
+    }
+#endif
     for (int i = 0; i < mr; i++) {
       int co = co0 + i;
       if (co >= g->Co) {
