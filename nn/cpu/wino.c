@@ -71,16 +71,16 @@ static void wk_portable(int L, const float *A, int lda, const float *B, float *C
 }
 
 #ifdef NN__X86
-#define WK_ROW(i)                                       \
-  do {                                                  \
-    __m256 a = _mm256_broadcast_ss(A + (i) * lda + l);  \
-    c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0);          \
-    c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1);          \
+#define WK_ROW(i)                                    \
+  do {                                               \
+    __m256 a = _mm256_broadcast_ss(A + (i)*lda + l); \
+    c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0);       \
+    c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1);       \
   } while (0)
-#define WK_PUT(i)                                       \
-  do {                                                  \
-    _mm256_storeu_ps(C + (i) * ldc, c##i##0);           \
-    _mm256_storeu_ps(C + (i) * ldc + 8, c##i##1);       \
+#define WK_PUT(i)                               \
+  do {                                          \
+    _mm256_storeu_ps(C + (i)*ldc, c##i##0);     \
+    _mm256_storeu_ps(C + (i)*ldc + 8, c##i##1); \
   } while (0)
 __attribute__((target("avx2,fma"))) static void wk_avx2(int L, const float *A, int lda,
                                                         const float *B, float *C, int ldc) {
@@ -279,26 +279,35 @@ static void to_xh(const wgeo *g, const float *x, float *xh) {
  * scalar), a scalar tail for the rest. */
 typedef float wv8 __attribute__((vector_size(32)));
 
-#define WV8_LD(p) ({ wv8 v_; memcpy(&v_, (p), sizeof v_); v_; })
-#define WV8_ST(p, v) do { wv8 v_ = (v); memcpy((p), &v_, sizeof v_); } while (0)
+#define WV8_LD(p)                \
+  ({                             \
+    wv8 v_;                      \
+    memcpy(&v_, (p), sizeof v_); \
+    v_;                          \
+  })
+#define WV8_ST(p, v)             \
+  do {                           \
+    wv8 v_ = (v);                \
+    memcpy((p), &v_, sizeof v_); \
+  } while (0)
 /* B^T d B for one lane type T: d from rows r0..r3 at columns b*C + c, out to V[ξ*vs + c] */
-#define IN_TILE(T, LD, ST)                                                             \
-  do {                                                                                 \
-    T t0[4], t1[4], t2[4], t3[4];                                                      \
-    for (int b = 0; b < 4; b++) {                                                      \
-      T d0 = LD(r0 + b * C + c), d1 = LD(r1 + b * C + c), d2 = LD(r2 + b * C + c),     \
-        d3 = LD(r3 + b * C + c);                                                       \
-      t0[b] = d0 - d2, t1[b] = d1 + d2, t2[b] = d2 - d1, t3[b] = d1 - d3;              \
-    }                                                                                  \
-    const T *tr[4] = {t0, t1, t2, t3};                                                 \
-    for (int a = 0; a < 4; a++) {                                                      \
-      const T *t = tr[a];                                                              \
-      float *v = V + (size_t)a * 4 * vs + c;                                           \
-      ST(v, t[0] - t[2]);                                                              \
-      ST(v + vs, t[1] + t[2]);                                                         \
-      ST(v + 2 * vs, t[2] - t[1]);                                                     \
-      ST(v + 3 * vs, t[1] - t[3]);                                                     \
-    }                                                                                  \
+#define IN_TILE(T, LD, ST)                                                         \
+  do {                                                                             \
+    T t0[4], t1[4], t2[4], t3[4];                                                  \
+    for (int b = 0; b < 4; b++) {                                                  \
+      T d0 = LD(r0 + b * C + c), d1 = LD(r1 + b * C + c), d2 = LD(r2 + b * C + c), \
+        d3 = LD(r3 + b * C + c);                                                   \
+      t0[b] = d0 - d2, t1[b] = d1 + d2, t2[b] = d2 - d1, t3[b] = d1 - d3;          \
+    }                                                                              \
+    const T *tr[4] = {t0, t1, t2, t3};                                             \
+    for (int a = 0; a < 4; a++) {                                                  \
+      const T *t = tr[a];                                                          \
+      float *v = V + (size_t)a * 4 * vs + c;                                       \
+      ST(v, t[0] - t[2]);                                                          \
+      ST(v + vs, t[1] + t[2]);                                                     \
+      ST(v + 2 * vs, t[2] - t[1]);                                                 \
+      ST(v + 3 * vs, t[1] - t[3]);                                                 \
+    }                                                                              \
   } while (0)
 #define F_LD(p) (*(p))
 #define F_ST(p, v) (*(p) = (v))
@@ -337,7 +346,7 @@ typedef struct wjob {
   wlayout L;
   const float *x, *Ub, *bias;
   float *xh, *y, *thr; /* thr: the first thread's V^T, M^T and tile outputs */
-  size_t xF, yF; /* floats per sample of x and y (the nodes' F) */
+  size_t xF, yF;       /* floats per sample of x and y (the nodes' F) */
   int B, NT, Tt, acc, relu;
 } wjob;
 
