@@ -60,6 +60,14 @@ NN__CLONES static void gemm_loops(bool ta, bool tb, int M, int N, int K, float a
     else if (beta != 1.0f)
       for (int j = 0; j < N; j++) c[j] *= beta;
   }
+  /* Short rows of B^T (an MLP's first layer: 4 inputs) would leave the 8-lane dot products
+   * below to their scalar tail: B is copied transposed (K*N floats) and run as A·B. */
+  float bt[4096];
+  if (!ta && tb && K < 16 && M > 1 && (size_t)K * N <= 4096) {
+    for (int j = 0; j < N; j++)
+      for (int k = 0; k < K; k++) bt[(size_t)k * N + j] = B[(size_t)j * ldb + k];
+    B = bt, ldb = N, tb = false;
+  }
   if (!ta && !tb) {
     for (int i = 0; i < M; i++) {
       float *c = C + (size_t)i * ldc;
@@ -67,21 +75,6 @@ NN__CLONES static void gemm_loops(bool ta, bool tb, int M, int N, int K, float a
       for (int k = 0; k < K; k++) {
         float s = alpha * a[k];
         const float *b = B + (size_t)k * ldb;
-        for (int j = 0; j < N; j++) c[j] += s * b[j];
-      }
-    }
-  } else if (!ta && tb && K < 16 && M > 1 && (size_t)K * N <= 4096) {
-    /* Short rows (an MLP's first layer: 4 inputs) leave the 8-lane dot products below to
-     * their scalar tail: B^T is copied (K*N floats) so the rows of C are vector loops. */
-    float bt[4096];
-    for (int j = 0; j < N; j++)
-      for (int k = 0; k < K; k++) bt[(size_t)k * N + j] = B[(size_t)j * ldb + k];
-    for (int i = 0; i < M; i++) {
-      float *c = C + (size_t)i * ldc;
-      const float *a = A + (size_t)i * lda;
-      for (int k = 0; k < K; k++) {
-        float s = alpha * a[k];
-        const float *b = bt + (size_t)k * N;
         for (int j = 0; j < N; j++) c[j] += s * b[j];
       }
     }
