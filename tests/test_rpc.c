@@ -900,6 +900,10 @@ static void test_tls(void **state) {
   rpc_server_stats_get(srv, &st);
   assert_int_equal(st.batches, 100);
   assert_int_equal(SINK(s, per_actor[2]), 0);
+  /* The refused client's last handshake may still be in flight on the server: once, under
+   * LeakSanitizer, a destroy in the middle of one left OpenSSL state allocated inside
+   * gRPC (no frame of shoal's). Let it fail first. */
+  usleep(300 * 1000);
   rpc_server_destroy(srv, 1.0);
 
   /* Mutual TLS: the learner requires a client certificate signed by its CA (here the
@@ -941,6 +945,7 @@ static void test_tls(void **state) {
   assert_int_equal(cs.delivered, 0);
   assert_int_equal(SINK(s2, batches), 1);
   assert_int_equal(SINK(s2, per_actor[4]), 0);
+  usleep(300 * 1000); /* as above */
   rpc_server_destroy(srv, 1.0);
   unlink(cert);
   unlink(key);
