@@ -232,6 +232,7 @@ static void conv_table(const char *t) {
      * (its forward and dx; GFLOP/s counts the direct sum's multiply-adds) */
     bool wino = !k->t && k->k == 3 && k->s == 1;
     int was_w = nn__wino_mode(-1);
+    double gf_direct = 0; /* the path without Winograd, this run: the Winograd row's baseline */
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++)
       for (int w = 0; w < (wino && p ? 2 : 1); w++) {
         if (strcmp(nn__conv_path_force(paths[p]), paths[p])) continue; /* the CPU lacks it */
@@ -242,10 +243,17 @@ static void conv_table(const char *t) {
         char label[32];
         snprintf(label, sizeof label, "%s%s", paths[p], w ? "+wino" : "");
         printf("%-34s %8s %9.3f %9.3f %8.1f\n", p || w ? "" : k->name, label, f * 1e3, b * 1e3, gf);
-        printf(
-            "BENCH name=nn.layers.conv%zu_%s%s.%s value=%.1f unit=GFLOP/s baseline=none "
-            "ratio=none\n",
-            c, paths[p], w ? "_wino" : "", t, gf);
+        if (w)
+          printf(
+              "BENCH name=nn.layers.conv%zu_%s_wino.%s value=%.1f unit=GFLOP/s baseline=%.1f "
+              "ratio=%.2f\n",
+              c, paths[p], t, gf, gf_direct, gf / gf_direct);
+        else
+          printf(
+              "BENCH name=nn.layers.conv%zu_%s.%s value=%.1f unit=GFLOP/s baseline=none "
+              "ratio=none\n",
+              c, paths[p], t, gf);
+        gf_direct = gf;
       }
     nn__wino_mode(was_w);
     free(x), free(dy);

@@ -35,11 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define NN__X86 1
-#endif
-
 #include "nn/cpu/cpu.h"
 
 /* The packing and NCHW loops are compiled for each ISA too (NN__CLONES), so their copies
@@ -360,13 +355,13 @@ static inline __attribute__((always_inline)) void pack_cols(const float *xs, con
  * nothing reads back; so dst needs 8 floats of slack and xs readable floats up to xend
  * (else the run's copy is exact). */
 static inline __attribute__((always_inline)) void pack_rows(const float *xs, const float *xend,
-                                                            const int *koff, const seg *sg, int ns,
-                                                            int K, float *dst, int nr) {
+                                                            const int *koff, int kmax,
+                                                            const seg *sg, int ns, int K,
+                                                            float *dst, int nr) {
   /* Run by run, the taps inside: a run whose every tap's chunks lie before xend (all but
-   * the batch's last few) copies with no test per tap. A run's chunks may not pass the
-   * panel's last column: there they would land in the next tap's row, already written. */
-  int kmax = 0;
-  for (int k = 0; k < K; k++) kmax = koff[k] > kmax ? koff[k] : kmax;
+   * the batch's last few; kmax is the largest koff) copies with no test per tap. A run's
+   * chunks may not pass the panel's last column: there they would land in the next tap's
+   * row, already written. */
   for (int q = 0; q < ns; q++) {
     const float *src = xs + sg[q].xoff;
     float *o = dst + sg[q].j0;
@@ -490,6 +485,7 @@ typedef struct job {
   float *dbs;        /* (B, C_out): each sample's sum of dy, for db */
   const float *xend; /* xs is readable up to here (pack_rows) */
   const int *koff;
+  int kmax; /* the largest of koff */
   size_t xF;
   int B, N, acc;
   int relu;            /* forward: y = max(W x + b, 0) (a fused ReLU, nn__node.fuse_act) */
@@ -513,6 +509,7 @@ static void job_init(job *j, nn_model *m, nn__node *n, int B) {
   int *koff = (int *)(S + j->L.koff);
   tap_offsets(&j->g, koff);
   j->koff = koff;
+  for (int k = 0; k < j->g.K; k++) j->kmax = koff[k] > j->kmax ? koff[k] : j->kmax;
 }
 
 static void s2d_task(void *vc, int s, int th) {
@@ -542,7 +539,7 @@ NN__CLONES static void fwd_task(void *vc, int task, int th) {
   seg sg[NR_MAX];
   int ns = segments(g, n0, cnt, sg);
   if (cnt < nr) memset(Bp, 0, (size_t)g->K * nr * sizeof(float));
-  pack_rows(j->xs, j->xend, j->koff, sg, ns, g->K, Bp, nr);
+  pack_rows(j->xs, j->xend, j->koff, j->kmax, sg, ns, g->K, Bp, nr);
   /* In y a sample's pixels are contiguous across output rows: merge the runs, so the
    * writes below are a vector loop over up to NR columns, not rows of Wo. */
   int nw = 0;

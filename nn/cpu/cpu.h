@@ -28,6 +28,7 @@ static inline float nn__sel(bool c, float a, float b) { return c ? a : b; }
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#define NN__X86 1 /* the CPU files' x86 kernels (AVX2, AVX-512) are compiled */
 /* An 8x8 block transposed in registers: dst[k*ld + i] = row[i][off + k], i, k < 8. For
  * the packing loops whose scalar form made a strided store per float. Needs AVX. */
 __attribute__((target("avx2"))) static inline void nn__tr8x8(const float *const *row, size_t off,

@@ -33,11 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define NN__X86 1
-#endif
-
 #include "nn/cpu/cpu.h"
 
 #ifdef NN__X86

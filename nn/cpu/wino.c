@@ -28,11 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define NN__X86 1
-#endif
-
 #include "nn/cpu/cpu.h"
 
 #define MR_MAX 8
