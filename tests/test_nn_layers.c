@@ -1005,14 +1005,16 @@ static void test_two_models_chain(void **s) {
   nn_model_destroy(d);
 }
 
-/* Two threads (OpenBLAS's pool and nn's own, which runs the conv kernels) give the same
- * results as one, to float rounding: outputs, parameter gradients and the input's. The
- * second conv is strided and padded and its input gets a gradient (dx on both threads). */
+/* Two threads (OpenBLAS's pool and nn's own, which runs the conv kernels and batch norm's
+ * channels) give the same results as one, to float rounding: outputs, parameter gradients
+ * and the input's. The second conv is strided and padded and its input gets a gradient
+ * (dx on both threads). */
 static void test_threads(void **s) {
   shoal_error err = {0};
   nn_model *m = nn_model_create(NN_CPU, &err);
   nn_input(m, 8, 16, 16);
   nn_conv2d(m, "c", 32, 3, 3, 1, 1, 1);
+  nn_batchnorm(m, "bn", 1e-5f, 0.1f); /* one task per channel */
   nn_conv2d(m, "c2", 12, 4, 4, 2, 1, 1);
   nn_flatten(m, "f");
   nn_dense(m, "d", 64);
