@@ -299,6 +299,9 @@ const char *nn__conv_path_force(const char *name);
  * (another value changes nothing). Returns the mode before. Not thread-safe against
  * running models. */
 int nn__wino_mode(int mode);
+/* The direct conv2d forward (nn/cpu/convk.c): 1 on, 0 off (SHOAL_NN_DIRECT), -1 leaves it;
+ * returns the mode before. For the tests and benchmarks. */
+int nn__direct_mode(int mode);
 /* The thread count nn_set_threads set (1 unless set). */
 int nn__cpu_threads(void);
 

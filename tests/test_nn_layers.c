@@ -1142,9 +1142,10 @@ static void test_conv_paths_agree(void **s) {
       {32, 14, 14, 64, 3, 3, 1, 1, 3},      /* 3x3 stride 1 (Winograd): Fashion-MNIST's */
       {17, 7, 9, 18, 3, 3, 1, 2, 2},        /* odd sizes, padding 2, a channel tail */
       {16, 3, 4, 16, 3, 3, 1, 0, 40},       /* one tile a sample, tasks ending mid-block */
+      {8, 9, 9, 12, 3, 3, 2, 1, 3},         /* 3x3 stride 2: zero taps in the s2d kernel */
   };
   const char *was = nn__conv_path_force(NULL);
-  int was_w = nn__wino_mode(-1);
+  int was_w = nn__wino_mode(-1), was_d = nn__direct_mode(-1);
   for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++) {
     const conv_geo *c = &geos[gi];
     int Ho = (c->H + 2 * c->pad - c->kh) / c->s + 1, Wo = (c->W + 2 * c->pad - c->kw) / c->s + 1;
@@ -1155,12 +1156,19 @@ static void test_conv_paths_agree(void **s) {
     size_t np = (size_t)c->Co * c->C * c->kh * c->kw + c->Co;
     /* 3x3 stride 1: nn's kernels with Winograd F(2x2,3x3) (nn/cpu/wino.c) and without */
     bool w = !c->t && c->kh == 3 && c->kw == 3 && c->s == 1;
-    for (int mode = w ? 0 : -1; mode <= (w ? 1 : -1); mode++) {
-      nn__wino_mode(mode);
-      paths_agree(mode == 1 ? "geometry (winograd)" : "geometry", gi, conv_run, c, ny, np, nx);
-    }
+    /* and the forward direct over channels-last input, or packed (convk.c), where the
+     * space-to-depth form has 16 channels or more */
+    bool d = !c->t && c->C * c->s * c->s >= 16;
+    for (int mode = w ? 0 : -1; mode <= (w ? 1 : -1); mode++)
+      for (int dm = d && mode != 1 ? 0 : 1; dm <= 1; dm++) {
+        nn__wino_mode(mode);
+        nn__direct_mode(dm);
+        paths_agree(mode == 1 ? "geometry (winograd)" : dm ? "geometry" : "geometry (packed)", gi,
+                    conv_run, c, ny, np, nx);
+      }
   }
   nn__wino_mode(was_w);
+  nn__direct_mode(was_d);
   nn__conv_path_force(was);
   nn_set_threads(1);
 }

@@ -26,6 +26,10 @@
  * scatter stays on one thread), dW by groups of panels of K (each thread owns its dW
  * columns).
  *
+ * A conv2d forward whose space-to-depth input has 16 channels or more runs direct instead:
+ * the batch laid out once channels-last, the micro-kernel reading MR output pixels' taps
+ * where they lie (no panel packing; SHOAL_NN_DIRECT=0 turns it off).
+ *
  * A conv2d whose only reader is a ReLU writes max(y, 0) into the ReLU's buffer
  * (nn__node.fuse_act). 3x3 stride-1 layers with 16 or more channels in and out run their
  * forward and dx by Winograd F(2x2,3x3) instead (nn/cpu/wino.c), on these micro-kernels'
@@ -151,6 +155,98 @@ static const isa g_isa[] = {
 #ifdef NN__X86
     [NN__CONV_AVX2] = {6, 16, ukern_avx2},
     [NN__CONV_AVX512] = {8, 32, ukern_avx512},
+#endif
+};
+
+/* ---- direct micro-kernels: A read in place from channels-last rows -----------------
+ * C (MR, NR) = sum_{t<T} sum_{l<Cs} a[i][toff[t] + l] B[(t*Cs + l)*NR + j]: row i of A is
+ * pixel i's Cs channels at tap t of the channels-last input, broadcast from where it lies,
+ * so nothing of the input is packed (the direct forward below). */
+typedef void (*dkern_fn)(int T, const int *toff, int Cs, const float *const *a, const float *B,
+                         float *C);
+
+static void dk_portable(int T, const int *toff, int Cs, const float *const *a, const float *B,
+                        float *C) {
+  nn__v4 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+  for (int t = 0; t < T; t++) {
+    const float *a0 = a[0] + toff[t], *a1 = a[1] + toff[t], *a2 = a[2] + toff[t],
+                *a3 = a[3] + toff[t];
+    for (int l = 0; l < Cs; l++, B += 8) {
+      nn__v4 b0 = v4_load(B), b1 = v4_load(B + 4);
+      c00 += a0[l] * b0, c01 += a0[l] * b1;
+      c10 += a1[l] * b0, c11 += a1[l] * b1;
+      c20 += a2[l] * b0, c21 += a2[l] * b1;
+      c30 += a3[l] * b0, c31 += a3[l] * b1;
+    }
+  }
+  memcpy(C, &c00, 16), memcpy(C + 4, &c01, 16), memcpy(C + 8, &c10, 16);
+  memcpy(C + 12, &c11, 16), memcpy(C + 16, &c20, 16), memcpy(C + 20, &c21, 16);
+  memcpy(C + 24, &c30, 16), memcpy(C + 28, &c31, 16);
+}
+
+#ifdef NN__X86
+#define NN__DROW2(i)                           \
+  do {                                         \
+    __m256 v = _mm256_broadcast_ss(a##i + l);  \
+    c##i##0 = _mm256_fmadd_ps(v, b0, c##i##0); \
+    c##i##1 = _mm256_fmadd_ps(v, b1, c##i##1); \
+  } while (0)
+__attribute__((target("avx2,fma"))) static void dk_avx2(int T, const int *toff, int Cs,
+                                                        const float *const *a, const float *B,
+                                                        float *C) {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+  for (int t = 0; t < T; t++) {
+    const float *a0 = a[0] + toff[t], *a1 = a[1] + toff[t], *a2 = a[2] + toff[t];
+    const float *a3 = a[3] + toff[t], *a4 = a[4] + toff[t], *a5 = a[5] + toff[t];
+    for (int l = 0; l < Cs; l++, B += 16) {
+      __m256 b0 = _mm256_loadu_ps(B), b1 = _mm256_loadu_ps(B + 8);
+      NN__DROW2(0);
+      NN__DROW2(1);
+      NN__DROW2(2);
+      NN__DROW2(3);
+      NN__DROW2(4);
+      NN__DROW2(5);
+    }
+  }
+  _mm256_storeu_ps(C + 0, c00), _mm256_storeu_ps(C + 8, c01);
+  _mm256_storeu_ps(C + 16, c10), _mm256_storeu_ps(C + 24, c11);
+  _mm256_storeu_ps(C + 32, c20), _mm256_storeu_ps(C + 40, c21);
+  _mm256_storeu_ps(C + 48, c30), _mm256_storeu_ps(C + 56, c31);
+  _mm256_storeu_ps(C + 64, c40), _mm256_storeu_ps(C + 72, c41);
+  _mm256_storeu_ps(C + 80, c50), _mm256_storeu_ps(C + 88, c51);
+}
+#undef NN__DROW2
+
+__attribute__((target("avx512f"))) static void dk_avx512(int T, const int *toff, int Cs,
+                                                         const float *const *a, const float *B,
+                                                         float *C) {
+  __m512 c[8][2];
+  for (int i = 0; i < 8; i++) c[i][0] = c[i][1] = _mm512_setzero_ps();
+  for (int t = 0; t < T; t++) {
+    const float *r[8];
+    for (int i = 0; i < 8; i++) r[i] = a[i] + toff[t];
+    for (int l = 0; l < Cs; l++, B += 32) {
+      __m512 b0 = _mm512_loadu_ps(B), b1 = _mm512_loadu_ps(B + 16);
+      for (int i = 0; i < 8; i++) {
+        __m512 v = _mm512_set1_ps(r[i][l]);
+        c[i][0] = _mm512_fmadd_ps(v, b0, c[i][0]);
+        c[i][1] = _mm512_fmadd_ps(v, b1, c[i][1]);
+      }
+    }
+  }
+  for (int i = 0; i < 8; i++) {
+    _mm512_storeu_ps(C + i * 32, c[i][0]);
+    _mm512_storeu_ps(C + i * 32 + 16, c[i][1]);
+  }
+}
+#endif
+
+static const dkern_fn g_dk[] = {
+    [NN__CONV_PORTABLE] = dk_portable,
+#ifdef NN__X86
+    [NN__CONV_AVX2] = dk_avx2,
+    [NN__CONV_AVX512] = dk_avx512,
 #endif
 };
 
@@ -494,10 +590,13 @@ typedef struct layout {
   size_t w, koff, xs, dyp, dbs, thr, tstride, total;
 } layout;
 
+static size_t direct_w_floats(const geom *g);
+
 static layout layout_of(const geom *g, int max_batch) {
   layout L;
   size_t cp = (size_t)g->Co + MR_MAX, kp = ((size_t)g->K + NR_MAX - 1) / NR_MAX * NR_MAX;
-  size_t wa = cp * g->K, wb = kp * g->Co;
+  size_t wa = cp * g->K, wb = kp * g->Co, wd = direct_w_floats(g);
+  wa = wd > wa ? wd : wa;
   size_t f = (size_t)g->K * NR_MAX;
   size_t w = (size_t)(PC + 8) * NR_MAX + G_MAX * cp * NR_MAX; /* pack_t8's slack */
   size_t d = (size_t)g->Co * MR_MAX + up16(g->xsF);
@@ -629,6 +728,147 @@ NN__CLONES static void fwd_task(void *vc, int task, int th) {
   }
 }
 
+/* ---- direct forward ------------------------------------------------------------------
+ * The forward above packs, for every panel of NR output pixels, all K taps of them: each
+ * input value is copied kh*kw/s^2 times, and on a layer with few output channels (Nature-
+ * DQN's first, C_out = 32) the copies cost as much as the products. Here the batch is laid
+ * out once in space-to-depth form, channels last (xsn[pixel][cs], Cs = C*s*s channels),
+ * and the micro-kernel reads tile rows of MR output pixels in place: tap t of pixel i is
+ * Cs contiguous floats at xsn + (pixel_i + toff[t])*Cs, broadcast one by one against W's
+ * NR output channels, packed per tap (zero where the s2d kernel extends past kh or kw). */
+
+static int g_direct = -2; /* -1 unset: SHOAL_NN_DIRECT (0 off, else on) */
+static pthread_once_t g_direct_once = PTHREAD_ONCE_INIT;
+static void direct_init(void) {
+  const char *e = getenv("SHOAL_NN_DIRECT");
+  g_direct = e && *e ? (*e != '0') : 1;
+}
+
+int nn__direct_mode(int mode) {
+  pthread_once(&g_direct_once, direct_init);
+  int was = g_direct;
+  if (mode == 0 || mode == 1) g_direct = mode;
+  return was;
+}
+
+/* Channels of the s2d form and its taps. Few channels (MinAtar's 4) make each tap's run
+ * too short for the kernel's loop, and the packed forward stays. */
+static bool direct_runs(const nn__node *n, const geom *g) {
+  pthread_once(&g_direct_once, direct_init);
+  return g_direct && n->kind == NN__CONV && g->C * g->s * g->s >= 16;
+}
+
+typedef struct dgeom {
+  int Cs, khs, kws, T, tps; /* s2d channels, taps, tiles per sample */
+} dgeom;
+
+static dgeom dgeom_of(const geom *g, int mr) {
+  dgeom d = {g->C * g->s * g->s, (g->kh - 1) / g->s + 1, (g->kw - 1) / g->s + 1, 0, 0};
+  d.T = d.khs * d.kws;
+  d.tps = (g->P + mr - 1) / mr;
+  return d;
+}
+
+static size_t direct_w_floats(const geom *g) {
+  dgeom d = dgeom_of(g, 1);
+  return ((size_t)g->Co + NR_MAX) * d.T * d.Cs;
+}
+
+/* Wd[((cp*T + t)*Cs + cs)*NR + q] = W[cp*NR + q][c][ki][kj], cs = (c*s + ki%s)*s + kj%s,
+ * t = (ki/s)*kws + kj/s; zero past C_out and where ki >= kh or kj >= kw. */
+static void pack_w_direct(const float *w, const geom *g, int nr, float *Wd) {
+  dgeom d = dgeom_of(g, 1);
+  int s = g->s, ncp = (g->Co + nr - 1) / nr;
+  for (int cp = 0; cp < ncp; cp++)
+    for (int t = 0; t < d.T; t++)
+      for (int cs = 0; cs < d.Cs; cs++) {
+        float *o = Wd + (((size_t)cp * d.T + t) * d.Cs + cs) * nr;
+        int c = cs / (s * s), ki = (t / d.kws) * s + (cs / s) % s, kj = (t % d.kws) * s + cs % s;
+        for (int q = 0; q < nr; q++) {
+          int co = cp * nr + q;
+          o[q] = co < g->Co && ki < g->kh && kj < g->kw
+                     ? w[(((size_t)co * g->C + c) * g->kh + ki) * g->kw + kj]
+                     : 0.0f;
+        }
+      }
+}
+
+/* One sample in space-to-depth form, channels last: s2d into the thread's buffer (x itself
+ * at stride 1 without padding), then 8x8 transposes. */
+NN__CLONES static void xsn_task(void *vc, int smp, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  int Cs = g->C * g->s * g->s, HW = g->Hs * g->Ws;
+  const float *src = j->x + smp * j->xF;
+  if (g->s != 1 || g->pad) {
+    float *t = j->tb + (size_t)th * j->L.tstride;
+    to_s2d(g, src, t, j->I->nr >= 16);
+    src = t;
+  }
+  float *d = j->xs + smp * g->xsF;
+  int c0 = 0;
+#ifdef NN__X86
+  if (j->I->nr >= 16)
+    for (; c0 + 8 <= Cs; c0 += 8) {
+      const float *row[8];
+      for (int i = 0; i < 8; i++) row[i] = src + (size_t)(c0 + i) * HW;
+      int p = 0;
+      for (; p + 8 <= HW; p += 8) nn__tr8x8(row, p, d + (size_t)p * Cs + c0, Cs);
+      for (; p < HW; p++)
+        for (int i = 0; i < 8; i++) d[(size_t)p * Cs + c0 + i] = row[i][p];
+    }
+#endif
+  for (; c0 < Cs; c0++)
+    for (int p = 0; p < HW; p++) d[(size_t)p * Cs + c0] = src[(size_t)c0 * HW + p];
+}
+
+#define DT_TILES 4 /* pixel tiles per task */
+
+NN__CLONES static void direct_task(void *vc, int task, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  int mr = j->I->mr, nr = j->I->nr;
+  dgeom d = dgeom_of(g, mr);
+  int toff[64]; /* T <= 64: checked by the caller */
+  for (int t = 0; t < d.T; t++) toff[t] = ((t / d.kws) * g->Ws + t % d.kws) * d.Cs;
+  int ncp = (g->Co + nr - 1) / nr, ntiles = j->B * d.tps;
+  float tile[MR_MAX * NR_MAX] __attribute__((aligned(64)));
+  for (int ti = task * DT_TILES; ti < ntiles && ti < (task + 1) * DT_TILES; ti++) {
+    int smp = ti / d.tps, p0 = (ti - smp * d.tps) * mr;
+    int rows = g->P - p0 < mr ? g->P - p0 : mr;
+    const float *xs = j->xs + smp * g->xsF, *a[MR_MAX];
+    for (int i = 0; i < mr; i++) {
+      int p = p0 + (i < rows ? i : 0), oh = p / g->Wo;
+      a[i] = xs + ((size_t)oh * g->Ws + p - oh * g->Wo) * d.Cs;
+    }
+    for (int cp = 0; cp < ncp; cp++) {
+      g_dk[nn__conv_path_get()](d.T, toff, d.Cs, a, j->Wp + (size_t)cp * d.T * d.Cs * nr, tile);
+      for (int q = 0; q < nr && cp * nr + q < g->Co; q++) {
+        int co = cp * nr + q;
+        float bc = j->bias ? j->bias[co] : 0.0f;
+        float *o = j->y + ((size_t)smp * g->Co + co) * g->P + p0;
+        if (j->relu)
+          for (int i = 0; i < rows; i++) {
+            float v = tile[i * nr + q] + bc;
+            o[i] = v > 0 ? v : 0.0f;
+          }
+        else
+          for (int i = 0; i < rows; i++) o[i] = tile[i * nr + q] + bc;
+      }
+    }
+  }
+}
+
+static void direct_forward(job *j, nn_model *m, nn__node *n) {
+  float *Wd = m->scratch + j->L.w;
+  pack_w_direct(m->params + n->poff[0], &j->g, j->I->nr, Wd);
+  j->Wp = Wd;
+  j->xs = m->scratch + j->L.xs; /* channels last even where the s2d form is x itself */
+  nn__parallel_for(j->B, xsn_task, j);
+  dgeom d = dgeom_of(&j->g, j->I->mr);
+  nn__parallel_for((j->B * d.tps + DT_TILES - 1) / DT_TILES, direct_task, j);
+}
+
 /* Wp[b*MR*K + k*MR + i] = W[b*MR + i][k]: blocks of MR rows of W (C_out, K), K steps
  * of MR floats each, zero past C_out. */
 static void pack_w_rows(const float *w, int Co, int K, int mr, float *Wp) {
@@ -657,6 +897,10 @@ void nn__convk_forward(nn_model *m, nn__node *n, int B) {
   j.relu = n->fuse_act > 0;
   j.y = j.relu ? m->nodes[n->fuse_act].out : n->out;
   j.bias = n->bias ? m->params + n->poff[1] : NULL;
+  if (direct_runs(n, &j.g) && dgeom_of(&j.g, 1).T <= 64) {
+    direct_forward(&j, m, n);
+    return;
+  }
   float *Wp = m->scratch + j.L.w;
   pack_w_rows(m->params + n->poff[0], j.g.Co, j.g.K, j.I->mr, Wp);
   j.Wp = Wp;
