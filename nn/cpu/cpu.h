@@ -74,7 +74,9 @@ int nn__pool_max_threads(void);
  * (backward data) or added into dW, on nn's threads. SHOAL_NN_CONV_PATH=gemm|portable|
  * avx2|avx512 forces a path (a path the CPU lacks falls back to the best it has) for
  * every layer the kernels can run; unset, the best the CPU runs, on the shapes where it
- * beats im2col + GEMM. */
+ * beats im2col + GEMM. A conv2d forward whose space-to-depth input has 16 channels or
+ * more runs direct instead (the batch laid out channels-last once, the micro-kernels reading
+ * the taps in place; SHOAL_NN_DIRECT=0 keeps the packed forward). */
 typedef enum nn__conv_path {
   NN__CONV_GEMM = 0, /* im2col + nn__sgemm (nn/cpu/conv.c) */
   NN__CONV_PORTABLE = 1,
