@@ -93,11 +93,22 @@ static void ukern_portable(int L, const float *A, const float *B, float *C, int 
 #ifdef NN__X86
 /* Named accumulators, not an array: gcc kept part of a __m256 c[6][2] on the stack
  * inside the loop (a store per FMA pair, half the speed). */
-#define NN__ROW2(i)                            \
-  do {                                         \
-    __m256 a = _mm256_broadcast_ss(A + (i));   \
-    c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0); \
-    c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1); \
+/* row i of the tile += *src times the two B vectors */
+#define NN__ROW2(i, src)                        \
+  do {                                          \
+    __m256 v_ = _mm256_broadcast_ss(src);       \
+    c##i##0 = _mm256_fmadd_ps(v_, b0, c##i##0); \
+    c##i##1 = _mm256_fmadd_ps(v_, b1, c##i##1); \
+  } while (0)
+/* the 6x16 tile's accumulators c00..c51 into C (ldc 16) */
+#define NN__STORE6X16(C)                                              \
+  do {                                                                \
+    _mm256_storeu_ps((C) + 0, c00), _mm256_storeu_ps((C) + 8, c01);   \
+    _mm256_storeu_ps((C) + 16, c10), _mm256_storeu_ps((C) + 24, c11); \
+    _mm256_storeu_ps((C) + 32, c20), _mm256_storeu_ps((C) + 40, c21); \
+    _mm256_storeu_ps((C) + 48, c30), _mm256_storeu_ps((C) + 56, c31); \
+    _mm256_storeu_ps((C) + 64, c40), _mm256_storeu_ps((C) + 72, c41); \
+    _mm256_storeu_ps((C) + 80, c50), _mm256_storeu_ps((C) + 88, c51); \
   } while (0)
 __attribute__((target("avx2,fma"))) static void ukern_avx2(int L, const float *A, const float *B,
                                                            float *C, int acc) {
@@ -114,20 +125,15 @@ __attribute__((target("avx2,fma"))) static void ukern_avx2(int L, const float *A
   }
   for (int l = 0; l < L; l++) {
     __m256 b0 = _mm256_loadu_ps(B), b1 = _mm256_loadu_ps(B + 8);
-    NN__ROW2(0);
-    NN__ROW2(1);
-    NN__ROW2(2);
-    NN__ROW2(3);
-    NN__ROW2(4);
-    NN__ROW2(5);
+    NN__ROW2(0, A + 0);
+    NN__ROW2(1, A + 1);
+    NN__ROW2(2, A + 2);
+    NN__ROW2(3, A + 3);
+    NN__ROW2(4, A + 4);
+    NN__ROW2(5, A + 5);
     A += 6, B += 16;
   }
-  _mm256_storeu_ps(C + 0, c00), _mm256_storeu_ps(C + 8, c01);
-  _mm256_storeu_ps(C + 16, c10), _mm256_storeu_ps(C + 24, c11);
-  _mm256_storeu_ps(C + 32, c20), _mm256_storeu_ps(C + 40, c21);
-  _mm256_storeu_ps(C + 48, c30), _mm256_storeu_ps(C + 56, c31);
-  _mm256_storeu_ps(C + 64, c40), _mm256_storeu_ps(C + 72, c41);
-  _mm256_storeu_ps(C + 80, c50), _mm256_storeu_ps(C + 88, c51);
+  NN__STORE6X16(C);
 }
 
 __attribute__((target("avx512f"))) static void ukern_avx512(int L, const float *A, const float *B,
@@ -185,12 +191,6 @@ static void dk_portable(int T, const int *toff, int Cs, const float *const *a, c
 }
 
 #ifdef NN__X86
-#define NN__DROW2(i)                           \
-  do {                                         \
-    __m256 v = _mm256_broadcast_ss(a##i + l);  \
-    c##i##0 = _mm256_fmadd_ps(v, b0, c##i##0); \
-    c##i##1 = _mm256_fmadd_ps(v, b1, c##i##1); \
-  } while (0)
 __attribute__((target("avx2,fma"))) static void dk_avx2(int T, const int *toff, int Cs,
                                                         const float *const *a, const float *B,
                                                         float *C) {
@@ -201,22 +201,16 @@ __attribute__((target("avx2,fma"))) static void dk_avx2(int T, const int *toff, 
     const float *a3 = a[3] + toff[t], *a4 = a[4] + toff[t], *a5 = a[5] + toff[t];
     for (int l = 0; l < Cs; l++, B += 16) {
       __m256 b0 = _mm256_loadu_ps(B), b1 = _mm256_loadu_ps(B + 8);
-      NN__DROW2(0);
-      NN__DROW2(1);
-      NN__DROW2(2);
-      NN__DROW2(3);
-      NN__DROW2(4);
-      NN__DROW2(5);
+      NN__ROW2(0, a0 + l);
+      NN__ROW2(1, a1 + l);
+      NN__ROW2(2, a2 + l);
+      NN__ROW2(3, a3 + l);
+      NN__ROW2(4, a4 + l);
+      NN__ROW2(5, a5 + l);
     }
   }
-  _mm256_storeu_ps(C + 0, c00), _mm256_storeu_ps(C + 8, c01);
-  _mm256_storeu_ps(C + 16, c10), _mm256_storeu_ps(C + 24, c11);
-  _mm256_storeu_ps(C + 32, c20), _mm256_storeu_ps(C + 40, c21);
-  _mm256_storeu_ps(C + 48, c30), _mm256_storeu_ps(C + 56, c31);
-  _mm256_storeu_ps(C + 64, c40), _mm256_storeu_ps(C + 72, c41);
-  _mm256_storeu_ps(C + 80, c50), _mm256_storeu_ps(C + 88, c51);
+  NN__STORE6X16(C);
 }
-#undef NN__DROW2
 
 __attribute__((target("avx512f"))) static void dk_avx512(int T, const int *toff, int Cs,
                                                          const float *const *a, const float *B,

@@ -31,7 +31,13 @@ typedef struct bn_job {
   float *dx;      /* backward: the input's gradient, or NULL */
   bool acc;       /* dx accumulates (a later consumer's share) */
   int B;
+  size_t P, M, stride; /* values per sample and channel, per channel, between samples */
 } bn_job;
+
+static bn_job bn_job_of(nn_model *m, nn__node *n, int B) {
+  size_t P = (size_t)n->H * n->W;
+  return (bn_job){.m = m, .n = n, .B = B, .P = P, .M = (size_t)B * P, .stride = (size_t)n->C * P};
+}
 
 /* sum over b < B, p < P of f(row_b[p]), row_b = x + b*stride: 8 lanes, then the lanes */
 #define BN_SUM8(out, x, stride, B, P, f)                                               \
@@ -51,8 +57,8 @@ NN__CLONES static void bn_fwd_task(void *vc, int c, int th) {
   const bn_job *j = vc;
   nn__node *n = j->n;
   nn_model *m = j->m;
-  int C = n->C, B = j->B;
-  size_t P = (size_t)n->H * n->W, M = (size_t)B * P, stride = (size_t)C * P;
+  int B = j->B;
+  size_t P = j->P, M = j->M, stride = j->stride;
   const float *x = j->x + (size_t)c * P;
   float *xhat = n->cache + (size_t)c * P, *out = n->out + (size_t)c * P;
   float *rstd = n->cache + (size_t)m->max_batch * n->F;
@@ -95,7 +101,8 @@ static int bn_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
                            "nn: layer '%s': batch norm in training needs more than 1 value per "
                            "channel (batch %d of %zu)",
                            n->name, B, P);
-  bn_job j = {.m = m, .n = n, .x = nn__in_out(m, n, 0), .B = B};
+  bn_job j = bn_job_of(m, n, B);
+  j.x = nn__in_out(m, n, 0);
   nn__parallel_for(n->C, bn_fwd_task, &j);
   if (n->fwd_training) m->state[n->soff[2]] += 1.0f;
   return 0;
@@ -105,8 +112,8 @@ NN__CLONES static void bn_bwd_task(void *vc, int c, int th) {
   const bn_job *j = vc;
   nn__node *n = j->n;
   nn_model *m = j->m;
-  int C = n->C, B = j->B;
-  size_t P = (size_t)n->H * n->W, M = (size_t)B * P, stride = (size_t)C * P;
+  int B = j->B;
+  size_t P = j->P, M = j->M, stride = j->stride;
   const float *xhat = n->cache + (size_t)c * P, *dy = n->dout + (size_t)c * P;
   double sdy, sdyx;
 #define BN_X(r, i) (double)(r)[i]
@@ -133,7 +140,7 @@ NN__CLONES static void bn_bwd_task(void *vc, int c, int th) {
 }
 
 static void bn_backward(nn_model *m, nn__node *n, int B) {
-  bn_job j = {.m = m, .n = n, .B = B};
+  bn_job j = bn_job_of(m, n, B);
   j.dx = nn__dinput(m, n, 0, &j.acc);
   nn__parallel_for(n->C, bn_bwd_task, &j);
 }
