@@ -770,21 +770,40 @@ static size_t direct_w_floats(const geom *g) {
 
 /* Wd[((cp*T + t)*Cs + cs)*NR + q] = W[cp*NR + q][c][ki][kj], cs = (c*s + ki%s)*s + kj%s,
  * t = (ki/s)*kws + kj/s; zero past C_out and where ki >= kh or kj >= kw. */
-static void pack_w_direct(const float *w, const geom *g, int nr, float *Wd) {
+static void pack_w_direct(const float *w, const geom *g, int nr, float *Wd, int *kmap) {
+  /* kmap[k]: where tap k = (c, ki, kj) of W's row goes, in floats past its panel's start.
+   * Zeros first, then blocks of 8 rows x 8 taps transposed in registers and stored as runs
+   * of 8 output channels: W read a column at a time (C*kh*kw floats apart) with a division
+   * per entry was 8% of Nature-DQN's step, and all of an actor's batch of one. */
   dgeom d = dgeom_of(g, 1);
-  int s = g->s, ncp = (g->Co + nr - 1) / nr;
-  for (int cp = 0; cp < ncp; cp++)
-    for (int t = 0; t < d.T; t++)
-      for (int cs = 0; cs < d.Cs; cs++) {
-        float *o = Wd + (((size_t)cp * d.T + t) * d.Cs + cs) * nr;
-        int c = cs / (s * s), ki = (t / d.kws) * s + (cs / s) % s, kj = (t % d.kws) * s + cs % s;
-        for (int q = 0; q < nr; q++) {
-          int co = cp * nr + q;
-          o[q] = co < g->Co && ki < g->kh && kj < g->kw
-                     ? w[(((size_t)co * g->C + c) * g->kh + ki) * g->kw + kj]
-                     : 0.0f;
-        }
+  int s = g->s, ncp = (g->Co + nr - 1) / nr, K = g->K;
+  for (int c = 0, k = 0; c < g->C; c++)
+    for (int ki = 0; ki < g->kh; ki++)
+      for (int kj = 0; kj < g->kw; kj++, k++)
+        kmap[k] = (((ki / s) * d.kws + kj / s) * d.Cs + (c * s + ki % s) * s + kj % s) * nr;
+  size_t panel = (size_t)d.T * d.Cs * nr;
+  memset(Wd, 0, (size_t)ncp * panel * sizeof(float));
+  int co = 0;
+#ifdef NN__X86
+  if (nr >= 16) /* the AVX2 and AVX-512 paths: runs of 8 within a panel of 16 or 32 */
+    for (; co + 8 <= g->Co; co += 8) {
+      float *o = Wd + (size_t)(co / nr) * panel + co % nr;
+      const float *row[8];
+      for (int i = 0; i < 8; i++) row[i] = w + (size_t)(co + i) * K;
+      float tmp[64];
+      int k = 0;
+      for (; k + 8 <= K; k += 8) {
+        nn__tr8x8(row, k, tmp, 8);
+        for (int kk = 0; kk < 8; kk++) cp8(o + kmap[k + kk], tmp + kk * 8);
       }
+      for (; k < K; k++)
+        for (int i = 0; i < 8; i++) o[kmap[k] + i] = row[i][k];
+    }
+#endif
+  for (; co < g->Co; co++) {
+    float *o = Wd + (size_t)(co / nr) * panel + co % nr;
+    for (int k = 0; k < K; k++) o[kmap[k]] = w[(size_t)co * K + k];
+  }
 }
 
 /* One sample in space-to-depth form, channels last: s2d into the thread's buffer (x itself
@@ -855,7 +874,8 @@ NN__CLONES static void direct_task(void *vc, int task, int th) {
 
 static void direct_forward(job *j, nn_model *m, nn__node *n) {
   float *Wd = m->scratch + j->L.w;
-  pack_w_direct(m->params + n->poff[0], &j->g, j->I->nr, Wd);
+  /* tap offsets are the packed path's; the direct one needs this map of W's taps instead */
+  pack_w_direct(m->params + n->poff[0], &j->g, j->I->nr, Wd, (int *)(m->scratch + j->L.koff));
   j->Wp = Wd;
   j->xs = m->scratch + j->L.xs; /* channels last even where the s2d form is x itself */
   nn__parallel_for(j->B, xsn_task, j);
