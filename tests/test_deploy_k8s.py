@@ -239,9 +239,11 @@ PROGRAMS = ["shoal", "shoal-learner", "shoal-actor", "shoal-onpolicy-learner",
 # A stand-in program: appends its name and argv (unit-separated) to $FAKE_LOG; `shoal init
 # CONFIG ... --out FILE` also writes FILE (the config as given). The learner waits (at most
 # 10 s) for an actor to have run when $FAKE_WAIT is set, as the Slurm script stops the actor
-# step once the learner ends.
+# step once the learner ends. Each line goes out in one write: the learner and an actor run
+# at once, and a printf per argument interleaved their lines (a flake in make test).
 FAKE = r"""#!/bin/sh
-{ printf '%s' "${0##*/}"; for a in "$@"; do printf '\037%s' "$a"; done; printf '\n'; } >>"$FAKE_LOG"
+us=$(printf '\037'); line=${0##*/}; for a in "$@"; do line="$line$us$a"; done
+printf '%s\n' "$line" >>"$FAKE_LOG"
 case "${0##*/}" in
   shoal) cfg=$2; while [ $# -gt 0 ]; do [ "$1" = --out ] && cp "$cfg" "$2"; shift; done ;;
   *-actor) : >"$FAKE_LOG.actor" ;;
