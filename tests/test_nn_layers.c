@@ -1143,6 +1143,7 @@ static void test_conv_paths_agree(void **s) {
       {17, 7, 9, 18, 3, 3, 1, 2, 2},        /* odd sizes, padding 2, a channel tail */
       {16, 3, 4, 16, 3, 3, 1, 0, 40},       /* one tile a sample, tasks ending mid-block */
       {8, 9, 9, 12, 3, 3, 2, 1, 3},         /* 3x3 stride 2: zero taps in the s2d kernel */
+      {6, 10, 12, 8, 4, 4, 2, 1, 3},        /* 24 s2d channels: a part panel in the direct dx */
   };
   const char *was = nn__conv_path_force(NULL);
   int was_w = nn__wino_mode(-1), was_d = nn__direct_mode(-1);
@@ -1156,15 +1157,18 @@ static void test_conv_paths_agree(void **s) {
     size_t np = (size_t)c->Co * c->C * c->kh * c->kw + c->Co;
     /* 3x3 stride 1: nn's kernels with Winograd F(2x2,3x3) (nn/cpu/wino.c) and without */
     bool w = !c->t && c->kh == 3 && c->kw == 3 && c->s == 1;
-    /* and the forward direct over channels-last input, or packed (convk.c), where the
-     * space-to-depth form has 16 channels or more */
-    bool d = !c->t && c->C * c->s * c->s >= 16;
+    /* and the direct forward and dx over channels-last s2d tensors, or the packed ones
+     * (convk.c), where the space-to-depth form has 16 channels or more (a conv-transpose's
+     * is that of its output, the input of the conv it is the adjoint of) */
+    bool d = (c->t ? c->Co : c->C) * c->s * c->s >= 16;
     for (int mode = w ? 0 : -1; mode <= (w ? 1 : -1); mode++)
       for (int dm = d && mode != 1 ? 0 : 1; dm <= 1; dm++) {
         nn__wino_mode(mode);
         nn__direct_mode(dm);
-        paths_agree(mode == 1 ? "geometry (winograd)" : dm ? "geometry" : "geometry (packed)", gi,
-                    conv_run, c, ny, np, nx);
+        paths_agree(mode == 1 ? "geometry (winograd)"
+                    : dm      ? "geometry"
+                              : "geometry (packed)",
+                    gi, conv_run, c, ny, np, nx);
       }
   }
   nn__wino_mode(was_w);

@@ -28,7 +28,10 @@
  *
  * A conv2d forward whose space-to-depth input has 16 channels or more runs direct instead:
  * the batch laid out once channels-last, the micro-kernel reading MR output pixels' taps
- * where they lie (no panel packing; SHOAL_NN_DIRECT=0 turns it off).
+ * where they lie (no panel packing). So does dx (and a conv-transpose's forward) where the
+ * s2d kernel has few zero taps: W's columns in tap order, so a tile's rows are added into
+ * a channels-last dxs as vectors, not scattered float by float (SHOAL_NN_DIRECT=0 turns
+ * both off).
  *
  * A conv2d whose only reader is a ReLU writes max(y, 0) into the ReLU's buffer
  * (nn__node.fuse_act). 3x3 stride-1 layers with 16 or more channels in and out run their
@@ -576,8 +579,8 @@ static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
  *   dy packed for dW               max_batch * P * (C_out + MR_MAX)
  *   per-sample sums of dy for db   max_batch * C_out
  *   per thread: the largest of a forward B panel (K x NR), a dW chunk (B^T (PC+8) x NR and
- *   tiles for G_MAX panels of every block of C_out) and dx's (A panel C_out x MR, dxs one
- *   sample)
+ *   tiles for G_MAX panels of every block of C_out) and dx's (A panels of a sample's
+ *   pixels (P + MR) x C_out, dxs one sample)
  * sized for the widest ISA and the pool's most threads, so the path and thread count
  * can change after build. C_out rounded up to any MR <= MR_MAX is at most C_out+MR_MAX. */
 typedef struct layout {
@@ -585,15 +588,17 @@ typedef struct layout {
 } layout;
 
 static size_t direct_w_floats(const geom *g);
+static size_t dxd_w_floats(const geom *g);
 
 static layout layout_of(const geom *g, int max_batch) {
   layout L;
   size_t cp = (size_t)g->Co + MR_MAX, kp = ((size_t)g->K + NR_MAX - 1) / NR_MAX * NR_MAX;
-  size_t wa = cp * g->K, wb = kp * g->Co, wd = direct_w_floats(g);
+  size_t wa = cp * g->K, wb = kp * g->Co, wd = direct_w_floats(g), wx = dxd_w_floats(g);
   wa = wd > wa ? wd : wa;
+  wa = wx > wa ? wx : wa;
   size_t f = (size_t)g->K * NR_MAX;
-  size_t w = (size_t)(PC + 8) * NR_MAX + G_MAX * cp * NR_MAX; /* pack_t8's slack */
-  size_t d = (size_t)g->Co * MR_MAX + up16(g->xsF);
+  size_t w = (size_t)(PC + 8) * NR_MAX + G_MAX * cp * NR_MAX;      /* pack_t8's slack */
+  size_t d = up16((size_t)(g->P + MR_MAX) * g->Co) + up16(g->xsF); /* dx_task, dxd_task */
   L.w = 0;
   L.koff = up16(wa > wb ? wa : wb);
   L.xs = L.koff + up16((size_t)g->K);
@@ -1082,6 +1087,118 @@ static void pack_w_cols(const float *w, int Co, int K, int nr, float *Wp) {
   }
 }
 
+/* ---- direct dx ------------------------------------------------------------------------
+ * dx_task above adds each tile entry into dxs one float at a time, through the tap map
+ * (col2im): on DCGAN's second conv that scatter took 40% as long as the products. Here W's
+ * columns are reordered per tap of the space-to-depth kernel, so a panel of NR columns is
+ * NR consecutive channels of one tap: in a channels-last dxs those land side by side, and a
+ * tile row goes in as one vector add. Runs where the s2d kernel has few zero taps. */
+
+/* The direct dx when the s2d kernel's taps (zero where it extends past kh or kw) add at
+ * most a quarter to K, as direct_runs otherwise. */
+static bool dxd_runs(const geom *g) {
+  pthread_once(&g_direct_once, direct_init);
+  dgeom d = dgeom_of(g, 1);
+  return g_direct && d.Cs >= 16 && d.T <= 64 && (size_t)d.T * d.Cs * 4 <= (size_t)g->K * 5;
+}
+
+static size_t dxd_w_floats(const geom *g) {
+  dgeom d = dgeom_of(g, 1);
+  return (size_t)d.T * (d.Cs + NR_MAX) * g->Co;
+}
+
+/* Wx[((t*ncp + cp)*C_out + co)*NR + q] = W[co][c][ki][kj] for s2d channel cs = cp*NR + q
+ * = (c*s + ki%s)*s + kj%s and tap t = (ki/s)*kws + kj/s; zero past Cs and for the taps
+ * past kh or kw. W is read in order, a row of K at a time. */
+static void pack_w_dxd(const float *w, const geom *g, int nr, float *Wx, int *kmap) {
+  dgeom d = dgeom_of(g, 1);
+  int s = g->s, ncp = (d.Cs + nr - 1) / nr;
+  for (int c = 0, k = 0; c < g->C; c++)
+    for (int ki = 0; ki < g->kh; ki++)
+      for (int kj = 0; kj < g->kw; kj++, k++) {
+        int t = (ki / s) * d.kws + kj / s, cs = (c * s + ki % s) * s + kj % s;
+        kmap[k] = ((t * ncp + cs / nr) * g->Co) * nr + cs % nr;
+      }
+  if ((size_t)d.T * ncp * nr != (size_t)g->K)
+    memset(Wx, 0, (size_t)d.T * ncp * g->Co * nr * sizeof(float));
+  for (int co = 0; co < g->Co; co++) {
+    const float *r = w + (size_t)co * g->K;
+    float *o = Wx + (size_t)co * nr;
+    for (int k = 0; k < g->K; k++) o[kmap[k]] = r[k];
+  }
+}
+
+/* dx of one sample: dy^T packed in tiles of MR pixels, then per tap and panel of NR s2d
+ * channels, every tile's product added as rows of NR into dxs (channels last), which is
+ * then gathered back into NCHW. */
+NN__CLONES static void dxd_task(void *vc, int s, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  int mr = j->I->mr, nr = j->I->nr, Co = g->Co;
+  dgeom d = dgeom_of(g, mr);
+  int ncp = (d.Cs + nr - 1) / nr;
+  float *Ap = j->tb + (size_t)th * j->L.tstride;
+  float *dcl = Ap + up16((size_t)d.tps * mr * Co);
+  const float *dy = j->dy + (size_t)s * Co * g->P;
+  memset(dcl, 0, g->xsF * sizeof(float));
+  for (int ti = 0; ti < d.tps; ti++) {
+    int p0 = ti * mr, rows = g->P - p0 < mr ? g->P - p0 : mr;
+    float *a = Ap + (size_t)ti * mr * Co;
+    for (int co = 0; co < Co; co++) {
+      const float *src = dy + (size_t)co * g->P + p0;
+      for (int i = 0; i < mr; i++) a[co * mr + i] = i < rows ? src[i] : 0.0f;
+    }
+  }
+  float tile[MR_MAX * NR_MAX] __attribute__((aligned(64)));
+  for (int t = 0; t < d.T; t++) {
+    int toff = ((t / d.kws) * g->Ws + t % d.kws) * d.Cs;
+    for (int cp = 0; cp < ncp; cp++) {
+      const float *Bp = j->Wp + ((size_t)t * ncp + cp) * Co * nr;
+      int nk = d.Cs - cp * nr < nr ? d.Cs - cp * nr : nr;
+      for (int ti = 0; ti < d.tps; ti++) {
+        int p0 = ti * mr, rows = g->P - p0 < mr ? g->P - p0 : mr;
+        j->I->k(Co, Ap + (size_t)ti * mr * Co, Bp, tile, 0);
+        for (int i = 0; i < rows; i++) {
+          int p = p0 + i, oh = p / g->Wo;
+          float *o = dcl + ((size_t)oh * g->Ws + p - oh * g->Wo) * d.Cs + toff + cp * nr;
+          const float *tr = tile + i * nr;
+          for (int q = 0; q < nk; q++) o[q] += tr[q];
+        }
+      }
+    }
+  }
+  /* back to NCHW: dx[c][ih][iw] (+)= dcl[(a*Ws + b)*Cs + (c*s + ri)*s + rj] */
+  float *dx = j->dx + s * j->xF;
+  int st = g->s;
+  for (int c = 0; c < g->C; c++) {
+    float bc = j->bias_x ? j->bias_x[c] : 0.0f;
+    for (int ih = 0; ih < g->H; ih++) {
+      int a = (ih + g->pad) / st, ri = (ih + g->pad) % st;
+      float *o = dx + ((size_t)c * g->H + ih) * g->W;
+      const float *src = dcl + (size_t)a * g->Ws * d.Cs + (c * st + ri) * st;
+      for (int iw = 0; iw < g->W; iw++) {
+        int b = (iw + g->pad) / st, rj = (iw + g->pad) % st;
+        float v = src[(size_t)b * d.Cs + rj] + bc;
+        o[iw] = j->acc ? o[iw] + v : v;
+      }
+    }
+  }
+}
+
+/* dx (or a conv-transpose's output) by dxd_task or dx_task. */
+static void run_dx(job *j, nn_model *m, nn__node *n) {
+  float *Wp = m->scratch + j->L.w;
+  if (dxd_runs(&j->g)) {
+    pack_w_dxd(m->params + n->poff[0], &j->g, j->I->nr, Wp, (int *)(m->scratch + j->L.koff));
+    j->Wp = Wp;
+    nn__parallel_for(j->B, dxd_task, j);
+    return;
+  }
+  pack_w_cols(m->params + n->poff[0], j->g.Co, j->g.K, j->I->nr, Wp);
+  j->Wp = Wp;
+  nn__parallel_for(j->B, dx_task, j);
+}
+
 void nn__convk_backward(nn_model *m, nn__node *n, int B) {
   job j;
   job_init(&j, m, n, B);
@@ -1101,10 +1218,7 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
     return;
   }
   j.acc = acc;
-  float *Wp = m->scratch + j.L.w;
-  pack_w_cols(m->params + n->poff[0], g->Co, g->K, j.I->nr, Wp);
-  j.Wp = Wp;
-  nn__parallel_for(B, dx_task, &j);
+  run_dx(&j, m, n);
 }
 
 /* ---- conv-transpose2d: y = conv^T x + b, through the conv it is the adjoint of --------
@@ -1134,10 +1248,7 @@ void nn__convk_t_forward(nn_model *m, nn__node *n, int B) {
   j.dy = nn__input(m, n, 0)->out;
   j.dx = n->out, j.xF = (size_t)n->F, j.acc = 0;
   j.bias_x = n->bias ? m->params + n->poff[1] : NULL;
-  float *Wp = m->scratch + j.L.w;
-  pack_w_cols(m->params + n->poff[0], j.g.Co, j.g.K, j.I->nr, Wp);
-  j.Wp = Wp;
-  nn__parallel_for(B, dx_task, &j);
+  run_dx(&j, m, n);
 }
 
 void nn__convk_t_backward(nn_model *m, nn__node *n, int B) {
