@@ -849,29 +849,31 @@ NN__CLONES static void direct_task(void *vc, int task, int th) {
   dgeom d = dgeom_of(g, mr);
   int toff[64]; /* T <= 64: checked by the caller */
   for (int t = 0; t < d.T; t++) toff[t] = ((t / d.kws) * g->Ws + t % d.kws) * d.Cs;
-  int ncp = (g->Co + nr - 1) / nr, ntiles = j->B * d.tps;
+  /* A tile's MR pixels run on across samples (each row has its own pointer), so a 7x7
+   * output does not leave 5 of 54 rows idle per sample. */
+  int ncp = (g->Co + nr - 1) / nr, N = j->B * g->P, ntiles = (N + mr - 1) / mr;
   float tile[MR_MAX * NR_MAX] __attribute__((aligned(64)));
   for (int ti = task * DT_TILES; ti < ntiles && ti < (task + 1) * DT_TILES; ti++) {
-    int smp = ti / d.tps, p0 = (ti - smp * d.tps) * mr;
-    int rows = g->P - p0 < mr ? g->P - p0 : mr;
-    const float *xs = j->xs + smp * g->xsF, *a[MR_MAX];
+    int n0 = ti * mr, rows = N - n0 < mr ? N - n0 : mr;
+    const float *a[MR_MAX];
+    size_t ob[MR_MAX]; /* row i's output at y + ob[i] + co*P */
     for (int i = 0; i < mr; i++) {
-      int p = p0 + (i < rows ? i : 0), oh = p / g->Wo;
-      a[i] = xs + ((size_t)oh * g->Ws + p - oh * g->Wo) * d.Cs;
+      int n = n0 + (i < rows ? i : 0), smp = n / g->P, p = n - smp * g->P, oh = p / g->Wo;
+      a[i] = j->xs + smp * g->xsF + ((size_t)oh * g->Ws + p - oh * g->Wo) * d.Cs;
+      ob[i] = (size_t)smp * g->Co * g->P + p;
     }
     for (int cp = 0; cp < ncp; cp++) {
       g_dk[nn__conv_path_get()](d.T, toff, d.Cs, a, j->Wp + (size_t)cp * d.T * d.Cs * nr, tile);
       for (int q = 0; q < nr && cp * nr + q < g->Co; q++) {
         int co = cp * nr + q;
-        float bc = j->bias ? j->bias[co] : 0.0f;
-        float *o = j->y + ((size_t)smp * g->Co + co) * g->P + p0;
+        float bc = j->bias ? j->bias[co] : 0.0f, *o = j->y + (size_t)co * g->P;
         if (j->relu)
           for (int i = 0; i < rows; i++) {
             float v = tile[i * nr + q] + bc;
-            o[i] = v > 0 ? v : 0.0f;
+            o[ob[i]] = v > 0 ? v : 0.0f;
           }
         else
-          for (int i = 0; i < rows; i++) o[i] = tile[i * nr + q] + bc;
+          for (int i = 0; i < rows; i++) o[ob[i]] = tile[i * nr + q] + bc;
       }
     }
   }
@@ -884,8 +886,8 @@ static void direct_forward(job *j, nn_model *m, nn__node *n) {
   j->Wp = Wd;
   j->xs = m->scratch + j->L.xs; /* channels last even where the s2d form is x itself */
   nn__parallel_for(j->B, xsn_task, j);
-  dgeom d = dgeom_of(&j->g, j->I->mr);
-  nn__parallel_for((j->B * d.tps + DT_TILES - 1) / DT_TILES, direct_task, j);
+  int tiles = (j->B * j->g.P + j->I->mr - 1) / j->I->mr;
+  nn__parallel_for((tiles + DT_TILES - 1) / DT_TILES, direct_task, j);
 }
 
 /* Wp[b*MR*K + k*MR + i] = W[b*MR + i][k]: blocks of MR rows of W (C_out, K), K steps
