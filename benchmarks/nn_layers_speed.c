@@ -11,9 +11,12 @@
  * a shared machine the least disturbed call is the figure that repeats. The figure
  * "denses" does the same for the nets' dense layers (nn/cpu/densek.c against sgemm, the
  * gemm path, as the BENCH lines' baseline; a shape the kernels leave to sgemm shows ~1).
+ * The figure "profile" prints where Nature-DQN's training step and the DCGAN iteration
+ * spend their time, per layer (nn_model_profile), forward and backward.
  *
  *   nn_layers_speed [threads [figure]]   (default 1 thread; figure: mlp, act, minatar,
- *                                         nature, dcgan, convs or denses, for profiling one)
+ *                                         nature, dcgan, convs, denses or profile, for
+ *                                         profiling one)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +153,21 @@ static double sgemm_gflops(int n) {
   RATE(r, nn__sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n));
   free(a), free(b), free(c);
   return r * 2.0 * n * n * n / 1e9;
+}
+
+/* A per-layer table of a model's steps (nn_model_profile): steps runs the model n times. */
+static void profile_print(const char *title, nn_model *const *ms, const char *const *names, int nm,
+                          void (*steps)(void *), void *ctx) {
+  shoal_error err = {0};
+  for (int i = 0; i < nm; i++)
+    if (nn_model_profile(ms[i], true, &err)) die("profile", &err);
+  steps(ctx);
+  for (int i = 0; i < nm; i++) {
+    nn_model_profile(ms[i], false, &err);
+    char buf[8192];
+    nn_model_profile_table(ms[i], buf, sizeof buf);
+    printf("\n%s: %s, per layer\n%s", title, names[i], buf);
+  }
 }
 
 /* One training step's forward and backward (plus SGD) of model m at batch B. */
@@ -317,6 +335,55 @@ static void dense_table(const char *t) {
   nn__conv_path_force(was);
 }
 
+typedef struct gan_ctx {
+  nn_model *g, *d;
+  int B;
+  float *z, *real, *dd, *both;
+  int n; /* iterations a gan_iters call runs */
+} gan_ctx;
+
+static void gan_iter(gan_ctx *c) {
+  shoal_error err = {0};
+  const float *fake, *dout, *dx;
+  int B = c->B;
+  nn_model_zero_grad(c->d);
+  if (nn_model_forward(c->g, c->z, B, &fake, &err)) die("G", &err);
+  memcpy(c->both, c->real, (size_t)B * 784 * sizeof *c->both);
+  memcpy(c->both + (size_t)B * 784, fake, (size_t)B * 784 * sizeof *c->both);
+  if (nn_model_forward(c->d, c->both, 2 * B, &dout, &err)) die("D", &err);
+  if (nn_model_backward(c->d, c->dd, NULL, &err)) die("D back", &err);
+  sgd(c->d, 1e-6f);
+  nn_model_zero_grad(c->g);
+  nn_model_zero_grad(c->d);
+  if (nn_model_forward(c->d, fake, B, &dout, &err)) die("D(G)", &err);
+  if (nn_model_backward(c->d, c->dd, &dx, &err)) die("D(G) back", &err);
+  if (nn_model_backward(c->g, dx, NULL, &err)) die("G back", &err);
+  sgd(c->g, 1e-6f);
+}
+
+static void gan_iters(void *c) {
+  for (int i = 0; i < ((gan_ctx *)c)->n; i++) gan_iter(c);
+}
+
+typedef struct train_ctx {
+  nn_model *m;
+  int B;
+  float *x, *dy;
+  int n;
+} train_ctx;
+
+static void train_steps(void *vc) {
+  train_ctx *c = vc;
+  shoal_error err = {0};
+  const float *y;
+  for (int i = 0; i < c->n; i++) {
+    nn_model_zero_grad(c->m);
+    if (nn_model_forward(c->m, c->x, c->B, &y, &err)) die("forward", &err);
+    if (nn_model_backward(c->m, c->dy, NULL, &err)) die("backward", &err);
+    sgd(c->m, 1e-6f);
+  }
+}
+
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 1;
   if (argc > 2) g_only = argv[2], g_min_s = 3;
@@ -402,26 +469,16 @@ int main(int argc, char **argv) {
 
   /* DCGAN: one D step (real + fake, batch 2x64) and one G step through D. */
   int B = 64;
-  nn_model *g = dcgan_g(B), *d = dcgan_d(B);
-  float *z = rnd((size_t)B * 100, 1, 11), *real = rnd((size_t)B * 784, 1, 12);
-  float *dd = rnd((size_t)2 * B, 0.01f, 13), *both = malloc((size_t)2 * B * 784 * sizeof *both);
-  const float *fake, *dout, *dx;
-  if (want("dcgan"))
-    RATE(r, {
-      nn_model_zero_grad(d);
-      if (nn_model_forward(g, z, B, &fake, &err)) die("G", &err);
-      memcpy(both, real, (size_t)B * 784 * sizeof *both);
-      memcpy(both + (size_t)B * 784, fake, (size_t)B * 784 * sizeof *both);
-      if (nn_model_forward(d, both, 2 * B, &dout, &err)) die("D", &err);
-      if (nn_model_backward(d, dd, NULL, &err)) die("D back", &err);
-      sgd(d, 1e-6f);
-      nn_model_zero_grad(g);
-      nn_model_zero_grad(d);
-      if (nn_model_forward(d, fake, B, &dout, &err)) die("D(G)", &err);
-      if (nn_model_backward(d, dd, &dx, &err)) die("D(G) back", &err);
-      if (nn_model_backward(g, dx, NULL, &err)) die("G back", &err);
-      sgd(g, 1e-6f);
-    });
+  gan_ctx gc = {dcgan_g(B),
+                dcgan_d(B),
+                B,
+                rnd((size_t)B * 100, 1, 11),
+                rnd((size_t)B * 784, 1, 12),
+                rnd((size_t)2 * B, 0.01f, 13),
+                malloc((size_t)2 * B * 784 * sizeof(float)),
+                1};
+  nn_model *g = gc.g, *d = gc.d;
+  if (want("dcgan")) RATE(r, gan_iter(&gc));
   double fg = nn_model_flops_per_sample(g), fd = nn_model_flops_per_sample(d);
   gf = r * (3 * fg * B + 3 * fd * 2 * B + 3 * fd * B) / 1e9;
   if (want("dcgan"))
@@ -433,7 +490,17 @@ int main(int argc, char **argv) {
         t, gf, sg, gf / sg);
   if (want("convs")) conv_table(t);
   if (want("denses")) dense_table(t);
-  free(z), free(real), free(dd), free(both);
+  if (want("profile")) {
+    /* where the time goes, per layer: Nature-DQN's training step and the DCGAN iteration */
+    train_ctx tc = {na, 32, rnd((size_t)32 * 4 * 84 * 84, 1, 5), rnd((size_t)32 * 6, 0.01f, 6), 20};
+    profile_print("nature train b32, 20 steps", &na, (const char *const[]){"Q"}, 1, train_steps,
+                  &tc);
+    free(tc.x), free(tc.dy);
+    gc.n = 10;
+    profile_print("dcgan D+G, 10 iterations", (nn_model *const[]){g, d},
+                  (const char *const[]){"G", "D"}, 2, gan_iters, &gc);
+  }
+  free(gc.z), free(gc.real), free(gc.dd), free(gc.both);
   nn_model_destroy(q), nn_model_destroy(qt), nn_model_destroy(mn), nn_model_destroy(na);
   nn_model_destroy(g), nn_model_destroy(d);
   return 0;

@@ -71,6 +71,8 @@ typedef struct nn__tensor {
   float bound;   /* NN__INIT_UNIFORM: U(-bound, bound) */
 } nn__tensor;
 
+#define NN__PROFILE_MAX 1024 /* lines nn_model_profile_table lists, heaviest first */
+
 typedef struct nn__node {
   nn__kind kind;
   char name[NN__NAME_MAX];
@@ -113,6 +115,10 @@ typedef struct nn__node {
    * the ReLU's forward (fused) then does nothing. Its backward needs only its output. */
   int fuse_act;
   bool fused;
+
+  /* nn_model_profile's counts: calls and wall time (ns) of this layer's forward, backward */
+  uint64_t prof_ns[2];
+  int64_t prof_calls[2];
 } nn__node;
 
 /* A layer kind's kernels on one backend. forward may fail (an index out of range,
@@ -251,6 +257,8 @@ struct nn_model {
 
   void *ctx;       /* the backend's context (nn/cuda: nn__cuda), or NULL */
   bool host_stale; /* the device's params or state are newer than the host mirrors */
+
+  bool profiling; /* nn_model_profile: forward and backward time each layer */
 
   int err_code;       /* the first failed layer-adding call, reported by build */
   char err_msg[512];  /* its message */

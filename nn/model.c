@@ -735,8 +735,10 @@ int nn_model_forward(nn_model *m, const float *x, int B, const float **y, shoal_
     nn__node *n = &m->nodes[i];
     if (!n->live) continue;
     n->fwd_training = m->training;
+    uint64_t t0 = m->profiling ? shoal_now_ns() : 0;
     rc = m->be->ops[n->kind]->forward(m, n, B, err);
     if (rc) return rc;
+    if (m->profiling) n->prof_ns[0] += shoal_now_ns() - t0, n->prof_calls[0]++;
   }
   if (m->be->status && (rc = m->be->status(m, err))) return rc;
   /* Batch norm's running statistics moved on the device. */
@@ -782,7 +784,9 @@ int nn_model_backward(nn_model *m, const float *dy, const float **dx, shoal_erro
   for (int i = m->output; i >= 1; i--) {
     nn__node *n = &m->nodes[i];
     if (!n->live || !n->written || !n->need_grad) continue;
+    uint64_t t0 = m->profiling ? shoal_now_ns() : 0;
     m->be->ops[n->kind]->backward(m, n, B);
+    if (m->profiling) n->prof_ns[1] += shoal_now_ns() - t0, n->prof_calls[1]++;
   }
   if (dx) {
     nn__node *in = &m->nodes[0];
@@ -1031,6 +1035,57 @@ size_t nn_model_describe(const nn_model *m, char *buf, size_t n) {
   }
   PUT("%zu parameters, %zu state values, %.3g MFLOP per sample forward\n", m->n_params, m->n_state,
       nn_model_flops_per_sample(m) / 1e6);
+#undef PUT
+  return k;
+}
+
+int nn_model_profile(nn_model *m, bool on, shoal_error *err) {
+  if (!m) return shoal_error_set(err, SHOAL_EINVAL, "nn: profile: model is NULL");
+  if (m->device != NN_CPU)
+    return shoal_error_set(err, SHOAL_ENOTSUP,
+                           "nn: profile: per-layer times are for CPU models (a device's kernels "
+                           "run asynchronously; use Nsight Systems)");
+  if (on)
+    for (int i = 0; i < m->n_nodes; i++)
+      memset(m->nodes[i].prof_ns, 0, sizeof m->nodes[i].prof_ns),
+          memset(m->nodes[i].prof_calls, 0, sizeof m->nodes[i].prof_calls);
+  m->profiling = on;
+  return 0;
+}
+
+static uint64_t prof_total(const nn__node *n) { return n->prof_ns[0] + n->prof_ns[1]; }
+
+size_t nn_model_profile_table(const nn_model *m, char *buf, size_t n) {
+  if (!m) return 0;
+  size_t k = 0;
+  char nil[1];
+  if (!buf) buf = nil, n = 0; /* a length query */
+#define PUT(...)                                                              \
+  do {                                                                        \
+    int w_ = snprintf(buf + (k < n ? k : n), k < n ? n - k : 0, __VA_ARGS__); \
+    if (w_ > 0) k += (size_t)w_;                                              \
+  } while (0)
+  /* the layers that ran, heaviest first (insertion sort: a model has tens of nodes) */
+  int ord[NN__PROFILE_MAX], cnt = 0;
+  uint64_t all = 0;
+  for (int i = 0; i < m->n_nodes; i++) {
+    const nn__node *nd = &m->nodes[i];
+    if (!nd->prof_calls[0] && !nd->prof_calls[1]) continue;
+    all += prof_total(nd);
+    if (cnt == NN__PROFILE_MAX) continue;
+    int j = cnt++;
+    for (; j > 0 && prof_total(&m->nodes[ord[j - 1]]) < prof_total(nd); j--) ord[j] = ord[j - 1];
+    ord[j] = i;
+  }
+  PUT("%-18s %-20s %8s %11s %8s %11s %7s\n", "layer", "name", "fwd", "fwd ms", "bwd", "bwd ms",
+      "share");
+  for (int q = 0; q < cnt; q++) {
+    const nn__node *nd = &m->nodes[ord[q]];
+    PUT("%-18s %-20s %8lld %11.3f %8lld %11.3f %6.1f%%\n", kind_names[nd->kind], nd->name,
+        (long long)nd->prof_calls[0], (double)nd->prof_ns[0] / 1e6, (long long)nd->prof_calls[1],
+        (double)nd->prof_ns[1] / 1e6, all ? 100.0 * (double)prof_total(nd) / (double)all : 0.0);
+  }
+  PUT("total %.3f ms\n", (double)all / 1e6);
 #undef PUT
   return k;
 }

@@ -216,6 +216,18 @@ int nn_model_find_node(const nn_model *m, const char *name);
  * terminated when n > 0; returns the length the whole table needs. Can't fail. */
 size_t nn_model_describe(const nn_model *m, char *buf, size_t n);
 
+/* Per-layer wall time, as torch.profiler's table: nn_model_profile(m, true, err) zeroes the
+ * counts and makes every later forward and backward add each layer's calls and time to
+ * them (two clock reads a layer, ~50 ns); false stops counting and keeps the counts.
+ * A fused ReLU's time is its conv's or dense's. CPU models only: SHOAL_ENOTSUP on a
+ * device model, whose kernels run asynchronously (use Nsight Systems there). */
+int nn_model_profile(nn_model *m, bool on, shoal_error *err);
+/* Writes the counts into buf as nn_model_describe does (snprintf-style, returns the
+ * length the whole table needs): one line per layer that ran (kind, name, forward calls
+ * and ms, backward calls and ms, share of the total), heaviest first, then the total.
+ * Can't fail. */
+size_t nn_model_profile_table(const nn_model *m, char *buf, size_t n);
+
 /* ---- devices: the same calls on a CPU or a CUDA model ------------------------------ */
 /* A model created on NN_CUDA (when shoal is built with the CUDA backend and a device
  * is present) keeps its parameters, gradients, state and activations in device memory

@@ -1005,6 +1005,60 @@ static void test_two_models_chain(void **s) {
   nn_model_destroy(d);
 }
 
+/* Batch norm over 300 features (blocks of channels per task, the last one partial) against
+ * its equations computed here in double: output, running statistics, and the gradients of
+ * gamma, beta and x, at 1 and 2 threads. */
+static void test_batchnorm_features(void **s) {
+  enum { B = 5, C = 300 };
+  shoal_error err = {0};
+  for (int th = 1; th <= 2; th++) {
+    nn_set_threads(th);
+    nn_model *m = nn_model_create(NN_CPU, &err);
+    nn_input(m, C, 1, 1);
+    nn_activation(m, "a", NN_TANH, 0); /* so the norm's input needs a gradient */
+    nn_batchnorm(m, "bn", 1e-3f, 0.3f);
+    assert_int_equal(nn_model_build(m, B, 1, &err), 0);
+    size_t np, ns;
+    float *p = nn_model_params(m, &np), *st = nn_model_state(m, &ns);
+    assert_int_equal(np, 2 * C);
+    for (int c = 0; c < C; c++)
+      p[c] = 0.5f + 0.01f * (float)(c % 7), p[C + c] = 0.1f * (float)(c % 3);
+    static float x[B * C], dy[B * C], h[B * C];
+    for (int i = 0; i < B * C; i++)
+      x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f, dy[i] = (float)((i * 11) % 23) / 11.0f - 1.0f;
+    for (int i = 0; i < B * C; i++) h[i] = tanhf(x[i]);
+    const float *y, *dx;
+    nn_model_zero_grad(m);
+    assert_int_equal(nn_model_forward(m, x, B, &y, &err), 0);
+    assert_int_equal(nn_model_backward(m, dy, &dx, &err), 0);
+    const float *g = nn_model_grads(m, NULL);
+    for (int c = 0; c < C; c++) {
+      double mu = 0, var = 0, sdy = 0, sdyx = 0;
+      for (int b = 0; b < B; b++) mu += h[b * C + c];
+      mu /= B;
+      for (int b = 0; b < B; b++) var += (h[b * C + c] - mu) * (h[b * C + c] - mu);
+      var /= B;
+      double rs = 1.0 / sqrt(var + 1e-3);
+      for (int b = 0; b < B; b++) {
+        double xh = (h[b * C + c] - mu) * rs;
+        assert_float_equal(y[b * C + c], p[c] * xh + p[C + c], 1e-5);
+        sdy += dy[b * C + c], sdyx += dy[b * C + c] * xh;
+      }
+      assert_float_equal(g[c], sdyx, 1e-4);
+      assert_float_equal(g[C + c], sdy, 1e-4);
+      assert_float_equal(st[c], 0.3 * mu, 1e-6);                          /* running mean from 0 */
+      assert_float_equal(st[C + c], 0.7 + 0.3 * var * B / (B - 1), 1e-5); /* from 1 */
+      for (int b = 0; b < B; b++) {
+        double xh = (h[b * C + c] - mu) * rs, dth = 1.0 - (double)h[b * C + c] * h[b * C + c];
+        double want = p[c] * rs / B * (B * dy[b * C + c] - sdy - xh * sdyx) * dth;
+        assert_float_equal(dx[b * C + c], want, 1e-4);
+      }
+    }
+    nn_model_destroy(m);
+  }
+  nn_set_threads(1);
+}
+
 /* Two threads (OpenBLAS's pool and nn's own, which runs the conv kernels and batch norm's
  * channels) give the same results as one, to float rounding: outputs, parameter gradients
  * and the input's. The second conv is strided and padded and its input gets a gradient
@@ -1333,6 +1387,60 @@ static void test_describe_and_find(void **s) {
   nn_model_destroy(m);
 }
 
+/* nn_model_profile counts each layer's calls and time while on, only then, and lists the
+ * layers heaviest first with their share; a device model is refused. */
+static void test_profile(void **s) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 8, 24, 24);
+  nn_conv2d(m, "big_conv", 64, 3, 3, 1, 1, 1); /* ~60x the FLOPs of the dense below */
+  nn_activation(m, "act", NN_TANH, 0);
+  nn_flatten(m, "flat");
+  nn_dense(m, "small_fc", 2);
+  assert_int_equal(nn_model_build(m, 4, 1, &err), 0);
+  float x[4 * 8 * 24 * 24], dy[8] = {1, -1, 0.5f, 2, 0, 1, 1, -2};
+  for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = (float)(i % 13) / 13.0f;
+  const float *y;
+  assert_int_equal(nn_model_forward(m, x, 4, &y, &err), 0); /* not counted: profile is off */
+  assert_int_equal(nn_model_profile(m, true, &err), 0);
+  for (int r = 0; r < 3; r++) {
+    assert_int_equal(nn_model_forward(m, x, 4, &y, &err), 0);
+    assert_int_equal(nn_model_backward(m, dy, NULL, &err), 0);
+  }
+  assert_int_equal(nn_model_profile(m, false, &err), 0);
+  assert_int_equal(nn_model_forward(m, x, 4, &y, &err), 0); /* off again: not counted */
+  char buf[4096];
+  size_t need = nn_model_profile_table(m, buf, sizeof buf);
+  assert_int_equal(need, strlen(buf));
+  assert_int_equal(nn_model_profile_table(m, NULL, 0), need);
+  /* header, then the conv first: 3 forwards and 3 backwards */
+  const char *conv = strstr(buf, "big_conv"), *fc = strstr(buf, "small_fc");
+  assert_non_null(conv);
+  assert_non_null(fc);
+  assert_true(conv < fc);
+  long long nf = -1, nb = -1;
+  double fms = -1, bms = -1;
+  assert_int_equal(sscanf(conv, "big_conv %lld %lf %lld %lf", &nf, &fms, &nb, &bms), 4);
+  assert_int_equal(nf, 3);
+  assert_int_equal(nb, 3);
+  assert_true(fms > 0 && bms > 0);
+  assert_non_null(strstr(buf, "total "));
+  /* the input node never runs a kernel: no line */
+  assert_null(strstr(buf, "input"));
+  /* switching on again starts from zero */
+  assert_int_equal(nn_model_profile(m, true, &err), 0);
+  nn_model_profile_table(m, buf, sizeof buf);
+  assert_null(strstr(buf, "big_conv"));
+  nn_model_destroy(m);
+  assert_int_equal(nn_model_profile(NULL, true, &err), SHOAL_EINVAL);
+  if (nn_cuda_available(NULL)) {
+    nn_model *g = nn_model_create(NN_CUDA, &err);
+    assert_non_null(g);
+    assert_int_equal(nn_model_profile(g, true, &err), SHOAL_ENOTSUP);
+    nn_model_destroy(g);
+  }
+}
+
 /* Without the backend, or with it but no device, a CUDA model is refused with the
  * reason (a machine with a device runs tests/test_nn_cuda.c instead). */
 static void test_no_cuda_backend(void **s) {
@@ -1518,11 +1626,13 @@ int main(void) {
       cmocka_unit_test(test_bad_forward_input),
       cmocka_unit_test(test_shared_layers),
       cmocka_unit_test(test_two_models_chain),
+      cmocka_unit_test(test_batchnorm_features),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_conv_paths_agree),
       cmocka_unit_test(test_dense_paths_agree),
       cmocka_unit_test(test_set_output),
       cmocka_unit_test(test_describe_and_find),
+      cmocka_unit_test(test_profile),
       cmocka_unit_test(test_no_cuda_backend),
       cmocka_unit_test(test_gradients_accumulate),
   };
