@@ -1005,6 +1005,51 @@ static void test_two_models_chain(void **s) {
   nn_model_destroy(d);
 }
 
+/* tanh, the sigmoid and softmax (nn's own vectorised e^x, nn/cpu/cpu.h) within 4 ulp of
+ * libm's double tanh and exp, over a sweep from -100 to 100 with the branch points (|x| = 0.5
+ * for tanh, 0, underflow) and tiny values; softmax of a logit 200 below the max is 0. */
+static void test_activation_accuracy(void **s) {
+  enum { F = 4096 };
+  static float x[F];
+  for (int i = 0; i < F; i++) x[i] = -100.0f + 200.0f * (float)i / (F - 1);
+  const float special[] = {0.0f,        -0.0f,       1e-20f, -1e-20f, 1e-4f, 0.5f, -0.5f,
+                           0.49999997f, 0.50000006f, -87.5f, 87.5f,   9.0f,  -3.0f};
+  memcpy(x, special, sizeof special);
+  shoal_error err = {0};
+  const nn_act acts[] = {NN_TANH, NN_SIGMOID};
+  for (int a = 0; a < 2; a++) {
+    nn_model *m = nn_model_create(NN_CPU, &err);
+    nn_input(m, F, 1, 1);
+    nn_activation(m, "a", acts[a], 0);
+    assert_int_equal(nn_model_build(m, 1, 1, &err), 0);
+    const float *y;
+    assert_int_equal(nn_model_forward(m, x, 1, &y, &err), 0);
+    for (int i = 0; i < F; i++) {
+      double ref = a == 0 ? tanh((double)x[i]) : 1.0 / (1.0 + exp(-(double)x[i]));
+      float r = (float)ref;
+      double ulp = nextafterf(fabsf(r), INFINITY) - fabsf(r);
+      if (fabs(y[i] - ref) > 4 * ulp + 1e-37) {
+        fprintf(stderr, "%s(%.9g) = %.9g, want %.9g\n", a ? "sigmoid" : "tanh", x[i], y[i], ref);
+        fail();
+      }
+    }
+    nn_model_destroy(m);
+  }
+  /* softmax over 3 logits, one far below: e^(x - max) underflows to 0 as in libm */
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 3, 1, 1);
+  nn_activation(m, "sm", NN_SOFTMAX, 0);
+  assert_int_equal(nn_model_build(m, 1, 1, &err), 0);
+  const float z[3] = {1.0f, 2.0f, -198.0f};
+  const float *y;
+  assert_int_equal(nn_model_forward(m, z, 1, &y, &err), 0);
+  double e1 = exp(-1.0), sum = 1.0 + e1;
+  assert_float_equal(y[0], e1 / sum, 1e-7);
+  assert_float_equal(y[1], 1.0 / sum, 1e-7);
+  assert_true(y[2] == 0.0f);
+  nn_model_destroy(m);
+}
+
 /* Batch norm over 300 features (blocks of channels per task, the last one partial) against
  * its equations computed here in double: output, running statistics, and the gradients of
  * gamma, beta and x, at 1 and 2 threads. */
@@ -1626,6 +1671,7 @@ int main(void) {
       cmocka_unit_test(test_bad_forward_input),
       cmocka_unit_test(test_shared_layers),
       cmocka_unit_test(test_two_models_chain),
+      cmocka_unit_test(test_activation_accuracy),
       cmocka_unit_test(test_batchnorm_features),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_conv_paths_agree),

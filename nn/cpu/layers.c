@@ -84,10 +84,10 @@ NN__CLONES static int act_forward(nn_model *m, nn__node *n, int B, shoal_error *
       for (size_t i = 0; i < N; i++) y[i] = x[i] > 0 ? x[i] : a * expm1f(x[i]);
       break;
     case NN_TANH:
-      for (size_t i = 0; i < N; i++) y[i] = tanhf(x[i]);
+      for (size_t i = 0; i < N; i++) y[i] = nn__tanh(x[i]);
       break;
     case NN_SIGMOID:
-      for (size_t i = 0; i < N; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+      for (size_t i = 0; i < N; i++) y[i] = nn__sigmoid(x[i]);
       break;
     case NN_SOFTMAX:
     case NN_LOG_SOFTMAX:
@@ -101,7 +101,7 @@ NN__CLONES static int act_forward(nn_model *m, nn__node *n, int B, shoal_error *
         for (int j = 0; j < n->F; j++) sum += exp((double)(xs[j] - mx));
         if (n->act == NN_SOFTMAX) {
           float inv = (float)(1.0 / sum);
-          for (int j = 0; j < n->F; j++) ys[j] = expf(xs[j] - mx) * inv;
+          for (int j = 0; j < n->F; j++) ys[j] = nn__exp_neg(xs[j] - mx) * inv;
         } else {
           float lse = mx + (float)log(sum);
           for (int j = 0; j < n->F; j++) ys[j] = xs[j] - lse;
@@ -145,7 +145,7 @@ NN__CLONES static void act_backward(nn_model *m, nn__node *n, int B) {
           /* dx_i = dy_i - softmax_i sum_j dy_j */
           for (int j = 0; j < n->F; j++) dot += dys[j];
           float d = (float)dot;
-          NN__PUT_LOOP(acc, dxs, n->F, j, dys[j] - expf(ys[j]) * d);
+          NN__PUT_LOOP(acc, dxs, n->F, j, dys[j] - nn__exp_neg(ys[j]) * d);
         }
       }
       break;

@@ -14,7 +14,7 @@
 
 #include "nn/cpu/cpu.h"
 
-static inline float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
+static inline float sigm(float v) { return nn__sigmoid(v); }
 
 /* ---- LSTM cell. cache: gate activations (B, 4Hd), then tanh(c') (B, Hd) ----------- */
 
@@ -33,11 +33,11 @@ static int lstm_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
     const float *c = in + (size_t)s * Fin + I + Hd;
     float *h1 = n->out + (size_t)s * 2 * Hd, *c1 = h1 + Hd, *t = tc + (size_t)s * Hd;
     for (int j = 0; j < Hd; j++) {
-      float ig = sigm(g[j]), fg = sigm(g[Hd + j]), gg = tanhf(g[2 * Hd + j]),
+      float ig = sigm(g[j]), fg = sigm(g[Hd + j]), gg = nn__tanh(g[2 * Hd + j]),
             og = sigm(g[3 * Hd + j]);
       g[j] = ig, g[Hd + j] = fg, g[2 * Hd + j] = gg, g[3 * Hd + j] = og;
       c1[j] = fg * c[j] + ig * gg;
-      t[j] = tanhf(c1[j]);
+      t[j] = nn__tanh(c1[j]);
       h1[j] = og * t[j];
     }
   }
@@ -102,7 +102,7 @@ static int gru_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
     float *c = n->cache + (size_t)s * 4 * Hd, *h1 = n->out + (size_t)s * Hd;
     for (int j = 0; j < Hd; j++) {
       float r = sigm(a[j] + b[j]), z = sigm(a[Hd + j] + b[Hd + j]);
-      float nn_ = tanhf(a[2 * Hd + j] + r * b[2 * Hd + j]);
+      float nn_ = nn__tanh(a[2 * Hd + j] + r * b[2 * Hd + j]);
       c[j] = r, c[Hd + j] = z, c[2 * Hd + j] = nn_, c[3 * Hd + j] = b[2 * Hd + j];
       h1[j] = (1.0f - z) * nn_ + z * h[j];
     }
