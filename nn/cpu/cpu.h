@@ -85,13 +85,13 @@ static inline float nn__exp_neg(float x0) {
  * relative), else (1 - e)/(1 + e) with e = e^(-2|x|), which does not cancel there. */
 static inline float nn__tanh(float x) {
   float a = x < 0 ? -x : x, z = x * x;
+  /* the series' coefficients -1/3, 2/15, -17/315, 62/2835, -1382/155925, 21844/6081075,
+   * -929569/638512875, rounded to float */
+  const float c3 = -3.3333333333e-01f, c5 = 1.3333333333e-01f, c7 = -5.3968253968e-02f,
+              c9 = 2.1869488536e-02f, c11 = -8.8632355299e-03f, c13 = 3.5921280366e-03f,
+              c15 = -1.4558343871e-03f;
   float s =
-      x * (1.0f + z * (-1.0f / 3 +
-                       z * (2.0f / 15 +
-                            z * (-17.0f / 315 +
-                                 z * (62.0f / 2835 + z * (-1382.0f / 155925 +
-                                                          z * (21844.0f / 6081075 +
-                                                               z * (-929569.0f / 638512875))))))));
+      x * (1.0f + z * (c3 + z * (c5 + z * (c7 + z * (c9 + z * (c11 + z * (c13 + z * c15)))))));
   float e = nn__exp_neg(-2.0f * a), t = (1.0f - e) / (1.0f + e);
   t = x < 0 ? -t : t;
   return a < 0.5f ? s : t;
