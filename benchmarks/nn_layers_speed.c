@@ -170,20 +170,34 @@ static void profile_print(const char *title, nn_model *const *ms, const char *co
   }
 }
 
+/* n training steps of m at batch B: the target's forward when there is one, then m's
+ * forward, backward and SGD. */
+typedef struct train_ctx {
+  nn_model *m, *target;
+  int B;
+  float *x, *dy;
+  int n;
+} train_ctx;
+
+static void train_steps(void *vc) {
+  train_ctx *c = vc;
+  shoal_error err = {0};
+  const float *y;
+  for (int i = 0; i < c->n; i++) {
+    if (c->target && nn_model_forward(c->target, c->x, c->B, &y, &err)) die("target forward", &err);
+    nn_model_zero_grad(c->m);
+    if (nn_model_forward(c->m, c->x, c->B, &y, &err)) die("forward", &err);
+    if (nn_model_backward(c->m, c->dy, NULL, &err)) die("backward", &err);
+    sgd(c->m, 1e-6f);
+  }
+}
+
 /* One training step's forward and backward (plus SGD) of model m at batch B. */
 static double train_rate(nn_model *m, int B, int in_f, int out_f, nn_model *target) {
-  shoal_error err = {0};
-  float *x = rnd((size_t)B * in_f, 1, 5), *dy = rnd((size_t)B * out_f, 0.01f, 6);
-  const float *y;
+  train_ctx c = {m, target, B, rnd((size_t)B * in_f, 1, 5), rnd((size_t)B * out_f, 0.01f, 6), 1};
   double r;
-  RATE(r, {
-    if (target && nn_model_forward(target, x, B, &y, &err)) die("target forward", &err);
-    nn_model_zero_grad(m);
-    if (nn_model_forward(m, x, B, &y, &err)) die("forward", &err);
-    if (nn_model_backward(m, dy, NULL, &err)) die("backward", &err);
-    sgd(m, 1e-6f);
-  });
-  free(x), free(dy);
+  RATE(r, train_steps(&c));
+  free(c.x), free(c.dy);
   return r;
 }
 
@@ -365,25 +379,6 @@ static void gan_iters(void *c) {
   for (int i = 0; i < ((gan_ctx *)c)->n; i++) gan_iter(c);
 }
 
-typedef struct train_ctx {
-  nn_model *m;
-  int B;
-  float *x, *dy;
-  int n;
-} train_ctx;
-
-static void train_steps(void *vc) {
-  train_ctx *c = vc;
-  shoal_error err = {0};
-  const float *y;
-  for (int i = 0; i < c->n; i++) {
-    nn_model_zero_grad(c->m);
-    if (nn_model_forward(c->m, c->x, c->B, &y, &err)) die("forward", &err);
-    if (nn_model_backward(c->m, c->dy, NULL, &err)) die("backward", &err);
-    sgd(c->m, 1e-6f);
-  }
-}
-
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 1;
   if (argc > 2) g_only = argv[2], g_min_s = 3;
@@ -492,7 +487,8 @@ int main(int argc, char **argv) {
   if (want("denses")) dense_table(t);
   if (want("profile")) {
     /* where the time goes, per layer: Nature-DQN's training step and the DCGAN iteration */
-    train_ctx tc = {na, 32, rnd((size_t)32 * 4 * 84 * 84, 1, 5), rnd((size_t)32 * 6, 0.01f, 6), 20};
+    train_ctx tc = {
+        na, NULL, 32, rnd((size_t)32 * 4 * 84 * 84, 1, 5), rnd((size_t)32 * 6, 0.01f, 6), 20};
     profile_print("nature train b32, 20 steps", &na, (const char *const[]){"Q"}, 1, train_steps,
                   &tc);
     free(tc.x), free(tc.dy);
