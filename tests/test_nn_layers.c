@@ -25,6 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdatomic.h>
+
+#include "nn/cpu/cpu.h"  /* nn__parallel_for */
 #include "nn/internal.h" /* nn__sgemm, to check both GEMM paths */
 #include "nn/nn.h"
 
@@ -1276,6 +1279,40 @@ static void test_conv_paths_agree(void **s) {
   nn_set_threads(1);
 }
 
+/* nn's thread pool runs each task of a job exactly once, and returns only when all have
+ * finished: jobs of uneven sizes back to back, as a training step's layers are. A worker
+ * late from one job once claimed a task of the next before it was published (a dW panel
+ * added twice, or a layer's output read before a task had written it). */
+typedef struct pool_probe {
+  atomic_int ran[16];
+  atomic_int finished;
+} pool_probe;
+
+static void pool_probe_task(void *ctx, int task, int thread) {
+  pool_probe *p = ctx;
+  atomic_fetch_add(&p->ran[task], 1);
+  for (volatile int i = 0; i < (task % 3) * 50; i++) {
+  }
+  atomic_fetch_add(&p->finished, 1);
+}
+
+static void test_pool_each_task_once(void **s) {
+  nn_set_threads(2);
+  pool_probe p;
+  for (int job = 0; job < 50000; job++) {
+    int n = 1 + (job * 7 + job / 3) % 9; /* 1..9 tasks, growing and shrinking */
+    for (int t = 0; t < 16; t++) atomic_store(&p.ran[t], 0);
+    atomic_store(&p.finished, 0);
+    nn__parallel_for(n, pool_probe_task, &p);
+    if (atomic_load(&p.finished) != n)
+      fail_msg("job %d: returned with %d of %d tasks finished", job, atomic_load(&p.finished), n);
+    for (int t = 0; t < 16; t++)
+      if (atomic_load(&p.ran[t]) != (t < n))
+        fail_msg("job %d of %d tasks: task %d ran %d times", job, n, t, atomic_load(&p.ran[t]));
+  }
+  nn_set_threads(1);
+}
+
 /* Dense layers on nn's own kernels (nn/cpu/densek.c) against the gemm path, at shapes
  * that take them (shapes they leave to sgemm would compare sgemm with itself): partial
  * panels and row tiles, no bias, and an input read by two layers (dx added, not stored). */
@@ -1679,6 +1716,7 @@ int main(void) {
       cmocka_unit_test(test_set_output),
       cmocka_unit_test(test_describe_and_find),
       cmocka_unit_test(test_profile),
+      cmocka_unit_test(test_pool_each_task_once),
       cmocka_unit_test(test_no_cuda_backend),
       cmocka_unit_test(test_gradients_accumulate),
   };

@@ -19,7 +19,7 @@
 
 #include "nn/cpu/cpu.h"
 
-#define NN__POOL_MAX 16 /* worker threads, beyond the caller */
+#define NN__POOL_MAX 16    /* worker threads, beyond the caller */
 #define NN__POOL_SPIN 2000 /* sched_yield()s, about a millisecond */
 
 /* Tasks are claimed from one word, (job << 32) | next task, by compare-and-swap: a worker
@@ -30,25 +30,39 @@ static struct {
   pthread_mutex_t run_mu; /* one job at a time */
   pthread_mutex_t mu;
   pthread_cond_t wake;
-  int started;          /* workers created */
-  atomic_ulong gen;     /* the current job's number, for waking workers */
+  int started;           /* workers created */
+  atomic_ulong gen;      /* the current job's number, for waking workers */
   _Atomic uint64_t word; /* (job number << 32) | next task index */
-  atomic_int done;      /* tasks of the current job finished */
+  atomic_int done;       /* tasks of the current job finished */
   _Atomic int n_tasks;
   void (*_Atomic fn)(void *ctx, int task, int thread);
   void *_Atomic ctx;
+  _Atomic uint32_t fjob; /* the job fn, ctx and n_tasks belong to; 0 while they change */
 } g_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
 
-/* Runs tasks of job number job until none are left or the job is over. The fields read
- * before a successful claim belong to job: it cannot end (nor the fields change) while
- * one of its tasks is unclaimed. */
+/* Runs tasks of job number job until none are left or the job is over.
+ *
+ * fn, ctx and n_tasks are read as a seqlock on fjob: a worker that read word while job
+ * was current may read them after the caller has begun the next job. A task index t it
+ * read in job's word could then be tested against the next job's n_tasks and claimed by
+ * a compare-and-swap that lands before the next job's word is stored: a task of the next
+ * job run twice (a dW panel added twice) and a `done` counted for it, so the caller could
+ * return before the task that really ran it had finished. Once fjob shows the fields are
+ * job's, a successful claim of t < n_tasks proves the job was still open (task t was
+ * unclaimed), so the caller cannot have changed them yet. */
 static void run_tasks(uint32_t job, int thread) {
   for (;;) {
     uint64_t w = atomic_load(&g_pool.word);
     if ((uint32_t)(w >> 32) != job) return;
+    if (atomic_load_explicit(&g_pool.fjob, memory_order_acquire) != job) {
+      sched_yield(); /* the caller is publishing the next job */
+      continue;
+    }
     void (*fn)(void *, int, int) = atomic_load_explicit(&g_pool.fn, memory_order_relaxed);
     void *ctx = atomic_load_explicit(&g_pool.ctx, memory_order_relaxed);
     int n = atomic_load_explicit(&g_pool.n_tasks, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&g_pool.fjob, memory_order_relaxed) != job) continue;
     int t = (int)(uint32_t)w;
     if (t >= n) return;
     if (!atomic_compare_exchange_weak(&g_pool.word, &w, w + 1)) continue;
@@ -117,9 +131,13 @@ void nn__parallel_for(int n_tasks, void (*fn)(void *ctx, int task, int thread), 
   /* Workers beyond T (threads lowered since) may take tasks too: every thread index
    * below nn__pool_max_threads() has its scratch. */
   uint32_t job = (uint32_t)atomic_load(&g_pool.gen) + 1;
+  if (!job) job = 1; /* 0 marks fjob's fields as changing */
+  atomic_store_explicit(&g_pool.fjob, 0, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&g_pool.fn, fn, memory_order_relaxed);
   atomic_store_explicit(&g_pool.ctx, ctx, memory_order_relaxed);
   atomic_store_explicit(&g_pool.n_tasks, n_tasks, memory_order_relaxed);
+  atomic_store_explicit(&g_pool.fjob, job, memory_order_release);
   atomic_store(&g_pool.done, 0);
   atomic_store(&g_pool.word, (uint64_t)job << 32); /* publishes the fields above */
   pthread_mutex_lock(&g_pool.mu);
