@@ -260,9 +260,12 @@ static void conv_table(const char *t) {
      * conv-transpose's are those of the conv it is the adjoint of */
     double macs = k->t ? (double)k->B * k->C * k->H * k->W * C * k->k * k->k
                        : (double)k->B * C * H * W * k->C * k->k * k->k;
-    /* a 3x3 stride-1 layer: each of nn's paths with Winograd F(2x2,3x3) off, then on
-     * (its forward and dx; GFLOP/s counts the direct sum's multiply-adds) */
-    bool wino = !k->t && k->k == 3 && k->s == 1;
+    /* a layer Winograd can run (3x3 stride 1, or a kernel 2 or 3 times its stride through
+     * the space-to-depth form, nn/cpu/wino.c): each of nn's paths with it off, then on at
+     * the tile size it picks (its forward and dx; GFLOP/s counts the direct sum's
+     * multiply-adds) */
+    int r = (k->k + k->s - 1) / k->s;
+    bool wino = (r == 2 || r == 3) && r * k->s == k->k && k->pad < k->k;
     /* a conv2d whose space-to-depth input has 16 channels or more: nn's paths with the
      * forward packed (the row "-packed"), then direct over channels-last input (convk.c) */
     bool direct = !k->t && k->C * k->s * k->s >= 16;

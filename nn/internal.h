@@ -302,9 +302,10 @@ void nn__cpu_apply_threads(void);
  * the path in force (a path the CPU lacks gives the best it has; name NULL: no change),
  * NULL for an unknown name (nothing changes). Not thread-safe against running models. */
 const char *nn__conv_path_force(const char *name);
-/* Winograd F(2x2, 3x3) for 3x3 stride-1 conv2d on nn's own kernels (nn/cpu/wino.c), as
- * SHOAL_NN_WINOGRAD sets it: mode -1 where it pays, 0 never, 1 every layer it can run
- * (another value changes nothing). Returns the mode before. Not thread-safe against
+/* Winograd F(m x m, r x r) for conv2d and conv-transpose2d on nn's own kernels
+ * (nn/cpu/wino.c), as SHOAL_NN_WINOGRAD sets it: mode -1 where it pays, 0 never, 1 every
+ * layer it can run, 2..5 every layer with tile size m = mode where it has one (another
+ * value changes nothing). Returns the mode before. Not thread-safe against
  * running models. */
 int nn__wino_mode(int mode);
 /* The direct conv2d forward (nn/cpu/convk.c): 1 on, 0 off (SHOAL_NN_DIRECT), -1 leaves it;

@@ -1246,6 +1246,10 @@ static void test_conv_paths_agree(void **s) {
       {16, 3, 4, 16, 3, 3, 1, 0, 40},       /* one tile a sample, tasks ending mid-block */
       {8, 9, 9, 12, 3, 3, 2, 1, 3},         /* 3x3 stride 2: zero taps in the s2d kernel */
       {6, 10, 12, 8, 4, 4, 2, 1, 3},        /* 24 s2d channels: a part panel in the direct dx */
+      {3, 18, 22, 20, 8, 8, 4, 3, 2},     /* 8x8/4 with padding 3: Winograd over 48 s2d channels */
+      {5, 12, 13, 9, 6, 6, 2, 2, 2},      /* 6x6/2: a 3x3 kernel over the s2d form */
+      {7, 5, 6, 10, 6, 6, 2, 1, 2, 1, 1}, /* its conv-transpose, output padding 1 */
+      {9, 6, 5, 6, 4, 4, 2, 1, 3, 1, 1},  /* a 4x4/2 conv-transpose with output padding */
   };
   const char *was = nn__conv_path_force(NULL);
   int was_w = nn__wino_mode(-1), was_d = nn__direct_mode(-1);
@@ -1257,20 +1261,25 @@ static void test_conv_paths_agree(void **s) {
       Wo = (c->W - 1) * c->s - 2 * c->pad + c->kw + c->opad;
     size_t ny = (size_t)c->B * c->Co * Ho * Wo, nx = (size_t)c->B * c->C * c->H * c->W;
     size_t np = (size_t)c->Co * c->C * c->kh * c->kw + c->Co;
-    /* 3x3 stride 1: nn's kernels with Winograd F(2x2,3x3) (nn/cpu/wino.c) and without */
-    bool w = !c->t && c->kh == 3 && c->kw == 3 && c->s == 1;
+    /* Winograd (nn/cpu/wino.c) off, chosen, and at each tile size m it has for the layer:
+     * 3x3 stride 1, and kernels 2 or 3 times their stride (the space-to-depth form) */
+    int r = (c->kh + c->s - 1) / c->s;
+    bool w = c->kh == c->kw && (r == 2 || r == 3) && r * c->s == c->kh && c->pad < c->kh;
     /* and the direct forward and dx over channels-last s2d tensors, or the packed ones
      * (convk.c), where the space-to-depth form has 16 channels or more (a conv-transpose's
      * is that of its output, the input of the conv it is the adjoint of) */
     bool d = (c->t ? c->Co : c->C) * c->s * c->s >= 16;
-    for (int mode = w ? 0 : -1; mode <= (w ? 1 : -1); mode++)
-      for (int dm = d && mode != 1 ? 0 : 1; dm <= 1; dm++) {
+    for (int mode = w ? 0 : -1; mode <= (w ? 5 : -1); mode++)
+      for (int dm = d && mode <= 0 ? 0 : 1; dm <= 1; dm++) {
         nn__wino_mode(mode);
         nn__direct_mode(dm);
-        paths_agree(mode == 1 ? "geometry (winograd)"
-                    : dm      ? "geometry"
-                              : "geometry (packed)",
-                    gi, conv_run, c, ny, np, nx);
+        char kind[48];
+        snprintf(kind, sizeof kind,
+                 mode > 0 ? "geometry (winograd %d)"
+                 : dm     ? "geometry"
+                          : "geometry (packed)",
+                 mode);
+        paths_agree(kind, gi, conv_run, c, ny, np, nx);
       }
   }
   nn__wino_mode(was_w);

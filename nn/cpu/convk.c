@@ -34,9 +34,9 @@
  * both off).
  *
  * A conv2d whose only reader is a ReLU writes max(y, 0) into the ReLU's buffer
- * (nn__node.fuse_act). 3x3 stride-1 layers with 16 or more channels in and out run their
- * forward and dx by Winograd F(2x2,3x3) instead (nn/cpu/wino.c), on these micro-kernels'
- * shapes; their dW stays here.
+ * (nn__node.fuse_act). 3x3 stride-1 layers, and strided ones whose kernel is 2 or 3 times
+ * the stride (4x4/2, 8x8/4), run their forward and dx by Winograd F(m x m, r x r) instead
+ * where it pays (nn/cpu/wino.c), on these micro-kernels' shapes; their dW stays here.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -909,7 +909,7 @@ static void pack_w_rows(const float *w, int Co, int K, int mr, float *Wp) {
 }
 
 void nn__convk_forward(nn_model *m, nn__node *n, int B) {
-  if (nn__wino_runs(m, n, B)) {
+  if (nn__wino_runs(m, n, B, false)) {
     nn__wino_forward(m, n, B);
     return;
   }
@@ -1215,7 +1215,7 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
   bool acc;
   j.dx = nn__dinput(m, n, 0, &acc);
   if (!j.dx) return;
-  if (nn__wino_runs(m, n, B)) { /* the scratch is free again: dW is done */
+  if (nn__wino_runs(m, n, B, true)) { /* the scratch is free again: dW is done */
     nn__wino_dx(m, n, B, j.dx, acc);
     return;
   }
@@ -1245,6 +1245,10 @@ static void sum_task(void *vc, int s, int th) {
 }
 
 void nn__convk_t_forward(nn_model *m, nn__node *n, int B) {
+  if (nn__wino_runs(m, n, B, false)) {
+    nn__wino_forward(m, n, B);
+    return;
+  }
   job j;
   job_init(&j, m, n, B);
   j.dy = nn__input(m, n, 0)->out;
@@ -1271,6 +1275,10 @@ void nn__convk_t_backward(nn_model *m, nn__node *n, int B) {
   bool acc;
   j.y = nn__dinput(m, n, 0, &acc);
   if (!j.y) return;
+  if (nn__wino_runs(m, n, B, true)) { /* after dW, as a conv's dx */
+    nn__wino_dx(m, n, B, j.y, acc);
+    return;
+  }
   j.acc = acc;
   float *Wp = m->scratch + j.L.w;
   pack_w_rows(m->params + n->poff[0], g->Co, g->K, j.I->mr, Wp);

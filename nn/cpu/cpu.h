@@ -148,17 +148,20 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B);
 void nn__convk_t_forward(nn_model *m, nn__node *n, int B);
 void nn__convk_t_backward(nn_model *m, nn__node *n, int B);
 
-/* ---- Winograd F(2x2, 3x3) for 3x3 stride-1 conv2d (nn/cpu/wino.c) ----
+/* ---- Winograd F(m x m, r x r) for conv2d and conv-transpose2d (nn/cpu/wino.c) ----
  * The forward and the input gradient of a layer that nn's own kernels run (its dW stays
- * on them), in their per-ISA micro-kernels. SHOAL_NN_WINOGRAD=0 turns it off, =1 runs it
- * on every layer it can (tests); unset, on the shapes where it pays. */
-/* Scratch floats for node n at batches up to max_batch; 0 when n is not a 3x3, stride-1,
- * undilated conv2d with padding at most 2. */
+ * on them), in their per-ISA micro-kernels: 3x3 stride-1 layers and strided ones whose
+ * kernel is 2 or 3 times the stride, through the space-to-depth form. SHOAL_NN_WINOGRAD=0
+ * turns it off, =1 runs it on every layer it can (tests), =2..5 too with that tile size
+ * where there is one; unset, on the shapes where it pays. */
+/* Scratch floats for node n at batches up to max_batch; 0 when n is not such a layer. */
 size_t nn__wino_scratch(const nn_model *m, const nn__node *n, int max_batch);
-/* Whether node n, which nn__convk_runs accepts, runs its forward and dx here at batch B. */
-bool nn__wino_runs(const nn_model *m, const nn__node *n, int B);
-/* y = W x + b (into the fused ReLU's buffer, as nn__convk_forward), and dx (+)= the input
- * gradient of dy. For nodes nn__wino_runs accepts; can't fail. */
+/* Whether node n, which nn__convk_runs accepts, runs its forward (dx false) or its input
+ * gradient (dx true) here at batch B. */
+bool nn__wino_runs(const nn_model *m, const nn__node *n, int B, bool dx);
+/* The node's output (a conv2d's into the fused ReLU's buffer, as nn__convk_forward; a
+ * conv-transpose's plus its bias), and dx (+)= the input gradient of its dy. For nodes
+ * nn__wino_runs accepts in that direction; can't fail. */
 void nn__wino_forward(nn_model *m, nn__node *n, int B);
 void nn__wino_dx(nn_model *m, nn__node *n, int B, float *dx, bool acc);
 

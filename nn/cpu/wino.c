@@ -1,28 +1,39 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nn/cpu/wino.c — 3x3 stride-1 conv2d by Winograd F(2x2, 3x3): the forward and the
- * input gradient (dW stays on nn/cpu/convk.c's packed implicit GEMM).
+ * nn/cpu/wino.c — conv2d and conv-transpose2d by Winograd F(m x m, r x r): the forward and
+ * the input gradient (dW stays on nn/cpu/convk.c's kernels).
  *
- * A 2x2 output tile from a 4x4 input patch d and a 3x3 filter g is
+ * An m x m output tile from an n x n input patch d (n = m + r - 1) and an r x r filter g is
  *   Y = A^T [ (G g G^T) ⊙ (B^T d B) ] A
- * 16 multiplies where the direct sum takes 36. Over channels the ⊙ becomes 16 GEMMs,
- * one per position ξ of the 4x4 transformed tile:
+ * n^2 multiplies where the direct sum takes m^2 r^2. Over channels the ⊙ becomes n^2
+ * GEMMs, one per position ξ of the transformed tile:
  *   M^T[ξ] (tiles x C_out) = V^T[ξ] (tiles x C_in) U^T[ξ] (C_in x C_out)
  * with V = B^T d B per (tile, input channel) and U = G g G^T per (output, input channel).
  *
- * The input is first laid out channels-last and zero-padded (xh: rows, columns,
- * channels), so both transforms are vector loops over channels with no bounds tests.
- * V^T[ξ] is written row-major (a tile's channels contiguous) and read by micro-kernels
- * that broadcast from rows lda apart; U^T[ξ] is packed once per call into NR-wide panels
- * of output channels. A task is one block of tiles (any samples): it transforms their
- * patches, runs the 16 GEMMs into M^T, and writes each tile's 2x2 outputs (plus bias and
- * a fused ReLU, or added into dx), so V and M^T stay in cache.
+ * Which layers: 3x3 (r = 3) stride-1 ones, and strided ones whose kernel is r = 2 or 3
+ * times the stride (4x4/2, 8x8/4, 6x6/2): as convk.c does, those are stride-1 r x r
+ * convolutions over the input laid out space-to-depth, xs[(c*s + ri)*s + rj][a][b] =
+ * x[c][a*s + ri - pad][b*s + rj - pad], with C*s*s channels. The input gradient of that
+ * stride-1 conv is the conv of dy, padded by r - 1, with each filter turned 180 degrees
+ * and channels swapped; its output is dx in space-to-depth form, written back to NCHW as
+ * the tiles come out. A conv-transpose's forward is that input gradient, and its input
+ * gradient that forward. The tile size m is chosen per layer and direction, counting
+ * multiplies over the tiles that cover the output (a 7x7 output takes four 4x4 tiles,
+ * 100 products a channel pair against the direct sum's 196).
  *
- * The input gradient of a stride-1 conv is the conv of dy, padded by 2 - pad, with each
- * filter turned 180 degrees and input and output channels swapped: the same routine.
+ * The input is first laid out channels-last, in space-to-depth form and zero-padded (xh:
+ * rows, columns, channels), so both transforms are vector loops over channels with no
+ * bounds tests. V^T[ξ] is written row-major (a tile's channels contiguous) and read by
+ * micro-kernels that broadcast from rows lda apart; U^T[ξ] is packed once per call into
+ * NR-wide panels of output channels. A task is one block of tiles (any samples): it
+ * transforms their patches, runs the n^2 GEMMs into M^T, and writes each tile's outputs
+ * (plus bias and a fused ReLU, or added into dx), so V and M^T stay in cache.
  *
- * Error: F(2x2, 3x3)'s transforms have entries 0, ±1 and ±1/2, so the result differs from
- * the direct sum by a few float roundings (the parity tests hold it to 1e-4 relative).
+ * The transforms come from the Toom-Cook construction at the points listed beside each
+ * table (generated with exact fractions; B^T's rows scaled to integers, G taking the
+ * scale). Error: a few float roundings more than the direct sum, growing with m (the
+ * parity tests hold every variant to 1e-4 relative; the largest, F(5,2) and F(4,3), come
+ * within 1e-5 of float64 sums over 64 channels).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -32,7 +43,9 @@
 
 #define MR_MAX 8
 #define NR_MAX 32
-#define TT_MAX 32 /* tiles per task */
+#define TT_CAP 96           /* tiles per task at most */
+#define TT_BUDGET (1 << 19) /* floats of V^T and M^T per task: a few MB, L3 */
+#define N_MAX 6             /* transformed tile size n at most */
 /* Floats between the 16 matrices of V^T and of M^T beyond their size: at 32 tiles of 64
  * channels they would lie 8 KB apart, and the transforms' 16 streams would all fall in
  * the same L1 sets (measured 2-3x slower). */
@@ -130,148 +143,65 @@ static const wisa g_wisa[] = {
 #endif
 };
 
-/* ---- when it runs ------------------------------------------------------------------- */
+/* ---- the algorithms ------------------------------------------------------------------ */
 
-static int g_mode = -1; /* -1: where it pays, 0: never, 1: every layer it can run */
-static pthread_once_t g_mode_once = PTHREAD_ONCE_INIT;
+/* F(2,2), points 0, 1 and infinity */
+static const float AT_f22[6] = {1.0f, 1.0f, 0.0f, 0.0f, 1.0f, 1.0f};
+static const float G_f22[6] = {1.0f, 0.0f, 1.0f, 1.0f, 0.0f, 1.0f};
+static const float BT_f22[9] = {1.0f, -1.0f, 0.0f, 0.0f, 1.0f, 0.0f, 0.0f, -1.0f, 1.0f};
+/* F(3,2), points 0, 1, -1 and infinity */
+static const float AT_f32[12] = {1.0f,  1.0f, 1.0f, 0.0f, 0.0f, 1.0f,
+                                 -1.0f, 0.0f, 0.0f, 1.0f, 1.0f, 1.0f};
+static const float G_f32[8] = {1.0f, 0.0f, 0.5f, 0.5f, 0.5f, -0.5f, 0.0f, 1.0f};
+static const float BT_f32[16] = {1.0f, 0.0f,  -1.0f, 0.0f, 0.0f, 1.0f,  1.0f, 0.0f,
+                                 0.0f, -1.0f, 1.0f,  0.0f, 0.0f, -1.0f, 0.0f, 1.0f};
+/* F(4,2), points 0, 1, -1, 2 and infinity */
+static const float AT_f42[20] = {1.0f, 1.0f, 1.0f, 1.0f, 0.0f, 0.0f, 1.0f, -1.0f, 2.0f, 0.0f,
+                                 0.0f, 1.0f, 1.0f, 4.0f, 0.0f, 0.0f, 1.0f, -1.0f, 8.0f, 1.0f};
+static const float G_f42[10] = {0.5f,          0.0f,         0.5f,         0.5f, 0.166666667f,
+                                -0.166666667f, 0.166666667f, 0.333333333f, 0.0f, 1.0f};
+static const float BT_f42[25] = {2.0f, -1.0f, -2.0f, 1.0f, 0.0f,  0.0f,  2.0f, 1.0f,  -1.0f,
+                                 0.0f, 0.0f,  -2.0f, 3.0f, -1.0f, 0.0f,  0.0f, -1.0f, 0.0f,
+                                 1.0f, 0.0f,  0.0f,  2.0f, -1.0f, -2.0f, 1.0f};
+/* F(5,2), points 0, 1, -1, 2, -2 and infinity */
+static const float AT_f52[30] = {1.0f,  1.0f, 1.0f,  1.0f, 1.0f, 0.0f, 0.0f, 1.0f,  -1.0f, 2.0f,
+                                 -2.0f, 0.0f, 0.0f,  1.0f, 1.0f, 4.0f, 4.0f, 0.0f,  0.0f,  1.0f,
+                                 -1.0f, 8.0f, -8.0f, 0.0f, 0.0f, 1.0f, 1.0f, 16.0f, 16.0f, 1.0f};
+static const float G_f52[12] = {0.25f,         0.0f,           0.166666667f,  0.166666667f,
+                                0.166666667f,  -0.166666667f,  0.0416666667f, 0.0833333333f,
+                                0.0416666667f, -0.0833333333f, 0.0f,          1.0f};
+static const float BT_f52[36] = {4.0f,  0.0f,  -5.0f, 0.0f, 1.0f,  0.0f, 0.0f,  4.0f,  4.0f,
+                                 -1.0f, -1.0f, 0.0f,  0.0f, -4.0f, 4.0f, 1.0f,  -1.0f, 0.0f,
+                                 0.0f,  -2.0f, -1.0f, 2.0f, 1.0f,  0.0f, 0.0f,  2.0f,  -1.0f,
+                                 -2.0f, 1.0f,  0.0f,  0.0f, 4.0f,  0.0f, -5.0f, 0.0f,  1.0f};
+/* F(2,3), points 0, 1, -1 and infinity */
+static const float AT_f23[8] = {1.0f, 1.0f, 1.0f, 0.0f, 0.0f, 1.0f, -1.0f, 1.0f};
+static const float G_f23[12] = {1.0f, 0.0f,  0.0f, 0.5f, 0.5f, 0.5f,
+                                0.5f, -0.5f, 0.5f, 0.0f, 0.0f, 1.0f};
+static const float BT_f23[16] = {1.0f, 0.0f,  -1.0f, 0.0f, 0.0f, 1.0f,  1.0f, 0.0f,
+                                 0.0f, -1.0f, 1.0f,  0.0f, 0.0f, -1.0f, 0.0f, 1.0f};
+/* F(3,3), points 0, 1, -1, 2 and infinity */
+static const float AT_f33[15] = {1.0f, 1.0f, 1.0f, 1.0f, 0.0f, 0.0f, 1.0f, -1.0f,
+                                 2.0f, 0.0f, 0.0f, 1.0f, 1.0f, 4.0f, 1.0f};
+static const float G_f33[15] = {
+    0.5f,         0.0f,         0.0f,         0.5f,         0.5f, 0.5f, 0.166666667f, -0.166666667f,
+    0.166666667f, 0.166666667f, 0.333333333f, 0.666666667f, 0.0f, 0.0f, 1.0f};
+static const float BT_f33[25] = {2.0f, -1.0f, -2.0f, 1.0f, 0.0f,  0.0f,  2.0f, 1.0f,  -1.0f,
+                                 0.0f, 0.0f,  -2.0f, 3.0f, -1.0f, 0.0f,  0.0f, -1.0f, 0.0f,
+                                 1.0f, 0.0f,  0.0f,  2.0f, -1.0f, -2.0f, 1.0f};
+/* F(4,3), points 0, 1, -1, 1/2, -1/2 and infinity */
+static const float AT_f43[24] = {1.0f,  1.0f, 1.0f,  1.0f, 1.0f,  0.0f,   0.0f,    1.0f,
+                                 -1.0f, 0.5f, -0.5f, 0.0f, 0.0f,  1.0f,   1.0f,    0.25f,
+                                 0.25f, 0.0f, 0.0f,  1.0f, -1.0f, 0.125f, -0.125f, 1.0f};
+static const float G_f43[18] = {
+    1.0f,         0.0f,          0.0f,         0.166666667f, 0.166666667f, 0.166666667f,
+    0.166666667f, -0.166666667f, 0.166666667f, 1.33333333f,  0.666666667f, 0.333333333f,
+    1.33333333f,  -0.666666667f, 0.333333333f, 0.0f,         0.0f,         0.25f};
+static const float BT_f43[36] = {1.0f, 0.0f,  -5.0f, 0.0f,  4.0f,  0.0f,  0.0f,  -1.0f, -1.0f,
+                                 4.0f, 4.0f,  0.0f,  0.0f,  1.0f,  -1.0f, -4.0f, 4.0f,  0.0f,
+                                 0.0f, 1.0f,  2.0f,  -1.0f, -2.0f, 0.0f,  0.0f,  -1.0f, 2.0f,
+                                 1.0f, -2.0f, 0.0f,  0.0f,  1.0f,  0.0f,  -5.0f, 0.0f,  4.0f};
 
-static void mode_init(void) {
-  const char *e = getenv("SHOAL_NN_WINOGRAD");
-  if (e && !strcmp(e, "0")) g_mode = 0;
-  if (e && !strcmp(e, "1")) g_mode = 1;
-}
-
-int nn__wino_mode(int mode) {
-  pthread_once(&g_mode_once, mode_init);
-  int was = g_mode;
-  if (mode >= -1 && mode <= 1) g_mode = mode;
-  return was;
-}
-
-static bool wino_can(const nn_model *m, const nn__node *n) {
-  return n->kind == NN__CONV && n->kh == 3 && n->kw == 3 && n->stride == 1 && n->dil == 1 &&
-         n->pad <= 2 && m->nodes[n->in[0]].H + 2 * n->pad >= 3;
-}
-
-bool nn__wino_runs(const nn_model *m, const nn__node *n, int B) {
-  pthread_once(&g_mode_once, mode_init);
-  if (!g_mode || !wino_can(m, n)) return false;
-  if (g_mode == 1) return true;
-  /* Measured (benchmarks/nn_layers_speed): with few channels the transforms and the
-   * tiles' unused outputs cost more than the 2.25x fewer multiply-adds save; with few
-   * tiles (an actor's batch of one) the filters' transform, made on every call, does. */
-  int C = m->nodes[n->in[0]].C;
-  return C >= 16 && n->C >= 16 && (size_t)B * ((n->H + 1) / 2) * ((n->W + 1) / 2) >= 4 * TT_MAX;
-}
-
-/* ---- geometry and scratch ------------------------------------------------------------ */
-
-typedef struct wgeo {
-  int C, H, W, pad; /* the conv's input (dx: dy, its C_out channels) and padding */
-  int Co, Ho, Wo;   /* its output */
-  int TH, TW, T;    /* tiles per sample */
-  int Hp, Wp;       /* xh per sample: (Hp, Wp, C), zero outside the input */
-  size_t xhF;
-} wgeo;
-
-static wgeo wgeo_make(int C, int H, int W, int pad, int Co, int Ho, int Wo) {
-  wgeo g = {C, H, W, pad, Co, Ho, Wo, (Ho + 1) / 2, (Wo + 1) / 2, 0, 0, 0, 0};
-  g.T = g.TH * g.TW;
-  g.Hp = 2 * g.TH + 2, g.Wp = 2 * g.TW + 2;
-  g.xhF = (size_t)g.Hp * g.Wp * C;
-  return g;
-}
-
-static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
-static size_t round_nr(int c) { return ((size_t)c + NR_MAX - 1) / NR_MAX * NR_MAX; }
-
-/* Scratch floats: xh of the batch, U^T packed, and per thread V^T and M^T of one task
- * (sized for the widest ISA and the pool's most threads) plus a tile's outputs. */
-typedef struct wlayout {
-  size_t xh, ub, thr, tstride, total;
-} wlayout;
-
-static wlayout wlayout_of(const wgeo *g, int max_batch) {
-  wlayout L;
-  size_t cop = round_nr(g->Co);
-  L.xh = 0;
-  L.ub = up16((size_t)max_batch * g->xhF);
-  L.thr = L.ub + up16(16 * cop * g->C);
-  L.tstride = 16 * (up16((size_t)TT_MAX * g->C) + XI_PAD) + 16 * (TT_MAX * cop + XI_PAD) + 4 * cop;
-  L.total = L.thr + (size_t)nn__pool_max_threads() * L.tstride;
-  return L;
-}
-
-static wgeo fwd_geo(const nn_model *m, const nn__node *n) {
-  const nn__node *x = &m->nodes[n->in[0]];
-  return wgeo_make(x->C, x->H, x->W, n->pad, n->C, n->H, n->W);
-}
-
-static wgeo dx_geo(const nn_model *m, const nn__node *n) {
-  const nn__node *x = &m->nodes[n->in[0]];
-  return wgeo_make(n->C, n->H, n->W, 2 - n->pad, x->C, x->H, x->W);
-}
-
-size_t nn__wino_scratch(const nn_model *m, const nn__node *n, int max_batch) {
-  if (!wino_can(m, n)) return 0;
-  wgeo f = fwd_geo(m, n), d = dx_geo(m, n);
-  size_t a = wlayout_of(&f, max_batch).total, b = wlayout_of(&d, max_batch).total;
-  return a > b ? a : b;
-}
-
-/* ---- transforms ------------------------------------------------------------------------ */
-
-/* Ub[((ξ*ncop + cp)*C + ci)*nr + j] = (G g G^T)[ξ] for output channel cp*nr + j (0 past
- * Co) and input channel ci; g is W[co][ci] (forward) or W[ci][co] turned 180 degrees
- * (dx: this conv's input channels are the layer's outputs). */
-static void pack_u(const float *w, int Co, int C, bool flip, int nr, float *Ub) {
-  /* Every call (the weights may have changed): float arithmetic and no memset, as the
-   * transform in double with a zeroed buffer was a fifth of Nature-DQN's step. */
-  int ncop = (Co + nr - 1) / nr;
-  size_t xs = (size_t)ncop * C * nr; /* between positions ξ */
-  for (int co = 0; co < ncop * nr; co++)
-    for (int ci = 0; ci < C; ci++) {
-      float *u = Ub + ((size_t)(co / nr) * C + ci) * nr + co % nr;
-      if (co >= Co) {
-        for (int xi = 0; xi < 16; xi++) u[xi * xs] = 0.0f;
-        continue;
-      }
-      /* the layer's W is (layer C_out, layer C_in, 3, 3) */
-      const float *k = flip ? w + ((size_t)ci * Co + co) * 9 : w + ((size_t)co * C + ci) * 9;
-      float g[9], t[4][3];
-      for (int q = 0; q < 9; q++) g[q] = flip ? k[8 - q] : k[q];
-      for (int b = 0; b < 3; b++) { /* t = G g */
-        t[0][b] = g[b];
-        t[1][b] = 0.5f * (g[b] + g[3 + b] + g[6 + b]);
-        t[2][b] = 0.5f * (g[b] - g[3 + b] + g[6 + b]);
-        t[3][b] = g[6 + b];
-      }
-      for (int a = 0; a < 4; a++) { /* u = t G^T */
-        float *r = u + (size_t)a * 4 * xs;
-        r[0] = t[a][0];
-        r[xs] = 0.5f * (t[a][0] + t[a][1] + t[a][2]);
-        r[2 * xs] = 0.5f * (t[a][0] - t[a][1] + t[a][2]);
-        r[3 * xs] = t[a][2];
-      }
-    }
-}
-
-/* One sample x (C, H, W) -> xh (Hp, Wp, C), zero where the padded patch lies outside x. */
-static void to_xh(const wgeo *g, const float *x, float *xh) {
-  memset(xh, 0, g->xhF * sizeof(float));
-  int C = g->C;
-  for (int c = 0; c < C; c++)
-    for (int ih = 0; ih < g->H && ih + g->pad < g->Hp; ih++) {
-      const float *r = x + ((size_t)c * g->H + ih) * g->W;
-      float *d = xh + ((size_t)(ih + g->pad) * g->Wp + g->pad) * C + c;
-      int n = g->W < g->Wp - g->pad ? g->W : g->Wp - g->pad;
-      for (int iw = 0; iw < n; iw++) d[(size_t)iw * C] = r[iw];
-    }
-}
-
-/* V^T[ξ][i][*] = (B^T d B)[ξ] over channels, d the 4x4 patch at the tile's corner p (in
- * xh), in 8-channel vectors of the compiler's vector extension (gcc left the plain loop
- * scalar), a scalar tail for the rest. */
 typedef float wv8 __attribute__((vector_size(32)));
 
 #define WV8_LD(p)                \
@@ -285,52 +215,300 @@ typedef float wv8 __attribute__((vector_size(32)));
     wv8 v_ = (v);                \
     memcpy((p), &v_, sizeof v_); \
   } while (0)
-/* B^T d B for one lane type T: d from rows r0..r3 at columns b*C + c, out to V[ξ*vs + c] */
-#define IN_TILE(T, LD, ST)                                                         \
-  do {                                                                             \
-    T t0[4], t1[4], t2[4], t3[4];                                                  \
-    for (int b = 0; b < 4; b++) {                                                  \
-      T d0 = LD(r0 + b * C + c), d1 = LD(r1 + b * C + c), d2 = LD(r2 + b * C + c), \
-        d3 = LD(r3 + b * C + c);                                                   \
-      t0[b] = d0 - d2, t1[b] = d1 + d2, t2[b] = d2 - d1, t3[b] = d1 - d3;          \
-    }                                                                              \
-    const T *tr[4] = {t0, t1, t2, t3};                                             \
-    for (int a = 0; a < 4; a++) {                                                  \
-      const T *t = tr[a];                                                          \
-      float *v = V + (size_t)a * 4 * vs + c;                                       \
-      ST(v, t[0] - t[2]);                                                          \
-      ST(v + vs, t[1] + t[2]);                                                     \
-      ST(v + 2 * vs, t[2] - t[1]);                                                 \
-      ST(v + 3 * vs, t[1] - t[3]);                                                 \
-    }                                                                              \
-  } while (0)
-#define F_LD(p) (*(p))
-#define F_ST(p, v) (*(p) = (v))
+#define AI static inline __attribute__((always_inline))
+#if defined(__GNUC__) && !defined(__clang__)
+/* lin8 returns a 32-byte vector; it is always inlined, so no call ABI is involved */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+#define UNROLL _Pragma("GCC unroll 8")
 
-NN__CLONES static void in_tile(const float *restrict p, int C, int Wp, float *restrict V,
-                               size_t vs) {
-  size_t rs = (size_t)Wp * C;
-  const float *r0 = p, *r1 = p + rs, *r2 = p + 2 * rs, *r3 = p + 3 * rs;
-  int c = 0;
-  for (; c + 8 <= C; c += 8) IN_TILE(wv8, WV8_LD, WV8_ST);
-  for (; c < C; c++) IN_TILE(float, F_LD, F_ST);
+/* sum_i k[i*ks] e[i*es] over i < n, for k a constant table and n a constant: once the
+ * loop is unrolled the zero terms drop out and the ±1 ones need no multiply. */
+AI wv8 lin8(const float *k, int ks, const wv8 *e, int es, int n) {
+  wv8 s = {0};
+  bool first = true;
+  UNROLL for (int i = 0; i < n; i++) {
+    float w = k[i * ks];
+    if (w == 0.0f) continue;
+    wv8 t = w == 1.0f ? e[i * es] : w == -1.0f ? -e[i * es] : w * e[i * es];
+    s = first ? t : s + t;
+    first = false;
+  }
+  return s;
 }
 
-/* The 2x2 outputs of one tile over channels: o[q*cop + co], q = row*2 + column. */
-NN__CLONES static void out_tile(const float *restrict M, size_t ms, int Co, float *restrict o,
-                                int cop) {
-  for (int c = 0; c < Co; c++) {
-    float s[2][4];
-    for (int b = 0; b < 4; b++) {
-      float m0 = M[(size_t)b * ms + c], m1 = M[(size_t)(4 + b) * ms + c];
-      float m2 = M[(size_t)(8 + b) * ms + c], m3 = M[(size_t)(12 + b) * ms + c];
-      s[0][b] = m0 + m1 + m2, s[1][b] = m1 - m2 - m3;
-    }
-    for (int a = 0; a < 2; a++) {
-      o[(a * 2) * cop + c] = s[a][0] + s[a][1] + s[a][2];
-      o[(a * 2 + 1) * cop + c] = s[a][1] - s[a][2] - s[a][3];
-    }
+AI float lin1(const float *k, int ks, const float *e, int es, int n) {
+  float s = 0.0f;
+  bool first = true;
+  UNROLL for (int i = 0; i < n; i++) {
+    float w = k[i * ks];
+    if (w == 0.0f) continue;
+    float t = w == 1.0f ? e[i * es] : w == -1.0f ? -e[i * es] : w * e[i * es];
+    s = first ? t : s + t;
+    first = false;
   }
+  return s;
+}
+
+/* V[(a*n + b)*vs + c] = (B^T d B)[a][b] for each channel c < C, d the n x n patch at p
+ * (rows rs floats apart, columns C), 8 channels at a time and a scalar tail. */
+AI void in_tile_g(const float *BT, int n, const float *restrict p, int C, size_t rs,
+                  float *restrict V, size_t vs) {
+  int c = 0;
+  for (; c + 8 <= C; c += 8) {
+    wv8 d[N_MAX * N_MAX], t[N_MAX * N_MAX];
+    UNROLL for (int i = 0; i < n; i++) UNROLL for (int b = 0; b < n; b++) d[i * n + b] =
+        WV8_LD(p + i * rs + (size_t)b * C + c);
+    UNROLL for (int a = 0; a < n; a++) UNROLL for (int b = 0; b < n; b++) t[a * n + b] =
+        lin8(BT + a * n, 1, d + b, n, n);
+    UNROLL for (int a = 0; a < n; a++) UNROLL for (int b = 0; b < n; b++)
+        WV8_ST(V + (size_t)(a * n + b) * vs + c, lin8(BT + b * n, 1, t + a * n, 1, n));
+  }
+  for (; c < C; c++) {
+    float d[N_MAX * N_MAX], t[N_MAX * N_MAX];
+    for (int i = 0; i < n; i++)
+      for (int b = 0; b < n; b++) d[i * n + b] = p[i * rs + (size_t)b * C + c];
+    UNROLL for (int a = 0; a < n; a++) UNROLL for (int b = 0; b < n; b++) t[a * n + b] =
+        lin1(BT + a * n, 1, d + b, n, n);
+    UNROLL for (int a = 0; a < n; a++) UNROLL for (int b = 0; b < n; b++)
+        V[(size_t)(a * n + b) * vs + c] = lin1(BT + b * n, 1, t + a * n, 1, n);
+  }
+}
+
+/* o[(a*m + b)*cop + c] = (A^T M A)[a][b] for each channel c < Co, M[ξ] at M + ξ*ms. */
+AI void out_tile_g(const float *AT, int m, int n, const float *restrict M, size_t ms, int Co,
+                   float *restrict o, int cop) {
+  int c = 0;
+  for (; c + 8 <= Co; c += 8) {
+    wv8 x[N_MAX * N_MAX], s[N_MAX * N_MAX];
+    UNROLL for (int i = 0; i < n * n; i++) x[i] = WV8_LD(M + (size_t)i * ms + c);
+    UNROLL for (int a = 0; a < m; a++) UNROLL for (int j = 0; j < n; j++) s[a * n + j] =
+        lin8(AT + a * n, 1, x + j, n, n);
+    UNROLL for (int a = 0; a < m; a++) UNROLL for (int b = 0; b < m; b++)
+        WV8_ST(o + (size_t)(a * m + b) * cop + c, lin8(AT + b * n, 1, s + a * n, 1, n));
+  }
+  for (; c < Co; c++) {
+    float x[N_MAX * N_MAX], s[N_MAX * N_MAX];
+    for (int i = 0; i < n * n; i++) x[i] = M[(size_t)i * ms + c];
+    UNROLL for (int a = 0; a < m; a++) UNROLL for (int j = 0; j < n; j++) s[a * n + j] =
+        lin1(AT + a * n, 1, x + j, n, n);
+    UNROLL for (int a = 0; a < m; a++) UNROLL for (int b = 0; b < m; b++)
+        o[(size_t)(a * m + b) * cop + c] = lin1(AT + b * n, 1, s + a * n, 1, n);
+  }
+}
+
+/* u[(a*n + b)*xs + l] = (G g G^T)[a][b] for 8 filters side by side, g[(ti*r + tj)*8 + l]. */
+AI void ut_g(const float *G, int r, int n, const float *g, float *u, size_t xs) {
+  wv8 gv[9], t[N_MAX * 3];
+  for (int i = 0; i < r * r; i++) gv[i] = WV8_LD(g + i * 8);
+  UNROLL for (int a = 0; a < n; a++) UNROLL for (int j = 0; j < r; j++) t[a * r + j] =
+      lin8(G + a * r, 1, gv + j, r, r);
+  UNROLL for (int a = 0; a < n; a++) UNROLL for (int b = 0; b < n; b++)
+      WV8_ST(u + (size_t)(a * n + b) * xs, lin8(G + b * r, 1, t + a * r, 1, r));
+}
+
+typedef void (*in_fn)(const float *p, int C, size_t rs, float *V, size_t vs);
+typedef void (*out_fn)(const float *M, size_t ms, int Co, float *o, int cop);
+typedef void (*ut_fn)(const float *g, float *u, size_t xs);
+
+/* Each variant's transforms, compiled with its tables as constants. */
+#define WVAR(name, M_, R_)                                                                  \
+  NN__CLONES static void in_##name(const float *p, int C, size_t rs, float *V, size_t vs) { \
+    in_tile_g(BT_##name, M_ + R_ - 1, p, C, rs, V, vs);                                     \
+  }                                                                                         \
+  NN__CLONES static void out_##name(const float *M, size_t ms, int Co, float *o, int cop) { \
+    out_tile_g(AT_##name, M_, M_ + R_ - 1, M, ms, Co, o, cop);                              \
+  }                                                                                         \
+  NN__CLONES static void ut_##name(const float *g, float *u, size_t xs) {                   \
+    ut_g(G_##name, R_, M_ + R_ - 1, g, u, xs);                                              \
+  }
+WVAR(f22, 2, 2)
+WVAR(f32, 3, 2)
+WVAR(f42, 4, 2)
+WVAR(f52, 5, 2)
+WVAR(f23, 2, 3)
+WVAR(f33, 3, 3)
+WVAR(f43, 4, 3)
+
+typedef struct wvar {
+  int m, r, n;
+  in_fn in;
+  out_fn out;
+  ut_fn ut;
+} wvar;
+
+#define WV(name, M_, R_) \
+  { M_, R_, M_ + R_ - 1, in_##name, out_##name, ut_##name }
+static const wvar g_vars[] = {WV(f22, 2, 2), WV(f32, 3, 2), WV(f42, 4, 2), WV(f52, 5, 2),
+                              WV(f23, 2, 3), WV(f33, 3, 3), WV(f43, 4, 3)};
+#define N_VARS (int)(sizeof g_vars / sizeof g_vars[0])
+
+/* ---- geometry ------------------------------------------------------------------------
+ * A conv-transpose2d node is seen as the conv2d it is the adjoint of (as in convk.c): that
+ * conv's input is the node's output and its output the node's input; the weights
+ * (C_in, C_out, k, k) are that conv's (its C_out, C_in, k, k) as they lie. */
+
+typedef struct cview {
+  int C, H, W, Co, Ho, Wo, k, s, pad, r;
+} cview;
+
+static bool view_of(const nn_model *m, const nn__node *n, cview *v) {
+  const nn__node *x = &m->nodes[n->in[0]];
+  if (n->kind == NN__CONV && n->dil == 1)
+    *v = (cview){x->C, x->H, x->W, n->C, n->H, n->W, n->kh, n->stride, n->pad, 0};
+  else if (n->kind == NN__CONVT)
+    *v = (cview){n->C, n->H, n->W, x->C, x->H, x->W, n->kh, n->stride, n->pad, 0};
+  else
+    return false;
+  v->r = (v->k + v->s - 1) / v->s;
+  /* square kernels whose s2d form has no zero taps, r of 2 or 3, padding short of k
+   * (the input gradient's dy is then padded by r - 1 - pad/s >= 0) */
+  return n->kh == n->kw && (v->r == 2 || v->r == 3) && v->r * v->s == v->k && v->pad < v->k;
+}
+
+/* One Winograd convolution: a stride-1 r x r conv of In, the source laid out
+ *   In[a][b][(c*ss + ri)*ss + rj] = src[c][a*ss + ri - ps][b*ss + rj - ps]   (0 outside)
+ * over a grid of Ho x Wo outputs, output (a, b, (c*ds + ri)*ds + rj) going to
+ * dst[c][a*ds + ri - dp][b*ds + rj - dp] where that lies inside dst. */
+typedef struct wgeo {
+  const wvar *v;
+  int Ci, Co;
+  int sC, sH, sW, ss, ps; /* source, NCHW */
+  int Ho, Wo, TH, TW, T;  /* output grid, tiles */
+  int Hp, Wp;             /* xh per sample: (Hp, Wp, Ci) */
+  size_t xhF;
+  int dC, dH, dW, ds, dp; /* sink, NCHW */
+} wgeo;
+
+static void wgeo_tiles(wgeo *g) {
+  int m = g->v->m, r = g->v->r;
+  g->TH = (g->Ho + m - 1) / m, g->TW = (g->Wo + m - 1) / m, g->T = g->TH * g->TW;
+  g->Hp = g->TH * m + r - 1, g->Wp = g->TW * m + r - 1;
+  g->xhF = (size_t)g->Hp * g->Wp * g->Ci;
+}
+
+/* The conv's forward: x (C, H, W) in s2d form to y (Co, Ho, Wo). */
+static wgeo fwd_geo(const cview *c, const wvar *v) {
+  wgeo g = {v, c->C * c->s * c->s, c->Co, c->C, c->H, c->W, c->s, c->pad, c->Ho, c->Wo};
+  g.dC = c->Co, g.dH = c->Ho, g.dW = c->Wo, g.ds = 1, g.dp = 0;
+  wgeo_tiles(&g);
+  return g;
+}
+
+/* The conv's input gradient: dy (Co, Ho, Wo) padded to dx in s2d form, rows a0.. of it
+ * (those that reach into x). */
+static wgeo dx_geo(const cview *c, const wvar *v) {
+  int a0 = c->pad / c->s, Hs = c->Ho + c->r - 1, Ws = c->Wo + c->r - 1;
+  int a1 = (c->H - 1 + c->pad) / c->s + 1, b1 = (c->W - 1 + c->pad) / c->s + 1;
+  a1 = a1 < Hs ? a1 : Hs, b1 = b1 < Ws ? b1 : Ws;
+  wgeo g = {v, c->Co, c->C * c->s * c->s, c->Co, c->Ho, c->Wo, 1, c->r - 1 - a0, a1 - a0, b1 - a0};
+  g.dC = c->C, g.dH = c->H, g.dW = c->W, g.ds = c->s, g.dp = c->pad - a0 * c->s;
+  wgeo_tiles(&g);
+  return g;
+}
+
+static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
+static size_t round_nr(int c) { return ((size_t)c + NR_MAX - 1) / NR_MAX * NR_MAX; }
+
+/* Tiles per task at most: V^T and M^T of a task within TT_BUDGET floats. */
+static int tt_cap(const wgeo *g) {
+  size_t per = (size_t)g->v->n * g->v->n * ((size_t)g->Ci + round_nr(g->Co));
+  size_t t = TT_BUDGET / per;
+  return t < MR_MAX ? MR_MAX : t > TT_CAP ? TT_CAP : (int)t;
+}
+
+/* Scratch floats: xh of the batch, U^T packed, the filter tap map (ints), and per thread
+ * V^T and M^T of one task (sized for the widest ISA and the pool's most threads) plus a
+ * tile's outputs. */
+typedef struct wlayout {
+  size_t xh, ub, kmap, thr, tstride, total;
+} wlayout;
+
+static wlayout wlayout_of(const wgeo *g, int max_batch) {
+  wlayout L;
+  int n2 = g->v->n * g->v->n, tt = tt_cap(g);
+  size_t cop = round_nr(g->Co), cs = g->Ci > g->Co ? (size_t)g->Ci : (size_t)g->Co;
+  L.xh = 0;
+  L.ub = up16((size_t)max_batch * g->xhF);
+  L.kmap = L.ub + up16((size_t)n2 * cop * g->Ci);
+  L.thr = L.kmap + up16(cs * 9);
+  L.tstride = (size_t)n2 * (up16((size_t)tt * g->Ci) + XI_PAD) +
+              (size_t)n2 * (up16((size_t)tt * cop) + XI_PAD) +
+              up16((size_t)g->v->m * g->v->m * cop);
+  L.total = L.thr + (size_t)nn__pool_max_threads() * L.tstride;
+  return L;
+}
+
+/* ---- when it runs ------------------------------------------------------------------- */
+
+static int g_mode = -1; /* -1: where it pays, 0: never, 1: every layer it can, 2..5: tile m */
+static pthread_once_t g_mode_once = PTHREAD_ONCE_INIT;
+
+static void mode_init(void) {
+  const char *e = getenv("SHOAL_NN_WINOGRAD");
+  if (e && *e >= '0' && *e <= '5' && !e[1]) g_mode = *e - '0';
+}
+
+int nn__wino_mode(int mode) {
+  pthread_once(&g_mode_once, mode_init);
+  int was = g_mode;
+  if (mode >= -1 && mode <= 5) g_mode = mode;
+  return was;
+}
+
+/* Multiplies (and a share for the transforms) of one direction by variant v. */
+static double wcost(const wgeo *g) {
+  double n = g->v->n;
+  return (double)g->T * n * n * ((double)g->Ci * g->Co + 4 * n * (g->Ci + g->Co));
+}
+
+/* The variant for one direction of the conv (dx: its input gradient), or NULL to leave it
+ * to convk.c. */
+static const wvar *pick(const cview *c, bool dx, int B) {
+  pthread_once(&g_mode_once, mode_init);
+  if (!g_mode) return NULL;
+  int ci = dx ? c->Co : c->C * c->s * c->s, co = dx ? c->C * c->s * c->s : c->Co;
+  const wvar *best = NULL, *forced = NULL;
+  double bc = 0;
+  for (int i = 0; i < N_VARS; i++) {
+    const wvar *v = &g_vars[i];
+    if (v->r != c->r) continue;
+    wgeo g = dx ? dx_geo(c, v) : fwd_geo(c, v);
+    double k = wcost(&g);
+    if (!best || k < bc) best = v, bc = k;
+    if (v->m == g_mode) forced = v;
+  }
+  if (g_mode >= 2) return forced ? forced : best;
+  if (g_mode == 1) return best;
+  /* Measured (benchmarks/nn_layers_speed): with few channels the transforms and the
+   * tiles' unused outputs cost more than the fewer multiply-adds save; with few tiles (an
+   * actor's batch of one) the filters' transform, made on every call, does; and the
+   * products run at a lower rate than the direct kernels'. */
+  wgeo g = dx ? dx_geo(c, best) : fwd_geo(c, best);
+  double direct = (double)c->Ho * c->Wo * c->r * c->r * ci * co;
+  if (ci < 16 || co < 16 || (size_t)B * g.T < 128) return NULL;
+  return bc <= 0.85 * direct ? best : NULL;
+}
+
+bool nn__wino_runs(const nn_model *m, const nn__node *n, int B, bool dx) {
+  cview c;
+  if (!view_of(m, n, &c)) return false;
+  /* a conv-transpose's forward is its conv's input gradient */
+  return pick(&c, n->kind == NN__CONVT ? !dx : dx, B) != NULL;
+}
+
+size_t nn__wino_scratch(const nn_model *m, const nn__node *n, int max_batch) {
+  cview c;
+  if (!view_of(m, n, &c)) return 0;
+  size_t most = 0;
+  for (int i = 0; i < N_VARS; i++) {
+    if (g_vars[i].r != c.r) continue;
+    wgeo f = fwd_geo(&c, &g_vars[i]), d = dx_geo(&c, &g_vars[i]);
+    size_t a = wlayout_of(&f, max_batch).total, b = wlayout_of(&d, max_batch).total;
+    most = a > most ? a : most;
+    most = b > most ? b : most;
+  }
+  return most;
 }
 
 /* ---- the routine --------------------------------------------------------------------- */
@@ -339,97 +517,228 @@ typedef struct wjob {
   const wisa *I;
   wgeo g;
   wlayout L;
-  const float *x, *Ub, *bias;
-  float *xh, *y, *thr; /* thr: the first thread's V^T, M^T and tile outputs */
-  size_t xF, yF;       /* floats per sample of x and y (the nodes' F) */
+  const cview *c;
+  const float *src, *w, *Ub, *bias;
+  float *xh, *dst, *thr;
+  const int *kmap; /* kmap[cs*r*r + t]: tap t of s2d channel cs in a row of W, or -1 */
+  size_t srcF, dstF;
   int B, NT, Tt, acc, relu;
+  bool dx; /* the conv's input gradient: filters turned and channels swapped */
 } wjob;
 
-static void xh_task(void *vc, int s, int th) {
+/* One sample of the source -> xh (Hp, Wp, Ci), zero where the padded patch lies outside.
+ * A row of the source at a time, its s column phases rj each a strided copy (no division
+ * per float: on Nature-DQN's 8x8/4 conv that took longer than the products). */
+NN__CLONES static void xh_task(void *vc, int smp, int th) {
   const wjob *j = vc;
-  to_xh(&j->g, j->x + s * j->xF, j->xh + s * j->g.xhF);
+  const wgeo *g = &j->g;
+  float *xh = j->xh + smp * g->xhF;
+  memset(xh, 0, g->xhF * sizeof(float));
+  int s = g->ss, Ci = g->Ci, ps = g->ps;
+  const float *src = j->src + smp * j->srcF;
+  int blo[4], bhi[4]; /* per rj: columns b of xh whose source column lies inside */
+  for (int rj = 0; rj < s; rj++) {
+    int lo = ps - rj > 0 ? (ps - rj + s - 1) / s : 0;
+    int hi = g->sW - 1 + ps - rj < 0 ? 0 : (g->sW - 1 + ps - rj) / s + 1;
+    blo[rj] = lo, bhi[rj] = hi < g->Wp ? hi : g->Wp;
+  }
+#ifdef NN__X86
+  if (s == 1 && j->I->nr >= 16 && Ci % 8 == 0) { /* 8 channels' rows transposed at a time */
+    int n = bhi[0] - blo[0];                     /* columns iw = b - ps for b in [blo, bhi) */
+    for (int c0 = 0; c0 < g->sC; c0 += 8)
+      for (int ih = 0; ih < g->sH && ih + ps < g->Hp; ih++) {
+        const float *row[8];
+        for (int i = 0; i < 8; i++) row[i] = src + ((size_t)(c0 + i) * g->sH + ih) * g->sW;
+        float *d = xh + ((size_t)(ih + ps) * g->Wp + blo[0]) * Ci + c0;
+        size_t off = (size_t)(blo[0] - ps);
+        int k = 0;
+        for (; k + 8 <= n; k += 8) nn__tr8x8(row, off + k, d + (size_t)k * Ci, (size_t)Ci);
+        for (; k < n; k++)
+          for (int i = 0; i < 8; i++) d[(size_t)k * Ci + i] = row[i][off + k];
+      }
+    return;
+  }
+#endif
+  for (int c = 0; c < g->sC; c++)
+    for (int ih = 0; ih < g->sH; ih++) {
+      int a = (ih + ps) / s, ri = ih + ps - a * s;
+      if (a >= g->Hp) break;
+      const float *r = src + ((size_t)c * g->sH + ih) * g->sW;
+      float *d = xh + (size_t)a * g->Wp * Ci + (c * s + ri) * s;
+      for (int rj = 0; rj < s; rj++) {
+        const float *rr = r + rj - ps; /* rr[b*s] = r[b*s + rj - ps] */
+        float *dd = d + rj;
+        for (int b = blo[rj]; b < bhi[rj]; b++) dd[(size_t)b * Ci] = rr[(size_t)b * s];
+      }
+    }
+}
+
+/* Filters of panel cp (nr output channels) for every input channel, transformed. */
+static void u_task(void *vc, int cp, int th) {
+  const wjob *j = vc;
+  const wgeo *g = &j->g;
+  const cview *c = j->c;
+  int nr = j->I->nr, r = c->r, rr = r * r, ncop = (g->Co + nr - 1) / nr, K = c->C * c->k * c->k;
+  size_t xs = (size_t)ncop * g->Ci * nr; /* between positions ξ */
+  float gb[9 * 8];
+  for (int ci = 0; ci < g->Ci; ci++)
+    for (int j0 = 0; j0 < nr; j0 += 8) {
+      for (int l = 0; l < 8; l++) {
+        int co = cp * nr + j0 + l;
+        for (int t = 0; t < rr; t++) {
+          float v = 0.0f;
+          if (co < g->Co) {
+            /* forward: W[co][tap t of s2d channel ci]; dx: W[ci][tap r*r-1-t of channel co] */
+            int o = j->dx ? j->kmap[co * rr + rr - 1 - t] : j->kmap[ci * rr + t];
+            v = j->w[(size_t)(j->dx ? ci : co) * K + o];
+          }
+          gb[t * 8 + l] = v;
+        }
+      }
+      g->v->ut(gb, (float *)j->Ub + ((size_t)cp * g->Ci + ci) * nr + j0, xs);
+    }
+}
+
+/* max(v, 0) as act_forward's ReLU (v > 0 ? v : 0, so NaN gives 0), without a branch: the
+ * sign of a conv output is a coin toss, and the branch's mispredictions took longer than
+ * the writes on Nature-DQN's first layer. */
+static inline float relu1(float v) {
+#ifdef NN__X86
+  return _mm_cvtss_f32(_mm_max_ss(_mm_set_ss(v), _mm_setzero_ps())); /* NaN: the 0 */
+#else
+  return v > 0 ? v : 0.0f;
+#endif
 }
 
 static void tile_task(void *vc, int task, int th) {
   const wjob *j = vc;
   const wgeo *g = &j->g;
-  int mr = j->I->mr, nr = j->I->nr, C = g->C, Tt = j->Tt;
+  const wvar *v = g->v;
+  int mr = j->I->mr, nr = j->I->nr, Ci = g->Ci, Tt = j->Tt, n2 = v->n * v->n, m = v->m;
   int cop = (g->Co + nr - 1) / nr * nr, ncop = cop / nr;
   int t0 = task * Tt, cnt = j->NT - t0 < Tt ? j->NT - t0 : Tt;
-  float *V = j->thr + (size_t)th * j->L.tstride;
-  size_t vs = (size_t)Tt * C + XI_PAD, ms = (size_t)Tt * cop + XI_PAD;
-  float *Mt = V + 16 * (up16((size_t)TT_MAX * C) + XI_PAD), *o = Mt + 16 * ms;
+  size_t vs = up16((size_t)Tt * Ci) + XI_PAD, ms = up16((size_t)Tt * cop) + XI_PAD;
+  float *V = j->thr + (size_t)th * j->L.tstride, *Mt = V + n2 * vs, *o = Mt + n2 * ms;
+  size_t rs = (size_t)g->Wp * Ci;
   /* the tiles' transformed patches; a short last task's rows past cnt are zero */
   for (int i = 0; i < cnt; i++) {
-    int t = t0 + i, s = t / g->T, r = t - s * g->T, th_ = r / g->TW, tw = r - th_ * g->TW;
-    const float *p = j->xh + s * g->xhF + ((size_t)(2 * th_) * g->Wp + 2 * tw) * C;
-    in_tile(p, C, g->Wp, V + (size_t)i * C, vs);
+    int t = t0 + i, s = t / g->T, q = t - s * g->T, th_ = q / g->TW, tw = q - th_ * g->TW;
+    const float *p = j->xh + s * g->xhF + (size_t)(th_ * m) * rs + (size_t)(tw * m) * Ci;
+    v->in(p, Ci, rs, V + (size_t)i * Ci, vs);
   }
   int rows = (cnt + mr - 1) / mr * mr;
-  for (int xi = 0; xi < 16 && rows > cnt; xi++)
-    memset(V + xi * vs + (size_t)cnt * C, 0, (size_t)(rows - cnt) * C * sizeof(float));
-  for (int xi = 0; xi < 16; xi++)
-    for (int i0 = 0; i0 < rows; i0 += mr)
-      for (int cp = 0; cp < ncop; cp++)
-        j->I->k(C, V + xi * vs + (size_t)i0 * C, C, j->Ub + ((size_t)xi * ncop + cp) * C * nr,
-                Mt + xi * ms + (size_t)i0 * cop + cp * nr, cop);
-  size_t P = (size_t)g->Ho * g->Wo;
-  for (int i = 0; i < cnt; i++) {
-    int t = t0 + i, s = t / g->T, r = t - s * g->T, th_ = r / g->TW, tw = r - th_ * g->TW;
-    out_tile(Mt + (size_t)i * cop, ms, g->Co, o, cop);
-    int oh = 2 * th_, ow = 2 * tw;
-    float *y = j->y + s * j->yF + (size_t)oh * g->Wo + ow;
-    for (int q = 0; q < 4; q++) {
-      int dh = q >> 1, dw = q & 1;
-      if (oh + dh >= g->Ho || ow + dw >= g->Wo) continue;
-      float *yq = y + (size_t)dh * g->Wo + dw;
-      const float *oq = o + (size_t)q * cop;
-      if (j->acc)
-        for (int co = 0; co < g->Co; co++) yq[co * P] += oq[co];
-      else if (j->relu)
-        for (int co = 0; co < g->Co; co++) {
-          float v = oq[co] + (j->bias ? j->bias[co] : 0.0f);
-          yq[co * P] = v > 0 ? v : 0.0f;
-        }
-      else
-        for (int co = 0; co < g->Co; co++) yq[co * P] = oq[co] + (j->bias ? j->bias[co] : 0.0f);
+  for (int xi = 0; xi < n2 && rows > cnt; xi++)
+    memset(V + xi * vs + (size_t)cnt * Ci, 0, (size_t)(rows - cnt) * Ci * sizeof(float));
+  /* a panel of U^T[ξ] (Ci x NR) stays in L1 across the task's row blocks */
+  for (int xi = 0; xi < n2; xi++)
+    for (int cp = 0; cp < ncop; cp++) {
+      const float *U = j->Ub + ((size_t)xi * ncop + cp) * Ci * nr;
+      for (int i0 = 0; i0 < rows; i0 += mr)
+        j->I->k(Ci, V + xi * vs + (size_t)i0 * Ci, Ci, U, Mt + xi * ms + (size_t)i0 * cop + cp * nr,
+                cop);
     }
+  int ds = g->ds, st = ds * ds;
+  size_t dHW = (size_t)g->dH * g->dW;
+  for (int i = 0; i < cnt; i++) {
+    int t = t0 + i, s = t / g->T, q = t - s * g->T, th_ = q / g->TW, tw = q - th_ * g->TW;
+    v->out(Mt + (size_t)i * cop, ms, g->Co, o, cop);
+    int a0 = th_ * m, b0 = tw * m;
+    int na = g->Ho - a0 < m ? g->Ho - a0 : m, nb = g->Wo - b0 < m ? g->Wo - b0 : m;
+    float *dst = j->dst + s * j->dstF;
+    /* each output position that lies inside dst, then its channels (no test per float) */
+    for (int da = 0; da < na; da++)
+      for (int ri = 0; ri < ds; ri++) {
+        int ih = (a0 + da) * ds + ri - g->dp;
+        if ((unsigned)ih >= (unsigned)g->dH) continue;
+        for (int db = 0; db < nb; db++)
+          for (int rj = 0; rj < ds; rj++) {
+            int iw = (b0 + db) * ds + rj - g->dp;
+            if ((unsigned)iw >= (unsigned)g->dW) continue;
+            float *y = dst + (size_t)ih * g->dW + iw;
+            const float *oq = o + (size_t)(da * m + db) * cop + ri * ds + rj; /* oq[c*st] */
+            int nc = g->dC;
+            if (j->acc)
+              for (int c = 0; c < nc; c++) y[c * dHW] += oq[c * st];
+            else if (j->relu)
+              for (int c = 0; c < nc; c++)
+                y[c * dHW] = relu1(oq[c * st] + (j->bias ? j->bias[c] : 0.0f));
+            else if (j->bias)
+              for (int c = 0; c < nc; c++) y[c * dHW] = oq[c * st] + j->bias[c];
+            else
+              for (int c = 0; c < nc; c++) y[c * dHW] = oq[c * st];
+          }
+      }
   }
 }
 
-/* y (or dx) from x through the transformed filters: the shared body of both entry points. */
-static void wino_run(wjob *j, nn_model *m, const float *w, bool flip) {
+/* The conv of j->src through the transformed filters into j->dst: the shared body. */
+static void wino_run(wjob *j, nn_model *m, const nn__node *n) {
   float *S = m->scratch;
+  const cview *c = j->c;
   j->I = &g_wisa[nn__conv_path_get()];
   j->L = wlayout_of(&j->g, m->max_batch);
   j->xh = S + j->L.xh, j->thr = S + j->L.thr;
-  float *Ub = S + j->L.ub;
-  pack_u(w, j->g.Co, j->g.C, flip, j->I->nr, Ub);
-  j->Ub = Ub;
+  j->w = m->params + n->poff[0];
+  /* kmap over the s2d channels of the conv's input */
+  int *km = (int *)(S + j->L.kmap), s = c->s, r = c->r;
+  for (int cs = 0; cs < c->C * s * s; cs++) {
+    int ch = cs / (s * s), ri = cs / s % s, rj = cs % s;
+    for (int t = 0; t < r * r; t++)
+      km[cs * r * r + t] = (ch * c->k + (t / r) * s + ri) * c->k + (t % r) * s + rj;
+  }
+  j->kmap = km;
+  j->Ub = S + j->L.ub;
+  int ncop = (j->g.Co + j->I->nr - 1) / j->I->nr;
+  nn__parallel_for(ncop, u_task, j);
   j->NT = j->B * j->g.T;
-  j->Tt = TT_MAX / j->I->mr * j->I->mr;
+  int T = nn__cpu_threads(), tt = j->NT / (4 * (T < 1 ? 1 : T)), cap = tt_cap(&j->g);
+  tt = tt < j->I->mr ? j->I->mr : tt > cap ? cap : tt;
+  j->Tt = tt / j->I->mr * j->I->mr;
   nn__parallel_for(j->B, xh_task, j);
   nn__parallel_for((j->NT + j->Tt - 1) / j->Tt, tile_task, j);
 }
 
-void nn__wino_forward(nn_model *m, nn__node *n, int B) {
-  const nn__node *xn = nn__input(m, n, 0);
+/* The conv's forward of src (the conv's input) into dst (its output). */
+static void run_fwd(nn_model *m, const nn__node *n, const cview *c, int B, const float *src,
+                    float *dst, const float *bias, bool relu, bool acc) {
   wjob j = {0};
-  j.g = fwd_geo(m, n);
-  j.B = B;
-  j.x = xn->out, j.xF = (size_t)xn->F, j.yF = (size_t)n->F;
-  j.relu = n->fuse_act > 0;
-  j.y = j.relu ? m->nodes[n->fuse_act].out : n->out;
-  j.bias = n->bias ? m->params + n->poff[1] : NULL;
-  wino_run(&j, m, m->params + n->poff[0], false);
+  j.c = c;
+  j.g = fwd_geo(c, pick(c, false, B));
+  j.B = B, j.src = src, j.dst = dst, j.bias = bias, j.relu = relu, j.acc = acc;
+  j.srcF = (size_t)c->C * c->H * c->W, j.dstF = (size_t)c->Co * c->Ho * c->Wo;
+  wino_run(&j, m, n);
+}
+
+/* The conv's input gradient of src (shaped as its output) into dst (as its input). */
+static void run_dx(nn_model *m, const nn__node *n, const cview *c, int B, const float *src,
+                   float *dst, const float *bias, bool acc) {
+  wjob j = {0};
+  j.c = c;
+  j.g = dx_geo(c, pick(c, true, B));
+  j.dx = true;
+  j.B = B, j.src = src, j.dst = dst, j.bias = bias, j.acc = acc;
+  j.srcF = (size_t)c->Co * c->Ho * c->Wo, j.dstF = (size_t)c->C * c->H * c->W;
+  wino_run(&j, m, n);
+}
+
+void nn__wino_forward(nn_model *m, nn__node *n, int B) {
+  cview c;
+  view_of(m, n, &c);
+  const nn__node *xn = nn__input(m, n, 0);
+  const float *bias = n->bias ? m->params + n->poff[1] : NULL;
+  if (n->kind == NN__CONVT) {
+    run_dx(m, n, &c, B, xn->out, n->out, bias, false);
+    return;
+  }
+  bool relu = n->fuse_act > 0;
+  run_fwd(m, n, &c, B, xn->out, relu ? m->nodes[n->fuse_act].out : n->out, bias, relu, false);
 }
 
 void nn__wino_dx(nn_model *m, nn__node *n, int B, float *dx, bool acc) {
-  const nn__node *xn = nn__input(m, n, 0);
-  wjob j = {0};
-  j.g = dx_geo(m, n);
-  j.B = B;
-  j.x = n->dout, j.xF = (size_t)n->F, j.yF = (size_t)xn->F;
-  j.y = dx, j.acc = acc;
-  wino_run(&j, m, m->params + n->poff[0], true);
+  cview c;
+  view_of(m, n, &c);
+  if (n->kind == NN__CONVT)
+    run_fwd(m, n, &c, B, n->dout, dx, NULL, false, acc);
+  else
+    run_dx(m, n, &c, B, n->dout, dx, NULL, acc);
 }
