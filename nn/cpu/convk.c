@@ -35,8 +35,8 @@
  *
  * A conv2d whose only reader is a ReLU writes max(y, 0) into the ReLU's buffer
  * (nn__node.fuse_act). 3x3 stride-1 layers, and strided ones whose kernel is 2 or 3 times
- * the stride (4x4/2, 8x8/4), run their forward and dx by Winograd F(m x m, r x r) instead
- * where it pays (nn/cpu/wino.c), on these micro-kernels' shapes; their dW stays here.
+ * the stride (4x4/2, 8x8/4), run their forward, dx and dW by Winograd F(m x m, r x r) instead
+ * where it pays (nn/cpu/wino.c), on these micro-kernels; their db stays here.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -931,6 +931,24 @@ void nn__convk_forward(nn_model *m, nn__node *n, int B) {
 
 /* ---- backward ------------------------------------------------------------------------ */
 
+/* dbs[s][co] = sample s's sum of dy[co] over its pixels. */
+NN__CLONES static void db_task(void *vc, int s, int th) {
+  const job *j = vc;
+  const geom *g = &j->g;
+  /* 16 partial sums, so the reduction vectorises without reassociation by the compiler */
+  for (int co = 0; co < g->Co; co++) {
+    const float *r = j->dy + ((size_t)s * g->Co + co) * g->P;
+    float acc[16] = {0};
+    int p = 0;
+    for (; p + 16 <= g->P; p += 16)
+      for (int l = 0; l < 16; l++) acc[l] += r[p + l];
+    float t = 0;
+    for (int l = 0; l < 16; l++) t += acc[l];
+    for (; p < g->P; p++) t += r[p];
+    j->dbs[(size_t)s * g->Co + co] = t;
+  }
+}
+
 /* dyp[b*N*MR + n*MR + i] = dy[sample][b*MR + i][p] (n = sample*P + p): dy as the A
  * operand of dW, blocks of MR channels, zero past C_out; and db += sum_p dy. */
 NN__CLONES static void dyp_task(void *vc, int s, int th) {
@@ -960,19 +978,7 @@ NN__CLONES static void dyp_task(void *vc, int s, int th) {
       for (int p = 0; p < g->P; p++) d[p * mr + i] = r[p];
     }
   }
-  if (!j->dbs) return;
-  /* 16 partial sums, so the reduction vectorises without reassociation by the compiler */
-  for (int co = 0; co < g->Co; co++) {
-    const float *r = j->dy + ((size_t)s * g->Co + co) * g->P;
-    float acc[16] = {0};
-    int p = 0;
-    for (; p + 16 <= g->P; p += 16)
-      for (int l = 0; l < 16; l++) acc[l] += r[p + l];
-    float t = 0;
-    for (int l = 0; l < 16; l++) t += acc[l];
-    for (; p < g->P; p++) t += r[p];
-    j->dbs[(size_t)s * g->Co + co] = t;
-  }
+  if (j->dbs) db_task(vc, s, th);
 }
 
 /* dW[:, panels p0..p0+G) += sum over every column (sample, p) of dy[co][p] x̂[k][p]:
@@ -1208,10 +1214,18 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
   j.dy = n->dout;
   j.dw = m->grads + n->poff[0];
   j.dbs = n->bias ? m->scratch + j.L.dbs : NULL;
-  make_xs(&j);
-  nn__parallel_for(B, dyp_task, &j);
-  if (n->bias) add_sample_sums(m->grads + n->poff[1], j.dbs, B, g->Co);
-  run_dw(&j, g->K);
+  if (nn__wino_dw_runs(m, n, B)) { /* db first: Winograd's dW reuses the scratch */
+    if (n->bias) {
+      nn__parallel_for(B, db_task, &j);
+      add_sample_sums(m->grads + n->poff[1], j.dbs, B, g->Co);
+    }
+    nn__wino_dw(m, n, B);
+  } else {
+    make_xs(&j);
+    nn__parallel_for(B, dyp_task, &j);
+    if (n->bias) add_sample_sums(m->grads + n->poff[1], j.dbs, B, g->Co);
+    run_dw(&j, g->K);
+  }
   bool acc;
   j.dx = nn__dinput(m, n, 0, &acc);
   if (!j.dx) return;
@@ -1269,9 +1283,13 @@ void nn__convk_t_backward(nn_model *m, nn__node *n, int B) {
     add_sample_sums(m->grads + n->poff[1], j.dbs, B, g->C);
     j.dbs = NULL;
   }
-  make_xs(&j);
-  nn__parallel_for(B, dyp_task, &j);
-  run_dw(&j, g->K);
+  if (nn__wino_dw_runs(m, n, B)) {
+    nn__wino_dw(m, n, B);
+  } else {
+    make_xs(&j);
+    nn__parallel_for(B, dyp_task, &j);
+    run_dw(&j, g->K);
+  }
   bool acc;
   j.y = nn__dinput(m, n, 0, &acc);
   if (!j.y) return;

@@ -149,8 +149,8 @@ void nn__convk_t_forward(nn_model *m, nn__node *n, int B);
 void nn__convk_t_backward(nn_model *m, nn__node *n, int B);
 
 /* ---- Winograd F(m x m, r x r) for conv2d and conv-transpose2d (nn/cpu/wino.c) ----
- * The forward and the input gradient of a layer that nn's own kernels run (its dW stays
- * on them), in their per-ISA micro-kernels: 3x3 stride-1 layers and strided ones whose
+ * The forward, the input gradient and the weight gradient of a layer that nn's own
+ * kernels run, in their per-ISA micro-kernels: 3x3 stride-1 layers and strided ones whose
  * kernel is 2 or 3 times the stride, through the space-to-depth form. SHOAL_NN_WINOGRAD=0
  * turns it off, =1 runs it on every layer it can (tests), =2..5 too with that tile size
  * where there is one; unset, on the shapes where it pays. */
@@ -163,6 +163,10 @@ bool nn__wino_runs(const nn_model *m, const nn__node *n, int B, bool dx);
  * conv-transpose's plus its bias), and dx (+)= the input gradient of its dy. For nodes
  * nn__wino_runs accepts in that direction; can't fail. */
 void nn__wino_forward(nn_model *m, nn__node *n, int B);
+/* Whether node n, which nn__convk_runs accepts, runs its weight gradient here at batch B;
+ * nn__wino_dw then adds it into the model's gradients (not the bias's). Can't fail. */
+bool nn__wino_dw_runs(const nn_model *m, const nn__node *n, int B);
+void nn__wino_dw(nn_model *m, nn__node *n, int B);
 void nn__wino_dx(nn_model *m, nn__node *n, int B, float *dx, bool acc);
 
 /* ---- nn's own kernels for a dense layer's products (nn/cpu/densek.c) ----

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nn/cpu/wino.c — conv2d and conv-transpose2d by Winograd F(m x m, r x r): the forward and
- * the input gradient (dW stays on nn/cpu/convk.c's kernels).
+ * nn/cpu/wino.c — conv2d and conv-transpose2d by Winograd F(m x m, r x r): the forward, the
+ * input gradient and the weight gradient (the bias's stays on nn/cpu/convk.c).
  *
  * An m x m output tile from an n x n input patch d (n = m + r - 1) and an r x r filter g is
  *   Y = A^T [ (G g G^T) ⊙ (B^T d B) ] A
@@ -30,10 +30,10 @@
  * (plus bias and a fused ReLU, or added into dx), so V and M^T stay in cache.
  *
  * The transforms come from the Toom-Cook construction at the points listed beside each
- * table (generated with exact fractions; B^T's rows scaled to integers, G taking the
- * scale). Error: a few float roundings more than the direct sum, growing with m (the
- * parity tests hold every variant to 1e-4 relative; the largest, F(5,2) and F(4,3), come
- * within 1e-5 of float64 sums over 64 channels).
+ * table (scripts/wino_tables.py prints them from exact fractions; B^T's rows scaled to
+ * integers, G taking the scale). Error: a few float roundings more than the direct sum, growing
+ * with m (the parity tests hold every variant to 1e-4 relative; the largest, F(5,2) and F(4,3),
+ * come within 1e-5 of float64 sums over 64 channels).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -215,16 +215,35 @@ typedef float wv8 __attribute__((vector_size(32)));
     wv8 v_ = (v);                \
     memcpy((p), &v_, sizeof v_); \
   } while (0)
-#define AI static inline __attribute__((always_inline))
-#if defined(__GNUC__) && !defined(__clang__)
-/* lin8 returns a 32-byte vector; it is always inlined, so no call ABI is involved */
-#pragma GCC diagnostic ignored "-Wpsabi"
+/* The transforms are generic in their tables and sizes. Each variant's copy inlines them
+ * with its own tables and unrolls their loops, so the entries become constants (zeros
+ * dropped, ±1 without a multiply). Not in the sanitizer builds: instrumented, the 35
+ * unrolled copies (three ISAs each) took clang over 20 minutes to compile; there one
+ * shared copy runs the same arithmetic. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define NN__WINO_PLAIN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(undefined_behavior_sanitizer)
+#define NN__WINO_PLAIN 1
 #endif
+#endif
+#ifdef NN__WINO_PLAIN
+#define AI static __attribute__((noinline))
+#define AIV static inline __attribute__((always_inline)) /* lin8, lin1: small */
+#define UNROLL
+#else
+#define AI static inline __attribute__((always_inline))
+#define AIV AI
 #define UNROLL _Pragma("GCC unroll 8")
+#endif
+/* lin8 returns a 32-byte vector; it is always inlined, so no call ABI is involved (gcc and
+ * clang both know the warning) */
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 /* sum_i k[i*ks] e[i*es] over i < n, for k a constant table and n a constant: once the
  * loop is unrolled the zero terms drop out and the ±1 ones need no multiply. */
-AI wv8 lin8(const float *k, int ks, const wv8 *e, int es, int n) {
+AIV wv8 lin8(const float *k, int ks, const wv8 *e, int es, int n) {
   wv8 s = {0};
   bool first = true;
   UNROLL for (int i = 0; i < n; i++) {
@@ -237,7 +256,7 @@ AI wv8 lin8(const float *k, int ks, const wv8 *e, int es, int n) {
   return s;
 }
 
-AI float lin1(const float *k, int ks, const float *e, int es, int n) {
+AIV float lin1(const float *k, int ks, const float *e, int es, int n) {
   float s = 0.0f;
   bool first = true;
   UNROLL for (int i = 0; i < n; i++) {
@@ -251,14 +270,14 @@ AI float lin1(const float *k, int ks, const float *e, int es, int n) {
 }
 
 /* V[(a*n + b)*vs + c] = (B^T d B)[a][b] for each channel c < C, d the n x n patch at p
- * (rows rs floats apart, columns C), 8 channels at a time and a scalar tail. */
-AI void in_tile_g(const float *BT, int n, const float *restrict p, int C, size_t rs,
+ * (rows rs floats apart, columns cs), 8 channels at a time and a scalar tail. */
+AI void in_tile_g(const float *BT, int n, const float *restrict p, int C, size_t cs, size_t rs,
                   float *restrict V, size_t vs) {
   int c = 0;
   for (; c + 8 <= C; c += 8) {
     wv8 d[N_MAX * N_MAX], t[N_MAX * N_MAX];
     UNROLL for (int i = 0; i < n; i++) UNROLL for (int b = 0; b < n; b++) d[i * n + b] =
-        WV8_LD(p + i * rs + (size_t)b * C + c);
+        WV8_LD(p + i * rs + (size_t)b * cs + c);
     UNROLL for (int a = 0; a < n; a++) UNROLL for (int b = 0; b < n; b++) t[a * n + b] =
         lin8(BT + a * n, 1, d + b, n, n);
     UNROLL for (int a = 0; a < n; a++) UNROLL for (int b = 0; b < n; b++)
@@ -267,7 +286,7 @@ AI void in_tile_g(const float *BT, int n, const float *restrict p, int C, size_t
   for (; c < C; c++) {
     float d[N_MAX * N_MAX], t[N_MAX * N_MAX];
     for (int i = 0; i < n; i++)
-      for (int b = 0; b < n; b++) d[i * n + b] = p[i * rs + (size_t)b * C + c];
+      for (int b = 0; b < n; b++) d[i * n + b] = p[i * rs + (size_t)b * cs + c];
     UNROLL for (int a = 0; a < n; a++) UNROLL for (int b = 0; b < n; b++) t[a * n + b] =
         lin1(BT + a * n, 1, d + b, n, n);
     UNROLL for (int a = 0; a < n; a++) UNROLL for (int b = 0; b < n; b++)
@@ -307,20 +326,68 @@ AI void ut_g(const float *G, int r, int n, const float *g, float *u, size_t xs) 
       WV8_ST(u + (size_t)(a * n + b) * xs, lin8(G + b * r, 1, t + a * r, 1, r));
 }
 
-typedef void (*in_fn)(const float *p, int C, size_t rs, float *V, size_t vs);
+/* dW's: Z[(i*n + j)*zs + c] = (A dy A^T)[i][j] for each channel c < Co,
+ * dy the m x m tile at p (rows rs floats apart, columns cs): the gradient of M from that
+ * of Y = A^T M A. */
+AI void zt_g(const float *AT, int m, int n, const float *restrict p, int Co, size_t cs, size_t rs,
+             float *restrict Z, size_t zs) {
+  for (int c = 0; c + 8 <= Co; c += 8) {
+    wv8 x[N_MAX * N_MAX], t[N_MAX * N_MAX];
+    UNROLL for (int a = 0; a < m; a++) UNROLL for (int b = 0; b < m; b++) x[a * m + b] =
+        WV8_LD(p + a * rs + (size_t)b * cs + c);
+    /* t[i][b] = sum_a A^T[a][i] dy[a][b], then Z[i][j] = sum_b t[i][b] A^T[b][j] */
+    UNROLL for (int i = 0; i < n; i++) UNROLL for (int b = 0; b < m; b++) t[i * m + b] =
+        lin8(AT + i, n, x + b, m, m);
+    UNROLL for (int i = 0; i < n; i++) UNROLL for (int j = 0; j < n; j++)
+        WV8_ST(Z + (size_t)(i * n + j) * zs + c, lin8(AT + j, n, t + i * m, 1, m));
+  }
+  for (int c = Co / 8 * 8; c < Co; c++) {
+    float x[N_MAX * N_MAX], t[N_MAX * N_MAX];
+    for (int a = 0; a < m; a++)
+      for (int b = 0; b < m; b++) x[a * m + b] = p[a * rs + (size_t)b * cs + c];
+    UNROLL for (int i = 0; i < n; i++) UNROLL for (int b = 0; b < m; b++) t[i * m + b] =
+        lin1(AT + i, n, x + b, m, m);
+    UNROLL for (int i = 0; i < n; i++) UNROLL for (int j = 0; j < n; j++)
+        Z[(size_t)(i * n + j) * zs + c] = lin1(AT + j, n, t + i * m, 1, m);
+  }
+}
+
+/* dW's: g[(ti*r + tj)*8 + l] = (G^T dU G)[ti][tj] for 8 filters side by side, dU[ξ] at
+ * u + ξ*xs: the gradient of g from that of U = G g G^T. */
+AI void dut_g(const float *G, int r, int n, const float *u, size_t xs, float *g) {
+  wv8 x[N_MAX * N_MAX], t[N_MAX * 3];
+  UNROLL for (int i = 0; i < n * n; i++) x[i] = WV8_LD(u + (size_t)i * xs);
+  /* t[a][tj] = sum_b dU[a][b] G[b][tj], then g[ti][tj] = sum_a G[a][ti] t[a][tj] */
+  UNROLL for (int a = 0; a < n; a++) UNROLL for (int j = 0; j < r; j++) t[a * r + j] =
+      lin8(G + j, r, x + a * n, 1, n);
+  UNROLL for (int i = 0; i < r; i++) UNROLL for (int j = 0; j < r; j++)
+      WV8_ST(g + (i * r + j) * 8, lin8(G + i, r, t + j, r, n));
+}
+
+typedef void (*in_fn)(const float *p, int C, size_t cs, size_t rs, float *V, size_t vs);
+typedef void (*zt_fn)(const float *p, int Co, size_t cs, size_t rs, float *Z, size_t zs);
+typedef void (*dut_fn)(const float *u, size_t xs, float *g);
 typedef void (*out_fn)(const float *M, size_t ms, int Co, float *o, int cop);
 typedef void (*ut_fn)(const float *g, float *u, size_t xs);
 
 /* Each variant's transforms, compiled with its tables as constants. */
 #define WVAR(name, M_, R_)                                                                  \
-  NN__CLONES static void in_##name(const float *p, int C, size_t rs, float *V, size_t vs) { \
-    in_tile_g(BT_##name, M_ + R_ - 1, p, C, rs, V, vs);                                     \
+  NN__CLONES static void in_##name(const float *p, int C, size_t cs, size_t rs, float *V,   \
+                                   size_t vs) {                                             \
+    in_tile_g(BT_##name, M_ + R_ - 1, p, C, cs, rs, V, vs);                                 \
   }                                                                                         \
   NN__CLONES static void out_##name(const float *M, size_t ms, int Co, float *o, int cop) { \
     out_tile_g(AT_##name, M_, M_ + R_ - 1, M, ms, Co, o, cop);                              \
   }                                                                                         \
   NN__CLONES static void ut_##name(const float *g, float *u, size_t xs) {                   \
     ut_g(G_##name, R_, M_ + R_ - 1, g, u, xs);                                              \
+  }                                                                                         \
+  NN__CLONES static void zt_##name(const float *p, int Co, size_t cs, size_t rs, float *Z,  \
+                                   size_t zs) {                                             \
+    zt_g(AT_##name, M_, M_ + R_ - 1, p, Co, cs, rs, Z, zs);                                 \
+  }                                                                                         \
+  NN__CLONES static void dut_##name(const float *u, size_t xs, float *g) {                  \
+    dut_g(G_##name, R_, M_ + R_ - 1, u, xs, g);                                             \
   }
 WVAR(f22, 2, 2)
 WVAR(f32, 3, 2)
@@ -335,10 +402,12 @@ typedef struct wvar {
   in_fn in;
   out_fn out;
   ut_fn ut;
+  zt_fn zt;
+  dut_fn dut;
 } wvar;
 
 #define WV(name, M_, R_) \
-  { M_, R_, M_ + R_ - 1, in_##name, out_##name, ut_##name }
+  { M_, R_, M_ + R_ - 1, in_##name, out_##name, ut_##name, zt_##name, dut_##name }
 static const wvar g_vars[] = {WV(f22, 2, 2), WV(f32, 3, 2), WV(f42, 4, 2), WV(f52, 5, 2),
                               WV(f23, 2, 3), WV(f33, 3, 3), WV(f43, 4, 3)};
 #define N_VARS (int)(sizeof g_vars / sizeof g_vars[0])
@@ -497,6 +566,9 @@ bool nn__wino_runs(const nn_model *m, const nn__node *n, int B, bool dx) {
   return pick(&c, n->kind == NN__CONVT ? !dx : dx, B) != NULL;
 }
 
+typedef struct dwlayout dwlayout;
+static size_t dw_scratch(const wgeo *g, int max_batch);
+
 size_t nn__wino_scratch(const nn_model *m, const nn__node *n, int max_batch) {
   cview c;
   if (!view_of(m, n, &c)) return 0;
@@ -505,8 +577,10 @@ size_t nn__wino_scratch(const nn_model *m, const nn__node *n, int max_batch) {
     if (g_vars[i].r != c.r) continue;
     wgeo f = fwd_geo(&c, &g_vars[i]), d = dx_geo(&c, &g_vars[i]);
     size_t a = wlayout_of(&f, max_batch).total, b = wlayout_of(&d, max_batch).total;
+    size_t w = dw_scratch(&f, max_batch);
     most = a > most ? a : most;
     most = b > most ? b : most;
+    most = w > most ? w : most;
   }
   return most;
 }
@@ -533,8 +607,20 @@ NN__CLONES static void xh_task(void *vc, int smp, int th) {
   const wjob *j = vc;
   const wgeo *g = &j->g;
   float *xh = j->xh + smp * g->xhF;
-  memset(xh, 0, g->xhF * sizeof(float));
   int s = g->ss, Ci = g->Ci, ps = g->ps;
+  /* zero what the copies below leave: rows and columns not wholly inside the source (a
+   * memset of all of xh was a sixth of a DCGAN conv's Winograd overhead) */
+  size_t rowF = (size_t)g->Wp * Ci;
+  int alo = (ps + s - 1) / s, ahi = g->sH + ps - s < 0 ? 0 : (g->sH + ps - s) / s + 1;
+  int clo = alo, chi = g->sW + ps - s < 0 ? 0 : (g->sW + ps - s) / s + 1;
+  alo = alo < g->Hp ? alo : g->Hp, ahi = ahi < alo ? alo : ahi > g->Hp ? g->Hp : ahi;
+  clo = clo < g->Wp ? clo : g->Wp, chi = chi < clo ? clo : chi > g->Wp ? g->Wp : chi;
+  memset(xh, 0, (size_t)alo * rowF * sizeof(float));
+  memset(xh + (size_t)ahi * rowF, 0, (size_t)(g->Hp - ahi) * rowF * sizeof(float));
+  for (int a = alo; a < ahi; a++) {
+    memset(xh + (size_t)a * rowF, 0, (size_t)clo * Ci * sizeof(float));
+    memset(xh + (size_t)a * rowF + (size_t)chi * Ci, 0, (size_t)(g->Wp - chi) * Ci * sizeof(float));
+  }
   const float *src = j->src + smp * j->srcF;
   int blo[4], bhi[4]; /* per rj: columns b of xh whose source column lies inside */
   for (int rj = 0; rj < s; rj++) {
@@ -624,7 +710,7 @@ static void tile_task(void *vc, int task, int th) {
   for (int i = 0; i < cnt; i++) {
     int t = t0 + i, s = t / g->T, q = t - s * g->T, th_ = q / g->TW, tw = q - th_ * g->TW;
     const float *p = j->xh + s * g->xhF + (size_t)(th_ * m) * rs + (size_t)(tw * m) * Ci;
-    v->in(p, Ci, rs, V + (size_t)i * Ci, vs);
+    v->in(p, Ci, (size_t)Ci, rs, V + (size_t)i * Ci, vs);
   }
   int rows = (cnt + mr - 1) / mr * mr;
   for (int xi = 0; xi < n2 && rows > cnt; xi++)
@@ -671,6 +757,17 @@ static void tile_task(void *vc, int task, int th) {
   }
 }
 
+/* km[cs*r*r + t]: where tap t = (ti, tj) of s2d channel cs lies in a row of W (C, k, k). */
+static const int *make_kmap(const cview *c, int *km) {
+  int s = c->s, r = c->r;
+  for (int cs = 0; cs < c->C * s * s; cs++) {
+    int ch = cs / (s * s), ri = cs / s % s, rj = cs % s;
+    for (int t = 0; t < r * r; t++)
+      km[cs * r * r + t] = (ch * c->k + (t / r) * s + ri) * c->k + (t % r) * s + rj;
+  }
+  return km;
+}
+
 /* The conv of j->src through the transformed filters into j->dst: the shared body. */
 static void wino_run(wjob *j, nn_model *m, const nn__node *n) {
   float *S = m->scratch;
@@ -679,14 +776,7 @@ static void wino_run(wjob *j, nn_model *m, const nn__node *n) {
   j->L = wlayout_of(&j->g, m->max_batch);
   j->xh = S + j->L.xh, j->thr = S + j->L.thr;
   j->w = m->params + n->poff[0];
-  /* kmap over the s2d channels of the conv's input */
-  int *km = (int *)(S + j->L.kmap), s = c->s, r = c->r;
-  for (int cs = 0; cs < c->C * s * s; cs++) {
-    int ch = cs / (s * s), ri = cs / s % s, rj = cs % s;
-    for (int t = 0; t < r * r; t++)
-      km[cs * r * r + t] = (ch * c->k + (t / r) * s + ri) * c->k + (t % r) * s + rj;
-  }
-  j->kmap = km;
+  j->kmap = make_kmap(c, (int *)(S + j->L.kmap));
   j->Ub = S + j->L.ub;
   int ncop = (j->g.Co + j->I->nr - 1) / j->I->nr;
   nn__parallel_for(ncop, u_task, j);
@@ -741,4 +831,189 @@ void nn__wino_dx(nn_model *m, nn__node *n, int B, float *dx, bool acc) {
     run_fwd(m, n, &c, B, n->dout, dx, NULL, false, acc);
   else
     run_dx(m, n, &c, B, n->dout, dx, NULL, acc);
+}
+
+/* ---- the weight gradient ---------------------------------------------------------------
+ * Y = A^T [U ⊙ V] A with U = G g G^T gives, summed over tiles,
+ *   dU[ξ] = sum_tiles (A dY A^T)[ξ] ⊙ V[ξ],    dg = G^T dU G
+ * so over channels dU[ξ] (C_out x C_in) = Z^T[ξ] (C_out x tiles) V[ξ] (tiles x C_in), Z =
+ * A dY A^T per (tile, output channel): n^2 GEMMs whose contraction runs over the tiles of
+ * the batch, then one small transform per filter. Tiles past the output grid read dY as 0.
+ * V is stored in NR-wide panels of input channels (the kernels' B operand, written as the
+ * transform makes it), Z^T a row per output channel (the A operand, lda = the tiles). The
+ * batch's tiles go in chunks whose V and Z fit DW_BUDGET floats; dU adds up over chunks.
+ * Threads: the transforms by blocks of tiles, the GEMMs by (ξ, panel), the filters by
+ * output channel, so no two write the same floats. */
+
+#define DW_BUDGET ((size_t)1 << 22) /* floats of V and Z^T per chunk: 16 MB */
+#define DW_TT 8                     /* tiles per transform task */
+
+struct dwlayout {
+  size_t xh, yh, kmap, vp, zt, du, thr, tstride, total;
+  int ntc; /* tiles per chunk */
+};
+
+/* dY channels-last, (TH*m, TW*m, C_out) per sample: the grid of fg's tiles. */
+static wgeo dy_geo(const wgeo *fg) {
+  wgeo y = *fg;
+  y.Ci = fg->Co, y.sC = fg->Co, y.sH = fg->Ho, y.sW = fg->Wo, y.ss = 1, y.ps = 0;
+  y.Hp = fg->TH * fg->v->m, y.Wp = fg->TW * fg->v->m;
+  y.xhF = (size_t)y.Hp * y.Wp * y.Ci;
+  return y;
+}
+
+static dwlayout dwlayout_of(const wgeo *g, int max_batch) {
+  dwlayout L;
+  wgeo y = dy_geo(g);
+  size_t n2 = (size_t)g->v->n * g->v->n, cip = round_nr(g->Ci), cop = (size_t)g->Co + MR_MAX;
+  size_t nt = (size_t)max_batch * g->T, cap = DW_BUDGET / (n2 * (cip + cop));
+  cap = cap < 64 ? 64 : cap; /* a GEMM's contraction of at least 64 tiles */
+  nt = nt < cap ? nt : cap;
+  L.ntc = (int)nt;
+  L.xh = 0;
+  L.yh = up16((size_t)max_batch * g->xhF);
+  L.kmap = L.yh + up16((size_t)max_batch * y.xhF);
+  L.vp = L.kmap + up16((size_t)g->Ci * 9);
+  L.zt = L.vp + up16(n2 * cip * nt);
+  L.du = L.zt + up16(n2 * cop * nt);
+  L.thr = L.du + up16(n2 * cop * cip);
+  L.tstride = up16(DW_TT * n2 * (size_t)g->Co) + MR_MAX * NR_MAX + 9 * 8;
+  L.total = L.thr + (size_t)nn__pool_max_threads() * L.tstride;
+  return L;
+}
+
+static size_t dw_scratch(const wgeo *g, int max_batch) { return dwlayout_of(g, max_batch).total; }
+
+typedef struct dwjob {
+  const wisa *I;
+  wgeo g, gy;
+  dwlayout L;
+  const cview *c;
+  float *xh, *yh, *vp, *zt, *du, *thr, *dw;
+  const int *kmap;
+  int NT, t0, cnt; /* tiles in all, this chunk's first and count */
+  int cip, K;
+} dwjob;
+
+/* V of each tile of a block into its panels, Z^T of it into its rows. */
+static void dwt_task(void *vc, int task, int th) {
+  const dwjob *j = vc;
+  const wgeo *g = &j->g;
+  const wvar *v = g->v;
+  int m = v->m, n2 = v->n * v->n, nr = j->I->nr, Ci = g->Ci, Co = g->Co, ntc = j->L.ntc;
+  size_t rs = (size_t)g->Wp * Ci, rsy = (size_t)j->gy.Wp * Co;
+  size_t vxs = (size_t)j->cip * ntc, zxs = ((size_t)Co + MR_MAX) * ntc;
+  float *z = j->thr + (size_t)th * j->L.tstride;
+  for (int i = task * DW_TT; i < j->cnt && i < (task + 1) * DW_TT; i++) {
+    int t = j->t0 + i, s = t / g->T, q = t - s * g->T, th_ = q / g->TW, tw = q - th_ * g->TW;
+    const float *p = j->xh + s * g->xhF + (size_t)(th_ * m) * rs + (size_t)(tw * m) * Ci;
+    for (int cp = 0; cp * nr < Ci; cp++) {
+      int nc = Ci - cp * nr < nr ? Ci - cp * nr : nr;
+      v->in(p + cp * nr, nc, (size_t)Ci, rs, j->vp + (size_t)cp * ntc * nr + (size_t)i * nr, vxs);
+    }
+    const float *py = j->yh + s * j->gy.xhF + (size_t)(th_ * m) * rsy + (size_t)(tw * m) * Co;
+    v->zt(py, Co, (size_t)Co, rsy, z + (size_t)(i % DW_TT) * n2 * Co, (size_t)Co);
+  }
+  /* Z^T: the block's tiles are consecutive columns of each row */
+  int i0 = task * DW_TT, nt = j->cnt - i0 < DW_TT ? j->cnt - i0 : DW_TT;
+  size_t zb = (size_t)n2 * Co; /* between the block's tiles in z */
+  for (int xi = 0; xi < n2; xi++) {
+    float *d = j->zt + xi * zxs + i0;
+    int co = 0;
+#ifdef NN__X86
+    if (nt == 8 && nr >= 16) /* 8 tiles x 8 channels transposed in registers */
+      for (; co + 8 <= Co; co += 8) {
+        const float *row[8];
+        for (int q = 0; q < 8; q++) row[q] = z + q * zb + (size_t)xi * Co;
+        nn__tr8x8(row, (size_t)co, d + (size_t)co * ntc, (size_t)ntc);
+      }
+#endif
+    for (; co < Co; co++)
+      for (int q = 0; q < nt; q++) d[(size_t)co * ntc + q] = z[q * zb + (size_t)xi * Co + co];
+  }
+}
+
+/* dU[ξ][:, panel cp] += Z^T[ξ] V[ξ][:, panel cp] over the chunk's tiles. */
+static void dwg_task(void *vc, int task, int th) {
+  const dwjob *j = vc;
+  const wgeo *g = &j->g;
+  int mr = j->I->mr, nr = j->I->nr, Co = g->Co, ntc = j->L.ntc, ncip = j->cip / nr;
+  int xi = task / ncip, cp = task - xi * ncip;
+  size_t vxs = (size_t)j->cip * ntc, zxs = ((size_t)Co + MR_MAX) * ntc;
+  const float *B = j->vp + xi * vxs + (size_t)cp * ntc * nr, *A = j->zt + xi * zxs;
+  float *tile = j->thr + (size_t)th * j->L.tstride + up16((size_t)DW_TT * g->v->n * g->v->n * Co);
+  float *du = j->du + (size_t)xi * (Co + MR_MAX) * j->cip + cp * nr;
+  for (int co0 = 0; co0 < Co; co0 += mr) {
+    if (!j->t0) { /* the first chunk: straight into dU (its rows past C_out are slack) */
+      j->I->k(j->cnt, A + (size_t)co0 * ntc, ntc, B, du + (size_t)co0 * j->cip, j->cip);
+      continue;
+    }
+    j->I->k(j->cnt, A + (size_t)co0 * ntc, ntc, B, tile, nr);
+    int rows = Co - co0 < mr ? Co - co0 : mr;
+    for (int i = 0; i < rows; i++)
+      for (int q = 0; q < nr; q++) du[(size_t)(co0 + i) * j->cip + q] += tile[i * nr + q];
+  }
+}
+
+/* dW[co] += G^T dU G, each s2d input channel's r x r taps where they lie in W. */
+static void dwf_task(void *vc, int co, int th) {
+  const dwjob *j = vc;
+  const wgeo *g = &j->g;
+  int rr = j->c->r * j->c->r, Ci = g->Ci;
+  float *gb = j->thr + (size_t)th * j->L.tstride + up16((size_t)DW_TT * g->v->n * g->v->n * g->Co) +
+              MR_MAX * NR_MAX;
+  float *w = j->dw + (size_t)co * j->K;
+  for (int ci0 = 0; ci0 < Ci; ci0 += 8) {
+    g->v->dut(j->du + (size_t)co * j->cip + ci0, ((size_t)g->Co + MR_MAX) * j->cip, gb);
+    for (int l = 0; l < 8 && ci0 + l < Ci; l++)
+      for (int t = 0; t < rr; t++) w[j->kmap[(ci0 + l) * rr + t]] += gb[t * 8 + l];
+  }
+}
+
+bool nn__wino_dw_runs(const nn_model *m, const nn__node *n, int B) {
+  cview c;
+  return view_of(m, n, &c) && pick(&c, false, B) != NULL;
+}
+
+void nn__wino_dw(nn_model *m, nn__node *n, int B) {
+  cview c;
+  view_of(m, n, &c);
+  dwjob j = {0};
+  j.c = &c;
+  j.I = &g_wisa[nn__conv_path_get()];
+  j.g = fwd_geo(&c, pick(&c, false, B));
+  j.gy = dy_geo(&j.g);
+  j.L = dwlayout_of(&j.g, m->max_batch);
+  j.cip = (int)((j.g.Ci + j.I->nr - 1) / j.I->nr * j.I->nr);
+  j.K = c.C * c.k * c.k;
+  j.dw = m->grads + n->poff[0];
+  float *S = m->scratch;
+  j.xh = S + j.L.xh, j.yh = S + j.L.yh, j.vp = S + j.L.vp, j.zt = S + j.L.zt, j.du = S + j.L.du;
+  j.thr = S + j.L.thr;
+  j.kmap = make_kmap(&c, (int *)(S + j.L.kmap));
+  /* the conv's input and output gradient: a conv-transpose's output gradient and input */
+  const nn__node *xn = nn__input(m, n, 0);
+  const float *x = n->kind == NN__CONVT ? n->dout : xn->out;
+  const float *dy = n->kind == NN__CONVT ? xn->out : n->dout;
+  wjob xj = {0}, yj = {0};
+  xj.I = yj.I = j.I;
+  xj.g = j.g, xj.src = x, xj.xh = j.xh, xj.srcF = (size_t)c.C * c.H * c.W, xj.B = B;
+  yj.g = j.gy, yj.src = dy, yj.xh = j.yh, yj.srcF = (size_t)c.Co * c.Ho * c.Wo, yj.B = B;
+  nn__parallel_for(B, xh_task, &xj);
+  nn__parallel_for(B, xh_task, &yj);
+  int n2 = j.g.v->n * j.g.v->n, ntc = j.L.ntc;
+  /* panel columns past C_in, and Z^T rows past C_out, stay zero through the chunks */
+  size_t vxs = (size_t)j.cip * ntc, zxs = ((size_t)j.g.Co + MR_MAX) * ntc;
+  for (int xi = 0; xi < n2; xi++) {
+    int cl = j.g.Ci / j.I->nr * j.I->nr; /* the last panel, if partial */
+    if (cl < j.g.Ci) memset(j.vp + xi * vxs + (size_t)cl * ntc, 0, (size_t)ntc * j.I->nr * 4);
+    memset(j.zt + xi * zxs + (size_t)j.g.Co * ntc, 0, (size_t)MR_MAX * ntc * sizeof(float));
+  }
+  j.NT = B * j.g.T;
+  for (j.t0 = 0; j.t0 < j.NT; j.t0 += ntc) {
+    j.cnt = j.NT - j.t0 < ntc ? j.NT - j.t0 : ntc;
+    nn__parallel_for((j.cnt + DW_TT - 1) / DW_TT, dwt_task, &j);
+    nn__parallel_for(n2 * (j.cip / j.I->nr), dwg_task, &j);
+  }
+  nn__parallel_for(j.g.Co, dwf_task, &j);
 }
