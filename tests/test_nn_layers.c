@@ -1250,6 +1250,7 @@ static void test_conv_paths_agree(void **s) {
       {5, 12, 13, 9, 6, 6, 2, 2, 2},      /* 6x6/2: a 3x3 kernel over the s2d form */
       {7, 5, 6, 10, 6, 6, 2, 1, 2, 1, 1}, /* its conv-transpose, output padding 1 */
       {9, 6, 5, 6, 4, 4, 2, 1, 3, 1, 1},  /* a 4x4/2 conv-transpose with output padding */
+      {2, 23, 21, 6, 10, 10, 5, 3, 2},    /* 10x10/5: five column phases in Winograd's xh */
   };
   const char *was = nn__conv_path_force(NULL);
   int was_w = nn__wino_mode(-1), was_d = nn__direct_mode(-1);

@@ -432,7 +432,8 @@ static bool view_of(const nn_model *m, const nn__node *n, cview *v) {
   v->r = (v->k + v->s - 1) / v->s;
   /* square kernels whose s2d form has no zero taps, r of 2 or 3, padding short of k
    * (the input gradient's dy is then padded by r - 1 - pad/s >= 0) */
-  return n->kh == n->kw && (v->r == 2 || v->r == 3) && v->r * v->s == v->k && v->pad < v->k;
+  return n->kh == n->kw && (v->r == 2 || v->r == 3) && v->r * v->s == v->k && v->pad < v->k &&
+         v->s <= 16; /* xh_task's column phases */
 }
 
 /* One Winograd convolution: a stride-1 r x r conv of In, the source laid out
@@ -608,6 +609,14 @@ NN__CLONES static void xh_task(void *vc, int smp, int th) {
   const wgeo *g = &j->g;
   float *xh = j->xh + smp * g->xhF;
   int s = g->ss, Ci = g->Ci, ps = g->ps;
+  const float *src = j->src + smp * j->srcF;
+  int blo[16], bhi[16]; /* per rj: columns b of xh whose source column lies inside */
+  for (int rj = 0; rj < s; rj++) {
+    int lo = ps - rj > 0 ? (ps - rj + s - 1) / s : 0;
+    int hi = g->sW - 1 + ps - rj < 0 ? 0 : (g->sW - 1 + ps - rj) / s + 1;
+    blo[rj] = lo < g->Wp ? lo : g->Wp, bhi[rj] = hi < g->Wp ? hi : g->Wp;
+    bhi[rj] = bhi[rj] < blo[rj] ? blo[rj] : bhi[rj];
+  }
   /* zero what the copies below leave: rows and columns not wholly inside the source (a
    * memset of all of xh was a sixth of a DCGAN conv's Winograd overhead) */
   size_t rowF = (size_t)g->Wp * Ci;
@@ -620,13 +629,6 @@ NN__CLONES static void xh_task(void *vc, int smp, int th) {
   for (int a = alo; a < ahi; a++) {
     memset(xh + (size_t)a * rowF, 0, (size_t)clo * Ci * sizeof(float));
     memset(xh + (size_t)a * rowF + (size_t)chi * Ci, 0, (size_t)(g->Wp - chi) * Ci * sizeof(float));
-  }
-  const float *src = j->src + smp * j->srcF;
-  int blo[4], bhi[4]; /* per rj: columns b of xh whose source column lies inside */
-  for (int rj = 0; rj < s; rj++) {
-    int lo = ps - rj > 0 ? (ps - rj + s - 1) / s : 0;
-    int hi = g->sW - 1 + ps - rj < 0 ? 0 : (g->sW - 1 + ps - rj) / s + 1;
-    blo[rj] = lo, bhi[rj] = hi < g->Wp ? hi : g->Wp;
   }
 #ifdef NN__X86
   if (s == 1 && j->I->nr >= 16 && Ci % 8 == 0) { /* 8 channels' rows transposed at a time */
