@@ -242,32 +242,23 @@ typedef float wv8 __attribute__((vector_size(32)));
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 /* sum_i k[i*ks] e[i*es] over i < n, for k a constant table and n a constant: once the
- * loop is unrolled the zero terms drop out and the ±1 ones need no multiply. */
-AIV wv8 lin8(const float *k, int ks, const wv8 *e, int es, int n) {
-  wv8 s = {0};
-  bool first = true;
-  UNROLL for (int i = 0; i < n; i++) {
-    float w = k[i * ks];
-    if (w == 0.0f) continue;
-    wv8 t = w == 1.0f ? e[i * es] : w == -1.0f ? -e[i * es] : w * e[i * es];
-    s = first ? t : s + t;
-    first = false;
+ * loop is unrolled the zero terms drop out and the ±1 ones need no multiply. lin8 over
+ * 8-channel vectors, lin1 over single floats (the channel tails). */
+#define LIN(T, name)                                                         \
+  AIV T name(const float *k, int ks, const T *e, int es, int n) {            \
+    T s = {0};                                                               \
+    bool first = true;                                                       \
+    UNROLL for (int i = 0; i < n; i++) {                                     \
+      float w = k[i * ks];                                                   \
+      if (w == 0.0f) continue;                                               \
+      T t = w == 1.0f ? e[i * es] : w == -1.0f ? -e[i * es] : w * e[i * es]; \
+      s = first ? t : s + t;                                                 \
+      first = false;                                                         \
+    }                                                                        \
+    return s;                                                                \
   }
-  return s;
-}
-
-AIV float lin1(const float *k, int ks, const float *e, int es, int n) {
-  float s = 0.0f;
-  bool first = true;
-  UNROLL for (int i = 0; i < n; i++) {
-    float w = k[i * ks];
-    if (w == 0.0f) continue;
-    float t = w == 1.0f ? e[i * es] : w == -1.0f ? -e[i * es] : w * e[i * es];
-    s = first ? t : s + t;
-    first = false;
-  }
-  return s;
-}
+LIN(wv8, lin8)
+LIN(float, lin1)
 
 /* V[(a*n + b)*vs + c] = (B^T d B)[a][b] for each channel c < C, d the n x n patch at p
  * (rows rs floats apart, columns cs), 8 channels at a time and a scalar tail. */
