@@ -1329,6 +1329,7 @@ static void test_pool_each_task_once(void **s) {
 typedef struct dense_geo {
   int B, in, out;
   unsigned flags;
+  bool relu; /* a ReLU after d1: fused into its forward */
 } dense_geo;
 
 static void dense_run(const void *geo, const char *path, int threads, float *y, float *g, float *dx,
@@ -1341,6 +1342,7 @@ static void dense_run(const void *geo, const char *path, int threads, float *y, 
   nn_input(m, d->in, 1, 1);
   int a = nn_activation(m, "a", NN_TANH, 0); /* so the dense's input needs a gradient */
   int d1 = nn_dense_ex(m, "d1", d->out, d->flags);
+  if (d->relu) d1 = nn_activation(m, "r", NN_RELU, 0);
   nn_model_select(m, a);
   int d2 = nn_dense_ex(m, "d2", d->out, 0);
   nn_add(m, "sum", d1, d2);
@@ -1350,10 +1352,17 @@ static void dense_run(const void *geo, const char *path, int threads, float *y, 
 
 static void test_dense_paths_agree(void **s) {
   static const dense_geo geos[] = {
-      {32, 1024, 128, 0},         /* MinAtar's: y^T = W x^T */
+      {32, 1024, 128, 0, true},   /* MinAtar's: y^T = W x^T */
+      {24, 2500, 40, 0, true},    /* rows 10 KB apart (AVX2 only: AVX-512 leaves it to sgemm) */
       {37, 275, 150, NN_NO_BIAS}, /* partial panels and row tiles */
       {70, 333, 109, NN_NO_BIAS}, /* batch above the width: the backward only */
       {20, 400, 90, 0},           /* a batch under one panel */
+      /* under 32K weights (the AVX2 path's 6x16 tiles) */
+      {256, 4, 64, 0, true},          /* the DQN MLP's first layer: dW^T = x^T dy */
+      {37, 64, 64, NN_NO_BIAS, true}, /* a part row tile */
+      {50, 30, 21, 0, true},          /* part panels: masked loads and stores */
+      {13, 20, 2, 0},                 /* under 8 outputs: the forward on sgemm */
+      {300, 150, 100, 0, true},       /* split over the threads */
   };
   const char *was = nn__conv_path_force(NULL);
   for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++) {

@@ -214,8 +214,205 @@ static bool dk_ok(int M, int N, int L, int in, int out) {
          M >= 8 && N >= 16 && L >= 16;
 }
 
+/* ---- AVX2: 6x16 tiles --------------------------------------------------------------
+ * For a layer under 32K weights (the DQN MLP's 4x64, 64x64, 64x2) at a batch of hundreds,
+ * OpenBLAS's cost is its packing of both operands and, around it, nn's memset of y and a
+ * bias/ReLU pass: 4->64 ran at 16 GFLOP/s, 64->64 at 68 (forward, b256, one thread). All
+ * three products read row-major operands in the order the kernel wants them:
+ *
+ *   forward  y  (B, out) = x W^T    A = x's rows, B = W^T (in, out), the one copy (small)
+ *   dx       dx (B, in)  = dy W     A = dy's rows, B = W's rows as they lie
+ *   dW       dW (out, in) += dy^T x A = dy's columns, B = x's rows as they lie
+ *            (or dW^T (in, out) += x^T dy, A = x's columns, B = dy's rows, when that
+ *            wastes less of the tiles: the 4-input first layer)
+ *
+ * Past 32K weights at a batch up to 64, only the forward, as y^T = W x^T with x^T packed
+ * (the AVX-512 kernel's form): MinAtar's 1024->128 at b32 0.124 -> 0.103 ms, Nature-DQN's
+ * 3136->512 1.47-1.59 -> 1.21-1.24 ms (OpenBLAS packs all of W on every call). Its dx in
+ * either form and its dW were slower than sgemm here (dW's B rows, x's, 4 KB apart at 1024
+ * features fall in one cache set: 5x slower).
+ *
+ * A tile is 6 rows of A broadcast against two 8-float vectors of a B row, 12 accumulators;
+ * the bias, the fused ReLU, the add into dx or dW and a partial last panel (masked loads and
+ * stores) are applied from the registers. */
+
+#define SK_MR 6
+#define SK_NR 16
+
+typedef struct sk_job {
+  int M, N, L;
+  const float *A; /* A(i, l) = A[i*sai + l*sal] */
+  ptrdiff_t sai, sal;
+  const float *B; /* B(l, j) = B[l*ldb + j] */
+  ptrdiff_t ldb;
+  float *D; /* C(i, j) goes to D[i*rs + j*cs] */
+  ptrdiff_t rs, cs;
+  const float *bias; /* per column j (cs 1) or per row i (a transposed D), or NULL */
+  bool relu, acc;
+  int nbj, nbi, gi; /* column panels, row tiles, row tiles per task */
+} sk_job;
+
+/* One tile: C (mr, nb) of rows i0.., columns j0.., epilogue included. */
+__attribute__((target("avx2,fma"))) static void sk_tile(const sk_job *J, int i0, int j0) {
+  int mr = J->M - i0 < SK_MR ? J->M - i0 : SK_MR, nb = J->N - j0 < SK_NR ? J->N - j0 : SK_NR;
+  const float *a[SK_MR];
+  for (int i = 0; i < SK_MR; i++) a[i] = J->A + (ptrdiff_t)(i0 + (i < mr ? i : mr - 1)) * J->sai;
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nb), lane);
+  const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nb - 8), lane);
+  /* Twelve named accumulators: in an array indexed by the epilogue's row loop, gcc kept
+   * them on the stack (a store per FMA; half the speed). */
+  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const float *Bp = J->B + j0;
+  const ptrdiff_t sal = J->sal, ldb = J->ldb;
+#define SK_ROW(i)                              \
+  do {                                         \
+    __m256 s = _mm256_broadcast_ss(a##i + o);  \
+    c##i##0 = _mm256_fmadd_ps(s, b0, c##i##0); \
+    c##i##1 = _mm256_fmadd_ps(s, b1, c##i##1); \
+  } while (0)
+#define SK_STEP \
+  SK_ROW(0);    \
+  SK_ROW(1);    \
+  SK_ROW(2);    \
+  SK_ROW(3);    \
+  SK_ROW(4);    \
+  SK_ROW(5)
+  if (nb == SK_NR) {
+    for (ptrdiff_t l = 0, o = 0; l < J->L; l++, o += sal, Bp += ldb) {
+      __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);
+      SK_STEP;
+    }
+  } else { /* masked: the lanes past N are neither read nor written */
+    for (ptrdiff_t l = 0, o = 0; l < J->L; l++, o += sal, Bp += ldb) {
+      __m256 b0 = _mm256_maskload_ps(Bp, m0), b1 = _mm256_maskload_ps(Bp + 8, m1);
+      SK_STEP;
+    }
+  }
+  const __m256 c[SK_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+                              {c30, c31}, {c40, c41}, {c50, c51}};
+#undef SK_ROW
+#undef SK_STEP
+  if (J->cs != 1) { /* transposed tiles (y^T, dx^T, dW^T), written down D's columns */
+    float T[SK_MR][SK_NR];
+    for (int i = 0; i < mr; i++)
+      _mm256_storeu_ps(T[i], c[i][0]), _mm256_storeu_ps(T[i] + 8, c[i][1]);
+    for (int i = 0; i < mr; i++) {
+      float bi = J->bias ? J->bias[i0 + i] : 0.0f;
+      for (int j = 0; j < nb; j++) {
+        float *d = J->D + (i0 + i) * J->rs + (j0 + j) * J->cs, v = T[i][j] + bi;
+        if (J->relu) v = v > 0 ? v : 0.0f;
+        *d = J->acc ? *d + v : v;
+      }
+    }
+    return;
+  }
+  __m256 b0 = _mm256_setzero_ps(), b1 = b0;
+  if (J->bias)
+    b0 = _mm256_maskload_ps(J->bias + j0, m0), b1 = _mm256_maskload_ps(J->bias + j0 + 8, m1);
+  for (int i = 0; i < mr; i++) {
+    float *d = J->D + (ptrdiff_t)(i0 + i) * J->rs + j0;
+    __m256 v0 = _mm256_add_ps(c[i][0], b0), v1 = _mm256_add_ps(c[i][1], b1);
+    if (J->relu) /* max(v, 0) is v > 0 ? v : 0, as act_forward's ReLU (NaN gives 0) */
+      v0 = _mm256_max_ps(v0, _mm256_setzero_ps()), v1 = _mm256_max_ps(v1, _mm256_setzero_ps());
+    if (nb == SK_NR) {
+      if (J->acc)
+        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(d)), v1 = _mm256_add_ps(v1, _mm256_loadu_ps(d + 8));
+      _mm256_storeu_ps(d, v0), _mm256_storeu_ps(d + 8, v1);
+    } else {
+      if (J->acc)
+        v0 = _mm256_add_ps(v0, _mm256_maskload_ps(d, m0)),
+        v1 = _mm256_add_ps(v1, _mm256_maskload_ps(d + 8, m1));
+      _mm256_maskstore_ps(d, m0, v0), _mm256_maskstore_ps(d + 8, m1, v1);
+    }
+  }
+}
+
+/* One column panel and a group of row tiles: the panel's B rows stay in L1 across them. */
+static void sk_task(void *ctx, int task, int thread) {
+  (void)thread;
+  const sk_job *J = ctx;
+  int jb = task % J->nbj, g = task / J->nbj;
+  int ib_end = (g + 1) * J->gi < J->nbi ? (g + 1) * J->gi : J->nbi;
+  for (int ib = g * J->gi; ib < ib_end; ib++) sk_tile(J, ib * SK_MR, jb * SK_NR);
+}
+
+static void sk_run(sk_job *J) {
+  J->nbj = (J->N + SK_NR - 1) / SK_NR;
+  J->nbi = (J->M + SK_MR - 1) / SK_MR;
+  /* On the threads, a task per panel, or more row groups when panels are few; a product
+   * under 2^18 multiply-adds stays on the calling thread (at a batch of 16 through the MLP's
+   * 64x64 layer, the pool's hand-off cost more than half the product). */
+  int T = nn__cpu_threads(), ng = 1;
+  if (T == 1 || (double)J->M * J->N * J->L < 262144.0) {
+    J->gi = J->nbi; /* one row group */
+    for (int t = 0; t < J->nbj; t++) sk_task(J, t, 0);
+    return;
+  }
+  if (J->nbj < 4 * T) ng = (4 * T + J->nbj - 1) / J->nbj;
+  if (ng > J->nbi) ng = J->nbi;
+  J->gi = (J->nbi + ng - 1) / ng;
+  ng = (J->nbi + J->gi - 1) / J->gi;
+  nn__parallel_for(J->nbj * ng, sk_task, J);
+}
+
+/* Tiles computed for an (M, N) product: the padding of the last row tile and panel counts. */
+static double sk_cells(int M, int N) {
+  return (double)((M + SK_MR - 1) / SK_MR * SK_MR) * ((N + SK_NR - 1) / SK_NR * SK_NR);
+}
+
+static bool sk_ok(int B, int in, int out) {
+  return nn__conv_path_get() == NN__CONV_AVX2 && (double)in * out < 32768.0 && B >= 2;
+}
+
+/* Layers from 32K weights: the AVX-512 kernels' shapes, on AVX2. */
+static bool sk_big_ok(int B, int in, int out) {
+  return nn__conv_path_get() == NN__CONV_AVX2 && (double)in * out >= 32768.0 && B >= 8 &&
+         B <= 64 && in <= 4096 && out <= 1024;
+}
+
+/* W^T (in, out) into scratch: in*out floats, under 32K. */
+static float *sk_wt(const float *w, int in, int out) {
+  float *P = scratch(0, (size_t)in * out);
+  if (!P) return NULL;
+  for (int j = 0; j < out; j++)
+    for (int l = 0; l < in; l++) P[(size_t)l * out + j] = w[(size_t)j * in + l];
+  return P;
+}
+
+bool nn__densek_dw(const float *dy, const float *x, float *dw, int B, int in, int out) {
+  if (!sk_ok(B, in, out)) return false;
+  sk_job J = {.M = out, .N = in, .L = B, .A = dy, .sai = 1, .sal = out, .B = x, .ldb = in, .D = dw,
+              .rs = in, .cs = 1, .acc = true};
+  if (sk_cells(in, out) < sk_cells(out, in)) /* dW^T = x^T dy */
+    J = (sk_job){.M = in, .N = out, .L = B, .A = x, .sai = 1, .sal = in, .B = dy, .ldb = out,
+                 .D = dw, .rs = 1, .cs = in, .acc = true};
+  sk_run(&J);
+  return true;
+}
+
 bool nn__densek_forward(const float *x, const float *w, const float *b, float *y, int B, int in,
                         int out, bool relu) {
+  /* Under 8 outputs most of each tile would be padding: sgemm runs those. */
+  if (sk_ok(B, in, out) && out >= 8) {
+    float *P = sk_wt(w, in, out);
+    if (!P) return false;
+    sk_job J = {.M = B, .N = out, .L = in, .A = x, .sai = in, .sal = 1, .B = P, .ldb = out, .D = y,
+                .rs = out, .cs = 1, .bias = b, .relu = relu};
+    sk_run(&J);
+    return true;
+  }
+  if (sk_big_ok(B, in, out) && B <= out) { /* y^T = W x^T, as the AVX-512 kernel below */
+    float *P = scratch(0, (size_t)in * B);
+    if (!P) return false;
+    transpose(x, B, in, P, B);
+    sk_job J = {.M = out, .N = B, .L = in, .A = w, .sai = in, .sal = 1, .B = P, .ldb = B,
+                .D = y, .rs = 1, .cs = out, .bias = b, .relu = relu};
+    sk_run(&J);
+    return true;
+  }
   /* y^T (out, B) = W x^T, W's rows read in place and x^T packed (in, B rounded up to the
    * panel width): for a batch up to the layer's width, where the pack is the small copy.
    * Past 2048 features a tile's eight W rows stream from memory without the prefetch
@@ -231,6 +428,12 @@ bool nn__densek_forward(const float *x, const float *w, const float *b, float *y
 }
 
 bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, int in, int out) {
+  if (sk_ok(B, in, out)) {
+    sk_job J = {.M = B, .N = in, .L = out, .A = dy, .sai = out, .sal = 1, .B = w, .ldb = in,
+                .D = dx, .rs = in, .cs = 1, .acc = acc};
+    sk_run(&J);
+    return true;
+  }
   /* A panel is 128 bytes of each of W's rows: rows far apart stream without prefetch, as
    * in the forward. */
   if (B < 2 || in > 2048 || !dk_ok(B, in, out, in, out)) return false;
@@ -249,6 +452,11 @@ bool nn__densek_forward(const float *x, const float *w, const float *b, float *y
 
 bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, int in, int out) {
   (void)dy, (void)w, (void)dx, (void)acc, (void)B, (void)in, (void)out;
+  return false;
+}
+
+bool nn__densek_dw(const float *dy, const float *x, float *dw, int B, int in, int out) {
+  (void)dy, (void)x, (void)dw, (void)B, (void)in, (void)out;
   return false;
 }
 

@@ -46,7 +46,8 @@ NN__CLONES static void dense_backward(nn_model *m, nn__node *n, int B) {
   int in = nn__in_F(m, n, 0), out = n->F;
   const float *w = m->params + n->poff[0];
   float *dw = m->grads + n->poff[0];
-  nn__sgemm(true, false, out, in, B, 1.0f, dy, out, x, in, 1.0f, dw, in); /* dW += dy^T x */
+  if (!nn__densek_dw(dy, x, dw, B, in, out))
+    nn__sgemm(true, false, out, in, B, 1.0f, dy, out, x, in, 1.0f, dw, in); /* dW += dy^T x */
   if (n->bias) {
     float *db = m->grads + n->poff[1]; /* db += sum over the batch of dy */
     for (int i = 0; i < B; i++) {
