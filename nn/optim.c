@@ -291,13 +291,13 @@ typedef struct adam_k {
   float *p, *m, *v;
   const float *g;
   size_t n;
-  float step_size, bc2_sqrt, b1, b2, eps, one_b1, one_b2, wd, shrink;
+  float step_size, inv_bc2_sqrt, b1, b2, eps, one_b1, one_b2, wd, shrink;
 } adam_k;
 
 NN__CLONES static void adam_range(const adam_k *k, size_t lo, size_t hi) {
   float *restrict p = k->p, *restrict m = k->m, *restrict v = k->v;
   const float *restrict g = k->g;
-  const float step_size = k->step_size, bc2_sqrt = k->bc2_sqrt, b1 = k->b1, b2 = k->b2;
+  const float step_size = k->step_size, inv_bc2_sqrt = k->inv_bc2_sqrt, b1 = k->b1, b2 = k->b2;
   const float eps = k->eps, one_b1 = k->one_b1, one_b2 = k->one_b2, wd = k->wd;
   const float shrink = k->shrink;
   for (size_t i = lo; i < hi; i++) {
@@ -307,7 +307,10 @@ NN__CLONES static void adam_range(const adam_k *k, size_t lo, size_t hi) {
     float vi = b2 * v[i] + one_b2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    float denom = sqrtf(vi) / bc2_sqrt + eps;
+    /* torch divides by sqrt(bc2); the product by its inverse (rounded once, in double)
+     * differs by an ulp and leaves one division, not two, beside the square root: the
+     * divider was the loop's bound (MinAtar's 132K parameters 61 -> 45 us). */
+    float denom = sqrtf(vi) * inv_bc2_sqrt + eps;
     p[i] = pi - step_size * (mi / denom);
   }
 }
@@ -335,7 +338,7 @@ static void step_adam(nn_optim *o) {
       .g = o->grads,
       .n = o->n,
       .step_size = (float)((double)c->lr / bc1),
-      .bc2_sqrt = (float)sqrt(bc2),
+      .inv_bc2_sqrt = (float)(1.0 / sqrt(bc2)),
       .b1 = c->beta1,
       .b2 = c->beta2,
       .eps = c->eps,
