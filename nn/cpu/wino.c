@@ -638,18 +638,31 @@ NN__CLONES static void xh_task(void *vc, int smp, int th) {
     return;
   }
 #endif
-  for (int c = 0; c < g->sC; c++)
-    for (int ih = 0; ih < g->sH; ih++) {
-      int a = (ih + ps) / s, ri = ih + ps - a * s;
-      if (a >= g->Hp) break;
-      const float *r = src + ((size_t)c * g->sH + ih) * g->sW;
-      float *d = xh + (size_t)a * g->Wp * Ci + (c * s + ri) * s;
-      for (int rj = 0; rj < s; rj++) {
-        const float *rr = r + rj - ps; /* rr[b*s] = r[b*s + rj - ps] */
-        float *dd = d + rj;
-        for (int b = blo[rj]; b < bhi[rj]; b++) dd[(size_t)b * Ci] = rr[(size_t)b * s];
+  /* Row a of xh at a time, which stays in L1 while its s*sC source rows fill it: by
+   * source rows, the channel-minor stores (Ci floats apart) missed L1 each time (Nature-DQN's
+   * first layer: a sixth of its training step). Within a source row the s floats of a
+   * column b are contiguous in both, a run of s copied as one. */
+  int bf0 = blo[0], bf1 = bhi[s - 1] > bf0 ? bhi[s - 1] : bf0; /* every rj inside */
+  for (int a = 0; a < g->Hp; a++)
+    for (int c = 0; c < g->sC; c++)
+      for (int ri = 0; ri < s; ri++) {
+        int ih = a * s + ri - ps;
+        if (ih < 0 || ih >= g->sH) continue;
+        const float *r = src + ((size_t)c * g->sH + ih) * g->sW - ps; /* r[b*s + rj] */
+        float *d = xh + (size_t)a * rowF + (c * s + ri) * s;          /* d[b*Ci + rj] */
+        for (int rj = 0; rj < s; rj++) { /* the edge columns, rj by rj */
+          for (int b = blo[rj]; b < bhi[rj] && b < bf0; b++) d[(size_t)b * Ci + rj] = r[b * s + rj];
+          for (int b = bf1 > blo[rj] ? bf1 : blo[rj]; b < bhi[rj]; b++)
+            d[(size_t)b * Ci + rj] = r[b * s + rj];
+        }
+        if (s == 4)
+          for (int b = bf0; b < bf1; b++) memcpy(d + (size_t)b * Ci, r + b * 4, 4 * sizeof(float));
+        else if (s == 2)
+          for (int b = bf0; b < bf1; b++) memcpy(d + (size_t)b * Ci, r + b * 2, 2 * sizeof(float));
+        else
+          for (int b = bf0; b < bf1; b++)
+            for (int rj = 0; rj < s; rj++) d[(size_t)b * Ci + rj] = r[b * s + rj];
       }
-    }
 }
 
 /* Filters of panel cp (nr output channels) for every input channel, transformed. */
