@@ -11,8 +11,8 @@
  * a shared machine the least disturbed call is the figure that repeats. The figure
  * "denses" does the same for the nets' dense layers (nn/cpu/densek.c against sgemm, the
  * gemm path, as the BENCH lines' baseline; a shape the kernels leave to sgemm shows ~1).
- * The figure "profile" prints where Nature-DQN's training step and the DCGAN iteration
- * spend their time, per layer (nn_model_profile), forward and backward.
+ * The figure "profile" prints where Nature-DQN's and MinAtar's training steps and the DCGAN
+ * iteration spend their time, per layer (nn_model_profile), forward and backward.
  *
  *   nn_layers_speed [threads [figure]]   (default 1 thread; figure: mlp, act, minatar,
  *                                         nature, dcgan, convs, denses or profile, for
@@ -489,12 +489,18 @@ int main(int argc, char **argv) {
   if (want("convs")) conv_table(t);
   if (want("denses")) dense_table(t);
   if (want("profile")) {
-    /* where the time goes, per layer: Nature-DQN's training step and the DCGAN iteration */
+    /* where the time goes, per layer: Nature-DQN's and MinAtar's training steps and the DCGAN
+     * iteration */
     train_ctx tc = {
         na, NULL, 32, rnd((size_t)32 * 4 * 84 * 84, 1, 5), rnd((size_t)32 * 6, 0.01f, 6), 20};
     profile_print("nature train b32, 20 steps", &na, (const char *const[]){"Q"}, 1, train_steps,
                   &tc);
     free(tc.x), free(tc.dy);
+    train_ctx tm = {mn, NULL, 32, rnd((size_t)32 * 4 * 10 * 10, 1, 7), rnd((size_t)32 * 6, 0.01f, 8),
+                    400};
+    profile_print("minatar train b32, 400 steps", &mn, (const char *const[]){"Q"}, 1, train_steps,
+                  &tm);
+    free(tm.x), free(tm.dy);
     gc.n = 10;
     profile_print("dcgan D+G, 10 iterations", (nn_model *const[]){g, d},
                   (const char *const[]){"G", "D"}, 2, gan_iters, &gc);
