@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "nn/cpu/cpu.h"  /* nn__parallel_for */
@@ -1375,6 +1376,58 @@ static void test_dense_paths_agree(void **s) {
   nn_set_threads(1);
 }
 
+/* The dense kernels' scratch is per thread: threads that run a forward and exit (a
+ * learner's evaluation threads) must get the right outputs and leave nothing behind (under
+ * AddressSanitizer, LeakSanitizer fails the test at exit if a thread's buffers leaked). */
+typedef struct dense_thr {
+  nn_model *m;
+  const float *x;
+  float y[8 * 64];
+  int rc;
+} dense_thr;
+
+static void *dense_thread(void *arg) {
+  dense_thr *t = arg;
+  shoal_error err = {0};
+  const float *y;
+  t->rc = nn_model_forward(t->m, t->x, 8, &y, &err);
+  if (!t->rc) memcpy(t->y, y, sizeof t->y);
+  return NULL;
+}
+
+static void test_dense_scratch_thread_exit(void **s) {
+  const char *was = nn__conv_path_force(NULL);
+  nn__conv_path_force("avx2"); /* the kernels with per-thread scratch, where the CPU has them */
+  shoal_error err = {0};
+  float x[8 * 48];
+  for (int i = 0; i < 8 * 48; i++) x[i] = (float)((i * 37) % 17) / 8.0f - 1.0f;
+  float y0[8 * 64];
+  for (int k = 0; k < 4; k++) {
+    dense_thr t[3];
+    for (int i = 0; i < 3; i++) {
+      nn_model *m = nn_model_create(NN_CPU, &err);
+      nn_input(m, 48, 1, 1);
+      nn_dense(m, "fc", 64);
+      nn_activation(m, "r", NN_RELU, 0);
+      assert_int_equal(nn_model_build(m, 8, 11, &err), 0);
+      t[i] = (dense_thr){.m = m, .x = x, .rc = -1};
+    }
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+      assert_int_equal(pthread_create(&th[i], NULL, dense_thread, &t[i]), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+    const float *y;
+    assert_int_equal(nn_model_forward(t[0].m, x, 8, &y, &err), 0);
+    if (!k) memcpy(y0, y, sizeof y0);
+    for (int i = 0; i < 3; i++) {
+      assert_int_equal(t[i].rc, 0);
+      for (int j = 0; j < 8 * 64; j++) assert_float_equal(t[i].y[j], y0[j], 0); /* same seed */
+      nn_model_destroy(t[i].m);
+    }
+  }
+  nn__conv_path_force(was);
+}
+
 /* Two heads; the output is the first: the second head is not computed and gets no
  * gradient. */
 static void test_set_output(void **s) {
@@ -1732,6 +1785,7 @@ int main(void) {
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_conv_paths_agree),
       cmocka_unit_test(test_dense_paths_agree),
+      cmocka_unit_test(test_dense_scratch_thread_exit),
       cmocka_unit_test(test_set_output),
       cmocka_unit_test(test_describe_and_find),
       cmocka_unit_test(test_profile),

@@ -30,6 +30,7 @@
  * (Nature-DQN's 3136 features) and wide ones (DCGAN's 6272 outputs) stay on sgemm, which
  * was faster.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,23 +71,51 @@ __attribute__((target("avx512f"))) static void dk_avx512(int L, const float *con
     _mm512_storeu_ps(T + i * NR, c[i][0]), _mm512_storeu_ps(T + i * NR + 16, c[i][1]);
 }
 
-/* ---- scratch: the caller's, grown as needed and kept ---------------------------------- */
+/* ---- scratch: the calling thread's, grown as needed and kept ----------------------------
+ * Freed when the thread exits, through a key's destructor: a learner's evaluation threads
+ * come and go, and each one's buffers leaked (LeakSanitizer, once the AVX2 kernels ran on
+ * every machine). A thread whose key cannot be set gets NULL, and the caller runs sgemm. */
 
-static _Thread_local float *g_buf[2];
-static _Thread_local size_t g_cap[2];
+typedef struct dk_scratch {
+  float *buf[2];
+  size_t cap[2];
+} dk_scratch;
+
+static pthread_key_t g_key;
+static bool g_key_ok;
+static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+static _Thread_local dk_scratch *g_scr;
+
+static void scratch_free(void *p) {
+  dk_scratch *s = p;
+  free(s->buf[0]), free(s->buf[1]), free(s);
+}
+
+static void key_init(void) { g_key_ok = pthread_key_create(&g_key, scratch_free) == 0; }
 
 static float *scratch(int slot, size_t floats) {
-  if (g_cap[slot] < floats) {
+  if (!g_scr) {
+    pthread_once(&g_key_once, key_init);
+    dk_scratch *s = g_key_ok ? calloc(1, sizeof *s) : NULL;
+    if (!s) return NULL;
+    if (pthread_setspecific(g_key, s)) {
+      free(s);
+      return NULL;
+    }
+    g_scr = s;
+  }
+  if (g_scr->cap[slot] < floats) {
     float *p = aligned_alloc(64, (floats * sizeof(float) + 63) & ~(size_t)63);
     if (!p) return NULL;
-    free(g_buf[slot]);
-    g_buf[slot] = p, g_cap[slot] = floats;
+    free(g_scr->buf[slot]);
+    g_scr->buf[slot] = p, g_scr->cap[slot] = floats;
   }
-  return g_buf[slot];
+  return g_scr->buf[slot];
 }
 
 /* ---- the product driver ------------------------------------------------------------- */
 
+/* A product for either kernel family: dk (AVX-512, 8x32) and sk (AVX2, 6x16, below). */
 typedef struct dk_job {
   int M, N, L;
   const float *A; /* A(i, l) = A[i*sai + l*sal] */
@@ -96,9 +125,10 @@ typedef struct dk_job {
   const float *tail; /* the last panel when partial: (L, 32), zero-padded */
   float *D; /* C(i, j) goes to D[i*rs + j*cs] */
   ptrdiff_t rs, cs;
-  bool acc;          /* D += C, else D = C (rows of D only) */
-  bool relu;         /* D = max(C + bias, 0) (columns of D only) */
-  const float *bias; /* added per row i, or NULL (columns of D only) */
+  bool acc;          /* D += C, else D = C (dk: rows of D only) */
+  bool relu;         /* D = max(C + bias, 0) (dk: columns of D only) */
+  const float *bias; /* or NULL: per row i down D's columns; the 6x16 kernels' rows of D
+                      * (cs 1) take it per column j */
   int nbj, nbi, gi; /* column panels, row tiles, row tiles per task */
 } dk_job;
 
@@ -239,21 +269,8 @@ static bool dk_ok(int M, int N, int L, int in, int out) {
 #define SK_MR 6
 #define SK_NR 16
 
-typedef struct sk_job {
-  int M, N, L;
-  const float *A; /* A(i, l) = A[i*sai + l*sal] */
-  ptrdiff_t sai, sal;
-  const float *B; /* B(l, j) = B[l*ldb + j] */
-  ptrdiff_t ldb;
-  float *D; /* C(i, j) goes to D[i*rs + j*cs] */
-  ptrdiff_t rs, cs;
-  const float *bias; /* per column j (cs 1) or per row i (a transposed D), or NULL */
-  bool relu, acc;
-  int nbj, nbi, gi; /* column panels, row tiles, row tiles per task */
-} sk_job;
-
 /* One tile: C (mr, nb) of rows i0.., columns j0.., epilogue included. */
-__attribute__((target("avx2,fma"))) static void sk_tile(const sk_job *J, int i0, int j0) {
+__attribute__((target("avx2,fma"))) static void sk_tile(const dk_job *J, int i0, int j0) {
   int mr = J->M - i0 < SK_MR ? J->M - i0 : SK_MR, nb = J->N - j0 < SK_NR ? J->N - j0 : SK_NR;
   const float *a[SK_MR];
   for (int i = 0; i < SK_MR; i++) a[i] = J->A + (ptrdiff_t)(i0 + (i < mr ? i : mr - 1)) * J->sai;
@@ -333,13 +350,13 @@ __attribute__((target("avx2,fma"))) static void sk_tile(const sk_job *J, int i0,
 /* One column panel and a group of row tiles: the panel's B rows stay in L1 across them. */
 static void sk_task(void *ctx, int task, int thread) {
   (void)thread;
-  const sk_job *J = ctx;
+  const dk_job *J = ctx;
   int jb = task % J->nbj, g = task / J->nbj;
   int ib_end = (g + 1) * J->gi < J->nbi ? (g + 1) * J->gi : J->nbi;
   for (int ib = g * J->gi; ib < ib_end; ib++) sk_tile(J, ib * SK_MR, jb * SK_NR);
 }
 
-static void sk_run(sk_job *J) {
+static void sk_run(dk_job *J) {
   J->nbj = (J->N + SK_NR - 1) / SK_NR;
   J->nbi = (J->M + SK_MR - 1) / SK_MR;
   /* On the threads, a task per panel, or more row groups when panels are few; a product
@@ -384,10 +401,10 @@ static float *sk_wt(const float *w, int in, int out) {
 
 bool nn__densek_dw(const float *dy, const float *x, float *dw, int B, int in, int out) {
   if (!sk_ok(B, in, out)) return false;
-  sk_job J = {.M = out, .N = in, .L = B, .A = dy, .sai = 1, .sal = out, .B = x, .ldb = in, .D = dw,
+  dk_job J = {.M = out, .N = in, .L = B, .A = dy, .sai = 1, .sal = out, .B = x, .ldb = in, .D = dw,
               .rs = in, .cs = 1, .acc = true};
   if (sk_cells(in, out) < sk_cells(out, in)) /* dW^T = x^T dy */
-    J = (sk_job){.M = in, .N = out, .L = B, .A = x, .sai = 1, .sal = in, .B = dy, .ldb = out,
+    J = (dk_job){.M = in, .N = out, .L = B, .A = x, .sai = 1, .sal = in, .B = dy, .ldb = out,
                  .D = dw, .rs = 1, .cs = in, .acc = true};
   sk_run(&J);
   return true;
@@ -399,7 +416,7 @@ bool nn__densek_forward(const float *x, const float *w, const float *b, float *y
   if (sk_ok(B, in, out) && out >= 8) {
     float *P = sk_wt(w, in, out);
     if (!P) return false;
-    sk_job J = {.M = B, .N = out, .L = in, .A = x, .sai = in, .sal = 1, .B = P, .ldb = out, .D = y,
+    dk_job J = {.M = B, .N = out, .L = in, .A = x, .sai = in, .sal = 1, .B = P, .ldb = out, .D = y,
                 .rs = out, .cs = 1, .bias = b, .relu = relu};
     sk_run(&J);
     return true;
@@ -408,7 +425,7 @@ bool nn__densek_forward(const float *x, const float *w, const float *b, float *y
     float *P = scratch(0, (size_t)in * B);
     if (!P) return false;
     transpose(x, B, in, P, B);
-    sk_job J = {.M = out, .N = B, .L = in, .A = w, .sai = in, .sal = 1, .B = P, .ldb = B,
+    dk_job J = {.M = out, .N = B, .L = in, .A = w, .sai = in, .sal = 1, .B = P, .ldb = B,
                 .D = y, .rs = 1, .cs = out, .bias = b, .relu = relu};
     sk_run(&J);
     return true;
@@ -429,7 +446,7 @@ bool nn__densek_forward(const float *x, const float *w, const float *b, float *y
 
 bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, int in, int out) {
   if (sk_ok(B, in, out)) {
-    sk_job J = {.M = B, .N = in, .L = out, .A = dy, .sai = out, .sal = 1, .B = w, .ldb = in,
+    dk_job J = {.M = B, .N = in, .L = out, .A = dy, .sai = out, .sal = 1, .B = w, .ldb = in,
                 .D = dx, .rs = in, .cs = 1, .acc = acc};
     sk_run(&J);
     return true;
