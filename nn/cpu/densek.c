@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nn/cpu/densek.c — a dense layer's forward and input gradient by nn's own AVX-512
- * micro-kernel, with the weights read where they lie.
+ * nn/cpu/densek.c — a dense layer's products by nn's own micro-kernels, with the weights
+ * read where they lie: AVX-512 8x32 tiles (this part) and AVX2 6x16 tiles (the section
+ * "AVX2: 6x16 tiles" below, which also runs every product of the small layers).
  *
  * For W (out, in), x (B, in), y (B, out) and a batch far smaller than the layer:
  *
  *   forward  y^T = W x^T + b    pack x^T (B*in floats), read W's rows in place
  *   dx      (+)= dy W           W's rows are the kernel's B operand as they lie
  *
- * (dW += dy^T x stays on sgemm: on these kernels it was 1.1x at best on AVX-512 and
- * slower on AVX2, a product read and written whole with a contraction of only B.)
+ * (dW += dy^T x of these layers stays on sgemm: on these kernels it was 1.1x at best on
+ * AVX-512 and slower on AVX2, a product read and written whole with a contraction of only B.)
  *
  * cblas_sgemm packs both operands on every call, and at a batch of 32 through a 1024x128
  * layer packing W is half as much work again as the product (MinAtar's network: a fifth
@@ -20,10 +21,8 @@
  * strides: a matrix or its transpose) and B's rows contiguous (ldb apart), cut into
  * 8 x 32 tiles. A tile is computed in registers into a small buffer and then written
  * where it belongs (transposed for y^T with the bias and a fused ReLU; dx's stored or added),
- * so no pass over the whole output follows. On the AVX-512 path only (the conv kernels'
- * path, SHOAL_NN_CONV_PATH): with OpenBLAS's AVX2 kernels (OPENBLAS_CORETYPE=Haswell) an
- * AVX2 6x16 version of this kernel was 0.9x sgemm on MinAtar's layer, so AVX2 machines keep
- * sgemm.
+ * so no pass over the whole output follows. Each family runs on its own path of the conv
+ * kernels (SHOAL_NN_CONV_PATH): the 8x32 tiles on avx512, the 6x16 ones on avx2.
  *
  * Where they pay was measured per product (MinAtar's 1024x128 at batch 32: forward 1.9x,
  * dx 1.5x sgemm); small layers (the DQN MLP's 64x64), layers with rows 12 KB apart
