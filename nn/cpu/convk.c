@@ -950,7 +950,8 @@ NN__CLONES static void db_task(void *vc, int s, int th) {
 }
 
 /* dyp[b*N*MR + n*MR + i] = dy[sample][b*MR + i][p] (n = sample*P + p): dy as the A
- * operand of dW, blocks of MR channels, zero past C_out; and db += sum_p dy. */
+ * operand of dW, blocks of MR channels (dW's rows past C_out are dropped); and
+ * db += sum_p dy. */
 NN__CLONES static void dyp_task(void *vc, int s, int th) {
   const job *j = vc;
   const geom *g = &j->g;
@@ -958,13 +959,22 @@ NN__CLONES static void dyp_task(void *vc, int s, int th) {
   for (int co0 = 0; co0 < g->Co; co0 += mr) {
     float *d = j->dyp + (size_t)co0 * j->N + (size_t)s * g->P * mr;
 #ifdef NN__X86
-    if (mr == 8 && co0 + 8 <= g->Co) { /* AVX-512's 8 rows: 8x8 register transposes */
+    if (mr >= 6 && g->P >= 8) { /* AVX2's 6 rows, AVX-512's 8: 8x8 register transposes */
+      /* With 6 rows each 8-float store runs 2 floats into the next pixel's slots, which
+       * that pixel's store (later) overwrites; the last 8 pixels go through tmp, so
+       * nothing lands past the block (the next sample's, another thread's). Rows past
+       * C_out repeat row 0: dw_task computes their dW rows and drops them. The scalar
+       * copy's strided stores were an eighth of MinAtar's conv forward and backward. */
+      int rows = g->Co - co0 < mr ? g->Co - co0 : mr;
       const float *row[8];
-      for (int i = 0; i < 8; i++) row[i] = j->dy + ((size_t)s * g->Co + co0 + i) * g->P;
+      for (int i = 0; i < 8; i++)
+        row[i] = j->dy + ((size_t)s * g->Co + co0 + (i < rows ? i : 0)) * g->P;
       int p = 0;
-      for (; p + 8 <= g->P; p += 8) nn__tr8x8(row, p, d + (size_t)p * 8, 8);
-      for (; p < g->P; p++)
-        for (int i = 0; i < 8; i++) d[p * 8 + i] = row[i][p];
+      for (; p + 8 < g->P; p += 8) nn__tr8x8(row, p, d + (size_t)p * mr, mr);
+      float tmp[64] __attribute__((aligned(32)));
+      nn__tr8x8(row, g->P - 8, tmp, 8);
+      for (int q = p; q < g->P; q++) memcpy(d + (size_t)q * mr, tmp + (q - (g->P - 8)) * 8,
+                                           mr * sizeof(float));
       continue;
     }
 #endif
