@@ -18,6 +18,9 @@
  * the sgemm rate on 1024x1024 measured in windows between those rows': OpenBLAS's
  * sgemm on one thread, split in column blocks over nn's threads past one (as nn runs
  * every big product; OpenBLAS's own pool would keep spinning into shoal's windows).
+ * For (b) it prints the ceiling at that rate: the steps/s if every product of the step
+ * ran at it and nothing else took time, and its ratio to PyTorch (what no kernel can
+ * pass on the machine), and shoal's share of it.
  *
  * Threads: shoal uses nn_set_threads(n) (OpenBLAS on one thread, nn's pool); torch runs with
  * torch.set_num_threads(n), OpenBLAS at 1 thread (one pool each, as the baselines note
@@ -485,14 +488,14 @@ int main(int argc, char **argv) {
     gemm *gp = NULL;
 #ifdef SHOAL_HAVE_OPENBLAS
     gemm gm;
-    if (has_row(rows, "nature") || has_row(rows, "dcgan")) {
+    if (has_row(rows, "minatar") || has_row(rows, "nature") || has_row(rows, "dcgan")) {
       gemm_init(&gm);
       gp = &gm;
     }
 #endif
     pair mlp = {NAN, NAN, NAN, NAN}, minatar = mlp, nature = mlp, dcgan = mlp,
          act[3] = {mlp, mlp, mlp};
-    double nature_flops = 0, dcgan_flops = 0;
+    double minatar_flops = 0, nature_flops = 0, dcgan_flops = 0;
     if (has_row(rows, "mlp")) {
       dqn d;
       dqn_init(&d, make_mlp, 256);
@@ -502,7 +505,10 @@ int main(int argc, char **argv) {
     if (has_row(rows, "minatar")) {
       dqn d;
       dqn_init(&d, make_minatar, 32);
-      minatar = timed_pair(dqn_step, &d, tp, tp2, "minatar_train", NULL);
+      minatar = timed_pair(dqn_step, &d, tp, tp2, "minatar_train", gp);
+      /* The products a step needs, counted exactly: as Nature-DQN's, less the input
+       * gradient of the first conv, which nothing computes (16x8x8 outputs, 4x3x3 taps) */
+      minatar_flops = 32.0 * (4.0 * nn_model_flops_per_sample(d.q) - 2.0 * 16 * 64 * 36);
       dqn_free(&d);
     }
     if (has_row(rows, "nature")) {
@@ -553,6 +559,16 @@ int main(int argc, char **argv) {
     if (has_row(rows, "minatar")) {
       row("minatar_train", th, minatar.shoal, minatar.torch, minatar.torch2, "steps/s");
       bench2("minatar_train", th, &minatar, "steps/s");
+      /* The ceiling: every product at sgemm 1024's rate and nothing else (Adam, the loss,
+       * the activations) taking any time; its ratio to PyTorch bounds what any kernel can
+       * reach on this machine. */
+      double ceil = minatar.sgemm * 1e9 / minatar_flops;
+      printf("%-16s t%d %14.5g %14.5g %8.2f %14.5g %8.2f  %s\n", "  ceiling", th, ceil,
+             minatar.torch, ceil / minatar.torch, minatar.torch2, ceil / minatar.torch2,
+             "steps/s, every product at the sgemm 1024 rate, nothing else");
+      printf("%-16s t%d %14.5g %14s %8.2f  of the ceiling\n", "  shoal", th, minatar.shoal, "",
+             minatar.shoal / ceil);
+      bench("minatar_train.ceiling", th, ceil, "steps/s", minatar.torch);
     }
     if (has_row(rows, "nature")) {
       row("nature_train", th, nature.shoal, nature.torch, nature.torch2, "steps/s");
@@ -579,7 +595,9 @@ int main(int argc, char **argv) {
         bench2(names[k], th, &act[k], "samples/s");
       }
     }
-    double sg = isfinite(nature.sgemm) ? nature.sgemm : dcgan.sgemm;
+    double sg = isfinite(nature.sgemm) ? nature.sgemm
+                : isfinite(dcgan.sgemm)  ? dcgan.sgemm
+                                         : minatar.sgemm;
     if (isfinite(sg)) bench("sgemm1024", th, sg, "GFLOP/s", NAN);
     fflush(stdout);
   }
