@@ -311,6 +311,10 @@ int nn__wino_mode(int mode);
 /* The direct conv2d forward (nn/cpu/convk.c): 1 on, 0 off (SHOAL_NN_DIRECT), -1 leaves it;
  * returns the mode before. For the tests and benchmarks. */
 int nn__direct_mode(int mode);
+/* The row kernels for small stride-1 conv2d layers (nn/cpu/convk.c): 0 off, 1 where they
+ * pay, 2 every layer they can run (SHOAL_NN_ROW), -1 leaves it; returns the mode before
+ * (always 0 off x86). For the tests and benchmarks. */
+int nn__row_mode(int mode);
 /* The thread count nn_set_threads set (1 unless set). */
 int nn__cpu_threads(void);
 

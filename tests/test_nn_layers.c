@@ -1154,10 +1154,12 @@ static void test_threads(void **s) {
  * above pin down: outputs, dW, db and dx on the Nature-DQN and DCGAN geometries (strides
  * 4 and 2, padding, space-to-depth with kh not a multiple of the stride), a 3x2 kernel
  * with stride 3 and padding 2, conv-transposes with and without output padding, and
- * batches whose columns end mid-panel, at 1 and 2 threads. */
+ * batches whose columns end mid-panel, at 1 and 2 threads; stride-1 layers also with the
+ * row kernels on (part vectors, tiles and tap groups, a fused ReLU) and off. */
 typedef struct conv_geo {
   int C, H, W, Co, kh, kw, s, pad, B;
   int t, opad; /* conv-transpose2d (square kernels), its output padding */
+  int relu;    /* a ReLU after the conv (fused into its output) */
 } conv_geo;
 
 /* got agrees with the gemm path's ref to 1e-4 relative, or the test fails naming it. */
@@ -1225,6 +1227,7 @@ static void conv_run(const void *geo, const char *path, int threads, float *y, f
     nn_conv_transpose2d(m, "convt", c->Co, c->kh, c->kw, c->s, c->pad, c->opad);
   else
     nn_conv2d(m, "conv", c->Co, c->kh, c->kw, c->s, c->pad, 1);
+  if (c->relu) nn_activation(m, "r", NN_RELU, 0);
   assert_int_equal(nn_model_build(m, c->B + 1, 7, &err), 0); /* B below max_batch */
   fwd_bwd_into(m, c->B, y, g, dx, ny, np, nx);
 }
@@ -1252,9 +1255,12 @@ static void test_conv_paths_agree(void **s) {
       {7, 5, 6, 10, 6, 6, 2, 1, 2, 1, 1}, /* its conv-transpose, output padding 1 */
       {9, 6, 5, 6, 4, 4, 2, 1, 3, 1, 1},  /* a 4x4/2 conv-transpose with output padding */
       {2, 23, 21, 6, 10, 10, 5, 3, 2},    /* 10x10/5: five column phases in Winograd's xh */
+      {4, 10, 10, 16, 3, 3, 1, 0, 5, 0, 0, 1}, /* MinAtar's with its ReLU: the row kernels */
+      {3, 13, 11, 7, 3, 2, 1, 0, 3, 0, 0, 1},  /* rows: part vectors, tiles and tap groups */
+      {2, 5, 9, 5, 2, 3, 1, 0, 2},             /* rows of 7: every vector a part one */
   };
   const char *was = nn__conv_path_force(NULL);
-  int was_w = nn__wino_mode(-1), was_d = nn__direct_mode(-1);
+  int was_w = nn__wino_mode(-1), was_d = nn__direct_mode(-1), was_r = nn__row_mode(-1);
   for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++) {
     const conv_geo *c = &geos[gi];
     int Ho = (c->H + 2 * c->pad - c->kh) / c->s + 1, Wo = (c->W + 2 * c->pad - c->kw) / c->s + 1;
@@ -1283,6 +1289,16 @@ static void test_conv_paths_agree(void **s) {
                  mode);
         paths_agree(kind, gi, conv_run, c, ny, np, nx);
       }
+    /* the row kernels (stride 1, no padding) on every such layer, and off */
+    if (!c->t && c->s == 1 && c->pad == 0) {
+      nn__wino_mode(0);
+      nn__direct_mode(0);
+      nn__row_mode(2);
+      paths_agree("geometry (row)", gi, conv_run, c, ny, np, nx);
+      nn__row_mode(0);
+      paths_agree("geometry (no row)", gi, conv_run, c, ny, np, nx);
+      nn__row_mode(was_r);
+    }
   }
   nn__wino_mode(was_w);
   nn__direct_mode(was_d);
