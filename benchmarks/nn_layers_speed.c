@@ -269,26 +269,32 @@ static void conv_table(const char *t) {
     /* a conv2d whose space-to-depth input has 16 channels or more: nn's paths with the
      * forward packed (the row "-packed"), then direct over channels-last input (convk.c) */
     bool direct = !k->t && k->C * k->s * k->s >= 16;
-    int was_w = nn__wino_mode(-1), was_d = nn__direct_mode(-1);
+    /* a small stride-1 conv2d without padding (MinAtar's): the AVX2 and AVX-512 paths
+     * packed, then on the row kernels (convk.c) */
+    bool row = !k->t && k->s == 1 && k->pad == 0 && !direct;
+    int was_w = nn__wino_mode(-1), was_d = nn__direct_mode(-1), was_r = nn__row_mode(-1);
     double gf_prev = 0; /* the row before, this run: the Winograd and direct rows' baseline */
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++)
       for (int w = 0; w < (wino && p ? 2 : 1); w++)
-        for (int d = direct && p && !w ? 0 : 1; d <= 1; d++) {
+        for (int d = (direct && p) || (row && p >= 2) ? !!w : 1; d <= 1; d++) {
           if (strcmp(nn__conv_path_force(paths[p]), paths[p])) continue; /* the CPU lacks it */
           nn__wino_mode(wino ? w : -1);
           nn__direct_mode(d);
+          nn__row_mode(row && !w ? d : 0);
           double f = min_call_s(m, x, dy, k->B, k->dx, true);
           double b = min_call_s(m, x, dy, k->B, k->dx, false);
           double gf = 2 * macs * (k->dx ? 3 : 2) / (f + b) / 1e9;
           char label[32];
-          snprintf(label, sizeof label, "%s%s", paths[p], w ? "+wino" : d ? "" : "-packed");
+          bool rowp = row && p >= 2; /* a path with the row kernels */
+          snprintf(label, sizeof label, "%s%s", paths[p],
+                   w ? "+wino" : !d ? "-packed" : rowp ? "+row" : "");
           printf("%-34s %8s %9.3f %9.3f %8.1f\n", p || w || !d ? "" : k->name, label, f * 1e3,
                  b * 1e3, gf);
-          if (w || (direct && p && d))
+          if (w || (direct && p && d) || (rowp && d))
             printf(
                 "BENCH name=nn.layers.conv%zu_%s_%s.%s value=%.1f unit=GFLOP/s baseline=%.1f "
                 "ratio=%.2f\n",
-                c, paths[p], w ? "wino" : "direct", t, gf, gf_prev, gf / gf_prev);
+                c, paths[p], w ? "wino" : rowp ? "row" : "direct", t, gf, gf_prev, gf / gf_prev);
           else
             printf(
                 "BENCH name=nn.layers.conv%zu_%s%s.%s value=%.1f unit=GFLOP/s baseline=none "
@@ -298,6 +304,7 @@ static void conv_table(const char *t) {
         }
     nn__wino_mode(was_w);
     nn__direct_mode(was_d);
+    nn__row_mode(was_r);
     free(x), free(dy);
     nn_model_destroy(m);
   }

@@ -31,7 +31,9 @@
  * where they lie (no panel packing). So does dx (and a conv-transpose's forward) where the
  * s2d kernel has few zero taps: W's columns in tap order, so a tile's rows are added into
  * a channels-last dxs as vectors, not scattered float by float (SHOAL_NN_DIRECT=0 turns
- * both off).
+ * both off). A small stride-1 conv without padding (MinAtar's) runs its forward and dW on
+ * the row kernels: an output row's pixels as vectors, x, W and dy read where they lie
+ * (SHOAL_NN_ROW=0 turns them off).
  *
  * A conv2d whose only reader is a ReLU writes max(y, 0) into the ReLU's buffer
  * (nn__node.fuse_act). 3x3 stride-1 layers, and strided ones whose kernel is 2 or 3 times

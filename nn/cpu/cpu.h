@@ -123,7 +123,9 @@ int nn__pool_max_threads(void);
  * every layer the kernels can run; unset, the best the CPU runs, on the shapes where it
  * beats im2col + GEMM. A conv2d forward whose space-to-depth input has 16 channels or
  * more runs direct instead (the batch laid out channels-last once, the micro-kernels reading
- * the taps in place; SHOAL_NN_DIRECT=0 keeps the packed forward). */
+ * the taps in place; SHOAL_NN_DIRECT=0 keeps the packed forward). A small stride-1 conv
+ * without padding runs its forward and dW on row kernels, a row of output pixels a vector
+ * (SHOAL_NN_ROW=0 turns them off). */
 typedef enum nn__conv_path {
   NN__CONV_GEMM = 0, /* im2col + nn__sgemm (nn/cpu/conv.c) */
   NN__CONV_PORTABLE = 1,
