@@ -956,18 +956,15 @@ row_fwd_tile(const job *j, const float *xs, float *ys, const float *w, int oh0, 
     else
       v0 = _mm256_maskload_ps(x0 + o, m), v1 = _mm256_maskload_ps(x1 + o, m),
       v2 = _mm256_maskload_ps(x2 + o, m);
-    c = _mm256_broadcast_ss(w0 + t);
-    a00 = _mm256_fmadd_ps(v0, c, a00), a10 = _mm256_fmadd_ps(v1, c, a10);
-    a20 = _mm256_fmadd_ps(v2, c, a20);
-    c = _mm256_broadcast_ss(w1 + t);
-    a01 = _mm256_fmadd_ps(v0, c, a01), a11 = _mm256_fmadd_ps(v1, c, a11);
-    a21 = _mm256_fmadd_ps(v2, c, a21);
-    c = _mm256_broadcast_ss(w2 + t);
-    a02 = _mm256_fmadd_ps(v0, c, a02), a12 = _mm256_fmadd_ps(v1, c, a12);
-    a22 = _mm256_fmadd_ps(v2, c, a22);
-    c = _mm256_broadcast_ss(w3 + t);
-    a03 = _mm256_fmadd_ps(v0, c, a03), a13 = _mm256_fmadd_ps(v1, c, a13);
-    a23 = _mm256_fmadd_ps(v2, c, a23);
+    /* one channel: its weight for tap t against the 3 rows */
+#define ROW_FWD_CH(w, a0, a1, a2)                                                         \
+  c = _mm256_broadcast_ss(w + t), a0 = _mm256_fmadd_ps(v0, c, a0),                       \
+  a1 = _mm256_fmadd_ps(v1, c, a1), a2 = _mm256_fmadd_ps(v2, c, a2)
+    ROW_FWD_CH(w0, a00, a10, a20);
+    ROW_FWD_CH(w1, a01, a11, a21);
+    ROW_FWD_CH(w2, a02, a12, a22);
+    ROW_FWD_CH(w3, a03, a13, a23);
+#undef ROW_FWD_CH
   }
   __m256 acc[3][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}};
   for (int r = 0; r < nr; r++)
