@@ -922,7 +922,7 @@ int nn__row_mode(int mode) {
 
 /* On the AVX2 and AVX-512 paths (both have AVX2): stride 1, no padding, a conv2d; where it
  * pays, K up to 64 over rows of 8 pixels or more (measured on MinAtar's layer: the packed
- * forward 0.044 ms and dW 0.068, these 0.029 and 0.029). */
+ * forward 0.044 ms and dW with db 0.068, these 0.037 and 0.042). */
 static bool row_runs(const job *j, const nn__node *n) {
   pthread_once(&g_row_once, row_init);
   const geom *g = &j->g;
@@ -1061,11 +1061,17 @@ static void row_forward(job *j, nn_model *m, nn__node *n) {
 static void row_dw(job *j) {
   nn__parallel_for((j->g.Co + 3) / 4 * ((j->g.K + 2) / 3), row_dw_task, j);
 }
-#else
+#else /* no row kernels: the packed ones run */
 int nn__row_mode(int mode) {
   (void)mode;
   return 0;
 }
+static bool row_runs(const job *j, const nn__node *n) {
+  (void)j, (void)n;
+  return false;
+}
+static void row_forward(job *j, nn_model *m, nn__node *n) { (void)j, (void)m, (void)n; }
+static void row_dw(job *j) { (void)j; }
 #endif
 
 /* Wp[b*MR*K + k*MR + i] = W[b*MR + i][k]: blocks of MR rows of W (C_out, K), K steps
@@ -1100,12 +1106,10 @@ void nn__convk_forward(nn_model *m, nn__node *n, int B) {
     direct_forward(&j, m, n);
     return;
   }
-#ifdef NN__X86
   if (row_runs(&j, n)) {
     row_forward(&j, m, n);
     return;
   }
-#endif
   float *Wp = m->scratch + j.L.w;
   pack_w_rows(m->params + n->poff[0], j.g.Co, j.g.K, j.I->mr, Wp);
   j.Wp = Wp;
@@ -1408,25 +1412,16 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
   j.dy = n->dout;
   j.dw = m->grads + n->poff[0];
   j.dbs = n->bias ? m->scratch + j.L.dbs : NULL;
-#ifdef NN__X86
-  bool row = !nn__wino_dw_runs(m, n, B) && row_runs(&j, n);
-#else
-  bool row = false;
-#endif
-  if (row) {
+  bool wino = nn__wino_dw_runs(m, n, B);
+  if (wino || row_runs(&j, n)) { /* db first: Winograd's dW reuses the scratch */
     if (n->bias) {
       nn__parallel_for(B, db_task, &j);
       add_sample_sums(m->grads + n->poff[1], j.dbs, B, g->Co);
     }
-#ifdef NN__X86
-    row_dw(&j);
-#endif
-  } else if (nn__wino_dw_runs(m, n, B)) { /* db first: Winograd's dW reuses the scratch */
-    if (n->bias) {
-      nn__parallel_for(B, db_task, &j);
-      add_sample_sums(m->grads + n->poff[1], j.dbs, B, g->Co);
-    }
-    nn__wino_dw(m, n, B);
+    if (wino)
+      nn__wino_dw(m, n, B);
+    else
+      row_dw(&j);
   } else {
     make_xs(&j);
     nn__parallel_for(B, dyp_task, &j);
