@@ -194,10 +194,11 @@ static int loop(actor_rt *rt, shoal_error *err) {
   const int64_t pull_every = config_int(rt->cfg, "actor.pull_steps");
   /* Actor i's copy j starts from seed·1e6 + i·B + j: every copy of the run differs. */
   uint64_t seed = (uint64_t)config_int(rt->cfg, "run.seed");
-  env_vec_reset(rt->ev, seed * 1000000 + (uint64_t)rt->index * (uint64_t)rt->B, rt->obs);
+  int rc = env_vec_reset(rt->ev, seed * 1000000 + (uint64_t)rt->index * (uint64_t)rt->B, rt->obs,
+                         err);
+  if (rc) return actor_fail(err, rc, "env reset");
   env_vec_out out = {rt->next, rt->reward, rt->term, rt->trunc, rt->fin};
   int64_t steps = 0, batches = 0;
-  int rc = 0;
   while (!rc && !stop_signal) {
     const void *actions;
     rpc_batch *b = NULL;

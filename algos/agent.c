@@ -430,7 +430,8 @@ int op_eval_run(op_eval *e, op_agent *a, const op_norm *z, bool greedy, uint64_t
 int op_eval_run_policy(op_eval *e, op_eval_act_fn act, void *ctx, const op_norm *z, uint64_t seed,
                        double *mean, double *sd, double *min, double *max, shoal_error *err) {
   int E = e->E, total = e->episodes, got = 0;
-  env_vec_reset(e->ev, seed, e->raw);
+  int rrc = env_vec_reset(e->ev, seed, e->raw, err);
+  if (rrc) return rrc;
   memset(e->first, 1, (size_t)E); /* every copy starts an episode: its state is reset */
   for (int i = 0; i < E; i++) e->done[i] = 0, e->ret[i] = 0, e->first_len[i] = -1;
   env_vec_out out = {e->raw, e->rew, e->term, e->trunc, e->fin};

@@ -101,7 +101,7 @@ static double bench_vec(const char *id, int B) {
   shoal_rng rng;
   shoal_rng_seed(&rng, 2);
   fill_actions(sp, acts, (size_t)B * NACT, &rng);
-  env_vec_reset(v, 1, obs);
+  env_vec_reset(v, 1, obs, NULL);
   env_vec_out out = {obs, rew, term, trunc, fin};
   int iters = B >= 256 ? 16 : B >= 16 ? 256 : 4096;
   long steps = 0;

@@ -28,6 +28,7 @@ const char *shoal_strerror(int rc) {
     case SHOAL_ENET: return "network error";
     case SHOAL_ECUDA: return "CUDA error";
     case SHOAL_EINTERNAL: return "internal error";
+    case SHOAL_EENV: return "environment failed";
     default: return "unknown error";
   }
 }

@@ -45,6 +45,8 @@ enum {
   SHOAL_ENET = -16,      /* a network or RPC failure */
   SHOAL_ECUDA = -17,     /* a CUDA, cuDNN or cuBLAS call failed */
   SHOAL_EINTERNAL = -18, /* a bug in shoal: an invariant did not hold */
+  SHOAL_EENV = -19,      /* an environment failed: it raised, or returned a NaN reward or an
+                            observation outside its declared space */
 };
 
 /* Returns a static, human-readable name for rc ("invalid argument", ...). Can't fail. */

@@ -49,6 +49,10 @@ static const env_type *find_locked(const char *id) {
 
 const env_type *env_find(const char *id) {
   if (!id) return NULL;
+  if (strncmp(id, "plugin:", 7) == 0) {
+    const env_type *t = NULL;
+    return env__plugin_find(id, &t, NULL) ? NULL : t;
+  }
   pthread_once(&reg_once, reg_builtins);
   pthread_mutex_lock(&reg_mu);
   const env_type *t = find_locked(id);
@@ -142,6 +146,20 @@ int env__not_found(const char *where, const char *id, shoal_error *err) {
   }
   return shoal_error_set(err, SHOAL_ENOENT, "%s: no env '%s' (known: %s)", where,
                          id ? id : "(null)", known);
+}
+
+int env__lookup(const char *id, const env_type **out, const char *where, shoal_error *err) {
+  if (id && strncmp(id, "plugin:", 7) == 0) {
+    int rc = env__plugin_find(id, out, err);
+    if (rc) {
+      char inner[sizeof err->msg];
+      snprintf(inner, sizeof inner, "%s", err ? err->msg : "");
+      return shoal_error_set(err, rc, "%s: %s", where, inner);
+    }
+    return 0;
+  }
+  *out = env_find(id);
+  return *out ? 0 : env__not_found(where, id, err);
 }
 
 /* Checks B actions against the space; on a bad one names the copy (B > 1) and the value. */
@@ -315,7 +333,11 @@ void env__reset_with(const env_type *t, void *state, void *scratch, void *obs_tm
 }
 
 struct env {
-  const env_type *type;
+  const env_type *type; /* a registry kind, or NULL with a backend */
+  env_vec *vec;         /* a backend's env: a vector of one, stepped without auto-reset */
+  const env_spec *spec; /* &type->spec or the vector's */
+  uint64_t seed;        /* env_seed's, for the backend's next reset */
+  int seed_pending;
   shoal_rng rng;
   int max_steps; /* the time limit in force */
   int elapsed;
@@ -329,9 +351,24 @@ int env_make(env **out, const char *id, shoal_error *err) {
 }
 
 int env_make_opts(env **out, const char *id, const char *options, shoal_error *err) {
-  const env_type *t = env_find(id);
-  if (!t) return env__not_found("env_make", id, err);
   if (options && !options[0]) options = NULL; /* "" is env_make, as documented */
+  if (env__backend_for(id)) {
+    env *e = calloc(1, sizeof *e);
+    if (!e) return shoal_error_set(err, SHOAL_ENOMEM, "env_make: '%s': out of memory", id);
+    env_vec_config vc = {.options = options, .episode_log = 1};
+    int rc = env_vec_create(&e->vec, id, 1, &vc, err);
+    if (rc) {
+      free(e);
+      return rc;
+    }
+    e->spec = env_vec_spec(e->vec);
+    e->seed_pending = 1; /* seeded with 0, as a built-in kind */
+    *out = e;
+    return 0;
+  }
+  const env_type *t;
+  int lrc = env__lookup(id, &t, "env_make", err);
+  if (lrc) return lrc;
   env *e = calloc(1, sizeof *e);
   size_t sz = (t->state_size + 15) & ~(size_t)15;
   void *st = e ? aligned_alloc(16, sz) : NULL;
@@ -341,6 +378,7 @@ int env_make_opts(env **out, const char *id, const char *options, shoal_error *e
   }
   memset(st, 0, sz);
   e->type = t;
+  e->spec = &t->spec;
   e->state = st;
   e->max_steps = t->spec.max_episode_steps;
   int rc = env__apply_options(t, st, options, &e->max_steps, "env_make", err);
@@ -355,23 +393,49 @@ int env_make_opts(env **out, const char *id, const char *options, shoal_error *e
 
 void env_destroy(env *e) {
   if (!e) return;
+  env_vec_destroy(e->vec);
   free(e->state);
   free(e);
 }
 
-const env_spec *env_get_spec(const env *e) { return &e->type->spec; }
+const env_spec *env_get_spec(const env *e) { return e->spec; }
 
-void env_seed(env *e, uint64_t seed) { shoal_rng_seed(&e->rng, seed); }
+void env_seed(env *e, uint64_t seed) {
+  shoal_rng_seed(&e->rng, seed);
+  e->seed = seed;
+  e->seed_pending = 1;
+}
 
-void env_reset(env *e, void *obs) {
+/* A backend's reset: seeded if env_seed came since the last one, else going on. */
+static int backend_reset(env *e, void *obs, shoal_error *err) {
+  uint8_t reseed = (uint8_t)e->seed_pending;
+  int rc = env_vec_reset_each(e->vec, &e->seed, &reseed, NULL, obs, err);
+  if (rc) return rc;
+  e->seed_pending = 0;
+  e->elapsed = 0;
+  e->running = 1;
+  e->reset_once = 1;
+  return 0;
+}
+
+int env_reset(env *e, void *obs) {
+  if (e->vec) return backend_reset(e, obs, NULL);
   e->type->reset(e->state, &e->rng, obs);
   e->elapsed = 0;
   e->running = 1;
   e->reset_once = 1;
+  return 0;
 }
 
 int env_reset_opts(env *e, const char *options, void *obs, shoal_error *err) {
   const env_type *t = e->type;
+  if (e->vec) {
+    if (options && options[0])
+      return shoal_error_set(err, SHOAL_EINVAL,
+                             "env_reset_opts: '%s' takes no reset options (got '%s')", e->spec->id,
+                             options);
+    return backend_reset(e, obs, err);
+  }
   if (!options || !options[0]) {
     env_reset(e, obs);
     return 0;
@@ -396,7 +460,7 @@ int env_reset_opts(env *e, const char *options, void *obs, shoal_error *err) {
 }
 
 int env_step(env *e, const void *action, void *obs, env_result *res, shoal_error *err) {
-  const env_spec *sp = &e->type->spec;
+  const env_spec *sp = e->spec;
   if (!action || !obs || !res)
     return shoal_error_set(err, SHOAL_EINVAL, "env_step: '%s': NULL action, obs or result", sp->id);
   if (!e->running)
@@ -407,12 +471,22 @@ int env_step(env *e, const void *action, void *obs, env_result *res, shoal_error
   int rc = env__check_actions(sp, action, 1, "env_step", err);
   if (rc) return rc;
   double r = 0.0;
-  int term = 0;
-  e->type->step(e->state, &e->rng, action, obs, &r, &term);
-  e->elapsed++;
+  int term = 0, trunc;
+  if (e->vec) {
+    uint8_t te = 0, tr = 0;
+    rc = env__vec_step_one(e->vec, action, obs, &r, &te, &tr, err);
+    if (rc) return rc;
+    term = te;
+    trunc = tr;
+    e->elapsed++;
+  } else {
+    e->type->step(e->state, &e->rng, action, obs, &r, &term);
+    e->elapsed++;
+    trunc = e->max_steps > 0 && e->elapsed >= e->max_steps;
+  }
   res->reward = r;
   res->terminated = term != 0;
-  res->truncated = e->max_steps > 0 && e->elapsed >= e->max_steps;
+  res->truncated = trunc;
   res->elapsed = e->elapsed;
   if (res->terminated || res->truncated) e->running = 0;
   return 0;
@@ -447,14 +521,17 @@ int env__state_set(const env_type *t, void *state, bool running, const double *i
 }
 
 int env_get_state(const env *e, double *out, int cap, shoal_error *err) {
+  if (e->vec) return env_vec_get_state(e->vec, 0, out, cap, err);
   return env__state_get(e->type, e->state, out, cap, "env_get_state", err);
 }
 
 int env_set_state(env *e, const double *in, int n, shoal_error *err) {
+  if (e->vec) return env_vec_set_state(e->vec, 0, in, n, err);
   return env__state_set(e->type, e->state, e->running, in, n, "env_set_state", "env_reset", err);
 }
 
 int env_render(const env *e, uint8_t *rgb, shoal_error *err) {
+  if (e->vec) return env_vec_render(e->vec, 0, rgb, err);
   if (!e->type->render)
     return shoal_error_set(err, SHOAL_ENOTSUP, "env_render: '%s' has no renderer",
                            e->type->spec.id);

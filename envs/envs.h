@@ -35,15 +35,22 @@
  *   float obs[256 * 4], final_obs[256 * 4], rew[256];
  *   uint8_t term[256], trunc[256];
  *   int32_t act[256];
- *   env_vec_reset(v, 1234, obs);                    // copy i is seeded with 1234 + i
+ *   env_vec_reset(v, 1234, obs, &err);              // copy i is seeded with 1234 + i
  *   env_vec_out out = {obs, rew, term, trunc, final_obs};
  *   for (int t = 0; t < 1000; t++) {
  *     choose_actions(obs, act);                     // the policy's, one per copy
  *     env_vec_step(v, act, &out, &err);
  *   }
  *
- * Your own env: fill an env_type (a spec and three functions over a plain-data state of
- * state_size bytes) in one file and call env_register() before env_make(). See env_type.
+ * Your own env, three ways, each reaching every program through its id (env.id):
+ *  - "gym:ID": any Gymnasium env, ID as gymnasium.make takes it ("LunarLander-v3", or
+ *    "mymodule:MyEnv-v0" for an env your module registers with gymnasium.register),
+ *    stepped by an embedded CPython (envs/gym.c). Options "k=v,..." are gymnasium.make's
+ *    keyword arguments. Box observations (float32, float64 converted once, uint8) and
+ *    Discrete or Box actions; other spaces are refused when the env is made.
+ *  - "plugin:PATH.so[:NAME]": a shared library built against this header alone that
+ *    exports env_types through ENV_PLUGIN_EXPORT (below; envs/plugin.c loads it).
+ *  - In-tree: fill an env_type and call env_register() before env_make().
  *
  * Observations are written in the spec's dtype: float32 for classic control (as
  * Gymnasium returns them), uint8 0/1 channels-first (C, 10, 10) for MinAtar. Actions
@@ -158,6 +165,62 @@ int env_list(const char **names, int cap);
 /* The registered kind for id, or NULL. */
 const env_type *env_find(const char *id);
 
+/* ---- Plugins: env kinds in a shared library ------------------------------------------ */
+
+/* The plugin ABI. A plugin is a shared library that exports one function, the entry
+ * point ENV_PLUGIN_ENTRY, returning a table of its env kinds; the loader refuses a table
+ * whose abi or env_type_size differ from its own. ABI 1 guarantees: the layout of
+ * env_type, env_spec, env_space and env__batch as declared in this header, the
+ * semantics of their members as documented here, and the shoal_rng functions of
+ * common/shoal.h (which a plugin calls: the program that loads it exports them). Any
+ * change to these makes a new ABI number; shoal loads plugins of its own ABI only.
+ *
+ *   // mygrid.c: cc -shared -fPIC -I<shoal include dir> mygrid.c -o libmygrid.so
+ *   static const env_type grid = {.spec = {...}, .state_size = sizeof(grid_state),
+ *                                 .reset = grid_reset, .step = grid_step};
+ *   static const env_type *const types[] = {&grid};
+ *   ENV_PLUGIN_EXPORT("mygrid", types, 1)
+ *
+ * and env.id: plugin:/abs/path/libmygrid.so:MyGrid-v0 in a config. */
+#define ENV_PLUGIN_ABI 1
+#define ENV_PLUGIN_ENTRY "shoal_env_plugin"
+
+typedef struct env_plugin {
+  uint32_t abi;                 /* ENV_PLUGIN_ABI the plugin was built with */
+  uint32_t env_type_size;       /* sizeof(env_type) as the plugin saw it */
+  const char *name;             /* for messages */
+  int ntypes;                   /* >= 1 */
+  const env_type *const *types; /* static: registered and borrowed for the process's life */
+} env_plugin;
+
+typedef const env_plugin *(*env_plugin_entry_fn)(void);
+
+/* Defines the entry point; use once, at file scope, in the plugin. */
+#ifdef __cplusplus
+#define ENV__PLUGIN_LINKAGE extern "C"
+#else
+#define ENV__PLUGIN_LINKAGE
+#endif
+#define ENV_PLUGIN_EXPORT(NAME, TYPES, N)                                                        \
+  ENV__PLUGIN_LINKAGE __attribute__((visibility("default"))) const env_plugin *shoal_env_plugin( \
+      void) {                                                                                    \
+    static const env_plugin p = {ENV_PLUGIN_ABI, (uint32_t)sizeof(env_type), NAME, N, TYPES};    \
+    return &p;                                                                                   \
+  }
+
+/* Loads the plugin at path (once per process) and registers every kind it exports,
+ * after which their ids work in env_make and env_vec_create as built-ins do ("plugin:
+ * PATH:NAME" ids load it on first use, so most callers need not call this). Errors, with
+ * the path and what is wrong: SHOAL_ENOENT (no file), SHOAL_EINVAL (not a library, no
+ * entry point, another ABI, an invalid spec), SHOAL_EEXIST (an id that a built-in or
+ * another plugin has). */
+int env_plugin_load(const char *path, shoal_error *err);
+
+/* Every id Gymnasium has registered, sorted, in *ids (n of them; caller frees each
+ * string and the array with free()). Starts the embedded Python if need be. SHOAL_ENOENT
+ * when Python or Gymnasium cannot be loaded, saying which and what to do. */
+int env_gym_registered(char ***ids, int *n, shoal_error *err);
+
 /* ---- One env ------------------------------------------------------------------------ */
 
 typedef struct env env;
@@ -192,8 +255,10 @@ const env_spec *env_get_spec(const env *e); /* borrowed, valid while e lives */
 /* Re-seeds the env's RNG (Gymnasium's reset(seed=...)); the next reset draws from it. */
 void env_seed(env *e, uint64_t seed);
 
-/* Starts an episode and writes the first observation to obs (spec.obs). Can't fail. */
-void env_reset(env *e, void *obs);
+/* Starts an episode and writes the first observation to obs (spec.obs). Returns 0; a
+ * built-in kind can't fail, a "gym:" env can (SHOAL_EENV; env_reset_opts with options
+ * NULL says why). */
+int env_reset(env *e, void *obs);
 
 /* env_reset with options for this reset only, as Gymnasium's reset(options=...): "k=v,..."
  * of the kind's reset options (classic control: low, high; Pendulum: x_init, y_init;
@@ -273,8 +338,9 @@ const env_spec *env_vec_spec(const env_vec *v);
 int env_vec_size(const env_vec *v); /* B */
 
 /* Seeds copy i with seed + i, resets every copy and writes the first observations
- * (B rows) to obs. Clears episode returns (not the statistics). Can't fail. */
-void env_vec_reset(env_vec *v, uint64_t seed, void *obs);
+ * (B rows) to obs. Clears episode returns (not the statistics). Returns 0; a built-in
+ * kind can't fail, a backend's env can (SHOAL_EENV: it raised or returned a NaN). */
+int env_vec_reset(env_vec *v, uint64_t seed, void *obs, shoal_error *err);
 
 /* As env_vec_reset with a seed per copy and reset options: copy i is seeded with
  * seeds[i] when reseed is NULL or reseed[i] != 0, else its RNG goes on from where it is

@@ -92,6 +92,51 @@ int env__check_actions(const env_spec *sp, const void *actions, int B, const cha
     }                                                                                      \
   }
 
+/* ---- Backends: envs that are not env_types ------------------------------------------- */
+
+/* An env whose state is not plain data (a Python object) steps through a backend that
+ * owns its B copies as a whole; env_vec and the single env (a backend vector of one)
+ * keep the episode bookkeeping, action checks and API in front of it. The backend owns
+ * the spec it fills (ids, bounds) for its lifetime. Every function may fail (the env's
+ * own code runs behind it): SHOAL_EENV with the copy and the env's own message. */
+typedef struct env__backend {
+  const char *prefix; /* the id prefix that selects it: "gym:" */
+  /* Makes B copies of id (the prefix stripped) with options ("k=v,...": the env's own
+   * constructor arguments). *self is the backend's, freed by destroy. */
+  int (*create)(void **self, const char *id, int B, const char *options, env_spec *spec,
+                shoal_error *err);
+  void (*destroy)(void *self);
+  /* Resets every copy: copy i seeded with seeds[i] where seeds is not NULL and reseed is
+   * NULL or reseed[i] != 0, else going on from its own generator. Writes B observations. */
+  int (*reset)(void *self, const uint64_t *seeds, const uint8_t *reseed, void *obs,
+               shoal_error *err);
+  /* Steps every copy with actions (checked against the spec). autoreset: a copy whose
+   * episode ends is reset in this step, its last observation to final_obs (if not NULL);
+   * else the copy is left ended. The time limit is the backend's (the env's own). */
+  int (*step)(void *self, const void *actions, int autoreset, void *obs, double *reward,
+              uint8_t *terminated, uint8_t *truncated, void *final_obs, shoal_error *err);
+  /* Copy i's frame (spec render_h, render_w, 3). */
+  int (*render)(void *self, int i, uint8_t *rgb, shoal_error *err);
+} env__backend;
+
+/* A registry kind by id, plugin ids ("plugin:PATH[:NAME]") loaded on the way: 0 and
+ * *out, or SHOAL_ENOENT (listing the known ids) / the plugin's error, prefixed by where. */
+int env__lookup(const char *id, const env_type **out, const char *where, shoal_error *err);
+
+/* One step of a backend vector of one without auto-reset (the single env's step): the
+ * episode ends in place and the next call must be a reset. */
+int env__vec_step_one(env_vec *v, const void *action, void *obs, double *reward, uint8_t *term,
+                      uint8_t *trunc, shoal_error *err);
+
+/* The backend whose prefix id starts with, or NULL (a registry id). Can't fail. */
+const env__backend *env__backend_for(const char *id);
+extern const env__backend env__gym_backend;
+
+/* Loads the plugin a "plugin:PATH[:NAME]" id names (once per path) and returns the
+ * registered kind it selects in *out. SHOAL_ENOENT, SHOAL_EINVAL, SHOAL_EEXIST with
+ * the path and what is wrong. */
+int env__plugin_find(const char *id, const env_type **out, shoal_error *err);
+
 /* Drawing into an RGB buffer (h, w, 3), for the renderers. y grows downwards. */
 typedef struct env__canvas {
   uint8_t *rgb;

@@ -3,6 +3,7 @@
  * optional worker threads over disjoint ranges of copies. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,7 +12,13 @@
 #define RECENT 100
 
 struct env_vec {
-  const env_type *type;
+  const env_type *type;   /* a registry kind, or NULL with a backend */
+  const env__backend *be; /* a backend's env ("gym:ID"), or NULL */
+  void *be_self;
+  env_spec be_spec;     /* the backend's spec */
+  const env_spec *spec; /* &type->spec or &be_spec */
+  double *be_reward;    /* (B) the backend's float64 rewards */
+  uint64_t *be_seeds;   /* (B) */
   int B;
   size_t stride;    /* bytes per state, a multiple of 16 */
   void *states;     /* (B, stride) */
@@ -113,6 +120,9 @@ static void stop_threads(env_vec *v, int started) {
 
 void env_vec_destroy(env_vec *v) {
   if (!v) return;
+  if (v->be && v->be_self) v->be->destroy(v->be_self);
+  free(v->be_reward);
+  free(v->be_seeds);
   if (v->threads) stop_threads(v, v->nthreads - 1);
   if (v->sync_ok) {
     pthread_mutex_destroy(&v->mu);
@@ -132,43 +142,84 @@ void env_vec_destroy(env_vec *v) {
   free(v);
 }
 
-int env_vec_create(env_vec **out, const char *id, int B, const env_vec_config *cfg,
-                   shoal_error *err) {
-  const env_type *t = env_find(id);
-  if (!t) return env__not_found("env_vec_create", id, err);
-  env_vec_config c = {0};
-  if (cfg) c = *cfg;
-  if (B < 1 || B > (1 << 24))
-    return shoal_error_set(err, SHOAL_EINVAL, "env_vec_create: '%s': B = %d (need 1..2^24)", id, B);
-  if (c.threads < 1) c.threads = 1;
-  if (c.threads > B || c.threads > 256)
-    return shoal_error_set(err, SHOAL_EINVAL,
-                           "env_vec_create: '%s': %d threads for %d copies (at most B and 256)", id,
-                           c.threads, B);
-  if (c.episode_log < 0)
-    return shoal_error_set(err, SHOAL_EINVAL, "env_vec_create: '%s': episode_log = %d", id,
-                           c.episode_log);
-  env_vec *v = calloc(1, sizeof *v);
-  if (!v) return shoal_error_set(err, SHOAL_ENOMEM, "env_vec_create: '%s': out of memory", id);
-  v->type = t;
+/* The episode log, the statistics and the counters every vector env keeps. */
+static int alloc_common(env_vec *v, int B, int log_cap) {
   v->B = B;
-  v->stride = (t->state_size + 15) & ~(size_t)15;
-  v->max_steps = c.max_episode_steps == 0  ? t->spec.max_episode_steps
-                 : c.max_episode_steps < 0 ? 0
-                                           : c.max_episode_steps;
-  v->log_cap = c.episode_log ? c.episode_log : 4 * B + 64;
-  v->states = aligned_alloc(64, (v->stride * (size_t)B + 63) & ~(size_t)63);
-  v->rngs = calloc((size_t)B, sizeof *v->rngs);
+  v->log_cap = log_cap ? log_cap : 4 * B + 64;
   v->elapsed = calloc((size_t)B, sizeof *v->elapsed);
   v->ep_return = calloc((size_t)B, sizeof *v->ep_return);
   v->done_return = calloc((size_t)B, sizeof *v->done_return);
   v->done_length = calloc((size_t)B, sizeof *v->done_length);
   v->log = calloc((size_t)v->log_cap, sizeof *v->log);
+  return v->elapsed && v->ep_return && v->done_return && v->done_length && v->log;
+}
+
+/* B copies behind a backend: one thread (the backend's envs are not thread-safe data,
+ * and a Python env would serialise threads on the GIL anyway). The time limit is the
+ * env's own; cfg's max_episode_steps > 0 is passed to the env as that option. */
+static int create_backend(env_vec **out, const env__backend *be, const char *id, int B,
+                          const env_vec_config *c, shoal_error *err) {
+  char opts[1024];
+  const char *o = c->options ? c->options : "";
+  int k = c->max_episode_steps > 0 ? snprintf(opts, sizeof opts, "%s%smax_episode_steps=%d", o,
+                                              o[0] ? "," : "", c->max_episode_steps)
+                                   : snprintf(opts, sizeof opts, "%s", o);
+  if (k < 0 || (size_t)k >= sizeof opts)
+    return shoal_error_set(err, SHOAL_EINVAL, "env_vec_create: '%s': options too long", id);
+  env_vec *v = calloc(1, sizeof *v);
+  if (!v || !alloc_common(v, B, c->episode_log) ||
+      !(v->be_reward = calloc((size_t)B, sizeof *v->be_reward)) ||
+      !(v->be_seeds = calloc((size_t)B, sizeof *v->be_seeds))) {
+    env_vec_destroy(v);
+    return shoal_error_set(err, SHOAL_ENOMEM, "env_vec_create: '%s' x %d: out of memory", id, B);
+  }
+  v->nthreads = 1;
+  int rc = be->create(&v->be_self, id + strlen(be->prefix), B, opts, &v->be_spec, err);
+  if (rc) {
+    env_vec_destroy(v);
+    return rc;
+  }
+  v->be = be;
+  v->spec = &v->be_spec;
+  *out = v;
+  return 0;
+}
+
+int env_vec_create(env_vec **out, const char *id, int B, const env_vec_config *cfg,
+                   shoal_error *err) {
+  env_vec_config c = {0};
+  if (cfg) c = *cfg;
+  if (B < 1 || B > (1 << 24))
+    return shoal_error_set(err, SHOAL_EINVAL, "env_vec_create: '%s': B = %d (need 1..2^24)",
+                           id ? id : "(null)", B);
+  if (c.episode_log < 0)
+    return shoal_error_set(err, SHOAL_EINVAL, "env_vec_create: '%s': episode_log = %d",
+                           id ? id : "(null)", c.episode_log);
+  const env__backend *be = env__backend_for(id);
+  if (be) return create_backend(out, be, id, B, &c, err);
+  const env_type *t;
+  int lrc = env__lookup(id, &t, "env_vec_create", err);
+  if (lrc) return lrc;
+  if (c.threads < 1) c.threads = 1;
+  if (c.threads > B || c.threads > 256)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "env_vec_create: '%s': %d threads for %d copies (at most B and 256)", id,
+                           c.threads, B);
+  env_vec *v = calloc(1, sizeof *v);
+  if (!v) return shoal_error_set(err, SHOAL_ENOMEM, "env_vec_create: '%s': out of memory", id);
+  v->type = t;
+  v->spec = &t->spec;
+  v->stride = (t->state_size + 15) & ~(size_t)15;
+  v->max_steps = c.max_episode_steps == 0  ? t->spec.max_episode_steps
+                 : c.max_episode_steps < 0 ? 0
+                                           : c.max_episode_steps;
+  int ok = alloc_common(v, B, c.episode_log);
+  v->states = aligned_alloc(64, (v->stride * (size_t)B + 63) & ~(size_t)63);
+  v->rngs = calloc((size_t)B, sizeof *v->rngs);
   v->scratch = aligned_alloc(16, v->stride);
   v->obs_tmp = malloc(env_space_bytes(&t->spec.obs));
   v->nthreads = c.threads;
-  if (!v->scratch || !v->obs_tmp || !v->states || !v->rngs || !v->elapsed || !v->ep_return ||
-      !v->done_return || !v->done_length || !v->log) {
+  if (!ok || !v->scratch || !v->obs_tmp || !v->states || !v->rngs) {
     env_vec_destroy(v);
     return shoal_error_set(err, SHOAL_ENOMEM, "env_vec_create: '%s' x %d: out of memory", id, B);
   }
@@ -215,10 +266,14 @@ int env_vec_create(env_vec **out, const char *id, int B, const env_vec_config *c
   return 0;
 }
 
-const env_spec *env_vec_spec(const env_vec *v) { return &v->type->spec; }
+const env_spec *env_vec_spec(const env_vec *v) { return v->spec; }
 int env_vec_size(const env_vec *v) { return v->B; }
 
-void env_vec_reset(env_vec *v, uint64_t seed, void *obs) {
+int env_vec_reset(env_vec *v, uint64_t seed, void *obs, shoal_error *err) {
+  if (v->be) {
+    for (int i = 0; i < v->B; i++) v->be_seeds[i] = seed + (uint64_t)i;
+    return env_vec_reset_each(v, v->be_seeds, NULL, NULL, obs, err);
+  }
   size_t ob = env_space_bytes(&v->type->spec.obs);
   for (int i = 0; i < v->B; i++) {
     shoal_rng_seed(&v->rngs[i], seed + (uint64_t)i);
@@ -228,6 +283,7 @@ void env_vec_reset(env_vec *v, uint64_t seed, void *obs) {
     v->ep_return[i] = 0.0;
   }
   v->was_reset = 1;
+  return 0;
 }
 
 int env_vec_reset_each(env_vec *v, const uint64_t *seeds, const uint8_t *reseed,
@@ -237,7 +293,19 @@ int env_vec_reset_each(env_vec *v, const uint64_t *seeds, const uint8_t *reseed,
   for (int i = 0; reseed && i < v->B; i++) any |= reseed[i] != 0;
   if (!obs || (!seeds && any))
     return shoal_error_set(err, SHOAL_EINVAL, "env_vec_reset_each: '%s': NULL seeds or obs",
-                           t->spec.id);
+                           v->spec->id);
+  if (v->be) {
+    if (options && options[0])
+      return shoal_error_set(err, SHOAL_EINVAL,
+                             "env_vec_reset_each: '%s' takes no reset options (got '%s')",
+                             v->spec->id, options);
+    int rc = v->be->reset(v->be_self, seeds, reseed, obs, err);
+    if (rc) return rc;
+    memset(v->elapsed, 0, sizeof *v->elapsed * (size_t)v->B);
+    memset(v->ep_return, 0, sizeof *v->ep_return * (size_t)v->B);
+    v->was_reset = 1;
+    return 0;
+  }
   env__opt kv[ENV__MAX_OPTS];
   int n;
   int rc = env__reset_options_parse(t, v->states, v->scratch, options, kv, &n, "env_vec_reset_each",
@@ -256,6 +324,9 @@ int env_vec_reset_each(env_vec *v, const uint64_t *seeds, const uint8_t *reseed,
 }
 
 int env_vec_get_state(const env_vec *v, int i, double *out, int cap, shoal_error *err) {
+  if (v->be)
+    return shoal_error_set(err, SHOAL_ENOTSUP, "env_vec_get_state: '%s' has no float state",
+                           v->spec->id);
   if (i < 0 || i >= v->B)
     return shoal_error_set(err, SHOAL_ERANGE, "env_vec_get_state: '%s': copy %d of %d",
                            v->type->spec.id, i, v->B);
@@ -264,6 +335,9 @@ int env_vec_get_state(const env_vec *v, int i, double *out, int cap, shoal_error
 }
 
 int env_vec_set_state(env_vec *v, int i, const double *in, int n, shoal_error *err) {
+  if (v->be)
+    return shoal_error_set(err, SHOAL_ENOTSUP, "env_vec_set_state: '%s' has no float state",
+                           v->spec->id);
   if (i < 0 || i >= v->B)
     return shoal_error_set(err, SHOAL_ERANGE, "env_vec_set_state: '%s': copy %d of %d",
                            v->type->spec.id, i, v->B);
@@ -287,8 +361,31 @@ static void log_episode(env_vec *v, int i, int length, double ret, int truncated
   if (v->recent_n < RECENT) v->recent_n++;
 }
 
+static int builtin_step(env_vec *v, const void *actions, const env_vec_out *out);
+
+/* A backend's step, then the bookkeeping the built-in loop does inline: rewards to
+ * float, returns in double, lengths, and the ended copies' totals for the log. */
+static int backend_step(env_vec *v, const void *actions, const env_vec_out *out, shoal_error *err) {
+  int rc = v->be->step(v->be_self, actions, 1, out->obs, v->be_reward, out->terminated,
+                       out->truncated, out->final_obs, err);
+  if (rc) return rc;
+  for (int i = 0; i < v->B; i++) {
+    double r = v->be_reward[i], ret = v->ep_return[i] + r;
+    int el = ++v->elapsed[i];
+    out->reward[i] = (float)r;
+    if (out->terminated[i] | out->truncated[i]) {
+      v->done_return[i] = ret;
+      v->done_length[i] = el;
+      ret = 0.0;
+      v->elapsed[i] = 0;
+    }
+    v->ep_return[i] = ret;
+  }
+  return 0;
+}
+
 int env_vec_step(env_vec *v, const void *actions, const env_vec_out *out, shoal_error *err) {
-  const env_spec *sp = &v->type->spec;
+  const env_spec *sp = v->spec;
   if (!actions || !out || !out->obs || !out->reward || !out->terminated || !out->truncated)
     return shoal_error_set(err, SHOAL_EINVAL, "env_vec_step: '%s': NULL actions or output buffer",
                            sp->id);
@@ -301,6 +398,23 @@ int env_vec_step(env_vec *v, const void *actions, const env_vec_out *out, shoal_
                            sp->id);
   int rc = env__check_actions(sp, actions, v->B, "env_vec_step", err);
   if (rc) return rc;
+  if (v->be) {
+    if ((rc = backend_step(v, actions, out, err))) return rc;
+  } else {
+    rc = builtin_step(v, actions, out);
+  }
+  v->steps += (uint64_t)v->B;
+  /* Episode bookkeeping: a scan of the flags, cheaper than sharing the log with threads. */
+  const uint8_t *te = out->terminated, *tr = out->truncated;
+  for (int i = 0; i < v->B; i++)
+    if (__builtin_expect(te[i] | tr[i], 0))
+      log_episode(v, i, v->done_length[i], v->done_return[i], tr[i] && !te[i]);
+  return 0;
+}
+
+/* The built-in kinds' step: the kind's vec_step (or the generic loop) over the
+ * threads' chunks. Can't fail (actions were checked). */
+static int builtin_step(env_vec *v, const void *actions, const env_vec_out *out) {
   env__batch b = {
       .type = v->type,
       .states = v->states,
@@ -332,13 +446,12 @@ int env_vec_step(env_vec *v, const void *actions, const env_vec_out *out, shoal_
   } else {
     run_chunk(v, &b, 0);
   }
-  v->steps += (uint64_t)v->B;
-  /* Episode bookkeeping: a scan of the flags, cheaper than sharing the log with threads. */
-  const uint8_t *te = out->terminated, *tr = out->truncated;
-  for (int i = 0; i < v->B; i++)
-    if (__builtin_expect(te[i] | tr[i], 0))
-      log_episode(v, i, v->done_length[i], v->done_return[i], tr[i] && !te[i]);
   return 0;
+}
+
+int env__vec_step_one(env_vec *v, const void *action, void *obs, double *reward, uint8_t *term,
+                      uint8_t *trunc, shoal_error *err) {
+  return v->be->step(v->be_self, action, 0, obs, reward, term, trunc, NULL, err);
 }
 
 int env_vec_episodes(env_vec *v, env_episode *out, int cap) {
@@ -370,10 +483,16 @@ void env_vec_get_stats(const env_vec *v, env_vec_stats *st) {
 }
 
 int env_vec_render(const env_vec *v, int i, uint8_t *rgb, shoal_error *err) {
-  const env_spec *sp = &v->type->spec;
+  const env_spec *sp = v->spec;
   if (i < 0 || i >= v->B)
     return shoal_error_set(err, SHOAL_ERANGE, "env_vec_render: '%s': copy %d of %d", sp->id, i,
                            v->B);
+  if (v->be) {
+    if (!v->was_reset)
+      return shoal_error_set(err, SHOAL_ESTATE, "env_vec_render: '%s': call env_vec_reset first",
+                             sp->id);
+    return v->be->render(v->be_self, i, rgb, err);
+  }
   if (!v->type->render)
     return shoal_error_set(err, SHOAL_ENOTSUP, "env_vec_render: '%s' has no renderer", sp->id);
   if (!v->was_reset)

@@ -156,7 +156,8 @@ int shoal_c_vec_reset(shoal_c_vec *v, uint64_t seed, void *obs) {
   if (!v) return fail(SHOAL_EINVAL, "shoal_c_vec_reset: NULL env");
   if (!obs) obs = v->out.obs;
   if (!obs) return fail(SHOAL_EINVAL, "shoal_c_vec_reset: no obs buffer given or bound");
-  env_vec_reset(v->v, seed, obs);
+  shoal_error err = {0};
+  if (env_vec_reset(v->v, seed, obs, &err)) return fail(err.code, "%s", err.msg);
   ok();
   return 0;
 }

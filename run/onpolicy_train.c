@@ -191,7 +191,7 @@ int onpolicy_train_sync(const onpolicy_train_config *tc, onpolicy_train_result *
   float lr0 = tc->use_impala ? tc->impala.lr : tc->ppo.lr;
   int64_t iters = tc->max_env_steps / (int64_t)TB, it = 0, next_eval = tc->eval_every_steps;
   if (iters < 1) iters = 1;
-  env_vec_reset(r.v, tc->seed, r.raw);
+  if ((rc = env_vec_reset(r.v, tc->seed, r.raw, err))) goto done;
   observe(&r);
   if (r.S) memset(r.first, 1, (size_t)B);
   float gamma = tc->use_impala ? tc->impala.gamma : tc->ppo.gamma;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs the Debian packages listed in scripts/packages.txt that are not installed yet.
+# Installs the Debian packages listed in scripts/packages.txt that are not installed yet,
+# then the environments' venv of scripts/pyenv.sh (pinned PyPI packages for gym: envs).
 # Idempotent: does nothing (and needs no network) when all are present; runs
 # `apt-get update` only when something is missing; uses sudo when not root.
 set -euo pipefail
@@ -14,7 +15,7 @@ for p in "${pkgs[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "deps: all ${#pkgs[@]} Debian packages present"
-  exit 0
+  exec "$here/pyenv.sh"
 fi
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then
@@ -37,3 +38,4 @@ if printf '%s\n' "${missing[@]}" | grep -qx kubernetes-client; then
 fi
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+"$here/pyenv.sh"

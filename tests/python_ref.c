@@ -86,7 +86,7 @@ static int traj(int argc, char **argv) {
   float *rew = malloc(B * sizeof(float));
   FILE *out = fopen(argv[5], "wb");
   if (!out) return die("cannot write OUT", NULL);
-  env_vec_reset(v, seed, obs);
+  env_vec_reset(v, seed, obs, NULL);
   fwrite(obs, ob, B, out);
   env_vec_out o = {obs, rew, term, trunc, fin};
   for (int t = 0; t < T; t++) {

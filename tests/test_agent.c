@@ -223,7 +223,7 @@ static double play_by_hand(op_agent *a, bool carry) {
   int32_t act;
   shoal_rng rng;
   shoal_rng_seed(&rng, 1);
-  env_vec_reset(ev, 9, obs);
+  env_vec_reset(ev, 9, obs, NULL);
   env_vec_out out = {obs, &rew, &term, &trunc, fin};
   double ret = 0;
   while (!term && !trunc) {

@@ -196,7 +196,7 @@ static void check_vec_matches_single(const char *id, int threads) {
     env_seed(single[i], 100 + (uint64_t)i);
     env_reset(single[i], sobs[i]);
   }
-  env_vec_reset(v, 100, b.obs);
+  env_vec_reset(v, 100, b.obs, NULL);
   for (int i = 0; i < B; i++) assert_memory_equal(b.obs + i * on, sobs[i], sizeof(float) * on);
   shoal_rng rng;
   shoal_rng_seed(&rng, 3);
@@ -263,8 +263,8 @@ static void test_vec_uint8_and_threads(void **unused) {
   float r1[16], r4[16];
   uint8_t t1[16], t4[16], u1[16], u4[16];
   env_vec_out out1 = {o1, r1, t1, u1, f1}, out4 = {o4, r4, t4, u4, f4};
-  env_vec_reset(v1, 5, o1);
-  env_vec_reset(v4, 5, o4);
+  env_vec_reset(v1, 5, o1, NULL);
+  env_vec_reset(v4, 5, o4, NULL);
   shoal_rng rng;
   shoal_rng_seed(&rng, 1);
   int32_t a[16];
@@ -298,7 +298,7 @@ static void test_vec_errors(void **unused) {
   bufs b = make_bufs(4, 4);
   int32_t acts[4] = {0, 1, 0, 1};
   assert_int_equal(env_vec_step(v, acts, &b.out, &err), SHOAL_ESTATE);
-  env_vec_reset(v, 1, b.obs);
+  env_vec_reset(v, 1, b.obs, NULL);
   float before[16];
   memcpy(before, b.obs, sizeof before);
   int32_t bad[4] = {0, 1, 2, 0};
@@ -333,7 +333,7 @@ static void test_vec_errors(void **unused) {
   /* a NaN continuous action names the copy */
   assert_int_equal(env_vec_create(&v, "Pendulum-v1", 3, NULL, &err), 0);
   b = make_bufs(3, 3);
-  env_vec_reset(v, 1, b.obs);
+  env_vec_reset(v, 1, b.obs, NULL);
   float u[3] = {0.5f, NAN, 1.0f};
   assert_int_equal(env_vec_step(v, u, &b.out, &err), SHOAL_ENAN);
   assert_non_null(strstr(err.msg, "copy 1"));
@@ -349,7 +349,7 @@ static void test_episode_log_overflow(void **unused) {
   env_vec_config c = {.max_episode_steps = 1, .episode_log = 5};
   assert_int_equal(env_vec_create(&v, "Pendulum-v1", 4, &c, &err), 0);
   bufs b = make_bufs(4, 3);
-  env_vec_reset(v, 1, b.obs);
+  env_vec_reset(v, 1, b.obs, NULL);
   float u[4] = {0};
   for (int t = 0; t < 3; t++) assert_int_equal(env_vec_step(v, u, &b.out, &err), 0);
   env_vec_stats st;
@@ -459,7 +459,7 @@ static void test_options(void **unused) {
   float vo[6], vr[3];
   uint8_t vt[3], vu[3];
   env_vec_out out = {vo, vr, vt, vu, NULL};
-  env_vec_reset(v, 1, vo);
+  env_vec_reset(v, 1, vo, NULL);
   int32_t va[3] = {0, 1, 2};
   for (int t = 1; t <= 5; t++) {
     assert_int_equal(env_vec_step(v, va, &out, &err), 0);
@@ -542,7 +542,7 @@ static void test_reset_options_and_seeds(void **unused) {
   /* reseed 0: copy 1 goes on from its RNG (seed 7's second draw). */
   uint8_t reseed[3] = {1, 0, 1};
   assert_int_equal(env_vec_reset_each(v, seeds, reseed, NULL, obs, &err), 0);
-  env_vec_reset(one, 7, ref);
+  env_vec_reset(one, 7, ref, NULL);
   float again[3];
   uint8_t no = 0;
   assert_int_equal(env_vec_reset_each(one, NULL, &no, NULL, again, &err), 0);

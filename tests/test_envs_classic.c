@@ -236,7 +236,7 @@ static void test_cartpole_novel(void **unused) {
   float vo[12], fin[12], rew[3];
   uint8_t term[3], trunc[3];
   int32_t acts[3] = {0, 0, 0};
-  env_vec_reset(v, 1, vo);
+  env_vec_reset(v, 1, vo, NULL);
   env_vec_out out = {vo, rew, term, trunc, fin};
   int ended = 0;
   for (int t = 0; t < 100; t++) {

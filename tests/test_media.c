@@ -574,7 +574,7 @@ static void test_eval_render_to_media(void **state) {
   env_vec *ev;
   assert_int_equal(env_vec_create(&ev, "CartPole-v1", 3, NULL, &err), 0);
   float obs[3 * 4];
-  env_vec_reset(ev, 77, obs);
+  env_vec_reset(ev, 77, obs, NULL);
   uint8_t *frame0 = malloc(600 * 400 * 3);
   assert_int_equal(env_vec_render(ev, 0, frame0, &err), 0);
   assert_memory_equal(a.rgb, frame0, 600 * 400 * 3);

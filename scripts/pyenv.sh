@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The environments' venv: Python packages that "gym:" envs run on (Gymnasium, its Box2D
+# and rendering extras, NumPy), pinned. `make deps` runs this after the Debian packages;
+# the embedded Python of envs/gym.c starts from this venv unless SHOAL_PYTHON names
+# another interpreter. Idempotent: a venv whose stamp matches the pins is left alone.
+#   SHOAL_ENV_VENV   where the venv goes (default ~/.cache/shoal-env, outside the repo;
+#                    the build's default, CMake's SHOAL_ENV_VENV, must name the same)
+#   PIP_ARGS         extra arguments to pip (an index URL, --no-cache-dir)
+# Its interpreter is Debian's /usr/bin/python3 (3.11), the libpython shoal links.
+set -euo pipefail
+venv=${SHOAL_ENV_VENV:-$HOME/.cache/shoal-env}
+python=/usr/bin/python3
+pins=(
+  numpy==2.4.6
+  gymnasium==1.4.0
+  box2d==2.3.10      # Gymnasium's Box2D envs (LunarLander, BipedalWalker, CarRacing)
+  pygame==2.6.1      # Gymnasium's rgb_array rendering of classic control and Box2D
+)
+stamp="$venv/.shoal-env-pins"
+want=$(printf '%s\n' "${pins[@]}")
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "deps: the environments' venv $venv is up to date"
+  exit 0
+fi
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+start=$(date +%s)
+# shellcheck disable=SC2086
+"$venv/bin/python" -m pip install -q --disable-pip-version-check ${PIP_ARGS:-} "${pins[@]}"
+"$venv/bin/python" -c 'import gymnasium, numpy, Box2D, pygame' >/dev/null
+printf '%s\n' "$want" >"$stamp"
+echo "deps: the environments' venv $venv: ${pins[*]} ($(( $(date +%s) - start )) s)"
