@@ -431,6 +431,26 @@ static int gym_render(void *self, int i, uint8_t *rgb, shoal_error *err) {
   return rc;
 }
 
+static int gym_get_state(void *self, int i, double *out, int cap, shoal_error *err) {
+  gym_vec *g = self;
+  PyGILState_STATE st = PyGILState_Ensure();
+  PyObject *r = PyObject_CallMethod(g->vec, "get_state", "i", i);
+  int rc;
+  if (r && PyList_Check(r)) {
+    Py_ssize_t n = PyList_Size(r);
+    for (Py_ssize_t k = 0; k < n && k < cap; k++) out[k] = PyFloat_AsDouble(PyList_GetItem(r, k));
+    rc = (int)n;
+    Py_DECREF(r);
+  } else if (r == Py_None) {
+    Py_DECREF(r);
+    rc = shoal_error_set(err, SHOAL_ENOTSUP, "env '%s' has no env.unwrapped.state", g->id);
+  } else {
+    rc = bridge_result(g, r, "get_state", err);
+  }
+  PyGILState_Release(st);
+  return rc;
+}
+
 const env__backend env__gym_backend = {
     .prefix = "gym:",
     .create = gym_create,
@@ -438,6 +458,7 @@ const env__backend env__gym_backend = {
     .reset = gym_reset,
     .step = gym_step,
     .render = gym_render,
+    .get_state = gym_get_state,
 };
 
 const env__backend *env__backend_for(const char *id) {

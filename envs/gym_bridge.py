@@ -18,6 +18,7 @@ and the Python error's last line, so the C side reports it without a traceback d
 
 import math
 import os
+import re
 import sys
 
 # Headless rendering and no audio device: a learner or an actor has no display, and
@@ -42,6 +43,10 @@ def _last_line(ex):
     return lines[-1].strip() if lines else type(ex).__name__
 
 
+_INT = re.compile(r"[-+]?[0-9]+")
+_FLOAT = re.compile(r"[-+]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][-+]?[0-9]+)?")
+
+
 def _parse_value(text):
     t = text.strip()
     low = t.lower()
@@ -51,11 +56,11 @@ def _parse_value(text):
         return False
     if low in ("none", "null", "~"):
         return None
-    for conv in (int, float):
-        try:
-            return conv(t)
-        except ValueError:
-            pass
+    # numbers as YAML writes them ("nan" and "inf" stay text: an env's own word)
+    if _INT.fullmatch(t):
+        return int(t)
+    if _FLOAT.fullmatch(t):
+        return float(t)
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
         return t[1:-1]
     return t
@@ -252,6 +257,13 @@ class Vec:
         if a.ndim != 3 or a.shape[2] != 3:
             return "render: a frame of shape %s, not (h, w, 3)" % (a.shape,)
         return (a.shape[0], a.shape[1], a.tobytes())
+
+    def get_state(self, i):
+        """Copy i's env.unwrapped.state as floats (classic control has one), or None."""
+        st = getattr(self.envs[i].unwrapped, "state", None)
+        if st is None:
+            return None
+        return [float(x) for x in np.asarray(st, dtype=np.float64).reshape(-1)]
 
     def close(self):
         for e in self.envs:

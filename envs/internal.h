@@ -117,6 +117,9 @@ typedef struct env__backend {
               uint8_t *terminated, uint8_t *truncated, void *final_obs, shoal_error *err);
   /* Copy i's frame (spec render_h, render_w, 3). */
   int (*render)(void *self, int i, uint8_t *rgb, shoal_error *err);
+  /* Copy i's physical state as doubles (Gymnasium's env.unwrapped.state): the number of
+   * values (at most cap written), or SHOAL_ENOTSUP when the env has none. */
+  int (*get_state)(void *self, int i, double *out, int cap, shoal_error *err);
 } env__backend;
 
 /* A registry kind by id, plugin ids ("plugin:PATH[:NAME]") loaded on the way: 0 and

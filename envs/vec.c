@@ -324,9 +324,10 @@ int env_vec_reset_each(env_vec *v, const uint64_t *seeds, const uint8_t *reseed,
 }
 
 int env_vec_get_state(const env_vec *v, int i, double *out, int cap, shoal_error *err) {
-  if (v->be)
-    return shoal_error_set(err, SHOAL_ENOTSUP, "env_vec_get_state: '%s' has no float state",
-                           v->spec->id);
+  if (i < 0 || i >= v->B)
+    return shoal_error_set(err, SHOAL_ERANGE, "env_vec_get_state: '%s': copy %d of %d", v->spec->id,
+                           i, v->B);
+  if (v->be) return v->be->get_state(v->be_self, i, out, cap, err);
   if (i < 0 || i >= v->B)
     return shoal_error_set(err, SHOAL_ERANGE, "env_vec_get_state: '%s': copy %d of %d",
                            v->type->spec.id, i, v->B);

@@ -12,7 +12,9 @@ set -euo pipefail
 venv=${SHOAL_ENV_VENV:-$HOME/.cache/shoal-env}
 python=/usr/bin/python3
 pins=(
-  numpy==2.4.6
+  numpy==1.26.4      # NumPy 1 promotion rules (NEP 50 makes 0.001 * float32 a float32 in
+                     # NumPy 2, which moves Pendulum-v1's reward off the built-in's, written to
+                     # NumPy 1 Gymnasium), so gym:Pendulum-v1 and Pendulum-v1 agree bit for bit
   gymnasium==1.4.0
   box2d==2.3.10      # Gymnasium's Box2D envs (LunarLander, BipedalWalker, CarRacing)
   pygame==2.6.1      # Gymnasium's rgb_array rendering of classic control and Box2D
