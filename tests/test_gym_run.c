@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `shoal run` on your own envs, end to end (real learner and actor processes):
+ *   user    a module of the user's own (tests/gym_user_envs.py copied into a temporary
+ *           folder outside the repository, the working folder of the run), registered
+ *           with gymnasium.register and named gym:gym_user_envs:Corridor-v0, trained to
+ *           its reward threshold by Ape-X, IMPALA and PPO; then `shoal eval` plays the
+ *           stored policy;
+ *   plugin  examples/plugin_env/gridrun.c compiled here with cc against the source
+ *           tree's headers alone, trained by the three algorithms as plugin:PATH:NAME;
+ *   refuse  a run whose env the actors cannot make stops with the env's message and a
+ *           non-zero status instead of restarting actors forever;
+ *   lunar   (slow) Gymnasium's LunarLander-v3 (Box2D) with configs/lunarlander-ppo.yaml,
+ *           one fixed seed, to a greedy mean return >= 200 over 100 episodes. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "tests/proc_util.h"
+
+static char store_uri[400];
+
+/* Runs `shoal run CONFIG --set ...` (NULL-terminated sets) and returns its output. */
+static char *run(const char *config, double timeout_s, int *rc, ...) {
+  char cfg[4400];
+  snprintf(cfg, sizeof cfg, "%s/configs/%s", wf_src, config);
+  char *argv[40] = {wf_shoal, "run", cfg, "--set", store_uri, "--quiet"};
+  int n = 6;
+  va_list ap;
+  va_start(ap, rc);
+  for (const char *s; (s = va_arg(ap, const char *)) && n < 36;) {
+    argv[n++] = "--set";
+    argv[n++] = (char *)s;
+  }
+  va_end(ap);
+  argv[n] = NULL;
+  return wf_run(argv, timeout_s, rc);
+}
+
+static void expect_solved(const char *what, char *out, int rc) {
+  const char *sum = strstr(out, "shoal: run ");
+  fprintf(stderr, "%s: exit %d: %s", what, rc, sum ? strstr(sum, "solved") ? sum : out : out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, " solved after "));
+  free(out);
+}
+
+static void train_all(const char *id, const char *solve, const char *tag, const char *shown) {
+  char env_set[600], name[3][80];
+  snprintf(env_set, sizeof env_set, "env.id=%s", id);
+  const char *configs[3] = {"cartpole-apex.yaml", "cartpole-impala.yaml", "cartpole-ppo.yaml"};
+  for (int k = 0; k < 3; k++) {
+    snprintf(name[k], sizeof name[k], "run.name=%s-%d", tag, k);
+    int rc;
+    char *out = run(configs[k], 150, &rc, env_set, solve, name[k], "run.max_seconds=100",
+                    "run.eval_episodes=20", NULL);
+    expect_solved(configs[k], out, rc);
+  }
+  /* the stored policy plays: eval makes the env from the stored config again */
+  char run_name[80];
+  snprintf(run_name, sizeof run_name, "%s-0", tag);
+  char *argv[] = {wf_shoal,     "eval", run_name, "--store", store_uri + strlen("store.uri="),
+                  "--episodes", "5",    NULL};
+  int rc;
+  char *out = wf_run(argv, 60, &rc);
+  fprintf(stderr, "eval: exit %d: %s", rc, out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, shown)); /* the env eval made, by its spec id */
+  assert_non_null(strstr(out, "over 5 episodes"));
+  free(out);
+}
+
+static void test_user_module(void **state) {
+  char cmd[5000];
+  snprintf(cmd, sizeof cmd, "cp '%s/tests/gym_user_envs.py' '%s/'", wf_src, wf_dir);
+  assert_int_equal(system(cmd), 0);
+  /* the module is found in the working folder, as `python -m` finds it */
+  assert_int_equal(chdir(wf_dir), 0);
+  unsetenv("PYTHONPATH");
+  train_all("gym:gym_user_envs:Corridor-v0", "run.solve_return=0.9", "corridor",
+            "gym:gym_user_envs:Corridor-v0");
+}
+
+static void test_plugin(void **state) {
+  char lib[400], cmd[9000];
+  snprintf(lib, sizeof lib, "%s/libgridrun.so", wf_dir);
+  snprintf(cmd, sizeof cmd,
+           "cc -O2 -shared -fPIC -I'%s' '%s/examples/plugin_env/gridrun.c' -o '%s'", wf_src, wf_src,
+           lib);
+  assert_int_equal(system(cmd), 0);
+  char id[500];
+  snprintf(id, sizeof id, "plugin:%s:GridRun-v0", lib);
+  train_all(id, "run.solve_return=0.75", "gridrun", "(GridRun-v0,");
+}
+
+static void test_refused(void **state) {
+  int rc;
+  char *out = run("cartpole-impala.yaml", 60, &rc, "env.id=gym:Blackjack-v1", "run.name=bj", NULL);
+  fprintf(stderr, "refused: exit %d:\n%s", rc, out);
+  assert_int_not_equal(rc, 0);
+  assert_non_null(strstr(out, "observation space is Tuple"));
+  assert_null(strstr(out, "restarting"));
+  free(out);
+}
+
+static void test_lunar(void **state) {
+  int rc;
+  char *out = run("lunarlander-ppo.yaml", 840, &rc, "run.name=lunar", NULL);
+  expect_solved("lunarlander-ppo.yaml", out, rc);
+}
+
+int main(int argc, char **argv) {
+  const char *bin = getenv("SHOAL_BINARY_DIR"), *src = getenv("SHOAL_SOURCE_DIR");
+  if (!bin || !src) return 1;
+  snprintf(wf_shoal, sizeof wf_shoal, "%s/bin/shoal", bin);
+  snprintf(wf_src, sizeof wf_src, "%s", src);
+  snprintf(wf_dir, sizeof wf_dir, "/tmp/shoal-gymrun-XXXXXX");
+  if (!mkdtemp(wf_dir)) return 1;
+  snprintf(store_uri, sizeof store_uri, "store.uri=file://%s/store", wf_dir);
+  const char *which = argc > 1 ? argv[1] : "user";
+  struct CMUnitTest t[1];
+  if (!strcmp(which, "user"))
+    t[0] = (struct CMUnitTest)cmocka_unit_test(test_user_module);
+  else if (!strcmp(which, "plugin"))
+    t[0] = (struct CMUnitTest)cmocka_unit_test(test_plugin);
+  else if (!strcmp(which, "refuse"))
+    t[0] = (struct CMUnitTest)cmocka_unit_test(test_refused);
+  else
+    t[0] = (struct CMUnitTest)cmocka_unit_test(test_lunar);
+  int rc = _cmocka_run_group_tests(which, t, 1, NULL, NULL);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", wf_dir);
+  if (rc == 0 && system(cmd) != 0) rc = 1;
+  return rc;
+}
