@@ -514,7 +514,8 @@ static int cmd_run(int argc, char **argv) {
      * batches not counted), exact once its server has stopped: every batch it
      * acknowledged went into replay once, or was a resend of one already there. */
     char acct[160] = "";
-    double nb = json_num(ctx.done_line, "batches"), ni = json_num(ctx.done_line, "batches_inserted");
+    double nb = json_num(ctx.done_line, "batches"),
+           ni = json_num(ctx.done_line, "batches_inserted");
     if (isfinite(nb) && isfinite(ni))
       snprintf(acct, sizeof acct, "; batches: %.0f taken, %.0f inserted, %.0f resends dropped", nb,
                ni, json_num(ctx.done_line, "resent_dropped"));
@@ -862,18 +863,42 @@ static int cmd_eval(int argc, char **argv) {
     }
     printf("eval %s: %s (the run trained with its own)\n", a.run, sets[i]);
   }
+  /* A Gymnasium env draws frames only when made with render_mode=rgb_array. */
+  const char *eid = config_string(cfg, "env.id"), *eopts = config_string(cfg, "env.options");
+  if (a.record && !strncmp(eid, "gym:", 4) && !strstr(eopts, "render_mode")) {
+    char kv[1200];
+    snprintf(kv, sizeof kv, "env.options=%s%srender_mode=rgb_array", eopts, eopts[0] ? "," : "");
+    if (config_set(cfg, kv, &err)) {
+      config_destroy(cfg);
+      store_close(st);
+      return fail("eval: --render", &err);
+    }
+  }
   int rc = eval_run(st, cfg, onpolicy, &a);
   config_destroy(cfg);
   store_close(st);
   return rc;
 }
 
+/* The built-in (and plugin) kinds, then what Gymnasium has registered, as gym: ids. */
 static int cmd_envs(int argc, char **argv) {
   (void)argv;
   if (argc) return cli_bad_usage("envs");
   const char *names[256];
   int n = env_list(names, 256);
   for (int i = 0; i < n && i < 256; i++) printf("%s\n", names[i]);
+  char **ids = NULL;
+  int ng = 0;
+  shoal_error err = {0};
+  if (env_gym_registered(&ids, &ng, &err)) {
+    fprintf(stderr, "shoal envs: no Gymnasium envs listed: %s\n", err.msg);
+    return 0;
+  }
+  for (int i = 0; i < ng; i++) {
+    printf("gym:%s\n", ids[i]);
+    free(ids[i]);
+  }
+  free(ids);
   return 0;
 }
 

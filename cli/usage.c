@@ -71,7 +71,11 @@ static const usage_entry usages[] = {
      "  FILE: a JSON Lines file (.jsonl, one transition per line) or a folder of .npy\n"
      "  column files (obs, action, reward, terminated, truncated, next_obs, priority).\n"
      "  See docs/experience.md.\n"},
-    {"envs", "envs", "list environments", "usage: shoal envs\n"},
+    {"envs", "envs", "list environments",
+     "usage: shoal envs\n"
+     "  The built-in envs, then every env Gymnasium has registered, as gym:ID (any of\n"
+     "  them, and your own module's as gym:MODULE:ID, works as env.id). C plugins are\n"
+     "  named plugin:PATH.so[:NAME].\n"},
 };
 
 static const usage_entry *find(const char *cmd) {
