@@ -11,7 +11,7 @@
  *
  * The interpreter: the one already running when libshoal.so is loaded by Python
  * (ctypes), else one started here on first use, once per process, from the Python the
- * SHOAL_PYTHON environment variable names (a venv's bin/python; its site-packages are
+ * SHOAL_ENV_PYTHON environment variable names (a venv's bin/python; its site-packages are
  * used), else from the venv `make deps` made (SHOAL_DEFAULT_PYTHON, set at build time).
  * It installs no signal handlers: SIGINT and SIGTERM stay the program's. The working
  * folder is put first on sys.path, as `python -m` does, so "mymodule:MyEnv-v0" finds
@@ -68,7 +68,7 @@ static void py_error_line(char *out, size_t cap) {
 static void py_start(void) {
   int own = !Py_IsInitialized();
   if (own) {
-    const char *exe = getenv("SHOAL_PYTHON");
+    const char *exe = getenv("SHOAL_ENV_PYTHON");
     if (!exe || !exe[0]) exe = SHOAL_DEFAULT_PYTHON;
     PyConfig cfg;
     PyConfig_InitPythonConfig(&cfg);
@@ -80,8 +80,8 @@ static void py_start(void) {
         PyConfig_Clear(&cfg);
         py_rc = SHOAL_ENOENT;
         snprintf(py_msg, sizeof py_msg,
-                 "no Python at %s (SHOAL_PYTHON, or the venv `make deps` makes): run `make "
-                 "deps`, or set SHOAL_PYTHON to a venv's bin/python that has gymnasium",
+                 "no Python at %s (SHOAL_ENV_PYTHON, or the venv `make deps` makes): run `make "
+                 "deps`, or set SHOAL_ENV_PYTHON to a venv's bin/python that has gymnasium",
                  exe);
         return;
       }
@@ -116,7 +116,7 @@ static void py_start(void) {
     py_rc = SHOAL_ENOENT;
     snprintf(py_msg, sizeof py_msg,
              "Python (%s) could not load shoal's Gymnasium bridge: %s; run `make deps` (it "
-             "makes the venv with NumPy and Gymnasium), or set SHOAL_PYTHON to a venv's "
+             "makes the venv with NumPy and Gymnasium), or set SHOAL_ENV_PYTHON to a venv's "
              "bin/python that has them",
              py_exe[0] ? py_exe : "the running interpreter", line);
   } else {

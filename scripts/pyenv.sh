@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # The environments' venv: Python packages that "gym:" envs run on (Gymnasium, its Box2D
 # and rendering extras, NumPy), pinned. `make deps` runs this after the Debian packages;
-# the embedded Python of envs/gym.c starts from this venv unless SHOAL_PYTHON names
+# the embedded Python of envs/gym.c starts from this venv unless SHOAL_ENV_PYTHON names
 # another interpreter. Idempotent: a venv whose stamp matches the pins is left alone.
 #   SHOAL_ENV_VENV   where the venv goes (default ~/.cache/shoal-env, outside the repo;
 #                    the build's default, CMake's SHOAL_ENV_VENV, must name the same)
