@@ -11,6 +11,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,8 +95,40 @@ static int unknown_env(const char *id) {
   return fail(SHOAL_ENOENT, "unknown env '%s' (known: %s)", id ? id : "(null)", list);
 }
 
+/* A gym: env's spec lives with an env: one is kept per id for the process's life (the
+ * spec's strings and bounds are handed out as static). */
+static int gym_spec(const char *id, const env_spec **sp) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static env *kept[32];
+  static int nkept;
+  int rc = 0;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < nkept && !*sp; i++)
+    if (!strcmp(env_get_spec(kept[i])->id, id)) *sp = env_get_spec(kept[i]);
+  if (!*sp) {
+    shoal_error err = {0};
+    env *e = NULL;
+    if (nkept == 32)
+      rc = fail(SHOAL_EFULL, "shoal_c_env_spec: specs of at most 32 gym: envs");
+    else if ((rc = env_make(&e, id, &err)))
+      rc = keep(&err, rc);
+    else
+      *sp = env_get_spec(kept[nkept++] = e);
+  }
+  pthread_mutex_unlock(&mu);
+  return rc;
+}
+
 int shoal_c_env_spec(const char *id, shoal_c_spec *out) {
   if (!out) return fail(SHOAL_EINVAL, "shoal_c_env_spec: out is NULL");
+  if (id && !strncmp(id, "gym:", 4)) {
+    const env_spec *sp = NULL;
+    int rc = gym_spec(id, &sp);
+    if (rc) return rc;
+    spec_out(sp, 0, sp->max_episode_steps, out);
+    ok();
+    return 0;
+  }
   const env_type *t = id ? env_find(id) : NULL;
   if (!t) return unknown_env(id);
   spec_out(&t->spec, 0, t->spec.max_episode_steps, out);
@@ -117,7 +150,7 @@ struct shoal_c_vec {
 int shoal_c_vec_create(shoal_c_vec **out, const char *id, int B, int threads, int max_episode_steps,
                        const char *options) {
   if (!out) return fail(SHOAL_EINVAL, "shoal_c_vec_create: out is NULL");
-  if (!id || !env_find(id)) return unknown_env(id);
+  if (!id || (strncmp(id, "gym:", 4) && !env_find(id))) return unknown_env(id);
   shoal_error err = {0};
   shoal_c_vec *h = calloc(1, sizeof *h);
   if (!h) return fail(SHOAL_ENOMEM, "shoal_c_vec_create: out of memory");
