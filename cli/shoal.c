@@ -273,12 +273,19 @@ static void on_tick(void *ud) {
 }
 
 /* Makes the env as the children will: its id and, where the config takes them, its
- * options, so that a bad one fails here, with the config's name for it. */
-static int probe_env(const config *cfg, shoal_error *err) {
+ * options, so that a bad one fails here, with the config's name for it; and checks its
+ * spaces against the algorithm (Ape-X: discrete actions), as the children would. */
+static int probe_env(const config *cfg, bool onpolicy, shoal_error *err) {
+  if (onpolicy) {
+    op_spec ops; /* IMPALA: discrete actions; both: observations of at most 3 dims */
+    return op_spec_from_config(cfg, &ops, err);
+  }
   const char *opts = config_has(cfg, "env.options") ? config_string(cfg, "env.options") : NULL;
   env *e;
   int rc = env_make_opts(&e, config_string(cfg, "env.id"), opts, err);
-  if (!rc) env_destroy(e);
+  if (rc) return rc;
+  rc = apex_env_check(env_get_spec(e), err);
+  env_destroy(e);
   return rc;
 }
 
@@ -382,12 +389,8 @@ static int cmd_run(int argc, char **argv) {
     }
   }
   if (config_check(cfg, &err) || run_check(onpolicy, cfg, &err)) return fail(NULL, &err);
-  if (onpolicy) {
-    op_spec ops; /* the env's spaces against the algorithm (IMPALA: discrete) */
-    if (op_spec_from_config(cfg, &ops, &err)) return fail("config", &err);
-  }
-  /* Validate what children would only find later: the env and the device. */
-  if (probe_env(cfg, &err)) return fail("config: env", &err);
+  /* Validate what children would only find later: the env and its spaces. */
+  if (probe_env(cfg, onpolicy, &err)) return fail("config: env", &err);
 
   if (!resume) {
     const char *name = config_string(cfg, "run.name");
@@ -455,8 +458,9 @@ static int cmd_run(int argc, char **argv) {
   char learner_bin[PATH_MAX + 32];
   snprintf(learner_bin, sizeof learner_bin, "%s/%s", shoal_bindir, ctx.learner_prog);
   char *largv[] = {learner_bin, "--config", cfg_path, "--run", run, "--resume", NULL};
-  /* A learner that refuses the run for good (another learner holds it) is not restarted. */
-  sup_child_spec ls = {"learner", largv, true, true, 1, 20, false, RUN_EXIT_REFUSED};
+  /* A learner that fails for good (its config, its snapshot, another learner holding the
+   * run) is not restarted: the run fails with its message. */
+  sup_child_spec ls = {"learner", largv, true, true, 1, 20, false, RUN_EXIT_FATAL};
   ctx.learner_idx = sup_add(s, &ls, &err);
   for (int i = 0; i < ctx.actors; i++) {
     char name[32];
@@ -464,7 +468,7 @@ static int cmd_run(int argc, char **argv) {
     char actor_bin[PATH_MAX + 32];
     snprintf(actor_bin, sizeof actor_bin, "%s/%s", shoal_bindir, ctx.actor_prog);
     char *aargv[] = {actor_bin, NULL};
-    sup_child_spec as = {name, aargv, true, false, 0, 0, true};
+    sup_child_spec as = {name, aargv, true, false, 0, 0, true, RUN_EXIT_FATAL};
     int idx = sup_add(s, &as, &err);
     if (idx < 0) return fail("supervisor", &err);
     if (i == 0) ctx.first_actor = idx;
@@ -577,7 +581,7 @@ static int cmd_init(int argc, char **argv) {
     fprintf(stderr, "shoal init: run.name '%s' is not valid (1-63 of [A-Za-z0-9._-])\n", run);
     return 1;
   }
-  if (probe_env(cfg, &err)) return fail("config: env", &err);
+  if (probe_env(cfg, onpolicy, &err)) return fail("config: env", &err);
   char *stored = NULL;
   if (config_dump_redacted(cfg, &stored, &err)) return fail(NULL, &err);
   store *st;

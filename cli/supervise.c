@@ -259,9 +259,17 @@ static void exit_cb(uv_process_t *p, int64_t status, int term_signal) {
     advance_stop(s);
     return;
   }
-  const bool for_good = c->final_status && !term_signal && status == c->final_status;
-  if (crashed && c->restart && !for_good &&
-      (c->max_restarts == 0 || c->stats.restarts < c->max_restarts)) {
+  const bool fatal = c->final_status && !term_signal && status == c->final_status;
+  if (fatal) {
+    /* It would fail the same way again: no restart, and the run fails with it. */
+    c->state = CHILD_DONE;
+    char why[256];
+    snprintf(why, sizeof why, "%s exited with status %lld, an error no restart cures (above)",
+             c->name, (long long)status);
+    sup_stop(s, true, why);
+    return;
+  }
+  if (crashed && c->restart && (c->max_restarts == 0 || c->stats.restarts < c->max_restarts)) {
     if (ran_s >= s->backoff_reset_s) c->delay_s = s->backoff_first_s;
     if (term_signal)
       fprintf(stderr, "shoal: %s (pid %lld) killed by signal %d; restarting in %.1f s\n", c->name,

@@ -7,6 +7,12 @@
  * SIGINT/SIGTERM: the lowest stop_order first (actors), then the next (the learner,
  * which writes its final snapshot), with SIGKILL after a grace period.
  *
+ * Exit statuses: a child spec names its final_status, the status with which its program
+ * says "I would fail the same way however often I am restarted" (shoal's learners and
+ * actors: RUN_EXIT_FATAL of run/run.h, after printing why). Such an exit is never
+ * restarted and stops the whole run as failed, whichever child it was. Any other
+ * non-zero status or a signal is a crash, restarted when the spec says so.
+ *
  *   sup *s = sup_create(&err);
  *   sup_add(s, &(sup_child_spec){"learner", learner_argv, .essential = true, .stop_order = 1},
  *           &err);
@@ -33,7 +39,8 @@ typedef struct sup_child_spec {
   int stop_order;    /* lower stops first */
   int max_restarts;  /* 0: unlimited */
   bool deferred;     /* not started by sup_run: sup_launch starts it */
-  int final_status;  /* non-zero: an exit with this status is for good (never restarted) */
+  int final_status;  /* non-zero: an exit with this status is for good: never restarted,
+                      * and the run stops as failed (see the top of this file) */
 } sup_child_spec;
 
 /* on_line: a complete line (without its newline) that child `index` wrote on stdout;

@@ -106,6 +106,16 @@ void lrt_die(lrt *rt, const char *what, const shoal_error *err) {
   exit(1);
 }
 
+static void lease_release(lrt *rt);
+
+void lrt_fatal(lrt *rt, const char *what, const shoal_error *err) {
+  fprintf(stderr, "%s: %s: %s\n", rt->p->prog, what,
+          err->msg[0] ? err->msg : shoal_strerror(err->code));
+  /* The run is left to the next learner at once, not after the lease runs out. */
+  if (rt->st) lease_release(rt);
+  exit(RUN_EXIT_FATAL);
+}
+
 void lrt_note(lrt *rt, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -282,7 +292,9 @@ static void resume(lrt *rt) {
   int rc = store_snapshot_get(rt->st, rt->run, STORE_LATEST, &meta, &bytes, &len, &err);
   if (rc == SHOAL_ENOENT) return;
   if (rc) lrt_die(rt, "resume: latest snapshot", &err);
-  if (rt->algo.resume(rt->a, bytes, len, &meta, &err)) lrt_die(rt, "resume: snapshot", &err);
+  /* A snapshot that does not fit the network (or is damaged) fails again on every
+   * restart. */
+  if (rt->algo.resume(rt->a, bytes, len, &meta, &err)) lrt_fatal(rt, "resume: snapshot", &err);
   free(bytes);
   atomic_store(&rt->version, meta.version);
   rt->updates = rt->version_updates = meta.updates;
@@ -456,7 +468,7 @@ static void lease_take(lrt *rt) {
               "%s: run %s is being trained by another learner (pid %lld on %s, for %.0f s): one "
               "learner per run; stop it first (or wait for it to end)\n",
               rt->p->prog, rt->run, (long long)h.pid, h.host, lrt_unix_now() - h.started);
-      exit(RUN_EXIT_REFUSED);
+      exit(RUN_EXIT_FATAL);
     }
     if (h.stopping && said < 0) {
       lrt_note(rt, "waiting for the learner of run %s (pid %lld on %s) to finish stopping", rt->run,
@@ -559,7 +571,7 @@ static void load_config(lrt *rt, int argc, char **argv) {
   /* A config from the store or `shoal init --out` has its secrets redacted: they come
    * back from the environment (config_restore_secrets). */
   if (config_load_program(rt->cfg, rt->cfg_path, sets, nsets, &err) || rt->p->check(rt->cfg, &err))
-    lrt_die(rt, "config", &err);
+    lrt_fatal(rt, "config", &err);
   rt->actors = (int)config_int(rt->cfg, "actors");
 }
 
@@ -690,7 +702,13 @@ static void set_up(lrt *rt, int argc, char **argv) {
   if (store_writer_create(&rt->wr, rt->st, NULL, &err)) lrt_die(rt, "store writer", &err);
   lease_start(rt);
   record_run(rt);
-  if (!(rt->a = rt->p->create(rt, &rt->algo, &err))) lrt_die(rt, "learner", &err);
+  /* What the config asks for that cannot be built (an env it cannot play, a bad value)
+   * fails the same way on every restart; other failures (memory, a device) may pass. */
+  if (!(rt->a = rt->p->create(rt, &rt->algo, &err))) {
+    if (err.code == SHOAL_EINVAL || err.code == SHOAL_ENOENT || err.code == SHOAL_ENOTSUP)
+      lrt_fatal(rt, "learner", &err);
+    lrt_die(rt, "learner", &err);
+  }
   if (rt->resume) resume(rt);
   if (rt->algo.start && rt->algo.start(rt->a, rt->resume, &err)) lrt_die(rt, "start", &err);
   start_live(rt);

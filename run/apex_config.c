@@ -97,6 +97,14 @@ static const cfg_key apex_keys[] = {
     {"dqn.target_period", CFG_INT, "500", 1, 1e9, "updates between target syncs"},
 };
 
+int apex_env_check(const env_spec *sp, shoal_error *err) {
+  if (sp->act.n > 0) return 0;
+  return shoal_error_set(err, SHOAL_EINVAL,
+                         "env %s has a Box action space: Ape-X DQN needs discrete actions; use "
+                         "algo: ppo (or an env with discrete actions)",
+                         sp->id);
+}
+
 const cfg_key *apex_schema(int *n) {
   *n = (int)(sizeof apex_keys / sizeof *apex_keys);
   return apex_keys;
