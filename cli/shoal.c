@@ -289,6 +289,73 @@ static int probe_env(const config *cfg, bool onpolicy, shoal_error *err) {
   return rc;
 }
 
+/* What the run has behind it: its training seconds (the last "train_seconds" metric:
+ * the learner counts them across resumes), its env steps and its best score (NAN when
+ * none), from its snapshots and metrics. Zeros when it has none. */
+static void run_so_far(store *st, const char *run, double *seconds, double *steps, double *best) {
+  *seconds = 0, *steps = 0, *best = NAN;
+  shoal_error err = {0};
+  store_metric *rows = NULL;
+  size_t n = 0;
+  if (!store_metrics_query(st, run, "train_seconds", INT64_MIN, INT64_MAX, &rows, &n, &err)) {
+    for (size_t i = 0; i < n; i++) {
+      if (rows[i].value > *seconds) *seconds = rows[i].value;
+      if ((double)rows[i].step > *steps) *steps = (double)rows[i].step;
+    }
+    free(rows);
+  }
+  store_snapshot_meta *metas = NULL;
+  if (!store_snapshot_list(st, run, &metas, &n, &err)) {
+    for (size_t i = 0; i < n; i++) {
+      if ((double)metas[i].env_steps > *steps) *steps = (double)metas[i].env_steps;
+      if (isfinite(metas[i].score) && !(metas[i].score <= *best)) *best = metas[i].score;
+    }
+    free(metas);
+  }
+}
+
+/* A resume that cannot go as asked is refused before anything is written, saying why
+ * and what to do (true: refused, said on stderr): a config the run's snapshots do not
+ * fit (run_resume_check), or a run already at a limit (the limits count across
+ * resumes, so it would stop at once). */
+static bool resume_refused(store *st, const config *cfg, const cfg_key *keys, int nkeys,
+                           const char *run) {
+  shoal_error err = {0};
+  store_run r = {0};
+  config *was = config_create(keys, nkeys, &err);
+  int rc = was ? store_run_find(st, run, &r, &err) : err.code;
+  if (!rc) rc = config_load_string(was, r.config ? r.config : "", run, &err);
+  if (!rc) rc = run_resume_check(was, cfg, &err);
+  store_run_clear(&r);
+  config_destroy(was);
+  if (rc) {
+    fprintf(stderr, "shoal: resume %s: %s\nshoal: nothing was written: run %s is as it was\n", run,
+            err.msg, run);
+    return true;
+  }
+  double seconds, steps, best;
+  run_so_far(st, run, &seconds, &steps, &best);
+  const double max_s = config_float(cfg, "run.max_seconds");
+  const double max_steps = (double)config_int(cfg, "run.max_env_steps");
+  if (max_s > 0 && seconds >= max_s) {
+    fprintf(stderr,
+            "shoal: resume %s: the run has trained %.1f s, its run.max_seconds is %g: the limit\n"
+            "counts across resumes, so there is nothing left to train. To train longer, raise\n"
+            "it: shoal run --resume %s --set run.max_seconds=%.0f (or more)\n",
+            run, seconds, max_s, run, ceil(seconds + max_s));
+    return true;
+  }
+  if (max_steps > 0 && steps >= max_steps) {
+    fprintf(stderr,
+            "shoal: resume %s: the run has taken %.0f env steps, its run.max_env_steps is %.0f:\n"
+            "the limit counts across resumes, so there is nothing left to train. To train\n"
+            "longer, raise it: shoal run --resume %s --set run.max_env_steps=%.0f (or more)\n",
+            run, steps, max_steps, run, steps + max_steps);
+    return true;
+  }
+  return false;
+}
+
 static int cmd_run(int argc, char **argv) {
   const char *cfg_file = NULL, *resume = NULL, *store_uri = NULL;
   const char *sets[128];
@@ -391,6 +458,7 @@ static int cmd_run(int argc, char **argv) {
   if (config_check(cfg, &err) || run_check(onpolicy, cfg, &err)) return fail(NULL, &err);
   /* Validate what children would only find later: the env and its spaces. */
   if (probe_env(cfg, onpolicy, &err)) return fail("config: env", &err);
+  if (resume && resume_refused(st, cfg, keys, nkeys, run)) return 1;
 
   if (!resume) {
     const char *name = config_string(cfg, "run.name");

@@ -300,6 +300,16 @@ static void resume(lrt *rt) {
   rt->updates = rt->version_updates = meta.updates;
   rt->last_snapshot_version = meta.version;
   if (isfinite(meta.score)) rt->eval_return = rt->best_eval = meta.score;
+  /* The run's best is its best snapshot's score (`shoal eval --best`), which may be an
+   * older one's than the latest. */
+  store_snapshot_meta *metas = NULL;
+  size_t n = 0;
+  if (store_snapshot_list(rt->st, rt->run, &metas, &n, &err) == 0) {
+    for (size_t i = 0; i < n; i++)
+      if (isfinite(metas[i].score) && metas[i].score > rt->best_eval)
+        rt->best_eval = metas[i].score;
+    free(metas);
+  }
   rt->eval_version = meta.version;
   lrt_note(rt, "resumed run %s at version %lld, %lld env steps", rt->run, (long long)meta.version,
            (long long)meta.env_steps);
@@ -641,6 +651,12 @@ static void check_stored_config(lrt *rt, const char *stored) {
   config *old = config_create(keys, nkeys, &err);
   if (!old || config_load_string(old, stored ? stored : "", rt->run, &err)) {
     lrt_note(rt, "the run's stored config does not load (%s): recording this one", err.msg);
+  } else if (run_resume_check(old, rt->cfg, &err)) {
+    /* Refused before the store holds a config its snapshots do not fit. */
+    config_destroy(old);
+    char what[128];
+    snprintf(what, sizeof what, "config of run %s", rt->run);
+    lrt_fatal(rt, what, &err);
   } else {
     char diff[1024];
     int n = config_diff(old, rt->cfg, placement_keys,
@@ -832,6 +848,18 @@ static const char *train_loop(lrt *rt, double t0, window *wp) {
 static const char *train(lrt *rt, double t0) {
   lrt_figs f;
   rt->algo.figs(rt->a, &f);
+  /* A resumed run already at a limit stops at once: said plainly, with the way on. */
+  const double *hp = rt->live.hp, before = shoal_now_s() - t0;
+  if (hp[LRT_HP_MAX_S] > 0 && before >= hp[LRT_HP_MAX_S])
+    lrt_note(rt,
+             "run %s has trained %.1f s, its run.max_seconds is %g (the limit counts across "
+             "resumes): nothing left to train; raise run.max_seconds to train longer",
+             rt->run, before, hp[LRT_HP_MAX_S]);
+  else if (hp[LRT_HP_MAX_STEPS] > 0 && f.env_steps >= (int64_t)hp[LRT_HP_MAX_STEPS])
+    lrt_note(rt,
+             "run %s has taken %lld env steps, its run.max_env_steps is %.0f (the limit counts "
+             "across resumes): nothing left to train; raise run.max_env_steps to train longer",
+             rt->run, (long long)f.env_steps, hp[LRT_HP_MAX_STEPS]);
   /* The first window starts from where the run is, not from 0 (no false rate). */
   window w = {shoal_now_s(), f.env_steps, rt->updates, 0};
   const char *reason = train_loop(rt, t0, &w);

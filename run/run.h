@@ -44,6 +44,14 @@ extern "C" {
  * worth a restart. */
 enum { RUN_EXIT_FATAL = 3 };
 
+/* Whether a run that stored config was can resume with config now (one schema): the
+ * keys its snapshots and replay depend on (algo, env.id, the network's shape, env.norm_obs,
+ * and env.options where they change the env's spaces: both envs are made to tell) must
+ * keep their values; everything else (learning rates, replay and optimizer settings,
+ * limits) a resumed learner rebuilds from. 0 when it can; SHOAL_EINVAL naming the key,
+ * both values and why (or env_make_opts's error for options that make no env). */
+int run_resume_check(const config *was, const config *now, shoal_error *err);
+
 /* ==== Ape-X ========================================================================= */
 
 /* The keys of an Ape-X run's config (configs/<name>-apex.yaml): one schema shared by

@@ -1,6 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* tests/test_workflow_resume.c — `shoal run --resume` of a finished run (a file store, on
  * loopback, bounded runs of 2-3 s):
+ *   - a --set the run's snapshots do not fit (env.id, the network's width) is refused
+ *     before anything is written, naming the key; the stored config and the run's status
+ *     stay as they were and `shoal eval` still plays the run;
+ *   - a run already at its run.max_seconds says so and how to extend it, writing nothing;
+ *   - new hyperparameters (dqn.lr, a longer limit) resume, and the summary's best is the
+ *     best stored snapshot's score, not only the latest's;
  *   - errors no restart cures stop `shoal run` with their message instead of restarting
  *     the learner: a stored config the snapshots do not fit (as an older shoal could
  *     leave), and the learner and actor programs exit RUN_EXIT_FATAL on an Ape-X config
@@ -27,6 +33,27 @@ static int setup(void **state) {
   return 0;
 }
 static int teardown(void **state) { return wf_teardown(); }
+
+static double json_field(const char *s, const char *key) {
+  char pat[96];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(s, pat);
+  return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+/* The run's stored config (a new string) and status. */
+static char *stored(const char *run, int *status) {
+  store *st;
+  shoal_error err = {0};
+  assert_int_equal(store_open(&st, g_uri, &err), 0);
+  store_run r = {0};
+  assert_int_equal(store_run_find(st, run, &r, &err), 0);
+  char *cfg = strdup(r.config);
+  *status = r.status;
+  store_run_clear(&r);
+  store_close(st);
+  return cfg;
+}
 
 /* `shoal run --resume run --set <set> ...` (at most 3 sets, NULL-ended); its output and
  * *rc. */
@@ -71,6 +98,120 @@ static void first_run(const char *run) {
   char *out = wf_run(argv, 60, &rc);
   if (rc) fail_msg("first run: status %d:\n%s", rc, out);
   free(out);
+}
+
+static void test_incompatible_resume_is_refused_and_changes_nothing(void **state) {
+  first_run("r1");
+  int status0, status;
+  char *cfg0 = stored("r1", &status0);
+  static const struct {
+    const char *set, *key;
+  } bad[] = {{"env.id=MountainCar-v0", "env.id"},
+             {"dqn.hidden0=32", "dqn.hidden0"},
+             {"dqn.net=minatar", "dqn.net"}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    int rc;
+    double t = shoal_now_s();
+    char *out = resume("r1", 30, &rc, bad[i].set, "run.max_seconds=4", NULL);
+    printf("--set %s: status %d in %.1f s:\n%s", bad[i].set, rc, shoal_now_s() - t, out);
+    char want[128];
+    snprintf(want, sizeof want, "resume r1: %s ", bad[i].key);
+    if (rc == 0 || !strstr(out, want) || !strstr(out, "a resume cannot change it") ||
+        !strstr(out, "nothing was written") || strstr(out, "restarting") ||
+        strstr(out, "\"event\":\"listening\""))
+      fail_msg("--set %s was not refused up front, naming %s", bad[i].set, bad[i].key);
+    free(out);
+    char *cfg = stored("r1", &status);
+    assert_string_equal(cfg, cfg0);
+    assert_int_equal(status, status0);
+    free(cfg);
+  }
+  free(cfg0);
+  /* The run still plays. */
+  char *eval[] = {wf_shoal, "eval", "r1", "--store", g_uri, "--episodes", "2", NULL};
+  int rc;
+  char *out = wf_run(eval, 60, &rc);
+  if (rc || !strstr(out, "eval r1 (CartPole-v1, snapshot v")) fail_msg("eval: %d:\n%s", rc, out);
+  free(out);
+}
+
+static void test_resume_at_its_limit_says_so(void **state) {
+  first_run("r2");
+  int status0, status;
+  char *cfg0 = stored("r2", &status0);
+  int rc;
+  char *out = resume("r2", 30, &rc, NULL, NULL, NULL);
+  printf("%s", out);
+  assert_int_not_equal(rc, 0);
+  assert_non_null(strstr(out, "run.max_seconds is 2"));
+  assert_non_null(strstr(out, "counts across resumes"));
+  assert_non_null(strstr(out, "shoal run --resume r2 --set run.max_seconds="));
+  assert_null(strstr(out, "\"event\":\"listening\"")); /* no learner started */
+  free(out);
+  char *cfg = stored("r2", &status);
+  assert_string_equal(cfg, cfg0);
+  assert_int_equal(status, status0);
+  free(cfg), free(cfg0);
+  /* `shoal config keys` says how the limits count. */
+  char *keys[] = {wf_shoal, "config", "keys", "apex", NULL};
+  out = wf_run(keys, 30, &rc);
+  assert_int_equal(rc, 0);
+  const char *ms = strstr(out, "run.max_seconds");
+  assert_non_null(ms);
+  const char *eol = strchr(ms, '\n');
+  char line[512];
+  snprintf(line, sizeof line, "%.*s", eol ? (int)(eol - ms) : (int)strlen(ms), ms);
+  if (!strstr(line, "across resumes")) fail_msg("config keys: %s", line);
+  free(out);
+}
+
+/* A snapshot with score high above any CartPole return, at a version below the latest:
+ * the run's best (`eval --best`), not its latest. */
+static double plant_best(const char *run) {
+  store *st;
+  shoal_error err = {0};
+  assert_int_equal(store_open(&st, g_uri, &err), 0);
+  store_snapshot_meta *metas = NULL, m;
+  size_t n = 0;
+  assert_int_equal(store_snapshot_list(st, run, &metas, &n, &err), 0);
+  assert_true(n >= 2);
+  int64_t v = -1;
+  for (int64_t c = metas[n - 1].version - 1; c >= 0 && v < 0; c--) {
+    bool used = false;
+    for (size_t i = 0; i < n; i++) used |= metas[i].version == c;
+    if (!used) v = c;
+  }
+  assert_true(v >= 0);
+  void *bytes;
+  size_t len;
+  assert_int_equal(store_snapshot_get(st, run, STORE_LATEST, &m, &bytes, &len, &err), 0);
+  m.version = v;
+  m.score = 4321.5;
+  assert_int_equal(store_snapshot_put(st, &m, bytes, len, &err), 0);
+  free(bytes), free(metas);
+  store_close(st);
+  return m.score;
+}
+
+static void test_new_hyperparameters_resume_with_the_stored_best(void **state) {
+  first_run("r3");
+  double best = plant_best("r3");
+  int rc;
+  /* No evaluation in this process: the best can only come from the store. */
+  char *out =
+      resume("r3", 60, &rc, "run.max_seconds=3.5", "dqn.lr=0.0005", "run.eval_every_s=100000");
+  printf("%s", out);
+  if (rc) fail_msg("resume with new hyperparameters: status %d", rc);
+  assert_non_null(strstr(out, "recording this config in the store"));
+  const char *done = strstr(out, "\"event\":\"done\"");
+  assert_non_null(done);
+  if (json_field(done, "best_eval") != best)
+    fail_msg("best_eval %g, the stored best %g", json_field(done, "best_eval"), best);
+  free(out);
+  int status;
+  char *cfg = stored("r3", &status);
+  assert_non_null(strstr(cfg, "lr: 0.0005"));
+  free(cfg);
 }
 
 static void test_errors_no_restart_cures_stop_the_run(void **state) {
@@ -154,6 +295,9 @@ static void test_errors_no_restart_cures_stop_the_run(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_incompatible_resume_is_refused_and_changes_nothing),
+      cmocka_unit_test(test_resume_at_its_limit_says_so),
+      cmocka_unit_test(test_new_hyperparameters_resume_with_the_stored_best),
       cmocka_unit_test(test_errors_no_restart_cures_stop_the_run),
   };
   return cmocka_run_group_tests_name("workflow_resume", tests, setup, teardown);
