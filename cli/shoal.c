@@ -13,12 +13,19 @@
  * crashed actor is restarted with backoff, a crashed learner is restarted and resumes
  * from its latest snapshot; Ctrl-C or SIGTERM stops the actors, then the learner (which
  * writes a final snapshot). One progress line a second, then a summary.
+ *
+ * Exit status of `run`: 0 after a finished run or one stopped by a signal; 1 when the
+ * run fails (a child that failed for good: RUN_EXIT_FATAL of run/run.h, with its
+ * message; a crashed learner out of restarts) or cannot start (a bad config, a resume it
+ * cannot apply, a run already at its limits); 2 for bad arguments; 128 + the signal
+ * (130 for Ctrl-C, 143 for SIGTERM) when a second signal killed the children.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -559,6 +566,8 @@ static int cmd_run(int argc, char **argv) {
   double t0 = shoal_now_s();
   int rc = sup_run(s, &err);
   double wall = shoal_now_s() - t0;
+  const bool killed = sup_killed(s);
+  const int stop_sig = sup_stop_signal(s);
   sup_child_stats ls_stats;
   sup_child_stats_get(s, ctx.learner_idx, &ls_stats);
   int actor_restarts = 0;
@@ -602,11 +611,22 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr, "shoal: run %s failed: %s\n", run, err.msg);
     store_run_set_status(st, run, STORE_RUN_FAILED, NULL);
   } else if (!ctx.done_line[0]) {
-    /* Stopped before the learner could record it (a signal during its start-up). */
+    /* Stopped before the learner could record it (a signal during its start-up, or a
+     * second signal that killed it). */
     store_run_set_status(st, run, STORE_RUN_STOPPED, NULL);
   }
+  if (!rc && killed)
+    fprintf(stderr,
+            "shoal: run %s killed by a second %s%s; `shoal run --resume %s` continues from its "
+            "last snapshot\n",
+            run, stop_sig == SIGTERM ? "SIGTERM" : "SIGINT",
+            ctx.done_line[0] ? "" : " before the learner finished its stop (no final snapshot)",
+            run);
   store_close(st);
   config_destroy(cfg);
+  /* A killed run is no success: 128 + the signal, as shells report a process killed by
+   * it (130 for Ctrl-C). */
+  if (!rc && killed) return 128 + (stop_sig ? stop_sig : SIGINT);
   return rc ? 1 : 0;
 }
 

@@ -58,7 +58,8 @@ struct sup {
   uv_signal_t sigint, sigterm;
   uv_timer_t tick, grace;
   bool stopping, failed, killed, loop_live;
-  int stop_phase; /* the stop_order being stopped now */
+  int stop_signal; /* the signal that asked for the stop, 0 when none did */
+  int stop_phase;  /* the stop_order being stopped now */
   char why[512];
 };
 
@@ -476,6 +477,7 @@ static void signal_cb(uv_signal_t *h, int signum) {
   }
   fprintf(stderr, "shoal: %s received; stopping (again to kill)\n",
           signum == SIGINT ? "SIGINT" : "SIGTERM");
+  s->stop_signal = signum;
   sup_stop(s, false, signum == SIGINT ? "interrupted" : "terminated");
 }
 
@@ -483,6 +485,9 @@ static void tick_cb(uv_timer_t *t) {
   sup *s = t->data;
   if (s->on_tick) s->on_tick(s->ud);
 }
+
+bool sup_killed(const sup *s) { return s->killed; }
+int sup_stop_signal(const sup *s) { return s->stop_signal; }
 
 int sup_run(sup *s, shoal_error *err) {
   if (s->n == 0) return shoal_error_set(err, SHOAL_EINVAL, "supervisor: no children to run");

@@ -23,7 +23,10 @@ static const usage_entry usages[] = {
      "  is refused; raise the limit with --set to train longer. The summary's best is the\n"
      "  run's best (`shoal eval --best`), stored snapshots included. A --set that the run's\n"
      "  snapshots cannot take (algo, env.id, the network's shape) is refused, writing\n"
-     "  nothing; learning rates, replay and optimizer settings may change.\n"},
+     "  nothing; learning rates, replay and optimizer settings may change.\n"
+     "  Exit status: 0 finished or stopped; 1 failed or refused (an error no restart cures\n"
+     "  stops the run: its message says why); 2 bad arguments; 130 (143) when a second\n"
+     "  Ctrl-C (SIGTERM) killed the run before its stop finished.\n"},
     {"eval", "eval RUN [--best] [--render]", "play a snapshot",
      "usage: shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]\n"
      "                  [--set env.KEY=VALUE ...] [--render [STRIP.png] [--record K (1..16; 1)] "
