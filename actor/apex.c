@@ -57,8 +57,8 @@ static void apex_destroy(void *self) {
 
 static int apex_create(const actor_setup *su, void **out, shoal_error *err) {
   const env_spec *sp = su->env;
-  if (sp->act.n <= 0)
-    return shoal_error_set(err, SHOAL_EINVAL, "env %s: Ape-X DQN needs discrete actions", sp->id);
+  int rc = apex_env_check(sp, err);
+  if (rc) return rc;
   apex *x = calloc(1, sizeof *x);
   if (!x) return shoal_error_set(err, SHOAL_ENOMEM, "out of memory");
   x->B = su->num_envs;
@@ -73,7 +73,7 @@ static int apex_create(const actor_setup *su, void **out, shoal_error *err) {
 
   dqn_config dc = apex_dqn_config(su->cfg, sp->obs.ndim, sp->obs.shape, x->A);
   dc.max_batch = x->B;
-  int rc = 0;
+  rc = 0;
   if (!(x->q = dqn_create(&dc, NN_CPU, false, err))) {
     rc = actor_fail(err, err->code ? err->code : SHOAL_ENOMEM, "network");
     goto fail;

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "actor/runtime.h"
+#include "run/run.h"
 
 enum { MAX_SETS = 64 };
 
@@ -36,6 +37,7 @@ typedef struct actor_rt {
   void *obs, *next, *fin; /* (B, obs...) in the env's dtype */
   float *reward;          /* (B) */
   uint8_t *term, *trunc;  /* (B) */
+  bool fatal;             /* the error will be the same on every restart */
 } actor_rt;
 
 int actor_fail(shoal_error *err, int rc, const char *what) {
@@ -83,6 +85,7 @@ static int load_config(actor_rt *rt, shoal_error *err) {
   int rc = rt->cfg ? config_load_program(rt->cfg, rt->cfg_path, rt->sets, rt->nsets, err)
                    : (err->code ? err->code : SHOAL_ENOMEM);
   if (!rc) rc = rt->algo->check(rt->cfg, err);
+  rt->fatal = rc != 0;
   if (rc) return actor_fail(err, rc, "config");
   rt->actors = (int)config_int(rt->cfg, "actors");
   rt->B = (int)config_int(rt->cfg, "env.num_envs");
@@ -95,12 +98,17 @@ static int build(actor_rt *rt, shoal_error *err) {
   env_vec_config vc = {0};
   if (config_has(cfg, "env.options") && config_string(cfg, "env.options")[0])
     vc.options = config_string(cfg, "env.options");
+  /* An env the config names wrongly, or one the algorithm cannot play, fails the same
+   * way on every restart; memory and the like may not. */
   int rc = env_vec_create(&rt->ev, config_string(cfg, "env.id"), rt->B, &vc, err);
+  rt->fatal = rc == SHOAL_EINVAL || rc == SHOAL_ENOENT || rc == SHOAL_ENOTSUP;
   if (rc) return actor_fail(err, rc, "env");
   const env_spec *sp = env_vec_spec(rt->ev);
   actor_setup su = {
       cfg, sp, rt->run, rt->index, rt->actors, rt->B, (uint64_t)config_int(cfg, "run.seed")};
-  if ((rc = rt->algo->create(&su, &rt->a, err))) return rc;
+  rc = rt->algo->create(&su, &rt->a, err);
+  rt->fatal = rc == SHOAL_EINVAL || rc == SHOAL_ENOENT || rc == SHOAL_ENOTSUP;
+  if (rc) return rc;
 
   rpc_client_config cc = {0};
   cc.target = rt->target;
@@ -304,7 +312,7 @@ int actor_main(int argc, char **argv, const actor_algo *algo) {
     if (!rc) rc = build(&rt, &err);
     if (!rc) rc = run(&rt, &err);
     if (rc) fprintf(stderr, "%s %d: %s\n", algo->prog, rt.index, err.msg);
-    status = rc ? 1 : 0;
+    status = !rc ? 0 : rt.fatal ? RUN_EXIT_FATAL : 1;
   }
   teardown(&rt);
   return status;

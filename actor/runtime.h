@@ -17,7 +17,9 @@
  * Seeds: copy j of actor i's vector env starts from run.seed·1e6 + i·B + j; each
  * algorithm seeds its own RNG from run.seed and i.
  *
- * stderr: "PROGRAM I: what: message" for a fatal error (exit 1; bad arguments exit 2);
+ * stderr: "PROGRAM I: what: message" for a fatal error (exit 1, or RUN_EXIT_FATAL of
+ * run/run.h for one no restart cures: the config, an env it cannot make or play; bad
+ * arguments exit 2);
  * after a stop, one line saying how it stopped and what became of the batches still
  * held, then the counters (tests/faults read them):
  *   PROGRAM I: pushed P batches, delivered D, resent duplicates R, reconnects C, rotations T
@@ -76,7 +78,8 @@ typedef struct actor_algo {
 
 /* Runs an actor program to its end: arguments, config, env, network, learner, the loop,
  * the stop. Returns the exit status: 0 after a stop by SIGINT/SIGTERM, 1 after a fatal
- * error (printed as "prog I: what: message"), 2 for bad arguments (usage printed).
+ * error (printed as "prog I: what: message"), RUN_EXIT_FATAL after one no restart cures
+ * (the config, the env), 2 for bad arguments (usage printed).
  * Installs handlers for SIGINT and SIGTERM: one runtime per process. */
 int actor_main(int argc, char **argv, const actor_algo *algo);
 

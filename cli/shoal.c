@@ -13,12 +13,19 @@
  * crashed actor is restarted with backoff, a crashed learner is restarted and resumes
  * from its latest snapshot; Ctrl-C or SIGTERM stops the actors, then the learner (which
  * writes a final snapshot). One progress line a second, then a summary.
+ *
+ * Exit status of `run`: 0 after a finished run or one stopped by a signal; 1 when the
+ * run fails (a child that failed for good: RUN_EXIT_FATAL of run/run.h, with its
+ * message; a crashed learner out of restarts) or cannot start (a bad config, a resume it
+ * cannot apply, a run already at its limits); 2 for bad arguments; 128 + the signal
+ * (130 for Ctrl-C, 143 for SIGTERM) when a second signal killed the children.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,13 +280,87 @@ static void on_tick(void *ud) {
 }
 
 /* Makes the env as the children will: its id and, where the config takes them, its
- * options, so that a bad one fails here, with the config's name for it. */
-static int probe_env(const config *cfg, shoal_error *err) {
+ * options, so that a bad one fails here, with the config's name for it; and checks its
+ * spaces against the algorithm (Ape-X: discrete actions), as the children would. */
+static int probe_env(const config *cfg, bool onpolicy, shoal_error *err) {
+  if (onpolicy) {
+    op_spec ops; /* IMPALA: discrete actions; both: observations of at most 3 dims */
+    return op_spec_from_config(cfg, &ops, err);
+  }
   const char *opts = config_has(cfg, "env.options") ? config_string(cfg, "env.options") : NULL;
   env *e;
   int rc = env_make_opts(&e, config_string(cfg, "env.id"), opts, err);
-  if (!rc) env_destroy(e);
+  if (rc) return rc;
+  rc = apex_env_check(env_get_spec(e), err);
+  env_destroy(e);
   return rc;
+}
+
+/* What the run has behind it: its training seconds (the last "train_seconds" metric:
+ * the learner counts them across resumes), its env steps and its best score (NAN when
+ * none), from its snapshots and metrics. Zeros when it has none. */
+static void run_so_far(store *st, const char *run, double *seconds, double *steps, double *best) {
+  *seconds = 0, *steps = 0, *best = NAN;
+  shoal_error err = {0};
+  store_metric *rows = NULL;
+  size_t n = 0;
+  if (!store_metrics_query(st, run, "train_seconds", INT64_MIN, INT64_MAX, &rows, &n, &err)) {
+    for (size_t i = 0; i < n; i++) {
+      if (rows[i].value > *seconds) *seconds = rows[i].value;
+      if ((double)rows[i].step > *steps) *steps = (double)rows[i].step;
+    }
+    free(rows);
+  }
+  store_snapshot_meta *metas = NULL;
+  if (!store_snapshot_list(st, run, &metas, &n, &err)) {
+    for (size_t i = 0; i < n; i++) {
+      if ((double)metas[i].env_steps > *steps) *steps = (double)metas[i].env_steps;
+      if (isfinite(metas[i].score) && !(metas[i].score <= *best)) *best = metas[i].score;
+    }
+    free(metas);
+  }
+}
+
+/* A resume that cannot go as asked is refused before anything is written, saying why
+ * and what to do (true: refused, said on stderr): a config the run's snapshots do not
+ * fit (run_resume_check), or a run already at a limit (the limits count across
+ * resumes, so it would stop at once). */
+static bool resume_refused(store *st, const config *cfg, const cfg_key *keys, int nkeys,
+                           const char *run) {
+  shoal_error err = {0};
+  store_run r = {0};
+  config *was = config_create(keys, nkeys, &err);
+  int rc = was ? store_run_find(st, run, &r, &err) : err.code;
+  if (!rc) rc = config_load_string(was, r.config ? r.config : "", run, &err);
+  if (!rc) rc = run_resume_check(was, cfg, &err);
+  store_run_clear(&r);
+  config_destroy(was);
+  if (rc) {
+    fprintf(stderr, "shoal: resume %s: %s\nshoal: nothing was written: run %s is as it was\n", run,
+            err.msg, run);
+    return true;
+  }
+  double seconds, steps, best;
+  run_so_far(st, run, &seconds, &steps, &best);
+  const double max_s = config_float(cfg, "run.max_seconds");
+  const double max_steps = (double)config_int(cfg, "run.max_env_steps");
+  if (max_s > 0 && seconds >= max_s) {
+    fprintf(stderr,
+            "shoal: resume %s: the run has trained %.1f s, its run.max_seconds is %g: the limit\n"
+            "counts across resumes, so there is nothing left to train. To train longer, raise\n"
+            "it: shoal run --resume %s --set run.max_seconds=%.0f (or more)\n",
+            run, seconds, max_s, run, ceil(seconds + max_s));
+    return true;
+  }
+  if (max_steps > 0 && steps >= max_steps) {
+    fprintf(stderr,
+            "shoal: resume %s: the run has taken %.0f env steps, its run.max_env_steps is %.0f:\n"
+            "the limit counts across resumes, so there is nothing left to train. To train\n"
+            "longer, raise it: shoal run --resume %s --set run.max_env_steps=%.0f (or more)\n",
+            run, steps, max_steps, run, steps + max_steps);
+    return true;
+  }
+  return false;
 }
 
 static int cmd_run(int argc, char **argv) {
@@ -382,12 +463,9 @@ static int cmd_run(int argc, char **argv) {
     }
   }
   if (config_check(cfg, &err) || run_check(onpolicy, cfg, &err)) return fail(NULL, &err);
-  if (onpolicy) {
-    op_spec ops; /* the env's spaces against the algorithm (IMPALA: discrete) */
-    if (op_spec_from_config(cfg, &ops, &err)) return fail("config", &err);
-  }
-  /* Validate what children would only find later: the env and the device. */
-  if (probe_env(cfg, &err)) return fail("config: env", &err);
+  /* Validate what children would only find later: the env and its spaces. */
+  if (probe_env(cfg, onpolicy, &err)) return fail("config: env", &err);
+  if (resume && resume_refused(st, cfg, keys, nkeys, run)) return 1;
 
   if (!resume) {
     const char *name = config_string(cfg, "run.name");
@@ -455,8 +533,9 @@ static int cmd_run(int argc, char **argv) {
   char learner_bin[PATH_MAX + 32];
   snprintf(learner_bin, sizeof learner_bin, "%s/%s", shoal_bindir, ctx.learner_prog);
   char *largv[] = {learner_bin, "--config", cfg_path, "--run", run, "--resume", NULL};
-  /* A learner that refuses the run for good (another learner holds it) is not restarted. */
-  sup_child_spec ls = {"learner", largv, true, true, 1, 20, false, RUN_EXIT_REFUSED};
+  /* A learner that fails for good (its config, its snapshot, another learner holding the
+   * run) is not restarted: the run fails with its message. */
+  sup_child_spec ls = {"learner", largv, true, true, 1, 20, false, RUN_EXIT_FATAL};
   ctx.learner_idx = sup_add(s, &ls, &err);
   for (int i = 0; i < ctx.actors; i++) {
     char name[32];
@@ -464,7 +543,7 @@ static int cmd_run(int argc, char **argv) {
     char actor_bin[PATH_MAX + 32];
     snprintf(actor_bin, sizeof actor_bin, "%s/%s", shoal_bindir, ctx.actor_prog);
     char *aargv[] = {actor_bin, NULL};
-    sup_child_spec as = {name, aargv, true, false, 0, 0, true};
+    sup_child_spec as = {name, aargv, true, false, 0, 0, true, RUN_EXIT_FATAL};
     int idx = sup_add(s, &as, &err);
     if (idx < 0) return fail("supervisor", &err);
     if (i == 0) ctx.first_actor = idx;
@@ -487,6 +566,8 @@ static int cmd_run(int argc, char **argv) {
   double t0 = shoal_now_s();
   int rc = sup_run(s, &err);
   double wall = shoal_now_s() - t0;
+  const bool killed = sup_killed(s);
+  const int stop_sig = sup_stop_signal(s);
   sup_child_stats ls_stats;
   sup_child_stats_get(s, ctx.learner_idx, &ls_stats);
   int actor_restarts = 0;
@@ -531,11 +612,22 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr, "shoal: run %s failed: %s\n", run, err.msg);
     store_run_set_status(st, run, STORE_RUN_FAILED, NULL);
   } else if (!ctx.done_line[0]) {
-    /* Stopped before the learner could record it (a signal during its start-up). */
+    /* Stopped before the learner could record it (a signal during its start-up, or a
+     * second signal that killed it). */
     store_run_set_status(st, run, STORE_RUN_STOPPED, NULL);
   }
+  if (!rc && killed)
+    fprintf(stderr,
+            "shoal: run %s killed by a second %s%s; `shoal run --resume %s` continues from its "
+            "last snapshot\n",
+            run, stop_sig == SIGTERM ? "SIGTERM" : "SIGINT",
+            ctx.done_line[0] ? "" : " before the learner finished its stop (no final snapshot)",
+            run);
   store_close(st);
   config_destroy(cfg);
+  /* A killed run is no success: 128 + the signal, as shells report a process killed by
+   * it (130 for Ctrl-C). */
+  if (!rc && killed) return 128 + (stop_sig ? stop_sig : SIGINT);
   return rc ? 1 : 0;
 }
 
@@ -578,7 +670,7 @@ static int cmd_init(int argc, char **argv) {
     fprintf(stderr, "shoal init: run.name '%s' is not valid (1-63 of [A-Za-z0-9._-])\n", run);
     return 1;
   }
-  if (probe_env(cfg, &err)) return fail("config: env", &err);
+  if (probe_env(cfg, onpolicy, &err)) return fail("config: env", &err);
   char *stored = NULL;
   if (config_dump_redacted(cfg, &stored, &err)) return fail(NULL, &err);
   store *st;

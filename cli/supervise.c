@@ -58,7 +58,8 @@ struct sup {
   uv_signal_t sigint, sigterm;
   uv_timer_t tick, grace;
   bool stopping, failed, killed, loop_live;
-  int stop_phase; /* the stop_order being stopped now */
+  int stop_signal; /* the signal that asked for the stop, 0 when none did */
+  int stop_phase;  /* the stop_order being stopped now */
   char why[512];
 };
 
@@ -259,9 +260,17 @@ static void exit_cb(uv_process_t *p, int64_t status, int term_signal) {
     advance_stop(s);
     return;
   }
-  const bool for_good = c->final_status && !term_signal && status == c->final_status;
-  if (crashed && c->restart && !for_good &&
-      (c->max_restarts == 0 || c->stats.restarts < c->max_restarts)) {
+  const bool fatal = c->final_status && !term_signal && status == c->final_status;
+  if (fatal) {
+    /* It would fail the same way again: no restart, and the run fails with it. */
+    c->state = CHILD_DONE;
+    char why[256];
+    snprintf(why, sizeof why, "%s exited with status %lld, an error no restart cures (above)",
+             c->name, (long long)status);
+    sup_stop(s, true, why);
+    return;
+  }
+  if (crashed && c->restart && (c->max_restarts == 0 || c->stats.restarts < c->max_restarts)) {
     if (ran_s >= s->backoff_reset_s) c->delay_s = s->backoff_first_s;
     if (term_signal)
       fprintf(stderr, "shoal: %s (pid %lld) killed by signal %d; restarting in %.1f s\n", c->name,
@@ -468,6 +477,7 @@ static void signal_cb(uv_signal_t *h, int signum) {
   }
   fprintf(stderr, "shoal: %s received; stopping (again to kill)\n",
           signum == SIGINT ? "SIGINT" : "SIGTERM");
+  s->stop_signal = signum;
   sup_stop(s, false, signum == SIGINT ? "interrupted" : "terminated");
 }
 
@@ -475,6 +485,9 @@ static void tick_cb(uv_timer_t *t) {
   sup *s = t->data;
   if (s->on_tick) s->on_tick(s->ud);
 }
+
+bool sup_killed(const sup *s) { return s->killed; }
+int sup_stop_signal(const sup *s) { return s->stop_signal; }
 
 int sup_run(sup *s, shoal_error *err) {
   if (s->n == 0) return shoal_error_set(err, SHOAL_EINVAL, "supervisor: no children to run");

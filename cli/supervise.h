@@ -7,6 +7,12 @@
  * SIGINT/SIGTERM: the lowest stop_order first (actors), then the next (the learner,
  * which writes its final snapshot), with SIGKILL after a grace period.
  *
+ * Exit statuses: a child spec names its final_status, the status with which its program
+ * says "I would fail the same way however often I am restarted" (shoal's learners and
+ * actors: RUN_EXIT_FATAL of run/run.h, after printing why). Such an exit is never
+ * restarted and stops the whole run as failed, whichever child it was. Any other
+ * non-zero status or a signal is a crash, restarted when the spec says so.
+ *
  *   sup *s = sup_create(&err);
  *   sup_add(s, &(sup_child_spec){"learner", learner_argv, .essential = true, .stop_order = 1},
  *           &err);
@@ -33,7 +39,8 @@ typedef struct sup_child_spec {
   int stop_order;    /* lower stops first */
   int max_restarts;  /* 0: unlimited */
   bool deferred;     /* not started by sup_run: sup_launch starts it */
-  int final_status;  /* non-zero: an exit with this status is for good (never restarted) */
+  int final_status;  /* non-zero: an exit with this status is for good: never restarted,
+                      * and the run stops as failed (see the top of this file) */
 } sup_child_spec;
 
 /* on_line: a complete line (without its newline) that child `index` wrote on stdout;
@@ -62,13 +69,19 @@ void sup_set_backoff(sup *s, double first_s, double max_s, double reset_after_s)
 /* Grace period between SIGTERM and SIGKILL when stopping. Default 10 s. */
 void sup_set_grace(sup *s, double grace_s);
 /* Handles SIGINT and SIGTERM sent to this process by stopping the children (default
- * on). A second signal kills them at once. */
+ * on). A second signal kills them at once (SIGKILL): sup_killed then says so. */
 void sup_set_handle_signals(sup *s, bool on);
 
 /* Starts the children and runs until every child has exited for good. Returns 0 when
- * every essential child exited with status 0 (or the stop was requested), else
- * SHOAL_ECLOSED, with err saying which child failed and how. */
+ * every essential child exited with status 0 (or the stop was requested; a stop by
+ * signal may still have killed them: sup_killed), else SHOAL_ECLOSED, with err saying
+ * which child failed and how. */
 int sup_run(sup *s, shoal_error *err);
+/* After sup_run: whether a second signal killed the children (SIGKILL) instead of
+ * letting them stop: what they would have written at their stop is missing. */
+bool sup_killed(const sup *s);
+/* After sup_run: the signal (SIGINT, SIGTERM) that asked for the stop, 0 when none did. */
+int sup_stop_signal(const sup *s);
 /* Asks for an orderly stop; callable from the callbacks (and thus from the loop's
  * thread only). failed marks the run as failed (sup_run then returns an error). */
 void sup_stop(sup *s, bool failed, const char *why);

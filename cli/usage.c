@@ -17,7 +17,16 @@ static const usage_entry usages[] = {
      "usage: shoal run CONFIG [--set key=value ...] [--quiet] [--log-json] [--no-tensorboard]\n"
      "       shoal run --resume RUN [--store URI] [--set key=value ...]\n"
      "  Starts one learner and the config's actors, restarts what crashes, stops all on\n"
-     "  Ctrl-C. The keys a config takes: shoal config keys [apex|impala|ppo].\n"},
+     "  Ctrl-C. The keys a config takes: shoal config keys [apex|impala|ppo].\n"
+     "  --resume continues a run from its latest snapshot. Its limits (run.max_env_steps,\n"
+     "  run.max_seconds) count the run's whole training, across resumes: a run at its limit\n"
+     "  is refused; raise the limit with --set to train longer. The summary's best is the\n"
+     "  run's best (`shoal eval --best`), stored snapshots included. A --set that the run's\n"
+     "  snapshots cannot take (algo, env.id, the network's shape) is refused, writing\n"
+     "  nothing; learning rates, replay and optimizer settings may change.\n"
+     "  Exit status: 0 finished or stopped; 1 failed or refused (an error no restart cures\n"
+     "  stops the run: its message says why); 2 bad arguments; 130 (143) when a second\n"
+     "  Ctrl-C (SIGTERM) killed the run before its stop finished.\n"},
     {"eval", "eval RUN [--best] [--render]", "play a snapshot",
      "usage: shoal eval RUN [--store URI] [--episodes K] [--best] [--seed S]\n"
      "                  [--set env.KEY=VALUE ...] [--render [STRIP.png] [--record K (1..16; 1)] "

@@ -1017,9 +1017,7 @@ static int build(learner *L, lrt_algo *algo, shoal_error *err) {
                          config_string(L->b.cfg, "env.options"), err);
   if (rc) return rc;
   L->spec = env_get_spec(L->spec_env);
-  if (L->spec->act.n <= 0)
-    return shoal_error_set(err, SHOAL_EINVAL, "env %s: Ape-X DQN needs discrete actions",
-                           L->spec->id);
+  if ((rc = apex_env_check(L->spec, err))) return rc;
   L->obs_u8 = L->spec->obs.dtype == ENV_UINT8;
   L->obs_floats = (size_t)L->spec->obs.size;
   L->obs_bytes = env_space_bytes(&L->spec->obs);

@@ -106,6 +106,16 @@ void lrt_die(lrt *rt, const char *what, const shoal_error *err) {
   exit(1);
 }
 
+static void lease_release(lrt *rt);
+
+void lrt_fatal(lrt *rt, const char *what, const shoal_error *err) {
+  fprintf(stderr, "%s: %s: %s\n", rt->p->prog, what,
+          err->msg[0] ? err->msg : shoal_strerror(err->code));
+  /* The run is left to the next learner at once, not after the lease runs out. */
+  if (rt->st) lease_release(rt);
+  exit(RUN_EXIT_FATAL);
+}
+
 void lrt_note(lrt *rt, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -282,12 +292,24 @@ static void resume(lrt *rt) {
   int rc = store_snapshot_get(rt->st, rt->run, STORE_LATEST, &meta, &bytes, &len, &err);
   if (rc == SHOAL_ENOENT) return;
   if (rc) lrt_die(rt, "resume: latest snapshot", &err);
-  if (rt->algo.resume(rt->a, bytes, len, &meta, &err)) lrt_die(rt, "resume: snapshot", &err);
+  /* A snapshot that does not fit the network (or is damaged) fails again on every
+   * restart. */
+  if (rt->algo.resume(rt->a, bytes, len, &meta, &err)) lrt_fatal(rt, "resume: snapshot", &err);
   free(bytes);
   atomic_store(&rt->version, meta.version);
   rt->updates = rt->version_updates = meta.updates;
   rt->last_snapshot_version = meta.version;
   if (isfinite(meta.score)) rt->eval_return = rt->best_eval = meta.score;
+  /* The run's best is its best snapshot's score (`shoal eval --best`), which may be an
+   * older one's than the latest. */
+  store_snapshot_meta *metas = NULL;
+  size_t n = 0;
+  if (store_snapshot_list(rt->st, rt->run, &metas, &n, &err) == 0) {
+    for (size_t i = 0; i < n; i++)
+      if (isfinite(metas[i].score) && metas[i].score > rt->best_eval)
+        rt->best_eval = metas[i].score;
+    free(metas);
+  }
   rt->eval_version = meta.version;
   lrt_note(rt, "resumed run %s at version %lld, %lld env steps", rt->run, (long long)meta.version,
            (long long)meta.env_steps);
@@ -456,7 +478,7 @@ static void lease_take(lrt *rt) {
               "%s: run %s is being trained by another learner (pid %lld on %s, for %.0f s): one "
               "learner per run; stop it first (or wait for it to end)\n",
               rt->p->prog, rt->run, (long long)h.pid, h.host, lrt_unix_now() - h.started);
-      exit(RUN_EXIT_REFUSED);
+      exit(RUN_EXIT_FATAL);
     }
     if (h.stopping && said < 0) {
       lrt_note(rt, "waiting for the learner of run %s (pid %lld on %s) to finish stopping", rt->run,
@@ -559,7 +581,7 @@ static void load_config(lrt *rt, int argc, char **argv) {
   /* A config from the store or `shoal init --out` has its secrets redacted: they come
    * back from the environment (config_restore_secrets). */
   if (config_load_program(rt->cfg, rt->cfg_path, sets, nsets, &err) || rt->p->check(rt->cfg, &err))
-    lrt_die(rt, "config", &err);
+    lrt_fatal(rt, "config", &err);
   rt->actors = (int)config_int(rt->cfg, "actors");
 }
 
@@ -629,6 +651,12 @@ static void check_stored_config(lrt *rt, const char *stored) {
   config *old = config_create(keys, nkeys, &err);
   if (!old || config_load_string(old, stored ? stored : "", rt->run, &err)) {
     lrt_note(rt, "the run's stored config does not load (%s): recording this one", err.msg);
+  } else if (run_resume_check(old, rt->cfg, &err)) {
+    /* Refused before the store holds a config its snapshots do not fit. */
+    config_destroy(old);
+    char what[128];
+    snprintf(what, sizeof what, "config of run %s", rt->run);
+    lrt_fatal(rt, what, &err);
   } else {
     char diff[1024];
     int n = config_diff(old, rt->cfg, placement_keys,
@@ -690,7 +718,13 @@ static void set_up(lrt *rt, int argc, char **argv) {
   if (store_writer_create(&rt->wr, rt->st, NULL, &err)) lrt_die(rt, "store writer", &err);
   lease_start(rt);
   record_run(rt);
-  if (!(rt->a = rt->p->create(rt, &rt->algo, &err))) lrt_die(rt, "learner", &err);
+  /* What the config asks for that cannot be built (an env it cannot play, a bad value)
+   * fails the same way on every restart; other failures (memory, a device) may pass. */
+  if (!(rt->a = rt->p->create(rt, &rt->algo, &err))) {
+    if (err.code == SHOAL_EINVAL || err.code == SHOAL_ENOENT || err.code == SHOAL_ENOTSUP)
+      lrt_fatal(rt, "learner", &err);
+    lrt_die(rt, "learner", &err);
+  }
   if (rt->resume) resume(rt);
   if (rt->algo.start && rt->algo.start(rt->a, rt->resume, &err)) lrt_die(rt, "start", &err);
   start_live(rt);
@@ -814,6 +848,18 @@ static const char *train_loop(lrt *rt, double t0, window *wp) {
 static const char *train(lrt *rt, double t0) {
   lrt_figs f;
   rt->algo.figs(rt->a, &f);
+  /* A resumed run already at a limit stops at once: said plainly, with the way on. */
+  const double *hp = rt->live.hp, before = shoal_now_s() - t0;
+  if (hp[LRT_HP_MAX_S] > 0 && before >= hp[LRT_HP_MAX_S])
+    lrt_note(rt,
+             "run %s has trained %.1f s, its run.max_seconds is %g (the limit counts across "
+             "resumes): nothing left to train; raise run.max_seconds to train longer",
+             rt->run, before, hp[LRT_HP_MAX_S]);
+  else if (hp[LRT_HP_MAX_STEPS] > 0 && f.env_steps >= (int64_t)hp[LRT_HP_MAX_STEPS])
+    lrt_note(rt,
+             "run %s has taken %lld env steps, its run.max_env_steps is %.0f (the limit counts "
+             "across resumes): nothing left to train; raise run.max_env_steps to train longer",
+             rt->run, (long long)f.env_steps, hp[LRT_HP_MAX_STEPS]);
   /* The first window starts from where the run is, not from 0 (no false rate). */
   window w = {shoal_now_s(), f.env_steps, rt->updates, 0};
   const char *reason = train_loop(rt, t0, &w);

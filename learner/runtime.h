@@ -18,8 +18,10 @@
  * stdout carries one JSON object a line: {"event":"listening",...} first, then
  * {"event":"progress",...} every learner.log_every_s, {"event":"hparam",...} on live
  * changes, and {"event":"done",...} last. Exit status 0 after a clean stop, 1 on an
- * error, 2 for bad arguments, RUN_EXIT_REFUSED (run/run.h) when another learner holds
- * the run.
+ * error a restart may cure, 2 for bad arguments, RUN_EXIT_FATAL (run/run.h) for one no
+ * restart cures: a config error, a config its run's snapshots do not fit, an env the
+ * algorithm cannot play, an unusable snapshot, a run another learner holds.
+
  */
 #ifndef SHOAL_LEARNER_RUNTIME_H
 #define SHOAL_LEARNER_RUNTIME_H
@@ -141,8 +143,11 @@ void *lrt_new(lrt *rt, size_t size, shoal_error *err);
 int64_t lrt_version(lrt *rt);
 /* A finished episode's return for return100 and the episode count; any thread. */
 void lrt_episode(lrt *rt, double ret);
-/* Prints "<prog>: what: message" and exits 1. */
+/* Prints "<prog>: what: message" and exits 1 (an error a restart may cure). */
 void lrt_die(lrt *rt, const char *what, const shoal_error *err) __attribute__((noreturn));
+/* The same for an error no restart cures (a config that cannot work, a snapshot that does
+ * not fit): gives the run's lease back and exits RUN_EXIT_FATAL (run/run.h). */
+void lrt_fatal(lrt *rt, const char *what, const shoal_error *err) __attribute__((noreturn));
 /* Prints "<prog>: message" on stderr (a note; the learner goes on). */
 void lrt_note(lrt *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Wall time in seconds since the epoch (metrics' time stamps). */

@@ -12,8 +12,10 @@ static const cfg_key apex_keys[] = {
     /* run */
     {"run.name", CFG_STRING, "", 0, -1, "run id; empty: <config name>-<time>"},
     {"run.seed", CFG_INT, "1", 0, 1e15, "seed of networks, envs and exploration"},
-    {"run.max_env_steps", CFG_INT, "0", 0, 1e15, "stop after this many env steps (0: no limit)"},
-    {"run.max_seconds", CFG_FLOAT, "0", 0, 1e9, "stop after this wall time (0: no limit)"},
+    {"run.max_env_steps", CFG_INT, "0", 0, 1e15,
+     "stop once the run has taken this many env steps, counted across resumes (0: no limit)"},
+    {"run.max_seconds", CFG_FLOAT, "0", 0, 1e9,
+     "stop once the run has trained this long, counted across resumes (0: no limit)"},
     {"run.solve_return", CFG_FLOAT, "0", -1e12, 1e12,
      "stop once the mean greedy evaluation return reaches this (0: never)"},
     {"run.eval_episodes", CFG_INT, "100", 1, 100000, "episodes of each solve check and eval"},
@@ -96,6 +98,14 @@ static const cfg_key apex_keys[] = {
     {"dqn.huber_delta", CFG_FLOAT, "1", 1e-6, 1e6, "Huber threshold"},
     {"dqn.target_period", CFG_INT, "500", 1, 1e9, "updates between target syncs"},
 };
+
+int apex_env_check(const env_spec *sp, shoal_error *err) {
+  if (sp->act.n > 0) return 0;
+  return shoal_error_set(err, SHOAL_EINVAL,
+                         "env %s has a Box action space: Ape-X DQN needs discrete actions; use "
+                         "algo: ppo (or an env with discrete actions)",
+                         sp->id);
+}
 
 const cfg_key *apex_schema(int *n) {
   *n = (int)(sizeof apex_keys / sizeof *apex_keys);

@@ -54,8 +54,10 @@ static const cfg_key onpolicy_keys[] = {
     /* run */
     {"run.name", CFG_STRING, "", 0, -1, "run id; empty: <config name>-<time>"},
     {"run.seed", CFG_INT, "1", 0, 1e15, "seed of networks, envs and sampling"},
-    {"run.max_env_steps", CFG_INT, "500000", 0, 1e15, "stop after this many env steps"},
-    {"run.max_seconds", CFG_FLOAT, "0", 0, 1e9, "stop after this wall time (0: no limit)"},
+    {"run.max_env_steps", CFG_INT, "500000", 0, 1e15,
+     "stop once the run has taken this many env steps, counted across resumes (0: no limit)"},
+    {"run.max_seconds", CFG_FLOAT, "0", 0, 1e9,
+     "stop once the run has trained this long, counted across resumes (0: no limit)"},
     {"run.solve_return", CFG_FLOAT, "0", -1e12, 1e12,
      "stop once the mean evaluation return reaches this (0: never)"},
     {"run.eval_episodes", CFG_INT, "100", 1, 100000, "episodes of each solve check and eval"},

@@ -35,10 +35,22 @@
 extern "C" {
 #endif
 
-/* The exit status of a program that will not run whatever restarts it (a learner whose
- * run another learner holds): supervisors (`shoal run`, Slurm, Kubernetes) should not
- * restart it. */
-enum { RUN_EXIT_REFUSED = 3 };
+/* The exit status of a learner or actor that would fail the same way however often it
+ * is restarted: a config error, a config a resume cannot apply, an env whose spaces the
+ * algorithm cannot take, a snapshot that does not fit the network, a run another learner
+ * holds. It has printed why on stderr. Supervisors (`shoal run`, Slurm, Kubernetes)
+ * should not restart it: `shoal run` stops the run and fails with that message. Other
+ * non-zero statuses (1: an error that may pass, such as a store or network outage) are
+ * worth a restart. */
+enum { RUN_EXIT_FATAL = 3 };
+
+/* Whether a run that stored config was can resume with config now (one schema): the
+ * keys its snapshots and replay depend on (algo, env.id, the network's shape, env.norm_obs,
+ * and env.options where they change the env's spaces: both envs are made to tell) must
+ * keep their values; everything else (learning rates, replay and optimizer settings,
+ * limits) a resumed learner rebuilds from. 0 when it can; SHOAL_EINVAL naming the key,
+ * both values and why (or env_make_opts's error for options that make no env). */
+int run_resume_check(const config *was, const config *now, shoal_error *err);
 
 /* ==== Ape-X ========================================================================= */
 
@@ -49,6 +61,10 @@ const cfg_key *apex_schema(int *n);
 /* Checks what the schema's types and bounds cannot: the choice keys (dqn.net: mlp or
  * minatar; learner.device: cpu, cuda or auto). SHOAL_EINVAL naming the key and value. */
 int apex_check(const config *cfg, shoal_error *err);
+
+/* Whether Ape-X can play env spaces sp: discrete actions only. SHOAL_EINVAL naming the
+ * env and what to use instead. */
+int apex_env_check(const env_spec *sp, shoal_error *err);
 
 /* The DQN of a run: dqn.* keys of an Ape-X config (see apex_schema), for observations of
  * per-sample shape (ndim 1..3: C[, H[, W]]) and num_actions actions; max_batch is left

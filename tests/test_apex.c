@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "common/shoal.h"
+#include "run/run.h"
 #include "tests/proc_util.h"
 
 static char config_path[4200];
@@ -248,7 +249,7 @@ static void test_config_errors_are_clear(void **state) {
   int rc;
   char *out = wf_run(a12, 60, &rc);
   printf("%s", out);
-  assert_int_equal(rc, 1);
+  assert_int_equal(rc, RUN_EXIT_FATAL); /* no restart would cure it: supervisors stop */
   assert_non_null(strstr(out, "unknown option 'bogus'"));
   free(out);
   /* `algo: apex` is an Ape-X config (its dqn.* keys are checked, not refused as unknown);

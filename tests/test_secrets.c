@@ -182,7 +182,7 @@ static void test_run_never_shows_the_token(void **state) {
                     uri,
                     "--no-tensorboard",
                     "--set",
-                    "run.max_seconds=4",
+                    "run.max_seconds=8", /* past the 6 s the run trained: the limit is the run's */
                     "--set",
                     "learner.token=" TOKEN,
                     NULL};

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -82,6 +83,35 @@ static void test_crash_restarts_with_limit_then_fails(void **state) {
   sup_child_stats_get(s, 0, &st);
   assert_int_equal(st.restarts, 3);
   assert_int_equal(w.n, 4); /* started once and restarted three times */
+  sup_destroy(s);
+}
+
+/* A child that exits with its final_status would fail the same way again: it is not
+ * restarted, and the run stops as failed even when it is not essential (an actor whose
+ * config cannot work), the others stopped with it. */
+static void test_final_status_is_not_restarted_and_fails_the_run(void **state) {
+  seen w;
+  sup *s = make(&w, 0.1);
+  w.stop_after_ticks = 50; /* bounded: a run that goes on is stopped after 5 s */
+  const char *loop = "trap 'echo term; exit 0' TERM; echo start; while :; do sleep 0.02; done";
+  int learner = add_sh(s, "learner", loop, true, true, 1, 0);
+  char *argv[] = {"/bin/sh", "-c", "echo up; sleep 0.2; exit 3", NULL};
+  sup_child_spec spec = {"actor", argv, true, false, 0, 0, false, 3};
+  shoal_error err = {0};
+  int actor = sup_add(s, &spec, &err);
+  assert_true(actor >= 0);
+  uint64_t t0 = shoal_now_ns();
+  assert_int_equal(sup_run(s, &err), SHOAL_ECLOSED);
+  assert_true((double)(shoal_now_ns() - t0) * 1e-9 < 5.0);
+  assert_non_null(strstr(err.msg, "actor exited with status 3"));
+  assert_non_null(strstr(err.msg, "no restart cures"));
+  sup_child_stats st;
+  sup_child_stats_get(s, actor, &st);
+  assert_int_equal(st.restarts, 0);
+  assert_int_equal(st.last_status, 3);
+  sup_child_stats_get(s, learner, &st);
+  assert_int_equal(st.restarts, 0);
+  assert_int_equal(st.last_status, 0); /* stopped by the supervisor's SIGTERM, cleanly */
   sup_destroy(s);
 }
 
@@ -170,6 +200,7 @@ int main(void) {
       cmocka_unit_test(test_restart_after_kill_and_ordered_stop),
       cmocka_unit_test(test_grace_then_sigkill),
       cmocka_unit_test(test_missing_program_is_a_clear_error),
+      cmocka_unit_test(test_final_status_is_not_restarted_and_fails_the_run),
   };
   return cmocka_run_group_tests_name("supervise", tests, NULL, NULL);
 }
