@@ -231,6 +231,31 @@ def test_seed_per_copy():
         e.reset(seed=[1, 2**64])
 
 
+def test_unseeded_copies_draw_fresh_entropy():
+    """A None entry for a copy never seeded seeds it from OS entropy (as Gymnasium), so it
+    is no twin of a seeded copy nor of the same copy in another env; a copy seeded before
+    goes on from its own generator."""
+    def starts(seeds_per_reset):
+        e = shoal.make_vec("CartPole-v1", 4)
+        return [e.reset(seed=s)[0].copy() for s in seeds_per_reset]
+
+    a = starts([[1, None, None, 7], [None] * 4])
+    b = starts([[1, None, None, 7], [None] * 4])
+    for first, later in (a, b):
+        assert len({row.tobytes() for row in first}) == 4
+        assert len({row.tobytes() for row in later}) == 4
+    # Seeded copies are reproducible, unseeded ones differ from env to env.
+    np.testing.assert_array_equal(a[0][0], b[0][0])
+    np.testing.assert_array_equal(a[0][3], b[0][3])
+    np.testing.assert_array_equal(a[1][0], b[1][0])
+    assert not np.array_equal(a[0][1], b[0][1])
+    assert not np.array_equal(a[0][2], b[0][2])
+    # Copy 0 went on from seed 1's generator: its second start as a lone env's.
+    lone = shoal.make_vec("CartPole-v1", 1)
+    lone.reset(seed=1)
+    np.testing.assert_array_equal(a[1][0], lone.reset(seed=[None])[0][0])
+
+
 # ---- Physical state (Gymnasium's env.unwrapped.state) -------------------------------------
 
 def gym_cartpole_step(state, action):
