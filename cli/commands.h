@@ -62,10 +62,11 @@ extern char shoal_bindir[];
 #include "store/store.h"
 
 /* One episode's recording: a strip of at most strip_max (even) evenly spaced frames
- * and an animated PNG of the episode (every step, or every ceil(max_steps / 1000)-th
- * for long episodes, played at 50 steps a second). Frames are (h, w, 3). */
+ * and an animated PNG of the episode, played at 50 steps a second: every step of the
+ * first 1000, then every 2nd step for the next 1000 frames, every 4th after that, and
+ * so on (a frame is shown for the steps it stands for). Frames are (h, w, 3). */
 typedef struct eval_rec eval_rec;
-int eval_rec_create(eval_rec **out, int w, int h, int strip_max, int max_steps, shoal_error *err);
+int eval_rec_create(eval_rec **out, int w, int h, int strip_max, shoal_error *err);
 void eval_rec_destroy(eval_rec *r); /* NULL is fine */
 /* 1 when the frame of step t (0-based) is wanted: render it and pass it to add. */
 int eval_rec_wants(const eval_rec *r, int t);

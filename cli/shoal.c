@@ -514,7 +514,8 @@ static int cmd_run(int argc, char **argv) {
      * batches not counted), exact once its server has stopped: every batch it
      * acknowledged went into replay once, or was a resend of one already there. */
     char acct[160] = "";
-    double nb = json_num(ctx.done_line, "batches"), ni = json_num(ctx.done_line, "batches_inserted");
+    double nb = json_num(ctx.done_line, "batches"),
+           ni = json_num(ctx.done_line, "batches_inserted");
     if (isfinite(nb) && isfinite(ni))
       snprintf(acct, sizeof acct, "; batches: %.0f taken, %.0f inserted, %.0f resends dropped", nb,
                ni, json_num(ctx.done_line, "resent_dropped"));
@@ -746,7 +747,7 @@ static int eval_run(store *st, const config *cfg, bool onpolicy, eval_args *a) {
       goto done;
     }
     for (int k = 0; k < r.nrec; k++)
-      if (eval_rec_create(&r.rec[k], sp->render_w, sp->render_h, a->frames_max, max_steps, &err)) {
+      if (eval_rec_create(&r.rec[k], sp->render_w, sp->render_h, a->frames_max, &err)) {
         fail("eval: render", &err);
         goto done;
       }
