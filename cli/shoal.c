@@ -41,7 +41,7 @@ char shoal_bindir[PATH_MAX];
 static int fail(const char *what, const shoal_error *err) {
   const char *msg = err->msg[0] ? err->msg : shoal_strerror(err->code);
   if (what)
-    fprintf(stderr, "shoal: %s: %s\n", what, msg);
+    fprintf(stderr, "shoal: %s: %s\n", what, cli_unprefix(msg, what));
   else
     fprintf(stderr, "shoal: %s\n", msg);
   return 1;
@@ -283,7 +283,7 @@ static int probe_env(const config *cfg, shoal_error *err) {
 }
 
 static int cmd_run(int argc, char **argv) {
-  const char *cfg_file = NULL, *resume = NULL, *store_uri = NULL;
+  const char *cfg_file = NULL, *resume = NULL, *store_arg = NULL;
   const char *sets[128];
   int nsets = 0;
   bool quiet = false, json = false, tb = true;
@@ -301,11 +301,11 @@ static int cmd_run(int argc, char **argv) {
     else if (!strcmp(argv[i], "--resume") && i + 1 < argc)
       resume = argv[++i];
     else if (!strcmp(argv[i], "--store") && i + 1 < argc)
-      store_uri = argv[++i];
+      store_arg = argv[++i];
     else if (argv[i][0] != '-' && !cfg_file)
       cfg_file = argv[i];
     else {
-      fprintf(stderr, "shoal run: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("run", argc, argv, i);
       return 2;
     }
   }
@@ -320,7 +320,7 @@ static int cmd_run(int argc, char **argv) {
   store_run r = {0};
   bool onpolicy;
   if (resume) {
-    if (store_open(&st, store_uri ? store_uri : "file://runs", &err)) return fail("store", &err);
+    if (store_open(&st, store_arg ? store_arg : "file://runs", &err)) return fail("store", &err);
     if (store_run_find(st, resume, &r, &err)) return fail("resume", &err);
     onpolicy = shoal_yaml_is_onpolicy(r.config, sets, nsets);
   } else {
@@ -354,9 +354,9 @@ static int cmd_run(int argc, char **argv) {
     if (config_set(cfg, sets[i], &err)) return fail(NULL, &err);
   /* A resumed run's stored config holds no secrets (config_dump_redacted): the store's
    * URI comes from --store, the token from --set again. */
-  if (store_uri) {
+  if (store_arg) {
     char set_uri[2048];
-    snprintf(set_uri, sizeof set_uri, "store.uri=%s", store_uri);
+    snprintf(set_uri, sizeof set_uri, "store.uri=%s", store_arg);
     if (config_set(cfg, set_uri, &err)) return fail(NULL, &err);
   }
   /* A config stored without its secrets (a resumed run, a sweep's trial) takes them from
@@ -418,7 +418,15 @@ static int cmd_run(int argc, char **argv) {
     return fail(NULL, &err);
   int crc = resume ? 0 : store_run_create(st, run, stored, STORE_RUN_RUNNING, &err);
   free(stored);
-  if (crc) return fail("store: creating the run", &err);
+  if (crc == SHOAL_EEXIST) {
+    fprintf(stderr,
+            "shoal run: a run named %s exists in %s: continue it with `shoal run --resume %s%s`, "
+            "or give this one another name (--set run.name=NAME)\n",
+            run, store_uri(st), run,
+            strcmp(config_string(cfg, "store.uri"), "file://runs") ? " --store URI" : "");
+    return 1;
+  }
+  if (crc) return fail("creating the run", &err);
   if (resume) store_run_set_status(st, run, STORE_RUN_RUNNING, NULL);
 
   /* The children read the resolved config from a file of their own. */
@@ -556,7 +564,7 @@ static int cmd_init(int argc, char **argv) {
     else if (argv[i][0] != '-' && !cfg_file)
       cfg_file = argv[i];
     else {
-      fprintf(stderr, "shoal init: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("init", argc, argv, i);
       return 2;
     }
   }
@@ -609,7 +617,7 @@ static int cmd_init(int argc, char **argv) {
     printf("shoal init: run %s exists in %s with this config; its programs resume it\n", run,
            store_uri(st));
   } else if (rc)
-    return fail("store: creating the run", &err);
+    return fail("creating the run", &err);
   else
     printf("shoal init: run %s recorded in %s\n", run, store_uri(st));
   /* --out feeds the programs' --config (deploy/): secrets reach them through --set. */
@@ -817,11 +825,18 @@ static int cmd_eval(int argc, char **argv) {
         return 2;
       }
       sets[nsets++] = kv;
-    } else if (!strcmp(argv[i], "--episodes") && i + 1 < argc)
-      a.episodes = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
-      a.seed = strtoull(argv[++i], NULL, 10);
-    else if (!strcmp(argv[i], "--best"))
+    } else if (!strcmp(argv[i], "--episodes") && i + 1 < argc) {
+      if (!cli_int_arg("eval", "--episodes", argv[++i], 1, 100000, &a.episodes)) return 2;
+    } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
+      const char *s = argv[++i];
+      char *end;
+      errno = 0;
+      a.seed = strtoull(s, &end, 10);
+      if (errno || end == s || *end || s[0] == '-') {
+        fprintf(stderr, "shoal eval: --seed '%s': needs a whole number from 0 to 2^64-1\n", s);
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "--best"))
       a.best = true;
     else if (!strcmp(argv[i], "--render")) {
       /* Recordings go to the run's media; a following NAME.png also gets the strip. */
@@ -829,20 +844,25 @@ static int cmd_eval(int argc, char **argv) {
       size_t n = i + 1 < argc ? strlen(argv[i + 1]) : 0;
       if (n > 4 && argv[i + 1][0] != '-' && !strcmp(argv[i + 1] + n - 4, ".png"))
         a.render = argv[++i];
-    } else if (!strcmp(argv[i], "--record") && i + 1 < argc)
-      a.nrec = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--frames") && i + 1 < argc)
-      a.frames_max = atoi(argv[++i]);
-    else if (argv[i][0] != '-' && !a.run)
+    } else if (!strcmp(argv[i], "--record") && i + 1 < argc) {
+      if (!cli_int_arg("eval", "--record", argv[++i], 1, 16, &a.nrec)) return 2;
+    } else if (!strcmp(argv[i], "--frames") && i + 1 < argc) {
+      if (!cli_int_arg("eval", "--frames", argv[++i], 2, 64, &a.frames_max)) return 2;
+      if (a.frames_max % 2) {
+        fprintf(stderr, "shoal eval: --frames %d: needs an even number (2 to 64)\n", a.frames_max);
+        return 2;
+      }
+    } else if (argv[i][0] != '-' && !a.run)
       a.run = argv[i];
     else {
-      fprintf(stderr, "shoal eval: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("eval", argc, argv, i);
       return 2;
     }
   }
-  if (!a.run || a.episodes < 1 || a.episodes > 100000 || a.frames_max < 2 || a.frames_max > 64 ||
-      a.frames_max % 2 || a.nrec < 1 || a.nrec > 16)
+  if (!a.run) {
+    fprintf(stderr, "shoal eval: which run? give its name\n");
     return cli_bad_usage("eval");
+  }
   shoal_error err = {0};
   store *st;
   if (store_open(&st, uri, &err)) return fail("store", &err);

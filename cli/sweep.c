@@ -403,7 +403,7 @@ int cmd_sweep(int argc, char **argv) {
     else if (argv[i][0] != '-' && !file)
       file = argv[i];
     else {
-      fprintf(stderr, "shoal sweep: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("sweep", argc, argv, i);
       return 2;
     }
   }
@@ -488,7 +488,7 @@ int cmd_sweep(int argc, char **argv) {
     goto done;
   }
   if (store_open(&st, uri, &err)) {
-    fprintf(stderr, "shoal sweep: store: %s\n", err.msg);
+    fprintf(stderr, "shoal sweep: store: %s\n", cli_unprefix(err.msg, "store"));
     goto done;
   }
   store_trial *have = NULL;
@@ -560,7 +560,7 @@ static int cmd_report(const char *sweep, const char *uri) {
   shoal_error err = {0};
   store *st;
   if (store_open(&st, uri, &err)) {
-    fprintf(stderr, "shoal sweep: store: %s\n", err.msg);
+    fprintf(stderr, "shoal sweep: store: %s\n", cli_unprefix(err.msg, "store"));
     return 1;
   }
   store_trial *t = NULL;
@@ -821,7 +821,7 @@ int cmd_worker(int argc, char **argv) {
     else if (!strcmp(argv[i], "--max-trials") && i + 1 < argc)
       max_trials = atol(argv[++i]);
     else {
-      fprintf(stderr, "shoal worker: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("worker", argc, argv, i);
       return 2;
     }
   }
@@ -841,7 +841,7 @@ int cmd_worker(int argc, char **argv) {
   shoal_error err = {0};
   store *st;
   if (store_open(&st, uri, &err)) {
-    fprintf(stderr, "shoal worker: store: %s\n", err.msg);
+    fprintf(stderr, "shoal worker: store: %s\n", cli_unprefix(err.msg, "store"));
     return 1;
   }
   char uri_buf[2048];
