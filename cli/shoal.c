@@ -208,7 +208,17 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
     human(smp, sizeof smp, json_num(line, "samples_s"));
     human(upd, sizeof upd, json_num(line, "updates"));
     human(ups, sizeof ups, json_num(line, "ups"));
-    human(rep, sizeof rep, json_num(line, "replay"));
+    /* What the memory holds, in its own unit: Ape-X's replay counts the env steps in it
+     * (not the episode-end observations stored beside them), on-policy queues unrolls. */
+    double held_steps = json_num(line, "replay_steps");
+    char held[64];
+    if (held_steps >= 0) {
+      human(rep, sizeof rep, held_steps);
+      snprintf(held, sizeof held, "replay %s steps", rep);
+    } else {
+      human(rep, sizeof rep, json_num(line, "replay"));
+      snprintf(held, sizeof held, "queue %s unrolls", rep);
+    }
     double r100 = json_num(line, "return100"), e = json_num(line, "eval");
     if (!isnan(r100)) snprintf(ret, sizeof ret, "%.1f", r100);
     if (!isnan(e)) snprintf(ev, sizeof ev, "%.1f", e);
@@ -237,9 +247,9 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
       snprintf(log_note, sizeof log_note, "  log %.0f MB waiting, %.0f segments dropped",
                lpend / 1e6, ldrop > 0 ? ldrop : 0);
     printf(
-        "%6.0fs  steps %s (%s/s)  ingest %s/s  updates %s (%s/s)  replay %s  return100 %s  "
+        "%6.0fs  steps %s (%s/s)  ingest %s/s  updates %s (%s/s)  %s  return100 %s  "
         "eval %s  v%.0f%s%s%s%s\n",
-        json_num(line, "t"), steps, sps, smp, upd, ups, rep, ret, ev, json_num(line, "version"),
+        json_num(line, "t"), steps, sps, smp, upd, ups, held, ret, ev, json_num(line, "version"),
         lags, from_store, store_note, log_note);
     fflush(stdout);
   } else if (!strcmp(event, "hparam")) {
@@ -513,8 +523,18 @@ static int cmd_run(int argc, char **argv) {
     json_str(ctx.done_line, "reason", reason, sizeof reason);
     double e = json_num(ctx.done_line, "eval"), b = json_num(ctx.done_line, "best_eval");
     if (isfinite(e)) snprintf(evs, sizeof evs, ", greedy eval %.1f (best %.1f)", e, b);
-    /* The run's training time (across learner restarts), and the stop's apart. */
+    /* The command's wall time first (what a person waited: the learner's "t" starts once
+     * it is set up and leaves the children's start out, a tenth of a short on-policy run),
+     * then the learner's training time, over all of a resumed run's processes. */
     double trained = json_num(ctx.done_line, "t"), stop_s = json_num(ctx.done_line, "stop_s");
+    char times[96];
+    if (!isfinite(trained))
+      snprintf(times, sizeof times, "%.1f s", wall);
+    else if (resume)
+      snprintf(times, sizeof times, "%.1f s (this resume; %.1f s of training in all)", wall,
+               trained);
+    else
+      snprintf(times, sizeof times, "%.1f s (%.1f s of it training)", wall, trained);
     const char *why = !strcmp(reason, "signal")       ? "stopped (Ctrl-C or SIGTERM)"
                       : !strcmp(reason, "lease_lost") ? "lost its lease to another learner"
                                                       : reason;
@@ -529,11 +549,11 @@ static int cmd_run(int argc, char **argv) {
                ni, json_num(ctx.done_line, "resent_dropped"));
     if (!json)
       printf(
-          "shoal: run %s %s after %.1f s: %.0f env steps, %.0f updates, policy v%.0f%s; "
+          "shoal: run %s %s after %s: %.0f env steps, %.0f updates, policy v%.0f%s; "
           "restarts: learner %d, actors %d; the stop took %.1f s%s\n",
-          run, why, isfinite(trained) ? trained : wall, json_num(ctx.done_line, "env_steps"),
-          json_num(ctx.done_line, "updates"), json_num(ctx.done_line, "version"), evs,
-          ls_stats.restarts, actor_restarts, isfinite(stop_s) ? stop_s : 0.0, acct);
+          run, why, times, json_num(ctx.done_line, "env_steps"), json_num(ctx.done_line, "updates"),
+          json_num(ctx.done_line, "version"), evs, ls_stats.restarts, actor_restarts,
+          isfinite(stop_s) ? stop_s : 0.0, acct);
   }
   if (rc) {
     fprintf(stderr, "shoal: run %s failed: %s\n", run, err.msg);
