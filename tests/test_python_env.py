@@ -751,3 +751,25 @@ def test_install_into_venv(tmp_path):
          "o = e.step(np.zeros(3, np.int32))[0]; print(shoal.__file__, o.shape)"],
         check=True, capture_output=True, text=True, env=env).stdout
     assert str(venv) in out and "(3, 4)" in out
+
+
+@pytest.mark.skipif(SANITIZED, reason="the installed library is the normal build's concern")
+def test_install_into_prefix_names_its_interpreter(tmp_path):
+    """Into a prefix, install.sh checks the import with one interpreter: its hint names that
+    interpreter, and the command it prints works as given."""
+    src = os.environ.get("SHOAL_SOURCE_DIR")
+    lib = os.environ.get("SHOAL_LIB")
+    if not src or not lib:
+        pytest.skip("SHOAL_SOURCE_DIR / SHOAL_LIB not given")
+    build = os.path.dirname(os.path.dirname(os.path.abspath(lib)))
+    env = {k: v for k, v in os.environ.items() if k not in ("SHOAL_LIB", "PYTHONPATH")}
+    env["SHOAL_PYTHON"] = "/usr/bin/python3"
+    out = subprocess.run([os.path.join(src, "python", "install.sh"), build, str(tmp_path / "p")],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    hint = next(l for l in out.splitlines() if l.startswith("use it with: "))
+    words = hint[len("use it with: "):].split()
+    assert words[0].startswith("PYTHONPATH=") and words[1] == "/usr/bin/python3", hint
+    run_env = dict(env, PYTHONPATH=words[0].split("=", 1)[1])
+    got = subprocess.run([words[1], "-c", "import shoal; print(shoal.__file__)"], check=True,
+                         capture_output=True, text=True, env=run_env).stdout
+    assert str(tmp_path / "p") in got
