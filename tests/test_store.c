@@ -673,6 +673,27 @@ static void test_trials_lifecycle(void **state) {
   assert_int_equal(
       store_trial_complete(st, sweep, "t1", "w-fast", STORE_TRIAL_FAILED, "diverged", &err), 0);
 
+  /* A worker that stops hands its trial back at once: pending, the next claim a new
+   * attempt; the claim is gone, and a complete trial is not handed back. */
+  assert_int_equal(store_trial_claim(st, sweep, "w-quit", &t, &err), 0);
+  assert_string_equal(t.id, "t2");
+  store_trial_clear(&t);
+  assert_int_equal(store_trial_release(st, sweep, "t2", "w-other", &err), SHOAL_EPERM);
+  assert_int_equal(store_trial_release(st, sweep, "t2", "w-quit", &err), 0);
+  assert_int_equal(store_trial_get(st, sweep, "t2", &t, &err), 0);
+  assert_int_equal(t.status, STORE_TRIAL_PENDING);
+  store_trial_clear(&t);
+  assert_int_equal(store_trial_heartbeat(st, sweep, "t2", "w-quit", &err), SHOAL_EPERM);
+  assert_int_equal(store_trial_release(st, sweep, "t2", "w-quit", &err), SHOAL_EPERM);
+  assert_int_equal(store_trial_complete(st, sweep, "t2", "w-quit", STORE_TRIAL_DONE, "x", &err),
+                   SHOAL_EPERM);
+  assert_int_equal(store_trial_release(st, sweep, "t0", "host-a:101", &err), SHOAL_EEXIST);
+  assert_int_equal(store_trial_claim(st, sweep, "w-next", &t, &err), 0);
+  assert_string_equal(t.id, "t2");
+  assert_int_equal(t.attempt, 2);
+  store_trial_clear(&t);
+  assert_int_equal(store_trial_release(st, sweep, "t2", "w-next", &err), 0);
+
   store_trial *all = NULL;
   size_t n = 0;
   assert_int_equal(store_trial_list(st, sweep, &all, &n, &err), 0);
