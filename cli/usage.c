@@ -64,7 +64,9 @@ static const usage_entry usages[] = {
      "usage: shoal worker --sweep NAME [--store URI] [--name W] [--heartbeat S]\n"
      "                    [--stale S] [--max-trials N]\n"
      "  (heartbeat every S s, default 5; trials whose heartbeat is older than\n"
-     "  --stale, default 30, are requeued; --stale must exceed --heartbeat)\n"},
+     "  --stale, default 30, are requeued; --stale must exceed --heartbeat)\n"
+     "  Ctrl-C: the trial's run stops in order; a trial that finished is recorded,\n"
+     "  an unfinished one goes back to the queue at once. Again to kill the run.\n"},
     {"tboard", "tboard RUN... [--out DIR]", "TensorBoard event files",
      "usage: shoal tboard RUN... [--store URI] [--out DIR]\n"},
     {"import", "import FILE... --run RUN", "experience into segments",
