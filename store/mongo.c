@@ -268,8 +268,9 @@ static int mongo_open(void **impl, const char *uri_str, const store_uri_info *u,
   if (rc == SHOAL_ENET && lazy) {
     /* Unreachable now, maybe not later: every call fails with SHOAL_ENET until the
      * deployment answers (after serverSelectionTimeoutMS each). */
-    fprintf(stderr, "shoal store: %s; going on without it until it answers\n",
-            err && err->msg[0] ? err->msg : "MongoDB unreachable");
+    const char *m = err && err->msg[0] ? err->msg : "MongoDB unreachable";
+    if (!strncmp(m, "store: ", 7)) m += 7; /* "shoal store: " says it already */
+    fprintf(stderr, "shoal store: %s; going on without it until it answers\n", m);
     rc = 0;
   } else if (rc) {
     goto fail;
