@@ -36,6 +36,17 @@ bool cli_help(const char *cmd);
 int cli_bad_usage(const char *cmd);
 /* Whether argv (a command's arguments) asks for help: --help or -h. */
 bool cli_wants_help(int argc, char **argv);
+/* Says on stderr why argument argv[i] of `shoal cmd` was not taken: an option that
+ * takes a value given none ("--set needs a value: --set KEY=VALUE"), else an unknown
+ * argument. Returns 2 (the exit status of a usage error). */
+int cli_bad_arg(const char *cmd, int argc, char **argv, int i);
+/* Parses s, option opt's value, as a whole number in [lo, hi] into *out; else says on
+ * stderr what opt needs ("shoal eval: --episodes 'abc': a whole number from 1 to
+ * 100000") and returns false. */
+bool cli_int_arg(const char *cmd, const char *opt, const char *s, long lo, long hi, int *out);
+/* msg without a leading "prefix: ", so that a caller that names the prefix itself
+ * ("shoal plot: store: ...") does not print it twice; msg itself otherwise. */
+const char *cli_unprefix(const char *msg, const char *prefix);
 
 /* Flat JSON lines (the learner's events): "key":<number> (NAN when absent or null) and
  * "key":"<text>" into out (false when absent). Defined in shoal.c. */
@@ -62,10 +73,11 @@ extern char shoal_bindir[];
 #include "store/store.h"
 
 /* One episode's recording: a strip of at most strip_max (even) evenly spaced frames
- * and an animated PNG of the episode (every step, or every ceil(max_steps / 1000)-th
- * for long episodes, played at 50 steps a second). Frames are (h, w, 3). */
+ * and an animated PNG of the episode, played at 50 steps a second: every step of the
+ * first 1000, then every 2nd step for the next 1000 frames, every 4th after that, and
+ * so on (a frame is shown for the steps it stands for). Frames are (h, w, 3). */
 typedef struct eval_rec eval_rec;
-int eval_rec_create(eval_rec **out, int w, int h, int strip_max, int max_steps, shoal_error *err);
+int eval_rec_create(eval_rec **out, int w, int h, int strip_max, shoal_error *err);
 void eval_rec_destroy(eval_rec *r); /* NULL is fine */
 /* 1 when the frame of step t (0-based) is wanted: render it and pass it to add. */
 int eval_rec_wants(const eval_rec *r, int t);

@@ -900,7 +900,7 @@ int cmd_import(int argc, char **argv) {
     else if (argv[i][0] != '-' && nfiles < 256)
       files[nfiles++] = argv[i];
     else {
-      fprintf(stderr, "shoal import: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("import", argc, argv, i);
       return usage();
     }
   }
@@ -917,7 +917,7 @@ int cmd_import(int argc, char **argv) {
   shoal_error err = {0};
   store *st = NULL;
   if (store_open(&st, uri ? uri : "file://runs", &err)) {
-    fprintf(stderr, "shoal import: store: %s\n", err.msg);
+    fprintf(stderr, "shoal import: store: %s\n", cli_unprefix(err.msg, "store"));
     return 1;
   }
   char env_id[128];

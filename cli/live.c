@@ -25,6 +25,19 @@ static int fail(const char *what, const shoal_error *err) {
   return 1;
 }
 
+/* A learner's address needs its port: gRPC would take a bare host as host:443, and
+ * the learner has no fixed port (learner.listen's default is an ephemeral one, which
+ * `shoal run` prints as "learner on HOST:PORT"). Other gRPC targets (unix:, dns:///,
+ * ipv4:, ipv6:) are taken as they are. */
+static bool addr_has_port(const char *cmd, const char *addr) {
+  if (strchr(addr, ':')) return true;
+  fprintf(stderr,
+          "shoal %s: '%s' names no port: give the learner's HOST:PORT (`shoal run` prints it "
+          "as \"learner on HOST:PORT\"; there is no default port)\n",
+          cmd, addr);
+  return false;
+}
+
 static int connect_to(const char *addr, const char *run, const char *token, rpc_client **c,
                       shoal_error *err) {
   rpc_client_config cc = {0};
@@ -114,7 +127,7 @@ int cmd_status(int argc, char **argv) {
     else if (argv[i][0] != '-' && !addr)
       addr = argv[i];
     else {
-      fprintf(stderr, "shoal status: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("status", argc, argv, i);
       return 2;
     }
   }
@@ -122,6 +135,7 @@ int cmd_status(int argc, char **argv) {
     cli_bad_usage("status");
     return 2;
   }
+  if (!addr_has_port("status", addr)) return 2;
   shoal_error err = {0};
   rpc_client *c;
   if (connect_to(addr, NULL, token, &c, &err)) return fail("status", &err);
@@ -202,7 +216,7 @@ int cmd_set(int argc, char **argv) {
       }
       n++;
     } else {
-      fprintf(stderr, "shoal set: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("set", argc, argv, i);
       goto done;
     }
   }
@@ -210,6 +224,7 @@ int cmd_set(int argc, char **argv) {
     cli_bad_usage("set");
     goto done;
   }
+  if (!addr_has_port("set", addr)) goto done;
   shoal_error err = {0};
   rpc_client *c;
   rpc_status st;

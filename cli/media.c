@@ -5,8 +5,9 @@
  *   shoal media get RUN NAME [-o FILE|-] [--store URI]
  * and the recorder behind `shoal eval --render`, which keeps, for each recorded
  * episode, a strip of at most strip_max evenly spaced frames and an animated PNG of
- * the whole episode (every anim_every-th step when the episode may be long), then
- * stores both in the run's media.
+ * the whole episode (every step of its first ANIM_FRAMES_MAX, then every 2nd step for
+ * the next ANIM_FRAMES_MAX frames, every 4th after..., each frame shown for the steps
+ * it stands for), then stores both in the run's media.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,23 +31,25 @@ struct eval_rec {
    * end strip_max evenly spaced ones can be picked whatever the episode's length. */
   uint8_t *strip;
   int nstrip, every;
-  int anim_every;
+  /* The animation keeps step anim_next, then one every anim_every steps; the stride is
+   * set by the episode as it runs (its length is unknown until it ends), so a short
+   * episode keeps every step whatever the env's step limit. */
+  int anim_every, anim_next;
   env_apng *anim;
 };
 
-int eval_rec_create(eval_rec **out, int w, int h, int strip_max, int max_steps, shoal_error *err) {
+int eval_rec_create(eval_rec **out, int w, int h, int strip_max, shoal_error *err) {
   eval_rec *r = calloc(1, sizeof *r);
   if (!r) return shoal_error_set(err, SHOAL_ENOMEM, "render: out of memory");
   r->w = w, r->h = h, r->strip_max = strip_max, r->every = 1;
   r->fbytes = (size_t)w * (size_t)h * 3;
-  r->anim_every =
-      max_steps > ANIM_FRAMES_MAX ? (max_steps + ANIM_FRAMES_MAX - 1) / ANIM_FRAMES_MAX : 1;
+  r->anim_every = 1, r->anim_next = 0;
   int rc = 0;
   if (!(r->strip = malloc((size_t)(2 * strip_max) * r->fbytes)))
     rc = shoal_error_set(err, SHOAL_ENOMEM, "render: out of memory");
-  /* Real time at 50 steps a second (CartPole's tau = 0.02 s), slowed for long episodes
-   * sampled every anim_every steps. */
-  if (!rc) rc = env_apng_create(&r->anim, w, h, r->anim_every, STEPS_PER_SECOND, err);
+  /* Real time at 50 steps a second (CartPole's tau = 0.02 s); a frame that stands for
+   * several steps is shown as long. */
+  if (!rc) rc = env_apng_create(&r->anim, w, h, 1, STEPS_PER_SECOND, err);
   if (rc) {
     eval_rec_destroy(r);
     return rc;
@@ -62,12 +65,20 @@ void eval_rec_destroy(eval_rec *r) {
   free(r);
 }
 
-int eval_rec_wants(const eval_rec *r, int t) { return t % r->every == 0 || t % r->anim_every == 0; }
+int eval_rec_wants(const eval_rec *r, int t) { return t % r->every == 0 || t >= r->anim_next; }
 
 int eval_rec_add(eval_rec *r, int t, const uint8_t *rgb, shoal_error *err) {
-  if (t % r->anim_every == 0) {
+  if (t >= r->anim_next) {
     int rc = env_apng_add(r->anim, rgb, err);
     if (rc) return rc;
+    /* Every ANIM_FRAMES_MAX frames kept, the stride doubles: a long episode's animation
+     * grows with the logarithm of its length, not with it. */
+    if (env_apng_frames(r->anim) % ANIM_FRAMES_MAX == 0 && r->anim_every < 65535 / 2) {
+      r->anim_every *= 2;
+      rc = env_apng_set_delay(r->anim, r->anim_every, STEPS_PER_SECOND, err);
+      if (rc) return rc;
+    }
+    r->anim_next = t + r->anim_every;
   }
   if (t % r->every == 0) {
     /* Full: drop every other frame and double the spacing, so memory stays bounded
@@ -150,8 +161,8 @@ int eval_rec_store(eval_rec *r, store *st, const store_media_meta *base, uint64_
     m.frames = frames;
     rc = put_one(st, &m, apng, napng, &stored, err);
     if (!rc && stored)
-      printf("eval %s media: stored %s (%d frames, %.3g s each, %zu bytes)\n", m.run, m.name,
-             frames, (double)r->anim_every / STEPS_PER_SECOND, napng);
+      printf("eval %s media: stored %s (%d frames of %" PRId64 " steps, %zu bytes)\n", m.run,
+             m.name, frames, m.length, napng);
   }
   free(img), free(png), free(apng);
   return rc;

@@ -199,7 +199,7 @@ int cmd_plot(int argc, char **argv) {
     else if (argv[i][0] != '-' && nruns < MAX_RUNS)
       runs[nruns++] = argv[i];
     else {
-      fprintf(stderr, "shoal plot: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("plot", argc, argv, i);
       return 2;
     }
   }
@@ -227,7 +227,7 @@ int cmd_plot(int argc, char **argv) {
   shoal_error err = {0};
   store *st;
   if (store_open(&st, uri, &err)) {
-    fprintf(stderr, "shoal plot: store: %s\n", err.msg);
+    fprintf(stderr, "shoal plot: store: %s\n", cli_unprefix(err.msg, "store"));
     return 1;
   }
   series ser[MAX_RUNS];

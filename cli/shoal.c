@@ -48,7 +48,7 @@ char shoal_bindir[PATH_MAX];
 static int fail(const char *what, const shoal_error *err) {
   const char *msg = err->msg[0] ? err->msg : shoal_strerror(err->code);
   if (what)
-    fprintf(stderr, "shoal: %s: %s\n", what, msg);
+    fprintf(stderr, "shoal: %s: %s\n", what, cli_unprefix(msg, what));
   else
     fprintf(stderr, "shoal: %s\n", msg);
   return 1;
@@ -215,7 +215,17 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
     human(smp, sizeof smp, json_num(line, "samples_s"));
     human(upd, sizeof upd, json_num(line, "updates"));
     human(ups, sizeof ups, json_num(line, "ups"));
-    human(rep, sizeof rep, json_num(line, "replay"));
+    /* What the memory holds, in its own unit: Ape-X's replay counts the env steps in it
+     * (not the episode-end observations stored beside them), on-policy queues unrolls. */
+    double held_steps = json_num(line, "replay_steps");
+    char held[64];
+    if (held_steps >= 0) {
+      human(rep, sizeof rep, held_steps);
+      snprintf(held, sizeof held, "replay %s steps", rep);
+    } else {
+      human(rep, sizeof rep, json_num(line, "replay"));
+      snprintf(held, sizeof held, "queue %s unrolls", rep);
+    }
     double r100 = json_num(line, "return100"), e = json_num(line, "eval");
     if (!isnan(r100)) snprintf(ret, sizeof ret, "%.1f", r100);
     if (!isnan(e)) snprintf(ev, sizeof ev, "%.1f", e);
@@ -244,9 +254,9 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
       snprintf(log_note, sizeof log_note, "  log %.0f MB waiting, %.0f segments dropped",
                lpend / 1e6, ldrop > 0 ? ldrop : 0);
     printf(
-        "%6.0fs  steps %s (%s/s)  ingest %s/s  updates %s (%s/s)  replay %s  return100 %s  "
+        "%6.0fs  steps %s (%s/s)  ingest %s/s  updates %s (%s/s)  %s  return100 %s  "
         "eval %s  v%.0f%s%s%s%s\n",
-        json_num(line, "t"), steps, sps, smp, upd, ups, rep, ret, ev, json_num(line, "version"),
+        json_num(line, "t"), steps, sps, smp, upd, ups, held, ret, ev, json_num(line, "version"),
         lags, from_store, store_note, log_note);
     fflush(stdout);
   } else if (!strcmp(event, "hparam")) {
@@ -364,7 +374,7 @@ static bool resume_refused(store *st, const config *cfg, const cfg_key *keys, in
 }
 
 static int cmd_run(int argc, char **argv) {
-  const char *cfg_file = NULL, *resume = NULL, *store_uri = NULL;
+  const char *cfg_file = NULL, *resume = NULL, *store_arg = NULL;
   const char *sets[128];
   int nsets = 0;
   bool quiet = false, json = false, tb = true;
@@ -382,11 +392,11 @@ static int cmd_run(int argc, char **argv) {
     else if (!strcmp(argv[i], "--resume") && i + 1 < argc)
       resume = argv[++i];
     else if (!strcmp(argv[i], "--store") && i + 1 < argc)
-      store_uri = argv[++i];
+      store_arg = argv[++i];
     else if (argv[i][0] != '-' && !cfg_file)
       cfg_file = argv[i];
     else {
-      fprintf(stderr, "shoal run: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("run", argc, argv, i);
       return 2;
     }
   }
@@ -401,7 +411,7 @@ static int cmd_run(int argc, char **argv) {
   store_run r = {0};
   bool onpolicy;
   if (resume) {
-    if (store_open(&st, store_uri ? store_uri : "file://runs", &err)) return fail("store", &err);
+    if (store_open(&st, store_arg ? store_arg : "file://runs", &err)) return fail("store", &err);
     if (store_run_find(st, resume, &r, &err)) return fail("resume", &err);
     onpolicy = shoal_yaml_is_onpolicy(r.config, sets, nsets);
   } else {
@@ -435,9 +445,9 @@ static int cmd_run(int argc, char **argv) {
     if (config_set(cfg, sets[i], &err)) return fail(NULL, &err);
   /* A resumed run's stored config holds no secrets (config_dump_redacted): the store's
    * URI comes from --store, the token from --set again. */
-  if (store_uri) {
+  if (store_arg) {
     char set_uri[2048];
-    snprintf(set_uri, sizeof set_uri, "store.uri=%s", store_uri);
+    snprintf(set_uri, sizeof set_uri, "store.uri=%s", store_arg);
     if (config_set(cfg, set_uri, &err)) return fail(NULL, &err);
   }
   /* A config stored without its secrets (a resumed run, a sweep's trial) takes them from
@@ -496,7 +506,15 @@ static int cmd_run(int argc, char **argv) {
     return fail(NULL, &err);
   int crc = resume ? 0 : store_run_create(st, run, stored, STORE_RUN_RUNNING, &err);
   free(stored);
-  if (crc) return fail("store: creating the run", &err);
+  if (crc == SHOAL_EEXIST) {
+    fprintf(stderr,
+            "shoal run: a run named %s exists in %s: continue it with `shoal run --resume %s%s`, "
+            "or give this one another name (--set run.name=NAME)\n",
+            run, store_uri(st), run,
+            strcmp(config_string(cfg, "store.uri"), "file://runs") ? " --store URI" : "");
+    return 1;
+  }
+  if (crc) return fail("creating the run", &err);
   if (resume) store_run_set_status(st, run, STORE_RUN_RUNNING, NULL);
 
   /* The children read the resolved config from a file of their own. */
@@ -586,8 +604,18 @@ static int cmd_run(int argc, char **argv) {
     json_str(ctx.done_line, "reason", reason, sizeof reason);
     double e = json_num(ctx.done_line, "eval"), b = json_num(ctx.done_line, "best_eval");
     if (isfinite(e)) snprintf(evs, sizeof evs, ", greedy eval %.1f (best %.1f)", e, b);
-    /* The run's training time (across learner restarts), and the stop's apart. */
+    /* The command's wall time first (what a person waited: the learner's "t" starts once
+     * it is set up and leaves the children's start out, a tenth of a short on-policy run),
+     * then the learner's training time, over all of a resumed run's processes. */
     double trained = json_num(ctx.done_line, "t"), stop_s = json_num(ctx.done_line, "stop_s");
+    char times[96];
+    if (!isfinite(trained))
+      snprintf(times, sizeof times, "%.1f s", wall);
+    else if (resume)
+      snprintf(times, sizeof times, "%.1f s (this resume; %.1f s of training in all)", wall,
+               trained);
+    else
+      snprintf(times, sizeof times, "%.1f s (%.1f s of it training)", wall, trained);
     const char *why = !strcmp(reason, "signal")       ? "stopped (Ctrl-C or SIGTERM)"
                       : !strcmp(reason, "lease_lost") ? "lost its lease to another learner"
                                                       : reason;
@@ -602,11 +630,11 @@ static int cmd_run(int argc, char **argv) {
                ni, json_num(ctx.done_line, "resent_dropped"));
     if (!json)
       printf(
-          "shoal: run %s %s after %.1f s: %.0f env steps, %.0f updates, policy v%.0f%s; "
+          "shoal: run %s %s after %s: %.0f env steps, %.0f updates, policy v%.0f%s; "
           "restarts: learner %d, actors %d; the stop took %.1f s%s\n",
-          run, why, isfinite(trained) ? trained : wall, json_num(ctx.done_line, "env_steps"),
-          json_num(ctx.done_line, "updates"), json_num(ctx.done_line, "version"), evs,
-          ls_stats.restarts, actor_restarts, isfinite(stop_s) ? stop_s : 0.0, acct);
+          run, why, times, json_num(ctx.done_line, "env_steps"), json_num(ctx.done_line, "updates"),
+          json_num(ctx.done_line, "version"), evs, ls_stats.restarts, actor_restarts,
+          isfinite(stop_s) ? stop_s : 0.0, acct);
   }
   if (rc) {
     fprintf(stderr, "shoal: run %s failed: %s\n", run, err.msg);
@@ -648,7 +676,7 @@ static int cmd_init(int argc, char **argv) {
     else if (argv[i][0] != '-' && !cfg_file)
       cfg_file = argv[i];
     else {
-      fprintf(stderr, "shoal init: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("init", argc, argv, i);
       return 2;
     }
   }
@@ -701,7 +729,7 @@ static int cmd_init(int argc, char **argv) {
     printf("shoal init: run %s exists in %s with this config; its programs resume it\n", run,
            store_uri(st));
   } else if (rc)
-    return fail("store: creating the run", &err);
+    return fail("creating the run", &err);
   else
     printf("shoal init: run %s recorded in %s\n", run, store_uri(st));
   /* --out feeds the programs' --config (deploy/): secrets reach them through --set. */
@@ -839,7 +867,7 @@ static int eval_run(store *st, const config *cfg, bool onpolicy, eval_args *a) {
       goto done;
     }
     for (int k = 0; k < r.nrec; k++)
-      if (eval_rec_create(&r.rec[k], sp->render_w, sp->render_h, a->frames_max, max_steps, &err)) {
+      if (eval_rec_create(&r.rec[k], sp->render_w, sp->render_h, a->frames_max, &err)) {
         fail("eval: render", &err);
         goto done;
       }
@@ -909,11 +937,18 @@ static int cmd_eval(int argc, char **argv) {
         return 2;
       }
       sets[nsets++] = kv;
-    } else if (!strcmp(argv[i], "--episodes") && i + 1 < argc)
-      a.episodes = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
-      a.seed = strtoull(argv[++i], NULL, 10);
-    else if (!strcmp(argv[i], "--best"))
+    } else if (!strcmp(argv[i], "--episodes") && i + 1 < argc) {
+      if (!cli_int_arg("eval", "--episodes", argv[++i], 1, 100000, &a.episodes)) return 2;
+    } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
+      const char *s = argv[++i];
+      char *end;
+      errno = 0;
+      a.seed = strtoull(s, &end, 10);
+      if (errno || end == s || *end || s[0] == '-') {
+        fprintf(stderr, "shoal eval: --seed '%s': needs a whole number from 0 to 2^64-1\n", s);
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "--best"))
       a.best = true;
     else if (!strcmp(argv[i], "--render")) {
       /* Recordings go to the run's media; a following NAME.png also gets the strip. */
@@ -921,20 +956,25 @@ static int cmd_eval(int argc, char **argv) {
       size_t n = i + 1 < argc ? strlen(argv[i + 1]) : 0;
       if (n > 4 && argv[i + 1][0] != '-' && !strcmp(argv[i + 1] + n - 4, ".png"))
         a.render = argv[++i];
-    } else if (!strcmp(argv[i], "--record") && i + 1 < argc)
-      a.nrec = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--frames") && i + 1 < argc)
-      a.frames_max = atoi(argv[++i]);
-    else if (argv[i][0] != '-' && !a.run)
+    } else if (!strcmp(argv[i], "--record") && i + 1 < argc) {
+      if (!cli_int_arg("eval", "--record", argv[++i], 1, 16, &a.nrec)) return 2;
+    } else if (!strcmp(argv[i], "--frames") && i + 1 < argc) {
+      if (!cli_int_arg("eval", "--frames", argv[++i], 2, 64, &a.frames_max)) return 2;
+      if (a.frames_max % 2) {
+        fprintf(stderr, "shoal eval: --frames %d: needs an even number (2 to 64)\n", a.frames_max);
+        return 2;
+      }
+    } else if (argv[i][0] != '-' && !a.run)
       a.run = argv[i];
     else {
-      fprintf(stderr, "shoal eval: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("eval", argc, argv, i);
       return 2;
     }
   }
-  if (!a.run || a.episodes < 1 || a.episodes > 100000 || a.frames_max < 2 || a.frames_max > 64 ||
-      a.frames_max % 2 || a.nrec < 1 || a.nrec > 16)
+  if (!a.run) {
+    fprintf(stderr, "shoal eval: which run? give its name\n");
     return cli_bad_usage("eval");
+  }
   shoal_error err = {0};
   store *st;
   if (store_open(&st, uri, &err)) return fail("store", &err);

@@ -58,6 +58,7 @@ struct sup {
   uv_signal_t sigint, sigterm;
   uv_timer_t tick, grace;
   bool stopping, failed, killed, loop_live;
+  int signals;     /* SIGINT/SIGTERM received: the second one kills */
   int stop_signal; /* the signal that asked for the stop, 0 when none did */
   int stop_phase;  /* the stop_order being stopped now */
   char why[512];
@@ -466,7 +467,14 @@ int sup_signal(sup *s, int index, int signum) {
 
 static void signal_cb(uv_signal_t *h, int signum) {
   sup *s = h->data;
-  if (s->stopping) {
+  const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
+  if (s->signals++ == 0 && s->stopping) {
+    /* A first signal while a stop is under way for another reason (a run that solved,
+     * a child that failed): that stop goes on in order; only a second signal kills. */
+    fprintf(stderr, "shoal: %s received; already stopping (again to kill)\n", name);
+    return;
+  }
+  if (s->signals > 1) {
     /* A second Ctrl-C: no more waiting. */
     s->killed = true;
     fprintf(stderr, "shoal: second signal; killing all children\n");
@@ -475,8 +483,7 @@ static void signal_cb(uv_signal_t *h, int signum) {
         uv_process_kill(&s->children[i]->inc->proc, SIGKILL);
     return;
   }
-  fprintf(stderr, "shoal: %s received; stopping (again to kill)\n",
-          signum == SIGINT ? "SIGINT" : "SIGTERM");
+  fprintf(stderr, "shoal: %s received; stopping (again to kill)\n", name);
   s->stop_signal = signum;
   sup_stop(s, false, signum == SIGINT ? "interrupted" : "terminated");
 }

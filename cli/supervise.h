@@ -69,7 +69,9 @@ void sup_set_backoff(sup *s, double first_s, double max_s, double reset_after_s)
 /* Grace period between SIGTERM and SIGKILL when stopping. Default 10 s. */
 void sup_set_grace(sup *s, double grace_s);
 /* Handles SIGINT and SIGTERM sent to this process by stopping the children (default
- * on). A second signal kills them at once (SIGKILL): sup_killed then says so. */
+ * on). A second signal kills them at once (SIGKILL): sup_killed then says so. A stop
+ * under way for another reason when the first arrives (sup_stop, an essential child's
+ * exit) is not a signal's and goes on in order. */
 void sup_set_handle_signals(sup *s, bool on);
 
 /* Starts the children and runs until every child has exited for good. Returns 0 when

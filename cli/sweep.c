@@ -403,7 +403,7 @@ int cmd_sweep(int argc, char **argv) {
     else if (argv[i][0] != '-' && !file)
       file = argv[i];
     else {
-      fprintf(stderr, "shoal sweep: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("sweep", argc, argv, i);
       return 2;
     }
   }
@@ -488,7 +488,7 @@ int cmd_sweep(int argc, char **argv) {
     goto done;
   }
   if (store_open(&st, uri, &err)) {
-    fprintf(stderr, "shoal sweep: store: %s\n", err.msg);
+    fprintf(stderr, "shoal sweep: store: %s\n", cli_unprefix(err.msg, "store"));
     goto done;
   }
   store_trial *have = NULL;
@@ -560,7 +560,7 @@ static int cmd_report(const char *sweep, const char *uri) {
   shoal_error err = {0};
   store *st;
   if (store_open(&st, uri, &err)) {
-    fprintf(stderr, "shoal sweep: store: %s\n", err.msg);
+    fprintf(stderr, "shoal sweep: store: %s\n", cli_unprefix(err.msg, "store"));
     return 1;
   }
   store_trial *t = NULL;
@@ -624,12 +624,28 @@ static int cmd_report(const char *sweep, const char *uri) {
 
 /* ---- the worker ---------------------------------------------------------------- */
 
-static volatile sig_atomic_t worker_stop;
+/* Ctrl-C or SIGTERM: the first stops taking trials and tells the trial's `shoal run`
+ * (its supervisor only: it stops the actors and then the learner in order, and the
+ * learner writes its final snapshot) to stop; the trial's result is then recorded if it
+ * finished, else it goes back to the queue. A second signal tells the run again (its
+ * supervisor then kills its children at once); a third kills the run's whole group. */
+static volatile sig_atomic_t worker_stop; /* signals received */
 static volatile pid_t worker_child;
 static void on_worker_signal(int sig) {
-  worker_stop = sig;
-  if (worker_child > 0) kill(-worker_child, SIGTERM);
+  (void)sig;
+  int n = worker_stop < 3 ? ++worker_stop : 3;
+  static const char first[] =
+      "shoal worker: stopping: the trial's run stops in order; a finished trial is recorded, "
+      "an unfinished one goes back to the queue (again to kill the run)\n";
+  if (n == 1 && write(2, first, sizeof first - 1) < 0) {
+    /* nothing to do: stderr is gone */
+  }
+  pid_t child = worker_child;
+  if (child > 0) kill(n >= 3 ? -child : child, n >= 3 ? SIGKILL : SIGTERM);
 }
+
+/* run_trial's answer when the worker was stopped before the trial finished. */
+enum { TRIAL_HANDED_BACK = -2 };
 
 typedef struct beat {
   store *st;
@@ -671,7 +687,8 @@ static void *heartbeat_thread(void *arg) {
 }
 
 /* Runs one claimed trial as `shoal run`, heartbeating; fills result (JSON). Returns the
- * trial status to record, or -1 when the claim was lost (record nothing). */
+ * trial status to record, -1 when the claim was lost (record nothing), or
+ * TRIAL_HANDED_BACK when the worker was stopped before the run finished. */
 static int run_trial(store *st, const char *sweep, const store_trial *t, const char *worker,
                      const char *uri, double hb_s, char *result, size_t cap) {
   char run[STORE_NAME_MAX], metric[64] = "best_eval max";
@@ -702,6 +719,11 @@ static int run_trial(store *st, const char *sweep, const store_trial *t, const c
   }
   pid_t parent = getpid();
   double t0 = shoal_now_s();
+  if (worker_stop) { /* stopped between the claim and here: no run to start */
+    close(pipefd[0]), close(pipefd[1]);
+    unlink(cfg_path);
+    return TRIAL_HANDED_BACK;
+  }
   pid_t pid = fork();
   if (pid == 0) {
     /* The run dies with its worker, so a requeued trial never races an orphan: SIGTERM
@@ -725,6 +747,7 @@ static int run_trial(store *st, const char *sweep, const store_trial *t, const c
   }
   setpgid(pid, pid);
   worker_child = pid;
+  if (worker_stop) kill(pid, SIGTERM); /* a signal before worker_child was set */
   printf("shoal worker %s: trial %s (attempt %lld) as run %s\n", worker, t->id,
          (long long)t->attempt, run);
   fflush(stdout);
@@ -773,6 +796,14 @@ static int run_trial(store *st, const char *sweep, const store_trial *t, const c
   bool ok = WIFEXITED(wst) && WEXITSTATUS(wst) == 0 && done_line[0];
   char reason[32] = "";
   json_str(done_line, "reason", reason, sizeof reason);
+  /* Stopped by this worker: a run that reached its own end first (solved, a budget)
+   * counts; one cut short, or killed on a second Ctrl-C, is not the trial's result. */
+  if (worker_stop && (!ok || !strcmp(reason, "signal"))) {
+    printf("shoal worker %s: trial %s's run %s was stopped after %.1f s, before it finished\n",
+           worker, t->id, run, wall);
+    fflush(stdout);
+    return TRIAL_HANDED_BACK;
+  }
   double eval = json_num(done_line, "eval"), best = json_num(done_line, "best_eval");
   double r100 = json_num(progress, "return100");
   double score = !strcmp(metric, "eval") ? eval : !strcmp(metric, "return100") ? r100 : best;
@@ -821,7 +852,7 @@ int cmd_worker(int argc, char **argv) {
     else if (!strcmp(argv[i], "--max-trials") && i + 1 < argc)
       max_trials = atol(argv[++i]);
     else {
-      fprintf(stderr, "shoal worker: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("worker", argc, argv, i);
       return 2;
     }
   }
@@ -841,7 +872,7 @@ int cmd_worker(int argc, char **argv) {
   shoal_error err = {0};
   store *st;
   if (store_open(&st, uri, &err)) {
-    fprintf(stderr, "shoal worker: store: %s\n", err.msg);
+    fprintf(stderr, "shoal worker: store: %s\n", cli_unprefix(err.msg, "store"));
     return 1;
   }
   char uri_buf[2048];
@@ -895,7 +926,23 @@ int cmd_worker(int argc, char **argv) {
     waiting_said = false;
     char result[8192];
     int status = run_trial(st, sweep, &t, wname, uri_buf, hb, result, sizeof result);
-    if (status >= 0 && !worker_stop) {
+    if (status == TRIAL_HANDED_BACK) {
+      int c = store_trial_release(st, sweep, t.id, wname, &err);
+      if (c == 0)
+        printf(
+            "shoal worker %s: stopped; trial %s is back in the queue (pending) for the next "
+            "worker\n",
+            wname, t.id);
+      else if (c == SHOAL_EPERM || c == SHOAL_EEXIST)
+        printf("shoal worker %s: stopped; trial %s was taken over meanwhile: %s\n", wname, t.id,
+               err.msg);
+      else
+        fprintf(stderr,
+                "shoal worker %s: stopped; handing trial %s back: %s; it goes back to the queue "
+                "once its heartbeat lapses (%.0f s)\n",
+                wname, t.id, err.msg, stale);
+    } else if (status >= 0) {
+      /* Recorded even when stopping: a trial that finished keeps its score. */
       int c = store_trial_complete(st, sweep, t.id, wname, status, result, &err);
       if (c == SHOAL_EPERM || c == SHOAL_EEXIST)
         printf("shoal worker %s: trial %s was taken over meanwhile: %s\n", wname, t.id, err.msg);
@@ -905,13 +952,10 @@ int cmd_worker(int argc, char **argv) {
         failed++;
         printf("shoal worker %s: trial %s failed: %s\n", wname, t.id, result);
       }
-    } else if (worker_stop) {
-      printf(
-          "shoal worker %s: stopped; trial %s goes back to the queue once its heartbeat "
-          "lapses (%.0f s)\n",
-          wname, t.id, stale);
+      if (worker_stop && !c)
+        printf("shoal worker %s: stopped after trial %s finished (recorded)\n", wname, t.id);
     }
-    ran++;
+    if (status != TRIAL_HANDED_BACK) ran++;
     store_trial_clear(&t);
   }
   printf("shoal worker %s: %ld trial%s run, %d failed\n", wname, ran, ran == 1 ? "" : "s", failed);

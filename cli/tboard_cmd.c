@@ -38,7 +38,7 @@ int cmd_tboard(int argc, char **argv) {
     else if (argv[i][0] != '-' && nruns < 256)
       runs[nruns++] = argv[i];
     else {
-      fprintf(stderr, "shoal tboard: unknown argument '%s'\n", argv[i]);
+      cli_bad_arg("tboard", argc, argv, i);
       return 2;
     }
   }
@@ -49,7 +49,7 @@ int cmd_tboard(int argc, char **argv) {
   shoal_error err = {0};
   store *st;
   if (store_open(&st, uri, &err)) {
-    fprintf(stderr, "shoal tboard: store: %s\n", err.msg);
+    fprintf(stderr, "shoal tboard: store: %s\n", cli_unprefix(err.msg, "store"));
     return 1;
   }
   int rc = 0;
@@ -67,8 +67,7 @@ int cmd_tboard(int argc, char **argv) {
       size_t ol = strlen(out); /* "tb/" and "tb" are one folder: no "tb//run" */
       snprintf(dir, sizeof dir, "%.*s/%s", (int)(ol > 1 && out[ol - 1] == '/' ? ol - 1 : ol), out,
                runs[r]);
-    }
-    else if (store_local_dir(st, runs[r], folder, sizeof folder, &le) == 0)
+    } else if (store_local_dir(st, runs[r], folder, sizeof folder, &le) == 0)
       snprintf(dir, sizeof dir, "%s/tb", folder);
     else
       snprintf(dir, sizeof dir, "tb/%s", runs[r]);

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Every command's usage in one table, and `shoal config keys` (see cli/commands.h). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
@@ -71,7 +73,9 @@ static const usage_entry usages[] = {
      "usage: shoal worker --sweep NAME [--store URI] [--name W] [--heartbeat S]\n"
      "                    [--stale S] [--max-trials N]\n"
      "  (heartbeat every S s, default 5; trials whose heartbeat is older than\n"
-     "  --stale, default 30, are requeued; --stale must exceed --heartbeat)\n"},
+     "  --stale, default 30, are requeued; --stale must exceed --heartbeat)\n"
+     "  Ctrl-C: the trial's run stops in order; a trial that finished is recorded,\n"
+     "  an unfinished one goes back to the queue at once. Again to kill the run.\n"},
     {"tboard", "tboard RUN... [--out DIR]", "TensorBoard event files",
      "usage: shoal tboard RUN... [--store URI] [--out DIR]\n"},
     {"import", "import FILE... --run RUN", "experience into segments",
@@ -116,6 +120,64 @@ bool cli_wants_help(int argc, char **argv) {
   for (int i = 0; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return true;
   return false;
+}
+
+int cli_bad_arg(const char *cmd, int argc, char **argv, int i) {
+  /* The options whose value is the next argument, with what the value is. */
+  static const char *const takes[][2] = {{"--set", "KEY=VALUE"},
+                                         {"--store", "URI"},
+                                         {"--resume", "RUN"},
+                                         {"--episodes", "K"},
+                                         {"--seed", "S"},
+                                         {"--record", "K"},
+                                         {"--frames", "N"},
+                                         {"--token", "TOKEN"},
+                                         {"--interval", "SECONDS"},
+                                         {"--run", "RUN"},
+                                         {"--sweep", "NAME"},
+                                         {"--out", "FILE"},
+                                         {"--env", "ID"},
+                                         {"--name", "NAME"},
+                                         {"--metric", "NAME"},
+                                         {"--report", "SWEEP"},
+                                         {"--heartbeat", "SECONDS"},
+                                         {"--stale", "SECONDS"},
+                                         {"--max-trials", "N"},
+                                         {"--workers", "N"},
+                                         {"--source", "SOURCE"},
+                                         {"--title", "TITLE"},
+                                         {"--x", "AXIS"},
+                                         {"--size", "WxH"},
+                                         {"--chunk-records", "N"},
+                                         {"--segment-rows", "N"},
+                                         {"-o", "FILE"}};
+  if (i == argc - 1)
+    for (size_t k = 0; k < sizeof takes / sizeof *takes; k++)
+      if (!strcmp(argv[i], takes[k][0])) {
+        fprintf(stderr, "shoal %s: %s needs a value: %s %s\n", cmd, argv[i], argv[i], takes[k][1]);
+        return 2;
+      }
+  fprintf(stderr, "shoal %s: unknown argument '%s' (shoal %s --help lists them)\n", cmd, argv[i],
+          cmd);
+  return 2;
+}
+
+bool cli_int_arg(const char *cmd, const char *opt, const char *s, long lo, long hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) {
+    fprintf(stderr, "shoal %s: %s '%s': needs a whole number from %ld to %ld\n", cmd, opt, s, lo,
+            hi);
+    return false;
+  }
+  *out = (int)v;
+  return true;
+}
+
+const char *cli_unprefix(const char *msg, const char *prefix) {
+  size_t n = strlen(prefix);
+  return !strncmp(msg, prefix, n) && !strncmp(msg + n, ": ", 2) ? msg + n + 2 : msg;
 }
 
 static const char *type_name(cfg_type t) {

@@ -136,3 +136,12 @@ uint64_t shoal_now_ns(void) {
 }
 
 double shoal_now_s(void) { return (double)shoal_now_ns() * 1e-9; }
+
+const char *shoal_fmt_double(double v, char *out, size_t cap) {
+  /* 17 significant digits always read back; fewer often do and read as a person wrote. */
+  for (int digits = 15; digits <= 17; digits++) {
+    snprintf(out, cap, "%.*g", digits, v);
+    if (digits == 17 || strtod(out, NULL) == v) break;
+  }
+  return out;
+}

@@ -94,6 +94,11 @@ void shoal_rng_jump(shoal_rng *rng);
 uint64_t shoal_now_ns(void);
 double shoal_now_s(void);
 
+/* Writes v into out (cap bytes; 32 hold any double) as the shortest of "%.15g", "%.16g"
+ * and "%.17g" that reads back (strtod) as exactly v: 3e-4 as "0.0003", not
+ * "0.00029999999999999997". Returns out. Can't fail. */
+const char *shoal_fmt_double(double v, char *out, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

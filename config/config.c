@@ -431,7 +431,7 @@ bool config_has(const config *c, const char *key) { return find(c, key) != NULL;
 static void value_text(const cfg_entry *e, char *out, size_t cap) {
   switch (e->key->type) {
     case CFG_INT: snprintf(out, cap, "%lld", (long long)e->v.i); break;
-    case CFG_FLOAT: snprintf(out, cap, "%g", e->v.f); break;
+    case CFG_FLOAT: shoal_fmt_double(e->v.f, out, cap); break;
     case CFG_BOOL: snprintf(out, cap, "%s", e->v.b ? "true" : "false"); break;
     default: snprintf(out, cap, "'%s'", e->v.s ? e->v.s : ""); break;
   }
@@ -660,7 +660,11 @@ static int dump(const config *c, char **yaml, bool redact, shoal_error *err) {
     } else {
       switch (e->key->type) {
         case CFG_INT: sb_printf(&b, "%lld\n", (long long)e->v.i); break;
-        case CFG_FLOAT: sb_printf(&b, "%.17g\n", e->v.f); break;
+        case CFG_FLOAT: {
+          char num[32];
+          sb_printf(&b, "%s\n", shoal_fmt_double(e->v.f, num, sizeof num));
+          break;
+        }
         case CFG_BOOL: sb_printf(&b, "%s\n", e->v.b ? "true" : "false"); break;
         case CFG_STRING: {
           const char *v = e->v.s ? e->v.s : "";

@@ -307,6 +307,14 @@ int env_apng_add(env_apng *a, const uint8_t *rgb, shoal_error *err) {
 
 uint32_t env_apng_frames(const env_apng *a) { return a ? a->frames : 0; }
 
+int env_apng_set_delay(env_apng *a, int delay_num, int delay_den, shoal_error *err) {
+  if (!a || delay_num < 0 || delay_num > 65535 || delay_den < 1 || delay_den > 65535)
+    return shoal_error_set(err, SHOAL_EINVAL, "env_apng_set_delay: bad arguments (delay %d/%d s)",
+                           delay_num, delay_den);
+  a->delay_num = (uint16_t)delay_num, a->delay_den = (uint16_t)delay_den;
+  return 0;
+}
+
 int env_apng_finish(env_apng *a, uint8_t **png, size_t *len, shoal_error *err) {
   if (!a || !png || !len) return shoal_error_set(err, SHOAL_EINVAL, "env_apng_finish: NULL");
   if (!a->frames) {

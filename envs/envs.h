@@ -400,8 +400,8 @@ int env_strip_compose(const uint8_t *frames, int n, int w, int h, int cols, uint
 
 /* An animated PNG built frame by frame in memory: each frame is compressed when added
  * (only the rectangle that changed since the previous one), so memory holds one raw
- * frame and the compressed animation. Every frame is shown delay_num / delay_den
- * seconds; the animation loops.
+ * frame and the compressed animation. A frame is shown delay_num / delay_den seconds
+ * (env_apng_set_delay changes it for the frames added after); the animation loops.
  *   env_apng *a;  env_apng_create(&a, w, h, 1, 50, &err);      // 50 frames a second
  *   env_apng_add(a, rgb, &err);  ...                             // (h, w, 3) each
  *   env_apng_finish(a, &bytes, &len, &err);                      // frees a */
@@ -410,6 +410,9 @@ int env_apng_create(env_apng **out, int w, int h, int delay_num, int delay_den, 
 /* Adds a frame (borrowed). SHOAL_ENOMEM when out of memory (a can then be destroyed). */
 int env_apng_add(env_apng *a, const uint8_t *rgb, shoal_error *err);
 uint32_t env_apng_frames(const env_apng *a); /* frames added so far; can't fail */
+/* Shows the frames added from now on delay_num / delay_den seconds each (those added
+ * before keep theirs). SHOAL_EINVAL for a delay out of APNG's range (0..65535 / 1..65535). */
+int env_apng_set_delay(env_apng *a, int delay_num, int delay_den, shoal_error *err);
 /* Finishes the file: *png is a new buffer of *len bytes (caller frees it with free()).
  * Frees a, on error too. SHOAL_EINVAL when no frame was added. */
 int env_apng_finish(env_apng *a, uint8_t **png, size_t *len, shoal_error *err);

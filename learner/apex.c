@@ -709,6 +709,7 @@ static void figs(void *a, lrt_figs *f) {
   replay_get_stats(L->mem, &rs);
   f->env_steps = L->env_steps_base + (int64_t)rs.inserted_steps;
   f->held = rs.held;
+  f->held_steps = rs.held - rs.held_tails;
   f->bad_batches = atomic_load(&L->bad_batches);
   f->loss = L->last_loss;
 }
@@ -906,8 +907,7 @@ static void *eval_create(void *a, shoal_error *err) {
   dqn_config dc = L->dc;
   dc.max_batch = L->E < 16 ? L->E : 16;
   snprintf(e->s.env_id, sizeof e->s.env_id, "%s", L->spec->id);
-  snprintf(e->s.env_options, sizeof e->s.env_options, "%s",
-           config_string(L->b.cfg, "env.options"));
+  snprintf(e->s.env_options, sizeof e->s.env_options, "%s", config_string(L->b.cfg, "env.options"));
   if (!(e->q = dqn_create(&dc, NN_CPU, false, err)) || op_spec_set_env(&e->s, L->spec, err) ||
       !(e->loop = op_eval_create(&e->s, L->E, err))) {
     dqn_destroy(e->q);

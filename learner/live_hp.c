@@ -36,6 +36,7 @@ int live_hp_init(live_hp *lh, const char *const *names, int n, int positive, con
   lh->n = n;
   lh->positive = positive;
   lh->stopping = stopping;
+  lh->keys = keys, lh->nkeys = nkeys;
   pthread_mutex_init(&lh->mu, NULL);
   pthread_cond_init(&lh->cv, NULL);
   for (int k = 0; k < n; k++) {
@@ -94,9 +95,18 @@ int live_hp_request(live_hp *lh, const rpc_hyperparam *h, int n, uint32_t *appli
       for (int j = 0; j < lh->n; j++)
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
                  lh->names[j]);
+      bool known = false;
+      for (int j = 0; j < lh->nkeys && !known; j++) known = !strcmp(lh->keys[j].name, h[i].key);
+      if (!known)
+        return shoal_error_set(err, SHOAL_EINVAL,
+                               "'%s' is not a config key (`shoal config keys` lists them); the "
+                               "keys a running learner can change: %s",
+                               h[i].key, list);
       return shoal_error_set(err, SHOAL_EINVAL,
-                             "'%s' cannot be changed on a running learner (live keys: %s)",
-                             h[i].key, list);
+                             "'%s' cannot be changed on a running learner (live keys: %s): "
+                             "stop the run and start it again with `shoal run --resume RUN "
+                             "--set %s=VALUE`",
+                             h[i].key, list, h[i].key);
     }
     const cfg_key *ck = lh->schema[k];
     if (h[i].is_text || !isfinite(h[i].number))

@@ -26,6 +26,8 @@ typedef struct live_hp {
   int n;
   const char *names[LIVE_HP_MAX];
   const cfg_key *schema[LIVE_HP_MAX];
+  const cfg_key *keys; /* the learner's whole schema: tells an unknown key from one not live */
+  int nkeys;
   double hp[LIVE_HP_MAX]; /* the values in effect */
   double pending[LIVE_HP_MAX];
   bool has[LIVE_HP_MAX];
@@ -49,9 +51,11 @@ int live_hp_init(live_hp *lh, const char *const *names, int n, int positive, con
                  bool resume);
 void live_hp_destroy(live_hp *lh);
 
-/* SetHyperparams: all entries are checked (known key, finite, within the schema's
+/* SetHyperparams: all entries are checked (a live key, finite, within the schema's
  * bounds, whole for integers) before any is taken; then waits up to 5 s for the trainer
- * to apply them. Returns 0 with *applied = n, or SHOAL_EINVAL naming the entry. */
+ * to apply them. Returns 0 with *applied = n, or SHOAL_EINVAL naming the entry (a key
+ * the config does not have is said to be unknown, a key it has but that is not live
+ * to need a restart). */
 int live_hp_request(live_hp *lh, const rpc_hyperparam *h, int n, uint32_t *applied,
                     shoal_error *err);
 

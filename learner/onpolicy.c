@@ -237,6 +237,7 @@ static void figs(void *a, lrt_figs *f) {
   replay_traj_get_stats(L->q, &qs);
   f->env_steps = L->env_steps_base + atomic_load(&L->steps_in);
   f->held = qs.held;
+  f->held_steps = -1;
   f->bad_batches = atomic_load(&L->bad_batches);
   f->loss = L->loss;
 }

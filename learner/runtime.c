@@ -763,13 +763,13 @@ static void progress(lrt *rt, double t0, double now, window *w, const lrt_figs *
   if (rt->algo.progress) rt->algo.progress(rt->a, extra, sizeof extra, dt, f->env_steps, t_unix);
   emit(
       "{\"event\":\"progress\",\"t\":%.2f,\"env_steps\":%lld,\"sps\":%.1f,"
-      "\"samples_s\":%.1f,\"updates\":%lld,\"ups\":%.1f,\"replay\":%lld,"
+      "\"samples_s\":%.1f,\"updates\":%lld,\"ups\":%.1f,\"replay\":%lld,\"replay_steps\":%lld,"
       "\"episodes\":%llu,\"return100\":%s,\"eval\":%s,\"version\":%lld,"
       "\"loss\":%s,\"rejected\":%llu,\"store_errors\":%llu,\"store_ok\":%s%s}",
       now - t0, (long long)f->env_steps, sps, samples_s, (long long)rt->updates, ups,
-      (long long)f->held, (unsigned long long)neps, jnum(j1, sizeof j1, ret100),
-      jnum(j2, sizeof j2, rt->eval_return), (long long)atomic_load(&rt->version),
-      jnum(j3, sizeof j3, f->loss),
+      (long long)f->held, (long long)f->held_steps, (unsigned long long)neps,
+      jnum(j1, sizeof j1, ret100), jnum(j2, sizeof j2, rt->eval_return),
+      (long long)atomic_load(&rt->version), jnum(j3, sizeof j3, f->loss),
       (unsigned long long)ss.rejected, /* the server counts every refused batch, as Status */
       (unsigned long long)store_errs, healthy ? "true" : "false", extra);
   store_writer_metric(rt->wr, rt->run, "sps", f->env_steps, t_unix, sps);

@@ -44,6 +44,8 @@ enum { LRT_HP_PUBLISH, LRT_HP_SNAP, LRT_HP_MAX_STEPS, LRT_HP_MAX_S, LRT_HP_SOLVE
 typedef struct lrt_figs {
   int64_t env_steps;    /* env steps taken in (the resumed run's included) */
   int64_t held;         /* items in its memory (replay transitions, FIFO unrolls) */
+  int64_t held_steps;   /* env steps among them (replay: held less the episode-end tails); -1:
+                           the items are not steps (unrolls) */
   uint64_t bad_batches; /* batches it refused */
   double loss;          /* the last update's loss, NAN before one */
 } lrt_figs;

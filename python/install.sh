@@ -41,5 +41,12 @@ if ! PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" SHOAL_LIB= "$py" -c \
        "make it with /usr/bin/python3 -m venv --system-site-packages" >&2
   exit 1
 fi
-[ "$kind" = prefix ] && echo "use it with: PYTHONPATH=$site${PYTHONPATH:+:\$PYTHONPATH}"
+# The import was checked with $py only: another python3 (pyenv, conda) may lack numpy or
+# be another version, so the hint names the interpreter.
+if [ "$kind" = prefix ]; then
+  echo "use it with: PYTHONPATH=$site${PYTHONPATH:+:\$PYTHONPATH} $py" \
+       "(the import was checked with $py; another python3 needs numpy and the same version)"
+else
+  echo "use it with: $py (the import was checked with it)"
+fi
 exit 0

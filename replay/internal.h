@@ -97,6 +97,7 @@ struct replay {
   double max_p;                     /* largest priority seen, starts at 1 */
 
   _Atomic uint64_t n_steps, n_tails, n_sampled, n_rejected, n_stale, n_waits, wait_ns;
+  _Atomic int64_t n_tails_held; /* tails in the ring: added by inserts, less those overwritten */
 
   /* memory_limit: the columns in one mapped file (spill_len bytes at spill_base), of
    * which the newest `hot` items stay resident; the sampling thread releases the pages

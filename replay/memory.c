@@ -391,6 +391,7 @@ void replay__clear(struct replay *r) {
   atomic_store(&r->pin, UINT64_MAX);
   atomic_store(&r->n_steps, 0);
   atomic_store(&r->n_tails, 0);
+  atomic_store(&r->n_tails_held, 0);
   atomic_store(&r->n_sampled, 0);
   atomic_store(&r->n_rejected, 0);
   atomic_store(&r->n_stale, 0);
@@ -434,6 +435,7 @@ void replay_get_stats(const replay *r, replay_stats *o) {
   o->inserted_tails = atomic_load(&m->n_tails);
   uint64_t h = atomic_load(&m->head) - 1;
   o->held = (int64_t)(h < (uint64_t)m->cap ? h : (uint64_t)m->cap);
+  o->held_tails = atomic_load(&m->n_tails_held);
   o->sampled = atomic_load(&m->n_sampled);
   o->rejected_draws = atomic_load(&m->n_rejected);
   o->stale_updates = atomic_load(&m->n_stale);
@@ -641,6 +643,7 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
    * later. Take each slot only once its previous item is published (0 on the
    * first lap), so two writers never write one slot. */
   uint64_t lap_t0 = 0;
+  int64_t tails_gone = 0; /* tails this insert overwrites (their slot is ours once published) */
   for (int64_t j = 0; j < m; j++) {
     uint64_t q = a + (uint64_t)j, before = q > (uint64_t)r->cap ? q - (uint64_t)r->cap : 0;
     _Atomic uint64_t *sq = &r->meta[replay__slot(r, q)].seq;
@@ -648,6 +651,7 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
       if (!lap_t0) lap_t0 = shoal_now_ns();
       sched_yield();
     }
+    if (before && (r->meta[replay__slot(r, q)].flags & REPLAY__TAIL)) tails_gone++;
     atomic_store_explicit(sq, 0, memory_order_relaxed);
   }
   if (lap_t0) {
@@ -745,6 +749,7 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
   atomic_store_explicit(&sm->last, prev ? prev : 0, memory_order_relaxed);
   atomic_fetch_add_explicit(&r->n_steps, (uint64_t)n, memory_order_relaxed);
   if (tails) atomic_fetch_add_explicit(&r->n_tails, (uint64_t)K, memory_order_relaxed);
+  atomic_fetch_add_explicit(&r->n_tails_held, (tails ? K : 0) - tails_gone, memory_order_relaxed);
   atomic_store_explicit(&sm->busy, 0, memory_order_release);
   spill_sweep(r);
   return 0;

@@ -303,6 +303,7 @@ typedef struct replay_stats {
   uint64_t inserted_steps; /* steps inserted since create (or load) */
   uint64_t inserted_tails; /* final observations stored */
   int64_t held;            /* items in the ring (steps and tails) */
+  int64_t held_tails;      /* final-observation tails among them: held - held_tails steps */
   uint64_t sampled;        /* steps returned by replay_sample */
   uint64_t rejected_draws; /* draws redone (incomplete n-step, overwritten, in flight) */
   uint64_t stale_updates;  /* priority updates ignored: slot overwritten */

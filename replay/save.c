@@ -387,6 +387,7 @@ static int load_body(io *rd, struct replay *r) {
     uint64_t last = r_u64(rd);
     atomic_store(&r->streams[i].last, last);
   }
+  int64_t held_tails = 0;
   for (uint64_t s = lo; s < head && !rd->rc; s++) {
     int64_t slot = replay__slot(r, s);
     uint64_t fs = r_u64(rd), prev = r_u64(rd), link = r_u64(rd);
@@ -406,6 +407,7 @@ static int load_body(io *rd, struct replay *r) {
     atomic_store_explicit(&r->meta[slot].link, link, memory_order_relaxed);
     r->meta[slot].reward = rew;
     r->meta[slot].flags = flags;
+    held_tails += (flags & REPLAY__TAIL) != 0;
     if (r->sum) {
       replay__leaves(r)[slot] = p;
       replay__leaves_min(r)[slot] = p > 0 ? p : INFINITY;
@@ -441,6 +443,7 @@ static int load_body(io *rd, struct replay *r) {
   }
   atomic_store(&r->n_steps, steps);
   atomic_store(&r->n_tails, tails);
+  atomic_store(&r->n_tails_held, held_tails);
   atomic_store(&r->head, head);
   return 0;
 }

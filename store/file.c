@@ -1569,6 +1569,25 @@ static int file_trial_complete(void *impl, const char *sweep, const char *id, co
   return rc;
 }
 
+/* The attempt's requeue mark, as a stale claim gets: the trial reads as pending. */
+static int file_trial_release(void *impl, const char *sweep, const char *id, const char *worker,
+                              shoal_error *err) {
+  char dir[PATH_MAX], p[PATH_MAX];
+  trial_state s;
+  int rc = trial_owned(impl, sweep, id, worker, dir, &s, NULL, err);
+  if (!rc) rc = path_fmt(p, err, "%s/requeue.%" PRId64, dir, s.attempt);
+  if (rc) return rc;
+  int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return errno == EEXIST ? shoal_error_set(err, SHOAL_EPERM,
+                                             "store: trial '%s' of sweep '%s' was requeued "
+                                             "meanwhile: worker '%s' no longer holds it",
+                                             id, sweep, worker)
+                           : store__sys_err(err, errno, "cannot create", p);
+  close(fd);
+  return store__file_fsync_dir(dir, err);
+}
+
 static int file_trial_requeue_stale(void *impl, const char *sweep, double max_age_s, size_t *nreq,
                                     shoal_error *err) {
   file_store *fs = impl;
@@ -1658,6 +1677,7 @@ const store__backend store__file_backend = {
     .trial_heartbeat = file_trial_heartbeat,
     .trial_complete = file_trial_complete,
     .trial_requeue_stale = file_trial_requeue_stale,
+    .trial_release = file_trial_release,
     .trial_get = file_trial_get,
     .trial_list = file_trial_list,
     .segment_write = store__file_segment_write,

@@ -75,6 +75,8 @@ typedef struct store__backend {
                         int status, const char *result, shoal_error *err);
   int (*trial_requeue_stale)(void *impl, const char *sweep, double max_age_s, size_t *n,
                              shoal_error *err);
+  int (*trial_release)(void *impl, const char *sweep, const char *id, const char *worker,
+                       shoal_error *err);
   int (*trial_get)(void *impl, const char *sweep, const char *id, store_trial *out,
                    shoal_error *err);
   int (*trial_list)(void *impl, const char *sweep, store_trial **out, size_t *n, shoal_error *err);

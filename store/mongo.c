@@ -268,8 +268,9 @@ static int mongo_open(void **impl, const char *uri_str, const store_uri_info *u,
   if (rc == SHOAL_ENET && lazy) {
     /* Unreachable now, maybe not later: every call fails with SHOAL_ENET until the
      * deployment answers (after serverSelectionTimeoutMS each). */
-    fprintf(stderr, "shoal store: %s; going on without it until it answers\n",
-            err && err->msg[0] ? err->msg : "MongoDB unreachable");
+    const char *m = err && err->msg[0] ? err->msg : "MongoDB unreachable";
+    if (!strncmp(m, "store: ", 7)) m += 7; /* "shoal store: " says it already */
+    fprintf(stderr, "shoal store: %s; going on without it until it answers\n", m);
     rc = 0;
   } else if (rc) {
     goto fail;
@@ -1327,6 +1328,14 @@ static int mongo_trial_complete(void *impl, const char *sweep, const char *id, c
   return rc;
 }
 
+static int mongo_trial_release(void *impl, const char *sweep, const char *id, const char *worker,
+                               shoal_error *err) {
+  bson_t *set = BCON_NEW("status", BCON_UTF8("pending"), "worker", BCON_UTF8(""));
+  int rc = held_update(impl, sweep, id, worker, set, 1, err);
+  bson_destroy(set);
+  return rc;
+}
+
 static int mongo_trial_requeue_stale(void *impl, const char *sweep, double max_age_s, size_t *n,
                                      shoal_error *err) {
   op o = op_begin(impl, "trials");
@@ -1407,6 +1416,7 @@ const store__backend store__mongo_backend = {
     .trial_heartbeat = mongo_trial_heartbeat,
     .trial_complete = mongo_trial_complete,
     .trial_requeue_stale = mongo_trial_requeue_stale,
+    .trial_release = mongo_trial_release,
     .trial_get = mongo_trial_get,
     .trial_list = mongo_trial_list,
     .segment_write = store__mongo_segment_write,

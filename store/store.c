@@ -580,6 +580,15 @@ int store_trial_complete(store *st, const char *sweep, const char *id, const cha
   return STORE__CALL(st, trial_complete, err, sweep, id, worker, status, result ? result : "");
 }
 
+int store_trial_release(store *st, const char *sweep, const char *id, const char *worker,
+                        shoal_error *err) {
+  CHECK_PTR(st);
+  CHECK_NAME("sweep", sweep);
+  CHECK_NAME("trial", id);
+  CHECK_WORKER(worker);
+  return STORE__CALL(st, trial_release, err, sweep, id, worker);
+}
+
 int store_trial_requeue_stale(store *st, const char *sweep, double max_age_s, size_t *n_requeued,
                               shoal_error *err) {
   CHECK_PTR(st);

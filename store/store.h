@@ -331,6 +331,12 @@ int store_trial_heartbeat(store *st, const char *sweep, const char *id, const ch
 int store_trial_complete(store *st, const char *sweep, const char *id, const char *worker,
                          int status, const char *result, shoal_error *err);
 
+/* Hands trial id, held by worker, back to the queue now (pending, to be claimed again
+ * as a new attempt): a worker stopped before the trial finished. SHOAL_EPERM when
+ * worker does not hold the claim; SHOAL_EEXIST when the trial was completed already. */
+int store_trial_release(store *st, const char *sweep, const char *id, const char *worker,
+                        shoal_error *err);
+
 /* Puts back to pending every running trial of sweep whose last heartbeat is older
  * than max_age_s seconds, so another worker may claim it; its worker's later
  * heartbeat or complete then fails with SHOAL_EPERM. *n_requeued (may be NULL) is

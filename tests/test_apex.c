@@ -47,6 +47,34 @@ static double number_after(const char *s, const char *key) {
   return strtod(p + strlen(key), NULL);
 }
 
+/* A progress line's figure as shown ("30.6k", "1.2M", "812") after key. */
+static double human_after(const char *s, const char *key) {
+  const char *p = strstr(s, key);
+  if (!p) return NAN;
+  char *end;
+  double v = strtod(p + strlen(key), &end);
+  return *end == 'k' ? v * 1e3 : *end == 'M' ? v * 1e6 : v;
+}
+
+/* Each progress line's replay counts env steps, labelled so, and holds no more steps
+ * than were taken (the episode-end observations stored beside them are not steps). */
+static void check_replay_in_steps(const char *out) {
+  int lines = 0;
+  for (const char *l = strstr(out, "  steps "); l; l = strstr(l + 1, "  steps ")) {
+    const char *eol = strchr(l, '\n');
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", eol ? (int)(eol - l) : (int)strlen(l), l);
+    const char *rep = strstr(line, "  replay ");
+    if (!rep) fail_msg("no replay figure in: %s", line);
+    const char *unit = strchr(rep + 9, ' ');
+    if (!unit || strncmp(unit, " steps  ", 8)) fail_msg("replay without its unit in: %s", line);
+    double steps = human_after(line, "steps "), held = human_after(line, "  replay ");
+    if (!(held <= steps * 1.001 + 100)) fail_msg("replay above the steps taken in: %s", line);
+    lines++;
+  }
+  assert_true(lines > 0);
+}
+
 static int setup(void **state) {
   if (wf_setup("apex")) return -1;
   snprintf(config_path, sizeof config_path, "%s/configs/cartpole-apex.yaml", wf_src);
@@ -71,8 +99,9 @@ static void test_solves_cartpole(void **state) {
   char *out = wf_slurp(p.out, NULL);
   printf("%s", out);
   assert_int_equal(rc, 0);
-  assert_non_null(strstr(out, " solved after "));
-  double steps = number_after(out, "s: ");
+  const char *solved = strstr(out, " solved after ");
+  assert_non_null(solved);
+  double steps = number_after(solved, "training): ");
   assert_true(steps > 0 && steps <= 600000);
   assert_true(number_after(out, "greedy eval ") >= 475.0);
   free(out);
@@ -89,8 +118,10 @@ static void test_solves_cartpole(void **state) {
   free(out);
 
   /* On other env settings: a 50-step limit caps every episode of that policy. */
-  char *e2[] = {wf_shoal,   "eval",    run, "--store", store_uri, "--episodes", "10", "--set",
-                "env.options=max_episode_steps=50", NULL};
+  char *e2[] = {wf_shoal,  "eval",    run,
+                "--store", store_uri, "--episodes",
+                "10",      "--set",   "env.options=max_episode_steps=50",
+                NULL};
   wf_start(&p, e2);
   assert_int_equal(wf_wait(&p, 60), 0);
   out = wf_slurp(p.out, NULL);
@@ -141,6 +172,7 @@ static void test_actor_killed_is_restarted(void **state) {
   assert_non_null(strstr(out, "killed by signal 9; restarting"));
   assert_non_null(strstr(out, "max_seconds after"));
   assert_non_null(strstr(out, "restarts: learner 0, actors 1"));
+  check_replay_in_steps(out);
   free(out);
 }
 
@@ -203,7 +235,7 @@ static void test_learner_killed_resumes(void **state) {
   const char *sum = strstr(out, "max_seconds after");
   assert_non_null(sum);
   assert_true(number_after(sum, "policy v") > v_resumed);
-  assert_true(number_after(sum, "s: ") > steps_resumed);
+  assert_true(number_after(sum, "training): ") > steps_resumed);
   assert_non_null(strstr(out, "restarts: learner 1"));
   free(out);
 }
@@ -244,8 +276,8 @@ static void test_config_errors_are_clear(void **state) {
   expect_config_error("env option", a11, "unknown option 'bogus'");
   char learner[4200];
   snprintf(learner, sizeof learner, "%s/bin/shoal-learner", getenv("SHOAL_BINARY_DIR"));
-  char *a12[] = {learner, "--config", config_path, "--run", "bad-opt", "--set", store_set,
-                 "--set", "env.options=bogus=1", NULL};
+  char *a12[] = {learner,   "--config", config_path,           "--run", "bad-opt", "--set",
+                 store_set, "--set",    "env.options=bogus=1", NULL};
   int rc;
   char *out = wf_run(a12, 60, &rc);
   printf("%s", out);

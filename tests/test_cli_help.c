@@ -105,6 +105,59 @@ static void test_unknown_algo_is_named(void **state) {
   free(out);
 }
 
+/* Runs argv, expects exit status want_rc and each of the NULL-ended texts in the output,
+ * and no "store: store:". */
+static void expect_says(char *const argv[], int want_rc, ...) {
+  int rc;
+  char *out = run_cmd(argv, &rc);
+  if (rc != want_rc) fail_msg("%s %s: status %d, not %d:\n%s", argv[1], argv[2], rc, want_rc, out);
+  va_list ap;
+  va_start(ap, want_rc);
+  for (const char *t; (t = va_arg(ap, const char *));)
+    if (!strstr(out, t)) fail_msg("%s %s: no '%s' in:\n%s", argv[1], argv[2], t, out);
+  va_end(ap);
+  if (strstr(out, "store: store:")) fail_msg("%s %s: a doubled prefix:\n%s", argv[1], argv[2], out);
+  free(out);
+}
+
+/* A mistake is named with what to do about it, not answered with the usage alone. */
+static void test_mistakes_are_named(void **state) {
+  char *e0[] = {wf_shoal, "eval", "r1", "--episodes", "0", NULL};
+  expect_says(e0, 2, "--episodes '0': needs a whole number from 1 to 100000", NULL);
+  char *e1[] = {wf_shoal, "eval", "r1", "--episodes", "-3", NULL};
+  expect_says(e1, 2, "--episodes '-3'", NULL);
+  char *e2[] = {wf_shoal, "eval", "r1", "--episodes", "abc", NULL};
+  expect_says(e2, 2, "--episodes 'abc'", NULL);
+  char *e3[] = {wf_shoal, "eval", "r1", "--frames", "7", NULL};
+  expect_says(e3, 2, "--frames 7: needs an even number", NULL);
+  /* No port: gRPC would quietly try 443. */
+  char *s0[] = {wf_shoal, "status", "localhost", NULL};
+  expect_says(s0, 2, "'localhost' names no port", "HOST:PORT", NULL);
+  char *s1[] = {wf_shoal, "set", "localhost", "dqn.lr=0.001", NULL};
+  expect_says(s1, 2, "'localhost' names no port", NULL);
+  char *v0[] = {wf_shoal, "run", "x.yaml", "--set", NULL};
+  expect_says(v0, 2, "--set needs a value: --set KEY=VALUE", NULL);
+  char *v1[] = {wf_shoal, "eval", "r1", "--set", NULL};
+  expect_says(v1, 2, "--set needs a value: --set KEY=VALUE", NULL);
+  char *u0[] = {wf_shoal, "eval", "r1", "--bogus", NULL};
+  expect_says(u0, 2, "unknown argument '--bogus'", NULL);
+  /* A store's own message is not prefixed twice. */
+  char *b0[] = {wf_shoal, "eval", "r1", "--store", "bogus://x", NULL};
+  expect_says(b0, 1, "store: unknown URI scheme", NULL);
+  char *b1[] = {wf_shoal, "plot", "r1", "--store", "bogus://x", NULL};
+  expect_says(b1, 1, "store: unknown URI scheme", NULL);
+
+  /* A second run under a name that exists points at --resume; nothing is started. */
+  char cfg[4200], store[400];
+  snprintf(cfg, sizeof cfg, "%s/configs/cartpole-apex.yaml", wf_src);
+  snprintf(store, sizeof store, "store.uri=file://%s/store", wf_dir);
+  char *i0[] = {wf_shoal, "init", cfg, "--set", "run.name=twice", "--set", store, NULL};
+  expect_says(i0, 0, "run twice recorded", NULL);
+  char *r0[] = {wf_shoal, "run", cfg, "--set", "run.name=twice", "--set", store, NULL};
+  expect_says(r0, 1, "a run named twice exists", "`shoal run --resume twice --store URI`",
+              "another name", NULL);
+}
+
 static int setup(void **state) { return wf_setup("cli-help"); }
 static int teardown(void **state) { return wf_teardown(); }
 
@@ -114,6 +167,7 @@ int main(void) {
       cmocka_unit_test(test_programs_have_help),
       cmocka_unit_test(test_config_keys_lists_the_schemas),
       cmocka_unit_test(test_unknown_algo_is_named),
+      cmocka_unit_test(test_mistakes_are_named),
   };
   return cmocka_run_group_tests_name("cli_help", tests, setup, teardown);
 }

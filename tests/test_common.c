@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/crc32c.h"
@@ -34,6 +35,25 @@ static void test_error_set_formats_and_returns_code(void **state) {
 
 /* Reference values of xoshiro256** seeded by splitmix64 from 0: the first output of
  * splitmix64(0) is 0xe220a8397b1dcdaf (Vigna's reference implementation). */
+/* The shortest decimal that reads back exactly: what a person wrote stays as written. */
+static void test_fmt_double_shortest_round_trip(void **state) {
+  char b[32];
+  assert_string_equal(shoal_fmt_double(3e-4, b, sizeof b), "0.0003");
+  assert_string_equal(shoal_fmt_double(0.1, b, sizeof b), "0.1");
+  assert_string_equal(shoal_fmt_double(10, b, sizeof b), "10");
+  assert_string_equal(shoal_fmt_double(0.1 + 0.2, b, sizeof b), "0.30000000000000004");
+  assert_string_equal(shoal_fmt_double(1e300, b, sizeof b), "1e+300");
+  shoal_rng r;
+  shoal_rng_seed(&r, 7);
+  for (int i = 0; i < 10000; i++) {
+    uint64_t bits = shoal_rng_next(&r);
+    double v;
+    memcpy(&v, &bits, sizeof v);
+    if (!isfinite(v)) continue;
+    assert_true(strtod(shoal_fmt_double(v, b, sizeof b), NULL) == v);
+  }
+}
+
 static void test_rng_reproducible_and_seed_dependent(void **state) {
   shoal_rng a, b, c;
   shoal_rng_seed(&a, 0);
@@ -111,6 +131,7 @@ static void test_crc32c_check_value(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_strerror_names_every_code),
+      cmocka_unit_test(test_fmt_double_shortest_round_trip),
       cmocka_unit_test(test_error_set_formats_and_returns_code),
       cmocka_unit_test(test_rng_reproducible_and_seed_dependent),
       cmocka_unit_test(test_rng_distributions),

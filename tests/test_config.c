@@ -116,11 +116,13 @@ static void test_dump_round_trips_through_a_file(void **state) {
   shoal_error err = {0};
   config *c = config_create(schema, NKEYS, &err);
   assert_int_equal(config_set(c, "run.name=with \"quotes\" and \\", &err), 0);
-  assert_int_equal(config_set(c, "optim.lr=0.1", &err), 0);
+  assert_int_equal(config_set(c, "optim.lr=3e-4", &err), 0);
+  assert_int_equal(config_set(c, "optim.clip=0.30000000000000004", &err), 0);
   char *yaml = NULL;
   assert_int_equal(config_dump(c, &yaml, &err), 0);
-  /* Nested, sorted, one header per group. */
-  assert_non_null(strstr(yaml, "optim:\n  clip: 10\n  lr: 0.10000000000000001\n"));
+  /* Nested, sorted, one header per group; a number as the shortest decimal that reads
+   * back exactly (3e-4 is not 0.00029999999999999997; 0.1 + 0.2 needs its 17 digits). */
+  assert_non_null(strstr(yaml, "optim:\n  clip: 0.30000000000000004\n  lr: 0.0003\n"));
   assert_non_null(strstr(yaml, "replay:\n  capacity: 100000\n  prioritized: true\n"));
 
   char path[] = "/tmp/shoal_cfg_XXXXXX";
@@ -132,7 +134,8 @@ static void test_dump_round_trips_through_a_file(void **state) {
   assert_int_equal(config_load_file(d, path, &err), 0);
   unlink(path);
   assert_string_equal(config_string(d, "run.name"), "with \"quotes\" and \\");
-  assert_float_equal(config_float(d, "optim.lr"), 0.1, 0);
+  assert_true(config_float(d, "optim.lr") == 3e-4);
+  assert_true(config_float(d, "optim.clip") == 0.1 + 0.2);
   char *yaml2 = NULL;
   assert_int_equal(config_dump(d, &yaml2, &err), 0);
   assert_string_equal(yaml, yaml2);

@@ -194,6 +194,8 @@ static void test_apng_writer(void **state) {
   assert_int_equal(env_apng_create(&a, 0, 5, 1, 25, &err), SHOAL_EINVAL);
   assert_int_equal(env_apng_create(&a, 5, 5, 1, 0, &err), SHOAL_EINVAL);
   assert_int_equal(env_apng_create(&a, 5, 5, 1, 25, &err), 0);
+  assert_int_equal(env_apng_set_delay(a, 2, 0, &err), SHOAL_EINVAL);
+  assert_int_equal(env_apng_set_delay(a, 65536, 50, &err), SHOAL_EINVAL);
   assert_int_equal(env_apng_finish(a, &png, &len, &err), SHOAL_EINVAL);
 }
 
@@ -415,16 +417,19 @@ static void store_run_snapshot(store *st, const char *run, const char *yaml, con
   assert_int_equal(store_snapshot_put(st, &m, bytes, nb, &err), 0);
 }
 
-/* A run of CartPole-v1 with one snapshot: a fresh (untrained) network, which fails
- * fast, so episodes are short. */
-static void make_run_with_snapshot(store *st, const char *run) {
+/* An Ape-X run of the config file's env with one snapshot: a fresh (untrained)
+ * network, which fails fast, so episodes are short. */
+static void make_apex_run(store *st, const char *run, const char *config_file) {
   int nkeys;
   const cfg_key *keys = apex_schema(&nkeys);
   char *yaml;
-  config *cfg = load_config("cartpole-apex.yaml", keys, nkeys, &yaml);
+  config *cfg = load_config(config_file, keys, nkeys, &yaml);
   shoal_error err = {0};
-  int shape[1] = {4};
-  dqn_config dc = apex_dqn_config(cfg, 1, shape, 2);
+  env *e;
+  if (env_make(&e, config_string(cfg, "env.id"), &err)) fail_msg("env: %s", err.msg);
+  const env_spec *sp = env_get_spec(e);
+  dqn_config dc = apex_dqn_config(cfg, sp->obs.ndim, sp->obs.shape, (int)sp->act.n);
+  env_destroy(e);
   dqn *q = dqn_create(&dc, NN_CPU, false, &err);
   if (!q) fail_msg("dqn: %s", err.msg);
   uint8_t *bytes;
@@ -495,7 +500,7 @@ static void test_eval_render_to_media(void **state) {
   snprintf(shoal, sizeof shoal, "%s/bin/shoal", bin ? bin : ".");
   rname(run, sizeof run, "evalrec");
   store *st = open_store();
-  make_run_with_snapshot(st, run);
+  make_apex_run(st, run, "cartpole-apex.yaml");
   int status;
   snprintf(cmd, sizeof cmd,
            "'%s' eval %s --store '%s' --episodes 3 --seed 77 --render --record 2 2>&1", shoal, run,
@@ -611,6 +616,36 @@ static void test_eval_render_to_media(void **state) {
     printf("note: python3-pil is not installed; the APNG was checked by the decoder here\n");
   }
   free(a.rgb), free(s.rgb);
+  store_close(st);
+}
+
+/* MinAtar has no step limit of its own: its short episodes keep every step too (the
+ * stride once came from a 27,000-step bound, 1 frame in 27). */
+static void test_eval_render_minatar(void **state) {
+  const char *bin = getenv("SHOAL_BINARY_DIR");
+  char shoal[600], cmd[4000], run[STORE_NAME_MAX];
+  snprintf(shoal, sizeof shoal, "%s/bin/shoal", bin ? bin : ".");
+  rname(run, sizeof run, "evalmb");
+  store *st = open_store();
+  make_apex_run(st, run, "minatar-breakout-apex.yaml");
+  int status;
+  snprintf(cmd, sizeof cmd,
+           "'%s' eval %s --store '%s' --episodes 2 --seed 3 --render --record 2 2>&1", shoal, run,
+           g_uri);
+  char *out = run_cmd(cmd, &status);
+  assert_int_equal(status, 0);
+  free(out);
+  shoal_error err = {0};
+  store_media_meta *all;
+  size_t k;
+  assert_int_equal(store_media_list(st, run, &all, &k, &err), 0);
+  assert_int_equal(k, 4);
+  for (size_t i = 0; i < k; i++) {
+    assert_string_equal(all[i].env, "MinAtar/Breakout-v1");
+    assert_true(all[i].length >= 2 && all[i].length < 1000);
+    if (strstr(all[i].name, ".apng")) assert_int_equal(all[i].frames, all[i].length);
+  }
+  free(all);
   store_close(st);
 }
 
@@ -745,6 +780,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_media_same_name_racing),
       cmocka_unit_test(test_eval_render_to_media),
       cmocka_unit_test(test_eval_render_onpolicy),
+      cmocka_unit_test(test_eval_render_minatar),
       cmocka_unit_test(test_dataset_cli),
   };
   char group[64];

@@ -507,6 +507,45 @@ static void test_lstm_core0(void **state) {
   assert_true(r >= 8 && r <= 500);
 }
 
+/* The closing line gives the wall time the command took (not the learner's training
+ * time alone, a small part of a short on-policy run), then the training time, labelled;
+ * the progress line names an on-policy learner's queue as unrolls. */
+static void test_run_reports_its_wall_time(void **state) {
+  char store_set[400], run_set[96];
+  snprintf(store_set, sizeof store_set, "store.uri=file://%s", wf_dir);
+  snprintf(run_set, sizeof run_set, "run.name=wall-%d", (int)getpid());
+  char *argv[] = {wf_shoal,
+                  "run",
+                  ppo_cfg,
+                  "--set",
+                  store_set,
+                  "--set",
+                  run_set,
+                  "--set",
+                  "run.solve_return=0",
+                  "--set",
+                  "run.max_env_steps=20000",
+                  "--no-tensorboard",
+                  NULL};
+  wf_proc p;
+  double t0 = shoal_now_s();
+  wf_start(&p, argv);
+  int rc = wf_wait(&p, 120);
+  double took = shoal_now_s() - t0;
+  char *out = wf_slurp(p.out, NULL);
+  printf("%s", out);
+  assert_int_equal(rc, 0);
+  const char *done = strstr(out, "max_env_steps after ");
+  assert_non_null(done);
+  double said = number_after(done, "after "), trained = number_after(done, " s (");
+  assert_non_null(strstr(done, " s of it training): "));
+  if (!(said >= 0.8 * took && said <= took + 0.5))
+    fail_msg("the command took %.1f s and says %.1f s", took, said);
+  assert_true(trained > 0 && trained <= said);
+  assert_non_null(strstr(out, " unrolls  return100 "));
+  free(out);
+}
+
 static void test_learner_killed_resumes(void **state) {
   char store_set[400], run_set[96];
   snprintf(store_set, sizeof store_set, "store.uri=file://%s", wf_dir);
@@ -565,7 +604,7 @@ static void test_learner_killed_resumes(void **state) {
   const char *sum = strstr(out, "max_seconds after");
   assert_non_null(sum);
   assert_true(number_after(sum, "policy v") > v_resumed);
-  assert_true(number_after(sum, "s: ") > steps_resumed);
+  assert_true(number_after(sum, "training): ") > steps_resumed);
   assert_non_null(strstr(out, "restarts: learner 1"));
   free(out);
 }
@@ -603,9 +642,12 @@ int main(int argc, char **argv) {
     return cmocka_run_group_tests_name("onpolicy_dist_lstm", lstm, setup, teardown);
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_config_errors),          cmocka_unit_test(test_stale_unrolls_dropped),
-      cmocka_unit_test(test_malformed_rejected),     cmocka_unit_test(test_lstm_core0),
+      cmocka_unit_test(test_config_errors),
+      cmocka_unit_test(test_stale_unrolls_dropped),
+      cmocka_unit_test(test_malformed_rejected),
+      cmocka_unit_test(test_lstm_core0),
       cmocka_unit_test(test_learner_killed_resumes),
+      cmocka_unit_test(test_run_reports_its_wall_time),
   };
   return cmocka_run_group_tests_name("onpolicy_dist", tests, setup, teardown);
 }

@@ -231,6 +231,31 @@ def test_seed_per_copy():
         e.reset(seed=[1, 2**64])
 
 
+def test_unseeded_copies_draw_fresh_entropy():
+    """A None entry for a copy never seeded seeds it from OS entropy (as Gymnasium), so it
+    is no twin of a seeded copy nor of the same copy in another env; a copy seeded before
+    goes on from its own generator."""
+    def starts(seeds_per_reset):
+        e = shoal.make_vec("CartPole-v1", 4)
+        return [e.reset(seed=s)[0].copy() for s in seeds_per_reset]
+
+    a = starts([[1, None, None, 7], [None] * 4])
+    b = starts([[1, None, None, 7], [None] * 4])
+    for first, later in (a, b):
+        assert len({row.tobytes() for row in first}) == 4
+        assert len({row.tobytes() for row in later}) == 4
+    # Seeded copies are reproducible, unseeded ones differ from env to env.
+    np.testing.assert_array_equal(a[0][0], b[0][0])
+    np.testing.assert_array_equal(a[0][3], b[0][3])
+    np.testing.assert_array_equal(a[1][0], b[1][0])
+    assert not np.array_equal(a[0][1], b[0][1])
+    assert not np.array_equal(a[0][2], b[0][2])
+    # Copy 0 went on from seed 1's generator: its second start as a lone env's.
+    lone = shoal.make_vec("CartPole-v1", 1)
+    lone.reset(seed=1)
+    np.testing.assert_array_equal(a[1][0], lone.reset(seed=[None])[0][0])
+
+
 # ---- Physical state (Gymnasium's env.unwrapped.state) -------------------------------------
 
 def gym_cartpole_step(state, action):
@@ -726,3 +751,25 @@ def test_install_into_venv(tmp_path):
          "o = e.step(np.zeros(3, np.int32))[0]; print(shoal.__file__, o.shape)"],
         check=True, capture_output=True, text=True, env=env).stdout
     assert str(venv) in out and "(3, 4)" in out
+
+
+@pytest.mark.skipif(SANITIZED, reason="the installed library is the normal build's concern")
+def test_install_into_prefix_names_its_interpreter(tmp_path):
+    """Into a prefix, install.sh checks the import with one interpreter: its hint names that
+    interpreter, and the command it prints works as given."""
+    src = os.environ.get("SHOAL_SOURCE_DIR")
+    lib = os.environ.get("SHOAL_LIB")
+    if not src or not lib:
+        pytest.skip("SHOAL_SOURCE_DIR / SHOAL_LIB not given")
+    build = os.path.dirname(os.path.dirname(os.path.abspath(lib)))
+    env = {k: v for k, v in os.environ.items() if k not in ("SHOAL_LIB", "PYTHONPATH")}
+    env["SHOAL_PYTHON"] = "/usr/bin/python3"
+    out = subprocess.run([os.path.join(src, "python", "install.sh"), build, str(tmp_path / "p")],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    hint = next(l for l in out.splitlines() if l.startswith("use it with: "))
+    words = hint[len("use it with: "):].split()
+    assert words[0].startswith("PYTHONPATH=") and words[1] == "/usr/bin/python3", hint
+    run_env = dict(env, PYTHONPATH=words[0].split("=", 1)[1])
+    got = subprocess.run([words[1], "-c", "import shoal; print(shoal.__file__)"], check=True,
+                         capture_output=True, text=True, env=run_env).stdout
+    assert str(tmp_path / "p") in got

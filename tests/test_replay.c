@@ -183,7 +183,36 @@ static void test_nstep_termination_truncation_and_late_successor(void **state) {
   assert_int_equal(st.inserted_steps, 11);
   assert_int_equal(st.inserted_tails, 2);
   assert_int_equal(st.held, 13);
+  assert_int_equal(st.held_tails, 2);
   replay_destroy(r);
+}
+
+/* The tails held are counted as the ring laps: held - held_tails is the env steps the
+ * memory holds, never more than were inserted (the learner's progress line shows it). */
+static void test_held_tails_counted_across_laps(void **state) {
+  for (int kind = 0; kind < 2; kind++) {
+    replay_config c = small_config(kind ? REPLAY_PRIORITIZED : REPLAY_UNIFORM, 64, 1, 1);
+    replay *r = NULL;
+    assert_int_equal(replay_create(&c, &r, NULL), 0);
+    /* Episodes of 1..4 steps, each with its tail: the ring laps several times. */
+    int items = 0, kinds[600]; /* kinds[i]: 1 for a tail at item i */
+    for (int e = 0; items < 500; e++) {
+      int n = 1 + e % 4;
+      float ids[4] = {1, 2, 3, 4}, rew[4] = {0}, fin[1] = {9};
+      uint8_t term[4] = {0}, none[4] = {0};
+      term[n - 1] = 1;
+      assert_int_equal(put(r, 0, n, ids, rew, term, none, fin), 0);
+      for (int i = 0; i < n; i++) kinds[items++] = 0;
+      kinds[items++] = 1;
+      replay_stats st;
+      replay_get_stats(r, &st);
+      int held = items < 64 ? items : 64, want = 0;
+      for (int i = items - held; i < items; i++) want += kinds[i];
+      assert_int_equal(st.held, held);
+      assert_int_equal(st.held_tails, want);
+    }
+    replay_destroy(r);
+  }
 }
 
 static void test_streams_interleaved_keep_their_own_links(void **state) {
@@ -455,6 +484,7 @@ int main(void) {
       cmocka_unit_test(test_config_rejected_with_reason),
       cmocka_unit_test(test_memory_bytes_known_up_front),
       cmocka_unit_test(test_nstep_termination_truncation_and_late_successor),
+      cmocka_unit_test(test_held_tails_counted_across_laps),
       cmocka_unit_test(test_streams_interleaved_keep_their_own_links),
       cmocka_unit_test(test_wraparound_overwrites_oldest),
       cmocka_unit_test(test_frame_stack_repeats_first_frame),

@@ -131,6 +131,7 @@ static void assert_same_stats(replay *a, replay *b) {
   assert_int_equal(x.inserted_steps, y.inserted_steps);
   assert_int_equal(x.inserted_tails, y.inserted_tails);
   assert_int_equal(x.held, y.held);
+  assert_int_equal(x.held_tails, y.held_tails);
   assert_float_equal(x.priority_total, y.priority_total, 1e-9);
   assert_float_equal(x.priority_max, y.priority_max, 0);
 }

@@ -178,6 +178,52 @@ static void test_grace_then_sigkill(void **state) {
   sup_destroy(s);
 }
 
+/* A stop under way (sup_stop: a run that solved) when the first SIGTERM arrives goes on
+ * in order: the child finishes its own stop. Only a second signal kills. */
+typedef struct signaller {
+  seen w;
+  int signals; /* SIGTERMs raised after the stop, one a tick */
+} signaller;
+
+static void signal_tick(void *ud) {
+  signaller *g = ud;
+  int t = ++g->w.ticks;
+  if (t == 2) sup_stop(g->w.s, false, "solved");
+  if (t >= 3 && t < 3 + g->signals) raise(SIGTERM);
+}
+
+static void test_signal_during_a_stop(void **state) {
+  for (int signals = 1; signals <= 2; signals++) {
+    signaller g;
+    memset(&g, 0, sizeof g);
+    g.signals = signals;
+    shoal_error err = {0};
+    sup *s = sup_create(&err);
+    g.w.s = s;
+    sup_set_callbacks(s, on_line, signal_tick, 0.1, &g);
+    sup_set_grace(s, 10);
+    /* Takes 0.6 s to stop once told: the signals arrive meanwhile. */
+    add_sh(s, "learner",
+           "trap 'echo term; sleep 0.6; echo bye; exit 0' TERM; echo start; "
+           "while :; do sleep 0.02; done",
+           false, true, 0, 0);
+    assert_int_equal(sup_run(s, &err), 0);
+    sup_child_stats st;
+    sup_child_stats_get(s, 0, &st);
+    bool bye = false;
+    for (int i = 0; i < g.w.n; i++) bye |= !strcmp(g.w.lines[i], "learner:bye");
+    if (signals == 1) {
+      assert_int_equal(st.last_signal, 0);
+      assert_int_equal(st.last_status, 0);
+      assert_true(bye);
+    } else {
+      assert_int_equal(st.last_signal, SIGKILL);
+      assert_false(bye);
+    }
+    sup_destroy(s);
+  }
+}
+
 static void test_missing_program_is_a_clear_error(void **state) {
   shoal_error err = {0};
   sup *s = sup_create(&err);
@@ -199,6 +245,7 @@ int main(void) {
       cmocka_unit_test(test_crash_restarts_with_limit_then_fails),
       cmocka_unit_test(test_restart_after_kill_and_ordered_stop),
       cmocka_unit_test(test_grace_then_sigkill),
+      cmocka_unit_test(test_signal_during_a_stop),
       cmocka_unit_test(test_missing_program_is_a_clear_error),
       cmocka_unit_test(test_final_status_is_not_restarted_and_fails_the_run),
   };

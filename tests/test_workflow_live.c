@@ -93,6 +93,14 @@ static void test_set_changes_learning_rate(void **state) {
   out = wf_run(a4, 30, &rc);
   assert_int_equal(rc, 1);
   assert_non_null(strstr(out, "'actor.eps' cannot be changed on a running learner"));
+  assert_non_null(strstr(out, "--resume"));
+  free(out);
+  /* A key the config does not have is unknown, not "cannot be changed". */
+  char *a4b[] = {wf_shoal, "set", addr, "dqn.batch=3", NULL};
+  out = wf_run(a4b, 30, &rc);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out, "'dqn.batch' is not a config key"));
+  assert_null(strstr(out, "cannot be changed"));
   free(out);
   char *a5[] = {wf_shoal, "set", addr, "dqn.lr=0.0002", "dqn.lr=100", NULL};
   out = wf_run(a5, 30, &rc);

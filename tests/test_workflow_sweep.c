@@ -134,6 +134,107 @@ static void test_killed_worker_trial_completes(void **state) {
   free(out);
 }
 
+/* The sweep's trials as the report shows them: "N trials: D done, R running, P pending". */
+static char *report(const char *name) {
+  int rc;
+  char *a[] = {wf_shoal, "sweep", "--report", (char *)name, "--store", uri, NULL};
+  char *out = wf_run(a, 30, &rc);
+  printf("%s", out);
+  assert_int_equal(rc, 0);
+  return out;
+}
+
+static wf_proc start_worker(const char *sweep, const char *name) {
+  char *w[] = {wf_shoal,     "worker",      "--sweep", (char *)sweep, "--store", uri, "--name",
+               (char *)name, "--heartbeat", "0.5",     "--stale",     "60",      NULL};
+  wf_proc p;
+  wf_start(&p, w);
+  return p;
+}
+
+/* Ctrl-C (SIGINT to the worker's process group, as a terminal sends it) during a trial:
+ * the run stops in order (no "second signal"), the unfinished trial is back in the
+ * queue at once (not "running" until its heartbeat lapses, here 60 s), and a worker
+ * started later runs it. */
+static void test_ctrl_c_hands_the_trial_back(void **state) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/long.yaml", wf_dir);
+  FILE *f = fopen(path, "w");
+  fprintf(f,
+          "sweep:\n  name: long1\n  base: %s/configs/cartpole-apex.yaml\n  method: grid\n"
+          "  metric: return100\n"
+          "set:\n  run.max_seconds: 60\n  actors: 1\n  env.num_envs: 4\n  learner.warmup: 200\n"
+          "  run.solve_return: 0\nparams:\n  dqn.lr: [0.001]\n",
+          wf_src);
+  fclose(f);
+  int rc;
+  char *a[] = {wf_shoal, "sweep", path, "--store", uri, NULL};
+  free(wf_run(a, 60, &rc));
+  assert_int_equal(rc, 0);
+  wf_proc w = start_worker("long1", "wc");
+  free(wf_wait_text(w.out, " as run ", 60));
+  usleep(2500000); /* the trial's run is training */
+  assert_int_equal(kill(-w.pid, SIGINT), 0);
+  assert_int_equal(wf_wait(&w, 60), 0);
+  char *out = wf_slurp(w.out, NULL);
+  printf("%s", out);
+  assert_null(strstr(out, "second signal"));
+  assert_non_null(strstr(out, "trial t000 is back in the queue (pending)"));
+  free(out);
+  out = report("long1");
+  assert_non_null(strstr(out, "1 trials: 0 done, 0 running, 1 pending"));
+  free(out);
+  /* Nothing of the stopped run is left running, and its learner recorded its stop. */
+  assert_int_equal(wf_find_pid_in("long1-t000-1", NULL, false), 0);
+  shoal_error err = {0};
+  store *st;
+  assert_int_equal(store_open(&st, uri, &err), 0);
+  store_run r;
+  assert_int_equal(store_run_find(st, "long1-t000-1", &r, &err), 0);
+  assert_int_not_equal(r.status, STORE_RUN_RUNNING);
+  store_run_clear(&r);
+  store_close(st);
+}
+
+/* Ctrl-C while the trial's run is finishing on its own (its learner has stopped, the
+ * supervisor is stopping the actor): the finished trial's score is recorded as done. */
+static void test_ctrl_c_as_a_trial_finishes_keeps_its_score(void **state) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/short.yaml", wf_dir);
+  FILE *f = fopen(path, "w");
+  fprintf(f,
+          "sweep:\n  name: short1\n  base: %s/configs/cartpole-apex.yaml\n  method: grid\n"
+          "  metric: return100\n"
+          "set:\n  run.max_seconds: 3\n  actors: 1\n  env.num_envs: 4\n  learner.warmup: 200\n"
+          "  run.solve_return: 0\nparams:\n  dqn.lr: [0.001]\n",
+          wf_src);
+  fclose(f);
+  int rc;
+  char *a[] = {wf_shoal, "sweep", path, "--store", uri, NULL};
+  free(wf_run(a, 60, &rc));
+  assert_int_equal(rc, 0);
+  wf_proc w = start_worker("short1", "wd");
+  free(wf_wait_text(w.out, " as run ", 60));
+  /* The learner exits at its 3 s; the actor then gets its stop and a moment to flush. */
+  pid_t learner = 0;
+  for (double t0 = shoal_now_s(); !learner && shoal_now_s() - t0 < 30; usleep(10000))
+    learner = wf_find_pid("shoal-learner", "--run short1-t000-1");
+  assert_true(learner > 0);
+  /* Gone (a zombie's command line is empty): the supervisor is stopping the actor. */
+  for (double t0 = shoal_now_s(); shoal_now_s() - t0 < 30; usleep(2000))
+    if (wf_find_pid("shoal-learner", "--run short1-t000-1") == 0) break;
+  assert_int_equal(kill(-w.pid, SIGINT), 0);
+  assert_int_equal(wf_wait(&w, 60), 0);
+  char *out = wf_slurp(w.out, NULL);
+  printf("%s", out);
+  assert_null(strstr(out, "second signal"));
+  assert_non_null(strstr(out, "trial t000 max_seconds: score "));
+  free(out);
+  out = report("short1");
+  assert_non_null(strstr(out, "1 trials: 1 done, 0 running, 0 pending"));
+  free(out);
+}
+
 static void test_bad_sweeps_are_clear(void **state) {
   char path[512];
   int rc;
@@ -176,6 +277,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_sweeps_are_clear),
       cmocka_unit_test(test_killed_worker_trial_completes),
+      cmocka_unit_test(test_ctrl_c_hands_the_trial_back),
+      cmocka_unit_test(test_ctrl_c_as_a_trial_finishes_keeps_its_score),
   };
   return cmocka_run_group_tests_name("workflow_sweep", tests, setup, teardown);
 }

@@ -2,6 +2,7 @@
 """shoal's C vector envs with Gymnasium's vector-env API shape."""
 
 import ctypes
+import secrets
 import weakref
 
 import numpy as np
@@ -103,6 +104,9 @@ class VectorEnv:
         self._step_c = lib.shoal_c_vec_step
         self._reset_c = lib.shoal_c_vec_reset
         self._seeder = np.random.default_rng(seed)
+        # Copies seeded at least once; a None entry reseeds the others from OS entropy, as
+        # Gymnasium does, so no unseeded copy repeats another's (C's default: seed i).
+        self._seeded = np.zeros(B, np.bool_)
         self._was_reset = False
 
     # ---- Gymnasium API --------------------------------------------------------------
@@ -112,7 +116,8 @@ class VectorEnv:
 
         - ``seed=n`` (an int): copy i is seeded with ``n + i``;
         - ``seed=[s0, s1, ...]`` (one per copy): copy i with ``s_i``; a ``None`` entry
-          leaves that copy's RNG going on from where it is;
+          leaves that copy's RNG going on from where it is, or, for a copy never seeded
+          before, seeds it from fresh OS entropy (as Gymnasium's unseeded envs);
         - ``seed=None``: a seed drawn from a generator that the last integer seed (or the
           constructor's ``seed``) started, so a sequence of resets is reproducible;
         - ``options``: a dict (or "k=v,...") of the env's reset options, for this reset
@@ -132,7 +137,10 @@ class VectorEnv:
             seeds = np.zeros(B, np.uint64)
             for i, s in enumerate(seed):
                 if s is None:
-                    reseed[i] = 0
+                    if self._seeded[i]:
+                        reseed[i] = 0
+                    else:
+                        seeds[i] = secrets.randbits(64)
                     continue
                 if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
                     raise TypeError(f"reset(seed=[...]): seed {i} is {s!r}, not an int or None")
@@ -150,6 +158,7 @@ class VectorEnv:
         seeds = np.ascontiguousarray(seeds, np.uint64)
         check(lib.shoal_c_vec_reset_each(h, seeds.ctypes.data, reseed.ctypes.data,
                                          _options(options), None), "reset")
+        self._seeded[:] = True
         self._was_reset = True
         return (self._obs.copy() if self.copy else self._obs), {}
 
