@@ -202,8 +202,10 @@ static int loop(actor_rt *rt, shoal_error *err) {
   const int64_t pull_every = config_int(rt->cfg, "actor.pull_steps");
   /* Actor i's copy j starts from seed·1e6 + i·B + j: every copy of the run differs. */
   uint64_t seed = (uint64_t)config_int(rt->cfg, "run.seed");
-  int rc = env_vec_reset(rt->ev, seed * 1000000 + (uint64_t)rt->index * (uint64_t)rt->B, rt->obs,
-                         err);
+  int rc =
+      env_vec_reset(rt->ev, seed * 1000000 + (uint64_t)rt->index * (uint64_t)rt->B, rt->obs, err);
+  /* An env that raised or returned a NaN does it again after a restart: stop the run. */
+  rt->fatal = rc == SHOAL_EENV;
   if (rc) return actor_fail(err, rc, "env reset");
   env_vec_out out = {rt->next, rt->reward, rt->term, rt->trunc, rt->fin};
   int64_t steps = 0, batches = 0;
@@ -211,7 +213,10 @@ static int loop(actor_rt *rt, shoal_error *err) {
     const void *actions;
     rpc_batch *b = NULL;
     if ((rc = al->act(rt->a, rt->obs, &actions, err))) break;
-    if ((rc = env_vec_step(rt->ev, actions, &out, err))) return actor_fail(err, rc, "env step");
+    if ((rc = env_vec_step(rt->ev, actions, &out, err))) {
+      rt->fatal = rc == SHOAL_EENV;
+      return actor_fail(err, rc, "env step");
+    }
     if ((rc = al->observe(rt->a, rt->obs, &out, &b, err))) break;
     void *t = rt->obs;
     rt->obs = rt->next;

@@ -103,6 +103,19 @@ static void test_refused(void **state) {
   assert_non_null(strstr(out, "observation space is Tuple"));
   assert_null(strstr(out, "restarting"));
   free(out);
+  /* an env that raises mid-run: the actor stops with the env's own words and the run
+   * stops with it, without restarting the actor into the same error */
+  char cmd[5000];
+  snprintf(cmd, sizeof cmd, "cp '%s/tests/gym_user_envs.py' '%s/'", wf_src, wf_dir);
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(chdir(wf_dir), 0);
+  out = run("cartpole-impala.yaml", 60, &rc, "env.id=gym:gym_user_envs:Faulty-v0",
+            "env.options=how=raise,at=40", "run.name=faulty", NULL);
+  fprintf(stderr, "faulty: exit %d:\n%s", rc, out);
+  assert_int_not_equal(rc, 0);
+  assert_non_null(strstr(out, "RuntimeError: the simulator lost its licence server"));
+  assert_non_null(strstr(out, "gym:gym_user_envs:Faulty-v0"));
+  free(out);
 }
 
 static void test_lunar(void **state) {
