@@ -111,7 +111,7 @@ for c in "${cases[@]}"; do
           --set "run.name=r$s" "${args[@]}" >"$log" 2>&1
         line=$(grep '^shoal: run' "$log" | tail -1)
         secs=$(num "$line" "after")
-        steps=$(num "$line" " s:")
+        steps=$(num "$line" "training):")  # "after W s (T s of it training): N env steps"
         best=$(num "$line" "(best")
         reached=$(printf '%s' "$line" | grep -q " solved after " && echo 1 || echo 0)
         ret=$(shoal eval "r$s" --store "file://$work/store" --episodes 100 2>&1 | tail -1)
