@@ -178,6 +178,36 @@ static void apply(cfg_entry *e, cfg_value *v, const char *origin) {
 
 enum { MAX_DEPTH = 16, MAX_KEY = 256 };
 
+/* Parses text as e's value into a new pending entry (applied when the whole file has
+ * parsed). SHOAL_EINVAL naming the key when given twice or when the value does not parse. */
+static int add_pending(cfg_entry *e, const char *s, const char *origin, size_t line,
+                       cfg_pending **pendp, int *npendp, int *capp, shoal_error *err) {
+  cfg_pending *pend = *pendp;
+  int npend = *npendp, cappend = *capp;
+  const char *key = e->key->name;
+  for (int i = 0; i < npend; i++)
+    if (pend[i].entry == e)
+      return shoal_error_set(err, SHOAL_EINVAL, "config: %s:%zu: key '%s' given twice", origin,
+                             line, key);
+  if (npend == cappend) {
+    int ncap = cappend ? 2 * cappend : 16;
+    cfg_pending *np = realloc(pend, (size_t)ncap * sizeof *np);
+    if (!np) return shoal_error_set(err, SHOAL_ENOMEM, "config: out of memory");
+    *pendp = pend = np;
+    *capp = ncap;
+  }
+  cfg_pending *p = &pend[npend];
+  char why[256];
+  int prc = parse_value(e->key, s, &p->v, why, sizeof why);
+  if (prc)
+    return shoal_error_set(err, prc, "config: %s:%zu: key '%s': %s (expected %s)", origin, line,
+                           key, why, type_name(e->key->type));
+  p->entry = e;
+  snprintf(p->origin, sizeof p->origin, "%s:%zu", origin, line);
+  *npendp = npend + 1;
+  return 0;
+}
+
 int config_load_string(config *c, const char *text, const char *origin, shoal_error *err) {
   if (!origin) origin = "<string>";
   yaml_parser_t parser;
@@ -194,6 +224,12 @@ int config_load_string(config *c, const char *text, const char *origin, shoal_er
   bool want_key[MAX_DEPTH + 1];
   int depth = -1; /* -1: outside the top-level mapping */
   bool done = false;
+  /* A mapping under a map key (cfg_key.map) is gathered as "k=v,k=v" into mtext, and
+   * goes in as that key's text when it ends. */
+  cfg_entry *ment = NULL;
+  char mtext[1024], mkey[MAX_KEY];
+  size_t mlen = 0, mline = 0;
+  bool mwant_key = true;
 
   while (!done) {
     yaml_event_t ev;
@@ -204,9 +240,45 @@ int config_load_string(config *c, const char *text, const char *origin, shoal_er
       break;
     }
     size_t line = ev.start_mark.line + 1;
+    if (ment) {
+      const char *s = ev.type == YAML_SCALAR_EVENT ? (const char *)ev.data.scalar.value : NULL;
+      if (ev.type == YAML_MAPPING_END_EVENT) {
+        while (mlen > 0 && mtext[mlen - 1] == ',') mtext[--mlen] = 0;
+        rc = add_pending(ment, mtext, origin, mline, &pend, &npend, &cappend, err);
+        ment = NULL;
+      } else if (!s) {
+        rc = shoal_error_set(err, SHOAL_EINVAL,
+                             "config: %s:%zu: key '%s': its mapping takes scalars only", origin,
+                             line, ment->key->name);
+      } else if (mwant_key) {
+        snprintf(mkey, sizeof mkey, "%s", s);
+        mwant_key = false;
+      } else {
+        mwant_key = true;
+        int w = strpbrk(s, ",=") || strpbrk(mkey, ",=")
+                    ? -1
+                    : snprintf(mtext + mlen, sizeof mtext - mlen, "%s=%s,", mkey, s);
+        if (w < 0 || (size_t)w >= sizeof mtext - mlen)
+          rc = shoal_error_set(err, SHOAL_EINVAL, "config: %s:%zu: key '%s.%s': %s", origin, line,
+                               ment->key->name, mkey,
+                               w < 0 ? "a key or value with ',' or '=' cannot be passed on"
+                                     : "the mapping is too long (1023 bytes of k=v,...)");
+        else
+          mlen += (size_t)w;
+      }
+      yaml_event_delete(&ev);
+      if (rc) break;
+      continue;
+    }
     switch (ev.type) {
       case YAML_STREAM_END_EVENT: done = true; break;
       case YAML_MAPPING_START_EVENT:
+        if (depth >= 0 && !want_key[depth] && (ment = find(c, path[depth])) && ment->key->map) {
+          want_key[depth] = true; /* the mapping is the key's whole value */
+          mlen = 0, mtext[0] = 0, mwant_key = true, mline = line;
+          break;
+        }
+        ment = NULL;
         if (depth >= 0 && want_key[depth]) {
           rc = shoal_error_set(err, SHOAL_EFORMAT, "config: %s:%zu: a mapping cannot be a key",
                                origin, line);
@@ -249,35 +321,7 @@ int config_load_string(config *c, const char *text, const char *origin, shoal_er
                                  line, key);
             break;
           }
-          for (int i = 0; i < npend; i++) {
-            if (pend[i].entry == e) {
-              rc = shoal_error_set(err, SHOAL_EINVAL, "config: %s:%zu: key '%s' given twice",
-                                   origin, line, key);
-              break;
-            }
-          }
-          if (rc) break;
-          if (npend == cappend) {
-            int ncap = cappend ? 2 * cappend : 16;
-            cfg_pending *np = realloc(pend, (size_t)ncap * sizeof *np);
-            if (!np) {
-              rc = shoal_error_set(err, SHOAL_ENOMEM, "config: out of memory");
-              break;
-            }
-            pend = np;
-            cappend = ncap;
-          }
-          cfg_pending *p = &pend[npend];
-          char why[256];
-          int prc = parse_value(e->key, s, &p->v, why, sizeof why);
-          if (prc) {
-            rc = shoal_error_set(err, prc, "config: %s:%zu: key '%s': %s (expected %s)", origin,
-                                 line, key, why, type_name(e->key->type));
-            break;
-          }
-          p->entry = e;
-          snprintf(p->origin, sizeof p->origin, "%s:%zu", origin, line);
-          npend++;
+          rc = add_pending(e, s, origin, line, &pend, &npend, &cappend, err);
         }
         break;
       }

@@ -40,6 +40,8 @@ typedef struct cfg_key {
   const char *def;  /* default, written as in YAML; NULL: the key is required */
   double min, max;  /* bounds for CFG_INT and CFG_FLOAT */
   const char *help; /* one line for `shoal run --help-config` */
+  bool map;         /* CFG_STRING only: a YAML mapping of scalars under the key is taken as
+                       its text "k=v,k=v" (env.options: an env's settings) */
 } cfg_key;
 
 typedef struct config config;

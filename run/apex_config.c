@@ -24,9 +24,12 @@ static const cfg_key apex_keys[] = {
      "env steps between solve checks (0: every run.eval_every_s)"},
     {"store.uri", CFG_STRING, "file://runs", 0, -1, "where runs live: file://DIR or mongodb://"},
     /* environment and actors */
-    {"env.id", CFG_STRING, "CartPole-v1", 0, -1, "environment (envs registry name)"},
+    {"env.id", CFG_STRING, "CartPole-v1", 0, -1,
+     "environment: a built-in (shoal envs), gym:ID (Gymnasium) or plugin:PATH.so[:NAME]"},
     {"env.options", CFG_STRING, "", 0, -1,
-     "env_make_opts options, key=value,... (the actors' and the evaluations' envs)"},
+     "the env's settings, key=value,... or a YAML mapping (gym: envs: gymnasium.make's keyword "
+     "arguments), for the actors' and the evaluations' envs",
+     true},
     {"env.num_envs", CFG_INT, "16", 1, 4096, "envs per actor, stepped as one vector env"},
     {"actors", CFG_INT, "2", 1, 1024, "actor processes"},
     {"actor.send_steps", CFG_INT, "32", 1, 100000, "vector steps per pushed batch"},

@@ -66,8 +66,12 @@ static const cfg_key onpolicy_keys[] = {
      "evaluate the mode of the policy (argmax / Gaussian mean); false: sample it"},
     {"store.uri", CFG_STRING, "file://runs", 0, -1, "where runs live: file://DIR or mongodb://"},
     /* environment and actors */
-    {"env.id", CFG_STRING, "CartPole-v1", 0, -1, "environment (envs registry name)"},
-    {"env.options", CFG_STRING, "", 0, -1, "env_make_opts options, key=value,..."},
+    {"env.id", CFG_STRING, "CartPole-v1", 0, -1,
+     "environment: a built-in (shoal envs), gym:ID (Gymnasium) or plugin:PATH.so[:NAME]"},
+    {"env.options", CFG_STRING, "", 0, -1,
+     "the env's settings, key=value,... or a YAML mapping (gym: envs: gymnasium.make's keyword "
+     "arguments)",
+     true},
     {"env.num_envs", CFG_INT, "4", 1, 4096, "envs per actor (PPO: B of the rollout)"},
     {"env.norm_obs", CFG_BOOL, "false", 0, -1,
      "normalise observations by running mean and variance, clipped to ±10 (Gymnasium's "

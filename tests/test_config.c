@@ -166,6 +166,41 @@ static void write_temp(char *path, const char *text) {
   close(fd);
 }
 
+/* A map key (cfg_key.map) takes a YAML mapping of scalars as its text "k=v,k=v", and
+ * its plain text as before; a nested mapping, a list, or a ',' or '=' in a key or value
+ * is refused naming the key, and nothing changes. */
+static void test_map_keys(void **state) {
+  static const cfg_key ms[] = {
+      {"env.id", CFG_STRING, "CartPole-v1", 0, -1, "environment"},
+      {"env.options", CFG_STRING, "", 0, -1, "settings", true},
+      {"actors", CFG_INT, "2", 1, 256, "actors"},
+  };
+  shoal_error err = {0};
+  config *c = config_create(ms, 3, &err);
+  assert_non_null(c);
+  assert_int_equal(config_load_string(c,
+                                      "env:\n  id: gym:LunarLander-v3\n  options:\n"
+                                      "    continuous: true\n    gravity: -9.5\nactors: 3\n",
+                                      "m.yaml", &err),
+                   0);
+  assert_string_equal(config_string(c, "env.options"), "continuous=true,gravity=-9.5");
+  assert_int_equal(config_int(c, "actors"), 3);
+  assert_int_equal(config_load_string(c, "env: {options: {}}\n", "e.yaml", &err), 0);
+  assert_string_equal(config_string(c, "env.options"), "");
+  assert_int_equal(config_load_string(c, "env: {options: 'a=1,b=2'}\n", "t.yaml", &err), 0);
+  assert_string_equal(config_string(c, "env.options"), "a=1,b=2");
+  const char *bad[] = {"env: {options: {a: {b: 1}}}\n", "env: {options: {a: [1, 2]}}\n",
+                       "env: {options: {a: 'x,y'}}\n", "env: {options: {a=b: 1}}\n"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    assert_int_equal(config_load_string(c, bad[i], "bad.yaml", &err), SHOAL_EINVAL);
+    assert_non_null(strstr(err.msg, "env.options"));
+    assert_string_equal(config_string(c, "env.options"), "a=1,b=2");
+  }
+  /* a mapping under a key that is no map key is still an unknown key */
+  assert_int_equal(config_load_string(c, "env: {id: {a: 1}}\n", "id.yaml", &err), SHOAL_EINVAL);
+  config_destroy(c);
+}
+
 static void test_tree_of_any_yaml(void **state) {
   shoal_error err = {0};
   char path[] = "/tmp/shoal_tree_XXXXXX";
@@ -238,6 +273,7 @@ int main(void) {
       cmocka_unit_test(test_dump_round_trips_through_a_file),
       cmocka_unit_test(test_choice_keys),
       cmocka_unit_test(test_tree_of_any_yaml),
+      cmocka_unit_test(test_map_keys),
   };
   return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
