@@ -4,7 +4,7 @@
  *           folder outside the repository, the working folder of the run), registered
  *           with gymnasium.register and named gym:gym_user_envs:Corridor-v0, trained to
  *           its reward threshold by Ape-X, IMPALA and PPO; then `shoal eval` plays the
- *           stored policy;
+ *           stored policy, and shoal-train-sync trains it in one process;
  *   plugin  examples/plugin_env/gridrun.c compiled here with cc against the source
  *           tree's headers alone, trained by the three algorithms as plugin:PATH:NAME;
  *   refuse  a run whose env the actors cannot make stops with the env's message and a
@@ -81,6 +81,21 @@ static void test_user_module(void **state) {
   unsetenv("PYTHONPATH");
   train_all("gym:gym_user_envs:Corridor-v0", "run.solve_return=0.9", "corridor",
             "gym:gym_user_envs:Corridor-v0");
+  /* and the synchronous trainer, one process */
+  char sync[4200], cfg[4400];
+  snprintf(sync, sizeof sync, "%s", wf_shoal);
+  char *slash = strrchr(sync, '/');
+  snprintf(slash + 1, sizeof sync - (size_t)(slash + 1 - sync), "shoal-train-sync");
+  snprintf(cfg, sizeof cfg, "%s/configs/cartpole-ppo.yaml", wf_src);
+  char *argv[] = {
+      sync, cfg, "--set", "env.id=gym:gym_user_envs:Corridor-v0", "--set", "run.solve_return=0.9",
+      NULL};
+  int rc;
+  char *out = wf_run(argv, 120, &rc);
+  fprintf(stderr, "train-sync: exit %d: %s", rc, out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "ppo gym:gym_user_envs:Corridor-v0: solved after"));
+  free(out);
 }
 
 static void test_plugin(void **state) {
