@@ -17,6 +17,9 @@ enum { MAX_SETS = 64 };
 
 static volatile sig_atomic_t stop_signal = 0;
 static void on_signal(int sig) { stop_signal = sig; }
+/* Started by `shoal run`'s supervisor (cli/supervise.h), which stops the actors in
+ * order and reports the run's batch accounting itself. */
+static bool supervised;
 
 static void sleep_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -237,6 +240,9 @@ static int loop(actor_rt *rt, shoal_error *err) {
  * limiter) is a normal end; only one that broke or was never reached is not. */
 static void report(const actor_rt *rt, const rpc_client_stats *st) {
   const char *prog = rt->algo->prog;
+  /* Under a supervisor an orderly stop is the normal case: said only when a batch was
+   * left behind. */
+  if (supervised && st->undelivered == 0) return;
   const char *how = stop_signal == SIGINT    ? "SIGINT"
                     : stop_signal == SIGTERM ? "SIGTERM"
                                              : "signal";
@@ -303,9 +309,16 @@ int actor_main(int argc, char **argv, const actor_algo *algo) {
     return help ? 0 : 2;
   }
   /* From here a stop signal ends the run cleanly, even one that comes while it starts. */
+  const char *sv = getenv("SHOAL_SUPERVISED");
+  supervised = sv && !strcmp(sv, "1");
   struct sigaction sa = {0};
   sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
+  /* Under a supervisor a terminal's Ctrl-C is its to act on: it stops the actors (by
+   * SIGTERM) before the learner. */
+  if (supervised)
+    signal(SIGINT, SIG_IGN);
+  else
+    sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   shoal_error err = {0};
   int status = 1;

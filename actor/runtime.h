@@ -21,7 +21,9 @@
  * run/run.h for one no restart cures: the config, an env it cannot make or play; bad
  * arguments exit 2);
  * after a stop, one line saying how it stopped and what became of the batches still
- * held, then the counters (tests/faults read them):
+ * held, then the counters (tests/faults read them); under a supervisor (SHOAL_SUPERVISED=1,
+ * cli/supervise.h: SIGINT is then left to the supervisor) only when a batch was left
+ * undelivered:
  *   PROGRAM I: pushed P batches, delivered D, resent duplicates R, reconnects C, rotations T
  */
 #ifndef SHOAL_ACTOR_RUNTIME_H

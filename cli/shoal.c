@@ -12,7 +12,8 @@
  * and N actors (cli/supervise.h): the learner first, the actors once it listens; a
  * crashed actor is restarted with backoff, a crashed learner is restarted and resumes
  * from its latest snapshot; Ctrl-C or SIGTERM stops the actors, then the learner (which
- * writes a final snapshot). One progress line a second, then a summary.
+ * writes a final snapshot), as does a stop rule (the learner announces it and waits for
+ * its actors' stop). One progress line a second, then a summary.
  *
  * Exit status of `run`: 0 after a finished run or one stopped by a signal; 1 when the
  * run fails (a child that failed for good: RUN_EXIT_FATAL of run/run.h, with its
@@ -271,6 +272,12 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
           "shoal: from the store: %.0f segments, %.0f rows; rejected %.0f segments (%.0f rows)\n",
           json_num(line, "segments"), json_num(line, "rows"), json_num(line, "rejected_segments"),
           json_num(line, "rejected_rows"));
+  } else if (!strcmp(event, "stopping")) {
+    /* A stop rule: the actors stop first, while the learner still takes what they send;
+     * then the learner (cli/supervise.h, learner/runtime.h). */
+    char reason[32] = "a stop rule";
+    json_str(line, "reason", reason, sizeof reason);
+    sup_stop(r->s, false, reason);
   } else if (!strcmp(event, "done")) {
     snprintf(r->done_line, sizeof r->done_line, "%s", line);
   }
@@ -307,10 +314,10 @@ static int probe_env(const config *cfg, bool onpolicy, shoal_error *err) {
 }
 
 /* What the run has behind it: its training seconds (the last "train_seconds" metric:
- * the learner counts them across resumes), its env steps and its best score (NAN when
- * none), from its snapshots and metrics. Zeros when it has none. */
-static void run_so_far(store *st, const char *run, double *seconds, double *steps, double *best) {
-  *seconds = 0, *steps = 0, *best = NAN;
+ * the learner counts them across resumes) and its env steps, from its metrics and
+ * snapshots. Zeros when it has none. */
+static void run_so_far(store *st, const char *run, double *seconds, double *steps) {
+  *seconds = 0, *steps = 0;
   shoal_error err = {0};
   store_metric *rows = NULL;
   size_t n = 0;
@@ -323,10 +330,8 @@ static void run_so_far(store *st, const char *run, double *seconds, double *step
   }
   store_snapshot_meta *metas = NULL;
   if (!store_snapshot_list(st, run, &metas, &n, &err)) {
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
       if ((double)metas[i].env_steps > *steps) *steps = (double)metas[i].env_steps;
-      if (isfinite(metas[i].score) && !(metas[i].score <= *best)) *best = metas[i].score;
-    }
     free(metas);
   }
 }
@@ -350,8 +355,8 @@ static bool resume_refused(store *st, const config *cfg, const cfg_key *keys, in
             err.msg, run);
     return true;
   }
-  double seconds, steps, best;
-  run_so_far(st, run, &seconds, &steps, &best);
+  double seconds, steps;
+  run_so_far(st, run, &seconds, &steps);
   const double max_s = config_float(cfg, "run.max_seconds");
   const double max_steps = (double)config_int(cfg, "run.max_env_steps");
   if (max_s > 0 && seconds >= max_s) {
@@ -552,8 +557,9 @@ static int cmd_run(int argc, char **argv) {
   snprintf(learner_bin, sizeof learner_bin, "%s/%s", shoal_bindir, ctx.learner_prog);
   char *largv[] = {learner_bin, "--config", cfg_path, "--run", run, "--resume", NULL};
   /* A learner that fails for good (its config, its snapshot, another learner holding the
-   * run) is not restarted: the run fails with its message. */
-  sup_child_spec ls = {"learner", largv, true, true, 1, 20, false, RUN_EXIT_FATAL};
+   * run) is not restarted: the run fails with its message. SIGUSR1 when a stop begins:
+   * it ends training and takes what the stopping actors still send (learner/runtime.h). */
+  sup_child_spec ls = {"learner", largv, true, true, 1, 20, false, RUN_EXIT_FATAL, SIGUSR1};
   ctx.learner_idx = sup_add(s, &ls, &err);
   for (int i = 0; i < ctx.actors; i++) {
     char name[32];

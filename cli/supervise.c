@@ -8,6 +8,8 @@
 #include <string.h>
 #include <uv.h>
 
+extern char **environ;
+
 enum { LINE_MAX_BYTES = 64 * 1024 };
 
 typedef enum child_state {
@@ -36,7 +38,8 @@ typedef struct sup_child {
   char **argv;
   bool restart, essential, deferred;
   int stop_order, max_restarts;
-  int final_status; /* an exit with it is for good */
+  int final_status;   /* an exit with it is for good */
+  int prestop_signal; /* sent when a stop begins, if others stop first */
   child_state state;
   incarnation *inc; /* the running one, or NULL */
   uv_timer_t timer; /* restart backoff */
@@ -60,6 +63,7 @@ struct sup {
   bool stopping, failed, killed, loop_live;
   int signals;     /* SIGINT/SIGTERM received: the second one kills */
   int stop_signal; /* the signal that asked for the stop, 0 when none did */
+  char **env;      /* the children's environment: this one's and SHOAL_SUPERVISED=1 */
   int stop_phase;  /* the stop_order being stopped now */
   char why[512];
 };
@@ -101,6 +105,7 @@ void sup_destroy(sup *s) {
   SHOAL_ASSERT(rc == 0);
   for (int i = 0; i < s->n; i++) free_child(s->children[i]);
   free(s->children);
+  free(s->env);
   free(s);
 }
 
@@ -128,6 +133,7 @@ int sup_add(sup *s, const sup_child_spec *spec, shoal_error *err) {
   c->stop_order = spec->stop_order;
   c->max_restarts = spec->max_restarts;
   c->final_status = spec->final_status;
+  c->prestop_signal = spec->prestop_signal;
   c->deferred = spec->deferred;
   c->delay_s = s->backoff_first_s;
   s->children[s->n++] = c;
@@ -339,6 +345,7 @@ static void start_child(sup_child *c) {
   opt.args = c->argv;
   opt.stdio = stdio;
   opt.stdio_count = 3;
+  opt.env = s->env;
   int rc = uv_spawn(&s->loop, &inc->proc, &opt);
   if (rc) {
     fprintf(stderr, "shoal: cannot start %s (%s): %s\n", c->name, c->argv[0], uv_strerror(rc));
@@ -419,6 +426,20 @@ void sup_stop(sup *s, bool failed, const char *why) {
   }
   if (s->stopping) return;
   s->stopping = true;
+  /* Those that stop later hear of the stop now (a learner stops training while its
+   * actors stop). */
+  int lowest = 0;
+  bool any = false;
+  for (int i = 0; i < s->n; i++) {
+    sup_child *c = s->children[i];
+    if (c->state == CHILD_RUNNING && (!any || c->stop_order < lowest))
+      lowest = c->stop_order, any = true;
+  }
+  for (int i = 0; i < s->n; i++) {
+    sup_child *c = s->children[i];
+    if (c->state == CHILD_RUNNING && c->inc && c->prestop_signal && c->stop_order > lowest)
+      uv_process_kill(&c->inc->proc, c->prestop_signal);
+  }
   advance_stop(s);
 }
 
@@ -496,8 +517,24 @@ static void tick_cb(uv_timer_t *t) {
 bool sup_killed(const sup *s) { return s->killed; }
 int sup_stop_signal(const sup *s) { return s->stop_signal; }
 
+/* This process's environment with SHOAL_SUPERVISED=1 (replacing one it may hold). */
+static int make_env(sup *s, shoal_error *err) {
+  static char mark[] = "SHOAL_SUPERVISED=1";
+  size_t n = 0;
+  while (environ && environ[n]) n++;
+  if (!(s->env = calloc(n + 2, sizeof *s->env)))
+    return shoal_error_set(err, SHOAL_ENOMEM, "supervisor: out of memory");
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "SHOAL_SUPERVISED=", 17)) s->env[k++] = environ[i];
+  s->env[k] = mark;
+  return 0;
+}
+
 int sup_run(sup *s, shoal_error *err) {
   if (s->n == 0) return shoal_error_set(err, SHOAL_EINVAL, "supervisor: no children to run");
+  int erc = make_env(s, err);
+  if (erc) return erc;
   s->loop_live = true;
   uv_timer_init(&s->loop, &s->grace);
   s->grace.data = s;

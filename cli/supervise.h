@@ -13,6 +13,15 @@
  * restarted and stops the whole run as failed, whichever child it was. Any other
  * non-zero status or a signal is a crash, restarted when the spec says so.
  *
+ * Children run with SHOAL_SUPERVISED=1 in their environment. A terminal's Ctrl-C goes
+ * to its whole foreground process group, children included: a shoal program that sees
+ * SHOAL_SUPERVISED ignores SIGINT and leaves the stop to the supervisor, which then stops
+ * the children in stop_order with SIGTERM. A child with a prestop_signal gets it when the
+ * stop begins and others stop before it: `shoal run`'s learner (SIGUSR1) then ends its
+ * training but still takes what the actors send until its own SIGTERM. (A learner under
+ * `shoal run` also announces a stop rule and waits for that SIGTERM, so that the actors
+ * stop first: learner/runtime.h.)
+ *
  *   sup *s = sup_create(&err);
  *   sup_add(s, &(sup_child_spec){"learner", learner_argv, .essential = true, .stop_order = 1},
  *           &err);
@@ -32,15 +41,17 @@
 typedef struct sup sup;
 
 typedef struct sup_child_spec {
-  const char *name;  /* copied */
-  char *const *argv; /* NULL-terminated; argv[0] is the program (PATH is searched); copied */
-  bool restart;      /* restart after an abnormal exit (signal or non-zero status) */
-  bool essential;    /* when it exits for good, the supervisor stops the rest */
-  int stop_order;    /* lower stops first */
-  int max_restarts;  /* 0: unlimited */
-  bool deferred;     /* not started by sup_run: sup_launch starts it */
-  int final_status;  /* non-zero: an exit with this status is for good: never restarted,
-                      * and the run stops as failed (see the top of this file) */
+  const char *name;   /* copied */
+  char *const *argv;  /* NULL-terminated; argv[0] is the program (PATH is searched); copied */
+  bool restart;       /* restart after an abnormal exit (signal or non-zero status) */
+  bool essential;     /* when it exits for good, the supervisor stops the rest */
+  int stop_order;     /* lower stops first */
+  int max_restarts;   /* 0: unlimited */
+  bool deferred;      /* not started by sup_run: sup_launch starts it */
+  int final_status;   /* non-zero: an exit with this status is for good: never restarted,
+                       * and the run stops as failed (see the top of this file) */
+  int prestop_signal; /* non-zero: sent when a stop begins if others stop before this child
+                       * (a learner: stop training, keep taking what the actors send) */
 } sup_child_spec;
 
 /* on_line: a complete line (without its newline) that child `index` wrote on stdout;
@@ -77,7 +88,7 @@ void sup_set_handle_signals(sup *s, bool on);
 /* Starts the children and runs until every child has exited for good. Returns 0 when
  * every essential child exited with status 0 (or the stop was requested; a stop by
  * signal may still have killed them: sup_killed), else SHOAL_ECLOSED, with err saying
- * which child failed and how. */
+ * which child failed and how; SHOAL_ENOMEM when it cannot start. */
 int sup_run(sup *s, shoal_error *err);
 /* After sup_run: whether a second signal killed the children (SIGKILL) instead of
  * letting them stop: what they would have written at their stop is missing. */

@@ -856,6 +856,14 @@ static void progress(void *a, char *buf, size_t cap, double dt, int64_t steps, d
   follow_metrics(L->fol, L->b.wr, L->b.run, steps, t_unix);
 }
 
+/* A stop rule was met; the actors stop first: what they still send goes in (and into
+ * the replay log, for a resume) without waiting for updates, which have ended. */
+static void drain(void *a) {
+  learner *L = a;
+  follow_halt(L->fol); /* the store's segments wait for the next run, as in halt */
+  replay_limiter_close(L->lim);
+}
+
 /* No more batches: the follower first (before the rate limiter lets every insert
  * through), then every waiting insert released, then the follower's last counts. */
 static void halt(void *a) {
@@ -1084,6 +1092,7 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
                      .start = start,
                      .status = status,
                      .progress = progress,
+                     .drain = drain,
                      .halt = halt,
                      .finish = finish,
                      .eval_create = eval_create,

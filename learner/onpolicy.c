@@ -50,6 +50,10 @@ typedef struct learner {
   /* ingest (rpc threads) */
   atomic_int_fast64_t steps_in; /* env steps delivered (queued or dropped as stale) */
   atomic_uint_fast64_t bad_batches, stale_ingest, unrolls_in;
+  /* After a stop rule, while the actors stop (drain): unrolls taken and dropped, as no
+   * update will use them (on-policy data is not kept across a stop). */
+  atomic_bool draining;
+  atomic_uint_fast64_t dropped_at_stop;
 
   /* the trainer: time-major buffers sized once */
   void *obs_raw, *fin_raw, *act;
@@ -131,6 +135,10 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
   /* Returns count whatever happens to the data: the episodes were played. */
   for (size_t k = 0; k < NT; k++)
     if (term[k] || trunc[k]) lrt_episode(L->b.rt, epret[k]);
+  if (atomic_load(&L->draining)) {
+    atomic_fetch_add(&L->dropped_at_stop, b->n);
+    return 0;
+  }
   if (L->max_staleness >= 0 && now - b->policy_version > L->max_staleness) {
     atomic_fetch_add(&L->stale_ingest, b->n);
     return 0;
@@ -343,6 +351,12 @@ static void progress(void *a, char *buf, size_t cap, double dt, int64_t steps, d
 }
 
 /* No more batches: inserts blocked on a full FIFO wake with SHOAL_ECLOSED. */
+static void drain(void *a) {
+  learner *L = a;
+  atomic_store(&L->draining, true);
+  replay_traj_close(L->q); /* a push waiting for room is answered: its resend is taken */
+}
+
 static void halt(void *a) {
   learner *L = a;
   replay_traj_close(L->q);
@@ -354,9 +368,12 @@ static bool finish(void *a, char *buf, size_t cap) {
   replay_traj_get_stats(L->q, &qs);
   char j[32] = "null";
   if (L->lag_n_run > 0) snprintf(j, sizeof j, "%.3f", L->lag_sum_run / L->lag_n_run);
-  snprintf(buf, cap, ",\"lag_mean\":%s,\"lag_max\":%lld,\"lag_min\":%lld,\"dropped_stale\":%llu", j,
-           (long long)L->lag_max_run, (long long)(L->lag_n_run > 0 ? L->lag_min_run : 0),
-           (unsigned long long)(qs.dropped_stale + atomic_load(&L->stale_ingest)));
+  snprintf(buf, cap,
+           ",\"lag_mean\":%s,\"lag_max\":%lld,\"lag_min\":%lld,\"dropped_stale\":%llu,"
+           "\"dropped_at_stop\":%llu",
+           j, (long long)L->lag_max_run, (long long)(L->lag_n_run > 0 ? L->lag_min_run : 0),
+           (unsigned long long)(qs.dropped_stale + atomic_load(&L->stale_ingest)),
+           (unsigned long long)atomic_load(&L->dropped_at_stop));
   return true;
 }
 
@@ -532,6 +549,7 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
                      .resume = resume,
                      .status = status,
                      .progress = progress,
+                     .drain = drain,
                      .halt = halt,
                      .finish = finish,
                      .eval_create = eval_create,

@@ -20,6 +20,10 @@
 
 enum { RETURNS_KEPT = 100, MAX_SETS = 64 };
 
+/* How long a learner under a supervisor waits, after a stop rule, for the SIGTERM that
+ * follows its actors' stop (theirs takes at most the supervisor's grace, 30 s). */
+static const double AWAIT_STOP_S = 45;
+
 static const char *const common_hp[LRT_HP_COMMON] = {
     "learner.publish_every", "learner.snapshot_every_s", "run.max_env_steps", "run.max_seconds",
     "run.solve_return"};
@@ -52,6 +56,7 @@ struct lrt {
   config *cfg;
   const char *run, *cfg_path;
   bool resume;
+  char record_why[1400]; /* the run's stored config differs: why this one is recorded */
   int actors;
   store *st;
   store_writer *wr;
@@ -88,6 +93,12 @@ struct lrt {
 
 static volatile sig_atomic_t stop_signal = 0;
 static void on_signal(int sig) { stop_signal = sig; }
+/* SIGUSR1 from a supervisor: its stop has begun (the actors are being stopped). */
+static volatile sig_atomic_t stop_begun = 0;
+static void on_stop_begun(int sig) { stop_begun = sig; }
+/* Started by `shoal run`'s supervisor (cli/supervise.h): it stops this learner, after
+ * the actors. */
+static bool supervised;
 
 void *lrt_new(lrt *rt, size_t size, shoal_error *err) {
   lrt_base *b = calloc(1, size < sizeof *b ? sizeof *b : size);
@@ -643,14 +654,16 @@ static const char *const placement_keys[] = {
     "learner.device"};
 
 /* The store shows what trains: a learner whose training values differ from its run's
- * stored config records its own (and says which changed). */
+ * stored config records its own (and says which changed), once its snapshot has loaded
+ * (record_config), so that a config the run cannot take is never stored. */
 static void check_stored_config(lrt *rt, const char *stored) {
   int nkeys;
   shoal_error err = {0};
   const cfg_key *keys = rt->p->schema(&nkeys);
   config *old = config_create(keys, nkeys, &err);
   if (!old || config_load_string(old, stored ? stored : "", rt->run, &err)) {
-    lrt_note(rt, "the run's stored config does not load (%s): recording this one", err.msg);
+    snprintf(rt->record_why, sizeof rt->record_why,
+             "the run's stored config does not load (%s): recording this one", err.msg);
   } else if (run_resume_check(old, rt->cfg, &err)) {
     /* Refused before the store holds a config its snapshots do not fit. */
     config_destroy(old);
@@ -663,12 +676,19 @@ static void check_stored_config(lrt *rt, const char *stored) {
                         (int)(sizeof placement_keys / sizeof *placement_keys), diff, sizeof diff);
     config_destroy(old);
     if (!n) return;
-    lrt_note(rt,
+    snprintf(rt->record_why, sizeof rt->record_why,
              "run %s trains with %d value%s its stored config does not hold (%s): recording "
              "this config in the store",
              rt->run, n, n > 1 ? "s" : "", diff);
   }
+}
+
+/* What check_stored_config found to record, after the resume. */
+static void record_config(lrt *rt) {
+  if (!rt->record_why[0]) return;
+  lrt_note(rt, "%s", rt->record_why);
   char *yaml = NULL;
+  shoal_error err = {0};
   if (config_dump_redacted(rt->cfg, &yaml, &err) ||
       store_run_set_config(rt->st, rt->run, yaml, &err))
     lrt_note(rt, "cannot record the run's config: %s", err.msg);
@@ -726,6 +746,7 @@ static void set_up(lrt *rt, int argc, char **argv) {
     lrt_die(rt, "learner", &err);
   }
   if (rt->resume) resume(rt);
+  record_config(rt);
   if (rt->algo.start && rt->algo.start(rt->a, rt->resume, &err)) lrt_die(rt, "start", &err);
   start_live(rt);
   start_server(rt);
@@ -733,7 +754,7 @@ static void set_up(lrt *rt, int argc, char **argv) {
   eval_start(rt);
   struct sigaction sa = {0};
   sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
+  if (!supervised) sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   emit("{\"event\":\"listening\",\"port\":%d,\"run\":\"%s\",\"device\":\"%s\",\"algo\":\"%s\"}",
        rpc_server_port(rt->srv), rt->run, rt->algo.device, rt->algo.name);
@@ -803,7 +824,7 @@ static const char *train_loop(lrt *rt, double t0, window *wp) {
   uint64_t eval_seed = 1000003;
   shoal_error err = {0};
   for (;;) {
-    if (stop_signal) return "signal";
+    if (stop_signal || stop_begun) return "signal";
     if (atomic_load(&rt->lease_lost)) return "lease_lost";
     lrt_figs f;
     rt->algo.figs(rt->a, &f);
@@ -873,10 +894,24 @@ static const char *train(lrt *rt, double t0) {
   return reason;
 }
 
+/* Under a supervisor a stop rule ends training but not yet the learner: the actors stop
+ * first, so that what they still hold reaches it instead of being dropped. It says so
+ * ({"event":"stopping"}: the supervisor then stops the actors, then this learner by
+ * SIGTERM) and meanwhile takes their batches without waiting for training. Bounded: a
+ * supervisor that does not answer leaves the learner to stop by itself. */
+static void await_stop(lrt *rt, const char *reason) {
+  emit("{\"event\":\"stopping\",\"reason\":\"%s\"}", reason);
+  if (rt->algo.drain) rt->algo.drain(rt->a);
+  const double t = shoal_now_s();
+  while (!stop_signal && !atomic_load(&rt->lease_lost) && shoal_now_s() - t < AWAIT_STOP_S) {
+    struct timespec ts = {0, 20000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* Stop taking batches, keep what was learned, say how it ended: "t" is the run's
- * training time, "stop_s" how long the stop took. */
-static int stop(lrt *rt, const char *reason, double t0) {
-  const double t_end = shoal_now_s();
+ * training time (to t_end, when training ended), "stop_s" how long the stop took. */
+static int stop(lrt *rt, const char *reason, double t0, double t_end) {
   atomic_store(&rt->stopping, true);
   if (!atomic_load(&rt->lease_lost)) lease_stopping(rt);
   live_hp_wake(&rt->live);
@@ -950,10 +985,25 @@ static int stop(lrt *rt, const char *reason, double t0) {
 int lrt_main(int argc, char **argv, const lrt_program *p) {
   static lrt rt; /* the signal handler and rpc threads outlive no frame of main's */
   rt.p = p;
+  const char *sv = getenv("SHOAL_SUPERVISED");
+  supervised = sv && !strcmp(sv, "1");
+  /* A terminal's Ctrl-C reaches this process too; the supervisor acts on it (from the
+   * start: a Ctrl-C while this learner sets up is the supervisor's as well), and says
+   * when its stop begins by SIGUSR1. */
+  if (supervised) {
+    signal(SIGINT, SIG_IGN);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_stop_begun;
+    sa.sa_flags = SA_RESTART; /* the threads' calls go on: training ends at its next step */
+    sigaction(SIGUSR1, &sa, NULL);
+  }
   set_up(&rt, argc, argv);
   double t0 = shoal_now_s() - (rt.resume ? seconds_before(&rt) : 0);
   const char *reason = train(&rt, t0);
-  int rc = stop(&rt, reason, t0);
+  const double t_end = shoal_now_s();
+  /* A SIGTERM ends it at once; a stop rule or the supervisor's SIGUSR1 waits for it. */
+  if (supervised && !stop_signal && strcmp(reason, "lease_lost")) await_stop(&rt, reason);
+  int rc = stop(&rt, reason, t0, t_end);
   lease_release(&rt);
   store_close(rt.st);
   rt.algo.destroy(rt.a);

@@ -21,7 +21,13 @@
  * error a restart may cure, 2 for bad arguments, RUN_EXIT_FATAL (run/run.h) for one no
  * restart cures: a config error, a config its run's snapshots do not fit, an env the
  * algorithm cannot play, an unusable snapshot, a run another learner holds.
-
+ *
+ * Under a supervisor (SHOAL_SUPERVISED=1 in the environment, cli/supervise.h) the learner
+ * ignores SIGINT (the supervisor acts on a terminal's Ctrl-C), and neither a stop rule (a
+ * limit, a solve) nor SIGUSR1 (the supervisor's stop has begun) ends it at once: training
+ * ends, it prints {"event":"stopping","reason":...}, takes the batches its actors still
+ * send while the supervisor stops them, and stops on the SIGTERM that follows (or by
+ * itself after 45 s).
  */
 #ifndef SHOAL_LEARNER_RUNTIME_H
 #define SHOAL_LEARNER_RUNTIME_H
@@ -97,6 +103,10 @@ typedef struct lrt_algo {
   /* Extra fields of a progress line (",\"key\":value..." into buf) and metrics at it;
    * dt is the seconds since the last line. */
   void (*progress)(void *a, char *buf, size_t cap, double dt, int64_t env_steps, double t_unix);
+  /* A stop rule was met and the learner waits for its actors to stop (under a
+   * supervisor): batches still come in, and none may wait for training any more. NULL:
+   * nothing to do. halt follows. */
+  void (*drain)(void *a);
   /* The stop, before the rpc server goes: no insert may wait any more. */
   void (*halt)(void *a);
   /* The stop, after the final snapshot: what the algorithm flushes (the replay log),

@@ -115,6 +115,53 @@ static void test_final_status_is_not_restarted_and_fails_the_run(void **state) {
   sup_destroy(s);
 }
 
+/* Children learn that a supervisor stops them (SHOAL_SUPERVISED=1), whatever this
+ * process's environment says. */
+static void test_children_know_they_are_supervised(void **state) {
+  seen w;
+  sup *s = make(&w, 0);
+  setenv("SHOAL_SUPERVISED", "0", 1);
+  add_sh(s, "a", "echo \"sv=$SHOAL_SUPERVISED\"", false, true, 0, 0);
+  shoal_error err = {0};
+  assert_int_equal(sup_run(s, &err), 0);
+  unsetenv("SHOAL_SUPERVISED");
+  assert_int_equal(w.n, 1);
+  assert_string_equal(w.lines[0], "a:sv=1");
+  sup_destroy(s);
+}
+
+/* When a stop begins, a child that stops after others gets its prestop_signal (a learner
+ * ends its training while its actors stop), then SIGTERM in its turn; the first to stop
+ * gets none. */
+static void test_prestop_signal_goes_to_those_that_stop_later(void **state) {
+  seen w;
+  sup *s = make(&w, 0.1);
+  w.stop_after_ticks = 3;
+  const char *loop =
+      "trap 'echo usr1' USR1; trap 'echo term; exit 0' TERM; echo start; "
+      "while :; do sleep 0.02; done";
+  char *argv[] = {"/bin/sh", "-c", (char *)loop, NULL};
+  sup_child_spec actor = {"actor", argv, true, false, 0, 0, false, 0, SIGUSR1};
+  sup_child_spec learner = {"learner", argv, true, true, 1, 0, false, 0, SIGUSR1};
+  shoal_error err = {0};
+  assert_true(sup_add(s, &actor, &err) >= 0);
+  assert_true(sup_add(s, &learner, &err) >= 0);
+  assert_int_equal(sup_run(s, &err), 0);
+  int learner_usr1 = -1, learner_term = -1, actor_usr1 = -1, actor_term = -1;
+  for (int i = 0; i < w.n; i++) {
+    if (!strcmp(w.lines[i], "learner:usr1")) learner_usr1 = i;
+    if (!strcmp(w.lines[i], "learner:term")) learner_term = i;
+    if (!strcmp(w.lines[i], "actor:usr1")) actor_usr1 = i;
+    if (!strcmp(w.lines[i], "actor:term")) actor_term = i;
+  }
+  assert_true(learner_usr1 >= 0);
+  assert_true(learner_term > learner_usr1);
+  assert_true(learner_term > actor_term);
+  assert_true(actor_term >= 0);
+  assert_int_equal(actor_usr1, -1);
+  sup_destroy(s);
+}
+
 typedef struct killer {
   seen w;
   int actor;
@@ -248,6 +295,8 @@ int main(void) {
       cmocka_unit_test(test_signal_during_a_stop),
       cmocka_unit_test(test_missing_program_is_a_clear_error),
       cmocka_unit_test(test_final_status_is_not_restarted_and_fails_the_run),
+      cmocka_unit_test(test_children_know_they_are_supervised),
+      cmocka_unit_test(test_prestop_signal_goes_to_those_that_stop_later),
   };
   return cmocka_run_group_tests_name("supervise", tests, NULL, NULL);
 }

@@ -283,6 +283,7 @@ static void test_errors_no_restart_cures_stop_the_run(void **state) {
   assert_true(took < 20);
   assert_int_equal(store_run_find(st, "r4", &r, &err), 0);
   assert_int_equal(r.status, STORE_RUN_FAILED);
+  assert_string_equal(r.config, bad); /* the learner recorded nothing it could not train */
   store_run_clear(&r);
   free(out);
   /* The old values back: it resumes. */
