@@ -215,6 +215,9 @@ int cmd_set(int argc, char **argv) {
         h[n].text = eq + 1;
       }
       n++;
+    } else if (argv[i][0] != '-' && !strchr(argv[i], '=')) {
+      fprintf(stderr, "shoal set: '%s' is not KEY=VALUE (e.g. dqn.lr=0.0003)\n", argv[i]);
+      goto done;
     } else {
       cli_bad_arg("set", argc, argv, i);
       goto done;

@@ -127,9 +127,10 @@ SHOAL_C_EXPORT int shoal_c_vec_step(shoal_c_vec *v);
 /* As shoal_c_vec_reset with a seed per copy and reset options (Gymnasium's
  * reset(seed=[...], options={...})): copy i is seeded with seeds[i] where reseed is NULL
  * or reseed[i] != 0, else its RNG goes on (a copy never seeded draws as if seeded with
- * i). options: "k=v,..." of the env's reset options (classic control: low, high;
- * Pendulum-v1: x_init, y_init), for this reset only; NULL or "" for none. SHOAL_EINVAL
- * naming a key the env does not take at reset or a bad value, nothing reset then. */
+ * i; the Python package passes a seed from OS entropy for those, as Gymnasium). options: "k=v,..."
+ * of the env's reset options (classic control: low, high; Pendulum-v1: x_init, y_init), for this
+ * reset only; NULL or "" for none. SHOAL_EINVAL naming a key the env does not take at reset or a
+ * bad value, nothing reset then. */
 SHOAL_C_EXPORT int shoal_c_vec_reset_each(shoal_c_vec *v, const uint64_t *seeds,
                                           const uint8_t *reseed, const char *options, void *obs);
 

@@ -135,6 +135,8 @@ static void test_mistakes_are_named(void **state) {
   expect_says(s0, 2, "'localhost' names no port", "HOST:PORT", NULL);
   char *s1[] = {wf_shoal, "set", "localhost", "dqn.lr=0.001", NULL};
   expect_says(s1, 2, "'localhost' names no port", NULL);
+  char *s2[] = {wf_shoal, "set", "localhost:1", "dqn.lr", NULL};
+  expect_says(s2, 2, "'dqn.lr' is not KEY=VALUE", NULL);
   char *v0[] = {wf_shoal, "run", "x.yaml", "--set", NULL};
   expect_says(v0, 2, "--set needs a value: --set KEY=VALUE", NULL);
   char *v1[] = {wf_shoal, "eval", "r1", "--set", NULL};
