@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The peers' environment (issue 24): a venv with the libraries a user would pick instead of
+# The peers' environment: a venv with the libraries a user would pick instead of
 # shoal, pinned, for the benchmarks in benchmarks/peers and the interop tests
 # (tests/test_peers_*.py). Nothing of shoal or of `make test` needs it; the tests that use it
 # skip where it is missing. Idempotent: a venv whose stamp matches the pins is left alone.
