@@ -33,7 +33,7 @@ SKIP_PREFIXES = ("tests/fixtures/",)
 
 def self_test():
     # Each pattern must catch what it is for and leave ordinary text alone.
-    bad = ["see ../" + "shared/notes/x.md", "`" + "shared/" + "baselines`",
+    bad = ["see ../" + "sha" + "red/notes/x.md", "`" + "sha" + "red/baselines`",
            "(Iss" + "ue 25)", "iss" + "ue #7", "/wo" + "rk/shared/baselines/README.md",
            "/ho" + "me/alice/runs"]
     good = ["a shared/ folder in the device checkout", "lib/shared/notes.c",
