@@ -86,13 +86,14 @@ def main():
     root = os.path.abspath(a.root)
     build = os.path.abspath(a.build)
     readme = a.readme or os.path.join(root, "README.md")
+    name = os.path.basename(readme)
     todo = blocks(readme)
     if not todo:
         print("readme_walk: %s has no ```sh runnable block" % readme)
         return 1
     if a.list:
         for start, text in todo:
-            print("# README.md line %d\n%s" % (start, shorten(text, a.max_seconds)))
+            print("# %s line %d\n%s" % (name, start, shorten(text, a.max_seconds)))
         return 0
     if not os.access(os.path.join(build, "bin", "shoal"), os.X_OK):
         print("SKIPPED: %s/bin/shoal is not built" % build)
@@ -118,11 +119,11 @@ def main():
     for start, text in todo:
         script = shorten(text, a.max_seconds)
         if "gym:" in script and not have_gym:
-            print("== README.md line %d: SKIPPED: no Gymnasium for gym: ids (make deps makes its "
-                  "venv; or set SHOAL_ENV_PYTHON)" % start)
+            print("== %s line %d: SKIPPED: no Gymnasium for gym: ids (make deps makes its "
+                  "venv; or set SHOAL_ENV_PYTHON)" % (name, start))
             continue
         left = a.budget - (time.monotonic() - t0)
-        print("== README.md line %d (%.0f s of the budget left)" % (start, left), flush=True)
+        print("== %s line %d (%.0f s of the budget left)" % (name, start, left), flush=True)
         if left <= 0:
             print("readme_walk: out of time before this block (budget %.0f s)" % a.budget)
             ok = False
@@ -137,8 +138,8 @@ def main():
             rc = "timeout"
         sys.stdout.write(out)
         if rc != 0:
-            print("readme_walk: the block at README.md line %d failed (%s): the last '+ ' "
-                  "line above is the command" % (start, rc))
+            print("readme_walk: the block at %s line %d failed (%s): the last '+ ' "
+                  "line above is the command" % (name, start, rc))
             ok = False
             break
     print("readme_walk: %d block(s), %.1f s" % (len(todo), time.monotonic() - t0))
