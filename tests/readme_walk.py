@@ -11,12 +11,12 @@ that moved, fails this test. A block that trains a gym: env is skipped, saying s
 no Gymnasium is installed for shoal (`shoal envs` lists no gym: ids).
 
 Only one change is made to the text: a `shoal run` that does not set run.max_seconds
-gets `--set run.max_seconds=S` (S from --max-seconds, default 15), so a run that would
+gets `--set run.max_seconds=S` (S from --max-seconds, default 10), so a run that would
 train for minutes stops in time; a run that solves sooner is unchanged. The walk prints
 each block's commands and output.
 
 Usage: readme_walk.py --root SRC --build BUILD [--readme README.md] [--budget 110]
-                      [--max-seconds 15] [--list]
+                      [--max-seconds 10] [--list]
 Exit: 0 every block passed; 1 a block failed (its output and the command are printed);
 77 (SKIPPED) when the programs are not built.
 """
@@ -80,7 +80,7 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--readme")
     ap.add_argument("--budget", type=float, default=110.0)
-    ap.add_argument("--max-seconds", type=float, default=15.0)
+    ap.add_argument("--max-seconds", type=float, default=10.0)
     ap.add_argument("--list", action="store_true", help="print the blocks as they would run")
     a = ap.parse_args()
     root = os.path.abspath(a.root)
