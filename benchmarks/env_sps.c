@@ -4,8 +4,8 @@
  * are per second of this process's CPU time (steps/s per core), so that other work on a
  * shared machine does not count against them; the wall-clock rate is printed too.
  * Gymnasium's single-process figures measured once on this kind of machine
- * (shared/baselines/README.md: CartPole-v1 88,200 and Pendulum-v1 29,000 steps/s, env.step
- * only) are printed beside as the baseline; benchmarks/peers/env_peers.py measures
+ * (docs/benchmarks.md, reference figures: CartPole-v1 88,200 and Pendulum-v1 29,000 steps/s,
+ * env.step only) are printed beside as the baseline; benchmarks/peers/env_peers.py measures
  * Gymnasium, EnvPool and PufferLib beside shoal in one run (the peers' venv, make peers).
  * Random actions, drawn up front. */
 #define _POSIX_C_SOURCE 200809L

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* benchmarks/import.c — how fast outside experience gets into a learner (issue 14).
+/* benchmarks/import.c — how fast outside experience gets into a learner.
  *
  * On a file store in a fresh folder, with CartPole-v1 transitions played through envs/:
  *   import   `shoal import FILE.jsonl` (a process: parse, check against the env, join

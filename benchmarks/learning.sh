@@ -13,7 +13,7 @@
 # shoal: > 1 means fewer steps):
 #   CartPole-v1 DQN: CleanRL's dqn.py restated on torch 1.13 and run on one of these
 #     machines reached a greedy mean >= 475 over 100 episodes at a median of 240k env
-#     steps (210k-280k, 5 seeds; issue 25) — its default budget is 500k;
+#     steps (210k-280k, 5 seeds; docs/benchmarks.md) — its default budget is 500k;
 #   CartPole-v1 PPO: CleanRL's ppo.py budget of 500k steps;
 #   Pendulum-v1 PPO: RL Zoo's PPO at 100k steps (−172 ± 104).
 #

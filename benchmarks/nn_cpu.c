@@ -9,7 +9,7 @@
  *   (a) DQN MLP 4-64-64-2, b256: target forward, Q(s, a), Huber, backward, Adam
  *   (b) MinAtar conv net 4x10x10 -> conv16 3x3 -> dense 128 -> 6, b32, the same step
  *   (c) Nature-DQN 4x84x84 (conv32 8x8/4, conv64 4x4/2, conv64 3x3/1, dense 512, 6), b32
- *   (d) DCGAN 28x28 (shared/baselines/README.md), b64: one D step (real and fake), one
+ *   (d) DCGAN 28x28 (docs/benchmarks.md, reference figures), b64: one D step (real and fake), one
  *       G step through D
  *   (e) greedy action from the MLP at b1, b16, b256 (samples/s)
  *
@@ -595,9 +595,9 @@ int main(int argc, char **argv) {
         bench2(names[k], th, &act[k], "samples/s");
       }
     }
-    double sg = isfinite(nature.sgemm) ? nature.sgemm
-                : isfinite(dcgan.sgemm)  ? dcgan.sgemm
-                                         : minatar.sgemm;
+    double sg = isfinite(nature.sgemm)  ? nature.sgemm
+                : isfinite(dcgan.sgemm) ? dcgan.sgemm
+                                        : minatar.sgemm;
     if (isfinite(sg)) bench("sgemm1024", th, sg, "GFLOP/s", NAN);
     fflush(stdout);
   }

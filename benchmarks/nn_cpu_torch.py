@@ -12,7 +12,7 @@ so that the C side can alternate its windows with torch's.
 
 Threads: torch.set_num_threads(n) for torch's own pool and OpenBLAS held at 1 thread:
 two pools of n threads on 2 cores run small nets slower and erratically
-(shared/baselines/README.md), so torch owns the one pool. OMP_NUM_THREADS is left unset:
+(measured with PyTorch 1.13 on 2 cores: docs/benchmarks.md), so torch owns the one pool. OMP_NUM_THREADS is left unset:
 set in the environment it made torch's 2-thread figures 2-4x worse here. Passive OpenMP
 waiting keeps torch's 2-thread figures from collapsing when the shared machine is busy.
 """

@@ -113,7 +113,7 @@ static nn_model *minatar(int B) {
   return m;
 }
 
-/* The DCGAN of shared/baselines: G 100 -> 7*7*128 BN ReLU -> convT 64 BN ReLU -> convT 1
+/* The DCGAN of nn_cpu's row (d): G 100 -> 7*7*128 BN ReLU -> convT 64 BN ReLU -> convT 1
  * tanh; D conv 64 lrelu -> conv 128 BN lrelu -> 1. */
 static nn_model *dcgan_g(int B) {
   shoal_error err = {0};
@@ -287,14 +287,21 @@ static void conv_table(const char *t) {
           char label[32];
           bool rowp = row && p >= 2; /* a path with the row kernels */
           snprintf(label, sizeof label, "%s%s", paths[p],
-                   w ? "+wino" : !d ? "-packed" : rowp ? "+row" : "");
+                   w      ? "+wino"
+                   : !d   ? "-packed"
+                   : rowp ? "+row"
+                          : "");
           printf("%-34s %8s %9.3f %9.3f %8.1f\n", p || w || !d ? "" : k->name, label, f * 1e3,
                  b * 1e3, gf);
           if (w || (direct && p && d) || (rowp && d))
             printf(
                 "BENCH name=nn.layers.conv%zu_%s_%s.%s value=%.1f unit=GFLOP/s baseline=%.1f "
                 "ratio=%.2f\n",
-                c, paths[p], w ? "wino" : rowp ? "row" : "direct", t, gf, gf_prev, gf / gf_prev);
+                c, paths[p],
+                w      ? "wino"
+                : rowp ? "row"
+                       : "direct",
+                t, gf, gf_prev, gf / gf_prev);
           else
             printf(
                 "BENCH name=nn.layers.conv%zu_%s%s.%s value=%.1f unit=GFLOP/s baseline=none "
@@ -503,8 +510,8 @@ int main(int argc, char **argv) {
     profile_print("nature train b32, 20 steps", &na, (const char *const[]){"Q"}, 1, train_steps,
                   &tc);
     free(tc.x), free(tc.dy);
-    train_ctx tm = {mn, NULL, 32, rnd((size_t)32 * 4 * 10 * 10, 1, 7), rnd((size_t)32 * 6, 0.01f, 8),
-                    400};
+    train_ctx tm = {
+        mn, NULL, 32, rnd((size_t)32 * 4 * 10 * 10, 1, 7), rnd((size_t)32 * 6, 0.01f, 8), 400};
     profile_print("minatar train b32, 400 steps", &mn, (const char *const[]){"Q"}, 1, train_steps,
                   &tm);
     free(tm.x), free(tm.dy);

@@ -5,7 +5,7 @@ For CartPole-v1 and MinAtar/Breakout-v1 at B = 1, 16, 256: env.step(actions) in 
 loop, with uniformly random actions drawn by numpy (int32, drawn in blocks of max(16, 4096/B) steps:
 one rng.integers call per block, so drawing does not dominate at small B). The baseline
 is Gymnasium 1.4.0's CartPole-v1 env.step in Python on this machine
-(/work/shared/baselines/README.md: 88,200 steps/s, a figure measured once; benchmarks/peers/
+(88,200 steps/s, measured once: docs/benchmarks.md, reference figures; benchmarks/peers/
 env_peers.py measures Gymnasium, EnvPool and PufferLib beside shoal in one run);
 MinAtar has none. A B=256 figure with the env stepped by 2 threads (num_threads=2) is
 reported too (`.t2`).

@@ -5,7 +5,9 @@
  * One completion queue, polled by the server's own threads (config.threads). Every call
  * has a small state struct with one tag per operation kind; each started batch yields
  * exactly one event, the struct counts outstanding batches and is freed when the count
- * reaches zero after the close event (../shared/notes/grpc-c-core.md, items 5-7, 14).
+ * reaches zero after the close event: the gRPC C core (1.51) gives exactly one event per
+ * started batch, and a call may be unreffed only once all of its batches, the close
+ * included, have completed.
  * Several request_call are kept armed so that actors connecting together are not
  * serialised. A call's events are handled under its own mutex, so several polling
  * threads may serve one server.

@@ -202,7 +202,7 @@ static int start_cluster(void) {
   int ctld_port = free_port(), d_port = free_port();
   if (ctld_port < 0 || d_port < 0 || ctld_port == d_port) return -1;
   char text[4096];
-  /* What works here (shared/notes/slurm-one-node.md): no cgroups (linuxproc, task/none),
+  /* What works on a one-node test cluster in a container: no cgroups (linuxproc, task/none),
    * CR_Core so steps get CPUs of their own, one node of 2 CPUs. KillWait 20: a requeued
    * learner's stop (its last snapshot) must end before SIGKILL, else its lease stays
    * "stopping" and the requeued learner waits for it. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * tests/test_import.c — outside experience end to end (issue 14): `shoal import` of
+ * tests/test_import.c — outside experience end to end: `shoal import` of
  * JSON Lines and .npy columns into a run's experience segments, bad records counted
  * and named, a learner training from the store only (replay.source store, no actors),
  * and a learner following segments that another process appends while it runs.

@@ -117,8 +117,8 @@ static double eval_run_best(const char *run) { return eval_run_n(run, "100", tru
 
 static void test_impala_solves_cartpole(void **state) {
   /* One seed, no retry: the config (rewards scaled, env.norm_reward) solved 40 of 40
-   * seeds on each OpenBLAS kernel set with two busy loops beside it (README, "Learning on
-   * every seed"). */
+   * seeds on each OpenBLAS kernel set with two busy loops beside it (docs/benchmarks.md, "Learning:
+   * CartPole and the classic control tasks"). */
   const char *sets[] = {"run.max_env_steps=1000000", "run.seed=1"};
   const char *done = NULL, *run = "impala-solve";
   char *out = run_json(impala_cfg, run, sets, 2, 300, &done);

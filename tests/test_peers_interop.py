@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Interop with the real peer libraries (issue 24, item 5), from the peers' venv that
+"""Interop with the real peer libraries, from the peers' venv that
 benchmarks/peers/setup.sh makes (SHOAL_PEERS_VENV, default ~/.cache/shoal-peers):
 
   tboard       TensorBoard's own event reader (EventAccumulator) reads the event file

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Steps/s of shoal's vector env against the vector envs a user would pick instead, all
-driven from Python in this one process and run (issue 24, item 2).
+driven from Python in this one process and run.
 
 Peers (whichever import; benchmarks/peers/setup.sh installs them into a venv):
   gymnasium-sync   gymnasium.make_vec(id, B, vectorization_mode="sync")  (SyncVectorEnv)

@@ -52,7 +52,7 @@ Measured 2026-12-02 00:57-01:10 UTC by `make bench BENCH=learning` (python 3.11.
   cleanrl_ppo  3/3   20k  40k  20k    10 (12) s     6 s CPU
   sb3_dqn      2/3   40k  50k   -    183 (196) s   99 s CPU   (seed 3: greedy 191 at 50k)
   sb3_ppo      3/3   20k  40k  40k    20 (23) s    18 s CPU
-shoal beside them in the same run, and the comparison: README.md, "Learning on every seed";
+shoal beside them in the same run, and the comparison: docs/benchmarks.md, "Learning";
 logs in benchmarks/results/learning-peers/.
 """
 import argparse

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The peers' environment (issue 24): a venv with the libraries a user would pick instead of
+# The peers' environment: a venv with the libraries a user would pick instead of
 # shoal, pinned, for the benchmarks in benchmarks/peers and the interop tests
 # (tests/test_peers_*.py). Nothing of shoal or of `make test` needs it; the tests that use it
 # skip where it is missing. Idempotent: a venv whose stamp matches the pins is left alone.
@@ -11,7 +11,8 @@
 # (about 3 GB in the venv; the CPU-only wheel is on download.pytorch.org, not reachable from
 # the development machines). pufferlib-core pins torch==2.9.0, so torch is that version.
 # pufferlib (the full package with the Ocean C envs) is an sdist whose build downloads raylib
-# from GitHub, which these machines cannot reach: it is not installed (see README.md here).
+# from GitHub, which these machines cannot reach: it is not installed (docs/benchmarks.md,
+# Environments).
 set -euo pipefail
 venv=${SHOAL_PEERS_VENV:-$HOME/.cache/shoal-peers}
 python=${SHOAL_PEERS_PYTHON:-/usr/bin/python3}

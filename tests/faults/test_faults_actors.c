@@ -20,7 +20,7 @@
  *   run_learner_kill_mongo  the same on MongoDB (the tests' stand-in server, or
  *                       $SHOAL_TEST_MONGO_URI).
  *
- * Prints FAULTS lines for the README's table. `test_faults_actors run_kills` runs one.
+ * Prints FAULTS lines for docs/reliability.md's table. `test_faults_actors run_kills` runs one.
  */
 #define _GNU_SOURCE
 #include <setjmp.h>

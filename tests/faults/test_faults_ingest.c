@@ -17,7 +17,7 @@
  *   learner_kill_mongo  the same on a MongoDB store ($SHOAL_TEST_MONGO_URI: the
  *                  tests' stand-in server, or a real one).
  *
- * Prints FAULTS lines (kills, lost batches, recovery times) for the README's table.
+ * Prints FAULTS lines (kills, lost batches, recovery times) for docs/reliability.md's table.
  */
 #define _GNU_SOURCE
 #include <setjmp.h>

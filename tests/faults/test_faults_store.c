@@ -21,7 +21,7 @@
  *                  grows, store_healthy 0), and once the server answers again they are
  *                  written, in order, none dropped (the actor stops when the server is
  *                  back, so the wait ends); the log then holds every batch the learner
- *                  took. (A stand-in, not MongoDB: see README.)
+ *                  took. (A stand-in, not MongoDB: see docs/store.md.)
  *
  * `test_faults_store test_mongo_down` runs the second alone (it needs no privileges).
  */
