@@ -622,7 +622,10 @@ static int cmd_run(int argc, char **argv) {
                trained);
     else
       snprintf(times, sizeof times, "%.1f s (%.1f s of it training)", wall, trained);
-    const char *why = !strcmp(reason, "signal")       ? "stopped (Ctrl-C or SIGTERM)"
+    /* A learner stopped by a signal: a person's, or the supervisor's after a child
+     * failed for good (rc: said on the next line). */
+    const char *why = !strcmp(reason, "signal")
+                          ? (rc ? "stopped after a failure" : "stopped (Ctrl-C or SIGTERM)")
                       : !strcmp(reason, "lease_lost") ? "lost its lease to another learner"
                                                       : reason;
     /* The last learner process's batch accounting (since its start, a resume's restored

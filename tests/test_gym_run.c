@@ -130,6 +130,7 @@ static void test_refused(void **state) {
   assert_int_not_equal(rc, 0);
   assert_non_null(strstr(out, "RuntimeError: the simulator lost its licence server"));
   assert_non_null(strstr(out, "gym:gym_user_envs:Faulty-v0"));
+  assert_non_null(strstr(out, "stopped after a failure"));
   free(out);
 }
 
