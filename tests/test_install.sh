@@ -6,8 +6,9 @@
 #      libshoal.so exports the public headers' functions and nothing of shoal's internals;
 #      every installed header compiles on its own with -IPREFIX/include/shoal;
 #   2. examples/plugin_env/gridrun.c, copied out, compiles against PREFIX/include/shoal alone;
-#   3. tests/install_user.c, copied out, built with pkg-config (libshoal.so) and run:
-#      CartPole-v1, an nn forward, a store, and the plugin by its plugin:PATH:GridRun-v0 id;
+#   3. tests/install_user.c, copied out, built with pkg-config (libshoal.so, then libshoal.a
+#      with the .pc's static_libs) and run: CartPole-v1, an nn forward, a store, and the
+#      plugin by its plugin:PATH:GridRun-v0 id (a static program exports what it calls);
 #   4. the same program built by a CMake project with find_package(shoal), once against
 #      shoal::shoal and once against shoal::shoal_static (no libshoal.so at run time);
 #   5. the installed `shoal run` starts the installed learner and actor programs (beside it)
@@ -89,10 +90,22 @@ libdir=$("$pkgconfig" --variable=libdir libshoal)
 # shellcheck disable=SC2086
 "$cc" -O2 -Wall -Wextra -Werror install_user.c -o user_pc $flags -Wl,-rpath,"$libdir" ||
   fail "install_user.c with pkg-config ($flags)"
-ldd ./user_pc | grep -q "libshoal.so.* => $(readlink -f "$libdir")\|libshoal.so.* => $libdir" ||
-  fail "user_pc does not load the installed libshoal: $(ldd ./user_pc | grep shoal)"
+# (ldd's output kept first: grep -q stopping early would fail the pipe under pipefail)
+loads=$(ldd ./user_pc | grep libshoal || true)
+[[ $loads == *" => $libdir/libshoal.so"* || $loads == *" => $(readlink -f "$libdir")/libshoal.so"* ]] ||
+  fail "user_pc does not load the installed libshoal: $loads"
 ./user_pc "$work/store-pc" "$plugin" || fail "user_pc"
 echo "ok: built with pkg-config ($flags) and ran"
+# and against libshoal.a, with the libraries the .pc names for it
+static_libs=$("$pkgconfig" --variable=static_libs libshoal)
+# shellcheck disable=SC2086
+"$cc" -O2 install_user.c -o user_pc_static $("$pkgconfig" --cflags libshoal) "$libdir/libshoal.a" \
+  $static_libs || fail "install_user.c with libshoal.a and static_libs ($static_libs)"
+if readelf -d ./user_pc_static | grep 'NEEDED.*libshoal'; then
+  fail "user_pc_static needs libshoal.so"
+fi
+./user_pc_static "$work/store-pc-static" "$plugin" || fail "user_pc_static"
+echo "ok: built with pkg-config against libshoal.a and ran"
 
 # 4. find_package(shoal), shared and static.
 mkdir -p "$work/cmake-user"
@@ -113,7 +126,7 @@ gen=()
 "$cmake" --build "$work/cmake-build" >"$work/cmake-build.txt" 2>&1 ||
   fail "the find_package build: $(tail -30 "$work/cmake-build.txt")"
 "$work/cmake-build/user_shared" "$work/store-shared" "$plugin" || fail "user_shared"
-if readelf -d "$work/cmake-build/user_static" | grep -q 'NEEDED.*libshoal'; then
+if readelf -d "$work/cmake-build/user_static" | grep 'NEEDED.*libshoal'; then
   fail "user_static needs libshoal.so"
 fi
 "$work/cmake-build/user_static" "$work/store-static" "$plugin" || fail "user_static"
