@@ -11,7 +11,10 @@
 #                pinned gymnasium, envpool, pufferlib-core, torch 2, SB3, tensorboard,
 #                safetensors in SHOAL_PEERS_VENV, default ~/.cache/shoal-peers; idempotent)
 #   make python PREFIX=DIR  build libshoal.so and install the Python package shoal
-#                into a virtual environment or an install prefix (python/install.sh)
+#                into a virtual environment or an install prefix (python/install.sh);
+#                `pip install .` builds and installs it on its own (docs/install.md)
+#   cmake --install build --prefix P  the programs, libshoal, headers, pkg-config and
+#                CMake package files into P (docs/install.md)
 #   make format / make format-check
 BUILD     ?= build
 SAN_BUILD ?= build-san

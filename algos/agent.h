@@ -25,13 +25,16 @@
 #include "algos/algos.h"
 #include "envs/envs.h"
 
+/* Room for env.id: a plugin:PATH:NAME id carries a whole path (PATH_MAX is 4096). */
+#define OP_ENV_ID_MAX 4160
+
 /* The shape of a run, from its config and its env's spaces. */
 typedef struct op_spec {
   bool impala;  /* algo: impala (else ppo) */
   int T;        /* unroll length: impala.unroll or ppo.steps */
   int num_envs; /* env copies per actor (items per batch) */
   int learn_B;  /* unrolls per update: impala.batch, or env.num_envs for PPO */
-  char env_id[64];
+  char env_id[OP_ENV_ID_MAX];
   char env_options[256];
   int obs_ndim, obs_shape[3];
   bool obs_u8;      /* uint8 observations (MinAtar); else float32 */

@@ -788,9 +788,10 @@ static int policy_load(eval_policy *p, const config *cfg, int copies, const void
     return op_snapshot_decode(&p->a, &p->s, p->s.norm_obs ? &p->z : NULL, bytes, len, err);
   }
   env *e;
-  snprintf(p->s.env_id, sizeof p->s.env_id, "%s", config_string(cfg, "env.id"));
-  snprintf(p->s.env_options, sizeof p->s.env_options, "%s", config_string(cfg, "env.options"));
-  if ((rc = env_make_opts(&e, p->s.env_id, p->s.env_options, err))) return rc;
+  if ((rc = op_spec_env_strings(cfg, p->s.env_id, sizeof p->s.env_id, p->s.env_options,
+                                sizeof p->s.env_options, err)) ||
+      (rc = env_make_opts(&e, p->s.env_id, p->s.env_options, err)))
+    return rc;
   const env_spec *sp = env_get_spec(e);
   rc = op_spec_set_env(&p->s, sp, err);
   dqn_config dc = apex_dqn_config(cfg, sp->obs.ndim, sp->obs.shape, sp->act.n);

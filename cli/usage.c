@@ -40,10 +40,12 @@ static const usage_entry usages[] = {
      "  run's media (`shoal media ls RUN`); STRIP.png also gets episode 1's strip.\n"},
     {"init", "init CONFIG --set run.name=RUN", "record a run (deploy/)",
      "usage: shoal init CONFIG --set run.name=RUN [--set key=value ...] [--out RESOLVED.yaml]\n"},
-    {"config", "config keys [apex|impala|ppo]", "every config key",
-     "usage: shoal config keys [apex|impala|ppo]\n"
+    {"config", "config keys [--markdown] [apex|impala|ppo]", "every config key",
+     "usage: shoal config keys [--markdown] [apex|impala|ppo]\n"
      "  Lists every key of the algorithm's config (apex when none is named): type,\n"
-     "  default, bounds and what it does.\n"},
+     "  default, bounds and what it does.\n"
+     "  --markdown writes Markdown tables instead: the named algorithm's, or with none\n"
+     "  named the whole reference of all three (docs/config-reference.md).\n"},
     {"dataset", "dataset put|ls|info|rm ...", "datasets in the store",
      "usage: shoal dataset put NAME [FIELD=]FILE... [--chunk-records N] [--source TEXT] "
      "[--store URI]\n"
@@ -190,21 +192,117 @@ static const char *type_name(cfg_type t) {
   }
 }
 
+/* The schema of algo's configs, NULL for an unknown algo. The on-policy schema holds
+ * both IMPALA's and PPO's keys: *other is the prefix of the keys the other one uses. */
+static const cfg_key *algo_keys(const char *algo, int *n, const char **other) {
+  *other = NULL;
+  if (!strcmp(algo, "apex")) return apex_schema(n);
+  if (strcmp(algo, "impala") && strcmp(algo, "ppo")) return NULL;
+  *other = !strcmp(algo, "impala") ? "ppo." : "impala.";
+  return onpolicy_schema(n);
+}
+
+/* The default as a user writes it: algo's own name for `algo`, "" for an empty text. */
+static const char *key_default(const cfg_key *k, const char *algo) {
+  if (!strcmp(k->name, "algo")) return algo;
+  return k->def ? (k->def[0] ? k->def : "\"\"") : "(required)";
+}
+
+/* A table cell. '|' would end the cell, so it is escaped everywhere; outside a code span
+ * (code false) '<', '>' and '*' would be read as HTML or emphasis ("<config name>"), so
+ * they are escaped too. Line breaks become spaces. */
+static void md_cell(const char *s, bool code) {
+  for (; *s; s++) {
+    if (*s == '|')
+      fputs("\\|", stdout);
+    else if (!code && *s == '<')
+      fputs("&lt;", stdout);
+    else if (!code && *s == '>')
+      fputs("&gt;", stdout);
+    else if (!code && *s == '*')
+      fputs("\\*", stdout);
+    else
+      putchar(*s == '\n' ? ' ' : *s);
+  }
+}
+
+static void md_algo(const char *algo, const cfg_key *keys, int n, const char *other) {
+  static const char *const title[][2] = {
+      {"apex", "Ape-X (DQN)"}, {"impala", "IMPALA"}, {"ppo", "PPO (APPO)"}};
+  const char *name = algo;
+  for (size_t i = 0; i < sizeof title / sizeof *title; i++)
+    if (!strcmp(algo, title[i][0])) name = title[i][1];
+  printf("## %s: `algo: %s`\n\n", name, algo);
+  printf(
+      "The keys of `%s` configs (`configs/*-%s.yaml`); `shoal config keys %s` lists them too.\n\n",
+      algo, algo, algo);
+  printf("| Key | Type | Default | Bounds | Meaning |\n|---|---|---|---|---|\n");
+  for (int i = 0; i < n; i++) {
+    const cfg_key *k = &keys[i];
+    if (other && !strncmp(k->name, other, strlen(other))) continue;
+    printf("| `%s` | %s | ", k->name, k->map ? "string or mapping" : type_name(k->type));
+    const char *def = key_default(k, algo);
+    if (k->def || !strcmp(k->name, "algo")) {
+      printf("`");
+      md_cell(def, true);
+      printf("`");
+    } else {
+      md_cell(def, false);
+    }
+    printf(" | ");
+    if ((k->type == CFG_INT || k->type == CFG_FLOAT) && k->min <= k->max)
+      printf("[%g, %g]", k->min, k->max);
+    printf(" | ");
+    md_cell(k->help ? k->help : "", false);
+    printf(" |\n");
+  }
+}
+
 int cmd_config(int argc, char **argv) {
-  if (argc < 1 || strcmp(argv[0], "keys") || argc > 2) return cli_bad_usage("config");
-  const char *algo = argc == 2 ? argv[1] : "apex";
+  bool markdown = false;
+  const char *algo = NULL;
+  if (argc < 1 || strcmp(argv[0], "keys")) return cli_bad_usage("config");
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--markdown"))
+      markdown = true;
+    else if (argv[i][0] == '-')
+      return cli_bad_arg("config", argc, argv, i);
+    else if (!algo)
+      algo = argv[i];
+    else
+      return cli_bad_usage("config");
+  }
   int n;
-  const cfg_key *keys;
-  if (!strcmp(algo, "apex")) {
-    keys = apex_schema(&n);
-  } else if (!strcmp(algo, "impala") || !strcmp(algo, "ppo")) {
-    keys = onpolicy_schema(&n);
-  } else {
+  const char *other;
+  const cfg_key *keys = algo_keys(algo ? algo : "apex", &n, &other);
+  if (!keys) {
     fprintf(stderr, "shoal config keys: algo '%s' is not one of apex, impala, ppo\n", algo);
     return 2;
   }
-  /* The on-policy schema holds both algorithms' keys: show the other's as not used. */
-  const char *other = !strcmp(algo, "impala") ? "ppo." : !strcmp(algo, "ppo") ? "impala." : NULL;
+  if (markdown) {
+    if (algo) {
+      md_algo(algo, keys, n, other);
+      return 0;
+    }
+    /* The whole reference: what docs/config-reference.md holds (test_config_reference
+     * regenerates it and fails when the checked-in copy differs). */
+    printf(
+        "# Config reference\n\n"
+        "<!-- Generated by `shoal config keys --markdown` from the schemas that `shoal run`\n"
+        "     checks configs against; regenerate it rather than editing it. -->\n\n"
+        "A config is a YAML file of nested mappings: the key `replay.capacity` is written\n"
+        "`capacity:` under `replay:`. `shoal run CONFIG --set key=value` overrides one key.\n"
+        "A key without a default is required. Numbers outside their bounds are refused,\n"
+        "as are keys that the config's `algo` does not have.\n\n");
+    static const char *const algos[] = {"apex", "impala", "ppo"};
+    for (size_t a = 0; a < sizeof algos / sizeof *algos; a++) {
+      if (a) printf("\n");
+      keys = algo_keys(algos[a], &n, &other);
+      md_algo(algos[a], keys, n, other);
+    }
+    return 0;
+  }
+  if (!algo) algo = "apex";
   printf("# the keys of %s configs (configs/*-%s.yaml): key, type, default, [bounds], meaning\n",
          algo, algo);
   for (int i = 0; i < n; i++) {
@@ -213,11 +311,8 @@ int cmd_config(int argc, char **argv) {
     char bounds[64] = "";
     if (k->type == CFG_INT || k->type == CFG_FLOAT)
       snprintf(bounds, sizeof bounds, "[%g, %g]", k->min, k->max);
-    printf("%-26s %-6s %-14s %-18s %s\n", k->name, type_name(k->type),
-           !strcmp(k->name, "algo") ? algo
-           : k->def                 ? (k->def[0] ? k->def : "\"\"")
-                                    : "(required)",
-           bounds, k->help ? k->help : "");
+    printf("%-26s %-6s %-14s %-18s %s\n", k->name, type_name(k->type), key_default(k, algo), bounds,
+           k->help ? k->help : "");
   }
   return 0;
 }

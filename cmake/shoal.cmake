@@ -163,3 +163,9 @@ endif()
 # Debian's python3 with torch, numpy and grpcio: references in tests and benchmarks.
 # A Python found first on PATH (pyenv, a venv) may lack them, so prefer /usr/bin.
 find_program(SHOAL_PYTHON NAMES python3 HINTS /usr/bin NO_CACHE)
+
+# The public headers: installed under PREFIX/include/shoal (included as "nn/nn.h"), and
+# every function they declare is exported by libshoal (lib/CMakeLists.txt). Those they
+# include are listed too, so an installed header finds what it includes.
+set(SHOAL_PUBLIC_HEADERS common/shoal.h nn/nn.h envs/envs.h store/store.h store/store_data.h
+    store/store_segments.h store/store_writer.h python/shoal_c.h)

@@ -2,8 +2,9 @@
 /*
  * python/shoal_c.h — libshoal.so: a small, stable C API over shoal's vector envs and
  * trained policies, for foreign-function callers (the Python package python/shoal uses
- * it through ctypes). Only the shoal_c_* symbols are exported; everything else of shoal
- * is linked in statically and hidden.
+ * it through ctypes). The library also exports the functions of shoal's public C headers
+ * (nn/nn.h, envs/envs.h, store/store.h, common/shoal.h); the rest of shoal is linked in
+ * and hidden. Installed as PREFIX/include/shoal/python/shoal_c.h.
  *
  *   shoal_c_vec *v;
  *   if (shoal_c_vec_create(&v, "CartPole-v1", 256, 1, 0, NULL))

@@ -13,8 +13,9 @@ int onpolicy_train_from_config(const config *cfg, onpolicy_train_config *tc, sho
   if (rc) return rc;
   memset(tc, 0, sizeof *tc);
   tc->use_impala = strcmp(config_string(cfg, "algo"), "impala") == 0;
-  snprintf(tc->env_id, sizeof tc->env_id, "%s", config_string(cfg, "env.id"));
-  snprintf(tc->env_options, sizeof tc->env_options, "%s", config_string(cfg, "env.options"));
+  rc = op_spec_env_strings(cfg, tc->env_id, sizeof tc->env_id, tc->env_options,
+                           sizeof tc->env_options, err);
+  if (rc) return rc;
   tc->num_envs = (int)config_int(cfg, "env.num_envs");
   int one = 1;
   tc->ac = onpolicy_ac_config(cfg, 1, &one, 1, 0, NULL, NULL);

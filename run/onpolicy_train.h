@@ -25,7 +25,7 @@ extern "C" {
 
 typedef struct onpolicy_train_config {
   bool use_impala; /* IMPALA (V-trace) instead of PPO */
-  char env_id[64];
+  char env_id[OP_ENV_ID_MAX];
   char env_options[256];
   int num_envs;              /* B */
   ac_config ac;              /* network options; shapes and bounds come from the env */

@@ -147,6 +147,12 @@ void op_rpc_spec(const op_spec *s, const char *run_id, rpc_spec *out);
  * spaces the actor-critic cannot take (4-d observations, > AC_MAX_ACT_DIM dims). */
 int op_spec_from_config(const config *cfg, op_spec *s, shoal_error *err);
 
+/* Copies the config's env.id and env.options into id and options (id_cap, options_cap
+ * bytes). SHOAL_EINVAL, naming the key, when one does not fit: cutting it short would
+ * name another env (a plugin's path, its env's name) or drop options. */
+int op_spec_env_strings(const config *cfg, char *id, size_t id_cap, char *options,
+                        size_t options_cap, shoal_error *err);
+
 /* The network and optimizer settings of a resolved config for spec s. Can't fail. */
 void op_agent_config_from(const config *cfg, const op_spec *s, op_agent_config *c);
 

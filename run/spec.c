@@ -7,21 +7,37 @@
 
 #include "run/run.h"
 
+int op_spec_env_strings(const config *cfg, char *id, size_t id_cap, char *options,
+                        size_t options_cap, shoal_error *err) {
+  const char *v = config_string(cfg, "env.id");
+  if (strlen(v) >= id_cap)
+    return shoal_error_set(err, SHOAL_EINVAL, "env.id is %zu characters long; at most %zu",
+                           strlen(v), id_cap - 1);
+  snprintf(id, id_cap, "%s", v);
+  v = config_string(cfg, "env.options");
+  if (strlen(v) >= options_cap)
+    return shoal_error_set(err, SHOAL_EINVAL, "env.options is %zu characters long; at most %zu",
+                           strlen(v), options_cap - 1);
+  snprintf(options, options_cap, "%s", v);
+  return 0;
+}
+
 int op_spec_from_config(const config *cfg, op_spec *s, shoal_error *err) {
   memset(s, 0, sizeof *s);
   s->impala = !strcmp(config_string(cfg, "algo"), "impala");
   s->T = (int)config_int(cfg, s->impala ? "impala.unroll" : "ppo.steps");
   s->num_envs = (int)config_int(cfg, "env.num_envs");
   s->learn_B = s->impala ? (int)config_int(cfg, "impala.batch") : s->num_envs;
-  snprintf(s->env_id, sizeof s->env_id, "%s", config_string(cfg, "env.id"));
-  snprintf(s->env_options, sizeof s->env_options, "%s", config_string(cfg, "env.options"));
+  int rc = op_spec_env_strings(cfg, s->env_id, sizeof s->env_id, s->env_options,
+                               sizeof s->env_options, err);
+  if (rc) return rc;
   s->norm_obs = config_bool(cfg, "env.norm_obs");
   s->norm_reward = config_bool(cfg, "env.norm_reward");
   s->bootstrap_truncation = config_bool(cfg, "env.bootstrap_truncation");
   s->gamma = (float)config_float(cfg, s->impala ? "impala.gamma" : "ppo.gamma");
   s->lstm = (int)config_int(cfg, "ac.lstm");
   env *e;
-  int rc = env_make_opts(&e, s->env_id, s->env_options, err);
+  rc = env_make_opts(&e, s->env_id, s->env_options, err);
   if (rc) return rc;
   rc = op_spec_set_env(s, env_get_spec(e), err);
   env_destroy(e);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The environments' venv: Python packages that "gym:" envs run on (Gymnasium, its Box2D
-# and rendering extras, NumPy), pinned. `make deps` runs this after the Debian packages;
-# the embedded Python of envs/gym.c starts from this venv unless SHOAL_ENV_PYTHON names
-# another interpreter. Idempotent: a venv whose stamp matches the pins is left alone.
+# and rendering extras, NumPy), and the build backend of pyproject.toml, pinned. `make
+# deps` runs this after the Debian packages; the embedded Python of envs/gym.c starts from
+# this venv unless SHOAL_ENV_PYTHON names another interpreter. Idempotent: a venv whose
+# stamp matches the pins is left alone.
 #   SHOAL_ENV_VENV   where the venv goes (default ~/.cache/shoal-env, outside the repo;
 #                    the build's default, CMake's SHOAL_ENV_VENV, must name the same)
 #   PIP_ARGS         extra arguments to pip (an index URL, --no-cache-dir)
@@ -18,6 +19,11 @@ pins=(
   gymnasium==1.4.0
   box2d==2.3.10      # Gymnasium's Box2D envs (LunarLander, BipedalWalker, CarRacing)
   pygame==2.6.1      # Gymnasium's rgb_array rendering of classic control and Box2D
+  # pyproject.toml's build backend and what it needs: test_pip_install builds the Python
+  # package's wheel with this venv's pip (--no-build-isolation), without the network
+  scikit-build-core==1.1.2
+  packaging==26.4
+  pathspec==1.1.1
 )
 stamp="$venv/.shoal-env-pins"
 want=$(printf '%s\n' "${pins[@]}")
@@ -29,6 +35,6 @@ fi
 start=$(date +%s)
 # shellcheck disable=SC2086
 "$venv/bin/python" -m pip install -q --disable-pip-version-check ${PIP_ARGS:-} "${pins[@]}"
-"$venv/bin/python" -c 'import gymnasium, numpy, Box2D, pygame' >/dev/null
+"$venv/bin/python" -c 'import gymnasium, numpy, Box2D, pygame, scikit_build_core' >/dev/null
 printf '%s\n' "$want" >"$stamp"
 echo "deps: the environments' venv $venv: ${pins[*]} ($(( $(date +%s) - start )) s)"

@@ -57,7 +57,8 @@ static void test_programs_have_help(void **state) {
   }
 }
 
-/* Every key of the schema is listed, and an IMPALA listing leaves PPO's keys out. */
+/* Every key of the schema is listed, and an IMPALA listing leaves PPO's keys out; in the
+ * plain listing and in the Markdown one. */
 static void check_keys(const char *algo, const cfg_key *keys, int n, const char *other) {
   char *a[] = {wf_shoal, "config", "keys", (char *)algo, NULL};
   int rc;
@@ -70,6 +71,23 @@ static void check_keys(const char *algo, const cfg_key *keys, int n, const char 
     bool wanted = !other || strncmp(keys[i].name, other, strlen(other));
     if (listed != wanted)
       fail_msg("shoal config keys %s: %s is %slisted", algo, keys[i].name, listed ? "" : "not ");
+  }
+  free(out);
+  /* --markdown: one table row per key, "| `name` |", under the same rule. */
+  char *m[] = {wf_shoal, "config", "keys", "--markdown", (char *)algo, NULL};
+  out = run_cmd(m, &rc);
+  assert_int_equal(rc, 0);
+  char head[64];
+  snprintf(head, sizeof head, "`algo: %s`\n", algo);
+  if (!strstr(out, head)) fail_msg("shoal config keys --markdown %s: no heading:\n%s", algo, out);
+  for (int i = 0; i < n; i++) {
+    char want[96];
+    snprintf(want, sizeof want, "\n| `%s` |", keys[i].name);
+    bool listed = strstr(out, want) != NULL;
+    bool wanted = !other || strncmp(keys[i].name, other, strlen(other));
+    if (listed != wanted)
+      fail_msg("shoal config keys --markdown %s: %s is %slisted", algo, keys[i].name,
+               listed ? "" : "not ");
   }
   free(out);
 }

@@ -27,7 +27,8 @@ trap 'rm -rf "$work"' EXIT
 b=$work/shoal
 
 # The sandbox: the machine as it is, but /usr/lib/x86_64-linux-gnu holds only what the GPU
-# machine has too; /tmp is empty but for the work folder.
+# machine has too; /tmp is empty but for the work folder (and this checkout and build,
+# when they are under /tmp).
 L=/usr/lib/x86_64-linux-gnu
 box=(bwrap --ro-bind / / --dev /dev --proc /proc --tmpfs "$L")
 for n in ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1 \
@@ -37,7 +38,16 @@ done
 # CUDA's libraries, where this build found them (the GPU machine has its own).
 cuda_dirs=$(sed -n '/^left out/,$ s/^ *lib\(cudart\|cublas\|cudnn\)[^ ]* (here \(.*\)\/[^/]*)$/\2/p' \
             "$b/MANIFEST" | sort -u | paste -sd:)
-box+=(--tmpfs /tmp --bind "$work" "$work" --chdir "$work" --unsetenv LD_PRELOAD
+box+=(--tmpfs /tmp)
+# A checkout or build under /tmp (a clone in /tmp/x) would vanish under that tmpfs, and
+# step 1 runs this build's own shoal: bind them back, read-only, before the work folder.
+# Both the path as named and where it resolves to, as either may be the one under /tmp.
+for d in "$src" "$bld"; do
+  real=$(realpath "$d")
+  case $real/ in /tmp/*) box+=(--ro-bind "$real" "$real") ;; esac
+  case $d/ in /tmp/*) [ "$d" = "$real" ] || box+=(--ro-bind "$real" "$d") ;; esac
+done
+box+=(--bind "$work" "$work" --chdir "$work" --unsetenv LD_PRELOAD
       --setenv LD_LIBRARY_PATH "$cuda_dirs")
 echo "sandbox: $L emptied but for glibc and libstdc++; LD_LIBRARY_PATH='$cuda_dirs'"
 
