@@ -507,16 +507,21 @@ static int cmd_run(int argc, char **argv) {
   /* The run keeps its config without secrets; the children get the whole config in a
    * file only they and this user can read (mkstemps: 0600), removed at the end. */
   char *yaml = NULL, *stored = NULL;
-  if (config_dump(cfg, &yaml, &err) || config_dump_redacted(cfg, &stored, &err))
+  if (config_dump(cfg, &yaml, &err) || config_dump_redacted(cfg, &stored, &err)) {
+    free(yaml);
     return fail(NULL, &err);
+  }
   int crc = resume ? 0 : store_run_create(st, run, stored, STORE_RUN_RUNNING, &err);
   free(stored);
+  if (crc) free(yaml);
   if (crc == SHOAL_EEXIST) {
     fprintf(stderr,
             "shoal run: a run named %s exists in %s: continue it with `shoal run --resume %s%s`, "
             "or give this one another name (--set run.name=NAME)\n",
             run, store_uri(st), run,
             strcmp(config_string(cfg, "store.uri"), "file://runs") ? " --store URI" : "");
+    store_close(st);
+    config_destroy(cfg);
     return 1;
   }
   if (crc) return fail("creating the run", &err);
