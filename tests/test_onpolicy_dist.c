@@ -539,7 +539,10 @@ static void test_run_reports_its_wall_time(void **state) {
   assert_non_null(done);
   double said = number_after(done, "after "), trained = number_after(done, " s (");
   assert_non_null(strstr(done, " s of it training): "));
-  if (!(said >= 0.8 * took && said <= took + 0.5))
+  /* what the command's clock leaves out (exec before it starts, teardown after the line)
+   * is a few tenths of a second on a loaded machine; the learner's own time alone would
+   * leave out its whole start (processes, store, first parameters), the most of a short run */
+  if (!(said >= took - 0.75 && said <= took + 0.5))
     fail_msg("the command took %.1f s and says %.1f s", took, said);
   assert_true(trained > 0 && trained <= said);
   assert_non_null(strstr(out, " unrolls  return100 "));
