@@ -85,10 +85,13 @@ static double bench_raw(const char *id) {
   return steps / t;
 }
 
-static double bench_vec(const char *id, int B) {
+/* Steps/s per CPU-second of B copies on `threads` threads; *wall_sps the wall-clock rate
+ * and *share the share of steps its workers took (env_vec_parallel_share). */
+static double bench_vec_t(const char *id, int B, int threads, double *wall_sps, double *share) {
   env_vec *v;
   shoal_error err = {0};
-  if (env_vec_create(&v, id, B, NULL, &err)) {
+  env_vec_config vc = {.threads = threads};
+  if (env_vec_create(&v, id, B, &vc, &err)) {
     fprintf(stderr, "env_sps: %s\n", err.msg);
     exit(1);
   }
@@ -116,8 +119,13 @@ static double bench_vec(const char *id, int B) {
     steps += (long)iters * B;
     t = cpu_s() - t0;
   } while (t < budget_s);
-  wall_rate_sum += steps / (shoal_now_s() - w0);
-  cpu_rate_sum += steps / t;
+  double wall = steps / (shoal_now_s() - w0);
+  if (wall_sps) *wall_sps = wall;
+  if (share) *share = env_vec_parallel_share(v);
+  if (threads <= 1) {
+    wall_rate_sum += wall;
+    cpu_rate_sum += steps / t;
+  }
   free(acts);
   free(obs);
   free(fin);
@@ -126,6 +134,39 @@ static double bench_vec(const char *id, int B) {
   free(trunc);
   env_vec_destroy(v);
   return steps / t;
+}
+
+static double bench_vec(const char *id, int B) { return bench_vec_t(id, B, 1, NULL, NULL); }
+
+/* Two threads against one, wall clock, in one run: the vector env takes its workers only
+ * where they pay, so the ratio should not fall below 1 (noise aside) and should approach
+ * 2 where the copies' work is large. */
+static void bench_threads(const char *const *ids, int n) {
+  static const int TB[] = {16, 256, 4096};
+  printf("\nthreads: wall-clock steps/s, 2 threads against 1 (the best of 3 alternations)\n");
+  printf("%-26s %6s %12s %12s %7s %8s\n", "env", "B", "1 thread", "2 threads", "ratio", "workers");
+  char lines[64][200];
+  int nl = 0;
+  for (int i = 0; i < n; i++)
+    for (size_t b = 0; b < sizeof TB / sizeof TB[0]; b++) {
+      double one = 0, two = 0, share = 0;
+      for (int rep = 0; rep < 3; rep++) {
+        double w1, w2, sh;
+        bench_vec_t(ids[i], TB[b], 1, &w1, NULL);
+        bench_vec_t(ids[i], TB[b], 2, &w2, &sh);
+        if (w1 > one) one = w1;
+        if (w2 > two) two = w2, share = sh;
+      }
+      printf("%-26s %6d %12.0f %12.0f %7.2f %7.0f%%\n", ids[i], TB[b], one, two, two / one,
+             100 * share);
+      fflush(stdout);
+      if (nl < 64)
+        snprintf(lines[nl++], sizeof lines[0],
+                 "BENCH name=env_threads.%s.b%d value=%.0f unit=steps/s baseline=%.0f "
+                 "ratio=%.2f",
+                 ids[i], TB[b], two, one, two / one);
+    }
+  for (int k = 0; k < nl; k++) printf("%s\n", lines[k]);
 }
 
 static void bench_line(const char *id, const char *suffix, double sps) {
@@ -140,6 +181,11 @@ static void bench_line(const char *id, const char *suffix, double sps) {
 
 int main(int argc, char **argv) {
   if (argc > 1) budget_s = atof(argv[1]);
+  if (argc > 2 && !strcmp(argv[2], "threads")) { /* the threads table alone */
+    static const char *tids[] = {"CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MinAtar/Breakout-v1"};
+    bench_threads(tids, 4);
+    return 0;
+  }
   static const char *ids[] = {"CartPole-v1",
                               "MountainCar-v0",
                               "MountainCarContinuous-v0",
@@ -174,6 +220,7 @@ int main(int argc, char **argv) {
   }
   printf("\nwall-clock rates were %.0f%% of the CPU-time rates (less: other load here)\n\n",
          100.0 * wall_rate_sum / cpu_rate_sum);
+  if (!getenv("SHOAL_ENV_SPS_NO_THREADS")) bench_threads(ids, n);
   for (int i = 0; i < n; i++) {
     bench_line(ids[i], "raw", res[i][0]);
     for (int b = 0; b < 3; b++) {

@@ -369,6 +369,12 @@ int env_vec_episodes(env_vec *v, env_episode *out, int cap);
 
 void env_vec_get_stats(const env_vec *v, env_vec_stats *st); /* can't fail */
 
+/* The share of vector steps so far that ran on the worker threads (0 with one thread).
+ * A vector env with threads measures stepping on the caller's thread alone against
+ * stepping with its workers and takes the faster as it goes (envs/vec.c), so a second
+ * thread does not slow small batches of fast envs. Can't fail. */
+double env_vec_parallel_share(const env_vec *v);
+
 /* Renders copy i (see env_render). */
 int env_vec_render(const env_vec *v, int i, uint8_t *rgb, shoal_error *err);
 

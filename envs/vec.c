@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The vector env: B copies stepped in one call, auto-reset, episode statistics and
  * optional worker threads over disjoint ranges of copies. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "envs/internal.h"
 
@@ -45,6 +47,13 @@ struct env_vec {
   uint64_t gen;
   int pending, stop, sync_ok;
   env__batch cur;
+  /* Threads that pay (see choose_parallel): a vector step's wall time, an average per
+   * mode ([0] the caller alone, [1] with the workers; 0 until measured), the steps taken
+   * in each mode and the step count that drives sampling and probing. */
+  double step_ns[2];
+  uint64_t mode_steps[2];
+  uint64_t nstep;
+  int force; /* SHOAL_VEC_PARALLEL: 1 always the workers, 0 never, -1 measure (default) */
 };
 
 /* The loop for kinds without their own vec_step: the same semantics through the vtable. */
@@ -76,13 +85,67 @@ static void generic_vec_step(const env__batch *b, int lo, int hi) {
   }
 }
 
-static void run_chunk(env_vec *v, const env__batch *b, int k) {
-  int lo = (int)((long)v->B * k / v->nthreads), hi = (int)((long)v->B * (k + 1) / v->nthreads);
+static void run_range(env_vec *v, const env__batch *b, int lo, int hi) {
   if (lo >= hi) return;
   if (v->type->vec_step)
     v->type->vec_step(b, lo, hi);
   else
     generic_vec_step(b, lo, hi);
+}
+
+static void run_chunk(env_vec *v, const env__batch *b, int k) {
+  run_range(v, b, (int)((long)v->B * k / v->nthreads), (int)((long)v->B * (k + 1) / v->nthreads));
+}
+
+/* Threads that pay. Waking the workers and waiting for them costs microseconds, which
+ * is more than a whole step of 16 copies of a classic-control env takes on one thread,
+ * and the break-even depends on the env, B, the machine and its load. So a vector env
+ * with workers measures both ways of stepping and takes the faster: its first WARMUP
+ * steps alternate the caller alone and the workers, then the faster mode runs, its time
+ * sampled every SAMPLE_EVERY steps, and every PROBE_EVERY steps one step runs the other
+ * way so that a change (another env phase, a busy machine) is seen. Averages are
+ * exponential (weight 1/8). The copies are independent, so results do not depend on the
+ * mode. SHOAL_VEC_PARALLEL=1 (always the workers) or 0 (never) forces one, for
+ * measuring and testing. */
+enum { WARMUP = 16, SAMPLE_EVERY = 16, PROBE_EVERY = 256 };
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The mode of this step (1: the workers) and whether to time it. */
+static int choose_parallel(const env_vec *v, int *timed) {
+  uint64_t n = v->nstep;
+  if (v->force >= 0) {
+    *timed = 0;
+    return v->force;
+  }
+  if (n < WARMUP) {
+    *timed = 1;
+    return (int)(n & 1);
+  }
+  int best = v->step_ns[1] < v->step_ns[0];
+  if (n % PROBE_EVERY == 0) {
+    *timed = 1;
+    return !best;
+  }
+  *timed = n % SAMPLE_EVERY == 0;
+  return best;
+}
+
+/* A sample of mode's step time. The warm-up keeps each mode's best (the first steps
+ * pay for cold caches and sleeping workers); after it the running mode's average moves by
+ * 1/8 of each sample, and a probe of the other mode that beats its average replaces it,
+ * so a mode that became faster is taken at once while one slow sample moves little. */
+static void record(env_vec *v, int mode, double ns) {
+  double *avg = &v->step_ns[mode];
+  int probe = v->nstep >= WARMUP && mode != (v->step_ns[1] < v->step_ns[0]);
+  if (*avg == 0 || ((v->nstep < WARMUP || probe) && ns < *avg))
+    *avg = ns;
+  else
+    *avg += (ns - *avg) / 8;
 }
 
 typedef struct worker_arg {
@@ -219,6 +282,8 @@ int env_vec_create(env_vec **out, const char *id, int B, const env_vec_config *c
   v->scratch = aligned_alloc(16, v->stride);
   v->obs_tmp = malloc(env_space_bytes(&t->spec.obs));
   v->nthreads = c.threads;
+  const char *fp = getenv("SHOAL_VEC_PARALLEL");
+  v->force = fp && (fp[0] == '0' || fp[0] == '1') ? fp[0] - '0' : -1;
   if (!ok || !v->scratch || !v->obs_tmp || !v->states || !v->rngs) {
     env_vec_destroy(v);
     return shoal_error_set(err, SHOAL_ENOMEM, "env_vec_create: '%s' x %d: out of memory", id, B);
@@ -433,7 +498,13 @@ static int builtin_step(env_vec *v, const void *actions, const env_vec_out *out)
       .truncated = out->truncated,
       .final_obs = out->final_obs,
   };
-  if (v->nthreads > 1) {
+  if (v->nthreads <= 1) {
+    run_range(v, &b, 0, v->B);
+    return 0;
+  }
+  int timed = 0, par = choose_parallel(v, &timed);
+  uint64_t t0 = timed ? now_ns() : 0;
+  if (par) {
     pthread_mutex_lock(&v->mu);
     v->cur = b;
     v->gen++;
@@ -445,9 +516,17 @@ static int builtin_step(env_vec *v, const void *actions, const env_vec_out *out)
     while (v->pending > 0) pthread_cond_wait(&v->cv_done, &v->mu);
     pthread_mutex_unlock(&v->mu);
   } else {
-    run_chunk(v, &b, 0);
+    run_range(v, &b, 0, v->B);
   }
+  if (timed) record(v, par, (double)(now_ns() - t0));
+  v->mode_steps[par]++;
+  v->nstep++;
   return 0;
+}
+
+double env_vec_parallel_share(const env_vec *v) {
+  uint64_t all = v->mode_steps[0] + v->mode_steps[1];
+  return all ? (double)v->mode_steps[1] / (double)all : 0.0;
 }
 
 int env__vec_step_one(env_vec *v, const void *action, void *obs, double *reward, uint8_t *term,

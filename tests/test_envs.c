@@ -257,7 +257,10 @@ static void test_vec_uint8_and_threads(void **unused) {
   env_vec *v1, *v4;
   env_vec_config c4 = {.threads = 4};
   assert_int_equal(env_vec_create(&v1, "MinAtar/Seaquest-v1", B, NULL, &err), 0);
+  /* the workers on every step (the measured choice would mostly skip them here) */
+  setenv("SHOAL_VEC_PARALLEL", "1", 1);
   assert_int_equal(env_vec_create(&v4, "MinAtar/Seaquest-v1", B, &c4, &err), 0);
+  unsetenv("SHOAL_VEC_PARALLEL");
   size_t ob = 1000 * (size_t)B;
   uint8_t *o1 = malloc(ob), *o4 = malloc(ob), *f1 = malloc(ob), *f4 = malloc(ob);
   float r1[16], r4[16];
@@ -277,12 +280,46 @@ static void test_vec_uint8_and_threads(void **unused) {
     assert_memory_equal(t1, t4, sizeof t1);
     for (size_t k = 0; k < ob; k++) assert_true(o1[k] <= 1);
   }
+  assert_true(env_vec_parallel_share(v4) == 1.0);
+  assert_true(env_vec_parallel_share(v1) == 0.0);
   free(o1);
   free(o4);
   free(f1);
   free(f4);
   env_vec_destroy(v1);
   env_vec_destroy(v4);
+}
+
+/* Threads that pay: 4 CartPole copies take about a hundred nanoseconds, far less than
+ * waking a worker, so a vector env with 2 threads measures that and steps on the
+ * caller's thread, trying the workers now and then (the warm-up and the probes), with
+ * the same results as one thread. */
+static void test_vec_threads_only_where_they_pay(void **unused) {
+  enum { B = 4, T = 4000 };
+  shoal_error err = {0};
+  env_vec *v1, *v2;
+  env_vec_config c2 = {.threads = 2};
+  assert_int_equal(env_vec_create(&v1, "CartPole-v1", B, NULL, &err), 0);
+  assert_int_equal(env_vec_create(&v2, "CartPole-v1", B, &c2, &err), 0);
+  float o1[B * 4], o2[B * 4], f1[B * 4], f2[B * 4], r1[B], r2[B];
+  uint8_t t1[B], t2[B], u1[B], u2[B];
+  env_vec_out out1 = {o1, r1, t1, u1, f1}, out2 = {o2, r2, t2, u2, f2};
+  env_vec_reset(v1, 3, o1, NULL);
+  env_vec_reset(v2, 3, o2, NULL);
+  int32_t a[B];
+  for (int t = 0; t < T; t++) {
+    for (int i = 0; i < B; i++) a[i] = (t * 5 + i) % 3 == 0;
+    assert_int_equal(env_vec_step(v1, a, &out1, &err), 0);
+    assert_int_equal(env_vec_step(v2, a, &out2, &err), 0);
+    assert_memory_equal(o1, o2, sizeof o1);
+    assert_memory_equal(r1, r2, sizeof r1);
+  }
+  double share = env_vec_parallel_share(v2);
+  fprintf(stderr, "4 CartPole copies, 2 threads: %.1f%% of steps on the workers\n", 100 * share);
+  assert_true(share > 0.0);  /* tried */
+  assert_true(share < 0.05); /* and left */
+  env_vec_destroy(v1);
+  env_vec_destroy(v2);
 }
 
 static void test_vec_errors(void **unused) {
@@ -567,10 +604,15 @@ static void test_reset_options_and_seeds(void **unused) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_registry),      cmocka_unit_test(test_register_user_env),
-      cmocka_unit_test(test_vec_autoreset), cmocka_unit_test(test_vec_uint8_and_threads),
-      cmocka_unit_test(test_vec_errors),    cmocka_unit_test(test_episode_log_overflow),
-      cmocka_unit_test(test_options),       cmocka_unit_test(test_reset_options_and_seeds),
+      cmocka_unit_test(test_registry),
+      cmocka_unit_test(test_register_user_env),
+      cmocka_unit_test(test_vec_autoreset),
+      cmocka_unit_test(test_vec_uint8_and_threads),
+      cmocka_unit_test(test_vec_threads_only_where_they_pay),
+      cmocka_unit_test(test_vec_errors),
+      cmocka_unit_test(test_episode_log_overflow),
+      cmocka_unit_test(test_options),
+      cmocka_unit_test(test_reset_options_and_seeds),
   };
   return cmocka_run_group_tests_name("envs", tests, NULL, NULL);
 }
