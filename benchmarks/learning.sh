@@ -36,7 +36,7 @@
 #                       ppo.py restated on Gymnasium + torch 2, SB3's DQN and PPO with RL
 #                       Zoo's hyperparameters. Only the listed peers that pair with a case in
 #                       LEARNING_CASES run. The LunarLander peers (cleanrl_ppo_lunar,
-#                       sb3_ppo_lunar: 1M-step budgets, 10-20 minutes a run on a loaded
+#                       sb3_ppo_lunar: 1M-step budgets, 8-20 minutes a run on a loaded
 #                       2-core machine) are not in the default list; run them with
 #                         LEARNING_CASES="ppo-lunarlander" LEARNING_PEERS="sb3_ppo_lunar
 #                         cleanrl_ppo_lunar" LEARNING_PEER_SEEDS="1 2" bash benchmarks/learning.sh

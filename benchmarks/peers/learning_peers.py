@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Peers for `make bench BENCH=learning`: CartPole-v1 to a greedy mean >= 475 over 100 episodes.
+"""Peers for `make bench BENCH=learning`: CartPole-v1 and LunarLander-v3, to a greedy bar.
 
 Runs in the peers venv ($SHOAL_PEERS_VENV, default ~/.cache/shoal-peers; made by
 benchmarks/peers/setup.sh) on real Gymnasium and PyTorch 2, one torch thread, and for each
 peer and seed reports the env steps and the wall time until a GREEDY policy first averages
->= 475 over 100 evaluation episodes, the bar shoal's CartPole configs use (run.solve_return).
+at least its env's bar over 100 evaluation episodes, the bar shoal's configs for that env use
+(run.solve_return): CartPole-v1 475, LunarLander-v3 200.
 
 Peers (names as LEARNING_PEERS / --peers take them):
   cleanrl_dqn  CleanRL's dqn.py algorithm restated here on Gymnasium + torch 2 with its
@@ -26,23 +27,35 @@ Peers (names as LEARNING_PEERS / --peers take them):
   sb3_ppo      Stable-Baselines3's PPO with RL Zoo's hyperparams/ppo.yml CartPole-v1: 8 envs x
                32 steps, batch 256, 20 epochs, gamma 0.98, GAE 0.8, entropy 0, lr and clip
                linear from 1e-3 and 0.2; budget n_timesteps 100k.
+  sb3_ppo_lunar      LunarLander-v3: SB3's PPO with RL Zoo's hyperparams/ppo.yml LunarLander
+               settings: 16 envs x 1024 steps, batch 64, 4 epochs, gamma 0.999, GAE 0.98,
+               entropy 0.01; SB3's defaults for the rest (lr 3e-4, clip 0.2, separate 64-64
+               tanh actor and critic, orthogonal init); budget n_timesteps 1M. What
+               configs/lunarlander-ppo.yaml restates.
+  cleanrl_ppo_lunar  LunarLander-v3: cleanrl_ppo above, every default unchanged (4 envs x 128
+               steps, gamma 0.99, lr 2.5e-4 annealed to 0 over the budget, truncation ends
+               the bootstrap as in ppo.py), the network sized to 8 inputs and 4 actions;
+               budget 1M, RL Zoo's for LunarLander and twice ppo.py's default 500k.
 
 The code here is shoal's own restatement of those algorithms; nothing is copied from CleanRL.
 
-Evaluation: every --eval-every env steps (LEARNING_PEER_EVAL_EVERY, default 20,000: shoal's
-CartPole configs evaluate every 20,000 or 20,480, and a finer grid alone would lower a peer's
-count) and once more at the end of the budget, the greedy policy (argmax) plays 100 episodes
-on a separate set of CartPole-v1 envs seeded 100000 + 1000 * seed + i, batched through one
-forward per step; the run stops at the first evaluation at or above 475. Evaluating neither
+Evaluation: every --eval-every env steps (LEARNING_PEER_EVAL_EVERY; by default each peer's
+own grid, that of shoal's configs for its env: CartPole 20,000 (shoal's evaluate every 20,000
+or 20,480), LunarLander 65,536; a finer grid alone would lower a peer's count) and once more
+at the end of the budget, the greedy policy (argmax) plays 100 episodes on a separate set of
+envs of the peer's id seeded 100000 + 1000 * seed + i, batched through one forward per step;
+the run stops at the first evaluation at or above the bar. Evaluating neither
 draws from the training's random streams nor changes its state, so a run's trajectory does
 not depend on the grid. "train s" is the wall time with the
 evaluations taken out; "eval s" is the time they took, reported beside it. Each run is its
 own Python process (--one PEER SEED prints one RESULT line), `--jobs` of them at once.
 
 usage: learning_peers.py [--peers "cleanrl_dqn cleanrl_ppo sb3_dqn sb3_ppo"] [--seeds "1 2 3"]
-                         [--eval-every 20000] [--jobs 1] [--budget N]
+                         [--eval-every N] [--jobs 1] [--budget N]
+(the default --peers are the CartPole ones; the LunarLander ones run when named.)
 Prints a table, then one machine-readable line per peer for benchmarks/learning.sh:
-  PEER name=P runs=N solved=K med_steps=S worst_steps=W med_s=T worst_s=U med_eval_s=E budget=B
+  PEER name=P runs=N solved=K med_steps=S worst_steps=W med_s=T worst_s=U med_cpu_s=C
+       med_eval_s=E budget=B env=ID bar=R
 
 Measured 2026-12-02 00:57-01:10 UTC by `make bench BENCH=learning` (python 3.11.2, torch
 2.9.0+cu128 on the CPU, gymnasium 1.4.0, stable-baselines3 2.9.2, numpy 2.4.6) on the shared
@@ -54,6 +67,24 @@ Measured 2026-12-02 00:57-01:10 UTC by `make bench BENCH=learning` (python 3.11.
   sb3_ppo      3/3   20k  40k  40k    20 (23) s    18 s CPU
 shoal beside them in the same run, and the comparison: README.md, "Learning on every seed";
 logs in benchmarks/results/learning-peers/.
+
+LunarLander-v3, measured 2026-12-05 by
+  LEARNING_CASES="ppo-lunarlander" LEARNING_SEEDS="1 2 3" LEARNING_CORETYPES=native
+  LEARNING_PEERS="sb3_ppo_lunar cleanrl_ppo_lunar" LEARNING_PEER_SEEDS="1 2"
+  LEARNING_PEER_JOBS=2 nice -n 10 bash benchmarks/learning.sh          (08:05-08:38 UTC)
+and again for SB3 one run at a time (LEARNING_PEERS="sb3_ppo_lunar", LEARNING_PEER_JOBS=1;
+08:39-08:59 UTC), same versions, AMD EPYC, 2 cores shared with other engineers' tests
+(load 5-7 in the first run, 1-4 in the second); the 65,536-step grid. Steps to the bar per
+seed, median (worst) wall s without the evaluations, median CPU s:
+  sb3_ppo_lunar      2/2  590k 655k    1123 (1181) s two at a time, 483 (494) s alone; 442-445 s CPU
+  cleanrl_ppo_lunar  0/2  not in 1M: greedy -74 and 4 at the end;  250 s CPU for the 1M
+Beside them, shoal (configs/lunarlander-ppo.yaml, 2 actors x 8 envs and the learner, its
+evaluations included), seeds 1-3: 3/3, median 680k env steps (worst 745k) in both runs,
+75.7 (84.3) s in the first, 37.9 (41.4) s in the second. BENCH: vs_sb3_ppo_lunar.steps
+ratio 0.92 (shoal needs ~9% more env steps than SB3 here); .seconds ratio 14.8 (first run)
+and 12.8 (second). shoal uses both cores where SB3 uses one: one more shoal run (seed 3,
+load 4) took 74 s of CPU over its learner and actors, against SB3's 442 s: 6x less.
+Logs: benchmarks/results/learning-peers/2026-12-05-lunarlander-*.log.
 """
 import argparse
 import os
@@ -77,7 +108,7 @@ SPEC = {
     "sb3_ppo_lunar": ("LunarLander-v3", 200.0, 1_000_000, 65_536),
 }
 PEERS = tuple(SPEC)
-# the default set: the CartPole peers; the LunarLander ones take about 10 minutes a run
+# the default set: the CartPole peers; the LunarLander ones take 8-20 minutes a run
 # on the development machine, so they run when asked for by name
 DEFAULT_PEERS = ("cleanrl_dqn", "cleanrl_ppo", "sb3_dqn", "sb3_ppo")
 
@@ -411,8 +442,9 @@ def main():
                 proc.kill()
                 running.remove(r)
                 finish(p, s, proc, timed_out=True)
-    print(f"{'peer':<18} {'env':<15} {'bar':>4} {'every':>6} {'budget':>8} {'solved':>7} {'med steps':>10} {'worst steps':>12} "
-          f"{'med s':>7} {'worst s':>8} {'med cpu s':>9} {'eval s':>7}")
+    print(f"{'peer':<18} {'env':<15} {'bar':>4} {'every':>6} {'budget':>8} {'solved':>7} "
+          f"{'med steps':>10} {'worst steps':>12} {'med s':>7} {'worst s':>8} {'med cpu s':>9} "
+          f"{'eval s':>7}")
     lines = []
     for p in peers:
         rs = [results.get((p, s)) for s in seeds]
