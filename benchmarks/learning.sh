@@ -15,7 +15,8 @@
 #     machines reached a greedy mean >= 475 over 100 episodes at a median of 240k env
 #     steps (210k-280k, 5 seeds; docs/benchmarks.md) — its default budget is 500k;
 #   CartPole-v1 PPO: CleanRL's ppo.py budget of 500k steps;
-#   Pendulum-v1 PPO: RL Zoo's PPO at 100k steps (−172 ± 104).
+#   Pendulum-v1 PPO: RL Zoo's PPO at 100k steps (−172 ± 104);
+#   LunarLander-v3 PPO: RL Zoo's budget of 1M steps for its LunarLander PPO.
 #
 # Settings (environment variables):
 #   LEARNING_SEEDS      default "1 2 3 4 5"
@@ -29,16 +30,25 @@
 #   LEARNING_PEERS      default "cleanrl_dqn cleanrl_ppo sb3_dqn sb3_ppo"; "none" skips them:
 #                       the peers run by benchmarks/peers/learning_peers.py in the peers' venv
 #                       ($SHOAL_PEERS_VENV, default ~/.cache/shoal-peers; benchmarks/peers/
-#                       setup.sh makes it) on CartPole-v1, after shoal's cases, to the same
-#                       bar (greedy >= 475 over 100 episodes): CleanRL's dqn.py and ppo.py
-#                       restated on Gymnasium + torch 2, SB3's DQN and PPO with RL Zoo's
-#                       hyperparameters. Without the venv their rows print baseline=none.
+#                       setup.sh makes it), after shoal's cases, on the env of the shoal
+#                       case they pair with and to its bar (greedy mean over 100 episodes;
+#                       CartPole-v1 >= 475, LunarLander-v3 >= 200): CleanRL's dqn.py and
+#                       ppo.py restated on Gymnasium + torch 2, SB3's DQN and PPO with RL
+#                       Zoo's hyperparameters. Only the listed peers that pair with a case in
+#                       LEARNING_CASES run. The LunarLander peers (cleanrl_ppo_lunar,
+#                       sb3_ppo_lunar: 1M-step budgets, 8-20 minutes a run on a loaded
+#                       2-core machine) are not in the default list; run them with
+#                         LEARNING_CASES="ppo-lunarlander" LEARNING_PEERS="sb3_ppo_lunar
+#                         cleanrl_ppo_lunar" LEARNING_PEER_SEEDS="1 2" bash benchmarks/learning.sh
+#                       Without the venv their rows print baseline=none.
 #   LEARNING_PEER_SEEDS default "1 2 3"
 #   LEARNING_PEER_JOBS  peer runs at once, default 1
 #   LEARNING_PEER_BUDGET env steps per peer run for a quick check (default: each peer's own)
-#   LEARNING_PEER_EVAL_EVERY  default 20000, the grid shoal's CartPole configs evaluate on
-# Peer BENCH lines set each shoal CartPole case beside each peer of its family (DQN: Ape-X;
-# PPO and IMPALA: the on-policy peers):
+#   LEARNING_PEER_EVAL_EVERY  default: each peer's own, the grid shoal's configs for its env
+#                       evaluate on (CartPole 20000, LunarLander 65536)
+# Peer BENCH lines set each shoal case beside each peer of its family on its env (CartPole
+# DQN: Ape-X; CartPole PPO and IMPALA: the on-policy peers; LunarLander PPO: the LunarLander
+# PPO peers):
 #   BENCH name=learning.<case>.vs_<peer>.steps value=<shoal median env steps to the bar>
 #         unit=env_steps baseline=<peer's median> ratio=<peer / shoal: > 1, shoal fewer>
 #   BENCH name=learning.<case>.vs_<peer>.seconds  the same for wall seconds (the peers'
@@ -67,6 +77,7 @@ cases=(
   "sync-impala-cartpole-sampled|sync|cartpole-impala.yaml|run.eval_greedy=false|solved|500000"
   "sync-ppo-pendulum|sync|pendulum-ppo.yaml||solved|100000"
   "sync-ppo-mountaincar|sync|mountaincar-continuous-ppo.yaml||solved|none"
+  "ppo-lunarlander|dist|lunarlander-ppo.yaml||solved|1000000"
 )
 only=${LEARNING_CASES:-}
 
@@ -150,7 +161,7 @@ done
 echo "(distributed cases run 2 actors beside the learner on this machine: their steps"
 echo " include unrolls dropped as stale, and their wall times depend on its load)"
 
-# The peers, in the same run, and each shoal CartPole case beside those of its family.
+# The peers, in the same run, and each shoal case beside those of its family.
 peers=${LEARNING_PEERS-cleanrl_dqn cleanrl_ppo sb3_dqn sb3_ppo}
 venv=${SHOAL_PEERS_VENV:-$HOME/.cache/shoal-peers}
 pairs=(
@@ -159,20 +170,36 @@ pairs=(
   "ppo-cartpole-lag8|cleanrl_ppo sb3_ppo"
   "sync-ppo-cartpole|cleanrl_ppo sb3_ppo"
   "sync-impala-cartpole|cleanrl_ppo sb3_ppo"
+  "ppo-lunarlander|cleanrl_ppo_lunar sb3_ppo_lunar"
 )
-why="" paired=0
-for pr in "${pairs[@]}"; do [ -f "$work/${pr%%|*}.steps" ] && paired=1; done
+# only the listed peers some case that ran pairs with (a LunarLander peer costs minutes
+# that a CartPole-only run has no use for); a name no pair knows goes through, for
+# learning_peers.py to refuse
+why="" paired=0 wanted=" " known=" "
+for pr in "${pairs[@]}"; do
+  known="$known${pr#*|} "
+  [ -f "$work/${pr%%|*}.steps" ] || continue
+  paired=1
+  wanted="$wanted${pr#*|} "
+done
+run_peers=""
+for p in $peers; do
+  if [[ $wanted == *" $p "* || $known != *" $p "* ]]; then run_peers="$run_peers $p"; fi
+done
+run_peers=${run_peers# }
 if [ -z "$peers" ] || [ "$peers" = none ]; then
   why="LEARNING_PEERS=none"
 elif [ $paired = 0 ]; then
-  why="no CartPole case of theirs in LEARNING_CASES"
+  why="no case of theirs in LEARNING_CASES"
+elif [ -z "$run_peers" ]; then
+  why="none of LEARNING_PEERS pairs with a case in LEARNING_CASES"
 elif [ ! -x "$venv/bin/python" ]; then
   why="no peers venv at $venv (benchmarks/peers/setup.sh makes it)"
 else
-  echo "peers (benchmarks/peers/learning_peers.py, CartPole-v1 to a greedy 475):"
+  echo "peers (benchmarks/peers/learning_peers.py, each on its env to its bar):"
   # shellcheck disable=SC2086
   PYTHONWARNINGS=ignore nice "$venv/bin/python" "$root/benchmarks/peers/learning_peers.py" \
-    --peers "$peers" --seeds "${LEARNING_PEER_SEEDS:-1 2 3}" >"$work/peers.out" 2>&1
+    --peers "$run_peers" --seeds "${LEARNING_PEER_SEEDS:-1 2 3}" >"$work/peers.out" 2>&1
   rc=$?
   grep -v '^PEER ' "$work/peers.out"
   [ $rc = 0 ] || why="learning_peers.py failed (exit $rc)"
@@ -195,7 +222,7 @@ for pr in "${pairs[@]}"; do
         ratio=$(awk -v p="$theirs" -v m="$mine" 'BEGIN {printf "%.2f", p / m}')
         benches+=("BENCH name=learning.$name.vs_$peer.$label value=$mine unit=$unit baseline=$theirs ratio=$ratio")
       else
-        [ -n "$why" ] || why="$peer: not run or reached the bar on no seed"
+        [ -n "$why" ] || why="$peer: not in LEARNING_PEERS, or reached the bar on no seed"
         benches+=("BENCH name=learning.$name.vs_$peer.$label value=$mine unit=$unit baseline=none ratio=none")
       fi
     done

@@ -64,14 +64,15 @@ def layer_init(layer, std=np.sqrt(2), bias=0.0):
 
 
 class Agent(nn.Module):
-    def __init__(self):
+    # CartPole's sizes by default; benchmarks/peers/learning_peers.py passes LunarLander's
+    def __init__(self, obs_dim=4, n_actions=2):
         super().__init__()
-        self.critic = nn.Sequential(layer_init(nn.Linear(4, 64)), nn.Tanh(),
+        self.critic = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
                                     layer_init(nn.Linear(64, 64)), nn.Tanh(),
                                     layer_init(nn.Linear(64, 1), std=1.0))
-        self.actor = nn.Sequential(layer_init(nn.Linear(4, 64)), nn.Tanh(),
+        self.actor = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
                                    layer_init(nn.Linear(64, 64)), nn.Tanh(),
-                                   layer_init(nn.Linear(64, 2), std=0.01))
+                                   layer_init(nn.Linear(64, n_actions), std=0.01))
 
     def value(self, x):
         return self.critic(x)

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Peers for `make bench BENCH=learning`: CartPole-v1 to a greedy mean >= 475 over 100 episodes.
+"""Peers for `make bench BENCH=learning`: CartPole-v1 and LunarLander-v3, to a greedy bar.
 
 Runs in the peers venv ($SHOAL_PEERS_VENV, default ~/.cache/shoal-peers; made by
 benchmarks/peers/setup.sh) on real Gymnasium and PyTorch 2, one torch thread, and for each
 peer and seed reports the env steps and the wall time until a GREEDY policy first averages
->= 475 over 100 evaluation episodes, the bar shoal's CartPole configs use (run.solve_return).
+at least its env's bar over 100 evaluation episodes, the bar shoal's configs for that env use
+(run.solve_return): CartPole-v1 475, LunarLander-v3 200.
 
 Peers (names as LEARNING_PEERS / --peers take them):
   cleanrl_dqn  CleanRL's dqn.py algorithm restated here on Gymnasium + torch 2 with its
@@ -26,23 +27,35 @@ Peers (names as LEARNING_PEERS / --peers take them):
   sb3_ppo      Stable-Baselines3's PPO with RL Zoo's hyperparams/ppo.yml CartPole-v1: 8 envs x
                32 steps, batch 256, 20 epochs, gamma 0.98, GAE 0.8, entropy 0, lr and clip
                linear from 1e-3 and 0.2; budget n_timesteps 100k.
+  sb3_ppo_lunar      LunarLander-v3: SB3's PPO with RL Zoo's hyperparams/ppo.yml LunarLander
+               settings: 16 envs x 1024 steps, batch 64, 4 epochs, gamma 0.999, GAE 0.98,
+               entropy 0.01; SB3's defaults for the rest (lr 3e-4, clip 0.2, separate 64-64
+               tanh actor and critic, orthogonal init); budget n_timesteps 1M. What
+               configs/lunarlander-ppo.yaml restates.
+  cleanrl_ppo_lunar  LunarLander-v3: cleanrl_ppo above, every default unchanged (4 envs x 128
+               steps, gamma 0.99, lr 2.5e-4 annealed to 0 over the budget, truncation ends
+               the bootstrap as in ppo.py), the network sized to 8 inputs and 4 actions;
+               budget 1M, RL Zoo's for LunarLander and twice ppo.py's default 500k.
 
 The code here is shoal's own restatement of those algorithms; nothing is copied from CleanRL.
 
-Evaluation: every --eval-every env steps (LEARNING_PEER_EVAL_EVERY, default 20,000: shoal's
-CartPole configs evaluate every 20,000 or 20,480, and a finer grid alone would lower a peer's
-count) and once more at the end of the budget, the greedy policy (argmax) plays 100 episodes
-on a separate set of CartPole-v1 envs seeded 100000 + 1000 * seed + i, batched through one
-forward per step; the run stops at the first evaluation at or above 475. Evaluating neither
+Evaluation: every --eval-every env steps (LEARNING_PEER_EVAL_EVERY; by default each peer's
+own grid, that of shoal's configs for its env: CartPole 20,000 (shoal's evaluate every 20,000
+or 20,480), LunarLander 65,536; a finer grid alone would lower a peer's count) and once more
+at the end of the budget, the greedy policy (argmax) plays 100 episodes on a separate set of
+envs of the peer's id seeded 100000 + 1000 * seed + i, batched through one forward per step;
+the run stops at the first evaluation at or above the bar. Evaluating neither
 draws from the training's random streams nor changes its state, so a run's trajectory does
 not depend on the grid. "train s" is the wall time with the
 evaluations taken out; "eval s" is the time they took, reported beside it. Each run is its
 own Python process (--one PEER SEED prints one RESULT line), `--jobs` of them at once.
 
 usage: learning_peers.py [--peers "cleanrl_dqn cleanrl_ppo sb3_dqn sb3_ppo"] [--seeds "1 2 3"]
-                         [--eval-every 20000] [--jobs 1] [--budget N]
+                         [--eval-every N] [--jobs 1] [--budget N]
+(the default --peers are the CartPole ones; the LunarLander ones run when named.)
 Prints a table, then one machine-readable line per peer for benchmarks/learning.sh:
-  PEER name=P runs=N solved=K med_steps=S worst_steps=W med_s=T worst_s=U med_eval_s=E budget=B
+  PEER name=P runs=N solved=K med_steps=S worst_steps=W med_s=T worst_s=U med_cpu_s=C
+       med_eval_s=E budget=B env=ID bar=R
 
 Measured 2026-12-02 00:57-01:10 UTC by `make bench BENCH=learning` (python 3.11.2, torch
 2.9.0+cu128 on the CPU, gymnasium 1.4.0, stable-baselines3 2.9.2, numpy 2.4.6) on the shared
@@ -54,6 +67,24 @@ Measured 2026-12-02 00:57-01:10 UTC by `make bench BENCH=learning` (python 3.11.
   sb3_ppo      3/3   20k  40k  40k    20 (23) s    18 s CPU
 shoal beside them in the same run, and the comparison: docs/benchmarks.md, "Learning";
 logs in benchmarks/results/learning-peers/.
+
+LunarLander-v3, measured 2026-12-05 by
+  LEARNING_CASES="ppo-lunarlander" LEARNING_SEEDS="1 2 3" LEARNING_CORETYPES=native
+  LEARNING_PEERS="sb3_ppo_lunar cleanrl_ppo_lunar" LEARNING_PEER_SEEDS="1 2"
+  LEARNING_PEER_JOBS=2 nice -n 10 bash benchmarks/learning.sh          (08:05-08:38 UTC)
+and again for SB3 one run at a time (LEARNING_PEERS="sb3_ppo_lunar", LEARNING_PEER_JOBS=1;
+08:39-08:59 UTC), same versions, AMD EPYC, 2 cores shared with other engineers' tests
+(load 5-7 in the first run, 1-4 in the second); the 65,536-step grid. Steps to the bar per
+seed, median (worst) wall s without the evaluations, median CPU s:
+  sb3_ppo_lunar      2/2  590k 655k    1123 (1181) s two at a time, 483 (494) s alone; 442-445 s CPU
+  cleanrl_ppo_lunar  0/2  not in 1M: greedy -74 and 4 at the end;  250 s CPU for the 1M
+Beside them, shoal (configs/lunarlander-ppo.yaml, 2 actors x 8 envs and the learner, its
+evaluations included), seeds 1-3: 3/3, median 680k env steps (worst 745k) in both runs,
+75.7 (84.3) s in the first, 37.9 (41.4) s in the second. BENCH: vs_sb3_ppo_lunar.steps
+ratio 0.92 (shoal needs ~9% more env steps than SB3 here); .seconds ratio 14.8 (first run)
+and 12.8 (second). shoal uses both cores where SB3 uses one: one more shoal run (seed 3,
+load 4) took 74 s of CPU over its learner and actors, against SB3's 442 s: 6x less.
+Logs: benchmarks/results/learning-peers/2026-12-05-lunarlander-*.log.
 """
 import argparse
 import os
@@ -64,19 +95,33 @@ import time
 for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
 
-PEERS = ("cleanrl_dqn", "cleanrl_ppo", "sb3_dqn", "sb3_ppo")
-BUDGET = {"cleanrl_dqn": 500_000, "cleanrl_ppo": 500_000, "sb3_dqn": 50_000, "sb3_ppo": 100_000}
-BAR = 475.0
+# Per peer: its env, the bar (a greedy mean over 100 episodes: the run.solve_return of
+# shoal's configs for that env), its budget in env steps, and the grid it is evaluated on
+# (the eval_every_steps of shoal's configs for that env, so neither side gains from a finer
+# grid).
+SPEC = {
+    "cleanrl_dqn": ("CartPole-v1", 475.0, 500_000, 20_000),
+    "cleanrl_ppo": ("CartPole-v1", 475.0, 500_000, 20_000),
+    "sb3_dqn": ("CartPole-v1", 475.0, 50_000, 20_000),
+    "sb3_ppo": ("CartPole-v1", 475.0, 100_000, 20_000),
+    "cleanrl_ppo_lunar": ("LunarLander-v3", 200.0, 1_000_000, 65_536),
+    "sb3_ppo_lunar": ("LunarLander-v3", 200.0, 1_000_000, 65_536),
+}
+PEERS = tuple(SPEC)
+# the default set: the CartPole peers; the LunarLander ones take 8-20 minutes a run
+# on the development machine, so they run when asked for by name
+DEFAULT_PEERS = ("cleanrl_dqn", "cleanrl_ppo", "sb3_dqn", "sb3_ppo")
 
 
 class Evaluator:
     """Greedy evaluation every `every` env steps on 100 envs of its own; tracks its time."""
 
-    def __init__(self, seed, every, episodes=100):
+    def __init__(self, env_id, bar, seed, every, episodes=100):
         import gymnasium as gym
         import numpy as np
         self.np = np
-        self.envs = [gym.make("CartPole-v1") for _ in range(episodes)]
+        self.bar = bar
+        self.envs = [gym.make(env_id) for _ in range(episodes)]
         self.seeds = [100000 + 1000 * seed + i for i in range(episodes)]
         self.every = every
         self.next = every
@@ -117,7 +162,7 @@ class Evaluator:
     def at(self, steps, act):
         """Evaluates now, at `steps`; True when the mean reached the bar."""
         self.last_at = steps
-        if self.run(act) >= BAR:
+        if self.run(act) >= self.bar:
             self.solved_at = steps
             return True
         return False
@@ -194,7 +239,7 @@ def cleanrl_dqn(seed, budget, ev):
     return budget, act
 
 
-def cleanrl_ppo(seed, budget, ev):
+def cleanrl_ppo(seed, budget, ev, env_id):
     import random
     import gymnasium as gym
     import numpy as np
@@ -212,13 +257,14 @@ def cleanrl_ppo(seed, budget, ev):
     # its network, GAE and update, here on Gymnasium's envs and torch 2.
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     from onpolicy_cleanrl_torch import Agent, gae, ppo_update
-    agent = Agent()
-    opt = torch.optim.Adam(agent.parameters(), lr=lr0, eps=1e-5)
-    envs = gym.make_vec("CartPole-v1", num_envs=N, vectorization_mode="sync",
+    envs = gym.make_vec(env_id, num_envs=N, vectorization_mode="sync",
                         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    D = envs.single_observation_space.shape[0]
+    agent = Agent(D, int(envs.single_action_space.n))
+    opt = torch.optim.Adam(agent.parameters(), lr=lr0, eps=1e-5)
     envs.action_space.seed(seed)
     o, _ = envs.reset(seed=seed)
-    obs = torch.zeros((T, N, 4))
+    obs = torch.zeros((T, N, D))
     acts = torch.zeros((T, N), dtype=torch.long)
     logps = torch.zeros((T, N))
     rews = torch.zeros((T, N))
@@ -247,13 +293,13 @@ def cleanrl_ppo(seed, budget, ev):
         with torch.no_grad():
             adv, rets = gae(rews, vals, dones, agent.value(next_obs).reshape(1, -1), next_done,
                             gamma, lam)
-        ppo_update(agent, opt, obs.reshape(-1, 4), logps.reshape(-1), acts.reshape(-1),
+        ppo_update(agent, opt, obs.reshape(-1, D), logps.reshape(-1), acts.reshape(-1),
                    adv.reshape(-1), rets.reshape(-1), vals.reshape(-1), EP, mbs, clip, ent, vf,
                    mgn)
     return steps, act
 
 
-def sb3_run(algo, seed, budget, ev):
+def sb3_run(algo, seed, budget, ev, env_id):
     from stable_baselines3 import DQN, PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -261,14 +307,20 @@ def sb3_run(algo, seed, budget, ev):
     def lin(v):
         return lambda progress_remaining: progress_remaining * v
     if algo == "dqn":
-        env = make_vec_env("CartPole-v1", n_envs=1, seed=seed)
+        env = make_vec_env(env_id, n_envs=1, seed=seed)
         model = DQN("MlpPolicy", env, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
                     learning_starts=1000, gamma=0.99, target_update_interval=10,
                     train_freq=256, gradient_steps=128, exploration_fraction=0.16,
                     exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]),
                     seed=seed, device="cpu", verbose=0)
+    elif algo == "ppo_lunar":
+        # RL Zoo's LunarLander settings; the rest (lr 3e-4, clip 0.2, 64x64 tanh actor and
+        # critic, orthogonal init, advantages normalised) are SB3's defaults, as there
+        env = make_vec_env(env_id, n_envs=16, seed=seed)
+        model = PPO("MlpPolicy", env, n_steps=1024, batch_size=64, gae_lambda=0.98,
+                    gamma=0.999, n_epochs=4, ent_coef=0.01, seed=seed, device="cpu", verbose=0)
     else:
-        env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
+        env = make_vec_env(env_id, n_envs=8, seed=seed)
         model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
                     n_epochs=20, ent_coef=0.0, learning_rate=lin(1e-3), clip_range=lin(0.2),
                     seed=seed, device="cpu", verbose=0)
@@ -287,15 +339,16 @@ def sb3_run(algo, seed, budget, ev):
 def one(peer, seed, every, budget=0):
     import torch
     torch.set_num_threads(1)
-    budget = budget or BUDGET[peer]
-    ev = Evaluator(seed, every)
+    env_id, bar, own_budget, own_every = SPEC[peer]
+    budget = budget or own_budget
+    ev = Evaluator(env_id, bar, seed, every or own_every)
     t0, c0 = time.perf_counter(), time.process_time()
     if peer == "cleanrl_dqn":
         steps, act = cleanrl_dqn(seed, budget, ev)
-    elif peer == "cleanrl_ppo":
-        steps, act = cleanrl_ppo(seed, budget, ev)
+    elif peer.startswith("cleanrl_ppo"):
+        steps, act = cleanrl_ppo(seed, budget, ev, env_id)
     else:
-        steps, act = sb3_run(peer[4:], seed, budget, ev)
+        steps, act = sb3_run(peer[4:], seed, budget, ev, env_id)
     if ev.solved_at < 0 and ev.last_at != steps:
         ev.at(steps, act)  # one more evaluation at the end of the budget
     wall = time.perf_counter() - t0
@@ -327,10 +380,11 @@ def median(xs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--peers", default=os.environ.get("LEARNING_PEERS", " ".join(PEERS)))
+    ap.add_argument("--peers", default=os.environ.get("LEARNING_PEERS", " ".join(DEFAULT_PEERS)))
     ap.add_argument("--seeds", default=os.environ.get("LEARNING_PEER_SEEDS", "1 2 3"))
     ap.add_argument("--eval-every", type=int,
-                    default=int(os.environ.get("LEARNING_PEER_EVAL_EVERY", "20000")))
+                    default=int(os.environ.get("LEARNING_PEER_EVAL_EVERY", "0")),
+                    help="env steps between evaluations (0: each peer's own grid)")
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("LEARNING_PEER_JOBS", "1")))
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per run")
     ap.add_argument("--budget", type=int, default=int(os.environ.get("LEARNING_PEER_BUDGET", "0")),
@@ -347,8 +401,9 @@ def main():
               file=sys.stderr)
         return 2
     seeds = [int(s) for s in a.seeds.split()]
-    print(f"peers: {versions()}; one torch thread; greedy >= {BAR:g} over 100 episodes, "
-          f"evaluated every {a.eval_every} env steps", flush=True)
+    grid = f"every {a.eval_every} env steps" if a.eval_every else "on each peer's grid"
+    print(f"peers: {versions()}; one torch thread; the greedy mean over 100 episodes "
+          f"against each peer's bar, evaluated {grid}", flush=True)
     jobs = [(p, s) for p in peers for s in seeds]
     results = {}
     running = []
@@ -387,8 +442,9 @@ def main():
                 proc.kill()
                 running.remove(r)
                 finish(p, s, proc, timed_out=True)
-    print(f"{'peer':<14} {'budget':>7} {'solved':>7} {'med steps':>10} {'worst steps':>12} "
-          f"{'med s':>7} {'worst s':>8} {'med cpu s':>9} {'eval s':>7}")
+    print(f"{'peer':<18} {'env':<15} {'bar':>4} {'every':>6} {'budget':>8} {'solved':>7} "
+          f"{'med steps':>10} {'worst steps':>12} {'med s':>7} {'worst s':>8} {'med cpu s':>9} "
+          f"{'eval s':>7}")
     lines = []
     for p in peers:
         rs = [results.get((p, s)) for s in seeds]
@@ -400,11 +456,14 @@ def main():
         ms, ws = median(st), (max(st) if st else float("nan"))
         mt, wt = median(sec), (max(sec) if sec else float("nan"))
         me = median(evs)
-        print(f"{p:<14} {a.budget or BUDGET[p]:>7} {len(ok):>3}/{len(seeds):<3} {ms:>10g} "
+        env_id, bar, own_budget, own_every = SPEC[p]
+        budget = a.budget or own_budget
+        print(f"{p:<18} {env_id:<15} {bar:>4g} {a.eval_every or own_every:>6} {budget:>8} "
+              f"{len(ok):>3}/{len(seeds):<3} {ms:>10g} "
               f"{ws:>12g} {mt:>7.1f} {wt:>8.1f} {mc:>9.1f} {me:>7.1f}")
         lines.append(f"PEER name={p} runs={len(seeds)} solved={len(ok)} med_steps={ms:g} "
                      f"worst_steps={ws:g} med_s={mt:.2f} worst_s={wt:.2f} med_cpu_s={mc:.2f} "
-                     f"med_eval_s={me:.2f} budget={a.budget or BUDGET[p]}")
+                     f"med_eval_s={me:.2f} budget={budget} env={env_id} bar={bar:g}")
     print("(steps and seconds over the seeds that reached the bar; seconds exclude the "
           "evaluations, whose wall time is the eval s column; cpu s: the run's own CPU time)")
     print("\n".join(lines))

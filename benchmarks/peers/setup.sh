@@ -25,6 +25,8 @@ pins=(
   stable-baselines3==2.9.2
   tensorboard==2.21.0
   safetensors==0.8.0
+  box2d==2.3.10      # LunarLander-v3 for the learning benchmark's LunarLander peers
+  pygame==2.6.1      # Gymnasium's box2d package imports it (CarRacing) even for LunarLander
 )
 stamp="$venv/.shoal-peers-pins"
 want=$(printf '%s\n' "${pins[@]}")
@@ -41,7 +43,7 @@ echo "peers: installed in $(( $(date +%s) - start )) s into $venv"
 "$venv/bin/python" - <<'PY'
 import importlib
 for m in ("numpy", "gymnasium", "envpool", "pufferlib", "torch", "stable_baselines3",
-          "tensorboard", "safetensors"):
+          "tensorboard", "safetensors", "Box2D", "pygame"):
     mod = importlib.import_module(m)
     print(f"peers: {m} {getattr(mod, '__version__', '?')}")
 PY
