@@ -87,12 +87,12 @@ def main():
     build = os.path.abspath(a.build)
     readme = a.readme or os.path.join(root, "README.md")
     name = os.path.basename(readme)
-    todo = blocks(readme)
-    if not todo:
+    runnable = blocks(readme)
+    if not runnable:
         print("readme_walk: %s has no ```sh runnable block" % readme)
         return 1
     if a.list:
-        for start, text in todo:
+        for start, text in runnable:
             print("# %s line %d\n%s" % (name, start, shorten(text, a.max_seconds)))
         return 0
     if not os.access(os.path.join(build, "bin", "shoal"), os.X_OK):
@@ -116,7 +116,7 @@ def main():
     have_gym = "gym:CartPole-v1" in envs.split()
     t0 = time.monotonic()
     ok = True
-    for start, text in todo:
+    for start, text in runnable:
         script = shorten(text, a.max_seconds)
         if "gym:" in script and not have_gym:
             print("== %s line %d: SKIPPED: no Gymnasium for gym: ids (make deps makes its "
@@ -142,7 +142,7 @@ def main():
                   "line above is the command" % (name, start, rc))
             ok = False
             break
-    print("readme_walk: %d block(s), %.1f s" % (len(todo), time.monotonic() - t0))
+    print("readme_walk: %d block(s), %.1f s" % (len(runnable), time.monotonic() - t0))
     if ok and not os.environ.get("SHOAL_TEST_KEEP"):
         shutil.rmtree(work, ignore_errors=True)
     else:
