@@ -77,11 +77,13 @@ and again for SB3 one run at a time (LEARNING_PEERS="sb3_ppo_lunar", LEARNING_PE
 (load 5-7 in the first run, 1-4 in the second); the 65,536-step grid. Steps to the bar per
 seed, median (worst) wall s without the evaluations, median CPU s:
   sb3_ppo_lunar      2/2  590k 655k    1123 (1181) s two at a time, 483 (494) s alone; 442-445 s CPU
+                    seed 3 (16:08-16:14 UTC, `--peers sb3_ppo_lunar --seeds 3`, nice 5): 459k,
+                    303 s, 257 s CPU; over seeds 1-3 the median is 590k
   cleanrl_ppo_lunar  0/2  not in 1M: greedy -74 and 4 at the end;  250 s CPU for the 1M
 Beside them, shoal (configs/lunarlander-ppo.yaml, 2 actors x 8 envs and the learner, its
 evaluations included), seeds 1-3: 3/3, median 680k env steps (worst 745k) in both runs,
 75.7 (84.3) s in the first, 37.9 (41.4) s in the second. BENCH: vs_sb3_ppo_lunar.steps
-ratio 0.92 (shoal needs ~9% more env steps than SB3 here); .seconds ratio 14.8 (first run)
+ratio 0.92 over SB3's seeds 1-2, 0.87 over seeds 1-3 (shoal needs ~15% more env steps than SB3 here); .seconds ratio 14.8 (first run)
 and 12.8 (second). shoal uses both cores where SB3 uses one: one more shoal run (seed 3,
 load 4) took 74 s of CPU over its learner and actors, against SB3's 442 s: 6x less.
 Logs: benchmarks/results/learning-peers/2026-12-05-lunarlander-*.log.
