@@ -78,6 +78,7 @@ static int apex_create(const actor_setup *su, void **out, shoal_error *err) {
     rc = actor_fail(err, err->code ? err->code : SHOAL_ENOMEM, "network");
     goto fail;
   }
+  dqn_set_explore(x->q, su->seed * 1000003 + (uint64_t)su->index + 7919);
   x->col =
       collector_create(x->B, (int)x->F, dc.n_step, dc.gamma, x->send_steps + dc.n_step + 2, err);
   if (!x->col) {

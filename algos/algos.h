@@ -51,6 +51,13 @@ typedef struct dqn_config {
   int target_period; /* updates between target-network syncs */
   int max_batch;     /* the largest learn() or act() batch */
   uint64_t seed;     /* network initialisation */
+  /* The kind of every dense layer (hidden and heads): "" or "dense" for nn's own, else a
+   * custom layer registered under that name (nn_layer_register) whose type has
+   * dense_config, such as NoisyNet's noisy_linear (docs/custom-layers.md). Its noise is
+   * drawn by the learner's networks and, after dqn_set_explore, by an actor's. */
+  char layer[64];
+  /* Layer plugins dqn_create loads first (nn_layer_plugin_load), ':'-separated paths. */
+  char plugins[1024];
 } dqn_config;
 
 /* Defaults that solve CartPole-v1 (MLP 64-64, dueling, double, n=3, γ=0.99,
@@ -124,6 +131,11 @@ int dqn_set_lr(dqn *d, float lr, shoal_error *err);
 int dqn_set_target_period(dqn *d, int period, shoal_error *err);
 /* The learning rate in use (the config's, or the last dqn_set_lr). Can't fail. */
 float dqn_lr(const dqn *d);
+
+/* An actor's network explores by its custom layers' noise (NoisyNet): their draws on
+ * (training mode), from a stream of its own seeded with seed. Does nothing when the
+ * dense layers are nn's own. Can't fail. */
+void dqn_set_explore(dqn *d, uint64_t seed);
 
 /* The actor side of parameter sync: copies n floats into the network's parameters
  * (n must equal the network's parameter count). */

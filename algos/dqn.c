@@ -12,6 +12,7 @@
 struct dqn {
   dqn_config cfg;
   bool learner;
+  bool custom;      /* the dense layers are cfg.layer's custom kind */
   nn_model *online; /* (B, obs) -> (B, A) or, dueling, (B, 1 + A) = [V | A] */
   nn_model *target; /* learner only */
   nn_optim *opt;    /* learner only */
@@ -57,7 +58,48 @@ dqn_config dqn_defaults(void) {
   return c;
 }
 
-static int build_net(const dqn_config *c, nn_model *m, int out_dim, shoal_error *err) {
+/* The custom layer the config puts where dense layers go, after loading its plugins;
+ * NULL for nn's own dense layers. */
+static int resolve_layer(const dqn_config *c, const nn_layer_type **lt, shoal_error *err) {
+  *lt = NULL;
+  int rc = nn_layer_plugins_load(c->plugins, err);
+  if (rc) return rc;
+  if (!c->layer[0] || !strcmp(c->layer, "dense")) return 0;
+  const nn_layer_type *t = nn_layer_find(c->layer);
+  if (!t) {
+    char kinds[512];
+    nn_layer_kinds(kinds, sizeof kinds);
+    return shoal_error_set(err, SHOAL_ENOENT,
+                           "dqn: layer '%s' is not a registered layer (registered: %s); name "
+                           "the plugin that registers it in nn.plugins",
+                           c->layer, kinds[0] ? kinds : "none");
+  }
+  if (!t->dense_config)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "dqn: layer '%s' has no dense_config, so it cannot stand where a dense "
+                           "layer goes",
+                           c->layer);
+  *lt = t;
+  return 0;
+}
+
+/* A dense layer of width out: nn's own, or the config's custom kind in its place. */
+static int dense(nn_model *m, const nn_layer_type *lt, const char *name, int out,
+                 shoal_error *err) {
+  if (!lt) return nn_dense(m, name, out);
+  void *conf = calloc(1, lt->config_size ? lt->config_size : 1);
+  if (!conf) return shoal_error_set(err, SHOAL_ENOMEM, "dqn: out of memory");
+  shoal_error why = {0};
+  int rc = lt->dense_config(conf, out, &why);
+  if (rc) rc = shoal_error_set(err, rc, "dqn: layer '%s' (%s): %s", name, lt->kind, why.msg);
+  if (!rc && (rc = nn_custom(m, name, lt, conf)) < 0)
+    shoal_error_set(err, rc, "dqn: %s", nn_model_error(m));
+  free(conf);
+  return rc;
+}
+
+static int build_net(const dqn_config *c, const nn_layer_type *lt, nn_model *m, int out_dim,
+                     shoal_error *err) {
   int rc = nn_input(m, c->obs_c, c->obs_h, c->obs_w);
   if (rc < 0) return rc;
   char name[32];
@@ -66,26 +108,26 @@ static int build_net(const dqn_config *c, nn_model *m, int out_dim, shoal_error 
      * then a 128-unit hidden layer. */
     if ((rc = nn_conv2d(m, "conv1", 16, 3, 3, 1, 0, 1)) < 0) return rc;
     if ((rc = nn_activation(m, "conv1_relu", NN_RELU, 0)) < 0) return rc;
-    if ((rc = nn_dense(m, "fc1", 128)) < 0) return rc;
+    if ((rc = dense(m, lt, "fc1", 128, err)) < 0) return rc;
     if ((rc = nn_activation(m, "fc1_relu", NN_RELU, 0)) < 0) return rc;
   } else {
     for (int i = 0; i < 2 && c->hidden[i] > 0; i++) {
       snprintf(name, sizeof name, "fc%d", i + 1);
-      if ((rc = nn_dense(m, name, c->hidden[i])) < 0) return rc;
+      if ((rc = dense(m, lt, name, c->hidden[i], err)) < 0) return rc;
       snprintf(name, sizeof name, "fc%d_relu", i + 1);
       if ((rc = nn_activation(m, name, NN_RELU, 0)) < 0) return rc;
     }
   }
   if (c->dueling) {
     int trunk = nn_model_current(m);
-    int v = nn_dense(m, "value", 1);
+    int v = dense(m, lt, "value", 1, err);
     if (v < 0) return v;
     if ((rc = nn_model_select(m, trunk)) < 0) return rc;
-    int a = nn_dense(m, "advantage", c->num_actions);
+    int a = dense(m, lt, "advantage", c->num_actions, err);
     if (a < 0) return a;
     if ((rc = nn_concat(m, "heads", v, a)) < 0) return rc;
   } else {
-    if ((rc = nn_dense(m, "q", out_dim)) < 0) return rc;
+    if ((rc = dense(m, lt, "q", out_dim, err)) < 0) return rc;
   }
   return nn_model_build(m, c->max_batch, c->seed, err);
 }
@@ -129,11 +171,16 @@ dqn *dqn_create(const dqn_config *cfg, nn_device device, bool learner, shoal_err
     shoal_error_set(err, SHOAL_ENOMEM, "dqn: out of memory");
     goto fail;
   }
+  const nn_layer_type *lt;
+  if (resolve_layer(cfg, &lt, err)) goto fail;
+  d->custom = lt != NULL;
   if (!(d->online = nn_model_create(device, err))) goto fail;
-  if (build_net(cfg, d->online, d->out_dim, err)) goto fail;
+  if (build_net(cfg, lt, d->online, d->out_dim, err)) goto fail;
   if (learner) {
     if (!(d->target = nn_model_create(device, err))) goto fail;
-    if (build_net(cfg, d->target, d->out_dim, err)) goto fail;
+    if (build_net(cfg, lt, d->target, d->out_dim, err)) goto fail;
+    /* its own noise (NoisyNet's independent target noise); its weights are copied */
+    nn_model_set_seed(d->target, cfg->seed + 1);
     if (nn_model_copy(d->target, d->online, err)) goto fail;
     nn_optim_config oc = nn_optim_defaults(NN_ADAM);
     oc.lr = cfg->lr;
@@ -154,8 +201,11 @@ dqn *dqn_create(const dqn_config *cfg, nn_device device, bool learner, shoal_err
       goto fail;
     }
   }
+  /* Training mode draws a custom layer's noise (the nets here have no dropout or batch
+   * norm, so for nn's own layers it changes nothing): the learner's online and target
+   * nets draw, an actor's only after dqn_set_explore, evaluation never. */
   nn_model_set_training(d->online, learner);
-  if (d->target) nn_model_set_training(d->target, false);
+  if (d->target) nn_model_set_training(d->target, d->custom);
   return d;
 fail:
   dqn_destroy(d);
@@ -184,6 +234,12 @@ void dqn_destroy(dqn *d) {
 }
 
 nn_model *dqn_model(dqn *d) { return d->online; }
+
+void dqn_set_explore(dqn *d, uint64_t seed) {
+  if (!d || !d->custom) return;
+  nn_model_set_training(d->online, true);
+  nn_model_set_seed(d->online, seed);
+}
 const dqn_config *dqn_get_config(const dqn *d) { return &d->cfg; }
 
 /* Appends to buf[*k..cap) and moves *k; false once it did not fit. */
@@ -212,6 +268,10 @@ int dqn_describe(const dqn_config *c, bool obs_u8, char **out, shoal_error *err)
   if (c->obs_h > 1 || c->obs_w > 1) ok = ok && put(b, cap, &k, ",%d,%d", c->obs_h, c->obs_w);
   ok = ok && put(b, cap, &k, "],\"dtype\":\"%s\",\"scale\":1},\"layers\":[", obs_u8 ? "u8" : "f32");
   int in = c->obs_c * c->obs_h * c->obs_w;
+  /* a custom layer where the dense layers go is named by its kind */
+  const char *dk = c->layer[0] && strcmp(c->layer, "dense") ? c->layer : "dense";
+  bool custom = strcmp(dk, "dense") != 0; /* the head says so only then: format 1 as before */
+  const char *hl = custom ? "\"layer\":\"" : "", *hk = custom ? dk : "", *hr = custom ? "\"," : "";
   if (c->net == DQN_NET_MINATAR) {
     int oh = c->obs_h - 2, ow = c->obs_w - 2; /* 3x3, stride 1, no padding */
     ok = ok && put(b, cap, &k,
@@ -220,29 +280,31 @@ int dqn_describe(const dqn_config *c, bool obs_u8, char **out, shoal_error *err)
                    c->obs_c);
     ok = ok && put(b, cap, &k, "{\"kind\":\"flatten\"},");
     ok = ok && put(b, cap, &k,
-                   "{\"kind\":\"dense\",\"name\":\"fc1\",\"in\":%d,\"out\":128,"
+                   "{\"kind\":\"%s\",\"name\":\"fc1\",\"in\":%d,\"out\":128,"
                    "\"activation\":\"relu\"}",
-                   16 * oh * ow);
+                   dk, 16 * oh * ow);
     in = 128;
   } else {
     ok = ok && put(b, cap, &k, "{\"kind\":\"flatten\"}");
     for (int i = 0; i < 2 && c->hidden[i] > 0; i++) {
       ok = ok && put(b, cap, &k,
-                     ",{\"kind\":\"dense\",\"name\":\"fc%d\",\"in\":%d,\"out\":%d,"
+                     ",{\"kind\":\"%s\",\"name\":\"fc%d\",\"in\":%d,\"out\":%d,"
                      "\"activation\":\"relu\"}",
-                     i + 1, in, c->hidden[i]);
+                     dk, i + 1, in, c->hidden[i]);
       in = c->hidden[i];
     }
   }
   if (c->dueling)
     ok = ok && put(b, cap, &k,
-                   "],\"head\":{\"kind\":\"dueling\",\"in\":%d,\"actions\":%d,"
-                   "\"value\":\"value\",\"advantage\":\"advantage\","
+                   "],\"head\":{\"kind\":\"dueling\",%s%s%s\"in\":%d,"
+                   "\"actions\":%d,\"value\":\"value\",\"advantage\":\"advantage\","
                    "\"q\":\"V + A - mean(A)\"}}",
-                   in, c->num_actions);
+                   hl, hk, hr, in, c->num_actions);
   else
-    ok = ok && put(b, cap, &k, "],\"head\":{\"kind\":\"q\",\"in\":%d,\"actions\":%d,\"q\":\"q\"}}",
-                   in, c->num_actions);
+    ok = ok && put(b, cap, &k,
+                   "],\"head\":{\"kind\":\"q\",%s%s%s\"in\":%d,\"actions\":%d,"
+                   "\"q\":\"q\"}}",
+                   hl, hk, hr, in, c->num_actions);
   if (!ok) {
     free(b);
     return shoal_error_set(err, SHOAL_ENOMEM, "dqn_describe: description over %zu bytes", cap);

@@ -55,7 +55,8 @@
 #         evaluation time taken out; shoal's includes its own evaluations)
 set -uo pipefail
 root=${SHOAL_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-bin=${SHOAL_BINARY_DIR:-$root/build}/bin
+build=${SHOAL_BINARY_DIR:-$root/build}
+bin=$build/bin
 seeds=${LEARNING_SEEDS:-1 2 3 4 5}
 coretypes=${LEARNING_CORETYPES:-native Haswell}
 work=$(mktemp -d /tmp/shoal-learning.XXXXXX)
@@ -64,9 +65,11 @@ export PATH=$bin:$PATH
 
 # name | program (sync: shoal-train-sync; dist: shoal run) | config | overrides | bar
 # (solved: the config's own run.solve_return; best>=X: best greedy evaluation at least X)
-# | reference median steps (none: no published figure)
+# | reference median steps (none: no published figure). @BUILD@ in an override is the build
+# folder (the NoisyNet case's layer plugin).
 cases=(
   "apex-cartpole|dist|cartpole-apex.yaml|run.max_env_steps=600000|solved|240000"
+  "apex-noisy-cartpole|dist|cartpole-apex-noisy.yaml|run.max_env_steps=2000000 nn.plugins=@BUILD@/examples/noisy_linear.so|solved|none"
   "impala-cartpole|dist|cartpole-impala.yaml|run.max_env_steps=1000000|solved|500000"
   "ppo-cartpole-lag8|dist|cartpole-ppo.yaml|replay.max_staleness=8|solved|500000"
   "impala-lstm-novel|dist|cartpole-novel-impala-lstm.yaml||best>=90|none"
@@ -101,7 +104,7 @@ for c in "${cases[@]}"; do
     for s in $seeds; do
       n=$((n + 1))
       args=(--set "run.seed=$s")
-      for kv in $sets; do args+=(--set "$kv"); done
+      for kv in $sets; do args+=(--set "${kv//@BUILD@/$build}"); done
       if [ "$ct" = Haswell ]; then
         export OPENBLAS_CORETYPE=Haswell SHOAL_NN_CONV_PATH=avx2
       else

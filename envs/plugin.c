@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "envs/internal.h"
+#include "nn/nn.h" /* NN_LAYER_ABI: an env plugin's layers */
 
 #define MAX_PLUGINS 32
 
@@ -118,6 +119,16 @@ static int load_locked(const char *path, const env_plugin **out, shoal_error *er
     /* kinds registered before the failing one stay (the registry cannot forget), so
      * the library stays loaded too */
     return rc;
+  }
+  /* An env plugin may bring layers too (a network for its observations): the layer
+   * plugins' entry point, called as nn_layer_plugin_load calls it (docs/custom-layers.md). */
+  int (*layers)(int abi, shoal_error *e);
+  *(void **)&layers = dlsym(h, "shoal_nn_plugin_init");
+  if (layers) {
+    shoal_error why = {0};
+    if ((rc = layers(NN_LAYER_ABI, &why)))
+      return shoal_error_set(err, rc, "plugin %s: its layers: %s", path,
+                             why.msg[0] ? why.msg : "shoal_nn_plugin_init failed");
   }
   snprintf(plugins[nplugins].path, sizeof plugins[nplugins].path, "%s", real);
   plugins[nplugins++].p = p;

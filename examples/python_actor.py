@@ -125,6 +125,11 @@ class Network:
         self.scale = float(inp.get("scale", 1))
         # Check every tensor the description names against its stated size now, so a
         # blob that does not fit is reported here rather than mid-episode.
+        for layer in self.arch["layers"] + [self.arch["head"]]:
+            kind = layer.get("layer", layer["kind"])
+            if kind not in ("dense", "conv2d", "flatten", "dueling", "q"):
+                raise RuntimeError(f"the network has {kind} layers, a custom kind (dqn.layer) "
+                                   "this actor does not implement; run shoal's own actors")
         for layer in self.arch["layers"]:
             if layer["kind"] == "dense":
                 self._need(layer["name"], (layer["out"], layer["in"]))

@@ -25,8 +25,10 @@
 /* Layer names hold PyTorch module paths ("layer4.1.downsample.0"), whose depth grows
  * with the model; 128 bytes cover torchvision's and Hugging Face's deepest. */
 #define NN__NAME_MAX 128
-#define NN__MAX_TENSORS 4 /* parameter tensors per layer (LSTM/GRU: 4) */
-#define NN__MAX_STATE 3   /* state tensors per layer (batch norm: 3) */
+/* Parameter and state tensors per layer: LSTM/GRU have 4 and batch norm 3 state; a
+ * custom layer up to NN_LAYER_TENSORS of both together. */
+#define NN__MAX_TENSORS NN_LAYER_TENSORS
+#define NN__MAX_STATE NN_LAYER_TENSORS
 
 typedef enum nn__kind {
   NN__INPUT = 0,
@@ -48,6 +50,7 @@ typedef enum nn__kind {
   NN__ADD,
   NN__CONCAT,
   NN__MUL,
+  NN__CUSTOM, /* a user's nn_layer_type (nn/custom.c) */
   NN__KIND_COUNT
 } nn__kind;
 
@@ -56,6 +59,9 @@ typedef enum nn__init {
   NN__INIT_NORMAL,      /* N(0, 1): embeddings */
   NN__INIT_ONES,
   NN__INIT_ZEROS,
+  NN__INIT_CONSTANT, /* custom layers' initialisers (nn_param_init): a */
+  NN__INIT_RANGE,    /* U(a, b) */
+  NN__INIT_GAUSS,    /* N(a, b^2) */
 } nn__init;
 
 /* One tensor of a layer, as its state_dict entry. */
@@ -68,7 +74,8 @@ typedef struct nn__tensor {
   bool trainable;
   int fan_in, fan_out;
   nn__init init; /* how nn_model_build fills it */
-  float bound;   /* NN__INIT_UNIFORM: U(-bound, bound) */
+  float bound;   /* NN__INIT_UNIFORM: U(-bound, bound); CONSTANT, RANGE, GAUSS: a */
+  float b;       /* RANGE, GAUSS: b */
 } nn__tensor;
 
 #define NN__PROFILE_MAX 1024 /* lines nn_model_profile_table lists, heaviest first */
@@ -115,6 +122,20 @@ typedef struct nn__node {
    * the ReLU's forward (fused) then does nothing. Its backward needs only its output. */
   int fuse_act;
   bool fused;
+
+  /* NN__CUSTOM: the user's table (borrowed), its config (copied; owned by the node
+   * unless it is a nn_shared copy), the cache it asked for, its forward FLOPs per sample,
+   * and where each of its tensors is: tensor k is poff[cslot[k]] when ctrain[k], else
+   * soff[cslot[k]]. ckind is what describe and profile call it. */
+  const nn_layer_type *ctype;
+  void *cconf;
+  bool cconf_owned;
+  const char *ckind;
+  size_t c_cps, c_cfix;
+  double c_flops;
+  int c_n;
+  bool ctrain[NN_LAYER_TENSORS];
+  int cslot[NN_LAYER_TENSORS];
 
   /* nn_model_profile's counts: calls and wall time (ns) of this layer's forward, backward */
   uint64_t prof_ns[2];
@@ -266,6 +287,21 @@ struct nn_model {
 };
 
 const char *nn__kind_name(nn__kind k);
+/* Records a failed layer-adding call on m (build reports the first) and returns code. */
+int nn__model_fail(nn_model *m, int code, const char *what);
+/* What describe, profile and messages call node n: its kind's name, or a custom layer's. */
+const char *nn__node_kind(const nn__node *n);
+
+/* ---- custom layers (nn/custom.c) ---- */
+/* The CPU's layer ops for NN__CUSTOM: the user's forward and backward on host arrays. */
+extern const nn__layer_ops nn__cpu_custom;
+/* Fills *c for node n's forward (dy NULL) or backward, on either backend: B, shapes,
+ * the tensors of buffers params / grads / state (the model's own on the CPU, the
+ * device's on CUDA), x, y, cache, mode and rng. */
+void nn__custom_call(nn_model *m, nn__node *n, int B, float *params, float *grads, float *state,
+                     nn_layer_call *c);
+/* Fills a custom node's backward-only fields (dy, dx, dx_add) after nn__custom_call. */
+void nn__custom_grad(nn_model *m, nn__node *n, nn_layer_call *c);
 
 /* The input node's output is the caller's x; an input of a node. */
 static inline nn__node *nn__input(nn_model *m, nn__node *n, int k) { return &m->nodes[n->in[k]]; }

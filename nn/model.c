@@ -32,6 +32,7 @@ static const char *const kind_names[NN__KIND_COUNT] = {
     [NN__ADD] = "add",
     [NN__CONCAT] = "concat",
     [NN__MUL] = "mul",
+    [NN__CUSTOM] = "custom",
 };
 
 /* ---- errors ------------------------------------------------------------------- */
@@ -52,6 +53,10 @@ __attribute__((format(printf, 3, 4))) static int model_fail(nn_model *m, int cod
 }
 
 const char *nn_model_error(const nn_model *m) { return m ? m->last_msg : ""; }
+
+int nn__model_fail(nn_model *m, int code, const char *what) {
+  return model_fail(m, code, "%s", what);
+}
 
 /* ---- create / destroy ----------------------------------------------------------- */
 
@@ -82,6 +87,8 @@ nn_model *nn_model_create(nn_device device, shoal_error *err) {
 void nn_model_destroy(nn_model *m) {
   if (!m) return;
   m->be->destroy(m); /* first: a device backend unpins the host mirrors */
+  for (int i = 0; i < m->n_nodes; i++)
+    if (m->nodes[i].cconf_owned) free(m->nodes[i].cconf);
   free(m->nodes);
   free(m->tensors);
   free(m->params);
@@ -606,7 +613,131 @@ int nn_shared(nn_model *m, const char *name, int like) {
   s.in[1] = -1;
   s.out = s.dout = s.dout_buf = s.cache = NULL;
   s.idx = NULL;
+  s.cconf_owned = false; /* a custom layer's config stays its source's */
   return node_commit(m, &s);
+}
+
+/* A tensor suffix: letters, digits and '_' (a '.' would make "<layer>.<suffix>" split
+ * in the wrong place). */
+static bool suffix_ok(const char *s) {
+  if (!s || !*s || strlen(s) > 22) return false;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '_'))
+      return false;
+  return true;
+}
+
+int nn_custom(nn_model *m, const char *name, const nn_layer_type *type, const void *config) {
+  nn__node t;
+  int rc = node_begin(m, &t, NN__CUSTOM, name);
+  if (rc) return rc;
+  const char *miss = !type                            ? "no type"
+                     : !type->kind || !*type->kind      ? "no kind"
+                     : !type->shape                     ? "no shape function"
+                     : !type->forward                   ? "no forward function"
+                     : !type->backward                  ? "no backward function"
+                                                        : NULL;
+  if (type && type->abi != NN_LAYER_ABI)
+    return model_fail(m, SHOAL_EINVAL,
+                      "nn: layer '%s': its type is for layer abi %d, this nn has %d (rebuild it "
+                      "against this nn/nn.h)",
+                      t.name, type->abi, NN_LAYER_ABI);
+  if (miss)
+    return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': its custom layer type has %s", t.name,
+                      miss);
+  if (type->config_size && !config)
+    return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': custom layer '%s' needs a config",
+                      t.name, type->kind);
+  const nn__node *x = cur(m, &t);
+  nn_layer_shape sh = {.name = t.name, .in_C = x->C, .in_H = x->H, .in_W = x->W};
+  void *conf = NULL;
+  if (type->config_size) {
+    if (!(conf = malloc(type->config_size)))
+      return model_fail(m, SHOAL_ENOMEM, "nn: layer '%s': out of memory", t.name);
+    memcpy(conf, config, type->config_size);
+  }
+  sh.config = conf;
+  shoal_error why = {0};
+  rc = type->shape(&sh, &why);
+  const char *bad = NULL;
+  char msg[160];
+  if (rc) {
+    bad = why.msg[0] ? why.msg : "its shape function failed";
+  } else if (sh.C < 1 || sh.H < 1 || sh.W < 1 || (long long)sh.C * sh.H * sh.W > (1 << 28)) {
+    snprintf(msg, sizeof msg, "output shape (%d, %d, %d) is not a positive size", sh.C, sh.H,
+             sh.W);
+    bad = msg, rc = SHOAL_ESHAPE;
+  } else if (sh.n_params < 0 || sh.n_params > NN_LAYER_TENSORS) {
+    snprintf(msg, sizeof msg, "%d tensors (at most %d)", sh.n_params, NN_LAYER_TENSORS);
+    bad = msg, rc = SHOAL_EINVAL;
+  }
+  for (int k = 0; !bad && k < sh.n_params; k++) {
+    const nn_param_spec *p = &sh.params[k];
+    long long numel = 1;
+    bool dims_ok = p->ndim >= 0 && p->ndim <= 4;
+    for (int d = 0; dims_ok && d < p->ndim; d++) {
+      dims_ok = p->shape[d] >= 1;
+      numel *= dims_ok ? p->shape[d] : 1;
+    }
+    if (!suffix_ok(p->name))
+      snprintf(msg, sizeof msg, "tensor %d's name '%s' is not 1-22 letters, digits or '_'", k,
+               p->name ? p->name : "(null)");
+    else if (!dims_ok || numel > (1LL << 31))
+      snprintf(msg, sizeof msg, "tensor '%s' has a bad shape (ndim %d)", p->name, p->ndim);
+    else if ((unsigned)p->init > NN_INIT_TORCH_DEFAULT)
+      snprintf(msg, sizeof msg, "tensor '%s' has an unknown initialiser %d", p->name,
+               (int)p->init);
+    else
+      continue;
+    bad = msg, rc = SHOAL_EINVAL;
+  }
+  for (int k = 0; !bad && k < sh.n_params; k++)
+    for (int j = 0; j < k; j++)
+      if (!strcmp(sh.params[j].name, sh.params[k].name)) {
+        snprintf(msg, sizeof msg, "two tensors are named '%s'", sh.params[k].name);
+        bad = msg, rc = SHOAL_EINVAL;
+      }
+  if (bad) {
+    free(conf);
+    return model_fail(m, rc, "nn: layer '%s' (%s): %s", t.name, type->kind, bad);
+  }
+  set_shape(&t, sh.C, sh.H, sh.W);
+  t.ctype = type;
+  t.cconf = conf;
+  t.cconf_owned = true;
+  t.ckind = type->kind;
+  t.c_cps = sh.cache_per_sample;
+  t.c_cfix = sh.cache_fixed;
+  t.c_flops = sh.flops;
+  t.c_n = sh.n_params;
+  for (int k = 0; k < sh.n_params; k++) {
+    const nn_param_spec *p = &sh.params[k];
+    /* PyTorch's fans: dim 1 (in) and dim 0 (out) times the receptive field */
+    int rf = 1;
+    for (int d = 2; d < p->ndim; d++) rf *= p->shape[d];
+    int fin = p->fan_in ? p->fan_in : (p->ndim >= 2 ? p->shape[1] * rf : p->ndim ? p->shape[0] : 1);
+    int fout = p->fan_out ? p->fan_out : (p->ndim >= 1 ? p->shape[0] * rf : 1);
+    nn__init init = NN__INIT_ZEROS;
+    float a = p->a, b = p->b;
+    switch (p->init) {
+      case NN_INIT_ZEROS: init = NN__INIT_ZEROS; break;
+      case NN_INIT_ONES: init = NN__INIT_ONES; break;
+      case NN_INIT_CONSTANT: init = NN__INIT_CONSTANT; break;
+      case NN_INIT_UNIFORM: init = NN__INIT_RANGE; break;
+      case NN_INIT_NORMAL: init = NN__INIT_GAUSS; break;
+      case NN_INIT_TORCH_DEFAULT: init = NN__INIT_UNIFORM, a = 1.0f / sqrtf((float)fin); break;
+    }
+    t.ctrain[k] = p->trainable;
+    t.cslot[k] = p->trainable ? t.n_poff : t.n_soff;
+    TENSOR(p->name, p->trainable, p->ndim, p->shape, fin, fout, init, a);
+    /* add_tensor placed it; the second argument of RANGE and GAUSS goes beside */
+    for (int q = 0; q < m->n_tensors; q++)
+      if (m->tensors[q].trainable == p->trainable &&
+          m->tensors[q].offset == (p->trainable ? t.poff[t.cslot[k]] : t.soff[t.cslot[k]]))
+        m->tensors[q].b = b;
+  }
+  return node_commit(m, &t);
 }
 
 int nn_model_set_output(nn_model *m, int node) {
@@ -636,6 +767,9 @@ static void init_tensor(float *w, const nn__tensor *t, shoal_rng *rng) {
       case NN__INIT_NORMAL: w[i] = (float)shoal_rng_normal(rng); break;
       case NN__INIT_ONES: w[i] = 1.0f; break;
       case NN__INIT_ZEROS: w[i] = 0.0f; break;
+      case NN__INIT_CONSTANT: w[i] = t->bound; break;
+      case NN__INIT_RANGE: w[i] = t->bound + (t->b - t->bound) * shoal_rng_uniformf(rng); break;
+      case NN__INIT_GAUSS: w[i] = t->bound + t->b * (float)shoal_rng_normal(rng); break;
     }
   }
 }
@@ -658,6 +792,13 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
     if (!ops || !ops->forward || !ops->backward)
       return shoal_error_set(err, SHOAL_ENOTSUP, "nn: layer '%s': the %s backend has no %s layer",
                              n->name, m->be->name, kind_names[n->kind]);
+    if (n->kind == NN__CUSTOM && m->device != NN_CPU &&
+        (!n->ctype->forward_cuda || !n->ctype->backward_cuda))
+      return shoal_error_set(err, SHOAL_ENOTSUP,
+                             "nn: layer '%s': custom layer '%s' has no %s implementation (its "
+                             "nn_layer_type has no forward_cuda and backward_cuda); build the "
+                             "model on NN_CPU or give it them",
+                             n->name, n->ckind, m->be->name);
   }
 
   /* Live nodes: the output and its ancestors; forward and backward visit only them. */
@@ -708,6 +849,9 @@ void nn_model_set_training(nn_model *m, bool training) {
 }
 
 bool nn_model_training(const nn_model *m) { return m && m->training; }
+void nn_model_set_seed(nn_model *m, uint64_t seed) {
+  if (m) shoal_rng_seed(&m->rng, seed ^ 0x9e3779b97f4a7c15ull);
+}
 int nn_model_max_batch(const nn_model *m) { return m && m->built ? m->max_batch : 0; }
 
 /* ---- forward / backward ---------------------------------------------------------------- */
@@ -983,6 +1127,7 @@ double nn_model_flops_per_sample(const nn_model *m) {
       case NN__CONVT: f += 2.0 * x->F * n->C * n->kh * n->kw; break;
       case NN__LSTM: f += 2.0 * 4 * n->hidden * (n->num + n->hidden); break;
       case NN__GRU: f += 2.0 * 3 * n->hidden * (n->num + n->hidden); break;
+      case NN__CUSTOM: f += n->c_flops; break;
       default: break;
     }
   }
@@ -990,6 +1135,9 @@ double nn_model_flops_per_sample(const nn_model *m) {
 }
 
 const char *nn__kind_name(nn__kind k) { return kind_names[k]; }
+const char *nn__node_kind(const nn__node *n) {
+  return n->kind == NN__CUSTOM ? n->ckind : kind_names[n->kind];
+}
 
 int nn_model_find_node(const nn_model *m, const char *name) {
   if (!m || !name) return SHOAL_EINVAL;
@@ -1029,7 +1177,7 @@ size_t nn_model_describe(const nn_model *m, char *buf, size_t n) {
     if (nd->n_in == 1) snprintf(in, sizeof in, "%d", nd->in[0]);
     if (nd->n_in == 2) snprintf(in, sizeof in, "%d, %d", nd->in[0], nd->in[1]);
     snprintf(out, sizeof out, "(%d, %d, %d)", nd->C, nd->H, nd->W);
-    PUT("%-4d %-18s %-20s %-16s %-16s %10zu%s\n", i, kind_names[nd->kind], nd->name, in, out,
+    PUT("%-4d %-18s %-20s %-16s %-16s %10zu%s\n", i, nn__node_kind(nd), nd->name, in, out,
         node_params(m, i),
         i == m->output || (m->output < 0 && i == m->n_nodes - 1) ? "  <- output" : "");
   }
@@ -1081,7 +1229,7 @@ size_t nn_model_profile_table(const nn_model *m, char *buf, size_t n) {
       "share");
   for (int q = 0; q < cnt; q++) {
     const nn__node *nd = &m->nodes[ord[q]];
-    PUT("%-18s %-20s %8lld %11.3f %8lld %11.3f %6.1f%%\n", kind_names[nd->kind], nd->name,
+    PUT("%-18s %-20s %8lld %11.3f %8lld %11.3f %6.1f%%\n", nn__node_kind(nd), nd->name,
         (long long)nd->prof_calls[0], (double)nd->prof_ns[0] / 1e6, (long long)nd->prof_calls[1],
         (double)nd->prof_ns[1] / 1e6, all ? 100.0 * (double)prof_total(nd) / (double)all : 0.0);
   }

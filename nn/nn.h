@@ -163,6 +163,10 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err);
  * A new model is in training mode. */
 void nn_model_set_training(nn_model *m, bool training);
 bool nn_model_training(const nn_model *m);
+/* Reseeds the model's own random stream, the one dropout masks and custom layers'
+ * draws (nn_layer_call.rng) come from; build seeds it from its init seed. For copies
+ * of one network that must draw differently (one per actor). Can't fail. */
+void nn_model_set_seed(nn_model *m, uint64_t seed);
 /* The max_batch given to build; 0 before build. */
 int nn_model_max_batch(const nn_model *m);
 
@@ -476,6 +480,206 @@ typedef struct nn_load_options {
 int nn_model_load_ex(nn_model *m, const char *path, const nn_load_options *opt, shoal_error *err);
 int nn_model_load_buffer_ex(nn_model *m, const uint8_t *buf, size_t len, const nn_load_options *opt,
                             shoal_error *err);
+
+/* ---- custom layers, activations and losses: nn's transparent backend ------------ */
+/* A layer of your own, written in C against this header alone, sits in a model as any
+ * built-in layer does: in nn_add / nn_concat graphs, shared with nn_shared, in
+ * nn_model_save / load (its tensors under "<layer>.<name>", as a torch.nn.Module's
+ * state_dict names them), in every optimizer, in gradient clipping, in nn_model_copy,
+ * nn_model_describe and nn_model_profile. What it needs to give is a table:
+ *
+ *   static int glu_shape(nn_layer_shape *s, shoal_error *err) {     // (2n) -> (n)
+ *     if (s->in_C % 2) return shoal_error_set(err, SHOAL_ESHAPE, "glu: odd width");
+ *     s->C = s->in_C / 2, s->H = s->in_H, s->W = s->in_W;
+ *     return 0;
+ *   }
+ *   static int glu_forward(const nn_layer_call *c, shoal_error *err) { ... c->y ... }
+ *   static void glu_backward(const nn_layer_call *c) { ... c->dx ... }
+ *   static const nn_layer_type glu = {NN_LAYER_ABI, "glu", 0, glu_shape, glu_forward,
+ *                                     glu_backward};
+ *   nn_custom(m, "gate", &glu, NULL);
+ *
+ * docs/custom-layers.md walks through a whole one (NoisyNet's noisy linear layer,
+ * examples/noisy_net/) and its tests. nn_check_gradients tests a backward against finite
+ * differences. */
+
+#define NN_LAYER_ABI 1       /* nn_layer_type.abi: the version of this table */
+#define NN_LAYER_TENSORS 8   /* tensors (parameters and state) a custom layer may have */
+
+/* How nn_model_build fills a custom layer's tensor (from the model's init seed, in table
+ * order, as the built-in layers' tensors are filled). */
+typedef enum nn_param_init {
+  NN_INIT_ZEROS = 0,
+  NN_INIT_ONES = 1,
+  NN_INIT_CONSTANT = 2, /* a */
+  NN_INIT_UNIFORM = 3,  /* U(a, b) */
+  NN_INIT_NORMAL = 4,   /* N(a, b^2): mean a, standard deviation b */
+  /* PyTorch's nn.Linear / nn.Conv2d default for weights and biases alike:
+   * U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+  NN_INIT_TORCH_DEFAULT = 5,
+} nn_param_init;
+
+/* One tensor of a custom layer, declared by its shape function. */
+typedef struct nn_param_spec {
+  const char *name; /* the suffix: "weight_mu" is saved as "<layer>.weight_mu"; letters,
+                       digits and '_' only (no '.'); copied at nn_custom */
+  int ndim;         /* 0..4 (0: a scalar) */
+  int shape[4];
+  bool trainable; /* true: a parameter (trained, clipped, in nn_model_params); false:
+                     state (saved, loaded and copied, never trained: running statistics,
+                     noise), in nn_model_state */
+  nn_param_init init;
+  float a, b;          /* the initialiser's arguments */
+  int fan_in, fan_out; /* as nn_tensor_info reports them; 0: PyTorch's from the shape
+                          (dim 1 times the rest for fan_in, dim 0 times the rest out) */
+} nn_param_spec;
+
+/* What a layer type's shape function reads and fills, once, at nn_custom. */
+typedef struct nn_layer_shape {
+  const void *config; /* in: the layer's copy of the config nn_custom was given */
+  const char *name;   /* in: the layer's name, for messages */
+  int in_C, in_H, in_W;
+  int C, H, W; /* out: the per-sample output shape (each >= 1) */
+  nn_param_spec params[NN_LAYER_TENSORS];
+  int n_params;            /* out: tensors declared, in the order calls see them */
+  size_t cache_per_sample; /* out: floats per sample that forward keeps for backward */
+  size_t cache_fixed;      /* out: floats that do not grow with the batch */
+  double flops;            /* out: multiply-adds x 2 per sample of a forward (reports) */
+} nn_layer_shape;
+
+/* What a layer's forward and backward get. Arrays are (B, C, H, W), row-major per
+ * sample: x holds in_F = in_C*in_H*in_W floats a sample, y and dy F = C*H*W. All in
+ * the model's memory (device memory for the _cuda functions). */
+typedef struct nn_layer_call {
+  const void *config;
+  const char *name;
+  int B;
+  int in_C, in_H, in_W, in_F;
+  int C, H, W, F;
+  const float *x; /* the input, as forward saw it (backward too) */
+  float *y;       /* forward writes the output; backward may read what forward wrote */
+  const float *dy; /* backward: the gradient of the output; NULL in forward */
+  /* backward: where the input's gradient goes; NULL when nothing upstream needs it
+   * (skip the work). dx_add: add into dx (a node read twice) instead of writing. */
+  float *dx;
+  bool dx_add;
+  /* tensor k's values (spec order) and, for a trainable one, its gradient, which
+   * backward ADDS to (gradients accumulate over backward calls until zeroed); NULL
+   * for state */
+  float *t[NN_LAYER_TENSORS];
+  float *g[NN_LAYER_TENSORS];
+  float *cache; /* B * cache_per_sample + cache_fixed floats, kept from forward to
+                   backward; NULL when none was asked for */
+  bool training;  /* nn_model_set_training's mode of this forward */
+  shoal_rng *rng; /* the model's own stream for random layers (dropout's); forward only */
+  void *stream;   /* the _cuda functions: the model's cudaStream_t; NULL on the CPU */
+} nn_layer_call;
+
+typedef struct nn_layer_type {
+  int abi;           /* NN_LAYER_ABI */
+  const char *kind;  /* what describe, profile and messages call it ("noisy_linear") and
+                        the name nn_layer_register files it under; letters, digits, '_' */
+  size_t config_size; /* bytes of the config nn_custom copies (0: none) */
+  /* Required. Checks the config against the input shape and fills the output shape and
+   * the tensors; an error here fails nn_custom with the message. */
+  int (*shape)(nn_layer_shape *s, shoal_error *err);
+  /* Required. The CPU forward: writes y (and whatever it keeps in cache). Errors (a
+   * value out of range) fail nn_model_forward with the message. */
+  int (*forward)(const nn_layer_call *c, shoal_error *err);
+  /* Required. The CPU backward: adds parameter gradients, writes or adds dx. */
+  void (*backward)(const nn_layer_call *c);
+  /* Optional: the same on a CUDA model, launched on c->stream; a model that holds a
+   * layer without them is refused at nn_model_build (SHOAL_ENOTSUP, naming it). */
+  int (*forward_cuda)(const nn_layer_call *c, shoal_error *err);
+  void (*backward_cuda)(const nn_layer_call *c);
+  /* Optional: fills a zeroed config for a layer of out_features outputs, so that an RL
+   * config can put this kind where a dense layer goes (dqn.layer, ac.layer). */
+  int (*dense_config)(void *config, int out_features, shoal_error *err);
+} nn_layer_type;
+
+/* Adds a custom layer of type after the current node. config (type->config_size bytes,
+ * may be NULL when that is 0) is copied; type is borrowed and must outlive the model
+ * (a static table, or a plugin that stays loaded). Returns the node or a negative code:
+ * a bad table (wrong abi, a missing function) is SHOAL_EINVAL; the shape function's
+ * own error is passed on. */
+int nn_custom(nn_model *m, const char *name, const nn_layer_type *type, const void *config);
+
+/* An element-wise activation of your own: y = f(x); backward dx = dy * df(x, y). Both
+ * required; alpha is nn_custom_activation's. */
+typedef struct nn_activation_type {
+  int abi; /* NN_LAYER_ABI */
+  const char *kind;
+  float (*f)(float x, float alpha);
+  float (*df)(float x, float y, float alpha); /* dy/dx at x (y = f(x) given too) */
+} nn_activation_type;
+/* Adds it as a layer (output shape = input shape). type is borrowed, as nn_custom's. */
+int nn_custom_activation(nn_model *m, const char *name, const nn_activation_type *type,
+                         float alpha);
+
+/* An element-wise loss of your own: l(pred, target) and dl/dpred per element, reduced as
+ * the built-in losses are (PyTorch's "mean", optional per-sample weights w). */
+typedef struct nn_loss_type {
+  int abi; /* NN_LAYER_ABI */
+  const char *kind;
+  double (*l)(float pred, float target, float param);
+  float (*dl)(float pred, float target, float param);
+} nn_loss_type;
+/* As nn_mse_loss with type's formula: *loss = (1/(B*N)) sum_i w_i sum_j l(pred_ij,
+ * target_ij), dpred (when not NULL) overwritten with its gradient; sums in double.
+ * Host arrays. Errors as nn_mse_loss's (SHOAL_ENAN naming the entry, SHOAL_EINVAL). */
+int nn_custom_loss(const nn_loss_type *type, float *loss, float *dpred, const float *pred,
+                   const float *target, const float *w, int B, int N, float param,
+                   shoal_error *err);
+
+/* C (M, N) = alpha op(A) op(B) + beta C on host memory, row-major with row strides lda,
+ * ldb, ldc; op transposes when ta / tb. nn's own product (OpenBLAS where it pays, nn's
+ * threads on big ones), for custom layers' CPU functions. Borrows the arrays; can't fail
+ * (sizes < 1 do nothing). */
+void nn_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc);
+
+/* ---- a registry by name, for configs and plugins ---- */
+/* Files type under type->kind, so configs can name it (dqn.layer: noisy_linear). A kind
+ * filed already by another table is SHOAL_EEXIST; the same table again is fine. type is
+ * borrowed for the life of the process. Thread-safe. */
+int nn_layer_register(const nn_layer_type *type, shoal_error *err);
+/* The type filed under kind, or NULL. */
+const nn_layer_type *nn_layer_find(const char *kind);
+/* Writes the registered kinds, comma-separated, into buf (snprintf-style). */
+size_t nn_layer_kinds(char *buf, size_t n);
+/* Loads a shared library of layers: dlopen(path), then calls the function it exports as
+ *   int shoal_nn_plugin_init(int abi, shoal_error *err);
+ * which registers its types with nn_layer_register and returns 0 (abi is NN_LAYER_ABI;
+ * a plugin built for another returns SHOAL_ENOTSUP). The library stays loaded. Loading
+ * the same path again does nothing. Errors: the file, the symbol, or the init's own. */
+int nn_layer_plugin_load(const char *path, shoal_error *err);
+/* nn_layer_plugin_load for each of a ':'-separated list of paths (NULL or "": none). */
+int nn_layer_plugins_load(const char *paths, shoal_error *err);
+
+/* ---- a gradient checker for layers and models ---- */
+typedef struct nn_gradcheck_options {
+  float eps;        /* central-difference step (0: 1e-2, right for float32 values ~1) */
+  float tol;        /* |analytic - numeric| <= tol * (1 + |numeric|) (0: 1e-2) */
+  int per_tensor;   /* coordinates checked per tensor and of the input (0: 24; < 0: all) */
+  bool skip_input;  /* do not check the input gradient (integer-valued inputs) */
+  uint64_t seed;    /* which coordinates and the projection r below (0: 1) */
+} nn_gradcheck_options;
+typedef struct nn_gradcheck_report {
+  int checked;            /* coordinates compared */
+  int failed;             /* of them, outside the tolerance */
+  double worst;           /* the largest |analytic - numeric| / (1 + |numeric|) */
+  char worst_where[160];  /* "fc.weight[12]" or "input[3]" of the worst */
+} nn_gradcheck_report;
+/* Checks m's backward against central finite differences of the scalar L = sum(y * r)
+ * (r a fixed random projection of the output) at input x (B samples, host memory, on a
+ * built CPU model): the gradient of each parameter tensor and of the input, at
+ * o->per_tensor coordinates each. Random layers (dropout, noise drawn from
+ * nn_layer_call.rng) see the same draws in every forward of the check. The model's
+ * parameters and gradients are as before on return. Returns 0 when every coordinate is
+ * within tolerance, SHOAL_ERANGE naming the worst otherwise (the report says more),
+ * or an error of the forward. */
+int nn_check_gradients(nn_model *m, const float *x, int B, const nn_gradcheck_options *o,
+                       nn_gradcheck_report *report, shoal_error *err);
 
 #ifdef __cplusplus
 }

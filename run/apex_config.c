@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "nn/nn.h"
 #include "run/run.h"
 
 static const cfg_key apex_keys[] = {
@@ -100,6 +101,13 @@ static const cfg_key apex_keys[] = {
     {"dqn.clip_norm", CFG_FLOAT, "10", 0, 1e9, "global gradient-norm clip (0: none)"},
     {"dqn.huber_delta", CFG_FLOAT, "1", 1e-6, 1e6, "Huber threshold"},
     {"dqn.target_period", CFG_INT, "500", 1, 1e9, "updates between target syncs"},
+    {"dqn.layer", CFG_STRING, "dense", 0, -1,
+     "the kind of every dense layer (hidden and heads): dense, or a custom layer registered "
+     "by a plugin, such as noisy_linear (docs/custom-layers.md)"},
+    /* custom layers (nn/nn.h, docs/custom-layers.md) */
+    {"nn.plugins", CFG_STRING, "", 0, -1,
+     "layer plugins to load, ':'-separated paths of shared libraries (relative to the "
+     "working directory)"},
 };
 
 int apex_env_check(const env_spec *sp, shoal_error *err) {
@@ -115,6 +123,33 @@ const cfg_key *apex_schema(int *n) {
   return apex_keys;
 }
 
+/* dqn.layer names nn's dense or a custom layer that nn.plugins (or a built-in
+ * registration) provides: found before any process starts. */
+static int check_layer(const config *cfg, shoal_error *err) {
+  shoal_error why = {0};
+  if (nn_layer_plugins_load(config_string(cfg, "nn.plugins"), &why))
+    return shoal_error_set(err, why.code, "nn.plugins: %s", why.msg);
+  const char *kind = config_string(cfg, "dqn.layer");
+  if (!strcmp(kind, "dense")) return 0;
+  const nn_layer_type *t = nn_layer_find(kind);
+  /* an env plugin may register it when the env is made (envs/plugin.c): the actors and
+   * the learner check then */
+  if (!t && !strncmp(config_string(cfg, "env.id"), "plugin:", 7)) return 0;
+  char kinds[512];
+  nn_layer_kinds(kinds, sizeof kinds);
+  if (!t)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "dqn.layer: '%s' is neither dense nor a registered custom layer "
+                           "(registered: %s); load its plugin with nn.plugins",
+                           kind, kinds[0] ? kinds : "none");
+  if (!t->dense_config)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "dqn.layer: '%s' has no dense_config, so it cannot stand where a "
+                           "dense layer goes",
+                           kind);
+  return 0;
+}
+
 int apex_check(const config *cfg, shoal_error *err) {
   static const char *const nets[] = {"mlp", "minatar"};
   static const char *const devices[] = {"auto", "cpu", "cuda"};
@@ -126,6 +161,7 @@ int apex_check(const config *cfg, shoal_error *err) {
   if (!rc) rc = config_check_choice(cfg, "algo", apex_algo, 1, err);
   static const char *const formats[] = {"experience", "log"};
   if (!rc) rc = config_check_choice(cfg, "replay.store_format", formats, 2, err);
+  if (!rc) rc = check_layer(cfg, err);
   return rc;
 }
 
@@ -148,5 +184,7 @@ dqn_config apex_dqn_config(const config *cfg, int obs_ndim, const int *obs_shape
   dc.huber_delta = (float)config_float(cfg, "dqn.huber_delta");
   dc.target_period = (int)config_int(cfg, "dqn.target_period");
   dc.seed = (uint64_t)config_int(cfg, "run.seed");
+  snprintf(dc.layer, sizeof dc.layer, "%s", config_string(cfg, "dqn.layer"));
+  snprintf(dc.plugins, sizeof dc.plugins, "%s", config_string(cfg, "nn.plugins"));
   return dc;
 }

@@ -9,7 +9,8 @@
  * network, the observation statistics and the rows of its replay. Other keys (learning
  * rates, replay and optimizer settings, limits) a resumed learner rebuilds from. */
 static const char *const fixed_both[] = {"algo", "env.id"};
-static const char *const fixed_apex[] = {"dqn.net", "dqn.hidden0", "dqn.hidden1", "dqn.dueling"};
+static const char *const fixed_apex[] = {"dqn.net", "dqn.hidden0", "dqn.hidden1", "dqn.dueling",
+                                         "dqn.layer"};
 static const char *const fixed_onpolicy[] = {"ac.torso",    "ac.hidden0", "ac.hidden1",
                                              "ac.separate", "ac.lstm",    "env.norm_obs"};
 

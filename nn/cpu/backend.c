@@ -58,6 +58,7 @@ const nn__backend nn__cpu_backend = {
             [NN__ADD] = &nn__cpu_add,
             [NN__CONCAT] = &nn__cpu_concat,
             [NN__MUL] = &nn__cpu_mul,
+            [NN__CUSTOM] = &nn__cpu_custom,
         },
 };
 
@@ -71,6 +72,7 @@ static size_t cache_floats(const nn_model *m, const nn__node *n, int max_batch) 
     case NN__LAYERNORM: return mb * F + mb;           /* xhat, rstd */
     case NN__LSTM: return mb * 5 * Hd;                /* gates, tanh(c') */
     case NN__GRU: return mb * 4 * Hd;                 /* r, z, n, W_hn h + b_hn */
+    case NN__CUSTOM: return mb * n->c_cps + n->c_cfix; /* what the layer asked for */
     default: return 0;
   }
 }

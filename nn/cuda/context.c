@@ -179,6 +179,7 @@ static size_t cache_floats(const nn__node *n, int max_batch) {
      * GRU: [r | z | n | hn] (4Hd), then gi, gh or their gradients (3Hd each) */
     case NN__LSTM:
     case NN__GRU: return mb * 10 * (size_t)n->hidden;
+    case NN__CUSTOM: return mb * n->c_cps + n->c_cfix; /* what the layer asked for */
     default: return 0;
   }
 }

@@ -545,6 +545,30 @@ static int mul_bwd(nn_model *m, nn__node *n, int B, shoal_error *err) {
 }
 BACKWARD(mul)
 
+/* ---- custom layers: the user's CUDA functions on the model's stream ---------------- */
+
+static int custom_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  CTX;
+  nn_layer_call call;
+  nn__custom_call(m, n, B, c->d_params, c->d_grads, c->d_state, &call);
+  call.stream = (void *)c->stream;
+  call.rng = NULL; /* m->rng is host state; a device layer draws with its own generator */
+  shoal_error why = {0};
+  int rc = n->ctype->forward_cuda(&call, &why);
+  if (!rc) return 0;
+  return shoal_error_set(err, rc, "nn: layer '%s' (%s): %s", n->name, n->ckind,
+                         why.msg[0] ? why.msg : "its forward_cuda failed");
+}
+
+static void custom_backward(nn_model *m, nn__node *n, int B) {
+  CTX;
+  nn_layer_call call;
+  nn__custom_call(m, n, B, c->d_params, c->d_grads, c->d_state, &call);
+  nn__custom_grad(m, n, &call);
+  call.stream = (void *)c->stream;
+  n->ctype->backward_cuda(&call);
+}
+
 static const nn__layer_ops cuda_dense = {dense_forward, dense_backward};
 static const nn__layer_ops cuda_conv = {conv_forward, conv_backward};
 static const nn__layer_ops cuda_pool = {pool_forward, pool_backward};
@@ -560,6 +584,7 @@ static const nn__layer_ops cuda_mul = {mul_forward, mul_backward};
 static const nn__layer_ops cuda_lstm = {lstm_forward, lstm_backward};
 static const nn__layer_ops cuda_embedding = {embedding_forward, embedding_backward};
 static const nn__layer_ops cuda_gru = {gru_forward, gru_backward};
+static const nn__layer_ops cuda_custom = {custom_forward, custom_backward};
 
 /* Every optional member is filled: device memory with host mirrors, a queue, and the
  * optimizer on the device (nn/cuda/context.c). */
@@ -608,5 +633,6 @@ const nn__backend nn__cuda_backend = {
             [NN__LSTM] = &cuda_lstm,
             [NN__EMBEDDING] = &cuda_embedding,
             [NN__GRU] = &cuda_gru,
+            [NN__CUSTOM] = &cuda_custom,
         },
 };
