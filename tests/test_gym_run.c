@@ -7,6 +7,9 @@
  *           stored policy, and shoal-train-sync trains it in one process;
  *   plugin  examples/plugin_env/gridrun.c compiled here with cc against the source
  *           tree's headers alone, trained by the three algorithms as plugin:PATH:NAME;
+ *           and again with NoisyNet's layer compiled into the same library: the env
+ *           plugin brings the layer dqn.layer names (no nn.plugins), which a plugin
+ *           without it cannot;
  *   refuse  a run whose env the actors cannot make stops with the env's message and a
  *           non-zero status instead of restarting actors forever;
  *   lunar   (slow) Gymnasium's LunarLander-v3 (Box2D) with configs/lunarlander-ppo.yaml,
@@ -108,6 +111,33 @@ static void test_plugin(void **state) {
   char id[500];
   snprintf(id, sizeof id, "plugin:%s:GridRun-v0", lib);
   train_all(id, "run.solve_return=0.75", "gridrun", "(GridRun-v0,");
+
+  /* An env plugin that registers layers too (shoal_nn_plugin_init beside its env). */
+  char lib2[400], cmd2[20000];
+  snprintf(lib2, sizeof lib2, "%s/libgridrun_layers.so", wf_dir);
+  snprintf(cmd2, sizeof cmd2,
+           "cc -O2 -shared -fPIC -I'%s' '%s/examples/plugin_env/gridrun.c' "
+           "'%s/examples/noisy_net/noisy_linear.c' -o '%s'",
+           wf_src, wf_src, wf_src, lib2);
+  assert_int_equal(system(cmd2), 0);
+  char id2[600];
+  snprintf(id2, sizeof id2, "env.id=plugin:%s:GridRun-v0", lib2);
+  int rc;
+  char *out = run("cartpole-apex-noisy.yaml", 60, &rc, id2, "nn.plugins=", "run.name=gl",
+                  "run.max_env_steps=20000", "run.eval_episodes=5", NULL);
+  fprintf(stderr, "env plugin with layers: exit %d: %s", rc, out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "shoal: run gl max_env_steps after"));
+  free(out);
+  /* the plain GridRun brings none: the learner and the actors say so and the run stops */
+  snprintf(id2, sizeof id2, "env.id=%s", id);
+  out = run("cartpole-apex-noisy.yaml", 60, &rc, id2, "nn.plugins=", "run.name=gl2",
+            "run.max_env_steps=20000", NULL);
+  fprintf(stderr, "env plugin without layers: exit %d: %s", rc, out);
+  assert_int_not_equal(rc, 0);
+  assert_non_null(strstr(out, "layer 'noisy_linear' is not a registered layer"));
+  assert_null(strstr(out, "restarting"));
+  free(out);
 }
 
 static void test_refused(void **state) {
