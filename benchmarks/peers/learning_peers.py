@@ -77,7 +77,7 @@ and again for SB3 one run at a time (LEARNING_PEERS="sb3_ppo_lunar", LEARNING_PE
 (load 5-7 in the first run, 1-4 in the second); the 65,536-step grid. Steps to the bar per
 seed, median (worst) wall s without the evaluations, median CPU s:
   sb3_ppo_lunar      2/2  590k 655k    1123 (1181) s two at a time, 483 (494) s alone; 442-445 s CPU
-                    seed 3 (16:08-16:14 UTC, `--peers sb3_ppo_lunar --seeds 3`, nice 5): 459k,
+                    seed 3 (16:07-16:12 UTC, `--peers sb3_ppo_lunar --seeds 3`, nice 5): 459k,
                     303 s, 257 s CPU; over seeds 1-3 the median is 590k
   cleanrl_ppo_lunar  0/2  not in 1M: greedy -74 and 4 at the end;  250 s CPU for the 1M
 Beside them, shoal (configs/lunarlander-ppo.yaml, 2 actors x 8 envs and the learner, its
