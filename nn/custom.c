@@ -277,6 +277,12 @@ int nn_layer_plugin_load(const char *path, shoal_error *err) {
   bool full = n_loaded == PLUGINS_MAX;
   pthread_mutex_unlock(&reg_mu);
   if (full) return shoal_error_set(err, SHOAL_ENOMEM, "nn: layer plugin %s: too many", path);
+  /* The plugin takes nn's functions from whatever loaded nn. A program exports them
+   * (ENABLE_EXPORTS); libshoal.so loaded RTLD_LOCAL (Python's ctypes) does not, so it
+   * is made global first, or the plugin's nn_layer_register would not resolve. */
+  Dl_info self;
+  if (dladdr((void *)nn_layer_plugin_load, &self) && self.dli_fname)
+    (void)dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
   void *h = dlopen(real, RTLD_NOW | RTLD_LOCAL);
   if (!h) return shoal_error_set(err, SHOAL_EINVAL, "nn: layer plugin %s: %s", path, dlerror());
   plugin_init_fn init;

@@ -20,6 +20,7 @@ REF = os.environ.get("SHOAL_REF")
 CLI = os.environ.get("SHOAL_CLI")
 SRC = os.environ.get("SHOAL_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 SANITIZED = os.environ.get("SHOAL_SANITIZED") == "1"
+BIN = os.environ.get("SHOAL_BINARY_DIR", os.path.join(SRC, "build"))
 
 pytestmark = pytest.mark.skipif(not REF, reason="SHOAL_REF (tests/python_ref) not given")
 
@@ -40,6 +41,14 @@ def store(tmp_path_factory):
     subprocess.run([REF, "mkrun", str(d), "cp", os.path.join(SRC, "configs/cartpole-apex.yaml")],
                    check=True)
     subprocess.run([REF, "mkrun", str(d), "bo", str(cfg)], check=True)
+    # NoisyNet's custom layer from the example plugin (docs/custom-layers.md): the plugin
+    # is loaded into libshoal.so, which ctypes loaded privately
+    plugin = os.path.join(BIN, "examples", "noisy_linear.so")
+    noisy = d / "noisy.yaml"
+    with open(os.path.join(SRC, "configs/cartpole-apex-noisy.yaml")) as f:
+        noisy.write_text(f.read().replace("plugins: build/examples/noisy_linear.so",
+                                          "plugins: " + plugin))
+    subprocess.run([REF, "mkrun", str(d), "nz", str(noisy)], check=True)
     return d
 
 
@@ -62,7 +71,7 @@ def c_act(tmp_path, uri, run, which, obs):
 
 
 @pytest.mark.parametrize("run,env_id,B", [("cp", "CartPole-v1", 64), ("bo", "MinAtar/Breakout-v1", 32),
-                                          ("cp", "CartPole-v1", 1)])
+                                          ("cp", "CartPole-v1", 1), ("nz", "CartPole-v1", 64)])
 @pytest.mark.parametrize("which", ["latest", "best", "1"])
 def test_greedy_actions_equal_c(tmp_path, store, run, env_id, B, which):
     uri = "file://" + str(store)
