@@ -87,26 +87,29 @@ static int setup(void **state) {
 
 static int teardown(void **state) { return wf_teardown(); }
 
-static void test_solves_cartpole(void **state) {
-  char store_set[400], run[64];
+/* `shoal run CONFIG` (plus one --set, or NULL) to CartPole's bar within max_steps env
+ * steps, then `shoal eval` of the stored policy on 100 episodes from other seeds.
+ * run gets the run's name. */
+static void solve_and_eval(const char *config, const char *extra, const char *max_steps,
+                           double max_s, char *run, size_t run_n) {
+  char store_set[400], run_set[96], steps_set[64];
   snprintf(store_set, sizeof store_set, "store.uri=file://%s", wf_dir);
-  snprintf(run, sizeof run, "solve-%d", getpid());
-  char run_set[96];
+  snprintf(run, run_n, "solve-%d-%s", getpid(), extra ? "x" : "plain");
   snprintf(run_set, sizeof run_set, "run.name=%s", run);
-  char *argv[] = {wf_shoal, "run",     config_path,
-                  "--set",  store_set, "--set",
-                  run_set,  "--set",   "run.max_env_steps=600000",
-                  NULL};
+  snprintf(steps_set, sizeof steps_set, "run.max_env_steps=%s", max_steps);
+  char *argv[] = {wf_shoal, "run",     (char *)config, "--set", store_set, "--set", run_set,
+                  "--set",  steps_set, "--set",        (char *)extra,     NULL};
+  if (!extra) argv[9] = NULL;
   wf_proc p;
   wf_start(&p, argv);
-  int rc = wf_wait(&p, 240);
+  int rc = wf_wait(&p, max_s);
   char *out = wf_slurp(p.out, NULL);
   printf("%s", out);
   assert_int_equal(rc, 0);
   const char *solved = strstr(out, " solved after ");
   assert_non_null(solved);
   double steps = number_after(solved, "training): ");
-  assert_true(steps > 0 && steps <= 600000);
+  assert_true(steps > 0 && steps <= atof(max_steps));
   assert_true(number_after(out, "greedy eval ") >= 475.0);
   free(out);
 
@@ -120,6 +123,15 @@ static void test_solves_cartpole(void **state) {
   /* Another 100 episodes from other seeds: the stored policy plays well there too. */
   assert_true(number_after(out, ": return ") >= 400.0);
   free(out);
+}
+
+static void test_solves_cartpole(void **state) {
+  char run[64];
+  solve_and_eval(config_path, NULL, "600000", 240, run, sizeof run);
+  char store_uri[400];
+  snprintf(store_uri, sizeof store_uri, "file://%s", wf_dir);
+  wf_proc p;
+  char *out;
 
   /* On other env settings: a 50-step limit caps every episode of that policy. */
   char *e2[] = {wf_shoal,  "eval",    run,
@@ -144,37 +156,11 @@ static void noisy_plugin_set(char *buf, size_t n) {
 }
 
 static void test_noisy_solves_cartpole(void **state) {
-  char cfg[4200], store_set[400], run[64], run_set[96], plug[4200];
+  char cfg[4200], plug[4200], run[64];
   snprintf(cfg, sizeof cfg, "%s/configs/cartpole-apex-noisy.yaml", wf_src);
-  snprintf(store_set, sizeof store_set, "store.uri=file://%s", wf_dir);
-  snprintf(run, sizeof run, "noisy-%d", getpid());
-  snprintf(run_set, sizeof run_set, "run.name=%s", run);
   noisy_plugin_set(plug, sizeof plug);
-  char *argv[] = {wf_shoal, "run",   cfg,  "--set", store_set, "--set",
-                  run_set,  "--set", plug, "--set", "run.max_env_steps=2000000", NULL};
-  wf_proc p;
-  wf_start(&p, argv);
-  int rc = wf_wait(&p, 400);
-  char *out = wf_slurp(p.out, NULL);
-  printf("%s", out);
-  assert_int_equal(rc, 0);
-  const char *solved = strstr(out, " solved after ");
-  assert_non_null(solved);
-  double steps = number_after(solved, "training): ");
-  assert_true(steps > 0 && steps <= 2000000);
-  assert_true(number_after(out, "greedy eval ") >= 475.0);
-  free(out);
-  /* The stored mean network plays 100 episodes from other seeds, the plugin loaded
-   * again from the run's config. */
-  char store_uri[400];
-  snprintf(store_uri, sizeof store_uri, "file://%s", wf_dir);
-  char *eargv[] = {wf_shoal, "eval", run, "--store", store_uri, "--episodes", "100", NULL};
-  wf_start(&p, eargv);
-  assert_int_equal(wf_wait(&p, 60), 0);
-  out = wf_slurp(p.out, NULL);
-  printf("%s", out);
-  assert_true(number_after(out, ": return ") >= 400.0);
-  free(out);
+  /* `shoal eval` loads the plugin again, from the run's stored config */
+  solve_and_eval(cfg, plug, "2000000", 400, run, sizeof run);
 }
 
 /* Actor 1 of a run: its command line holds "--run RUN --index 1". */

@@ -383,61 +383,49 @@ static int shape_two(nn_layer_shape *s, shoal_error *err) {
   return 0;
 }
 
-static void refused(nn_model *m, const char *want) {
+/* nn_custom(type, config) on a model of input 5 returns code, and build then fails saying
+ * want. */
+static void refused(const nn_layer_type *type, const void *config, int code, const char *want) {
   shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 5, 1, 1);
+  assert_int_equal(nn_custom(m, "t", type, config), code);
   assert_true(nn_model_build(m, 4, 1, &err) < 0);
   print_message("  refused: %s\n", err.msg);
   if (!strstr(err.msg, want)) fail_msg("'%s' does not say '%s'", err.msg, want);
   nn_model_destroy(m);
 }
 
-static nn_model *with_input(void) {
-  shoal_error err = {0};
-  nn_model *m = nn_model_create(NN_CPU, &err);
-  nn_input(m, 5, 1, 1);
-  return m;
-}
-
 static void test_bad_tables_names_and_shapes_are_refused(void **state) {
   nn_layer_type bad = glu;
   bad.abi = 99;
-  nn_model *m = with_input();
-  assert_int_equal(nn_custom(m, "x", &bad, NULL), SHOAL_EINVAL);
-  refused(m, "its type is for layer abi 99, this nn has 1");
+  refused(&bad, NULL, SHOAL_EINVAL, "its type is for layer abi 99, this nn has 1");
   bad = glu;
   bad.backward = NULL;
-  m = with_input();
-  assert_int_equal(nn_custom(m, "x", &bad, NULL), SHOAL_EINVAL);
-  refused(m, "its custom layer type has no backward function");
+  refused(&bad, NULL, SHOAL_EINVAL, "its custom layer type has no backward function");
   /* the shape function's own message, with the layer's name: 5 is odd */
-  m = with_input();
-  assert_int_equal(nn_custom(m, "gate", &glu, NULL), SHOAL_ESHAPE);
-  refused(m, "layer 'gate' (glu): glu needs an even width, the input has 5");
-  /* tensors: a dotted name, two of one name */
+  refused(&glu, NULL, SHOAL_ESHAPE, "layer 't' (glu): glu needs an even width, the input has 5");
+  /* tensors: a dotted name, two of one name, a zero dimension */
   nn_layer_type two = {NN_LAYER_ABI, "two", 2 * sizeof(nn_param_spec), shape_two, glu_forward,
                        glu_backward};
   nn_param_spec sp[2] = {{"w.x", 1, {2}, true}, {"b", 1, {2}, true}};
-  m = with_input();
-  assert_int_equal(nn_custom(m, "t", &two, sp), SHOAL_EINVAL);
-  refused(m, "'w.x'");
+  refused(&two, sp, SHOAL_EINVAL, "'w.x'");
   sp[0].name = "b";
-  m = with_input();
-  assert_int_equal(nn_custom(m, "t", &two, sp), SHOAL_EINVAL);
-  refused(m, "two tensors are named 'b'");
+  refused(&two, sp, SHOAL_EINVAL, "two tensors are named 'b'");
   sp[0] = (nn_param_spec){"w", 2, {2, 0}, true};
-  m = with_input();
-  assert_int_equal(nn_custom(m, "t", &two, sp), SHOAL_EINVAL);
-  refused(m, "bad shape");
+  refused(&two, sp, SHOAL_EINVAL, "bad shape");
   /* a config the type needs and was not given */
-  m = with_input();
-  assert_int_equal(nn_custom(m, "t", &two, NULL), SHOAL_EINVAL);
-  refused(m, "needs a config");
+  refused(&two, NULL, SHOAL_EINVAL, "needs a config");
   /* a custom activation without its derivative */
   nn_activation_type half = swish;
   half.df = NULL;
-  m = with_input();
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 5, 1, 1);
   assert_int_equal(nn_custom_activation(m, "a", &half, 1), SHOAL_EINVAL);
-  refused(m, "a custom activation needs");
+  assert_int_equal(nn_model_build(m, 4, 1, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "a custom activation needs"));
+  nn_model_destroy(m);
 }
 
 static void test_registry_and_plugins(void **state) {

@@ -18,30 +18,17 @@ into the C model before the forward, the noise buffers too) and grad.<tensor>.
   GLU          torch.nn.functional.glu over the feature axis: first half times the
                sigmoid of the second.
 """
-import os
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nn_layers")
+import nn_layers  # the fixture format, written by its write()
+
 torch.set_default_dtype(torch.float64)
 
 
-def fmt(name, t):
-    t = t.detach().to(torch.float64).contiguous()
-    shape = list(t.shape)
-    vals = " ".join("%.17g" % v for v in t.reshape(-1).tolist())
-    return "%s %d %s %s\n" % (name, len(shape), " ".join(str(d) for d in shape), vals)
-
-
 def write(case, arrays):
-    path = os.path.join(OUT, case + ".txt")
-    with open(path, "w") as f:
-        f.write("# %s: written by tests/reference/nn_custom.py (torch %s)\n" % (case, torch.__version__))
-        for name, t in arrays:
-            f.write(fmt(name, t))
-    print("wrote", path, os.path.getsize(path), "bytes")
+    nn_layers.write(case, arrays, by="nn_custom.py")
 
 
 class NoisyLinear(nn.Module):

@@ -31,10 +31,10 @@ def fmt(name, t):
     return "%s %d %s %s\n" % (name, len(shape), " ".join(str(d) for d in shape), vals)
 
 
-def write(case, arrays):
+def write(case, arrays, by="nn_layers.py"):
     path = os.path.join(OUT, case + ".txt")
     with open(path, "w") as f:
-        f.write("# %s: written by tests/reference/nn_layers.py (torch %s)\n" % (case, torch.__version__))
+        f.write("# %s: written by tests/reference/%s (torch %s)\n" % (case, by, torch.__version__))
         for name, t in arrays:
             f.write(fmt(name, t))
     print("wrote", path, os.path.getsize(path), "bytes")
