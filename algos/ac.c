@@ -62,6 +62,46 @@ int ac__check(const ac_config *c, const char *who, shoal_error *err) {
   return 0;
 }
 
+/* The custom layer c->layer names (NULL: nn's dense); ac__create checked it. */
+static const nn_layer_type *torso_layer(const ac_config *c) {
+  return c->layer[0] && strcmp(c->layer, "dense") ? nn_layer_find(c->layer) : NULL;
+}
+
+/* A dense layer of the torso: nn's own, or the config's custom kind in its place. A
+ * failure is recorded in m (nn_model_error). */
+static int torso_dense(const ac_config *c, nn_model *m, const char *name, int out) {
+  const nn_layer_type *lt = torso_layer(c);
+  if (!lt) return nn_dense(m, name, out);
+  void *conf = calloc(1, lt->config_size ? lt->config_size : 1);
+  if (!conf) return SHOAL_ENOMEM;
+  shoal_error why = {0};
+  int rc = lt->dense_config(conf, out, &why);
+  if (!rc) rc = nn_custom(m, name, lt, conf);
+  free(conf);
+  return rc;
+}
+
+/* Loads c->plugins and checks that c->layer can stand where a dense layer goes. */
+static int check_layer(const ac_config *c, shoal_error *err) {
+  int rc = nn_layer_plugins_load(c->plugins, err);
+  if (rc || !c->layer[0] || !strcmp(c->layer, "dense")) return rc;
+  const nn_layer_type *t = nn_layer_find(c->layer);
+  if (!t) {
+    char kinds[512];
+    nn_layer_kinds(kinds, sizeof kinds);
+    return shoal_error_set(err, SHOAL_ENOENT,
+                           "ac: layer '%s' is not a registered layer (registered: %s); name the "
+                           "plugin that registers it in nn.plugins",
+                           c->layer, kinds[0] ? kinds : "none");
+  }
+  if (!t->dense_config)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "ac: layer '%s' has no dense_config, so it cannot stand where a dense "
+                           "layer goes",
+                           c->layer);
+  return 0;
+}
+
 /* One torso from the input node; names prefixed ("actor_", "critic_" or ""). */
 static int torso(const ac_config *c, nn_model *m, const char *prefix) {
   char name[48];
@@ -72,14 +112,14 @@ static int torso(const ac_config *c, nn_model *m, const char *prefix) {
     snprintf(name, sizeof name, "%sconv1_relu", prefix);
     if ((rc = nn_activation(m, name, NN_RELU, 0)) < 0) return rc;
     snprintf(name, sizeof name, "%sfc1", prefix);
-    if ((rc = nn_dense(m, name, 128)) < 0) return rc;
+    if ((rc = torso_dense(c, m, name, 128)) < 0) return rc;
     snprintf(name, sizeof name, "%sfc1_relu", prefix);
     return nn_activation(m, name, NN_RELU, 0);
   }
   rc = nn_model_current(m);
   for (int i = 0; i < 2 && c->hidden[i] > 0; i++) {
     snprintf(name, sizeof name, "%sfc%d", prefix, i + 1);
-    if ((rc = nn_dense(m, name, c->hidden[i])) < 0) return rc;
+    if ((rc = torso_dense(c, m, name, c->hidden[i])) < 0) return rc;
     snprintf(name, sizeof name, "%sfc%d_act", prefix, i + 1);
     if ((rc = nn_activation(m, name, c->tanh ? NN_TANH : NN_RELU, 0)) < 0) return rc;
   }
@@ -99,6 +139,13 @@ static int ortho_init(ac__net *n, shoal_error *err) {
     nn_tensor_info ti;
     nn_model_tensor(n->m, i, &ti);
     if (!ti.trainable) continue;
+    /* a custom layer's tensors keep the initialisers its type gave them */
+    char layer[160];
+    const char *dot = strrchr(ti.name, '.');
+    snprintf(layer, sizeof layer, "%.*s", dot ? (int)(dot - ti.name) : 0, ti.name);
+    bool custom = false;
+    nn_node_kind(n->m, nn_model_find_node(n->m, layer), &custom);
+    if (custom) continue;
     size_t len = strlen(ti.name);
     bool weight = len > 7 && !strcmp(ti.name + len - 7, ".weight");
     if (!strncmp(ti.name, "log_std.", 8)) continue;
@@ -305,6 +352,8 @@ static int finish_init(ac__net *n, shoal_error *err) {
 int ac__create(ac__net *n, const ac_config *c, nn_device device, int max_batch, int U, int seq_B,
                shoal_error *err) {
   n->cfg = *c;
+  int crc = check_layer(c, err);
+  if (crc) return crc;
   n->P = c->num_actions > 0 ? c->num_actions : 2 * c->act_dim;
   n->out_dim = n->stride = n->P + 1;
   n->obs_n = n->in_n = (size_t)c->obs_c * c->obs_h * c->obs_w;

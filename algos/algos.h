@@ -214,6 +214,14 @@ typedef struct ac_config {
                          episode starts */
   int max_batch;      /* the largest act() batch (learners size their own batches) */
   uint64_t seed;      /* network initialisation */
+  /* The kind of the torso's dense layers: "" or "dense" for nn's own, else a custom layer
+   * registered under that name whose type has dense_config (docs/custom-layers.md); the
+   * heads stay nn's dense layers. A custom layer keeps its own initialisers under
+   * ortho_init. Networks run in evaluation mode on actors and in training mode in the
+   * learner, so a layer whose modes differ (a noisy one) makes the two policies differ. */
+  char layer[64];
+  /* Layer plugins ac__create loads first (nn_layer_plugin_load), ':'-separated paths. */
+  char plugins[1024];
 } ac_config;
 
 /* MLP 64-64 tanh, separate torsos, orthogonal init, log-std 0, batch up to 256:

@@ -248,6 +248,13 @@ int nn_model_select(nn_model *m, int node) {
 
 int nn_model_current(const nn_model *m) { return m ? m->current : SHOAL_EINVAL; }
 
+const char *nn_node_kind(const nn_model *m, int node, bool *custom) {
+  if (custom) *custom = false;
+  if (!m || node < 0 || node >= m->n_nodes) return NULL;
+  if (custom) *custom = m->nodes[node].kind == NN__CUSTOM;
+  return nn__node_kind(&m->nodes[node]);
+}
+
 int nn_node_shape(const nn_model *m, int node, int *C, int *H, int *W) {
   if (!m || node < 0 || node >= m->n_nodes) return SHOAL_ERANGE;
   if (C) *C = m->nodes[node].C;

@@ -81,6 +81,10 @@ int nn_input(nn_model *m, int C, int H, int W);
 int nn_model_select(nn_model *m, int node);
 /* The current (last added or selected) node. */
 int nn_model_current(const nn_model *m);
+/* What node is: its layer kind ("dense", "conv2d", a custom layer's kind such as
+ * "noisy_linear"), or NULL for a node m does not have; *custom (may be NULL) says whether
+ * it is a custom layer (nn_custom, nn_custom_activation). Owned by m. */
+const char *nn_node_kind(const nn_model *m, int node, bool *custom);
 /* Per-sample output shape of a node. */
 int nn_node_shape(const nn_model *m, int node, int *C, int *H, int *W);
 

@@ -123,13 +123,11 @@ const cfg_key *apex_schema(int *n) {
   return apex_keys;
 }
 
-/* dqn.layer names nn's dense or a custom layer that nn.plugins (or a built-in
- * registration) provides: found before any process starts. */
-static int check_layer(const config *cfg, shoal_error *err) {
+int run_check_layer(const config *cfg, const char *key, shoal_error *err) {
   shoal_error why = {0};
   if (nn_layer_plugins_load(config_string(cfg, "nn.plugins"), &why))
     return shoal_error_set(err, why.code, "nn.plugins: %s", why.msg);
-  const char *kind = config_string(cfg, "dqn.layer");
+  const char *kind = config_string(cfg, key);
   if (!strcmp(kind, "dense")) return 0;
   const nn_layer_type *t = nn_layer_find(kind);
   /* an env plugin may register it when the env is made (envs/plugin.c): the actors and
@@ -139,14 +137,14 @@ static int check_layer(const config *cfg, shoal_error *err) {
   nn_layer_kinds(kinds, sizeof kinds);
   if (!t)
     return shoal_error_set(err, SHOAL_EINVAL,
-                           "dqn.layer: '%s' is neither dense nor a registered custom layer "
+                           "%s: '%s' is neither dense nor a registered custom layer "
                            "(registered: %s); load its plugin with nn.plugins",
-                           kind, kinds[0] ? kinds : "none");
+                           key, kind, kinds[0] ? kinds : "none");
   if (!t->dense_config)
     return shoal_error_set(err, SHOAL_EINVAL,
-                           "dqn.layer: '%s' has no dense_config, so it cannot stand where a "
+                           "%s: '%s' has no dense_config, so it cannot stand where a "
                            "dense layer goes",
-                           kind);
+                           key, kind);
   return 0;
 }
 
@@ -161,7 +159,7 @@ int apex_check(const config *cfg, shoal_error *err) {
   if (!rc) rc = config_check_choice(cfg, "algo", apex_algo, 1, err);
   static const char *const formats[] = {"experience", "log"};
   if (!rc) rc = config_check_choice(cfg, "replay.store_format", formats, 2, err);
-  if (!rc) rc = check_layer(cfg, err);
+  if (!rc) rc = run_check_layer(cfg, "dqn.layer", err);
   return rc;
 }
 

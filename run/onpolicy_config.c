@@ -113,6 +113,13 @@ static const cfg_key onpolicy_keys[] = {
     {"ac.log_std_init", CFG_FLOAT, "0", -20, 5, "initial log-std of a Gaussian policy"},
     {"ac.lstm", CFG_INT, "0", 0, 65536,
      "LSTM core size between torso and heads (0: none; needs ac.separate false)"},
+    {"ac.layer", CFG_STRING, "dense", 0, -1,
+     "the kind of the torso's dense layers: dense, or a custom layer registered by a plugin "
+     "(docs/custom-layers.md); the heads stay dense"},
+    /* custom layers (nn/nn.h, docs/custom-layers.md) */
+    {"nn.plugins", CFG_STRING, "", 0, -1,
+     "layer plugins to load, ':'-separated paths of shared libraries (relative to the "
+     "working directory)"},
     /* IMPALA */
     {"impala.unroll", CFG_INT, "20", 1, 100000, "T: steps per unroll"},
     {"impala.batch", CFG_INT, "16", 1, 65536, "B: unrolls per update"},
@@ -160,6 +167,7 @@ int onpolicy_check(const config *cfg, shoal_error *err) {
   if (!rc) rc = config_check_choice(cfg, "ac.torso", torsos, 2, err);
   if (!rc) rc = config_check_choice(cfg, "impala.optim", optims, 2, err);
   if (!rc) rc = config_check_choice(cfg, "learner.device", devices, 3, err);
+  if (!rc) rc = run_check_layer(cfg, "ac.layer", err);
   if (!rc && !strcmp(config_string(cfg, "algo"), "ppo")) {
     int64_t TB = config_int(cfg, "ppo.steps") * config_int(cfg, "env.num_envs");
     int64_t mb = config_int(cfg, "ppo.minibatches");
@@ -194,6 +202,8 @@ ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_sha
   c.log_std_init = (float)config_float(cfg, "ac.log_std_init");
   c.lstm = (int)config_int(cfg, "ac.lstm");
   c.seed = (uint64_t)config_int(cfg, "run.seed");
+  snprintf(c.layer, sizeof c.layer, "%s", config_string(cfg, "ac.layer"));
+  snprintf(c.plugins, sizeof c.plugins, "%s", config_string(cfg, "nn.plugins"));
   return c;
 }
 

@@ -11,8 +11,8 @@
 static const char *const fixed_both[] = {"algo", "env.id"};
 static const char *const fixed_apex[] = {"dqn.net", "dqn.hidden0", "dqn.hidden1", "dqn.dueling",
                                          "dqn.layer"};
-static const char *const fixed_onpolicy[] = {"ac.torso",    "ac.hidden0", "ac.hidden1",
-                                             "ac.separate", "ac.lstm",    "env.norm_obs"};
+static const char *const fixed_onpolicy[] = {"ac.torso", "ac.hidden0", "ac.hidden1",   "ac.separate",
+                                             "ac.lstm",  "ac.layer",   "env.norm_obs"};
 
 /* c's value of key as text (strings quoted), for comparing and for messages. */
 static void value_text(const config *c, const char *key, char *out, size_t cap) {

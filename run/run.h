@@ -61,6 +61,11 @@ const cfg_key *apex_schema(int *n);
 /* Checks what the schema's types and bounds cannot: the choice keys (dqn.net: mlp or
  * minatar; learner.device: cpu, cuda or auto). SHOAL_EINVAL naming the key and value. */
 int apex_check(const config *cfg, shoal_error *err);
+/* Loads the config's nn.plugins and checks that key (dqn.layer, ac.layer) names dense or
+ * a registered custom layer with dense_config (docs/custom-layers.md), so a run is refused
+ * before any process starts. An env plugin may register it later (env.id plugin:...):
+ * then an unknown kind passes here and the learner and actors report it. */
+int run_check_layer(const config *cfg, const char *key, shoal_error *err);
 
 /* Whether Ape-X can play env spaces sp: discrete actions only. SHOAL_EINVAL naming the
  * env and what to use instead. */

@@ -334,6 +334,11 @@ static void test_config_errors_are_clear(void **state) {
   char *a15[] = {wf_shoal, "run", config_path, "--set", plug, "--set", "dqn.layer=noisy_lin",
                  NULL};
   expect_config_error("misspelt layer", a15, "(registered: noisy_linear)");
+  char ppo_cfg[4200];
+  snprintf(ppo_cfg, sizeof ppo_cfg, "%s/configs/cartpole-ppo.yaml", wf_src);
+  char *a16[] = {wf_shoal, "run", ppo_cfg, "--set", "ac.layer=glu", NULL};
+  expect_config_error("on-policy layer", a16,
+                      "ac.layer: 'glu' is neither dense nor a registered custom layer");
 }
 
 int main(int argc, char **argv) {

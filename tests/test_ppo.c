@@ -276,13 +276,76 @@ static void fill_bandit(shoal_rng *rng, int T, int B, float *obs, int32_t *act, 
   (void)rng;
 }
 
+/* A dense-like custom layer (docs/custom-layers.md), y = s (x W^T + b) with a trained
+ * scalar s that starts at 1, for ac.layer: the torso's dense layers become it. */
+typedef struct scaled_conf {
+  int out;
+} scaled_conf;
+
+static int scaled_shape(nn_layer_shape *s, shoal_error *err) {
+  const scaled_conf *c = s->config;
+  int in = s->in_C * s->in_H * s->in_W;
+  s->C = c->out, s->H = s->W = 1;
+  s->params[0] = (nn_param_spec){"weight", 2, {c->out, in}, true, NN_INIT_TORCH_DEFAULT};
+  s->params[1] = (nn_param_spec){"bias", 1, {c->out}, true, NN_INIT_TORCH_DEFAULT, 0, 0, in};
+  s->params[2] = (nn_param_spec){"scale", 0, {0}, true, NN_INIT_ONES};
+  s->n_params = 3;
+  s->cache_per_sample = (size_t)c->out; /* x W^T + b, before the scale */
+  return 0;
+}
+
+static int scaled_forward(const nn_layer_call *c, shoal_error *err) {
+  float s = c->t[2][0];
+  for (int n = 0; n < c->B; n++)
+    for (int o = 0; o < c->F; o++) {
+      float z = c->t[1][o];
+      for (int i = 0; i < c->in_F; i++) z += c->x[n * c->in_F + i] * c->t[0][o * c->in_F + i];
+      c->cache[n * c->F + o] = z;
+      c->y[n * c->F + o] = s * z;
+    }
+  return 0;
+}
+
+static void scaled_backward(const nn_layer_call *c) {
+  float s = c->t[2][0];
+  for (int n = 0; n < c->B; n++)
+    for (int o = 0; o < c->F; o++) {
+      float d = c->dy[n * c->F + o];
+      c->g[2][0] += d * c->cache[n * c->F + o];
+      c->g[1][o] += s * d;
+      for (int i = 0; i < c->in_F; i++) c->g[0][o * c->in_F + i] += s * d * c->x[n * c->in_F + i];
+    }
+  if (!c->dx) return;
+  for (int n = 0; n < c->B; n++)
+    for (int i = 0; i < c->in_F; i++) {
+      float g = 0;
+      for (int o = 0; o < c->F; o++) g += s * c->dy[n * c->F + o] * c->t[0][o * c->in_F + i];
+      c->dx[n * c->in_F + i] = c->dx_add ? c->dx[n * c->in_F + i] + g : g;
+    }
+}
+
+static int scaled_dense_config(void *config, int out, shoal_error *err) {
+  ((scaled_conf *)config)->out = out;
+  return 0;
+}
+
+static const nn_layer_type scaled_type = {NN_LAYER_ABI,       "scaled_linear", sizeof(scaled_conf),
+                                          scaled_shape,       scaled_forward,  scaled_backward,
+                                          NULL,               NULL,            scaled_dense_config};
+
 static void test_learns_a_bandit(void **state) {
-  for (int algo = 0; algo < 2; algo++) {
+  shoal_error rerr = {0};
+  assert_int_equal(nn_layer_register(&scaled_type, &rerr), 0);
+  /* nn's dense torso, then the custom layer in its place (ac.layer), each algorithm */
+  for (int run = 0; run < 4; run++) {
+    int algo = run % 2;
+    bool custom = run >= 2;
     shoal_error err = {0};
     enum { T = 8, B = 16 };
     ac_config ac = ac_defaults();
     ac.obs_c = 2;
     ac.num_actions = 2;
+    if (custom) snprintf(ac.layer, sizeof ac.layer, "scaled_linear");
     ppo_config pc = ppo_defaults();
     pc.T = T;
     pc.B = B;
@@ -294,6 +357,20 @@ static void test_learns_a_bandit(void **state) {
     ppo *p = algo == 0 ? ppo_create(&ac, &pc, NN_CPU, true, &err) : NULL;
     impala *l = algo == 1 ? impala_create(&ac, &ic, NN_CPU, true, &err) : NULL;
     assert_true(p || l);
+    if (custom) { /* the torso is the custom kind, with its own init under ortho_init */
+      nn_model *m = p ? ppo_model(p) : impala_model(l);
+      bool is_custom = false;
+      const char *kind = nn_node_kind(m, nn_model_find_node(m, "actor_fc1"), &is_custom);
+      assert_true(is_custom);
+      assert_string_equal(kind, "scaled_linear");
+      nn_tensor_info ti;
+      assert_int_equal(nn_model_find_tensor(m, "critic_fc2.scale", &ti), 0);
+      size_t np;
+      assert_true(nn_model_params(m, &np)[ti.offset] == 1.0f);
+      nn_model_find_node(m, "policy");
+      assert_int_equal(nn_model_find_tensor(m, "policy.weight", &ti), 0);
+      assert_true(nn_model_params(m, &np)[ti.offset] != 0.0f);
+    }
     static float obs[(T + 1) * B * 2], rew[T * B], logp[T * B];
     static int32_t act[T * B], acted[T * B];
     static uint8_t term[T * B];
@@ -333,6 +410,15 @@ static void test_learns_a_bandit(void **state) {
     ppo_destroy(p);
     impala_destroy(l);
   }
+  /* a kind nobody registered is named, with what is registered */
+  ac_config bad = ac_defaults();
+  bad.obs_c = 2;
+  bad.num_actions = 2;
+  snprintf(bad.layer, sizeof bad.layer, "nope");
+  ppo_config pc = ppo_defaults();
+  assert_null(ppo_create(&bad, &pc, NN_CPU, true, &rerr));
+  assert_non_null(strstr(rerr.msg, "layer 'nope' is not a registered layer (registered: "));
+  assert_non_null(strstr(rerr.msg, "scaled_linear"));
 }
 
 /* The log-std stays state-independent through learning (its weight stays zero). */
