@@ -67,39 +67,17 @@ static const nn_layer_type *torso_layer(const ac_config *c) {
   return c->layer[0] && strcmp(c->layer, "dense") ? nn_layer_find(c->layer) : NULL;
 }
 
-/* A dense layer of the torso: nn's own, or the config's custom kind in its place. A
- * failure is recorded in m (nn_model_error). */
+/* A dense layer of the torso: nn's own, or the config's custom kind in its place. */
 static int torso_dense(const ac_config *c, nn_model *m, const char *name, int out) {
-  const nn_layer_type *lt = torso_layer(c);
-  if (!lt) return nn_dense(m, name, out);
-  void *conf = calloc(1, lt->config_size ? lt->config_size : 1);
-  if (!conf) return SHOAL_ENOMEM;
-  shoal_error why = {0};
-  int rc = lt->dense_config(conf, out, &why);
-  if (!rc) rc = nn_custom(m, name, lt, conf);
-  free(conf);
-  return rc;
+  return nn_dense_as(m, name, out, torso_layer(c));
 }
 
 /* Loads c->plugins and checks that c->layer can stand where a dense layer goes. */
 static int check_layer(const ac_config *c, shoal_error *err) {
-  int rc = nn_layer_plugins_load(c->plugins, err);
-  if (rc || !c->layer[0] || !strcmp(c->layer, "dense")) return rc;
-  const nn_layer_type *t = nn_layer_find(c->layer);
-  if (!t) {
-    char kinds[512];
-    nn_layer_kinds(kinds, sizeof kinds);
-    return shoal_error_set(err, SHOAL_ENOENT,
-                           "ac: layer '%s' is not a registered layer (registered: %s); name the "
-                           "plugin that registers it in nn.plugins",
-                           c->layer, kinds[0] ? kinds : "none");
-  }
-  if (!t->dense_config)
-    return shoal_error_set(err, SHOAL_EINVAL,
-                           "ac: layer '%s' has no dense_config, so it cannot stand where a dense "
-                           "layer goes",
-                           c->layer);
-  return 0;
+  const nn_layer_type *t;
+  shoal_error why = {0};
+  int rc = nn_layer_dense_kind(c->layer, c->plugins, &t, &why);
+  return rc ? shoal_error_set(err, rc, "ac: %s", why.msg) : 0;
 }
 
 /* One torso from the input node; names prefixed ("actor_", "critic_" or ""). */

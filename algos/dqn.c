@@ -61,40 +61,16 @@ dqn_config dqn_defaults(void) {
 /* The custom layer the config puts where dense layers go, after loading its plugins;
  * NULL for nn's own dense layers. */
 static int resolve_layer(const dqn_config *c, const nn_layer_type **lt, shoal_error *err) {
-  *lt = NULL;
-  int rc = nn_layer_plugins_load(c->plugins, err);
-  if (rc) return rc;
-  if (!c->layer[0] || !strcmp(c->layer, "dense")) return 0;
-  const nn_layer_type *t = nn_layer_find(c->layer);
-  if (!t) {
-    char kinds[512];
-    nn_layer_kinds(kinds, sizeof kinds);
-    return shoal_error_set(err, SHOAL_ENOENT,
-                           "dqn: layer '%s' is not a registered layer (registered: %s); name "
-                           "the plugin that registers it in nn.plugins",
-                           c->layer, kinds[0] ? kinds : "none");
-  }
-  if (!t->dense_config)
-    return shoal_error_set(err, SHOAL_EINVAL,
-                           "dqn: layer '%s' has no dense_config, so it cannot stand where a dense "
-                           "layer goes",
-                           c->layer);
-  *lt = t;
-  return 0;
+  shoal_error why = {0};
+  int rc = nn_layer_dense_kind(c->layer, c->plugins, lt, &why);
+  return rc ? shoal_error_set(err, rc, "dqn: %s", why.msg) : 0;
 }
 
 /* A dense layer of width out: nn's own, or the config's custom kind in its place. */
 static int dense(nn_model *m, const nn_layer_type *lt, const char *name, int out,
                  shoal_error *err) {
-  if (!lt) return nn_dense(m, name, out);
-  void *conf = calloc(1, lt->config_size ? lt->config_size : 1);
-  if (!conf) return shoal_error_set(err, SHOAL_ENOMEM, "dqn: out of memory");
-  shoal_error why = {0};
-  int rc = lt->dense_config(conf, out, &why);
-  if (rc) rc = shoal_error_set(err, rc, "dqn: layer '%s' (%s): %s", name, lt->kind, why.msg);
-  if (!rc && (rc = nn_custom(m, name, lt, conf)) < 0)
-    shoal_error_set(err, rc, "dqn: %s", nn_model_error(m));
-  free(conf);
+  int rc = nn_dense_as(m, name, out, lt);
+  if (rc < 0) shoal_error_set(err, rc, "dqn: %s", nn_model_error(m));
   return rc;
 }
 

@@ -318,6 +318,49 @@ int nn_layer_plugins_load(const char *paths, shoal_error *err) {
   return rc;
 }
 
+int nn_layer_dense_kind(const char *kind, const char *plugins, const nn_layer_type **type,
+                        shoal_error *err) {
+  *type = NULL;
+  int rc = nn_layer_plugins_load(plugins, err);
+  if (rc || !kind || !*kind || !strcmp(kind, "dense")) return rc;
+  const nn_layer_type *t = nn_layer_find(kind);
+  if (!t) {
+    char kinds[512];
+    nn_layer_kinds(kinds, sizeof kinds);
+    return shoal_error_set(err, SHOAL_ENOENT,
+                           "layer '%s' is not a registered layer (registered: %s); name the "
+                           "plugin that registers it in nn.plugins",
+                           kind, kinds[0] ? kinds : "none");
+  }
+  if (!t->dense_config)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "layer '%s' has no dense_config, so it cannot stand where a dense "
+                           "layer goes",
+                           kind);
+  *type = t;
+  return 0;
+}
+
+int nn_dense_as(nn_model *m, const char *name, int out_features, const nn_layer_type *type) {
+  if (!type) return nn_dense(m, name, out_features);
+  if (!m) return SHOAL_EINVAL;
+  if (!type->dense_config) return nn__model_fail(m, SHOAL_EINVAL, "nn: the type has no dense_config");
+  void *conf = calloc(1, type->config_size ? type->config_size : 1);
+  if (!conf) return nn__model_fail(m, SHOAL_ENOMEM, "nn: out of memory");
+  shoal_error why = {0};
+  int rc = type->dense_config(conf, out_features, &why);
+  if (rc) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "nn: layer '%.128s' (%.64s): %.400s", name ? name : "?", type->kind,
+             why.msg[0] ? why.msg : "its dense_config failed");
+    rc = nn__model_fail(m, rc, msg);
+  } else {
+    rc = nn_custom(m, name, type, conf);
+  }
+  free(conf);
+  return rc;
+}
+
 /* ---- the gradient checker ------------------------------------------------------------ */
 
 /* L = sum(y * r) in double, from a forward that sees the same random draws each time. */

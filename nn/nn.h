@@ -659,6 +659,16 @@ size_t nn_layer_kinds(char *buf, size_t n);
 int nn_layer_plugin_load(const char *path, shoal_error *err);
 /* nn_layer_plugin_load for each of a ':'-separated list of paths (NULL or "": none). */
 int nn_layer_plugins_load(const char *paths, shoal_error *err);
+/* For configs that name the kind of their dense layers: loads plugins (as
+ * nn_layer_plugins_load), then sets *type to the registered type of kind, or NULL for
+ * nn's own ("" or "dense"). A kind not registered (SHOAL_ENOENT, listing the registered
+ * ones) or without dense_config (SHOAL_EINVAL) is an error naming it. */
+int nn_layer_dense_kind(const char *kind, const char *plugins, const nn_layer_type **type,
+                        shoal_error *err);
+/* Adds a dense layer of out_features: nn_dense when type is NULL, else a layer of type
+ * with the config its dense_config fills. Returns the node or a negative code; the
+ * message is nn_model_error(m)'s. */
+int nn_dense_as(nn_model *m, const char *name, int out_features, const nn_layer_type *type);
 
 /* ---- a gradient checker for layers and models ---- */
 typedef struct nn_gradcheck_options {

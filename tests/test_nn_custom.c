@@ -460,6 +460,29 @@ static void test_registry_and_plugins(void **state) {
     print_message("  %s\n", err.msg);
   }
   assert_int_equal(nn_layer_plugins_load("", &err), 0);
+  /* configs' dense kinds: nn's own, a custom one with dense_config, one without, none */
+  const nn_layer_type *dk = t;
+  assert_int_equal(nn_layer_dense_kind("dense", NULL, &dk, &err), 0);
+  assert_null(dk);
+  assert_int_equal(nn_layer_dense_kind("noisy_linear", "", &dk, &err), 0);
+  assert_true(dk == t);
+  assert_int_equal(nn_layer_dense_kind("glu", NULL, &dk, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "layer 'glu' has no dense_config"));
+  assert_int_equal(nn_layer_dense_kind("nope", NULL, &dk, &err), SHOAL_ENOENT);
+  assert_non_null(strstr(err.msg, "(registered: "));
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, 5, 1, 1);
+  assert_true(nn_dense_as(m, "a", 3, NULL) > 0);
+  assert_true(nn_dense_as(m, "b", 2, t) > 0);
+  assert_int_equal(nn_model_build(m, 2, 1, &err), 0);
+  assert_int_equal(nn_model_find_tensor(m, "b.weight_sigma", &(nn_tensor_info){0}), 0);
+  bool custom;
+  assert_string_equal(nn_node_kind(m, 1, &custom), "dense");
+  assert_false(custom);
+  assert_string_equal(nn_node_kind(m, 2, &custom), "noisy_linear");
+  assert_true(custom);
+  assert_null(nn_node_kind(m, 9, &custom));
+  nn_model_destroy(m);
 }
 
 /* Where a backend lacks the layer: a CUDA model refuses the GLU (no CUDA functions). */
