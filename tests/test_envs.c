@@ -316,8 +316,14 @@ static void test_vec_threads_only_where_they_pay(void **unused) {
   }
   double share = env_vec_parallel_share(v2);
   fprintf(stderr, "4 CartPole copies, 2 threads: %.1f%% of steps on the workers\n", 100 * share);
-  assert_true(share > 0.0);  /* tried */
+  assert_true(share > 0.0); /* tried */
+#ifndef __SANITIZE_THREAD__
   assert_true(share < 0.05); /* and left */
+#else
+  /* Under ThreadSanitizer every env step costs ~10x more while the workers' hand-off
+   * stays a poll, so the two modes come near break-even and either may win: this build
+   * checks what it is for, that both modes step the same copies without a race. */
+#endif
   env_vec_destroy(v1);
   env_vec_destroy(v2);
 }
