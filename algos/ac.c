@@ -62,14 +62,12 @@ int ac__check(const ac_config *c, const char *who, shoal_error *err) {
   return 0;
 }
 
-/* The custom layer c->layer names (NULL: nn's dense); ac__create checked it. */
-static const nn_layer_type *torso_layer(const ac_config *c) {
-  return c->layer[0] && strcmp(c->layer, "dense") ? nn_layer_find(c->layer) : NULL;
-}
-
-/* A dense layer of the torso: nn's own, or the config's custom kind in its place. */
+/* A dense layer of the torso: nn's own, or the config's custom kind in its place
+ * (ac__create checked the kind and loaded its plugins). */
 static int torso_dense(const ac_config *c, nn_model *m, const char *name, int out) {
-  return nn_dense_as(m, name, out, torso_layer(c));
+  const nn_layer_type *t;
+  int rc = nn_layer_dense_kind(c->layer, NULL, &t, NULL);
+  return rc ? rc : nn_dense_as(m, name, out, t);
 }
 
 /* Loads c->plugins and checks that c->layer can stand where a dense layer goes. */

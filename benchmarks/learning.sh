@@ -65,11 +65,12 @@ export PATH=$bin:$PATH
 
 # name | program (sync: shoal-train-sync; dist: shoal run) | config | overrides | bar
 # (solved: the config's own run.solve_return; best>=X: best greedy evaluation at least X)
-# | reference median steps (none: no published figure). @BUILD@ in an override is the build
-# folder (the NoisyNet case's layer plugin).
+# | reference median steps (none: no published figure; @CASE: that case's median in this
+# run, ε-greedy Ape-X for NoisyNet's). @BUILD@ in an override is the build folder (the
+# NoisyNet case's layer plugin).
 cases=(
   "apex-cartpole|dist|cartpole-apex.yaml|run.max_env_steps=600000|solved|240000"
-  "apex-noisy-cartpole|dist|cartpole-apex-noisy.yaml|run.max_env_steps=2000000 nn.plugins=@BUILD@/examples/noisy_linear.so|solved|none"
+  "apex-noisy-cartpole|dist|cartpole-apex-noisy.yaml|run.max_env_steps=2000000 nn.plugins=@BUILD@/examples/noisy_linear.so|solved|@apex-cartpole"
   "impala-cartpole|dist|cartpole-impala.yaml|run.max_env_steps=1000000|solved|500000"
   "ppo-cartpole-lag8|dist|cartpole-ppo.yaml|replay.max_staleness=8|solved|500000"
   "impala-lstm-novel|dist|cartpole-novel-impala-lstm.yaml||best>=90|none"
@@ -154,6 +155,12 @@ for c in "${cases[@]}"; do
   frac=$(awk -v a=$all_ok -v b=$all_n 'BEGIN {printf "%.2f", b ? a / b : 0}')
   benches+=("BENCH name=learning.$name.solved value=$frac unit=fraction baseline=none ratio=none")
   med=$(median <"$work/$name.steps")
+  # @CASE: the baseline is that case's median in this run (when it ran and solved)
+  if [ "${ref#@}" != "$ref" ]; then
+    base=$work/${ref#@}.steps
+    ref=none
+    [ -s "$base" ] && ref=$(median <"$base")
+  fi
   if [ "$ref" != none ] && [ "$med" != nan ]; then
     ratio=$(awk -v r="$ref" -v m="$med" 'BEGIN {printf "%.2f", r / m}')
     benches+=("BENCH name=learning.$name.median_steps value=$med unit=env_steps baseline=$ref ratio=$ratio")

@@ -173,18 +173,32 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Polls until *a differs from old (or stop is set) for at most SPIN_NS; true when it did. */
-static bool spin_until_changed(env_vec *v, _Atomic uint64_t *a, uint64_t old) {
+/* What the two sides wait for: a worker, a step after step seen (or the stop); the
+ * caller, its workers' chunks done. */
+static bool new_step(const env_vec *v, uint64_t seen) {
+  return atomic_load_explicit(&v->gen, memory_order_acquire) != seen ||
+         atomic_load_explicit(&v->stop, memory_order_relaxed);
+}
+static bool chunks_done(const env_vec *v, uint64_t unused) {
+  return atomic_load_explicit(&v->pending, memory_order_acquire) == 0;
+}
+
+/* Polls ready(v, arg) for at most SPIN_NS, then sleeps on cv until it holds (whoever
+ * makes it hold signals cv under mu). */
+static void wait_for(env_vec *v, bool (*ready)(const env_vec *, uint64_t), uint64_t arg,
+                     pthread_cond_t *cv) {
   uint64_t t0 = 0;
-  for (int i = 0;; i++) {
-    if (atomic_load_explicit(a, memory_order_acquire) != old ||
-        atomic_load_explicit(&v->stop, memory_order_relaxed))
-      return true;
+  for (int i = 0; !ready(v, arg); i++) {
     cpu_relax();
-    if ((i & 63) == 63) {
-      uint64_t t = now_ns();
-      if (!t0) t0 = t;
-      else if (t - t0 > SPIN_NS) return false;
+    if ((i & 63) != 63) continue;
+    uint64_t t = now_ns();
+    if (!t0) {
+      t0 = t;
+    } else if (t - t0 > SPIN_NS) {
+      pthread_mutex_lock(&v->mu);
+      while (!ready(v, arg)) pthread_cond_wait(cv, &v->mu);
+      pthread_mutex_unlock(&v->mu);
+      return;
     }
   }
 }
@@ -195,12 +209,7 @@ static void *worker(void *p) {
   env_vec *v = a.v;
   uint64_t seen = 0;
   for (;;) {
-    if (!spin_until_changed(v, &v->gen, seen)) {
-      pthread_mutex_lock(&v->mu);
-      while (!atomic_load(&v->stop) && atomic_load(&v->gen) == seen)
-        pthread_cond_wait(&v->cv_work, &v->mu);
-      pthread_mutex_unlock(&v->mu);
-    }
+    wait_for(v, new_step, seen, &v->cv_work);
     if (atomic_load(&v->stop)) break;
     seen = atomic_load_explicit(&v->gen, memory_order_acquire);
     env__batch b = v->cur; /* written before gen was published */
@@ -225,21 +234,7 @@ static void hand_off(env_vec *v, const env__batch *b) {
   pthread_cond_broadcast(&v->cv_work);
   pthread_mutex_unlock(&v->mu);
   run_chunk(v, b, 0);
-  uint64_t t0 = 0;
-  for (int i = 0; atomic_load_explicit(&v->pending, memory_order_acquire) > 0; i++) {
-    cpu_relax();
-    if ((i & 63) != 63) continue;
-    uint64_t t = now_ns();
-    if (!t0) {
-      t0 = t;
-    } else if (t - t0 > SPIN_NS) {
-      pthread_mutex_lock(&v->mu);
-      while (atomic_load_explicit(&v->pending, memory_order_acquire) > 0)
-        pthread_cond_wait(&v->cv_done, &v->mu);
-      pthread_mutex_unlock(&v->mu);
-      break;
-    }
-  }
+  wait_for(v, chunks_done, 0, &v->cv_done);
 }
 
 static void stop_threads(env_vec *v, int started) {

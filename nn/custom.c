@@ -142,22 +142,9 @@ int nn_custom_loss(const nn_loss_type *type, float *loss, float *dpred, const fl
     return shoal_error_set(err, SHOAL_EINVAL,
                            "nn: custom loss: its type needs abi NN_LAYER_ABI and l, dl");
   const char *k = type->kind ? type->kind : "custom loss";
-  if (!loss || !pred || !target)
-    return shoal_error_set(err, SHOAL_EINVAL, "nn: %s: NULL loss, prediction or target", k);
-  if (B <= 0 || N <= 0)
-    return shoal_error_set(err, SHOAL_EINVAL, "nn: %s: B=%d and N=%d must be positive", k, B, N);
-  size_t n = (size_t)B * (size_t)N;
-  for (size_t i = 0; i < n; i++) {
-    if (!isfinite(pred[i]))
-      return shoal_error_set(err, SHOAL_ENAN, "nn: %s: prediction[%zu] is %g", k, i,
-                             (double)pred[i]);
-    if (!isfinite(target[i]))
-      return shoal_error_set(err, SHOAL_ENAN, "nn: %s: target[%zu] is %g", k, i,
-                             (double)target[i]);
-  }
-  for (int i = 0; w && i < B; i++)
-    if (!isfinite(w[i]))
-      return shoal_error_set(err, SHOAL_ENAN, "nn: %s: weight[%d] is %g", k, i, (double)w[i]);
+  if (!loss) return shoal_error_set(err, SHOAL_EINVAL, "nn: %s: NULL loss", k);
+  int rc = nn__loss_check(k, pred, target, w, B, N, true, err);
+  if (rc) return rc;
   double sum = 0;
   for (int i = 0; i < B; i++) {
     double s = 0;
@@ -168,9 +155,8 @@ int nn_custom_loss(const nn_loss_type *type, float *loss, float *dpred, const fl
     sum += (w ? w[i] : 1.0) * s;
   }
   double scale = 1.0 / ((double)B * N);
-  float l = (float)(sum * scale);
-  if (!isfinite(l))
-    return shoal_error_set(err, SHOAL_ENAN, "nn: %s: loss is %g", k, sum * scale);
+  float l;
+  if ((rc = nn__loss_finish(k, sum * scale, &l, err))) return rc;
   if (dpred) {
     for (int i = 0; i < B; i++) {
       double c = scale * (w ? w[i] : 1.0);
@@ -195,22 +181,13 @@ static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static const nn_layer_type *reg[REG_MAX];
 static int n_reg;
 
-static bool kind_ok(const char *s) {
-  if (!s || !*s || strlen(s) > 63) return false;
-  for (; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-          *s == '_'))
-      return false;
-  return true;
-}
-
 int nn_layer_register(const nn_layer_type *type, shoal_error *err) {
   if (!type || type->abi != NN_LAYER_ABI || !type->shape || !type->forward || !type->backward)
     return shoal_error_set(err, SHOAL_EINVAL,
                            "nn: register: a layer type needs abi NN_LAYER_ABI (%d, it says %d) "
                            "and shape, forward and backward functions",
                            NN_LAYER_ABI, type ? type->abi : -1);
-  if (!kind_ok(type->kind))
+  if (!nn__ident_ok(type->kind, 63))
     return shoal_error_set(err, SHOAL_EINVAL,
                            "nn: register: kind '%s' is not 1-63 letters, digits or '_'",
                            type->kind ? type->kind : "(null)");
@@ -411,7 +388,7 @@ int nn_check_gradients(nn_model *m, const float *x, int B, const nn_gradcheck_op
     return shoal_error_set(err, SHOAL_EINVAL, "nn: gradcheck: batch %d is outside [1, %d]", B,
                            m->max_batch);
   size_t nx = (size_t)B * (size_t)m->nodes[0].F;
-  size_t ny = (size_t)B * (size_t)m->nodes[m->output < 0 ? m->n_nodes - 1 : m->output].F;
+  size_t ny = (size_t)B * (size_t)m->nodes[m->output].F; /* build set the output */
   size_t biggest = nx;
   for (int i = 0; i < m->n_tensors; i++)
     if (m->tensors[i].trainable && m->tensors[i].numel > biggest) biggest = m->tensors[i].numel;

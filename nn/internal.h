@@ -287,6 +287,8 @@ struct nn_model {
 };
 
 const char *nn__kind_name(nn__kind k);
+/* True when s is 1 to max letters, digits or '_' (tensor suffixes, layer kinds). */
+bool nn__ident_ok(const char *s, size_t max);
 /* Records a failed layer-adding call on m (build reports the first) and returns code. */
 int nn__model_fail(nn_model *m, int code, const char *what);
 /* What describe, profile and messages call node n: its kind's name, or a custom layer's. */
@@ -358,6 +360,13 @@ int nn__cpu_threads(void);
  * NN__COL_BUDGET floats; the group size for max_batch. */
 #define NN__COL_BUDGET ((size_t)256 * 1024)
 int nn__conv_group(int K, int P, int max_batch);
+
+/* The losses' checks (nn/loss.c): NULL inputs and sizes, then a NaN or infinity in pred,
+ * target (when target_is_float) or w, named; and the mean's finish, refusing a
+ * non-finite loss. For nn_custom_loss. */
+int nn__loss_check(const char *loss, const float *pred, const void *target, const float *w, int B,
+                   int N, bool target_is_float, shoal_error *err);
+int nn__loss_finish(const char *loss, double sum, float *out, shoal_error *err);
 
 /* y = accumulate ? y + x : x, n floats. */
 void nn__put(float *y, const float *x, size_t n, bool accumulate);

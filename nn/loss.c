@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "nn/nn.h"
+#include "nn/internal.h"
 
 static int check_args(const char *loss, const void *pred, const void *target, int B, int N,
                       shoal_error *err) {
@@ -31,8 +31,8 @@ static int check_finite(const char *loss, const char *what, const float *x, size
   return 0;
 }
 
-static int check_common(const char *loss, const float *pred, const void *target, const float *w,
-                        int B, int N, bool target_is_float, shoal_error *err) {
+int nn__loss_check(const char *loss, const float *pred, const void *target, const float *w, int B,
+                   int N, bool target_is_float, shoal_error *err) {
   int rc = check_args(loss, pred, target, B, N, err);
   if (rc) return rc;
   size_t n = (size_t)B * (size_t)N;
@@ -43,7 +43,7 @@ static int check_common(const char *loss, const float *pred, const void *target,
   return 0;
 }
 
-static int finish(const char *loss, double sum, float *out, shoal_error *err) {
+int nn__loss_finish(const char *loss, double sum, float *out, shoal_error *err) {
   float l = (float)sum;
   if (!isfinite(l))
     return shoal_error_set(err, SHOAL_ENAN, "nn: %s: loss is %g (overflow)", loss, sum);
@@ -54,7 +54,7 @@ static int finish(const char *loss, double sum, float *out, shoal_error *err) {
 /* l_ij = (p - t)^2;  dl/dp = 2 (p - t) w_i / (B N). */
 int nn_mse_loss(float *loss, float *dpred, const float *pred, const float *target, const float *w,
                 int B, int N, shoal_error *err) {
-  int rc = check_common("mse_loss", pred, target, w, B, N, true, err);
+  int rc = nn__loss_check("mse_loss", pred, target, w, B, N, true, err);
   if (rc) return rc;
   double sum = 0;
   for (int i = 0; i < B; i++) {
@@ -66,7 +66,7 @@ int nn_mse_loss(float *loss, float *dpred, const float *pred, const float *targe
     sum += (w ? w[i] : 1.0) * s;
   }
   double scale = 1.0 / ((double)B * N);
-  if ((rc = finish("mse_loss", sum * scale, loss, err))) return rc;
+  if ((rc = nn__loss_finish("mse_loss", sum * scale, loss, err))) return rc;
   if (dpred)
     for (int i = 0; i < B; i++) {
       double c = 2.0 * scale * (w ? w[i] : 1.0);
@@ -82,7 +82,7 @@ int nn_mse_loss(float *loss, float *dpred, const float *pred, const float *targe
  * delta (|d| - delta / 2); dl/dd = d clamped to [-delta, delta]. */
 int nn_huber_loss(float *loss, float *dpred, const float *pred, const float *target, const float *w,
                   int B, int N, float delta, shoal_error *err) {
-  int rc = check_common("huber_loss", pred, target, w, B, N, true, err);
+  int rc = nn__loss_check("huber_loss", pred, target, w, B, N, true, err);
   if (rc) return rc;
   if (!(delta > 0) || !isfinite(delta))
     return shoal_error_set(err, SHOAL_EINVAL, "nn: huber_loss: delta %g must be positive",
@@ -98,7 +98,7 @@ int nn_huber_loss(float *loss, float *dpred, const float *pred, const float *tar
     sum += (w ? w[i] : 1.0) * s;
   }
   double scale = 1.0 / ((double)B * N);
-  if ((rc = finish("huber_loss", sum * scale, loss, err))) return rc;
+  if ((rc = nn__loss_finish("huber_loss", sum * scale, loss, err))) return rc;
   if (dpred)
     for (int i = 0; i < B; i++) {
       double c = scale * (w ? w[i] : 1.0);
@@ -125,7 +125,7 @@ static double logsumexp(const float *x, int C) {
 /* l_i = logsumexp(x_i) - x_i,y_i;  dl/dx_ic = w_i / B (softmax(x_i)_c - [c = y_i]). */
 int nn_cross_entropy_loss(float *loss, float *dlogits, const float *logits, const int32_t *labels,
                           const float *w, int B, int C, shoal_error *err) {
-  int rc = check_common("cross_entropy_loss", logits, labels, w, B, C, false, err);
+  int rc = nn__loss_check("cross_entropy_loss", logits, labels, w, B, C, false, err);
   if (rc) return rc;
   for (int i = 0; i < B; i++)
     if (labels[i] < 0 || labels[i] >= C)
@@ -137,7 +137,7 @@ int nn_cross_entropy_loss(float *loss, float *dlogits, const float *logits, cons
     const float *x = logits + (size_t)i * C;
     sum += (w ? w[i] : 1.0) * (logsumexp(x, C) - x[labels[i]]);
   }
-  if ((rc = finish("cross_entropy_loss", sum / B, loss, err))) return rc;
+  if ((rc = nn__loss_finish("cross_entropy_loss", sum / B, loss, err))) return rc;
   if (dlogits)
     for (int i = 0; i < B; i++) {
       const float *x = logits + (size_t)i * C;
@@ -153,7 +153,7 @@ int nn_cross_entropy_loss(float *loss, float *dlogits, const float *logits, cons
  * which is softmax - p when the row of p sums to 1 (PyTorch's gradient either way). */
 int nn_cross_entropy_soft_loss(float *loss, float *dlogits, const float *logits, const float *probs,
                                const float *w, int B, int C, shoal_error *err) {
-  int rc = check_common("cross_entropy_soft_loss", logits, probs, w, B, C, true, err);
+  int rc = nn__loss_check("cross_entropy_soft_loss", logits, probs, w, B, C, true, err);
   if (rc) return rc;
   double sum = 0;
   for (int i = 0; i < B; i++) {
@@ -162,7 +162,7 @@ int nn_cross_entropy_soft_loss(float *loss, float *dlogits, const float *logits,
     for (int k = 0; k < C; k++) s -= (double)p[k] * ((double)x[k] - lse);
     sum += (w ? w[i] : 1.0) * s;
   }
-  if ((rc = finish("cross_entropy_soft_loss", sum / B, loss, err))) return rc;
+  if ((rc = nn__loss_finish("cross_entropy_soft_loss", sum / B, loss, err))) return rc;
   if (dlogits)
     for (int i = 0; i < B; i++) {
       const float *x = logits + (size_t)i * C, *p = probs + (size_t)i * C;
@@ -179,7 +179,7 @@ int nn_cross_entropy_soft_loss(float *loss, float *dlogits, const float *logits,
  * -(t log sigmoid(x) + (1 - t) log(1 - sigmoid(x)));  dl/dx = sigmoid(x) - t. */
 int nn_bce_with_logits_loss(float *loss, float *dlogits, const float *logits, const float *targets,
                             const float *w, int B, int N, shoal_error *err) {
-  int rc = check_common("bce_with_logits_loss", logits, targets, w, B, N, true, err);
+  int rc = nn__loss_check("bce_with_logits_loss", logits, targets, w, B, N, true, err);
   if (rc) return rc;
   double sum = 0;
   for (int i = 0; i < B; i++) {
@@ -192,7 +192,7 @@ int nn_bce_with_logits_loss(float *loss, float *dlogits, const float *logits, co
     sum += (w ? w[i] : 1.0) * s;
   }
   double scale = 1.0 / ((double)B * N);
-  if ((rc = finish("bce_with_logits_loss", sum * scale, loss, err))) return rc;
+  if ((rc = nn__loss_finish("bce_with_logits_loss", sum * scale, loss, err))) return rc;
   if (dlogits)
     for (int i = 0; i < B; i++) {
       double c = scale * (w ? w[i] : 1.0);

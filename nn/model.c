@@ -174,8 +174,10 @@ static void set_shape(nn__node *t, int C, int H, int W) {
 
 /* Registers a tensor of node t ("<name>.<suffix>"), keeping the table as
  * nn_model_tensor promises: parameters first, then state, each in layer order.
- * Offsets come from the running counts. Can't fail: node_begin reserved the room. */
-static void add_tensor(nn_model *m, nn__node *t, const char *suffix, bool trainable, int ndim,
+ * Offsets come from the running counts. Returns the tensor (valid until the next
+ * add). Can't fail: node_begin reserved the room. */
+static nn__tensor *add_tensor(nn_model *m, nn__node *t, const char *suffix, bool trainable,
+                              int ndim,
                        const int *shape, int fan_in, int fan_out, nn__init init, float bound) {
   SHOAL_ASSERT(m->n_tensors < m->cap_tensors);
   int at = m->n_tensors;
@@ -209,6 +211,7 @@ static void add_tensor(nn_model *m, nn__node *t, const char *suffix, bool traina
     m->n_state += s->numel;
     t->soff[t->n_soff++] = s->offset;
   }
+  return s;
 }
 
 /* Appends t to the graph; it becomes the current node. Can't fail (node_begin
@@ -624,10 +627,8 @@ int nn_shared(nn_model *m, const char *name, int like) {
   return node_commit(m, &s);
 }
 
-/* A tensor suffix: letters, digits and '_' (a '.' would make "<layer>.<suffix>" split
- * in the wrong place). */
-static bool suffix_ok(const char *s) {
-  if (!s || !*s || strlen(s) > 22) return false;
+bool nn__ident_ok(const char *s, size_t max) {
+  if (!s || !*s || strlen(s) > max) return false;
   for (; *s; s++)
     if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
           *s == '_'))
@@ -687,7 +688,8 @@ int nn_custom(nn_model *m, const char *name, const nn_layer_type *type, const vo
       dims_ok = p->shape[d] >= 1;
       numel *= dims_ok ? p->shape[d] : 1;
     }
-    if (!suffix_ok(p->name))
+    /* a '.' would make "<layer>.<suffix>" split in the wrong place */
+    if (!nn__ident_ok(p->name, 22))
       snprintf(msg, sizeof msg, "tensor %d's name '%s' is not 1-22 letters, digits or '_'", k,
                p->name ? p->name : "(null)");
     else if (!dims_ok || numel > (1LL << 31))
@@ -737,12 +739,7 @@ int nn_custom(nn_model *m, const char *name, const nn_layer_type *type, const vo
     }
     t.ctrain[k] = p->trainable;
     t.cslot[k] = p->trainable ? t.n_poff : t.n_soff;
-    TENSOR(p->name, p->trainable, p->ndim, p->shape, fin, fout, init, a);
-    /* add_tensor placed it; the second argument of RANGE and GAUSS goes beside */
-    for (int q = 0; q < m->n_tensors; q++)
-      if (m->tensors[q].trainable == p->trainable &&
-          m->tensors[q].offset == (p->trainable ? t.poff[t.cslot[k]] : t.soff[t.cslot[k]]))
-        m->tensors[q].b = b;
+    TENSOR(p->name, p->trainable, p->ndim, p->shape, fin, fout, init, a)->b = b;
   }
   return node_commit(m, &t);
 }
@@ -840,7 +837,7 @@ int nn_model_build(nn_model *m, int max_batch, uint64_t seed, shoal_error *err) 
   rc = m->be->build(m, err);
   if (rc) goto fail;
   /* Dropout draws from its own stream, so masks do not depend on the init. */
-  shoal_rng_seed(&m->rng, seed ^ 0x9e3779b97f4a7c15ull);
+  nn_model_set_seed(m, seed);
   m->built = true;
   return 0;
 

@@ -104,10 +104,7 @@ static const cfg_key apex_keys[] = {
     {"dqn.layer", CFG_STRING, "dense", 0, -1,
      "the kind of every dense layer (hidden and heads): dense, or a custom layer registered "
      "by a plugin, such as noisy_linear (docs/custom-layers.md)"},
-    /* custom layers (nn/nn.h, docs/custom-layers.md) */
-    {"nn.plugins", CFG_STRING, "", 0, -1,
-     "layer plugins to load, ':'-separated paths of shared libraries (relative to the "
-     "working directory)"},
+    RUN_KEY_NN_PLUGINS,
 };
 
 int apex_env_check(const env_spec *sp, shoal_error *err) {
@@ -128,24 +125,20 @@ int run_check_layer(const config *cfg, const char *key, shoal_error *err) {
   if (nn_layer_plugins_load(config_string(cfg, "nn.plugins"), &why))
     return shoal_error_set(err, why.code, "nn.plugins: %s", why.msg);
   const char *kind = config_string(cfg, key);
-  if (!strcmp(kind, "dense")) return 0;
-  const nn_layer_type *t = nn_layer_find(kind);
-  /* an env plugin may register it when the env is made (envs/plugin.c): the actors and
-   * the learner check then */
-  if (!t && !strncmp(config_string(cfg, "env.id"), "plugin:", 7)) return 0;
-  char kinds[512];
-  nn_layer_kinds(kinds, sizeof kinds);
-  if (!t)
+  const nn_layer_type *t;
+  int rc = nn_layer_dense_kind(kind, NULL, &t, &why);
+  if (rc == SHOAL_ENOENT) {
+    /* an env plugin may register it when the env is made (envs/plugin.c): the actors and
+     * the learner check then */
+    if (!strncmp(config_string(cfg, "env.id"), "plugin:", 7)) return 0;
+    char kinds[512];
+    nn_layer_kinds(kinds, sizeof kinds);
     return shoal_error_set(err, SHOAL_EINVAL,
                            "%s: '%s' is neither dense nor a registered custom layer "
                            "(registered: %s); load its plugin with nn.plugins",
                            key, kind, kinds[0] ? kinds : "none");
-  if (!t->dense_config)
-    return shoal_error_set(err, SHOAL_EINVAL,
-                           "%s: '%s' has no dense_config, so it cannot stand where a "
-                           "dense layer goes",
-                           key, kind);
-  return 0;
+  }
+  return rc ? shoal_error_set(err, rc, "%s: %s", key, why.msg) : 0;
 }
 
 int apex_check(const config *cfg, shoal_error *err) {

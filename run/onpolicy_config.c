@@ -116,10 +116,7 @@ static const cfg_key onpolicy_keys[] = {
     {"ac.layer", CFG_STRING, "dense", 0, -1,
      "the kind of the torso's dense layers: dense, or a custom layer registered by a plugin "
      "(docs/custom-layers.md); the heads stay dense"},
-    /* custom layers (nn/nn.h, docs/custom-layers.md) */
-    {"nn.plugins", CFG_STRING, "", 0, -1,
-     "layer plugins to load, ':'-separated paths of shared libraries (relative to the "
-     "working directory)"},
+    RUN_KEY_NN_PLUGINS,
     /* IMPALA */
     {"impala.unroll", CFG_INT, "20", 1, 100000, "T: steps per unroll"},
     {"impala.batch", CFG_INT, "16", 1, 65536, "B: unrolls per update"},

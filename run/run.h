@@ -66,6 +66,12 @@ int apex_check(const config *cfg, shoal_error *err);
  * before any process starts. An env plugin may register it later (env.id plugin:...):
  * then an unknown kind passes here and the learner and actors report it. */
 int run_check_layer(const config *cfg, const char *key, shoal_error *err);
+/* The schema entry both algorithms share: custom layers' plugins (nn/nn.h,
+ * docs/custom-layers.md). */
+#define RUN_KEY_NN_PLUGINS                                                              \
+  {"nn.plugins", CFG_STRING, "", 0, -1,                                                 \
+   "layer plugins to load, ':'-separated paths of shared libraries (relative to the " \
+   "working directory)"}
 
 /* Whether Ape-X can play env spaces sp: discrete actions only. SHOAL_EINVAL naming the
  * env and what to use instead. */

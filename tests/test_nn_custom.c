@@ -95,29 +95,33 @@ static const nn_layer_type *noisy_type(void) {
   return t;
 }
 
+/* Fixture array <what>.<name> (param, grad) and the model's tensor <name>, whose
+ * sizes must agree. */
+static fx_arr *ref_of(nn_model *m, fixture *fx, const char *what, const char *name,
+                      nn_tensor_info *ti) {
+  char key[200];
+  snprintf(key, sizeof key, "%s.%s", what, name);
+  fx_arr *a = fx_get(fx, key);
+  if (!a) fail_msg("the fixture has no %s", key);
+  assert_int_equal(nn_model_find_tensor(m, name, ti), 0);
+  assert_int_equal(ti->numel, a->n);
+  return a;
+}
+
 /* Writes fixture array param.<name> into the model's tensor <name>. */
 static void put_tensor(nn_model *m, fixture *fx, const char *name) {
-  char key[200];
-  snprintf(key, sizeof key, "param.%s", name);
-  fx_arr *a = fx_get(fx, key);
-  assert_non_null(a);
   nn_tensor_info ti;
-  assert_int_equal(nn_model_find_tensor(m, name, &ti), 0);
-  assert_int_equal(ti.numel, a->n);
+  fx_arr *a = ref_of(m, fx, "param", name, &ti);
   size_t n;
   float *buf = ti.trainable ? nn_model_params(m, &n) : nn_model_state(m, &n);
   memcpy(buf + ti.offset, a->v, a->n * sizeof(float));
 }
 
 static void check_grad(nn_model *m, fixture *fx, const char *case_, const char *name) {
-  char key[200];
-  snprintf(key, sizeof key, "grad.%s", name);
-  fx_arr *a = fx_get(fx, key);
-  assert_non_null(a);
   nn_tensor_info ti;
-  assert_int_equal(nn_model_find_tensor(m, name, &ti), 0);
+  fx_arr *a = ref_of(m, fx, "grad", name, &ti);
   size_t n;
-  assert_close(case_, key, nn_model_grads(m, &n) + ti.offset, a);
+  assert_close(case_, name, nn_model_grads(m, &n) + ti.offset, a);
 }
 
 /* ---- against PyTorch ------------------------------------------------------------------- */
