@@ -358,6 +358,7 @@ op_eval *op_eval_create(const op_spec *s, int episodes, shoal_error *err) {
   e->E = episodes < 16 ? episodes : 16;
   env_vec_config vc = {0};
   vc.options = s->env_options[0] ? s->env_options : NULL;
+  vc.evaluation = 1; /* the game's own score: no life-loss terminals, no clipped rewards */
   if (env_vec_create(&e->ev, s->env_id, e->E, &vc, err)) {
     free(e);
     return NULL;

@@ -293,6 +293,9 @@ typedef struct env_vec_config {
   int max_episode_steps; /* 0: the spec's time limit; > 0 overrides; < 0: no limit */
   int episode_log;       /* finished episodes kept for env_vec_episodes (0: 4*B + 64) */
   const char *options;   /* as env_make_opts, applied to every copy; NULL: none */
+  int evaluation;        /* the copies score a policy: envs whose training settings change
+                            the task (Atari's life loss as a terminal, reward clipping)
+                            play the game itself; 0: training */
 } env_vec_config;
 
 /* Where env_vec_step writes; all caller-owned, each with B rows.

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "envs/internal.h"
+#include "envs/pyembed.h"
 
 #ifndef SHOAL_DEFAULT_PYTHON
 #define SHOAL_DEFAULT_PYTHON ""
@@ -45,7 +46,7 @@ static PyObject *bridge;  /* the bridge module (a strong reference, never freed)
 static char py_exe[256];  /* which Python was started, for messages */
 
 /* The pending Python exception as one line ("ValueError: ..."), cleared. GIL held. */
-static void py_error_line(char *out, size_t cap) {
+void env__py_error_line(char *out, size_t cap) {
   PyObject *type = NULL, *value = NULL, *tb = NULL;
   PyErr_Fetch(&type, &value, &tb);
   PyErr_NormalizeException(&type, &value, &tb);
@@ -112,7 +113,7 @@ static void py_start(void) {
   if (code) mod = PyImport_ExecCodeModule("shoal_gym_bridge", code);
   if (!mod) {
     char line[300];
-    py_error_line(line, sizeof line);
+    env__py_error_line(line, sizeof line);
     py_rc = SHOAL_ENOENT;
     snprintf(py_msg, sizeof py_msg,
              "Python (%s) could not load shoal's Gymnasium bridge: %s; run `make deps` (it "
@@ -259,17 +260,26 @@ static int bind_buffers(gym_vec *g, shoal_error *err) {
   for (int i = 0; i < 6; i++) Py_XDECREF(mv[i]);
   if (!r) {
     char line[300];
-    py_error_line(line, sizeof line);
+    env__py_error_line(line, sizeof line);
     return shoal_error_set(err, SHOAL_EINTERNAL, "%s: binding buffers: %s", g->id, line);
   }
   Py_DECREF(r);
   return 0;
 }
 
-static int gym_create(void **self, const char *id, int B, const char *options, env_spec *spec,
-                      shoal_error *err) {
+int env__py_bridge(const char *id, PyObject **out, shoal_error *err) {
   pthread_once(&py_once, py_start);
   if (py_rc) return shoal_error_set(err, py_rc, "gym:%s: %s", id, py_msg);
+  *out = bridge;
+  return 0;
+}
+
+static int gym_create(void **self, const char *id, int B, const char *options, int evaluation,
+                      env_spec *spec, shoal_error *err) {
+  (void)evaluation; /* a Gymnasium env trains as it scores */
+  PyObject *br;
+  int brc = env__py_bridge(id, &br, err);
+  if (brc) return brc;
   gym_vec *g = calloc(1, sizeof *g);
   if (!g) return shoal_error_set(err, SHOAL_ENOMEM, "gym:%s: out of memory", id);
   g->B = B;
@@ -280,13 +290,13 @@ static int gym_create(void **self, const char *id, int B, const char *options, e
   g->vec = PyObject_CallMethod(bridge, "Vec", "sis", id, B, options ? options : "");
   if (!g->vec) {
     char line[300];
-    py_error_line(line, sizeof line);
+    env__py_error_line(line, sizeof line);
     /* gymnasium's own words say what is wrong (an unknown id lists close ones) */
     rc = shoal_error_set(err, SHOAL_EINVAL, "%s: %s", g->id, line);
   }
   if (!rc && !(t = PyObject_CallMethod(g->vec, "spec", NULL))) {
     char line[300];
-    py_error_line(line, sizeof line);
+    env__py_error_line(line, sizeof line);
     rc = shoal_error_set(err, SHOAL_EINTERNAL, "%s: %s", g->id, line);
   }
   if (!rc) rc = take_spec(g, t, err);
@@ -310,7 +320,7 @@ static int bridge_result(gym_vec *g, PyObject *r, const char *what, shoal_error 
   }
   char line[400];
   if (!r) {
-    py_error_line(line, sizeof line);
+    env__py_error_line(line, sizeof line);
   } else {
     const char *s = PyUnicode_Check(r) ? PyUnicode_AsUTF8(r) : NULL;
     snprintf(line, sizeof line, "%s", s ? s : "malformed answer from the bridge");
@@ -462,6 +472,9 @@ const env__backend env__gym_backend = {
 };
 
 const env__backend *env__backend_for(const char *id) {
+  /* ALE games take the Atari path: the emulator through ale-py, the preprocessing in C */
+  if (id && strncmp(id, env__atari_backend.prefix, strlen(env__atari_backend.prefix)) == 0)
+    return &env__atari_backend;
   if (id && strncmp(id, env__gym_backend.prefix, strlen(env__gym_backend.prefix)) == 0)
     return &env__gym_backend;
   return NULL;
@@ -477,7 +490,7 @@ int env_gym_registered(char ***ids, int *n, shoal_error *err) {
   char **out = k >= 0 ? calloc((size_t)k + 1, sizeof *out) : NULL;
   if (!out) {
     char line[300] = "out of memory";
-    if (!r) py_error_line(line, sizeof line);
+    if (!r) env__py_error_line(line, sizeof line);
     rc = shoal_error_set(err, r ? SHOAL_ENOMEM : SHOAL_EINTERNAL, "gym: registry: %s", line);
   }
   for (Py_ssize_t i = 0; !rc && i < k; i++) {

@@ -274,6 +274,94 @@ class Vec:
         self.envs = []
 
 
+class Atari:
+    """B ALE games for envs/atari.c: the emulator objects and what the C side's frame loop
+    calls on them. The preprocessing (frame skip, max-pool, resize, stack, no-op starts,
+    life loss, reward clipping) is the C side's; this class only makes the envs, resets
+    them (Gymnasium's seeding and no-op draw) and hands over the ALE's bound methods."""
+
+    def __init__(self, env_id, B, options, noop_max):
+        import gymnasium
+
+        try:
+            import ale_py
+        except ImportError as ex:
+            raise Refused(
+                "ALE games need ale-py (%s): run `make deps`, which installs it in the "
+                "environments' venv with its ROMs" % ex
+            ) from None
+        gymnasium.register_envs(ale_py)
+        kw = parse_kwargs(options)
+        if "frameskip" in kw:
+            raise Refused(
+                "frameskip=%r: shoal skips frames itself, with the max of the last two "
+                "(frame_skip, default 4); the emulator steps one frame a call"
+                % (kw["frameskip"],)
+            )
+        # one frame a call, as AtariPreprocessing requires; grayscale so a reset does not
+        # build an RGB frame shoal never reads (the emulator's state is the same)
+        kw["frameskip"] = 1
+        kw.setdefault("obs_type", "grayscale")
+        self.envs = []
+        try:
+            for _ in range(B):
+                self.envs.append(gymnasium.make(env_id, **kw))
+        except BaseException:
+            self.close()
+            raise
+        u = self.envs[0].unwrapped
+        if not hasattr(u, "ale"):
+            raise Refused("%s is not an ALE game (no env.unwrapped.ale)" % env_id)
+        if noop_max > 0 and u.get_action_meanings()[0] != "NOOP":
+            raise Refused(
+                "noop_max=%d needs NOOP as action 0, and %s's action 0 is %s: set noop_max=0"
+                % (noop_max, env_id, u.get_action_meanings()[0])
+            )
+        self.noop_max = noop_max
+        spec = self.envs[0].spec
+        self.max_episode_steps = int(spec.max_episode_steps or 0) if spec else 0
+        thr = spec.reward_threshold if spec else None
+        self.reward_threshold = float(thr) if thr is not None else math.nan
+
+    def parts(self, i):
+        """Copy i's emulator as (act, lives, game_over, game_truncated,
+        getScreenGrayscale, getScreenRGB, actions, (h, w))."""
+        u = self.envs[i].unwrapped
+        ale = u.ale
+        h, w = ale.getScreenDims()
+        return (
+            ale.act,
+            ale.lives,
+            ale.game_over,
+            ale.game_truncated,
+            ale.getScreenGrayscale,
+            ale.getScreenRGB,
+            tuple(u._action_set),
+            (int(h), int(w)),
+        )
+
+    def screen(self, buf, shape):
+        """A NumPy view of C memory the emulator draws into."""
+        return np.frombuffer(buf, dtype=np.uint8).reshape(shape)
+
+    def reset(self, i, seed, draw):
+        """Copy i's env.reset(seed=seed) and, if draw, the no-op count AtariPreprocessing
+        draws from its generator; the C side plays the no-ops."""
+        e = self.envs[i]
+        e.reset(seed=seed)
+        if draw and self.noop_max > 0:
+            return int(e.unwrapped.np_random.integers(1, self.noop_max + 1))
+        return 0
+
+    def close(self):
+        for e in self.envs:
+            try:
+                e.close()
+            except Exception:
+                pass
+        self.envs = []
+
+
 def registered():
     """Every id Gymnasium has registered (after importing its plugins), sorted."""
     import gymnasium

@@ -102,9 +102,12 @@ int env__check_actions(const env_spec *sp, const void *actions, int B, const cha
 typedef struct env__backend {
   const char *prefix; /* the id prefix that selects it: "gym:" */
   /* Makes B copies of id (the prefix stripped) with options ("k=v,...": the env's own
-   * constructor arguments). *self is the backend's, freed by destroy. */
-  int (*create)(void **self, const char *id, int B, const char *options, env_spec *spec,
-                shoal_error *err);
+   * constructor arguments). *self is the backend's, freed by destroy. evaluation: the
+   * copies score a policy rather than train it (env_vec_config's); a backend whose
+   * training settings change the task (Atari's life loss and reward clipping) plays the
+   * game itself then. */
+  int (*create)(void **self, const char *id, int B, const char *options, int evaluation,
+                env_spec *spec, shoal_error *err);
   void (*destroy)(void *self);
   /* Resets every copy: copy i seeded with seeds[i] where seeds is not NULL and reseed is
    * NULL or reseed[i] != 0, else going on from its own generator. Writes B observations. */
@@ -134,6 +137,9 @@ int env__vec_step_one(env_vec *v, const void *action, void *obs, double *reward,
 /* The backend whose prefix id starts with, or NULL (a registry id). Can't fail. */
 const env__backend *env__backend_for(const char *id);
 extern const env__backend env__gym_backend;
+/* ALE games ("gym:ALE/Pong-v5"): ale-py's emulator, the DQN papers' preprocessing in C
+ * (envs/atari.c). */
+extern const env__backend env__atari_backend;
 
 /* Loads the plugin a "plugin:PATH[:NAME]" id names (once per path) and returns the
  * registered kind it selects in *out. SHOAL_ENOENT, SHOAL_EINVAL, SHOAL_EEXIST with

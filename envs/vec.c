@@ -301,7 +301,8 @@ static int create_backend(env_vec **out, const env__backend *be, const char *id,
     return shoal_error_set(err, SHOAL_ENOMEM, "env_vec_create: '%s' x %d: out of memory", id, B);
   }
   v->nthreads = 1;
-  int rc = be->create(&v->be_self, id + strlen(be->prefix), B, opts, &v->be_spec, err);
+  int rc = be->create(&v->be_self, id + strlen(be->prefix), B, opts, c->evaluation,
+                      &v->be_spec, err);
   if (rc) {
     env_vec_destroy(v);
     return rc;

@@ -19,6 +19,10 @@ pins=(
   gymnasium==1.4.0
   box2d==2.3.10      # Gymnasium's Box2D envs (LunarLander, BipedalWalker, CarRacing)
   pygame==2.6.1      # Gymnasium's rgb_array rendering of classic control and Box2D
+  ale-py==0.12.1     # the Arcade Learning Environment and its ROMs ("gym:ALE/Pong-v5")
+  opencv-python-headless==4.10.0.84  # Gymnasium's AtariPreprocessing, the reference that
+                     # tests/test_atari_exact.py holds shoal's Atari preprocessing to (4.x:
+                     # the last line built for NumPy 1)
   # pyproject.toml's build backend and what it needs: test_pip_install builds the Python
   # package's wheel with this venv's pip (--no-build-isolation), without the network
   scikit-build-core==1.1.2
@@ -35,6 +39,6 @@ fi
 start=$(date +%s)
 # shellcheck disable=SC2086
 "$venv/bin/python" -m pip install -q --disable-pip-version-check ${PIP_ARGS:-} "${pins[@]}"
-"$venv/bin/python" -c 'import gymnasium, numpy, Box2D, pygame, scikit_build_core' >/dev/null
+"$venv/bin/python" -c 'import gymnasium, numpy, Box2D, pygame, ale_py, cv2, scikit_build_core' >/dev/null
 printf '%s\n' "$want" >"$stamp"
 echo "deps: the environments' venv $venv: ${pins[*]} ($(( $(date +%s) - start )) s)"

@@ -181,6 +181,78 @@ static void test_refused_spaces_and_ids(void **state) {
   expect_fail("gym:CartPole-v1", "no_such_kwarg=3", SHOAL_EINVAL, "no_such_kwarg", NULL);
 }
 
+/* ALE games (envs/atari.c; their frames against Gymnasium's are test_atari_exact.py's):
+ * the spec, the training settings that an evaluation env drops (rewards past 1 reach it
+ * unclipped; a training env clips them), single envs, and options refused by name. */
+static void test_atari(void **state) {
+  (void)state;
+  shoal_error err = {0};
+  env_vec *train = NULL, *eval = NULL;
+  env_vec_config tc = {.options = "repeat_action_probability=0"};
+  env_vec_config ec = {.options = "repeat_action_probability=0,reward_clip=1", .evaluation = 1};
+  if (env_vec_create(&train, "gym:ALE/SpaceInvaders-v5", 2, &tc, &err) ||
+      env_vec_create(&eval, "gym:ALE/SpaceInvaders-v5", 2, &ec, &err))
+    fail_msg("%s", err.msg);
+  const env_spec *sp = env_vec_spec(train);
+  assert_int_equal(sp->obs.dtype, ENV_UINT8);
+  assert_int_equal(sp->obs.ndim, 3);
+  assert_int_equal(sp->obs.shape[0], 4);
+  assert_int_equal(sp->obs.shape[1], 84);
+  assert_int_equal(sp->obs.shape[2], 84);
+  assert_int_equal(sp->act.n, 6);
+  assert_string_equal(sp->id, "gym:ALE/SpaceInvaders-v5");
+  enum { B = 2, OB = 4 * 84 * 84 };
+  static uint8_t o1[B * OB], o2[B * OB], f1[B * OB], f2[B * OB];
+  float r1[B], r2[B];
+  uint8_t te1[B], tr1[B], te2[B], tr2[B];
+  assert_int_equal(env_vec_reset(train, 3, o1, &err), 0);
+  assert_int_equal(env_vec_reset(eval, 3, o2, &err), 0);
+  assert_memory_equal(o1, o2, sizeof o1);
+  env_vec_out out1 = {o1, r1, te1, tr1, f1}, out2 = {o2, r2, te2, tr2, f2};
+  shoal_rng rng;
+  shoal_rng_seed(&rng, 9);
+  int big = 0, ended = 0;
+  for (int t = 0; t < 2000 && !ended; t++) {
+    int32_t a[B];
+    for (int i = 0; i < B; i++) a[i] = (int32_t)shoal_rng_below(&rng, 6);
+    if (env_vec_step(train, a, &out1, &err) || env_vec_step(eval, a, &out2, &err))
+      fail_msg("%s", err.msg);
+    for (int i = 0; i < B; i++) {
+      /* the same game until a life is lost: then training ends an episode, not the game */
+      assert_true(r1[i] == (float)((r2[i] > 0) - (r2[i] < 0)));
+      big += r2[i] > 1;
+      ended |= te1[i] != te2[i];
+    }
+  }
+  assert_true(big > 0);
+  assert_true(ended); /* a life lost: terminated in training, not in evaluation */
+  env_vec_destroy(train);
+  env_vec_destroy(eval);
+  /* a single env: reset, steps, and a lost life that a reset continues */
+  env *e = NULL;
+  if (env_make_opts(&e, "gym:ALE/Breakout-v5", "repeat_action_probability=0", &err))
+    fail_msg("%s", err.msg);
+  static uint8_t ob[OB];
+  env_seed(e, 4);
+  assert_int_equal(env_reset(e, ob), 0);
+  env_result res = {0};
+  int t = 0;
+  for (; t < 3000 && !res.terminated; t++) {
+    int32_t a = t % 20 == 0 ? 1 : (int32_t)shoal_rng_below(&rng, 4);
+    if (env_step(e, &a, ob, &res, &err)) fail_msg("%s", err.msg);
+  }
+  assert_true(res.terminated);
+  static uint8_t last[OB];
+  memcpy(last, ob, OB);
+  assert_int_equal(env_reset(e, ob), 0);
+  assert_memory_equal(ob, last, OB); /* the same screen: the game went on */
+  env_destroy(e);
+  expect_fail("gym:ALE/Pong-v5", "frameskip=4", SHOAL_EINVAL, "frame_skip", NULL);
+  expect_fail("gym:ALE/Pong-v5", "frame_stack=0", SHOAL_EINVAL, "frame_stack=0", "[1, 16]");
+  expect_fail("gym:ALE/Pong-v5", "screen_size=400", SHOAL_EINVAL, "screen_size 400", "210");
+  expect_fail("gym:ALE/NoSuchGame-v5", NULL, SHOAL_EINVAL, "NoSuchGame", NULL);
+}
+
 /* An env that fails mid-run: the step returns SHOAL_EENV naming the env, the copy, the
  * step and the Python error's last line; nothing is written over the caller's rows. */
 static void faulty(const char *how, const char *want) {
@@ -277,6 +349,7 @@ int main(void) {
       cmocka_unit_test(test_refused_spaces_and_ids),
       cmocka_unit_test(test_env_failures),
       cmocka_unit_test(test_plugins),
+      cmocka_unit_test(test_atari),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", user_dir);
