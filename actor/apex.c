@@ -40,6 +40,12 @@ typedef struct apex {
   float *o_reward, *o_prio;
   uint8_t *o_term, *o_trunc, *o_tail;
   size_t item_bytes[APEX_NCOLS];
+  /* Image-frame stacks travel as their distinct frames (rpc.h): rows env by env in time
+   * order, so a row's stack is its predecessor's moved on by one frame. */
+  bool dedup;
+  size_t fb, depth; /* bytes of one frame, frames in a stack */
+  uint8_t *o_frames;
+  uint32_t *o_index;
   rpc_batch b;
 } apex;
 
@@ -51,7 +57,7 @@ static void apex_destroy(void *self) {
   free(x->obs_f), free(x->fin_f), free(x->trunc_f), free(x->trunc_rows), free(x->q_sa);
   free(x->max_q), free(x->fin_mq), free(x->act);
   free(x->o_obs), free(x->o_action), free(x->o_env), free(x->o_reward), free(x->o_prio);
-  free(x->o_term), free(x->o_trunc), free(x->o_tail);
+  free(x->o_term), free(x->o_trunc), free(x->o_tail), free(x->o_frames), free(x->o_index);
   free(x);
 }
 
@@ -118,6 +124,18 @@ static int apex_create(const actor_setup *su, void **out, shoal_error *err) {
   for (int c = 0; c < APEX_NCOLS; c++) {
     x->b.cols[c].data = data[c];
     x->item_bytes[c] = rpc_column_item_bytes(&spec.cols[c]);
+  }
+  if ((x->dedup = spec.cols[APEX_OBS].frame_stack)) {
+    x->depth = (size_t)sp->obs.shape[0];
+    x->fb = (size_t)sp->obs.shape[1] * (size_t)sp->obs.shape[2];
+    x->o_frames = malloc(R * ob);
+    x->o_index = malloc(R * x->depth * sizeof *x->o_index);
+    if (!x->o_frames || !x->o_index) {
+      rc = shoal_error_set(err, SHOAL_ENOMEM, "out of memory");
+      goto fail;
+    }
+    x->b.cols[APEX_OBS].data = x->o_frames;
+    x->b.cols[APEX_OBS].frame_index = x->o_index;
   }
   *out = x;
   return 0;
@@ -190,6 +208,12 @@ static void build_batch(apex *x, const collector_batch *cb) {
   }
   x->b.n = (uint32_t)row;
   for (int c = 0; c < APEX_NCOLS; c++) x->b.cols[c].bytes = (size_t)row * x->item_bytes[c];
+  if (x->dedup) {
+    rpc_column *c = &x->b.cols[APEX_OBS];
+    c->frames = rpc_frames_dedup(x->o_obs, (size_t)row * x->depth, x->fb, x->depth, x->o_frames,
+                                 x->o_index);
+    c->bytes = (size_t)c->frames * x->fb;
+  }
 }
 
 static int apex_observe(void *self, const void *obs, const env_vec_out *out, rpc_batch **batch,

@@ -44,6 +44,11 @@ typedef struct onpolicy {
   /* The unroll: columns item-major, copy i's T (or T+1) rows together. */
   uint8_t *c_obs, *c_fin, *c_act, *c_term, *c_trunc;
   float *c_rew, *c_logp, *c_epret, *c_core0;
+  /* Image-frame stacks travel as their distinct frames (rpc.h): frames and index. */
+  bool dedup;
+  size_t fb, planes; /* bytes of one frame, frames in all of c_obs */
+  uint8_t *o_frames;
+  uint32_t *o_index;
   rpc_batch b;
 } onpolicy;
 
@@ -56,7 +61,7 @@ static void onpolicy_destroy(void *self) {
   free(o->cur_f), free(o->act), free(o->env_act), free(o->logp), free(o->ep_ret);
   free(o->disc_ret), free(o->disc_f), free(o->core), free(o->first), free(o->c_obs);
   free(o->c_fin), free(o->c_act), free(o->c_term), free(o->c_trunc), free(o->c_rew);
-  free(o->c_logp), free(o->c_epret), free(o->c_core0);
+  free(o->c_logp), free(o->c_epret), free(o->c_core0), free(o->o_frames), free(o->o_index);
   free(o);
 }
 
@@ -120,6 +125,19 @@ static int onpolicy_create(const actor_setup *su, void **out, shoal_error *err) 
   }
   /* Final observations are zero except where an episode ended: they compress to little. */
   o->b.cols[OP_FINAL].codec = RPC_CODEC_LZ4;
+  if ((o->dedup = spec.cols[OP_OBS].frame_stack)) {
+    o->fb = (size_t)s->obs_shape[1] * (size_t)s->obs_shape[2];
+    o->planes = B * (T + 1) * (size_t)s->obs_shape[0];
+    o->o_frames = malloc(o->planes * o->fb);
+    o->o_index = malloc(o->planes * sizeof *o->o_index);
+    if (!o->o_frames || !o->o_index) {
+      rc = shoal_error_set(err, SHOAL_ENOMEM, "out of memory");
+      goto fail;
+    }
+    o->b.cols[OP_OBS].data = o->o_frames;
+    o->b.cols[OP_OBS].frame_index = o->o_index;
+    o->b.cols[OP_OBS].frame_planes = true;
+  }
   *out = o;
   return 0;
 fail:
@@ -198,6 +216,13 @@ static int onpolicy_observe(void *self, const void *obs, const env_vec_out *out,
     /* Row T: the observation the unroll bootstraps from. */
     for (size_t i = 0; i < B; i++)
       memcpy(o->c_obs + (i * (T + 1) + T) * ob, (const uint8_t *)out->obs + i * ob, ob);
+    if (o->dedup) {
+      /* each new frame once: a step's stack repeats its predecessor's but one frame */
+      rpc_column *c = &o->b.cols[OP_OBS];
+      c->frames = rpc_frames_dedup(o->c_obs, o->planes, o->fb, (size_t)s->obs_shape[0],
+                                   o->o_frames, o->o_index);
+      c->bytes = (size_t)c->frames * o->fb;
+    }
     o->t = 0;
     *batch = &o->b;
   }

@@ -619,10 +619,16 @@ static int encode(rpc_client *c, const rpc_batch *b, uint64_t seq, grpc_slice *o
       if (bc->ndim < 1 || !bc->frame_index)
         return shoal_error_set(err, SHOAL_EINVAL, "rpc push: column '%s': frames need an index",
                                bc->name);
-      m->layout = SHOAL__V1__LAYOUT__LAYOUT_FRAME_STACK;
+      if (bc->frame_planes && bc->ndim < 3)
+        return shoal_error_set(err, SHOAL_EINVAL, "rpc push: column '%s': planes need ndim >= 3",
+                               bc->name);
+      rpc_column_spec cs = {.ndim = bc->ndim};
+      memcpy(cs.shape, bc->shape, sizeof cs.shape);
+      m->layout = bc->frame_planes ? SHOAL__V1__LAYOUT__LAYOUT_FRAME_PLANES
+                                   : SHOAL__V1__LAYOUT__LAYOUT_FRAME_STACK;
       m->frames = bc->frames;
       m->frame_index.data = (uint8_t *)bc->frame_index;
-      m->frame_index.len = (size_t)b->n * (size_t)bc->shape[0] * 4;
+      m->frame_index.len = (size_t)b->n * rpc_column_frames_per_item(&cs, bc->frame_planes) * 4;
     }
     if (bc->codec == RPC_CODEC_LZ4 || bc->codec == RPC_CODEC_ZSTD) {
       size_t bound = bc->codec == RPC_CODEC_LZ4 ? (size_t)LZ4_compressBound((int)bc->bytes)

@@ -120,6 +120,20 @@ typedef struct rpc_spec {
 /* Bytes of one item of column c (product of shape times dtype size). */
 size_t rpc_column_item_bytes(const rpc_column_spec *c);
 
+/* Frames in one item of a frame_stack column: shape[0] (frame stacks), or with planes the
+ * product of all but the last two dimensions (each (H, W) plane a frame). Can't fail. */
+size_t rpc_column_frames_per_item(const rpc_column_spec *c, bool planes);
+
+/* Deduplicates count frames of frame_bytes each, laid out one after another in `in` as
+ * stacks of depth frames (any number of items): frames gets each distinct frame once,
+ * index[p] which of them frame p is. A frame is matched against where a stack that
+ * moved on by one, a reset's repeated frame or an unchanged stack would hold it, by
+ * content, so the result is exact for any input. frames needs room for count frames
+ * (the worst case), index for count entries. Returns the number of frames written.
+ * Can't fail. */
+uint32_t rpc_frames_dedup(const uint8_t *in, size_t count, size_t frame_bytes, size_t depth,
+                          uint8_t *frames, uint32_t *index);
+
 /* Checks a spec (names unique and non-empty, dtypes known, shapes >= 1, max_items >= 1).
  * Returns 0 or SHOAL_EINVAL with err naming the first problem. */
 int rpc_spec_check(const rpc_spec *spec, shoal_error *err);
@@ -137,7 +151,10 @@ typedef struct rpc_column {
   /* Sending only; the server's callback always sees dense, uncompressed columns. */
   int codec;                   /* RPC_CODEC_*: compress data on the wire */
   uint32_t frames;             /* > 0: frame-stack layout, data holds this many frames */
-  const uint32_t *frame_index; /* frames > 0: n * shape[0] indices, each < frames */
+  const uint32_t *frame_index; /* frames > 0: n * shape[0] indices, each < frames (n * P
+                                  with frame_planes) */
+  bool frame_planes;           /* frames are the trailing (H, W) planes, P per item
+                                  (rpc_column_frames_per_item): LAYOUT_FRAME_PLANES */
 } rpc_column;
 
 typedef struct rpc_batch {

@@ -78,6 +78,36 @@ int rpc_spec_check(const rpc_spec *spec, shoal_error *err) {
   return 0;
 }
 
+size_t rpc_column_frames_per_item(const rpc_column_spec *c, bool planes) {
+  if (!planes) return c->ndim >= 1 ? (size_t)c->shape[0] : 1;
+  size_t p = 1;
+  for (int d = 0; d + 2 < c->ndim; d++) p *= (size_t)c->shape[d];
+  return p;
+}
+
+uint32_t rpc_frames_dedup(const uint8_t *in, size_t count, size_t frame_bytes, size_t depth,
+                          uint8_t *frames, uint32_t *index) {
+  uint32_t nf = 0;
+  for (size_t p = 0; p < count; p++) {
+    const uint8_t *f = in + p * frame_bytes;
+    /* where the same frame most likely was: one slot down the previous stack (the stack
+     * moved on by one), the slot before (a reset fills a stack with one frame), the
+     * same slot of the previous stack (nothing moved) */
+    size_t cand[3] = {p + 1 >= depth ? p + 1 - depth : SIZE_MAX, p >= 1 ? p - 1 : SIZE_MAX,
+                      p >= depth ? p - depth : SIZE_MAX};
+    uint32_t hit = UINT32_MAX;
+    for (int k = 0; k < 3 && hit == UINT32_MAX; k++)
+      if (cand[k] != SIZE_MAX && !memcmp(f, in + cand[k] * frame_bytes, frame_bytes))
+        hit = index[cand[k]];
+    if (hit == UINT32_MAX) {
+      memcpy(frames + (size_t)nf * frame_bytes, f, frame_bytes);
+      hit = nf++;
+    }
+    index[p] = hit;
+  }
+  return nf;
+}
+
 size_t rpc__max_message_bytes(const rpc_spec *spec) {
   size_t total = 1024; /* ids, run id, seq, n */
   for (int i = 0; i < spec->ncols; i++) {
@@ -88,7 +118,7 @@ size_t rpc__max_message_bytes(const rpc_spec *spec) {
     size_t zs = ZSTD_compressBound(bytes);
     if (lz > bytes) bytes = lz;
     if (zs > bytes) bytes = zs;
-    if (c->frame_stack) bytes += (size_t)spec->max_items * (size_t)c->shape[0] * 4;
+    if (c->frame_stack) bytes += (size_t)spec->max_items * rpc_column_frames_per_item(c, true) * 4;
     total += bytes + 256 + strlen(c->name);
   }
   return total;
@@ -448,10 +478,13 @@ int rpc__validate(const rpc_spec *spec, const rpc_wire_batch *w, rpc__scratch *s
     size_t raw;
     if (wc->layout == 0) {
       raw = oc->bytes;
-    } else if (wc->layout == 1) {
+    } else if (wc->layout == 1 || wc->layout == 2) {
       if (!cs->frame_stack)
         return shoal_error_set(err, SHOAL_EINVAL, "column '%s' may not be frame-stacked", cs->name);
-      size_t S = (size_t)cs->shape[0];
+      if (wc->layout == 2 && cs->ndim < 3)
+        return shoal_error_set(err, SHOAL_EINVAL, "column '%s': frame planes need ndim >= 3",
+                               cs->name);
+      size_t S = rpc_column_frames_per_item(cs, wc->layout == 2);
       if (wc->frames < 1 || wc->frames > (size_t)w->n * S)
         return shoal_error_set(err, SHOAL_ERANGE, "column '%s': %u frames for %u stacks of %zu",
                                cs->name, wc->frames, w->n, S);
@@ -501,7 +534,8 @@ int rpc__validate(const rpc_spec *spec, const rpc_wire_batch *w, rpc__scratch *s
       continue;
     }
     /* Rebuild the stacks: item j's slot t is frame index[j*S + t]. */
-    size_t S = (size_t)cs->shape[0], fb = item / S, nidx = (size_t)w->n * S;
+    size_t S = rpc_column_frames_per_item(cs, wc->layout == 2), fb = item / S;
+    size_t nidx = (size_t)w->n * S;
     if (grow(&s->dense[i], &s->dense_cap[i], oc->bytes))
       return shoal_error_set(err, SHOAL_ENOMEM, "column '%s': %zu bytes", cs->name, oc->bytes);
     uint8_t *dst = s->dense[i];

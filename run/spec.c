@@ -60,6 +60,13 @@ int op_agent_from_config(const config *cfg, const op_spec *s, int max_batch, boo
 
 int op_spec_ncols(const op_spec *s) { return OP_NCOLS + (s->lstm > 0); }
 
+/* Observations that are stacks of image frames (Atari's (4, 84, 84) uint8) may travel
+ * as their distinct frames (rpc.h's frame deduplication). Planes under 32x32 (MinAtar's
+ * 10x10 channels) are not frames: their index would cost more than it saves. */
+static bool frames_travel_once(bool u8, int ndim, const int *shape) {
+  return u8 && ndim == 3 && shape[1] * shape[2] >= 1024;
+}
+
 void op_rpc_spec(const op_spec *s, const char *run_id, rpc_spec *out) {
   memset(out, 0, sizeof *out);
   out->run_id = run_id;
@@ -73,6 +80,7 @@ void op_rpc_spec(const op_spec *s, const char *run_id, rpc_spec *out) {
   c[OP_FINAL].shape[0] = s->T;
   for (int d = 0; d < s->obs_ndim; d++)
     c[OP_OBS].shape[1 + d] = c[OP_FINAL].shape[1 + d] = s->obs_shape[d];
+  c[OP_OBS].frame_stack = frames_travel_once(s->obs_u8, s->obs_ndim, s->obs_shape);
   if (s->A > 0) {
     c[OP_ACTION] = (rpc_column_spec){.name = "action", .dtype = RPC_I32, .ndim = 1};
   } else {
@@ -101,6 +109,8 @@ void apex_rpc_spec(const env_spec *sp, const char *run_id, uint32_t max_items, r
   c[APEX_OBS] = (rpc_column_spec){
       .name = "obs", .dtype = sp->obs.dtype == ENV_UINT8 ? RPC_U8 : RPC_F32, .ndim = sp->obs.ndim};
   for (int d = 0; d < sp->obs.ndim; d++) c[APEX_OBS].shape[d] = sp->obs.shape[d];
+  c[APEX_OBS].frame_stack =
+      frames_travel_once(sp->obs.dtype == ENV_UINT8, sp->obs.ndim, sp->obs.shape);
   c[APEX_ACTION] = (rpc_column_spec){.name = "action", .dtype = RPC_I32};
   c[APEX_REWARD] = (rpc_column_spec){.name = "reward", .dtype = RPC_F32};
   c[APEX_TERM] = (rpc_column_spec){.name = "terminated", .dtype = RPC_U8};

@@ -737,6 +737,72 @@ static void test_frame_stacks_compressed(void **state) {
   rpc_server_destroy(srv, 1.0);
 }
 
+/* Unrolls of frame stacks, as an on-policy actor sends them: items (T+1, S, H, W) whose
+ * stacks move on by one frame a step, with an episode start (a stack of one repeated
+ * frame) inside. rpc_frames_dedup keeps each distinct frame once, the planes layout
+ * carries them, and the callback sees the dense unrolls byte for byte. */
+static void test_frame_planes(void **state) {
+  (void)state;
+  enum { N = 3, T1 = 5, S = 4, H = 8, W = 8, P = T1 * S, FB = H * W };
+  rpc_spec spec = {.run_id = "atari", .max_items = 8, .ncols = 1};
+  spec.cols[0] = (rpc_column_spec){
+      .name = "obs", .dtype = RPC_U8, .ndim = 4, .shape = {T1, S, H, W}, .frame_stack = true};
+  assert_int_equal((int)rpc_column_frames_per_item(&spec.cols[0], true), P);
+  assert_int_equal((int)rpc_column_frames_per_item(&spec.cols[0], false), T1);
+  sink s;
+  sink_init(&s);
+  rpc_server_config scfg = {.on_batch = on_frames, .user = &s};
+  rpc_server *srv = NULL;
+  assert_int_equal(rpc_server_create(&scfg, &spec, &srv, NULL), 0);
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", rpc_server_port(srv));
+  rpc_client_config cfg = {.target = target, .run_id = "atari", .actor_id = 1};
+  rpc_client *c = NULL;
+  assert_int_equal(rpc_client_create(&cfg, &c, NULL), 0);
+  static uint8_t dense[N * P * FB], frames[N * P * FB];
+  uint32_t index[N * P];
+  int distinct = 0;
+  for (int i = 0; i < N; i++) {
+    int g = 100 * i; /* frame ids of this item's env, one new a step */
+    for (int t = 0; t < T1; t++) {
+      int start = i == 1 && t >= 2; /* item 1: an episode starts at step 2 */
+      for (int k = 0; k < S; k++) {
+        int f = start ? (t - 2 + k - (S - 1) < 0 ? 1000 + 0 : 1000 + t - 2 + k - (S - 1))
+                      : g + t + k;
+        memset(dense + ((size_t)(i * T1 + t) * S + k) * FB, (uint8_t)(f * 7 + 3), FB);
+        dense[((size_t)(i * T1 + t) * S + k) * FB] = (uint8_t)(f >> 8); /* ids past 255 */
+      }
+    }
+    distinct += i == 1 ? (2 + S - 1) + 3 : T1 + S - 1;
+  }
+  uint32_t nf = rpc_frames_dedup(dense, N * P, FB, S, frames, index);
+  assert_int_equal((int)nf, distinct);
+  for (int p = 0; p < N * P; p++)
+    assert_memory_equal(frames + (size_t)index[p] * FB, dense + (size_t)p * FB, FB);
+  rpc_batch b = {.n = N, .ncols = 1};
+  b.cols[0] = (rpc_column){.name = "obs", .dtype = RPC_U8, .ndim = 4, .shape = {T1, S, H, W},
+                           .data = frames, .bytes = (size_t)nf * FB, .frames = nf,
+                           .frame_index = index, .frame_planes = true};
+  assert_int_equal(rpc_client_push(c, &b, NULL), 0);
+  assert_int_equal(rpc_client_flush(c, 10.0, NULL), 0);
+  pthread_mutex_lock(&s.mu);
+  assert_int_equal(s.last_obs_bytes, sizeof dense);
+  assert_memory_equal(s.last_obs, dense, sizeof dense);
+  pthread_mutex_unlock(&s.mu);
+  /* an index past the frames sent is refused, and the server serves on */
+  index[7] = nf;
+  assert_int_equal(rpc_client_push(c, &b, NULL), 0);
+  index[7] = 0;
+  assert_int_equal(rpc_client_push(c, &b, NULL), 0);
+  assert_int_equal(rpc_client_flush(c, 10.0, NULL), 0);
+  rpc_server_stats st;
+  rpc_server_stats_get(srv, &st);
+  assert_int_equal(st.batches, 2);
+  assert_int_equal(st.rejected, 1);
+  assert_int_equal(rpc_client_close(c, 5.0, NULL, NULL), 0);
+  rpc_server_destroy(srv, 1.0);
+}
+
 /* Params.arch travels with every version; it is set once, before the first. */
 static void test_params_arch(void **state) {
   (void)state;
@@ -970,6 +1036,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_refusal_retries),
       cmocka_unit_test(test_backpressure_without_learner),
       cmocka_unit_test(test_frame_stacks_compressed),
+      cmocka_unit_test(test_frame_planes),
       cmocka_unit_test(test_params_status_hyperparams),
       cmocka_unit_test(test_params_arch),
       cmocka_unit_test(test_tls),
