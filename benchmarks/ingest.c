@@ -14,10 +14,15 @@
  *   atari_wire  rpc's own frame deduplication: a batch of 64 stacks carries its 67 frames
  *               and 64x4 indices; the server rebuilds the 4x84x84 stacks, replay stores
  *               them (for memories that keep full stacks)
+ *   pong        atari_wire with real frames: each actor plays gym:ALE/Pong-v5 (random
+ *               actions, envs/atari.c's preprocessing) for 8 batches of 64 consecutive
+ *               steps first, and deduplicates each batch with rpc_frames_dedup as shoal's
+ *               Ape-X actor does, inside the measured loop
  * BENCH lines: ingest.cartpole.n<N> (samples/s; baseline: the samples/s raw TCP could
  * carry at this sample size), ingest.atari.n<N> (samples/s; baseline: atari_full samples/s
  * at the same N, so the ratio is the gain of sending each frame once), ingest.atari_full.n<N>
- * (MB/s; baseline: raw TCP MB/s).
+ * (MB/s; baseline: raw TCP MB/s), ingest.pong.n<N> (samples/s; baseline: atari_wire's
+ * synthetic frames at the same N).
  *
  * SHOAL_INGEST_LOG=1 runs the learner's replay log beside the inserts as shoal-learner
  * does (learner/replay_log.h: insert and record under one lock, segments compressed and
@@ -41,6 +46,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "envs/envs.h"
 #include "learner/replay_log.h"
 #include "replay/replay.h"
 #include "rpc/rpc.h"
@@ -50,9 +56,9 @@
 #define WARMUP_S 0.5
 #define EPISODE 200 /* steps per synthetic episode */
 
-enum { SC_CARTPOLE, SC_ATARI, SC_ATARI_FULL, SC_ATARI_WIRE, SC_COUNT };
-static const char *sc_name[SC_COUNT] = {"cartpole", "atari", "atari_full", "atari_wire"};
-static const int sc_batch[SC_COUNT] = {2048, 64, 16, 64};
+enum { SC_CARTPOLE, SC_ATARI, SC_ATARI_FULL, SC_ATARI_WIRE, SC_PONG, SC_COUNT };
+static const char *sc_name[SC_COUNT] = {"cartpole", "atari", "atari_full", "atari_wire", "pong"};
+static const int sc_batch[SC_COUNT] = {2048, 64, 16, 64, 64};
 
 /* Per-sample obs bytes and shape. */
 /* Per-sample obs bytes as the learner sees them (atari_wire: the rebuilt stack). */
@@ -117,6 +123,33 @@ static int actor_main(int port, int sc, int actor) {
   b.cols[0] = (rpc_column){.name = "obs", .dtype = cs.dtype, .ndim = cs.ndim, .bytes = batch_obs};
   memcpy(b.cols[0].shape, cs.shape, sizeof cs.shape);
   uint32_t *index = malloc((size_t)B * 4 * sizeof *index);
+  uint8_t *stacks = NULL, *frames = NULL;
+  if (sc == SC_PONG) {
+    /* 8 batches of one Pong game's consecutive stacks, played before the clock starts */
+    stacks = malloc(8 * (size_t)B * 28224);
+    frames = malloc((size_t)B * 28224);
+    env_vec *v = NULL;
+    env_vec_config vc = {.options = "repeat_action_probability=0.25"};
+    uint8_t *obs = malloc(28224), te, tr;
+    float r;
+    env_vec_out o = {obs, &r, &te, &tr, NULL};
+    if (!stacks || !frames || !obs || env_vec_create(&v, "gym:ALE/Pong-v5", 1, &vc, &err) ||
+        env_vec_reset(v, (uint64_t)actor, obs, &err)) {
+      fprintf(stderr, "actor %d: Pong: %s\n", actor, err.msg);
+      return 1;
+    }
+    for (int i = 0; i < 8 * B; i++) {
+      int32_t a = (int32_t)shoal_rng_below(&rng, 6);
+      memcpy(stacks + (size_t)i * 28224, obs, 28224);
+      if (env_vec_step(v, &a, &o, &err)) {
+        fprintf(stderr, "actor %d: Pong: %s\n", actor, err.msg);
+        return 1;
+      }
+    }
+    env_vec_destroy(v);
+    free(obs);
+    b.cols[0].frame_index = index;
+  }
   if (sc == SC_ATARI_WIRE) { /* item i stacks frames i..i+3, as consecutive steps do */
     for (int i = 0; i < B; i++)
       for (int t = 0; t < 4; t++) index[i * 4 + t] = (uint32_t)(i + t);
@@ -131,6 +164,12 @@ static int actor_main(int port, int sc, int actor) {
   int rc = 0;
   for (uint64_t k = 0; !stop_flag; k++) {
     b.cols[0].data = pool + (k % 8) * batch_obs;
+    if (sc == SC_PONG) {
+      b.cols[0].frames = rpc_frames_dedup(stacks + (k % 8) * (size_t)B * 28224, (size_t)B * 4,
+                                          7056, 4, frames, index);
+      b.cols[0].data = frames;
+      b.cols[0].bytes = (size_t)b.cols[0].frames * 7056;
+    }
     for (int i = 0; i < B; i++) term[i] = (step + (uint64_t)i) % EPISODE == EPISODE - 1;
     step += (uint64_t)B;
     if ((rc = rpc_client_push(c, &b, &err))) {
@@ -142,6 +181,8 @@ static int actor_main(int port, int sc, int actor) {
   rpc_client_close(c, 3.0, &st, NULL);
   free(pool);
   free(index);
+  free(stacks);
+  free(frames);
   free(act);
   free(rew);
   free(term);
@@ -428,6 +469,10 @@ int main(int argc, char **argv) {
     printf("BENCH name=ingest.atari_wire.n%d value=%.0f unit=samples/s baseline=%.0f ratio=%.3f\n",
            ns[k], res[SC_ATARI_WIRE][k].samples_s, res[SC_ATARI_FULL][k].samples_s,
            res[SC_ATARI_WIRE][k].samples_s / res[SC_ATARI_FULL][k].samples_s);
+  for (int k = 0; k < 4; k++)
+    printf("BENCH name=ingest.pong.n%d value=%.0f unit=samples/s baseline=%.0f ratio=%.3f\n",
+           ns[k], res[SC_PONG][k].samples_s, res[SC_ATARI_WIRE][k].samples_s,
+           res[SC_PONG][k].samples_s / res[SC_ATARI_WIRE][k].samples_s);
   for (int k = 0; k < 4; k++)
     printf("BENCH name=ingest.atari_full.n%d value=%.0f unit=MB/s baseline=%.0f ratio=%.3f\n",
            ns[k], res[SC_ATARI_FULL][k].mb_s, tcp, res[SC_ATARI_FULL][k].mb_s / tcp);
