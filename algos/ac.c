@@ -48,7 +48,14 @@ int ac__check(const ac_config *c, const char *who, shoal_error *err) {
   if (c->torso == AC_TORSO_MINATAR && (c->obs_h < 3 || c->obs_w < 3))
     return shoal_error_set(err, SHOAL_EINVAL, "%s: the minatar torso needs H, W >= 3, got %dx%d",
                            who, c->obs_h, c->obs_w);
-  if (c->torso != AC_TORSO_MLP && c->torso != AC_TORSO_MINATAR)
+  if ((c->torso == AC_TORSO_NATURE && (c->obs_h < 36 || c->obs_w < 36)) ||
+      (c->torso == AC_TORSO_IMPALA && (c->obs_h < 8 || c->obs_w < 8)))
+    return shoal_error_set(err, SHOAL_EINVAL, "%s: the %s torso needs image observations of at "
+                           "least %dx%d, got %dx%dx%d",
+                           who, c->torso == AC_TORSO_NATURE ? "nature" : "impala",
+                           c->torso == AC_TORSO_NATURE ? 36 : 8, c->torso == AC_TORSO_NATURE ? 36 : 8,
+                           c->obs_c, c->obs_h, c->obs_w);
+  if (c->torso < AC_TORSO_MLP || c->torso > AC_TORSO_IMPALA)
     return shoal_error_set(err, SHOAL_EINVAL, "%s: unknown torso %d", who, (int)c->torso);
   if (!isfinite(c->log_std_init))
     return shoal_error_set(err, SHOAL_EINVAL, "%s: log_std_init is not finite", who);
@@ -82,6 +89,11 @@ static int check_layer(const ac_config *c, shoal_error *err) {
 static int torso(const ac_config *c, nn_model *m, const char *prefix) {
   char name[48];
   int rc;
+  if (c->torso == AC_TORSO_NATURE || c->torso == AC_TORSO_IMPALA) {
+    const nn_layer_type *t;
+    if ((rc = nn_layer_dense_kind(c->layer, NULL, &t, NULL))) return rc;
+    return algos_image_torso(m, c->torso == AC_TORSO_IMPALA, prefix, t);
+  }
   if (c->torso == AC_TORSO_MINATAR) {
     snprintf(name, sizeof name, "%sconv1", prefix);
     if ((rc = nn_conv2d(m, name, 16, 3, 3, 1, 0, 1)) < 0) return rc;

@@ -36,7 +36,27 @@ extern "C" {
 typedef enum dqn_net {
   DQN_NET_MLP = 0,     /* flattened observation -> hidden[0] -> hidden[1] -> heads, ReLU */
   DQN_NET_MINATAR = 1, /* MinAtar's: conv 16 3x3 stride 1 -> ReLU -> dense 128 -> heads */
+  DQN_NET_NATURE = 2,  /* Atari: algos_image_torso's `nature`, then the heads */
+  DQN_NET_IMPALA = 3,  /* Atari: algos_image_torso's `impala`, then the heads */
 } dqn_net;
+
+/* The image torsos of the Atari presets, from the current node of m (an observation of
+ * (C, H, W) bytes as floats, 0..255), every layer named prefix + its name:
+ *   nature  (Mnih et al. 2015) scale 1/255, conv1 32 8x8 stride 4, conv2 64 4x4 stride 2,
+ *           conv3 64 3x3 stride 1, fc1 512, ReLU after each; needs H, W >= 36;
+ *   impala  (Espeholt et al. 2018) scale 1/255, then for stages 0, 1, 2 of 16, 32, 32
+ *           channels: stageS.conv (3x3, padding 1), stageS.pool (max 3x3, stride 2,
+ *           padding 1) and two residual blocks stageS.resB (x + conv1(relu(conv0(relu
+ *           x)))), 3x3 padding 1); then ReLU, fc1 256, ReLU.
+ * The scale is the network's first layer (NN_SCALE), so frames travel and are stored as
+ * bytes. dense_kind: the fc1 layer's kind (NULL: nn's dense). Returns the last node, or
+ * a negative code with nn_model_error(m) saying why. */
+int algos_image_torso(nn_model *m, bool impala, const char *prefix,
+                      const nn_layer_type *dense_kind);
+
+/* The config's name of a network ("mlp", "minatar", "nature", "impala"); "unknown"
+ * for another value. Static. */
+const char *dqn_net_name(dqn_net net);
 
 typedef struct dqn_config {
   int obs_c, obs_h, obs_w; /* per-sample observation shape (a vector: N, 1, 1) */
@@ -190,6 +210,8 @@ enum { AC_MAX_ACT_DIM = 16 };
 typedef enum ac_torso {
   AC_TORSO_MLP = 0,     /* flattened observation -> hidden[0] -> hidden[1] */
   AC_TORSO_MINATAR = 1, /* conv 16 3x3 stride 1 -> ReLU -> dense 128 -> ReLU (MinAtar's) */
+  AC_TORSO_NATURE = 2,  /* Atari: algos_image_torso's `nature` */
+  AC_TORSO_IMPALA = 3,  /* Atari: algos_image_torso's `impala` */
 } ac_torso;
 
 /* The actor-critic network, shared by IMPALA and PPO. Its one output row per sample is

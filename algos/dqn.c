@@ -86,6 +86,11 @@ static int build_net(const dqn_config *c, const nn_layer_type *lt, nn_model *m, 
     if ((rc = nn_activation(m, "conv1_relu", NN_RELU, 0)) < 0) return rc;
     if ((rc = dense(m, lt, "fc1", 128, err)) < 0) return rc;
     if ((rc = nn_activation(m, "fc1_relu", NN_RELU, 0)) < 0) return rc;
+  } else if (c->net == DQN_NET_NATURE || c->net == DQN_NET_IMPALA) {
+    if ((rc = algos_image_torso(m, c->net == DQN_NET_IMPALA, "", lt)) < 0) {
+      shoal_error_set(err, rc, "dqn: %s", nn_model_error(m));
+      return rc;
+    }
   } else {
     for (int i = 0; i < 2 && c->hidden[i] > 0; i++) {
       snprintf(name, sizeof name, "fc%d", i + 1);
@@ -108,12 +113,27 @@ static int build_net(const dqn_config *c, const nn_layer_type *lt, nn_model *m, 
   return nn_model_build(m, c->max_batch, c->seed, err);
 }
 
+const char *dqn_net_name(dqn_net net) {
+  static const char *const names[] = {"mlp", "minatar", "nature", "impala"};
+  return net >= DQN_NET_MLP && net <= DQN_NET_IMPALA ? names[net] : "unknown";
+}
+
 static int check_config(const dqn_config *c, shoal_error *err) {
   if (c->obs_c < 1 || c->obs_h < 1 || c->obs_w < 1)
     return shoal_error_set(err, SHOAL_EINVAL, "dqn: observation shape %dx%dx%d is not positive",
                            c->obs_c, c->obs_h, c->obs_w);
   if (c->num_actions < 1)
     return shoal_error_set(err, SHOAL_EINVAL, "dqn: num_actions %d < 1", c->num_actions);
+  if (c->net < DQN_NET_MLP || c->net > DQN_NET_IMPALA)
+    return shoal_error_set(err, SHOAL_EINVAL, "dqn: unknown network %d", (int)c->net);
+  /* the presets' convolutions need room: nature's 8x8/4, 4x4/2, 3x3 leave 1x1 at 36 */
+  int min_hw = c->net == DQN_NET_NATURE ? 36 : c->net == DQN_NET_IMPALA ? 8 :
+               c->net == DQN_NET_MINATAR ? 3 : 1;
+  if (c->obs_h < min_hw || c->obs_w < min_hw)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "dqn: the %s network needs image observations of at least %dx%d, got "
+                           "%dx%dx%d",
+                           dqn_net_name(c->net), min_hw, min_hw, c->obs_c, c->obs_h, c->obs_w);
   if (c->max_batch < 1)
     return shoal_error_set(err, SHOAL_EINVAL, "dqn: max_batch %d < 1", c->max_batch);
   if (!(c->gamma >= 0 && c->gamma <= 1))
@@ -242,13 +262,46 @@ int dqn_describe(const dqn_config *c, bool obs_u8, char **out, shoal_error *err)
   if (!b) return shoal_error_set(err, SHOAL_ENOMEM, "dqn_describe: out of memory");
   bool ok = put(b, cap, &k, "{\"format\":1,\"algo\":\"apex\",\"input\":{\"shape\":[%d", c->obs_c);
   if (c->obs_h > 1 || c->obs_w > 1) ok = ok && put(b, cap, &k, ",%d,%d", c->obs_h, c->obs_w);
-  ok = ok && put(b, cap, &k, "],\"dtype\":\"%s\",\"scale\":1},\"layers\":[", obs_u8 ? "u8" : "f32");
+  /* the image nets' first layer scales bytes by 1/255: the input's scale says so */
+  bool image = c->net == DQN_NET_NATURE || c->net == DQN_NET_IMPALA;
+  ok = ok && put(b, cap, &k, "],\"dtype\":\"%s\",\"scale\":%s},\"layers\":[",
+                 obs_u8 ? "u8" : "f32", image ? "0.00392156862745098" : "1");
   int in = c->obs_c * c->obs_h * c->obs_w;
   /* a custom layer where the dense layers go is named by its kind */
   const char *dk = c->layer[0] && strcmp(c->layer, "dense") ? c->layer : "dense";
   bool custom = strcmp(dk, "dense") != 0; /* the head says so only then: format 1 as before */
   const char *hl = custom ? "\"layer\":\"" : "", *hk = custom ? dk : "", *hr = custom ? "\"," : "";
-  if (c->net == DQN_NET_MINATAR) {
+  if (c->net == DQN_NET_NATURE) {
+    static const int co[3] = {32, 64, 64}, kk[3] = {8, 4, 3}, st[3] = {4, 2, 1};
+    int ci = c->obs_c, h = c->obs_h, w = c->obs_w;
+    for (int i = 0; i < 3; i++) {
+      ok = ok && put(b, cap, &k,
+                     "{\"kind\":\"conv2d\",\"name\":\"conv%d\",\"in\":%d,\"out\":%d,"
+                     "\"kernel\":[%d,%d],\"stride\":%d,\"padding\":0,\"activation\":\"relu\"},",
+                     i + 1, ci, co[i], kk[i], kk[i], st[i]);
+      ci = co[i], h = (h - kk[i]) / st[i] + 1, w = (w - kk[i]) / st[i] + 1;
+    }
+    ok = ok && put(b, cap, &k, "{\"kind\":\"flatten\"},");
+    ok = ok && put(b, cap, &k,
+                   "{\"kind\":\"%s\",\"name\":\"fc1\",\"in\":%d,\"out\":512,"
+                   "\"activation\":\"relu\"}",
+                   dk, ci * h * w);
+    in = 512;
+  } else if (c->net == DQN_NET_IMPALA) {
+    /* residual stages: named for a reader to recognise or refuse, not spelled out */
+    int h = c->obs_h, w = c->obs_w;
+    for (int s = 0; s < 3; s++) h = (h - 1) / 2 + 1, w = (w - 1) / 2 + 1;
+    ok = ok && put(b, cap, &k,
+                   "{\"kind\":\"impala_stages\",\"names\":\"stage0..stage2\",\"in\":%d,"
+                   "\"channels\":[16,32,32],\"out\":[32,%d,%d],\"activation\":\"relu\"},"
+                   "{\"kind\":\"flatten\"},",
+                   c->obs_c, h, w);
+    ok = ok && put(b, cap, &k,
+                   "{\"kind\":\"%s\",\"name\":\"fc1\",\"in\":%d,\"out\":256,"
+                   "\"activation\":\"relu\"}",
+                   dk, 32 * h * w);
+    in = 256;
+  } else if (c->net == DQN_NET_MINATAR) {
     int oh = c->obs_h - 2, ow = c->obs_w - 2; /* 3x3, stride 1, no padding */
     ok = ok && put(b, cap, &k,
                    "{\"kind\":\"conv2d\",\"name\":\"conv1\",\"in\":%d,\"out\":16,"

@@ -491,7 +491,7 @@ int nn_activation(nn_model *m, const char *name, nn_act act, float alpha) {
   nn__node t;
   int rc = node_begin(m, &t, NN__ACT, name);
   if (rc) return rc;
-  if ((int)act < NN_RELU || (int)act > NN_LOG_SOFTMAX)
+  if ((int)act < NN_RELU || (int)act > NN_SCALE)
     return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': unknown activation %d", t.name, (int)act);
   if (!isfinite(alpha))
     return model_fail(m, SHOAL_EINVAL, "nn: layer '%s': alpha must be finite", t.name);

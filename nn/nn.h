@@ -58,6 +58,7 @@ typedef enum nn_act {
   NN_SIGMOID = 4,
   NN_SOFTMAX = 5,     /* over the C*H*W features of each sample */
   NN_LOG_SOFTMAX = 6, /* likewise */
+  NN_SCALE = 7,       /* alpha * x: a fixed scale (1/255 takes byte images to [0, 1]) */
 } nn_act;
 
 /* Sets the threads nn uses: its own pool, which also runs big matrix products as

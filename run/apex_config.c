@@ -89,7 +89,8 @@ static const cfg_key apex_keys[] = {
      "what to follow: experience (segments: imports, other systems) or log (another "
      "Ape-X learner's replay log; docs/replay-log.md)"},
     /* the DQN */
-    {"dqn.net", CFG_STRING, "mlp", 0, -1, "mlp or minatar"},
+    {"dqn.net", CFG_STRING, "mlp", 0, -1,
+     "mlp, minatar, or the Atari image nets nature and impala (docs/atari.md)"},
     {"dqn.hidden0", CFG_INT, "64", 0, 65536, "first hidden width (mlp)"},
     {"dqn.hidden1", CFG_INT, "64", 0, 65536, "second hidden width (mlp; 0: none)"},
     {"dqn.dueling", CFG_BOOL, "true", 0, -1, "dueling heads"},
@@ -142,9 +143,9 @@ int run_check_layer(const config *cfg, const char *key, shoal_error *err) {
 }
 
 int apex_check(const config *cfg, shoal_error *err) {
-  static const char *const nets[] = {"mlp", "minatar"};
+  static const char *const nets[] = {"mlp", "minatar", "nature", "impala"};
   static const char *const devices[] = {"auto", "cpu", "cuda"};
-  int rc = config_check_choice(cfg, "dqn.net", nets, 2, err);
+  int rc = config_check_choice(cfg, "dqn.net", nets, 4, err);
   if (!rc) rc = config_check_choice(cfg, "learner.device", devices, 3, err);
   static const char *const sources[] = {"actors", "store", "mixed"};
   if (!rc) rc = config_check_choice(cfg, "replay.source", sources, 3, err);
@@ -162,7 +163,10 @@ dqn_config apex_dqn_config(const config *cfg, int obs_ndim, const int *obs_shape
   dc.obs_h = obs_ndim >= 2 ? obs_shape[1] : 1;
   dc.obs_w = obs_ndim >= 3 ? obs_shape[2] : 1;
   dc.num_actions = num_actions;
-  dc.net = strcmp(config_string(cfg, "dqn.net"), "minatar") == 0 ? DQN_NET_MINATAR : DQN_NET_MLP;
+  const char *net = config_string(cfg, "dqn.net");
+  dc.net = DQN_NET_MLP;
+  for (dqn_net n = DQN_NET_MLP; n <= DQN_NET_IMPALA; n++)
+    if (!strcmp(net, dqn_net_name(n))) dc.net = n;
   dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
   dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
   dc.dueling = config_bool(cfg, "dqn.dueling");

@@ -104,7 +104,8 @@ static const cfg_key onpolicy_keys[] = {
     {"replay.max_staleness", CFG_INT, "-1", -1, 1e12,
      "drop unrolls older than this many policy versions (-1: no bound)"},
     /* network */
-    {"ac.torso", CFG_STRING, "mlp", 0, -1, "mlp or minatar"},
+    {"ac.torso", CFG_STRING, "mlp", 0, -1,
+     "mlp, minatar, or the Atari image nets nature and impala (docs/atari.md)"},
     {"ac.hidden0", CFG_INT, "64", 0, 65536, "first hidden width (mlp)"},
     {"ac.hidden1", CFG_INT, "64", 0, 65536, "second hidden width (mlp; 0: none)"},
     {"ac.tanh", CFG_BOOL, "true", 0, -1, "tanh activations in the MLP (else ReLU)"},
@@ -157,11 +158,11 @@ const cfg_key *onpolicy_schema(int *n) {
 
 int onpolicy_check(const config *cfg, shoal_error *err) {
   static const char *const algos[] = {"impala", "ppo"};
-  static const char *const torsos[] = {"mlp", "minatar"};
+  static const char *const torsos[] = {"mlp", "minatar", "nature", "impala"};
   static const char *const optims[] = {"adam", "rmsprop"};
   static const char *const devices[] = {"auto", "cpu", "cuda"};
   int rc = config_check_choice(cfg, "algo", algos, 2, err);
-  if (!rc) rc = config_check_choice(cfg, "ac.torso", torsos, 2, err);
+  if (!rc) rc = config_check_choice(cfg, "ac.torso", torsos, 4, err);
   if (!rc) rc = config_check_choice(cfg, "impala.optim", optims, 2, err);
   if (!rc) rc = config_check_choice(cfg, "learner.device", devices, 3, err);
   if (!rc) rc = run_check_layer(cfg, "ac.layer", err);
@@ -190,7 +191,10 @@ ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_sha
     c.act_high[j] = high ? high[j] : 1e30f;
   }
   c.torso =
-      strcmp(config_string(cfg, "ac.torso"), "minatar") == 0 ? AC_TORSO_MINATAR : AC_TORSO_MLP;
+      strcmp(config_string(cfg, "ac.torso"), "minatar") == 0  ? AC_TORSO_MINATAR
+      : strcmp(config_string(cfg, "ac.torso"), "nature") == 0 ? AC_TORSO_NATURE
+      : strcmp(config_string(cfg, "ac.torso"), "impala") == 0 ? AC_TORSO_IMPALA
+                                                              : AC_TORSO_MLP;
   c.hidden[0] = (int)config_int(cfg, "ac.hidden0");
   c.hidden[1] = (int)config_int(cfg, "ac.hidden1");
   c.tanh = config_bool(cfg, "ac.tanh");

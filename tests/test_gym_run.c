@@ -13,8 +13,12 @@
  *   refuse  a run whose env the actors cannot make stops with the env's message and a
  *           non-zero status instead of restarting actors forever;
  *   lunar   (slow) Gymnasium's LunarLander-v3 (Box2D) with configs/lunarlander-ppo.yaml,
- *           one fixed seed, to a greedy mean return >= 200 over 100 episodes. */
+ *           one fixed seed, to a greedy mean return >= 200 over 100 episodes;
+ *   atari   a short Pong run of each Atari config (configs/atari-pong-*.yaml, 2 actors):
+ *           frames flow to the learner, updates run, an evaluation plays whole games and
+ *           scores the game's own points, and `shoal eval` plays the stored policy. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -170,6 +174,55 @@ static void test_lunar(void **state) {
   expect_solved("lunarlander-ppo.yaml", out, rc);
 }
 
+/* The score of the run's last evaluation, from its summary line ("greedy eval -21.0" or
+ * "eval -21.0"); NAN if none. */
+static double last_eval(const char *out) {
+  const char *sum = strstr(out, "shoal: run ");
+  const char *e = sum ? strstr(sum, "eval ") : NULL;
+  return e ? strtod(e + 5, NULL) : NAN;
+}
+
+static void test_atari(void **state) {
+  const char *configs[3] = {"atari-pong-impala.yaml", "atari-pong-ppo.yaml",
+                            "atari-pong-apex.yaml"};
+  for (int k = 0; k < 3; k++) {
+    char name[80];
+    snprintf(name, sizeof name, "run.name=pong-%d", k);
+    int rc;
+    /* a few thousand steps: past Ape-X's warmup (lowered) and PPO's first rollouts */
+    char *out = k == 2 ? run(configs[k], 240, &rc, name, "run.max_env_steps=6000",
+                             "run.eval_every_s=5", "run.eval_episodes=1", "learner.warmup=1000",
+                             "replay.capacity=5000", NULL)
+                       : run(configs[k], 240, &rc, name, "run.max_env_steps=6000",
+                             "run.eval_every_steps=3000", "run.eval_episodes=1", NULL);
+    const char *sum = strstr(out, "shoal: run ");
+    fprintf(stderr, "%s: exit %d: %s", configs[k], rc, sum ? sum : out);
+    assert_int_equal(rc, 0);
+    assert_non_null(sum);
+    long steps = 0, updates = 0;
+    const char *p = strstr(sum, " env steps, ");
+    assert_non_null(p);
+    while (p > sum && p[-1] >= '0' && p[-1] <= '9') p--;
+    steps = strtol(p, NULL, 10);
+    updates = strtol(strstr(p, " env steps, ") + 12, NULL, 10);
+    assert_true(steps >= 6000);
+    assert_true(updates >= 1);
+    /* a game of Pong: one side reaches 21, so the score is in [-21, 21] and whole */
+    double ev = last_eval(out);
+    assert_true(ev >= -21 && ev <= 21 && ev == floor(ev));
+    free(out);
+  }
+  char *argv[] = {wf_shoal,     "eval", "pong-0", "--store", store_uri + strlen("store.uri="),
+                  "--episodes", "1",    NULL};
+  int rc;
+  char *out = wf_run(argv, 120, &rc);
+  fprintf(stderr, "eval: exit %d: %s", rc, out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "gym:ALE/Pong-v5"));
+  assert_non_null(strstr(out, "over 1 episodes"));
+  free(out);
+}
+
 int main(int argc, char **argv) {
   const char *bin = getenv("SHOAL_BINARY_DIR"), *src = getenv("SHOAL_SOURCE_DIR");
   if (!bin || !src) return 1;
@@ -186,6 +239,8 @@ int main(int argc, char **argv) {
     t[0] = (struct CMUnitTest)cmocka_unit_test(test_plugin);
   else if (!strcmp(which, "refuse"))
     t[0] = (struct CMUnitTest)cmocka_unit_test(test_refused);
+  else if (!strcmp(which, "atari"))
+    t[0] = (struct CMUnitTest)cmocka_unit_test(test_atari);
   else
     t[0] = (struct CMUnitTest)cmocka_unit_test(test_lunar);
   int rc = _cmocka_run_group_tests(which, t, 1, NULL, NULL);

@@ -90,6 +90,9 @@ NN__CLONES static int act_forward(nn_model *m, nn__node *n, int B, shoal_error *
     case NN_SIGMOID:
       for (size_t i = 0; i < N; i++) y[i] = nn__sigmoid(x[i]);
       break;
+    case NN_SCALE:
+      for (size_t i = 0; i < N; i++) y[i] = a * x[i];
+      break;
     case NN_SOFTMAX:
     case NN_LOG_SOFTMAX:
       /* Per sample over its F features, shifted by the max so exp cannot overflow. */
@@ -130,6 +133,7 @@ NN__CLONES static void act_backward(nn_model *m, nn__node *n, int B) {
       break;
     case NN_TANH: NN__PUT_LOOP(acc, dx, N, i, dy[i] * (1.0f - y[i] * y[i])); break;
     case NN_SIGMOID: NN__PUT_LOOP(acc, dx, N, i, dy[i] * y[i] * (1.0f - y[i])); break;
+    case NN_SCALE: NN__PUT_LOOP(acc, dx, N, i, a * dy[i]); break;
     case NN_SOFTMAX:
     case NN_LOG_SOFTMAX:
       for (int s = 0; s < B; s++) {

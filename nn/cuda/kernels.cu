@@ -109,6 +109,7 @@ __global__ void k_act_fwd(int act, float a, float *y, const float *x, size_t n) 
       case NN_LEAKY_RELU: r = v > 0 ? v : a * v; break;
       case NN_ELU: r = v > 0 ? v : a * expm1f(v); break;
       case NN_TANH: r = tanhf(v); break;
+      case NN_SCALE: r = a * v; break;
       default: r = 1.0f / (1.0f + expf(-v)); break; /* sigmoid */
     }
     y[i] = r;
@@ -116,7 +117,7 @@ __global__ void k_act_fwd(int act, float a, float *y, const float *x, size_t n) 
 }
 
 /* relu' = [x > 0]; leaky: 1 or alpha; elu: 1 or alpha e^x; tanh: 1 - y^2;
- * sigmoid: y (1 - y). */
+ * scale: alpha; sigmoid: y (1 - y). */
 __global__ void k_act_bwd(int act, float a, float *dx, const float *dy, const float *x,
                           const float *y, size_t n, bool acc) {
   GRID_LOOP(i, n) {
@@ -126,6 +127,7 @@ __global__ void k_act_bwd(int act, float a, float *dx, const float *dy, const fl
       case NN_LEAKY_RELU: d = v > 0 ? 1.0f : a; break;
       case NN_ELU: d = v > 0 ? 1.0f : a * expf(v); break;
       case NN_TANH: d = 1.0f - y[i] * y[i]; break;
+      case NN_SCALE: d = a; break;
       default: d = y[i] * (1.0f - y[i]); break;
     }
     put(dx, i, dy[i] * d, acc);
