@@ -8,7 +8,9 @@
  *
  *   (a) DQN MLP 4-64-64-2, b256: target forward, Q(s, a), Huber, backward, Adam
  *   (b) MinAtar conv net 4x10x10 -> conv16 3x3 -> dense 128 -> 6, b32, the same step
- *   (c) Nature-DQN 4x84x84 (conv32 8x8/4, conv64 4x4/2, conv64 3x3/1, dense 512, 6), b32
+ *   (c) Nature-DQN 4x84x84 (conv32 8x8/4, conv64 4x4/2, conv64 3x3/1, dense 512, 6), b32;
+ *       and the IMPALA deep net on the same frames (algos/torso.c's `impala`: three stages
+ *       of conv, max-pool and two residual blocks, dense 256, 6), b32, the same DQN step
  *   (d) DCGAN 28x28 (docs/benchmarks.md, reference figures), b64: one D step (real and fake), one
  *       G step through D
  *   (e) greedy action from the MLP at b1, b16, b256 (samples/s)
@@ -29,7 +31,7 @@
  * window per request), so that load from other processes on a shared machine falls on both alike.
  * PyTorch 2 runs in a second child the same way, its windows alternating with the other two.
  *
- *   nn_cpu [--threads 1,2] [--window 0.3] [--repeats 5] [--rows mlp,minatar,nature,dcgan,act]
+ *   nn_cpu [--threads 1,2] [--window 0.3] [--repeats 5] [--rows mlp,minatar,nature,impala,dcgan,act]
  *          [--no-torch] [--no-torch2]
  */
 #define _POSIX_C_SOURCE 200809L
@@ -42,6 +44,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "algos/algos.h" /* algos_image_torso: the impala row is the configs' net */
 #include "benchmarks/torch_child.h"
 #include "nn/internal.h" /* nn__sgemm: the ceiling, as nn runs a product */
 #include "nn/nn.h"
@@ -128,6 +131,14 @@ static nn_model *make_nature(int B) {
   nn_activation(m, "act4", NN_RELU, 0);
   nn_dense(m, "out", 6);
   return finish(m, B, "nature");
+}
+
+static nn_model *make_impala(int B) {
+  nn_model *m = nn_model_create(NN_CPU, NULL);
+  nn_input(m, 4, 84, 84);
+  algos_image_torso(m, true, "", NULL);
+  nn_dense(m, "out", 6);
+  return finish(m, B, "impala");
 }
 
 static void dqn_init(dqn *d, make_fn make, int B) {
@@ -428,7 +439,7 @@ static bool has_row(const char *rows, const char *r) {
 }
 
 int main(int argc, char **argv) {
-  const char *threads_arg = "1,2", *rows = "mlp,minatar,nature,dcgan,act";
+  const char *threads_arg = "1,2", *rows = "mlp,minatar,nature,impala,dcgan,act";
   bool with_torch = true, with_torch2 = true;
   signal(SIGPIPE, SIG_IGN); /* a dead torch process is reported, not fatal */
   for (int i = 1; i < argc; i++) {
@@ -447,7 +458,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr,
               "usage: nn_cpu [--threads 1,2] [--window s] [--repeats n] [--rows "
-              "mlp,minatar,nature,dcgan,act] [--no-torch] [--no-torch2]\n");
+              "mlp,minatar,nature,impala,dcgan,act] [--no-torch] [--no-torch2]\n");
       return 2;
     }
   }
@@ -488,14 +499,15 @@ int main(int argc, char **argv) {
     gemm *gp = NULL;
 #ifdef SHOAL_HAVE_OPENBLAS
     gemm gm;
-    if (has_row(rows, "minatar") || has_row(rows, "nature") || has_row(rows, "dcgan")) {
+    if (has_row(rows, "minatar") || has_row(rows, "nature") || has_row(rows, "impala") ||
+        has_row(rows, "dcgan")) {
       gemm_init(&gm);
       gp = &gm;
     }
 #endif
-    pair mlp = {NAN, NAN, NAN, NAN}, minatar = mlp, nature = mlp, dcgan = mlp,
+    pair mlp = {NAN, NAN, NAN, NAN}, minatar = mlp, nature = mlp, impala = mlp, dcgan = mlp,
          act[3] = {mlp, mlp, mlp};
-    double minatar_flops = 0, nature_flops = 0, dcgan_flops = 0;
+    double minatar_flops = 0, nature_flops = 0, impala_flops = 0, dcgan_flops = 0;
     if (has_row(rows, "mlp")) {
       dqn d;
       dqn_init(&d, make_mlp, 256);
@@ -517,6 +529,13 @@ int main(int argc, char **argv) {
       nature = timed_pair(dqn_step, &d, tp, tp2, "nature_train", gp);
       /* trained q: forward + backward = 3x forward; target: forward only */
       nature_flops = 32.0 * 4.0 * nn_model_flops_per_sample(d.q);
+      dqn_free(&d);
+    }
+    if (has_row(rows, "impala")) {
+      dqn d;
+      dqn_init(&d, make_impala, 32);
+      impala = timed_pair(dqn_step, &d, tp, tp2, "impala_train", gp);
+      impala_flops = 32.0 * 4.0 * nn_model_flops_per_sample(d.q);
       dqn_free(&d);
     }
     if (has_row(rows, "dcgan")) {
@@ -578,6 +597,14 @@ int main(int argc, char **argv) {
       printf("%-16s t%d %14.5g %14s %8.2f  GFLOP/s, shoal / sgemm 1024\n", "  sgemm", th,
              nature.sgemm, "", gs / nature.sgemm);
       bench("nature_train.gflops", th, gs, "GFLOP/s", nature.sgemm);
+    }
+    if (has_row(rows, "impala")) {
+      row("impala_train", th, impala.shoal, impala.torch, impala.torch2, "steps/s");
+      bench2("impala_train", th, &impala, "steps/s");
+      double gs = impala.shoal * impala_flops / 1e9;
+      row("  GFLOP/s", th, gs, impala.torch * impala_flops / 1e9,
+          impala.torch2 * impala_flops / 1e9, "GFLOP/s");
+      bench("impala_train.gflops", th, gs, "GFLOP/s", impala.sgemm);
     }
     if (has_row(rows, "dcgan")) {
       row("dcgan_train", th, dcgan.shoal, dcgan.torch, dcgan.torch2, "it/s");

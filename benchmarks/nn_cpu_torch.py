@@ -58,6 +58,31 @@ def nature():
                          nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 6))
 
 
+class Res(nn.Module):
+    def __init__(self, ch):
+        super().__init__()
+        self.conv0 = nn.Conv2d(ch, ch, 3, padding=1)
+        self.conv1 = nn.Conv2d(ch, ch, 3, padding=1)
+
+    def forward(self, x):
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+def impala():
+    """algos/torso.c's `impala` (Espeholt et al. 2018), x/255 first, then 6 Q-values."""
+    layers = []
+    cin = 4
+    for ch in (16, 32, 32):
+        layers += [nn.Conv2d(cin, ch, 3, padding=1), nn.MaxPool2d(3, 2, padding=1), Res(ch),
+                   Res(ch)]
+        cin = ch
+    class Scale(nn.Module):
+        def forward(self, x):
+            return x / 255.0
+    return nn.Sequential(Scale(), *layers, nn.ReLU(), nn.Flatten(), nn.Linear(32 * 11 * 11, 256),
+                         nn.ReLU(), nn.Linear(256, 6))
+
+
 def dqn_step_fn(make, shape, A, B):
     """One DQN learner step: target forward on s', Q(s, a), Huber, backward, Adam."""
     g = torch.Generator().manual_seed(0)
@@ -149,6 +174,7 @@ ROWS = {
     "mlp_train": lambda: dqn_step_fn(mlp, (4,), 2, 256),
     "minatar_train": lambda: dqn_step_fn(minatar, (4, 10, 10), 6, 32),
     "nature_train": lambda: dqn_step_fn(nature, (4, 84, 84), 6, 32),
+    "impala_train": lambda: dqn_step_fn(impala, (4, 84, 84), 6, 32),
     "dcgan_train": lambda: dcgan_fn(64),
     "act_b1": lambda: act_fn(1),
     "act_b16": lambda: act_fn(16),
@@ -184,7 +210,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--window", type=float, default=0.3)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--rows", default="mlp,minatar,nature,dcgan,act")
+    ap.add_argument("--rows", default="mlp,minatar,nature,impala,dcgan,act")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -200,6 +226,8 @@ def main():
         out.append(("minatar_train", timed(dqn_step_fn(minatar, (4, 10, 10), 6, 32), w, k)))
     if "nature" in rows:
         out.append(("nature_train", timed(dqn_step_fn(nature, (4, 84, 84), 6, 32), w, k)))
+    if "impala" in rows:
+        out.append(("impala_train", timed(dqn_step_fn(impala, (4, 84, 84), 6, 32), w, k)))
     if "dcgan" in rows:
         out.append(("dcgan_train", timed(dcgan_fn(64), w, k)))
     if "act" in rows:
