@@ -363,8 +363,16 @@ class Atari:
 
 
 def registered():
-    """Every id Gymnasium has registered (after importing its plugins), sorted."""
+    """Every id Gymnasium has registered (after importing its plugins), sorted; the ALE
+    games too when ale-py is installed (they register on import)."""
     import gymnasium
+
+    try:
+        import ale_py
+
+        gymnasium.register_envs(ale_py)
+    except ImportError:
+        pass
 
     return sorted(gymnasium.envs.registry.keys())
 
