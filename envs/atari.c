@@ -75,9 +75,14 @@ typedef struct atari_vec {
   env_spec spec;
   float *olow, *ohigh;
   atari_copy *c;
-  area_tab *xtab, *ytab;
-  int nx, ny;
-  float *row, *sum; /* resize scratch (S) */
+  area_tab *ytab; /* the vertical terms, in OpenCV's order */
+  int ny;
+  int kx;         /* horizontal terms per destination column, padded to the most */
+  int *xi;        /* (kx, S) source columns: term k of column dx at k * S + dx */
+  float *xa;      /* (kx, S) their weights; 0 for padding */
+  float *rows;    /* (h, S) every source row's horizontal pass */
+  float *srcf;    /* (w) a source row as floats */
+  float *sum;     /* (S) */
   uint8_t *rgb;     /* render scratch (h, w, 3) */
   size_t frame;     /* S * S */
   uint64_t steps;
@@ -102,38 +107,83 @@ static int area_table(int ssize, int dsize, double scale, area_tab *tab) {
   return k;
 }
 
-/* OpenCV's saturate_cast<uchar>(float): round to nearest, ties to even, then clamp. */
+/* OpenCV's saturate_cast<uchar>(float): round to nearest, ties to even, then clamp. The
+ * rounding is 1.5·2^23's: adding it leaves no fraction bits, so the sum is rounded to an
+ * integer by the FPU's own ties-to-even, exact for |v| < 2^22 (a resized pixel is in
+ * [0, 255]); unlike lrintf it is no library call and vectorises. */
 static inline uint8_t sat_u8(float v) {
-  long r = lrintf(v);
-  return (uint8_t)(r < 0 ? 0 : r > 255 ? 255 : r);
+  const float magic = 12582912.0f;
+  float r = (v + magic) - magic;
+  return (uint8_t)(r < 0.0f ? 0.0f : r > 255.0f ? 255.0f : r);
 }
 
-/* src (h, w) -> dst (S, S). The products and sums are separate roundings (the build
- * compiles this file without FP contraction), as OpenCV's SSE2 code computes them. */
-static void area_resize(atari_vec *a, const uint8_t *src, uint8_t *dst) {
-  const int S = a->o.screen;
-  float *buf = a->row, *sum = a->sum;
-  for (int i = 0; i < S; i++) sum[i] = 0.0f;
-  int prev = a->ytab[0].di;
-  for (int j = 0; j < a->ny; j++) {
-    const float beta = a->ytab[j].alpha;
-    const int dy = a->ytab[j].di;
-    const uint8_t *s = src + (size_t)a->ytab[j].si * (size_t)a->w;
-    for (int i = 0; i < S; i++) buf[i] = 0.0f;
-    for (int k = 0; k < a->nx; k++) buf[a->xtab[k].di] += (float)s[a->xtab[k].si] * a->xtab[k].alpha;
-    if (dy != prev) {
-      uint8_t *d = dst + (size_t)prev * (size_t)S;
-      for (int i = 0; i < S; i++) {
-        d[i] = sat_u8(sum[i]);
-        sum[i] = beta * buf[i];
-      }
-      prev = dy;
-    } else {
-      for (int i = 0; i < S; i++) sum[i] += beta * buf[i];
+/* src (h, w) -> dst (S, S), the same roundings in the same order as OpenCV: a column's
+ * horizontal sum adds its terms left to right from 0 (a padding term adds +0, which
+ * changes no sum of non-negative terms), a row's vertical sum its rows top to bottom; each
+ * product and sum rounded on its own (this file is compiled without FP contraction).
+ * OpenCV recomputes a source row's horizontal pass for each destination row it feeds;
+ * here each is computed once (copied where a row repeats the one above), and the loops
+ * run over whole rows, so they vectorise. */
+__attribute__((optimize("tree-vectorize"))) static void area_resize(atari_vec *a,
+                                                                     const uint8_t *src,
+                                                                     uint8_t *dst) {
+  const int S = a->o.screen, K = a->kx, W = a->w;
+  float *f = a->srcf;
+  for (int y = 0; y < a->h; y++) {
+    const uint8_t *s = src + (size_t)y * (size_t)W;
+    float *r = a->rows + (size_t)y * (size_t)S;
+    if (y > 0 && !memcmp(s, s - W, (size_t)W)) {
+      /* a row like the one above (an Atari screen has many): the same sums */
+      memcpy(r, r - S, sizeof *r * (size_t)S);
+      continue;
+    }
+    for (int x = 0; x < W; x++) f[x] = (float)s[x];
+    for (int dx = 0; dx < S; dx++) r[dx] = 0.0f;
+    /* term k of every column, k ascending: each column's sum in the table's order */
+    for (int k = 0; k < K; k++) {
+      const int *xi = a->xi + (size_t)k * (size_t)S;
+      const float *xa = a->xa + (size_t)k * (size_t)S;
+      for (int dx = 0; dx < S; dx++) r[dx] += f[xi[dx]] * xa[dx];
     }
   }
-  uint8_t *d = dst + (size_t)prev * (size_t)S;
-  for (int i = 0; i < S; i++) d[i] = sat_u8(sum[i]);
+  float *sum = a->sum;
+  for (int j = 0; j < a->ny; j++) {
+    const float beta = a->ytab[j].alpha;
+    const float *r = a->rows + (size_t)a->ytab[j].si * (size_t)S;
+    const int first = j == 0 || a->ytab[j - 1].di != a->ytab[j].di;
+    if (first)
+      for (int i = 0; i < S; i++) sum[i] = beta * r[i];
+    else
+      for (int i = 0; i < S; i++) sum[i] += beta * r[i];
+    if (j == a->ny - 1 || a->ytab[j + 1].di != a->ytab[j].di) {
+      uint8_t *d = dst + (size_t)a->ytab[j].di * (size_t)S;
+      for (int i = 0; i < S; i++) d[i] = sat_u8(sum[i]);
+    }
+  }
+}
+
+/* The horizontal table as K terms per destination column, in the table's order. */
+static int column_terms(atari_vec *a, const area_tab *tab, int n) {
+  const int S = a->o.screen;
+  int K = 0;
+  for (int k = 0, c = 0; k < n; k++) {
+    c = k > 0 && tab[k - 1].di == tab[k].di ? c + 1 : 1;
+    if (c > K) K = c;
+  }
+  a->kx = K;
+  a->xi = malloc(sizeof *a->xi * (size_t)S * (size_t)K);
+  a->xa = malloc(sizeof *a->xa * (size_t)S * (size_t)K);
+  if (!a->xi || !a->xa) return -1;
+  for (int dx = 0, k = 0; dx < S; dx++) {
+    int c = 0;
+    for (; k < n && tab[k].di == dx; k++, c++) {
+      a->xi[c * S + dx] = tab[k].si;
+      a->xa[c * S + dx] = tab[k].alpha;
+    }
+    for (int last = c ? a->xi[(c - 1) * S + dx] : 0; c < K; c++)
+      a->xi[c * S + dx] = last, a->xa[c * S + dx] = 0.0f;
+  }
+  return 0;
 }
 
 /* ---- Options -------------------------------------------------------------------------- */
@@ -257,7 +307,8 @@ static int ale_grab(atari_vec *a, int i, int which, shoal_error *err) {
 
 /* AtariPreprocessing._get_obs: buf[0] = max(buf[0], buf[1]) in place (so it carries into
  * a later step that ends before both are grabbed again), resized onto the stack. */
-static void push_frame(atari_vec *a, atari_copy *c, int fill) {
+__attribute__((optimize("tree-vectorize"))) static void push_frame(atari_vec *a, atari_copy *c,
+                                                                    int fill) {
   const size_t n = (size_t)a->h * (size_t)a->w, F = a->frame;
   const int K = a->o.stack;
   uint8_t *b0 = c->buf[0];
@@ -367,7 +418,8 @@ static void atari_destroy(void *p) {
     PyGILState_Release(st);
   }
   for (int i = 0; a->c && i < a->B; i++) free(a->c[i].buf[0]), free(a->c[i].buf[1]), free(a->c[i].stack);
-  free(a->c), free(a->xtab), free(a->ytab), free(a->row), free(a->sum), free(a->rgb);
+  free(a->c), free(a->ytab), free(a->xi), free(a->xa), free(a->rows), free(a->srcf);
+  free(a->sum), free(a->rgb);
   free(a->olow), free(a->ohigh);
   free(a);
 }
@@ -474,22 +526,25 @@ static int atari_create(void **self, const char *id, int B, const char *options,
     rc = shoal_error_set(err, SHOAL_EINVAL, "%s: screen_size %d is larger than the screen %dx%d",
                          a->id, S, a->w, a->h);
   if (!rc) {
-    a->xtab = malloc(sizeof *a->xtab * (size_t)(2 * a->w + 2));
     a->ytab = malloc(sizeof *a->ytab * (size_t)(2 * a->h + 2));
-    a->row = malloc(sizeof *a->row * (size_t)S);
+    a->rows = malloc(sizeof *a->rows * (size_t)a->h * (size_t)S);
     a->sum = malloc(sizeof *a->sum * (size_t)S);
+    a->srcf = malloc(sizeof *a->srcf * (size_t)a->w);
     a->rgb = malloc((size_t)a->h * (size_t)a->w * 3);
     a->olow = calloc((size_t)K * a->frame, sizeof *a->olow);
     a->ohigh = malloc(sizeof *a->ohigh * (size_t)K * a->frame);
-    if (!a->xtab || !a->ytab || !a->row || !a->sum || !a->rgb || !a->olow || !a->ohigh)
+    area_tab *xtab = malloc(sizeof *xtab * (size_t)(2 * a->w + 2));
+    if (!xtab || !a->ytab || !a->rows || !a->sum || !a->srcf || !a->rgb || !a->olow || !a->ohigh ||
+        column_terms(a, xtab, area_table(a->w, S, 1.0 / ((double)S / a->w), xtab)))
       rc = shoal_error_set(err, SHOAL_ENOMEM, "%s: out of memory", a->id);
+    free(xtab);
   }
   if (rc) {
     atari_destroy(a);
     return rc;
   }
-  /* OpenCV's scale is the source size over the destination's, as a double */
-  a->nx = area_table(a->w, S, 1.0 / ((double)S / a->w), a->xtab);
+  /* OpenCV's scale is the source size over the destination's, as a double (the
+   * horizontal table became column_terms above) */
   a->ny = area_table(a->h, S, 1.0 / ((double)S / a->h), a->ytab);
   for (size_t k = 0; k < (size_t)K * a->frame; k++) a->ohigh[k] = 255.0f;
   if (!a->o.max_steps) a->o.max_steps = max_steps;
