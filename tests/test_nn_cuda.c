@@ -159,7 +159,8 @@ static void test_activations(void **s) {
               {NN_TANH, 0, "tanh"},
               {NN_SIGMOID, 0, "sigmoid"},
               {NN_SOFTMAX, 0, "softmax"},
-              {NN_LOG_SOFTMAX, 0, "log_softmax"}};
+              {NN_LOG_SOFTMAX, 0, "log_softmax"},
+              {NN_SCALE, 1.0f / 255.0f, "scale"}};
   for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
     g_act = acts[i].a, g_alpha = acts[i].alpha;
     compare(acts[i].name, a_act, 7, 1, 1, 19, true, TOL_GEMM);

@@ -929,6 +929,42 @@ static void test_two_models_chain(void **s) {
   nn_model_destroy(d);
 }
 
+/* NN_SCALE: y = alpha x exactly (uint8 pixels times 1/255 as the float product), and its
+ * gradient alpha dy into the input's gradient, written or added; finite differences agree. */
+static void test_activation_scale(void **s) {
+  enum { B = 2, F = 300 };
+  float x[B * F], dy[B * F];
+  for (int i = 0; i < B * F; i++) x[i] = (float)(i % 256), dy[i] = (float)(i % 7) - 3.0f;
+  const float alpha = 1.0f / 255.0f;
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  assert_int_equal(nn_input(m, 3, 10, 10), 0);
+  assert_int_equal(nn_activation(m, "scale", NN_SCALE, alpha), 1);
+  assert_int_equal(nn_conv2d(m, "conv", 2, 3, 3, 1, 1, 1), 2);
+  assert_int_equal(nn_model_build(m, B, 3, &err), 0);
+  const float *y, *dx;
+  nn_model *s1 = nn_model_create(NN_CPU, &err);
+  nn_input(s1, F, 1, 1);
+  nn_activation(s1, "scale", NN_SCALE, alpha);
+  assert_int_equal(nn_model_build(s1, B, 1, &err), 0);
+  assert_int_equal(nn_model_forward(s1, x, B, &y, &err), 0);
+  for (int i = 0; i < B * F; i++) assert_true(y[i] == alpha * x[i]);
+  assert_int_equal(nn_model_backward(s1, dy, &dx, &err), 0);
+  for (int i = 0; i < B * F; i++) assert_true(dx[i] == alpha * dy[i]);
+  nn_model_destroy(s1);
+  /* inside a network: the conv's gradients through the scale, and the input's */
+  nn_gradcheck_options o = {.per_tensor = -1, .eps = 0.5f};
+  nn_gradcheck_report rep;
+  assert_int_equal(nn_check_gradients(m, x, B, &o, &rep, &err), 0);
+  assert_true(rep.checked > 0);
+  /* an alpha that is not finite is refused */
+  nn_model *bad = nn_model_create(NN_CPU, &err);
+  nn_input(bad, 4, 1, 1);
+  assert_true(nn_activation(bad, "s", NN_SCALE, INFINITY) < 0);
+  nn_model_destroy(bad);
+  nn_model_destroy(m);
+}
+
 /* tanh, the sigmoid and softmax (nn's own vectorised e^x, nn/cpu/cpu.h) within 4 ulp of
  * libm's double tanh and exp, over a sweep from -100 to 100 with the branch points (|x| = 0.5
  * for tanh, 0, underflow) and tiny values; softmax of a logit 200 below the max is 0. */
@@ -1717,6 +1753,7 @@ int main(void) {
       cmocka_unit_test(test_shared_layers),
       cmocka_unit_test(test_two_models_chain),
       cmocka_unit_test(test_activation_accuracy),
+      cmocka_unit_test(test_activation_scale),
       cmocka_unit_test(test_batchnorm_features),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_conv_paths_agree),
