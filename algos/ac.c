@@ -61,6 +61,12 @@ int ac__check(const ac_config *c, const char *who, shoal_error *err) {
     return shoal_error_set(err, SHOAL_EINVAL, "%s: log_std_init is not finite", who);
   if (c->lstm < 0 || c->lstm > 65536)
     return shoal_error_set(err, SHOAL_EINVAL, "%s: lstm size %d outside [0, 65536]", who, c->lstm);
+  if (c->lstm > 0 && c->torso == AC_TORSO_IMPALA)
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "%s: the impala torso cannot feed an LSTM core (ac.lstm %d): the core "
+                           "repeats the torso once per step with shared layers, and a residual "
+                           "block's addition has two inputs; use the nature torso",
+                           who, c->lstm);
   if (c->lstm > 0 && c->separate)
     return shoal_error_set(err, SHOAL_EINVAL,
                            "%s: an LSTM core (ac.lstm %d) needs the shared torso (ac.separate "
@@ -205,7 +211,7 @@ static int build_core(ac__net *n, nn_model *m, int U) {
     int ms = rc;
     snprintf(name, sizeof name, "obs%s%s", sfx, num);
     if ((rc = nn_model_select(m, 0)) < 0 || (rc = nn_slice(m, name, t * on, on)) < 0) break;
-    if (c->torso == AC_TORSO_MINATAR) {
+    if (c->torso != AC_TORSO_MLP) { /* the conv torsos take (C, H, W) */
       snprintf(name, sizeof name, "obs_chw%s%s", sfx, num);
       if ((rc = nn_reshape(m, name, c->obs_c, c->obs_h, c->obs_w)) < 0) break;
     }

@@ -172,6 +172,16 @@ static void test_presets_in_the_algorithms(void **state) {
   assert_int_equal(nn_model_find_tensor(ac__trained(&n), "stage2.res1.conv1.weight", &ti), 0);
   assert_int_equal(ti.shape[0], 32);
   ac__destroy(&n);
+  /* with an LSTM core: nature repeats per step; impala's residual additions cannot */
+  ac.lstm = 32;
+  assert_int_equal(ac__check(&ac, "impala", &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "cannot feed an LSTM core"));
+  ac.torso = AC_TORSO_NATURE;
+  assert_int_equal(ac__check(&ac, "nature", &err), 0);
+  ac__net r = {0};
+  if (ac__create(&r, &ac, NN_CPU, 2, 4, 2, &err)) fail_msg("%s", err.msg);
+  ac__destroy(&r);
+  ac.lstm = 0, ac.torso = AC_TORSO_IMPALA;
   ac.obs_h = ac.obs_w = 6;
   assert_int_equal(ac__check(&ac, "impala", &err), SHOAL_EINVAL);
   assert_non_null(strstr(err.msg, "impala torso needs image observations of at least 8x8"));
