@@ -97,6 +97,20 @@ def _box_bounds(space):
     return [float(x) for x in low], [float(x) for x in high]
 
 
+def _make_envs(owner, env_id, B, kw):
+    """B gymnasium.make(env_id, **kw), or none: those made are closed if one fails."""
+    import gymnasium
+
+    owner.envs = []
+    try:
+        for _ in range(B):
+            owner.envs.append(gymnasium.make(env_id, **kw))
+    except BaseException:
+        owner.close()
+        raise
+    return owner.envs
+
+
 class Vec:
     """B copies of one Gymnasium env, stepped into C-owned buffers."""
 
@@ -106,13 +120,7 @@ class Vec:
         kw = parse_kwargs(options)
         self.env_id = env_id
         self.B = B
-        self.envs = []
-        try:
-            for _ in range(B):
-                self.envs.append(gymnasium.make(env_id, **kw))
-        except BaseException:
-            self.close()
-            raise
+        self.envs = _make_envs(self, env_id, B, kw)
         e = self.envs[0]
         spaces = gymnasium.spaces
         obs, act = e.observation_space, e.action_space
@@ -302,13 +310,7 @@ class Atari:
         # build an RGB frame shoal never reads (the emulator's state is the same)
         kw["frameskip"] = 1
         kw.setdefault("obs_type", "grayscale")
-        self.envs = []
-        try:
-            for _ in range(B):
-                self.envs.append(gymnasium.make(env_id, **kw))
-        except BaseException:
-            self.close()
-            raise
+        self.envs = _make_envs(self, env_id, B, kw)
         u = self.envs[0].unwrapped
         if not hasattr(u, "ale"):
             raise Refused("%s is not an ALE game (no env.unwrapped.ale)" % env_id)

@@ -683,21 +683,29 @@ static int on_frames(void *user, const rpc_batch *b, shoal_error *err) {
   return 0;
 }
 
+/* A server of spec whose callback keeps the obs column (on_frames), and a client of run
+ * "atari" connected to it. */
+static void frames_pair(const rpc_spec *spec, sink *s, rpc_server **srv, rpc_client **c) {
+  sink_init(s);
+  rpc_server_config scfg = {.on_batch = on_frames, .user = s};
+  *srv = NULL;
+  assert_int_equal(rpc_server_create(&scfg, spec, srv, NULL), 0);
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", rpc_server_port(*srv));
+  rpc_client_config cfg = {.target = target, .run_id = "atari", .actor_id = 1};
+  *c = NULL;
+  assert_int_equal(rpc_client_create(&cfg, c, NULL), 0);
+}
+
 static void test_frame_stacks_compressed(void **state) {
   enum { N = 16, S = 4, H = 8, W = 8, F = N + S - 1 };
   rpc_spec spec = {.run_id = "atari", .max_items = 64, .ncols = 1};
   spec.cols[0] = (rpc_column_spec){
       .name = "obs", .dtype = RPC_U8, .ndim = 3, .shape = {S, H, W}, .frame_stack = true};
   sink s;
-  sink_init(&s);
-  rpc_server_config scfg = {.on_batch = on_frames, .user = &s};
-  rpc_server *srv = NULL;
-  assert_int_equal(rpc_server_create(&scfg, &spec, &srv, NULL), 0);
-  char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", rpc_server_port(srv));
-  rpc_client_config cfg = {.target = target, .run_id = "atari", .actor_id = 1};
-  rpc_client *c = NULL;
-  assert_int_equal(rpc_client_create(&cfg, &c, NULL), 0);
+  rpc_server *srv;
+  rpc_client *c;
+  frames_pair(&spec, &s, &srv, &c);
   static uint8_t frames[F * H * W], stacks[N * S * H * W];
   uint32_t index[N * S];
   for (int codec = 0; codec <= 2; codec++) {
@@ -750,15 +758,9 @@ static void test_frame_planes(void **state) {
   assert_int_equal((int)rpc_column_frames_per_item(&spec.cols[0], true), P);
   assert_int_equal((int)rpc_column_frames_per_item(&spec.cols[0], false), T1);
   sink s;
-  sink_init(&s);
-  rpc_server_config scfg = {.on_batch = on_frames, .user = &s};
-  rpc_server *srv = NULL;
-  assert_int_equal(rpc_server_create(&scfg, &spec, &srv, NULL), 0);
-  char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", rpc_server_port(srv));
-  rpc_client_config cfg = {.target = target, .run_id = "atari", .actor_id = 1};
-  rpc_client *c = NULL;
-  assert_int_equal(rpc_client_create(&cfg, &c, NULL), 0);
+  rpc_server *srv;
+  rpc_client *c;
+  frames_pair(&spec, &s, &srv, &c);
   static uint8_t dense[N * P * FB], frames[N * P * FB];
   uint32_t index[N * P];
   int distinct = 0;
