@@ -97,6 +97,16 @@ def _box_bounds(space):
     return [float(x) for x in low], [float(x) for x in high]
 
 
+def _close_all(owner):
+    """Closes owner.envs, each on its own: one that raises does not keep others open."""
+    for e in owner.envs:
+        try:
+            e.close()
+        except Exception:
+            pass
+    owner.envs = []
+
+
 def _make_envs(owner, env_id, B, kw):
     """B gymnasium.make(env_id, **kw), or none: those made are closed if one fails."""
     import gymnasium
@@ -274,12 +284,7 @@ class Vec:
         return [float(x) for x in np.asarray(st, dtype=np.float64).reshape(-1)]
 
     def close(self):
-        for e in self.envs:
-            try:
-                e.close()
-            except Exception:
-                pass
-        self.envs = []
+        _close_all(self)
 
 
 class Atari:
@@ -356,12 +361,7 @@ class Atari:
         return 0
 
     def close(self):
-        for e in self.envs:
-            try:
-                e.close()
-            except Exception:
-                pass
-        self.envs = []
+        _close_all(self)
 
 
 def registered():
