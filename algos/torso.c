@@ -7,10 +7,10 @@
 #include "algos/algos.h"
 
 /* Adds layer names prefix + suffix; returns nn's node or a negative code. */
-#define NAMED(call, suffix, ...)                                   \
-  do {                                                             \
-    snprintf(name, sizeof name, "%s%s", prefix, suffix);           \
-    if ((rc = call(m, name, __VA_ARGS__)) < 0) return rc;          \
+#define NAMED(call, suffix, ...)                          \
+  do {                                                    \
+    snprintf(name, sizeof name, "%s%s", prefix, suffix);  \
+    if ((rc = call(m, name, __VA_ARGS__)) < 0) return rc; \
   } while (0)
 
 /* x + conv(relu(conv(relu(x)))), 3x3 convolutions with padding 1 (IMPALA's residual

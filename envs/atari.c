@@ -41,6 +41,14 @@
 
 enum { ATARI_MAX_STACK = 16, ATARI_MAX_SCREEN = 512 };
 
+/* GCC vectorises only cheap loops at -O2; these per-frame loops pay for it. Clang
+ * vectorises at -O2 already and has no such attribute. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define ATARI_VECTORISE __attribute__((optimize("tree-vectorize")))
+#else
+#define ATARI_VECTORISE
+#endif
+
 /* shoal's own settings; every other option is gymnasium.make's */
 typedef struct atari_opts {
   int noop_max, frame_skip, screen, stack, episodic_life, reward_clip, max_steps;
@@ -55,14 +63,14 @@ typedef struct area_tab {
 
 typedef struct atari_copy {
   PyObject *act, *lives, *game_over, *game_truncated, *gray, *rgb; /* bound methods */
-  PyObject *actions;   /* tuple of the game's ale_py.Action values */
-  PyObject *scr[2];    /* NumPy views of buf[0], buf[1] */
-  PyObject *rgb_view;  /* NumPy view of the render buffer */
-  uint8_t *buf[2];     /* the last two grayscale screens (h, w); buf[0] the newer */
-  uint8_t *stack;      /* (K, S, S), oldest frame first */
-  int nlives;          /* lives at the last check */
-  int elapsed;         /* steps since the game was reset (the time limit's count) */
-  int continue_next;   /* the episode ended with a life, not the game: reset continues */
+  PyObject *actions;  /* tuple of the game's ale_py.Action values */
+  PyObject *scr[2];   /* NumPy views of buf[0], buf[1] */
+  PyObject *rgb_view; /* NumPy view of the render buffer */
+  uint8_t *buf[2];    /* the last two grayscale screens (h, w); buf[0] the newer */
+  uint8_t *stack;     /* (K, S, S), oldest frame first */
+  int nlives;         /* lives at the last check */
+  int elapsed;        /* steps since the game was reset (the time limit's count) */
+  int continue_next;  /* the episode ended with a life, not the game: reset continues */
 } atari_copy;
 
 typedef struct atari_vec {
@@ -77,14 +85,14 @@ typedef struct atari_vec {
   atari_copy *c;
   area_tab *ytab; /* the vertical terms, in OpenCV's order */
   int ny;
-  int kx;         /* horizontal terms per destination column, padded to the most */
-  int *xi;        /* (kx, S) source columns: term k of column dx at k * S + dx */
-  float *xa;      /* (kx, S) their weights; 0 for padding */
-  float *rows;    /* (h, S) every source row's horizontal pass */
-  float *srcf;    /* (w) a source row as floats */
-  float *sum;     /* (S) */
-  uint8_t *rgb;     /* render scratch (h, w, 3) */
-  size_t frame;     /* S * S */
+  int kx;       /* horizontal terms per destination column, padded to the most */
+  int *xi;      /* (kx, S) source columns: term k of column dx at k * S + dx */
+  float *xa;    /* (kx, S) their weights; 0 for padding */
+  float *rows;  /* (h, S) every source row's horizontal pass */
+  float *srcf;  /* (w) a source row as floats */
+  float *sum;   /* (S) */
+  uint8_t *rgb; /* render scratch (h, w, 3) */
+  size_t frame; /* S * S */
   uint64_t steps;
 } atari_vec;
 
@@ -102,7 +110,8 @@ static int area_table(int ssize, int dsize, double scale, area_tab *tab) {
     if (s1 > s2) s1 = s2;
     if (s1 - f1 > 1e-3) tab[k++] = (area_tab){dx, s1 - 1, (float)((s1 - f1) / cell)};
     for (int sx = s1; sx < s2; sx++) tab[k++] = (area_tab){dx, sx, (float)(1.0 / cell)};
-    if (f2 - s2 > 1e-3) tab[k++] = (area_tab){dx, s2, (float)(fmin(fmin(f2 - s2, 1.0), cell) / cell)};
+    if (f2 - s2 > 1e-3)
+      tab[k++] = (area_tab){dx, s2, (float)(fmin(fmin(f2 - s2, 1.0), cell) / cell)};
   }
   return k;
 }
@@ -124,9 +133,7 @@ static inline uint8_t sat_u8(float v) {
  * OpenCV recomputes a source row's horizontal pass for each destination row it feeds;
  * here each is computed once (copied where a row repeats the one above), and the loops
  * run over whole rows, so they vectorise. */
-__attribute__((optimize("tree-vectorize"))) static void area_resize(atari_vec *a,
-                                                                     const uint8_t *src,
-                                                                     uint8_t *dst) {
+ATARI_VECTORISE static void area_resize(atari_vec *a, const uint8_t *src, uint8_t *dst) {
   const int S = a->o.screen, K = a->kx, W = a->w;
   float *f = a->srcf;
   for (int y = 0; y < a->h; y++) {
@@ -221,8 +228,8 @@ static int own_key(atari_opts *o, const char *key, const char *val, const char *
 }
 
 /* Splits "k=v,..." into shoal's settings (o) and gymnasium.make's (rest). */
-static int split_options(const char *options, atari_opts *o, char *rest, size_t cap,
-                         const char *id, shoal_error *err) {
+static int split_options(const char *options, atari_opts *o, char *rest, size_t cap, const char *id,
+                         shoal_error *err) {
   char buf[1024];
   if (snprintf(buf, sizeof buf, "%s", options ? options : "") >= (int)sizeof buf)
     return shoal_error_set(err, SHOAL_EINVAL, "gym:%s: options too long", id);
@@ -233,7 +240,8 @@ static int split_options(const char *options, atari_opts *o, char *rest, size_t 
     while (*part == ' ') part++;
     if (!*part) continue;
     char *eq = strchr(part, '=');
-    if (!eq) return shoal_error_set(err, SHOAL_EINVAL, "gym:%s: option '%s' is not key=value", id, part);
+    if (!eq)
+      return shoal_error_set(err, SHOAL_EINVAL, "gym:%s: option '%s' is not key=value", id, part);
     *eq = 0;
     char *key = part, *val = eq + 1;
     for (char *e = key + strlen(key); e > key && e[-1] == ' '; e--) e[-1] = 0;
@@ -254,8 +262,8 @@ static int split_options(const char *options, atari_opts *o, char *rest, size_t 
 static int call_failed(atari_vec *a, int i, const char *what, shoal_error *err) {
   char line[300];
   env__py_error_line(line, sizeof line);
-  return shoal_error_set(err, SHOAL_EENV, "env '%s': copy %d: %s (vector step %llu): %s", a->id,
-                         i, what, (unsigned long long)a->steps, line);
+  return shoal_error_set(err, SHOAL_EENV, "env '%s': copy %d: %s (vector step %llu): %s", a->id, i,
+                         what, (unsigned long long)a->steps, line);
 }
 
 /* ale.act(action, 1.0): the frame's reward, or an error. */
@@ -307,8 +315,7 @@ static int ale_grab(atari_vec *a, int i, int which, shoal_error *err) {
 
 /* AtariPreprocessing._get_obs: buf[0] = max(buf[0], buf[1]) in place (so it carries into
  * a later step that ends before both are grabbed again), resized onto the stack. */
-__attribute__((optimize("tree-vectorize"))) static void push_frame(atari_vec *a, atari_copy *c,
-                                                                    int fill) {
+ATARI_VECTORISE static void push_frame(atari_vec *a, atari_copy *c, int fill) {
   const size_t n = (size_t)a->h * (size_t)a->w, F = a->frame;
   const int K = a->o.stack;
   uint8_t *b0 = c->buf[0];
@@ -417,7 +424,8 @@ static void atari_destroy(void *p) {
     Py_XDECREF(a->vec), Py_XDECREF(a->one), Py_XDECREF(a->kw_with_truncation);
     PyGILState_Release(st);
   }
-  for (int i = 0; a->c && i < a->B; i++) free(a->c[i].buf[0]), free(a->c[i].buf[1]), free(a->c[i].stack);
+  for (int i = 0; a->c && i < a->B; i++)
+    free(a->c[i].buf[0]), free(a->c[i].buf[1]), free(a->c[i].stack);
   free(a->c), free(a->ytab), free(a->xi), free(a->xa), free(a->rows), free(a->srcf);
   free(a->sum), free(a->rgb);
   free(a->olow), free(a->ohigh);
@@ -479,8 +487,12 @@ static int atari_create(void **self, const char *id, int B, const char *options,
   a->B = B;
   snprintf(a->id, sizeof a->id, "gym:%s", game);
   /* DQN's (Mnih et al. 2015) and EnvPool's defaults */
-  a->o = (atari_opts){.noop_max = 30, .frame_skip = 4, .screen = 84, .stack = 4,
-                      .episodic_life = 1, .reward_clip = 1};
+  a->o = (atari_opts){.noop_max = 30,
+                      .frame_skip = 4,
+                      .screen = 84,
+                      .stack = 4,
+                      .episodic_life = 1,
+                      .reward_clip = 1};
   char rest[1024];
   if ((rc = split_options(options, &a->o, rest, sizeof rest, game, err))) {
     atari_destroy(a);
@@ -505,8 +517,8 @@ static int atari_create(void **self, const char *id, int B, const char *options,
   for (int i = 0; !rc && i < B; i++) {
     if (i == 0 && (rc = take_parts(a, 0, err))) break;
     if (i == 0) {
-      a->spec.act = (env_space){.dtype = ENV_INT32, .ndim = 0, .size = 1,
-                                .n = (int)PyTuple_GET_SIZE(a->c[0].actions)};
+      a->spec.act = (env_space){
+          .dtype = ENV_INT32, .ndim = 0, .size = 1, .n = (int)PyTuple_GET_SIZE(a->c[0].actions)};
       continue;
     }
     rc = take_parts(a, i, err);
@@ -549,8 +561,12 @@ static int atari_create(void **self, const char *id, int B, const char *options,
   for (size_t k = 0; k < (size_t)K * a->frame; k++) a->ohigh[k] = 255.0f;
   if (!a->o.max_steps) a->o.max_steps = max_steps;
   a->spec.id = a->id;
-  a->spec.obs = (env_space){.dtype = ENV_UINT8, .ndim = 3, .shape = {K, S, S},
-                            .size = K * S * S, .low = a->olow, .high = a->ohigh};
+  a->spec.obs = (env_space){.dtype = ENV_UINT8,
+                            .ndim = 3,
+                            .shape = {K, S, S},
+                            .size = K * S * S,
+                            .low = a->olow,
+                            .high = a->ohigh};
   a->spec.max_episode_steps = a->o.max_steps;
   a->spec.reward_threshold = thr;
   a->spec.render_h = a->h;
