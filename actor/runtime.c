@@ -36,7 +36,13 @@ typedef struct actor_rt {
   env_vec *ev;
   void *a; /* the algorithm's state */
   rpc_client *cl;
-  int64_t have;           /* the parameter version acting; -1 before the first */
+  int64_t have; /* the parameter version acting; -1 before the first */
+  /* actor.max_lag (on-policy runs; -1: no bound), the updates each push makes
+   * (actors x B / the learner's unrolls per update), the first version acted with, and
+   * the version a wait gave up at (-1: none) */
+  int64_t max_lag;
+  double updates_per_push;
+  int64_t v_first, gave_up_at;
   void *obs, *next, *fin; /* (B, obs...) in the env's dtype */
   float *reward;          /* (B) */
   uint8_t *term, *trunc;  /* (B) */
@@ -119,6 +125,9 @@ static int build(actor_rt *rt, shoal_error *err) {
   cc.actor_id = (uint64_t)rt->index;
   cc.token = config_string(cfg, "learner.token")[0] ? config_string(cfg, "learner.token") : NULL;
   cc.queue_batches = (int)config_int(cfg, "actor.queue_batches");
+  rt->max_lag = config_has(cfg, "actor.max_lag") ? config_int(cfg, "actor.max_lag") : -1;
+  if (rt->max_lag >= 0)
+    rt->updates_per_push = (double)rt->actors * rt->B / (double)onpolicy_learn_batch(cfg);
   /* A full queue blocks the actor: that is the learner's rate limiter holding it back,
    * and on-policy data must not pile up while the learner is behind, or it arrives too
    * stale to use. Short waits, so a stop signal is seen. */
@@ -161,6 +170,7 @@ static int first_params(actor_rt *rt, shoal_error *err) {
       rc = take_params(rt, p, err);
       rpc_params_free(p);
       if (rc) return rc;
+      rt->v_first = rt->have;
     } else if (rc == SHOAL_EPERM) {
       return actor_fail(err, rc, "learner refused this actor");
     } else if (tries > 600) {
@@ -199,6 +209,43 @@ static int push(actor_rt *rt, rpc_batch *b, shoal_error *err) {
   return 0;
 }
 
+/* actor.max_lag = L >= 0: before its next unroll the actor waits until the learner has
+ * trained all but L of the unrolls pushed before it. The learner's version counts its
+ * updates; k pushes of B unrolls by each of N actors make k·N·B/learn_B of them, so
+ * after its k-th push the actor waits for version >= v_first + (k - L)·N·B/learn_B
+ * (v_first: the version it began with). L = 0 is CleanRL's synchronous loop (each unroll
+ * acted by the policy that trained on all before it); L = 1 lets the next unroll run
+ * while the learner trains on the last, at a policy lag of one update with one actor.
+ * Counting, unlike "wait for any newer version", never settles into lockstep when L = 1,
+ * and cannot wait forever on a healthy learner: the actor furthest behind always has its
+ * update made. A learner that makes none for WAIT_GIVE_UP_S (restarted without its
+ * snapshot, so its versions start again; stopping) lets the actor act on: it waits again
+ * once the version passes the one it gave up on. */
+#define WAIT_GIVE_UP_S 30.0
+static int wait_for_updates(actor_rt *rt, int64_t pushes, shoal_error *err) {
+  const double due = (double)(pushes - rt->max_lag) * rt->updates_per_push;
+  if (due <= 0) return 0;
+  const int64_t need = rt->v_first + (int64_t)due;
+  if (rt->gave_up_at >= 0) {
+    if (rt->have <= rt->gave_up_at) return 0;
+    rt->gave_up_at = -1; /* updates come again */
+  }
+  for (double waited = 0; rt->have < need && !stop_signal; waited += 0.002) {
+    if (waited >= WAIT_GIVE_UP_S) {
+      fprintf(stderr,
+              "%s %d: parameters still at version %lld after %.0f s waiting for %lld "
+              "(actor.max_lag): acting on without waiting until a newer one comes\n",
+              rt->algo->prog, rt->index, (long long)rt->have, WAIT_GIVE_UP_S, (long long)need);
+      rt->gave_up_at = rt->have;
+      return 0;
+    }
+    int rc = pull(rt, err);
+    if (rc) return rc;
+    if (rt->have < need) sleep_s(0.002);
+  }
+  return 0;
+}
+
 /* Acts, steps, pushes and pulls until a stop signal. */
 static int loop(actor_rt *rt, shoal_error *err) {
   const actor_algo *al = rt->algo;
@@ -228,6 +275,7 @@ static int loop(actor_rt *rt, shoal_error *err) {
     if (b) {
       rc = push(rt, b, err);
       batches++;
+      if (!rc && rt->max_lag >= 0) rc = wait_for_updates(rt, batches, err);
     }
     if (!rc && (al->pull_per_batch ? b && batches % pull_every == 0 : steps % pull_every == 0))
       rc = pull(rt, err);
@@ -295,7 +343,7 @@ static void teardown(actor_rt *rt) {
 }
 
 int actor_main(int argc, char **argv, const actor_algo *algo) {
-  actor_rt rt = {.algo = algo, .index = -1, .have = -1};
+  actor_rt rt = {.algo = algo, .index = -1, .have = -1, .gave_up_at = -1};
   bool help = false;
   for (int i = 1; i < argc; i++) help |= !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
   if (help || parse_args(&rt, argc, argv)) {

@@ -27,6 +27,15 @@ ac_config ac_defaults(void) {
   return c;
 }
 
+algos_model ac__model(const ac_config *c) {
+  if (c->model_set) return c->model;
+  static const char *const names[] = {"mlp", "minatar", "nature", "impala"};
+  algos_model md;
+  algos_model_preset(names[c->torso >= AC_TORSO_MLP && c->torso <= AC_TORSO_IMPALA ? c->torso : 0],
+                     c->hidden, c->tanh, &md);
+  return md;
+}
+
 int ac__check(const ac_config *c, const char *who, shoal_error *err) {
   if (c->obs_c < 1 || c->obs_h < 1 || c->obs_w < 1)
     return shoal_error_set(err, SHOAL_EINVAL, "%s: observation shape %dx%dx%d is not positive", who,
@@ -45,27 +54,21 @@ int ac__check(const ac_config *c, const char *who, shoal_error *err) {
                              c->act_low[j], c->act_high[j], j);
   if (c->max_batch < 1)
     return shoal_error_set(err, SHOAL_EINVAL, "%s: max_batch %d < 1", who, c->max_batch);
-  if (c->torso == AC_TORSO_MINATAR && (c->obs_h < 3 || c->obs_w < 3))
-    return shoal_error_set(err, SHOAL_EINVAL, "%s: the minatar torso needs H, W >= 3, got %dx%d",
-                           who, c->obs_h, c->obs_w);
-  if ((c->torso == AC_TORSO_NATURE && (c->obs_h < 36 || c->obs_w < 36)) ||
-      (c->torso == AC_TORSO_IMPALA && (c->obs_h < 8 || c->obs_w < 8)))
-    return shoal_error_set(err, SHOAL_EINVAL, "%s: the %s torso needs image observations of at "
-                           "least %dx%d, got %dx%dx%d",
-                           who, c->torso == AC_TORSO_NATURE ? "nature" : "impala",
-                           c->torso == AC_TORSO_NATURE ? 36 : 8, c->torso == AC_TORSO_NATURE ? 36 : 8,
-                           c->obs_c, c->obs_h, c->obs_w);
-  if (c->torso < AC_TORSO_MLP || c->torso > AC_TORSO_IMPALA)
+  if (!c->model_set && (c->torso < AC_TORSO_MLP || c->torso > AC_TORSO_IMPALA))
     return shoal_error_set(err, SHOAL_EINVAL, "%s: unknown torso %d", who, (int)c->torso);
+  algos_model md = ac__model(c);
+  int rc = algos_model_check(&md, c->obs_c, c->obs_h, c->obs_w, who, NULL, err);
+  if (rc) return rc;
   if (!isfinite(c->log_std_init))
     return shoal_error_set(err, SHOAL_EINVAL, "%s: log_std_init is not finite", who);
   if (c->lstm < 0 || c->lstm > 65536)
     return shoal_error_set(err, SHOAL_EINVAL, "%s: lstm size %d outside [0, 65536]", who, c->lstm);
-  if (c->lstm > 0 && c->torso == AC_TORSO_IMPALA)
+  if (c->lstm > 0 && md.nstages > 0)
     return shoal_error_set(err, SHOAL_EINVAL,
-                           "%s: the impala torso cannot feed an LSTM core (ac.lstm %d): the core "
-                           "repeats the torso once per step with shared layers, and a residual "
-                           "block's addition has two inputs; use the nature torso",
+                           "%s: a torso of residual stages (impala) cannot feed an LSTM core "
+                           "(ac.lstm %d): the core repeats the torso once per step with shared "
+                           "layers, and a residual block's addition has two inputs; use conv rows "
+                           "(the nature torso)",
                            who, c->lstm);
   if (c->lstm > 0 && c->separate)
     return shoal_error_set(err, SHOAL_EINVAL,
@@ -73,14 +76,6 @@ int ac__check(const ac_config *c, const char *who, shoal_error *err) {
                            "false): actor and critic read the one recurrent state",
                            who, c->lstm);
   return 0;
-}
-
-/* A dense layer of the torso: nn's own, or the config's custom kind in its place
- * (ac__create checked the kind and loaded its plugins). */
-static int torso_dense(const ac_config *c, nn_model *m, const char *name, int out) {
-  const nn_layer_type *t;
-  int rc = nn_layer_dense_kind(c->layer, NULL, &t, NULL);
-  return rc ? rc : nn_dense_as(m, name, out, t);
 }
 
 /* Loads c->plugins and checks that c->layer can stand where a dense layer goes. */
@@ -93,31 +88,11 @@ static int check_layer(const ac_config *c, shoal_error *err) {
 
 /* One torso from the input node; names prefixed ("actor_", "critic_" or ""). */
 static int torso(const ac_config *c, nn_model *m, const char *prefix) {
-  char name[48];
-  int rc;
-  if (c->torso == AC_TORSO_NATURE || c->torso == AC_TORSO_IMPALA) {
-    const nn_layer_type *t;
-    if ((rc = nn_layer_dense_kind(c->layer, NULL, &t, NULL))) return rc;
-    return algos_image_torso(m, c->torso == AC_TORSO_IMPALA, prefix, t);
-  }
-  if (c->torso == AC_TORSO_MINATAR) {
-    snprintf(name, sizeof name, "%sconv1", prefix);
-    if ((rc = nn_conv2d(m, name, 16, 3, 3, 1, 0, 1)) < 0) return rc;
-    snprintf(name, sizeof name, "%sconv1_relu", prefix);
-    if ((rc = nn_activation(m, name, NN_RELU, 0)) < 0) return rc;
-    snprintf(name, sizeof name, "%sfc1", prefix);
-    if ((rc = torso_dense(c, m, name, 128)) < 0) return rc;
-    snprintf(name, sizeof name, "%sfc1_relu", prefix);
-    return nn_activation(m, name, NN_RELU, 0);
-  }
-  rc = nn_model_current(m);
-  for (int i = 0; i < 2 && c->hidden[i] > 0; i++) {
-    snprintf(name, sizeof name, "%sfc%d", prefix, i + 1);
-    if ((rc = torso_dense(c, m, name, c->hidden[i])) < 0) return rc;
-    snprintf(name, sizeof name, "%sfc%d_act", prefix, i + 1);
-    if ((rc = nn_activation(m, name, c->tanh ? NN_TANH : NN_RELU, 0)) < 0) return rc;
-  }
-  return rc;
+  const nn_layer_type *t;
+  int rc = nn_layer_dense_kind(c->layer, NULL, &t, NULL);
+  if (rc) return rc;
+  algos_model md = ac__model(c);
+  return algos_model_build(m, &md, prefix, t);
 }
 
 /* CleanRL's layer_init: orthogonal weights with gain √2 (torso), 0.01 (policy head) or
@@ -193,6 +168,8 @@ static int build_core(ac__net *n, nn_model *m, int U) {
   int *heads = malloc((size_t)U * sizeof *heads), *states = malloc((size_t)U * sizeof *states);
   int *torso_ids = NULL, n_torso = 0, rc = 0;
   int cell = -1, pol = -1, mean = -1, ls = -1, val = -1;
+  algos_model md = ac__model(c);
+  const bool image = algos_model_is_image(&md);
   if (!heads || !states) {
     rc = SHOAL_ENOMEM;
     goto done;
@@ -211,7 +188,7 @@ static int build_core(ac__net *n, nn_model *m, int U) {
     int ms = rc;
     snprintf(name, sizeof name, "obs%s%s", sfx, num);
     if ((rc = nn_model_select(m, 0)) < 0 || (rc = nn_slice(m, name, t * on, on)) < 0) break;
-    if (c->torso != AC_TORSO_MLP) { /* the conv torsos take (C, H, W) */
+    if (image) { /* a torso of convolutions takes (C, H, W) */
       snprintf(name, sizeof name, "obs_chw%s%s", sfx, num);
       if ((rc = nn_reshape(m, name, c->obs_c, c->obs_h, c->obs_w)) < 0) break;
     }

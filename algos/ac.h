@@ -38,6 +38,8 @@ typedef struct ac__net {
 } ac__net;
 
 /* Checks cfg; SHOAL_EINVAL naming the field. */
+/* The torso cfg describes: its model, or the preset its torso names. */
+algos_model ac__model(const ac_config *cfg);
 int ac__check(const ac_config *cfg, const char *who, shoal_error *err);
 /* Builds the network for batches up to max_batch into n (zeroed by the caller); with
  * an LSTM core and U > 0 also seq over U steps for up to seq_B unrolls. */

@@ -40,17 +40,67 @@ typedef enum dqn_net {
   DQN_NET_IMPALA = 3,  /* Atari: algos_image_torso's `impala`, then the heads */
 } dqn_net;
 
-/* The image torsos of the Atari presets, from the current node of m (an observation of
- * (C, H, W) bytes as floats, 0..255), every layer named prefix + its name:
- *   nature  (Mnih et al. 2015) scale 1/255, conv1 32 8x8 stride 4, conv2 64 4x4 stride 2,
- *           conv3 64 3x3 stride 1, fc1 512, ReLU after each; needs H, W >= 36;
- *   impala  (Espeholt et al. 2018) scale 1/255, then for stages 0, 1, 2 of 16, 32, 32
- *           channels: stageS.conv (3x3, padding 1), stageS.pool (max 3x3, stride 2,
- *           padding 1) and two residual blocks stageS.resB (x + conv1(relu(conv0(relu
- *           x)))), 3x3 padding 1); then ReLU, fc1 256, ReLU.
- * The scale is the network's first layer (NN_SCALE), so frames travel and are stored as
- * bytes. dense_kind: the fc1 layer's kind (NULL: nn's dense). Returns the last node, or
- * a negative code with nn_model_error(m) saying why. */
+/* ---- networks from a description: the config's `model` section ---- */
+
+enum { ALGOS_MAX_CONV = 8, ALGOS_MAX_STAGES = 8, ALGOS_MAX_DENSE = 8 };
+
+typedef struct algos_conv {
+  int channels, kernel, stride, padding; /* a square kernel */
+} algos_conv;
+
+/* A torso, layer by layer from the observation, every layer followed by the activation:
+ *   input_scale != 1: "scale", a first layer multiplying the observation (1/255 turns
+ *           bytes into [0, 1], so frames travel and are stored as bytes);
+ *   conv:   "conv1".. "convN" (with "convI_relu" or "_tanh");
+ *   stages: IMPALA's residual stages (Espeholt et al. 2018) of these channels:
+ *           "stageS.conv" (3x3, padding 1), "stageS.pool" (max 3x3, stride 2, padding 1)
+ *           and two blocks "stageS.resB" (x + conv1(relu(conv0(relu x))), 3x3 padding
+ *           1), then "out_relu";
+ *   dense:  after flattening, "fc1".. "fcN".
+ * The presets are such descriptions: `mlp` dense hidden[0], hidden[1] (an empty width
+ * ends the list); `minatar` conv 16 3x3/1, dense 128, ReLU; `nature` (Mnih et al. 2015)
+ * scale 1/255, conv 32 8x8/4, 64 4x4/2, 64 3x3/1, dense 512, ReLU; `impala` scale 1/255,
+ * stages 16, 32, 32, dense 256, ReLU. */
+typedef struct algos_model {
+  float input_scale;
+  int nconv, nstages, ndense;
+  algos_conv conv[ALGOS_MAX_CONV];
+  int stages[ALGOS_MAX_STAGES];
+  int dense[ALGOS_MAX_DENSE];
+  bool tanh; /* the activation: tanh, else ReLU */
+} algos_model;
+
+/* The named preset ("mlp", "minatar", "nature", "impala") into *out; mlp takes its widths
+ * from hidden and its activation from tanh, the others ignore both. Returns 0 or
+ * SHOAL_EINVAL for another name. */
+int algos_model_preset(const char *name, const int hidden[2], bool tanh, algos_model *out);
+
+/* Whether the description fits observations of (c, h, w): counts within the limits,
+ * positive sizes, and every convolution and pool leaving at least 1x1. *features gets
+ * the torso's output width (NULL: not wanted). Returns 0 or SHOAL_EINVAL with err
+ * naming the layer ("model: conv2 (64 4x4 stride 2) leaves 0x0 of 3x3"); who prefixes
+ * the message. */
+int algos_model_check(const algos_model *md, int c, int h, int w, const char *who, int *features,
+                      shoal_error *err);
+
+/* Whether the torso takes the observation as an image (C, H, W): it has convolutions. */
+bool algos_model_is_image(const algos_model *md);
+
+/* Adds md's layers from the current node of m, each named prefix + its name. dense_kind:
+ * the dense layers' kind (NULL: nn's dense). Returns the last node, or a negative code
+ * with nn_model_error(m) saying why. */
+int algos_model_build(nn_model *m, const algos_model *md, const char *prefix,
+                      const nn_layer_type *dense_kind);
+
+/* Appends md's layers for observations of (c, h, w) to buf as the JSON entries of a
+ * Params.arch "layers" list (conv2d, impala_stages, flatten, dense-kind entries), with a
+ * trailing comma after each; dense_kind names the dense layers' kind. Returns the
+ * torso's output width, or -1 when buf (cap bytes, *k used) is full. */
+int algos_model_describe(const algos_model *md, int c, int h, int w, const char *dense_kind,
+                         char *buf, size_t cap, size_t *k);
+
+/* The Atari presets' torsos (algos_model_preset's `nature` or `impala`, built by
+ * algos_model_build). */
 int algos_image_torso(nn_model *m, bool impala, const char *prefix,
                       const nn_layer_type *dense_kind);
 
@@ -63,6 +113,10 @@ typedef struct dqn_config {
   int num_actions;         /* A */
   dqn_net net;
   int hidden[2]; /* MLP widths (0 ends the list early) */
+  /* model_set: the torso is model (the config's `model` section), and net and hidden
+   * are not read; else it is the preset net names. */
+  bool model_set;
+  algos_model model;
   bool dueling;  /* heads V (1) and A (A): Q = V + A - mean(A) */
   bool double_q; /* argmax from the online net, value from the target */
   int n_step;    /* n of the n-step return (the replay assembles it) */
@@ -225,8 +279,12 @@ typedef struct ac_config {
   int act_dim;             /* Box: D in [1, AC_MAX_ACT_DIM]; 0 for discrete */
   float act_low[AC_MAX_ACT_DIM], act_high[AC_MAX_ACT_DIM]; /* Box bounds (clip for the env) */
   ac_torso torso;
-  int hidden[2];      /* MLP widths (0 ends the list early) */
-  bool tanh;          /* tanh activations in the MLP (CleanRL's PPO); else ReLU */
+  int hidden[2]; /* MLP widths (0 ends the list early) */
+  bool tanh;     /* tanh activations in the MLP (CleanRL's PPO); else ReLU */
+  /* model_set: the torso is model (the config's `model` section), and torso, hidden and
+   * tanh are not read; else it is the preset torso names. */
+  bool model_set;
+  algos_model model;
   bool separate;      /* separate actor and critic torsos (CleanRL's PPO); else shared */
   bool ortho_init;    /* orthogonal weights, gain √2, policy head 0.01, value head 1, zero
                          biases (CleanRL's layer_init); else PyTorch's default init */

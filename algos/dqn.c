@@ -74,30 +74,22 @@ static int dense(nn_model *m, const nn_layer_type *lt, const char *name, int out
   return rc;
 }
 
+/* The torso c describes: its model, or the preset its net names. */
+static algos_model dqn__model(const dqn_config *c) {
+  if (c->model_set) return c->model;
+  algos_model md;
+  algos_model_preset(dqn_net_name(c->net), c->hidden, false, &md);
+  return md;
+}
+
 static int build_net(const dqn_config *c, const nn_layer_type *lt, nn_model *m, int out_dim,
                      shoal_error *err) {
   int rc = nn_input(m, c->obs_c, c->obs_h, c->obs_w);
   if (rc < 0) return rc;
-  char name[32];
-  if (c->net == DQN_NET_MINATAR) {
-    /* MinAtar's DQN (Young & Tian 2019): one conv layer of 16 3x3 filters, stride 1,
-     * then a 128-unit hidden layer. */
-    if ((rc = nn_conv2d(m, "conv1", 16, 3, 3, 1, 0, 1)) < 0) return rc;
-    if ((rc = nn_activation(m, "conv1_relu", NN_RELU, 0)) < 0) return rc;
-    if ((rc = dense(m, lt, "fc1", 128, err)) < 0) return rc;
-    if ((rc = nn_activation(m, "fc1_relu", NN_RELU, 0)) < 0) return rc;
-  } else if (c->net == DQN_NET_NATURE || c->net == DQN_NET_IMPALA) {
-    if ((rc = algos_image_torso(m, c->net == DQN_NET_IMPALA, "", lt)) < 0) {
-      shoal_error_set(err, rc, "dqn: %s", nn_model_error(m));
-      return rc;
-    }
-  } else {
-    for (int i = 0; i < 2 && c->hidden[i] > 0; i++) {
-      snprintf(name, sizeof name, "fc%d", i + 1);
-      if ((rc = dense(m, lt, name, c->hidden[i], err)) < 0) return rc;
-      snprintf(name, sizeof name, "fc%d_relu", i + 1);
-      if ((rc = nn_activation(m, name, NN_RELU, 0)) < 0) return rc;
-    }
+  algos_model md = dqn__model(c);
+  if ((rc = algos_model_build(m, &md, "", lt)) < 0) {
+    shoal_error_set(err, rc, "dqn: %s", nn_model_error(m));
+    return rc;
   }
   if (c->dueling) {
     int trunk = nn_model_current(m);
@@ -124,16 +116,11 @@ static int check_config(const dqn_config *c, shoal_error *err) {
                            c->obs_c, c->obs_h, c->obs_w);
   if (c->num_actions < 1)
     return shoal_error_set(err, SHOAL_EINVAL, "dqn: num_actions %d < 1", c->num_actions);
-  if (c->net < DQN_NET_MLP || c->net > DQN_NET_IMPALA)
+  if (!c->model_set && (c->net < DQN_NET_MLP || c->net > DQN_NET_IMPALA))
     return shoal_error_set(err, SHOAL_EINVAL, "dqn: unknown network %d", (int)c->net);
-  /* the presets' convolutions need room: nature's 8x8/4, 4x4/2, 3x3 leave 1x1 at 36 */
-  int min_hw = c->net == DQN_NET_NATURE ? 36 : c->net == DQN_NET_IMPALA ? 8 :
-               c->net == DQN_NET_MINATAR ? 3 : 1;
-  if (c->obs_h < min_hw || c->obs_w < min_hw)
-    return shoal_error_set(err, SHOAL_EINVAL,
-                           "dqn: the %s network needs image observations of at least %dx%d, got "
-                           "%dx%dx%d",
-                           dqn_net_name(c->net), min_hw, min_hw, c->obs_c, c->obs_h, c->obs_w);
+  algos_model md = dqn__model(c);
+  int rc = algos_model_check(&md, c->obs_c, c->obs_h, c->obs_w, "dqn", NULL, err);
+  if (rc) return rc;
   if (c->max_batch < 1)
     return shoal_error_set(err, SHOAL_EINVAL, "dqn: max_batch %d < 1", c->max_batch);
   if (!(c->gamma >= 0 && c->gamma <= 1))
@@ -256,73 +243,29 @@ static bool put(char *buf, size_t cap, size_t *k, const char *fmt, ...) {
 int dqn_describe(const dqn_config *c, bool obs_u8, char **out, shoal_error *err) {
   if (!c || !out || c->obs_c < 1 || c->obs_h < 1 || c->obs_w < 1 || c->num_actions < 1)
     return shoal_error_set(err, SHOAL_EINVAL, "dqn_describe: bad arguments");
-  /* At most five layers and a head of a few hundred bytes each: 2 KiB is ample. */
-  size_t cap = 2048, k = 0;
+  /* At most 8 conv rows, 8 dense layers, stages and a head of a few hundred bytes
+   * each: 8 KiB is ample. */
+  size_t cap = 8192, k = 0;
   char *b = malloc(cap);
   if (!b) return shoal_error_set(err, SHOAL_ENOMEM, "dqn_describe: out of memory");
   bool ok = put(b, cap, &k, "{\"format\":1,\"algo\":\"apex\",\"input\":{\"shape\":[%d", c->obs_c);
   if (c->obs_h > 1 || c->obs_w > 1) ok = ok && put(b, cap, &k, ",%d,%d", c->obs_h, c->obs_w);
-  /* the image nets' first layer scales bytes by 1/255: the input's scale says so */
-  bool image = c->net == DQN_NET_NATURE || c->net == DQN_NET_IMPALA;
-  ok = ok && put(b, cap, &k, "],\"dtype\":\"%s\",\"scale\":%s},\"layers\":[",
-                 obs_u8 ? "u8" : "f32", image ? "0.00392156862745098" : "1");
-  int in = c->obs_c * c->obs_h * c->obs_w;
+  /* a first layer that scales (bytes by 1/255) is the input's scale */
+  algos_model md = dqn__model(c);
+  char scale[32] = "1";
+  if (md.input_scale == 1.0f / 255.0f)
+    snprintf(scale, sizeof scale, "0.00392156862745098");
+  else if (md.input_scale != 1.0f)
+    snprintf(scale, sizeof scale, "%.9g", (double)md.input_scale);
+  ok = ok && put(b, cap, &k, "],\"dtype\":\"%s\",\"scale\":%s},\"layers\":[", obs_u8 ? "u8" : "f32",
+                 scale);
   /* a custom layer where the dense layers go is named by its kind */
   const char *dk = c->layer[0] && strcmp(c->layer, "dense") ? c->layer : "dense";
   bool custom = strcmp(dk, "dense") != 0; /* the head says so only then: format 1 as before */
   const char *hl = custom ? "\"layer\":\"" : "", *hk = custom ? dk : "", *hr = custom ? "\"," : "";
-  if (c->net == DQN_NET_NATURE) {
-    static const int co[3] = {32, 64, 64}, kk[3] = {8, 4, 3}, st[3] = {4, 2, 1};
-    int ci = c->obs_c, h = c->obs_h, w = c->obs_w;
-    for (int i = 0; i < 3; i++) {
-      ok = ok && put(b, cap, &k,
-                     "{\"kind\":\"conv2d\",\"name\":\"conv%d\",\"in\":%d,\"out\":%d,"
-                     "\"kernel\":[%d,%d],\"stride\":%d,\"padding\":0,\"activation\":\"relu\"},",
-                     i + 1, ci, co[i], kk[i], kk[i], st[i]);
-      ci = co[i], h = (h - kk[i]) / st[i] + 1, w = (w - kk[i]) / st[i] + 1;
-    }
-    ok = ok && put(b, cap, &k, "{\"kind\":\"flatten\"},");
-    ok = ok && put(b, cap, &k,
-                   "{\"kind\":\"%s\",\"name\":\"fc1\",\"in\":%d,\"out\":512,"
-                   "\"activation\":\"relu\"}",
-                   dk, ci * h * w);
-    in = 512;
-  } else if (c->net == DQN_NET_IMPALA) {
-    /* residual stages: named for a reader to recognise or refuse, not spelled out */
-    int h = c->obs_h, w = c->obs_w;
-    for (int s = 0; s < 3; s++) h = (h - 1) / 2 + 1, w = (w - 1) / 2 + 1;
-    ok = ok && put(b, cap, &k,
-                   "{\"kind\":\"impala_stages\",\"names\":\"stage0..stage2\",\"in\":%d,"
-                   "\"channels\":[16,32,32],\"out\":[32,%d,%d],\"activation\":\"relu\"},"
-                   "{\"kind\":\"flatten\"},",
-                   c->obs_c, h, w);
-    ok = ok && put(b, cap, &k,
-                   "{\"kind\":\"%s\",\"name\":\"fc1\",\"in\":%d,\"out\":256,"
-                   "\"activation\":\"relu\"}",
-                   dk, 32 * h * w);
-    in = 256;
-  } else if (c->net == DQN_NET_MINATAR) {
-    int oh = c->obs_h - 2, ow = c->obs_w - 2; /* 3x3, stride 1, no padding */
-    ok = ok && put(b, cap, &k,
-                   "{\"kind\":\"conv2d\",\"name\":\"conv1\",\"in\":%d,\"out\":16,"
-                   "\"kernel\":[3,3],\"stride\":1,\"padding\":0,\"activation\":\"relu\"},",
-                   c->obs_c);
-    ok = ok && put(b, cap, &k, "{\"kind\":\"flatten\"},");
-    ok = ok && put(b, cap, &k,
-                   "{\"kind\":\"%s\",\"name\":\"fc1\",\"in\":%d,\"out\":128,"
-                   "\"activation\":\"relu\"}",
-                   dk, 16 * oh * ow);
-    in = 128;
-  } else {
-    ok = ok && put(b, cap, &k, "{\"kind\":\"flatten\"}");
-    for (int i = 0; i < 2 && c->hidden[i] > 0; i++) {
-      ok = ok && put(b, cap, &k,
-                     ",{\"kind\":\"%s\",\"name\":\"fc%d\",\"in\":%d,\"out\":%d,"
-                     "\"activation\":\"relu\"}",
-                     dk, i + 1, in, c->hidden[i]);
-      in = c->hidden[i];
-    }
-  }
+  int in = ok ? algos_model_describe(&md, c->obs_c, c->obs_h, c->obs_w, dk, b, cap, &k) : -1;
+  ok = in > 0;
+  if (ok) k--; /* the last entry's comma */
   if (c->dueling)
     ok = ok && put(b, cap, &k,
                    "],\"head\":{\"kind\":\"dueling\",%s%s%s\"in\":%d,"

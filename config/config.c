@@ -230,6 +230,12 @@ int config_load_string(config *c, const char *text, const char *origin, shoal_er
   char mtext[1024], mkey[MAX_KEY];
   size_t mlen = 0, mline = 0;
   bool mwant_key = true;
+  /* A sequence under a list key (cfg_key.list) is gathered as its flow text into ltext,
+   * two levels deep at most, and goes in as that key's text when it ends. */
+  cfg_entry *lent = NULL;
+  char ltext[1024];
+  size_t llen = 0, lline = 0;
+  int ldepth = 0;
 
   while (!done) {
     yaml_event_t ev;
@@ -240,6 +246,41 @@ int config_load_string(config *c, const char *text, const char *origin, shoal_er
       break;
     }
     size_t line = ev.start_mark.line + 1;
+    if (lent) {
+      const char *s = ev.type == YAML_SCALAR_EVENT ? (const char *)ev.data.scalar.value : NULL;
+      const char *piece = NULL;
+      if (ev.type == YAML_SEQUENCE_START_EVENT && ldepth < 2)
+        piece = "[", ldepth++;
+      else if (ev.type == YAML_SEQUENCE_END_EVENT)
+        piece = "]", ldepth--;
+      else if (s && !strpbrk(s, ",[]"))
+        piece = s;
+      if (!piece) {
+        rc = shoal_error_set(err, SHOAL_EINVAL,
+                             "config: %s:%zu: key '%s': its list takes scalars or lists of "
+                             "scalars (without ',', '[' or ']')",
+                             origin, line, lent->key->name);
+      } else {
+        if (*piece == ']' && llen > 0 && ltext[llen - 1] == ',') llen--; /* the last comma */
+        /* items and closed inner lists are followed by a comma; "[" is not */
+        int w = snprintf(ltext + llen, sizeof ltext - llen, "%s%s", piece,
+                         *piece != '[' && ldepth > 0 ? "," : "");
+        if (w < 0 || (size_t)w >= sizeof ltext - llen)
+          rc = shoal_error_set(err, SHOAL_EINVAL,
+                               "config: %s:%zu: key '%s': the list is too long (1023 bytes of "
+                               "text)",
+                               origin, line, lent->key->name);
+        else
+          llen += (size_t)w;
+        if (!rc && ldepth == 0) {
+          rc = add_pending(lent, ltext, origin, lline, &pend, &npend, &cappend, err);
+          lent = NULL;
+        }
+      }
+      yaml_event_delete(&ev);
+      if (rc) break;
+      continue;
+    }
     if (ment) {
       const char *s = ev.type == YAML_SCALAR_EVENT ? (const char *)ev.data.scalar.value : NULL;
       if (ev.type == YAML_MAPPING_END_EVENT) {
@@ -293,6 +334,13 @@ int config_load_string(config *c, const char *text, const char *origin, shoal_er
         break;
       case YAML_MAPPING_END_EVENT: depth--; break;
       case YAML_SEQUENCE_START_EVENT:
+        if (depth >= 0 && !want_key[depth] && (lent = find(c, path[depth])) && lent->key->list) {
+          want_key[depth] = true; /* the sequence is the key's whole value */
+          snprintf(ltext, sizeof ltext, "[");
+          llen = 1, ldepth = 1, lline = line;
+          break;
+        }
+        lent = NULL;
         rc = shoal_error_set(err, SHOAL_EINVAL, "config: %s:%zu: key '%s': lists are not allowed",
                              origin, line, depth >= 0 ? path[depth] : "");
         break;

@@ -42,6 +42,9 @@ typedef struct cfg_key {
   const char *help; /* one line for `shoal run --help-config` */
   bool map;         /* CFG_STRING only: a YAML mapping of scalars under the key is taken as
                        its text "k=v,k=v" (env.options: an env's settings) */
+  bool list;        /* CFG_STRING only: a YAML sequence of scalars, or of sequences of
+                       scalars, under the key is taken as its flow text "[[32,8,4],[64,4,2]]"
+                       (model.conv: rows); the same text as a scalar is the same value */
 } cfg_key;
 
 typedef struct config config;

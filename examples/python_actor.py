@@ -179,6 +179,8 @@ class Network:
                 raise RuntimeError(f"layer kind {k!r} is not known to this actor")
             if layer.get("activation") == "relu":
                 x = np.maximum(x, 0)
+            elif layer.get("activation") == "tanh":  # a model section's `activation: tanh`
+                x = np.tanh(x)
         head = self.arch["head"]
         if head["kind"] == "dueling":
             v = self._dense(head["value"], x)

@@ -88,6 +88,8 @@ static const cfg_key apex_keys[] = {
     {"replay.store_format", CFG_STRING, "experience", 0, -1,
      "what to follow: experience (segments: imports, other systems) or log (another "
      "Ape-X learner's replay log; docs/replay-log.md)"},
+    /* the network (the model section; dqn.net and dqn.hidden* name its presets) */
+    RUN_MODEL_KEYS,
     /* the DQN */
     {"dqn.net", CFG_STRING, "mlp", 0, -1,
      "mlp, minatar, or the Atari image nets nature and impala (docs/atari.md)"},
@@ -154,6 +156,12 @@ int apex_check(const config *cfg, shoal_error *err) {
   static const char *const formats[] = {"experience", "log"};
   if (!rc) rc = config_check_choice(cfg, "replay.store_format", formats, 2, err);
   if (!rc) rc = run_check_layer(cfg, "dqn.layer", err);
+  if (!rc) {
+    algos_model md;
+    const int hidden[2] = {(int)config_int(cfg, "dqn.hidden0"),
+                           (int)config_int(cfg, "dqn.hidden1")};
+    rc = run_model_from_config(cfg, "dqn.net", hidden, false, &md, err);
+  }
   return rc;
 }
 
@@ -169,6 +177,8 @@ dqn_config apex_dqn_config(const config *cfg, int obs_ndim, const int *obs_shape
     if (!strcmp(net, dqn_net_name(n))) dc.net = n;
   dc.hidden[0] = (int)config_int(cfg, "dqn.hidden0");
   dc.hidden[1] = (int)config_int(cfg, "dqn.hidden1");
+  /* apex_check read the model section already: it cannot fail here */
+  dc.model_set = run_model_from_config(cfg, "dqn.net", dc.hidden, false, &dc.model, NULL) == 0;
   dc.dueling = config_bool(cfg, "dqn.dueling");
   dc.double_q = config_bool(cfg, "dqn.double");
   dc.n_step = (int)config_int(cfg, "dqn.n_step");

@@ -85,6 +85,10 @@ static const cfg_key onpolicy_keys[] = {
     {"actor.pull_steps", CFG_INT, "1", 1, 1e9, "unrolls between parameter pulls"},
     {"actor.queue_batches", CFG_INT, "1", 1, 1e6,
      "unroll batches an actor holds when the learner lags (more: more policy lag)"},
+    {"actor.max_lag", CFG_INT, "-1", -1, 1e6,
+     "start an unroll only when the learner has trained all but this many updates' worth of "
+     "the unrolls pushed before it (-1: no bound; 0: synchronous, as CleanRL's loop; 1: the "
+     "next unroll overlaps the learner's update)"},
     /* learner */
     {"learner.listen", CFG_STRING, "127.0.0.1:0", 0, -1, "gRPC address; port 0 picks one"},
     {"learner.device", CFG_STRING, "auto", 0, -1, "cpu, cuda or auto"},
@@ -103,7 +107,8 @@ static const cfg_key onpolicy_keys[] = {
      "actor's, the larger)"},
     {"replay.max_staleness", CFG_INT, "-1", -1, 1e12,
      "drop unrolls older than this many policy versions (-1: no bound)"},
-    /* network */
+    /* network (the model section; ac.torso, ac.hidden* and ac.tanh name its presets) */
+    RUN_MODEL_KEYS,
     {"ac.torso", CFG_STRING, "mlp", 0, -1,
      "mlp, minatar, or the Atari image nets nature and impala (docs/atari.md)"},
     {"ac.hidden0", CFG_INT, "64", 0, 65536, "first hidden width (mlp)"},
@@ -156,6 +161,11 @@ const cfg_key *onpolicy_schema(int *n) {
   return onpolicy_keys;
 }
 
+int64_t onpolicy_learn_batch(const config *cfg) {
+  return config_int(cfg,
+                    strcmp(config_string(cfg, "algo"), "impala") ? "env.num_envs" : "impala.batch");
+}
+
 int onpolicy_check(const config *cfg, shoal_error *err) {
   static const char *const algos[] = {"impala", "ppo"};
   static const char *const torsos[] = {"mlp", "minatar", "nature", "impala"};
@@ -166,6 +176,21 @@ int onpolicy_check(const config *cfg, shoal_error *err) {
   if (!rc) rc = config_check_choice(cfg, "impala.optim", optims, 2, err);
   if (!rc) rc = config_check_choice(cfg, "learner.device", devices, 3, err);
   if (!rc) rc = run_check_layer(cfg, "ac.layer", err);
+  if (!rc) {
+    algos_model md;
+    const int hidden[2] = {(int)config_int(cfg, "ac.hidden0"), (int)config_int(cfg, "ac.hidden1")};
+    rc = run_model_from_config(cfg, "ac.torso", hidden, config_bool(cfg, "ac.tanh"), &md, err);
+  }
+  if (!rc && config_int(cfg, "actor.max_lag") >= 0 &&
+      config_int(cfg, "replay.max_staleness") >= 0 &&
+      config_int(cfg, "replay.max_staleness") < config_int(cfg, "actor.max_lag"))
+    /* Waiting actors count on every unroll making its share of an update. */
+    rc = shoal_error_set(err, SHOAL_EINVAL,
+                         "config: replay.max_staleness = %lld (from %s) below actor.max_lag = "
+                         "%lld: unrolls the actors are allowed to be behind would be dropped",
+                         (long long)config_int(cfg, "replay.max_staleness"),
+                         config_origin(cfg, "replay.max_staleness"),
+                         (long long)config_int(cfg, "actor.max_lag"));
   if (!rc && !strcmp(config_string(cfg, "algo"), "ppo")) {
     int64_t TB = config_int(cfg, "ppo.steps") * config_int(cfg, "env.num_envs");
     int64_t mb = config_int(cfg, "ppo.minibatches");
@@ -190,14 +215,15 @@ ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_sha
     c.act_low[j] = low ? low[j] : -1e30f;
     c.act_high[j] = high ? high[j] : 1e30f;
   }
-  c.torso =
-      strcmp(config_string(cfg, "ac.torso"), "minatar") == 0  ? AC_TORSO_MINATAR
-      : strcmp(config_string(cfg, "ac.torso"), "nature") == 0 ? AC_TORSO_NATURE
-      : strcmp(config_string(cfg, "ac.torso"), "impala") == 0 ? AC_TORSO_IMPALA
-                                                              : AC_TORSO_MLP;
+  c.torso = strcmp(config_string(cfg, "ac.torso"), "minatar") == 0  ? AC_TORSO_MINATAR
+            : strcmp(config_string(cfg, "ac.torso"), "nature") == 0 ? AC_TORSO_NATURE
+            : strcmp(config_string(cfg, "ac.torso"), "impala") == 0 ? AC_TORSO_IMPALA
+                                                                    : AC_TORSO_MLP;
   c.hidden[0] = (int)config_int(cfg, "ac.hidden0");
   c.hidden[1] = (int)config_int(cfg, "ac.hidden1");
   c.tanh = config_bool(cfg, "ac.tanh");
+  /* onpolicy_check read the model section already: it cannot fail here */
+  c.model_set = run_model_from_config(cfg, "ac.torso", c.hidden, c.tanh, &c.model, NULL) == 0;
   c.separate = config_bool(cfg, "ac.separate");
   c.ortho_init = config_bool(cfg, "ac.ortho_init");
   c.log_std_init = (float)config_float(cfg, "ac.log_std_init");

@@ -8,10 +8,11 @@
 /* The keys whose values shape what a run's snapshots and replay hold: the tensors of its
  * network, the observation statistics and the rows of its replay. Other keys (learning
  * rates, replay and optimizer settings, limits) a resumed learner rebuilds from. */
-static const char *const fixed_both[] = {"algo", "env.id"};
+static const char *const fixed_both[] = {"algo",       "env.id",       "model.preset",
+                                         "model.conv", "model.stages", "model.dense"};
 static const char *const fixed_apex[] = {"dqn.net", "dqn.hidden0", "dqn.hidden1", "dqn.dueling",
                                          "dqn.layer"};
-static const char *const fixed_onpolicy[] = {"ac.torso", "ac.hidden0", "ac.hidden1",   "ac.separate",
+static const char *const fixed_onpolicy[] = {"ac.torso", "ac.hidden0", "ac.hidden1",  "ac.separate",
                                              "ac.lstm",  "ac.layer",   "env.norm_obs"};
 
 /* c's value of key as text (strings quoted), for comparing and for messages. */

@@ -52,6 +52,38 @@ enum { RUN_EXIT_FATAL = 3 };
  * both values and why (or env_make_opts's error for options that make no env). */
 int run_resume_check(const config *was, const config *now, shoal_error *err);
 
+/* ---- the model section every algorithm's config has (run/model_config.c) ---- */
+
+/* The `model` keys, in both schemas: model.preset, and the parts of it a config may
+ * override (docs/models.md). */
+/* clang-format off */
+#define RUN_MODEL_KEYS                                                                        \
+  {"model.preset", CFG_STRING, "", 0, -1,                                                     \
+   "the network: mlp, minatar, nature or impala (docs/models.md); empty: the algorithm's "    \
+   "own key (ac.torso, dqn.net)"},                                                            \
+  {"model.conv", CFG_STRING, "", 0, -1,                                                       \
+   "convolution rows [channels, kernel, stride] or [channels, kernel, stride, padding], in "  \
+   "order, each then the activation; empty: the preset's", false, true},                      \
+  {"model.stages", CFG_STRING, "", 0, -1,                                                     \
+   "IMPALA residual stages after the conv rows, by channels ([16, 32, 32]); empty: the "      \
+   "preset's", false, true},                                                                  \
+  {"model.dense", CFG_STRING, "", 0, -1,                                                      \
+   "dense layer widths after the convolutions ([512]); empty: the preset's", false, true},    \
+  {"model.activation", CFG_STRING, "", 0, -1,                                                 \
+   "relu or tanh after every layer of the torso; empty: the preset's"},                       \
+  {"model.input_scale", CFG_FLOAT, "0", 0, 1e6,                                               \
+   "a first layer multiplying the observation (0.00392156862745098 = 1/255: bytes to "        \
+   "[0, 1]); 0: the preset's (1/255 for nature and impala, else none)"}
+/* clang-format on */
+
+/* The torso the config's model section describes: the preset model.preset names (empty:
+ * the one preset_key names, "ac.torso" or "dqn.net"; both given and different is an
+ * error), with mlp's widths hidden and activation tanh, then the model keys given
+ * overriding its parts. 0, or SHOAL_EINVAL naming the key, where it came from and what
+ * is wrong. Shapes are checked when the network is made (algos_model_check). */
+int run_model_from_config(const config *cfg, const char *preset_key, const int hidden[2], bool tanh,
+                          algos_model *md, shoal_error *err);
+
 /* ==== Ape-X ========================================================================= */
 
 /* The keys of an Ape-X run's config (configs/<name>-apex.yaml): one schema shared by
@@ -68,10 +100,12 @@ int apex_check(const config *cfg, shoal_error *err);
 int run_check_layer(const config *cfg, const char *key, shoal_error *err);
 /* The schema entry both algorithms share: custom layers' plugins (nn/nn.h,
  * docs/custom-layers.md). */
-#define RUN_KEY_NN_PLUGINS                                                              \
-  {"nn.plugins", CFG_STRING, "", 0, -1,                                                 \
-   "layer plugins to load, ':'-separated paths of shared libraries (relative to the " \
-   "working directory)"}
+#define RUN_KEY_NN_PLUGINS                                                                 \
+  {                                                                                        \
+    "nn.plugins", CFG_STRING, "", 0, -1,                                                   \
+        "layer plugins to load, ':'-separated paths of shared libraries (relative to the " \
+        "working directory)"                                                               \
+  }
 
 /* Whether Ape-X can play env spaces sp: discrete actions only. SHOAL_EINVAL naming the
  * env and what to use instead. */
@@ -120,6 +154,9 @@ bool algo_yaml_is_onpolicy(const char *yaml, const char *const *sets, int nsets)
 bool algo_yaml_known(const char *yaml, const char *const *sets, int nsets, char *name, size_t cap);
 /* Checks the choice keys (algo, ac.torso, impala.optim, learner.device). */
 int onpolicy_check(const config *cfg, shoal_error *err);
+/* The unrolls one update of the run's learner takes: impala.batch, or PPO's
+ * env.num_envs (one actor's rollout). */
+int64_t onpolicy_learn_batch(const config *cfg);
 /* The parts of a resolved config, for observations of shape obs_shape (ndim 1..3) and
  * either num_actions discrete actions or a Box of act_dim with bounds low/high. */
 ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_shape, int num_actions,

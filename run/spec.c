@@ -27,7 +27,7 @@ int op_spec_from_config(const config *cfg, op_spec *s, shoal_error *err) {
   s->impala = !strcmp(config_string(cfg, "algo"), "impala");
   s->T = (int)config_int(cfg, s->impala ? "impala.unroll" : "ppo.steps");
   s->num_envs = (int)config_int(cfg, "env.num_envs");
-  s->learn_B = s->impala ? (int)config_int(cfg, "impala.batch") : s->num_envs;
+  s->learn_B = (int)onpolicy_learn_batch(cfg);
   int rc = op_spec_env_strings(cfg, s->env_id, sizeof s->env_id, s->env_options,
                                sizeof s->env_options, err);
   if (rc) return rc;

@@ -30,6 +30,73 @@ static config *make_cfg(const char *yaml) {
   return c;
 }
 
+/* The model section: a preset written out as rows is the preset (the same torso), keys
+ * override parts of it, and in both schemas the errors name the key. */
+static void test_model_section(void **state) {
+  int obs[3] = {4, 84, 84};
+  config *c = make_cfg("algo: ppo\nac: {torso: nature}\n");
+  ac_config preset = onpolicy_ac_config(c, 3, obs, 6, 0, NULL, NULL);
+  config_destroy(c);
+  c = make_cfg(
+      "algo: ppo\nmodel:\n  conv: [[32, 8, 4], [64, 4, 2], [64, 3, 1]]\n"
+      "  dense: [512]\n  input_scale: 0.00392156862745098\n  activation: relu\n");
+  ac_config rows = onpolicy_ac_config(c, 3, obs, 6, 0, NULL, NULL);
+  config_destroy(c);
+  assert_true(preset.model_set && rows.model_set);
+  assert_memory_equal(&preset.model, &rows.model, sizeof rows.model);
+  /* overrides on a preset: impala's stages, narrower, with a wider dense layer */
+  c = make_cfg("algo: impala\nmodel: {preset: impala, stages: [8, 16], dense: [384]}\n");
+  ac_config o = onpolicy_ac_config(c, 3, obs, 6, 0, NULL, NULL);
+  config_destroy(c);
+  assert_int_equal(o.model.nstages, 2);
+  assert_int_equal(o.model.stages[1], 16);
+  assert_int_equal(o.model.ndense, 1);
+  assert_int_equal(o.model.dense[0], 384);
+  assert_true(o.model.input_scale == 1.0f / 255.0f);
+  /* mlp keeps ac.hidden* and ac.tanh unless the section says otherwise */
+  c = make_cfg("algo: ppo\nac: {hidden0: 32, hidden1: 0}\nmodel: {activation: relu}\n");
+  ac_config m = onpolicy_ac_config(c, 1, obs, 2, 0, NULL, NULL);
+  config_destroy(c);
+  assert_int_equal(m.model.ndense, 1);
+  assert_int_equal(m.model.dense[0], 32);
+  assert_false(m.model.tanh);
+  /* Ape-X reads the same section */
+  int n;
+  shoal_error err = {0};
+  const cfg_key *ak = apex_schema(&n);
+  c = config_create(ak, n, &err);
+  assert_int_equal(
+      config_load_string(c, "algo: apex\nmodel: {preset: minatar, dense: [256]}\n", "a", &err), 0);
+  assert_int_equal(apex_check(c, &err), 0);
+  int mobs[3] = {4, 10, 10};
+  dqn_config dc = apex_dqn_config(c, 3, mobs, 3);
+  assert_true(dc.model_set);
+  assert_int_equal(dc.model.nconv, 1);
+  assert_int_equal(dc.model.conv[0].channels, 16);
+  assert_int_equal(dc.model.dense[0], 256);
+  /* errors name the key and where it came from */
+  const struct {
+    const char *yaml, *msg;
+  } bad[] = {
+      {"model: {preset: nature}\ndqn: {net: minatar}\n",
+       "model.preset = nature (from a:1) and dqn.net = minatar (from a:2)"},
+      {"model: {preset: resnet}\n", "model.preset 'resnet'"},
+      {"model: {conv: [[16, 3]]}\n", "model.conv (from a:1): row 1 has 2 numbers"},
+      {"model: {conv: '[[16, 3, x]]'}\n", "is not a whole number"},
+      {"model: {dense: [1, 2, 3, 4, 5, 6, 7, 8, 9]}\n", "model.dense (from a:1): more than 8"},
+      {"model: {activation: gelu}\n", "model.activation 'gelu'"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    config_destroy(c);
+    c = config_create(ak, n, &err);
+    int rc = config_load_string(c, bad[i].yaml, "a", &err);
+    if (!rc) rc = apex_check(c, &err);
+    assert_int_equal(rc, SHOAL_EINVAL);
+    if (!strstr(err.msg, bad[i].msg)) fail_msg("%s: %s", bad[i].yaml, err.msg);
+  }
+  config_destroy(c);
+}
+
 static void test_spec_and_columns(void **state) {
   config *c = make_cfg(
       "algo: impala\nenv: {id: MinAtar/Breakout-v1, num_envs: 8}\n"
@@ -311,7 +378,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_spec_and_columns),      cmocka_unit_test(test_norm_matches_two_pass),
       cmocka_unit_test(test_params_and_snapshots),  cmocka_unit_test(test_eval_greedy),
-      cmocka_unit_test(test_lstm_columns_and_eval),
+      cmocka_unit_test(test_lstm_columns_and_eval), cmocka_unit_test(test_model_section),
   };
   return cmocka_run_group_tests_name("agent", tests, NULL, NULL);
 }

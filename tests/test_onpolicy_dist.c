@@ -631,6 +631,31 @@ static void test_config_errors(void **state) {
   expect_error("minibatches", a4, "ppo.minibatches");
 }
 
+/* actor.max_lag: with one actor, 0 is CleanRL's synchronous loop (every unroll acted by
+ * the policy that trained on all before it: lag 0), 1 lets the next unroll run while the
+ * learner trains (lag at most 1); the run still stops in order, its actors waiting. */
+static void test_actor_max_lag(void **state) {
+  for (int L = 0; L <= 1; L++) {
+    char lag_set[48], run[32];
+    snprintf(lag_set, sizeof lag_set, "actor.max_lag=%d", L);
+    snprintf(run, sizeof run, "ppo-max-lag-%d", L);
+    const char *sets[] = {lag_set, "actors=1", "run.max_env_steps=30000", "run.solve_return=0"};
+    const char *done;
+    char *out = run_json(ppo_cfg, run, sets, 4, 120, &done);
+    double lag_mean = number_after(done, "\"lag_mean\":"),
+           lag_max = number_after(done, "\"lag_max\":");
+    printf("max_lag %d: policy lag mean %.3f, max %.0f\n", L, lag_mean, lag_max);
+    assert_true(number_after(done, "\"updates\":") >= 50);
+    assert_true(lag_max <= L);
+    if (L == 0) assert_true(lag_mean == 0);
+    free(out);
+  }
+  char *a[] = {
+      wf_shoal, "run", ppo_cfg, "--set", "actor.max_lag=2", "--set", "replay.max_staleness=1",
+      NULL};
+  expect_error("max_lag above max_staleness", a, "replay.max_staleness = 1 (from --set) below");
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "solve")) {
     const struct CMUnitTest solve[] = {
@@ -651,6 +676,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_lstm_core0),
       cmocka_unit_test(test_learner_killed_resumes),
       cmocka_unit_test(test_run_reports_its_wall_time),
+      cmocka_unit_test(test_actor_max_lag),
   };
   return cmocka_run_group_tests_name("onpolicy_dist", tests, setup, teardown);
 }
