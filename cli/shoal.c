@@ -1066,11 +1066,11 @@ int main(int argc, char **argv) {
   static const struct {
     const char *name;
     int (*fn)(int, char **);
-  } cmds[] = {{"run", cmd_run},       {"eval", cmd_eval},       {"init", cmd_init},
-              {"status", cmd_status}, {"set", cmd_set},         {"plot", cmd_plot},
-              {"sweep", cmd_sweep},   {"worker", cmd_worker},   {"tboard", cmd_tboard},
-              {"import", cmd_import}, {"dataset", cmd_dataset}, {"media", cmd_media},
-              {"config", cmd_config}, {"envs", cmd_envs}};
+  } cmds[] = {{"run", cmd_run},       {"eval", cmd_eval},     {"init", cmd_init},
+              {"status", cmd_status}, {"set", cmd_set},       {"plot", cmd_plot},
+              {"sweep", cmd_sweep},   {"pbt", cmd_sweep},     {"worker", cmd_worker},
+              {"tboard", cmd_tboard}, {"import", cmd_import}, {"dataset", cmd_dataset},
+              {"media", cmd_media},   {"config", cmd_config}, {"envs", cmd_envs}};
   for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
     if (!strcmp(cmd, cmds[i].name)) return cmds[i].fn(argc - 2, argv + 2);
   fprintf(stderr, "shoal: no command '%s'\n", cmd);

@@ -53,6 +53,7 @@
 
 #include "run/run.h"
 #include "cli/commands.h"
+#include "cli/pbt.h"
 #include "config/config.h"
 #include "store/store.h"
 
@@ -78,6 +79,9 @@ typedef struct sw_spec {
   uint64_t seed;
   char metric[32];
   bool minimize;
+  /* A population (a pbt: section): the settings every trial carries. */
+  bool pbt;
+  pbt_spec ps;
   int nsets;
   char *sets[MAX_SETS];
   int nparams;
@@ -177,11 +181,21 @@ static int load_spec(const char *path, sw_spec *s, shoal_error *err) {
   for (int i = 0; i < root->n; i++) {
     const cfg_node *kn = &root->keys[i], *vn = &root->items[i];
     const char *section = kn->scalar;
-    if (!section ||
-        (strcmp(section, "sweep") && strcmp(section, "set") && strcmp(section, "params"))) {
-      rc = where(err, path, kn, "sections are sweep, set and params, not ",
+    if (!section || (strcmp(section, "sweep") && strcmp(section, "pbt") && strcmp(section, "set") &&
+                     strcmp(section, "params"))) {
+      rc = where(err, path, kn, "sections are sweep (or pbt), set and params, not ",
                  section ? section : "a collection");
       goto done;
+    }
+    if (!strcmp(section, "pbt")) {
+      if (s->pbt || s->name[0]) {
+        rc = where(err, path, kn, "one sweep or pbt section, not two", NULL);
+        goto done;
+      }
+      s->pbt = true;
+      s->random = true;
+      snprintf(s->metric, sizeof s->metric, "return100");
+      s->ps = (pbt_spec){.population = 0, .rounds = 0, .truncation = 0.25, .resample = 0.25};
     }
     if (vn->type != CFG_NODE_MAP) {
       rc = where(err, path, vn, "expected a mapping under ", section);
@@ -219,6 +233,11 @@ static int load_spec(const char *path, sw_spec *s, shoal_error *err) {
         continue;
       }
       double x;
+      if (s->pbt && (!strcmp(key, "method") || !strcmp(key, "trials") || !strcmp(key, "repeats"))) {
+        rc =
+            where(err, path, k2, "a population is pbt.population members; pbt does not take ", key);
+        goto done;
+      }
       if (!strcmp(key, "name")) {
         if (!store_name_valid(val) || strlen(val) > 40) {
           rc = where(err, path, v2, "sweep.name must be 1-40 of [A-Za-z0-9._-], not ", val);
@@ -251,6 +270,30 @@ static int load_spec(const char *path, sw_spec *s, shoal_error *err) {
           goto done;
         }
         snprintf(s->metric, sizeof s->metric, "%s", val);
+      } else if (s->pbt && (!strcmp(key, "population") || !strcmp(key, "rounds") ||
+                            !strcmp(key, "ready_steps"))) {
+        if ((rc = parse_number(path, v2, val, &x, err))) goto done;
+        double hi = !strcmp(key, "population") ? PBT_MAX_MEMBERS
+                    : !strcmp(key, "rounds")   ? 1000
+                                               : 1e15;
+        if (x < (!strcmp(key, "population") ? 2 : 1) || x > hi || x != floor(x)) {
+          rc = where(err, path, v2, "out of range (population 2-99, rounds 1-1000): pbt.", key);
+          goto done;
+        }
+        if (!strcmp(key, "population")) s->ps.population = (int)x;
+        if (!strcmp(key, "rounds")) s->ps.rounds = (int)x;
+        if (!strcmp(key, "ready_steps")) s->ps.ready = (int64_t)x;
+      } else if (s->pbt && (!strcmp(key, "truncation") || !strcmp(key, "resample"))) {
+        if ((rc = parse_number(path, v2, val, &x, err))) goto done;
+        bool trunc = !strcmp(key, "truncation");
+        if (trunc ? !(x > 0 && x <= 0.5) : !(x >= 0 && x <= 1)) {
+          rc = where(err, path, v2, "truncation is in (0, 0.5], resample in [0, 1]: pbt.", key);
+          goto done;
+        }
+        if (trunc)
+          s->ps.truncation = x;
+        else
+          s->ps.resample = x;
       } else if (!strcmp(key, "mode")) {
         if (strcmp(val, "max") && strcmp(val, "min")) {
           rc = where(err, path, v2, "sweep.mode is max or min, not ", val);
@@ -259,8 +302,10 @@ static int load_spec(const char *path, sw_spec *s, shoal_error *err) {
         s->minimize = !strcmp(val, "min");
       } else {
         rc = where(err, path, k2,
-                   "sweep takes name, base, method, trials, repeats, seed, metric and mode, "
-                   "not ",
+                   s->pbt ? "pbt takes name, base, population, rounds, ready_steps, truncation, "
+                            "resample, seed, metric and mode, not "
+                          : "sweep takes name, base, method, trials, repeats, seed, metric and "
+                            "mode, not ",
                    key);
         goto done;
       }
@@ -272,8 +317,42 @@ static int load_spec(const char *path, sw_spec *s, shoal_error *err) {
     rc = shoal_error_set(err, SHOAL_EINVAL, "%s: sweep.base is required", path);
   else if (s->nparams == 0)
     rc = shoal_error_set(err, SHOAL_EINVAL, "%s: params is empty", path);
-  else if (s->random && s->trials < 1)
+  else if (s->pbt && (!s->ps.population || !s->ps.rounds || !s->ps.ready))
+    rc = shoal_error_set(err, SHOAL_EINVAL, "%s: pbt needs population, rounds and ready_steps",
+                         path);
+  else if (s->pbt && s->nparams > PBT_MAX_PARAMS)
+    rc = shoal_error_set(err, SHOAL_EINVAL, "%s: pbt explores at most %d params", path,
+                         PBT_MAX_PARAMS);
+  else if (!s->pbt && s->random && s->trials < 1)
     rc = shoal_error_set(err, SHOAL_EINVAL, "%s: a random sweep needs sweep.trials", path);
+  if (!rc && s->pbt) {
+    /* the explored keys as the trials carry them */
+    s->trials = s->ps.population;
+    s->ps.seed = s->seed;
+    s->ps.nparams = s->nparams;
+    for (int i = 0; !rc && i < s->nparams; i++) {
+      const sw_param *q = &s->params[i];
+      pbt_param *pp = &s->ps.params[i];
+      snprintf(pp->key, sizeof pp->key, "%s", q->key);
+      pp->range = q->range, pp->min = q->min, pp->max = q->max, pp->log = q->log;
+      pp->integer = q->integer;
+      if (q->range && q->num)
+        rc = shoal_error_set(err, SHOAL_EINVAL,
+                             "%s: param %s: pbt draws and perturbs a range; "
+                             "num is for grids",
+                             path, q->key);
+      for (int v = 0; !rc && v < q->nvalues; v++) {
+        if (v == PBT_MAX_CHOICES || strlen(q->values[v]) >= sizeof pp->choices[0] ||
+            strchr(q->values[v], ' '))
+          rc = shoal_error_set(err, SHOAL_EINVAL,
+                               "%s: param %s: pbt takes at most %d choices "
+                               "of at most 63 characters without spaces",
+                               path, q->key, PBT_MAX_CHOICES);
+        else
+          snprintf(pp->choices[pp->nchoices++], sizeof pp->choices[0], "%s", q->values[v]);
+      }
+    }
+  }
 done:
   config_tree_destroy(doc);
   return rc;
@@ -307,7 +386,7 @@ static int expand_grid(sw_spec *s, shoal_error *err) {
 
 /* The trial's text: a header a report reads, then the complete resolved config. */
 static int trial_text(const sw_spec *s, const char *uri, char *const *assign, int nassign,
-                      int repeat, char **out, shoal_error *err) {
+                      int repeat, const char *extra, char **out, shoal_error *err) {
   int nkeys;
   /* An IMPALA / PPO base config (algo: ...) is checked against its own schema. */
   bool onpolicy = shoal_file_is_onpolicy(s->base, (const char *const *)s->sets, s->nsets);
@@ -344,8 +423,8 @@ static int trial_text(const sw_spec *s, const char *uri, char *const *assign, in
                assign[i]);
     if (s->repeats > 1)
       snprintf(params + strlen(params), sizeof params - strlen(params), " %s", seed);
-    if (asprintf(out, "# shoal-trial 1\n# params: %s\n# score: %s %s\n%s", params, s->metric,
-                 s->minimize ? "min" : "max", yaml) < 0)
+    if (asprintf(out, "# shoal-trial 1\n# params: %s\n# score: %s %s\n%s%s", params, s->metric,
+                 s->minimize ? "min" : "max", extra ? extra : "", yaml) < 0)
       rc = shoal_error_set(err, SHOAL_ENOMEM, "out of memory");
   }
   free(yaml);
@@ -361,6 +440,18 @@ static const char *header(const char *text, const char *tag, char *out, size_t c
   size_t n = strcspn(p, "\n");
   snprintf(out, cap, "%.*s", (int)n, p);
   return out;
+}
+
+/* The member and round a population's trial trains ("# pbt: member=M round=R"); false
+ * for a plain sweep's trial. */
+static bool pbt_trial(const char *text, int *member, int *round) {
+  char h[64];
+  header(text, "# pbt: ", h, sizeof h);
+  return h[0] && sscanf(h, "member=%d round=%d", member, round) == 2;
+}
+
+static void member_run(const char *sweep, int member, char *out, size_t cap) {
+  snprintf(out, cap, "%.40s-m%02d", sweep, member);
 }
 
 static int cmd_report(const char *sweep, const char *uri);
@@ -471,8 +562,17 @@ int cmd_sweep(int argc, char **argv) {
       snprintf(bufs[p], sizeof bufs[p], "%s=%s", q->key, val);
       assign[p] = bufs[p];
     }
+    /* a population's member: its number, round 0, and the population's settings */
+    char extra[8192] = "";
+    if (s.pbt) {
+      int w = snprintf(extra, sizeof extra, "# pbt: member=%ld round=0\n", pt);
+      if (pbt_spec_format(&s.ps, extra + w, sizeof extra - (size_t)w) < 0) {
+        fprintf(stderr, "shoal sweep: the pbt settings are too long\n");
+        goto done;
+      }
+    }
     for (int r = 0; r < s.repeats; r++) {
-      if (trial_text(&s, uri, assign, s.nparams, r, &texts[ntrials], &err)) {
+      if (trial_text(&s, uri, assign, s.nparams, r, s.pbt ? extra : NULL, &texts[ntrials], &err)) {
         fprintf(stderr, "shoal sweep: trial %ld (%s%s): %s\n", pt, bufs[0],
                 s.nparams > 1 ? " ..." : "", err.msg);
         goto done;
@@ -482,7 +582,8 @@ int cmd_sweep(int argc, char **argv) {
     }
   }
   if (dry) {
-    for (int i = 0; i < ntrials; i++) printf("t%03d  %s\n", i, labels[i]);
+    for (int i = 0; i < ntrials; i++)
+      printf(s.pbt ? "m%02d-r000  %s\n" : "t%03d  %s\n", i, labels[i]);
     printf("shoal sweep: %s: %d trials (dry run: nothing stored)\n", s.name, ntrials);
     rc = 0;
     goto done;
@@ -507,14 +608,19 @@ int cmd_sweep(int argc, char **argv) {
   }
   for (int i = 0; i < ntrials; i++) {
     char id[16];
-    snprintf(id, sizeof id, "t%03d", i);
+    /* a population's trials are its members' rounds: m<member>-r<round> */
+    snprintf(id, sizeof id, s.pbt ? "m%02d-r000" : "t%03d", i);
     if (store_trial_create(st, s.name, id, texts[i], &err)) {
       fprintf(stderr, "shoal sweep: trial %s: %s\n", id, err.msg);
       goto done;
     }
   }
-  printf("shoal sweep: %s: %d trials (%s) in %s\n", s.name, ntrials, s.random ? "random" : "grid",
-         store_uri(st));
+  if (s.pbt)
+    printf("shoal sweep: %s: a population of %d members, %d rounds of %lld env steps (pbt) in %s\n",
+           s.name, s.ps.population, s.ps.rounds, (long long)s.ps.ready, store_uri(st));
+  else
+    printf("shoal sweep: %s: %d trials (%s) in %s\n", s.name, ntrials, s.random ? "random" : "grid",
+           store_uri(st));
   char uri_copy[2048];
   snprintf(uri_copy, sizeof uri_copy, "%s", uri ? uri : store_uri(st));
   if (workers > 0) {
@@ -554,6 +660,58 @@ static int row_cmp(const void *a, const void *b) {
   if (x->rank_class != y->rank_class) return x->rank_class - y->rank_class;
   if (x->rank_class == 0 && x->score != y->score) return (x->score > y->score) ^ sort_min ? -1 : 1;
   return strcmp(x->t->id, y->t->id);
+}
+
+/* A population's members (each at its latest finished round) and its lineage: every
+ * exploit, with the member copied, the snapshot, both scores and the values explored. */
+static void pbt_report(const store_trial *t, size_t n) {
+  pbt_spec ps;
+  shoal_error err = {0};
+  if (pbt_spec_parse(t[0].params, &ps, &err)) {
+    printf("pbt: %s\n", err.msg);
+    return;
+  }
+  int last[PBT_MAX_MEMBERS];
+  for (int m = 0; m < PBT_MAX_MEMBERS; m++) last[m] = -1;
+  for (size_t i = 0; i < n; i++) {
+    int m, r;
+    if (pbt_trial(t[i].params, &m, &r) && m >= 0 && m < ps.population &&
+        t[i].status == STORE_TRIAL_DONE && (last[m] < 0 || r > last[m]))
+      last[m] = r;
+  }
+  printf(
+      "\npopulation: %d members, %d rounds of %lld env steps, the bottom %.0f%% copies the "
+      "top\n%-6s %-6s %10s %10s  %s\n",
+      ps.population, ps.rounds, (long long)ps.ready, ps.truncation * 100, "member", "round",
+      "score", "env steps", "params now");
+  for (int m = 0; m < ps.population; m++)
+    for (size_t i = 0; i < n; i++) {
+      int tm, tr;
+      if (!pbt_trial(t[i].params, &tm, &tr) || tm != m || tr != last[m]) continue;
+      char params[512];
+      header(t[i].params, "# params: ", params, sizeof params);
+      printf("m%02d    %-6d %10.2f %10.0f  %s\n", m, tr + 1, json_num(t[i].result, "score"),
+             json_num(t[i].result, "env_steps"), params);
+    }
+  printf("\nlineage (exploits):\n%-5s %-6s %-6s %-22s %8s %8s  %s\n", "round", "member", "copied",
+         "snapshot", "own", "its", "explored");
+  int exploits = 0;
+  for (size_t i = 0; i < n; i++) {
+    int m, r, leader, lround;
+    char h[512], from[STORE_NAME_MAX], explored[1024], snap[160];
+    double version, score, own;
+    header(t[i].params, "# pbt-copy: ", h, sizeof h);
+    if (!pbt_trial(t[i].params, &m, &r) ||
+        sscanf(h, "member=%d run=%127s version=%lf score=%lf round=%d own=%lf", &leader, from,
+               &version, &score, &lround, &own) != 6)
+      continue;
+    header(t[i].params, "# pbt-explore: ", explored, sizeof explored);
+    snprintf(snap, sizeof snap, "%s@v%.0f", from, version);
+    printf("%-5d m%02d    m%02d    %-22s %8.2f %8.2f  %s\n", r, m, leader, snap, own, score,
+           explored);
+    exploits++;
+  }
+  if (!exploits) printf("(none yet)\n");
 }
 
 static int cmd_report(const char *sweep, const char *uri) {
@@ -616,6 +774,8 @@ static int cmd_report(const char *sweep, const char *uri) {
       if (why[0]) printf("        %s\n", why);
     }
   }
+  int m0, r0;
+  if (pbt_trial(t[0].params, &m0, &r0)) pbt_report(t, n);
   free(rows);
   store_trials_free(t, n);
   store_close(st);
@@ -686,6 +846,168 @@ static void *heartbeat_thread(void *arg) {
   return NULL;
 }
 
+/* ---- populations (pbt): a member's round, its copy, and the round after ---------- */
+
+/* Exploit: the leader's snapshot (parameters, optimizer state, observation statistics:
+ * all the learner resumes from) becomes the member's newest snapshot, under the member's
+ * own next version and counters, so the member's run resumes from it and keeps its own
+ * replay log, env-step count and schedules. A snapshot is whole or absent in the store,
+ * so a leader that is writing its next one is never read torn. */
+static int pbt_copy(store *st, const char *run, const char *text, char *why, size_t cap) {
+  char h[512], from[STORE_NAME_MAX];
+  long long version;
+  int leader;
+  header(text, "# pbt-copy: ", h, sizeof h);
+  if (sscanf(h, "member=%d run=%127s version=%lld", &leader, from, &version) != 3)
+    return snprintf(why, cap, "damaged '# pbt-copy:' line '%.200s'", h), -1;
+  shoal_error err = {0};
+  const double t0 = shoal_now_s();
+  store_snapshot_meta lm, *own = NULL;
+  void *bytes = NULL;
+  size_t len = 0, n = 0;
+  int rc = store_snapshot_get(st, from, version, &lm, &bytes, &len, &err);
+  if (rc == SHOAL_ENOENT) /* not kept: the leader's newest stands in */
+    rc = store_snapshot_get(st, from, STORE_LATEST, &lm, &bytes, &len, &err);
+  if (rc)
+    return snprintf(why, cap, "reading %s's snapshot v%lld: %.200s", from, version, err.msg), -1;
+  if ((rc = store_snapshot_list(st, run, &own, &n, &err)) || n == 0) {
+    free(bytes);
+    return snprintf(why, cap, "%s has no snapshot to continue from: %.200s", run,
+                    rc ? err.msg : "none"),
+           -1;
+  }
+  store_snapshot_meta m = own[n - 1];
+  free(own);
+  m.version++;
+  m.wall_time = 0;
+  m.score = NAN;
+  rc = store_snapshot_put(st, &m, bytes, len, &err);
+  free(bytes);
+  if (rc) return snprintf(why, cap, "writing the copy into %s: %.200s", run, err.msg), -1;
+  printf("pbt: %s v%lld copied to %s as v%lld: %zu bytes in %.3f s\n", from, (long long)lm.version,
+         run, (long long)m.version, len, shoal_now_s() - t0);
+  return 0;
+}
+
+/* The config text of a member's next round: text's config with the assignments
+ * (key=value, space-separated) applied, under new headers. */
+static int pbt_round_text(const char *text, const char *assigns, const char *extra, char **out,
+                          shoal_error *err) {
+  char algo[16] = "", score[64];
+  algo_yaml_known(text, NULL, 0, algo, sizeof algo);
+  int nkeys;
+  bool onpolicy = !strcmp(algo, "impala") || !strcmp(algo, "ppo");
+  const cfg_key *keys = onpolicy ? onpolicy_schema(&nkeys) : apex_schema(&nkeys);
+  config *cfg = config_create(keys, nkeys, err);
+  if (!cfg) return err->code;
+  int rc = config_load_string(cfg, text, "trial", err);
+  char buf[2048];
+  snprintf(buf, sizeof buf, "%s", assigns);
+  for (char *tok = strtok(buf, " "); !rc && tok; tok = strtok(NULL, " "))
+    rc = config_set(cfg, tok, err);
+  if (!rc) rc = config_check(cfg, err);
+  char *yaml = NULL;
+  if (!rc) rc = config_dump_redacted(cfg, &yaml, err);
+  header(text, "# score: ", score, sizeof score);
+  if (!rc && asprintf(out, "# shoal-trial 1\n# params: %s\n# score: %s\n%s%s", assigns, score,
+                      extra, yaml) < 0)
+    rc = shoal_error_set(err, SHOAL_ENOMEM, "out of memory");
+  free(yaml);
+  config_destroy(cfg);
+  return rc;
+}
+
+/* After member's round: ranks the population by each member's latest finished round
+ * (this one's score for member), and queues the member's next round: as it is, or, in
+ * the bottom fraction, as a copy of a top member (exploit) with that member's values
+ * explored. Queued before this round is recorded, so a worker that dies between the two
+ * leaves the round to be run again (its run is already at its step limit and ends at
+ * once) rather than a member with no next round. */
+static void pbt_next(store *st, const char *sweep, const store_trial *t, const pbt_spec *ps,
+                     int member, int round, double score, const char *worker) {
+  if (round + 1 >= ps->rounds) return;
+  shoal_error err = {0};
+  store_trial *all = NULL;
+  size_t n = 0;
+  if (store_trial_list(st, sweep, &all, &n, &err)) {
+    fprintf(stderr, "shoal worker %s: pbt: %s: member %d's next round is not queued\n", worker,
+            err.msg, member);
+    return;
+  }
+  double scores[PBT_MAX_MEMBERS];
+  int latest_round[PBT_MAX_MEMBERS];
+  const store_trial *latest[PBT_MAX_MEMBERS] = {0};
+  for (int m = 0; m < PBT_MAX_MEMBERS; m++) scores[m] = NAN, latest_round[m] = -1;
+  for (size_t i = 0; i < n; i++) {
+    int m, r;
+    if (!pbt_trial(all[i].params, &m, &r) || m < 0 || m >= ps->population ||
+        all[i].status != STORE_TRIAL_DONE || !all[i].result || r <= latest_round[m])
+      continue;
+    latest_round[m] = r, latest[m] = &all[i];
+    scores[m] = json_num(all[i].result, "score");
+  }
+  scores[member] = score;
+  char metric[64];
+  header(t->params, "# score: ", metric, sizeof metric);
+  shoal_rng rng;
+  shoal_rng_seed(&rng, ps->seed * 1000003ull + (uint64_t)member * 7919ull + (uint64_t)round);
+  int leader = pbt_choose_leader(scores, ps->population, member, ps->truncation,
+                                 strstr(metric, " min") != NULL, &rng);
+  if (leader >= 0 && !latest[leader]) leader = -1;
+  char assigns[2048], extra[8192], explored[2048] = "";
+  int w = snprintf(extra, sizeof extra, "# pbt: member=%d round=%d\n", member, round + 1);
+  if (leader < 0) {
+    header(t->params, "# params: ", assigns, sizeof assigns);
+  } else {
+    char from[STORE_NAME_MAX], lp[2048];
+    member_run(sweep, leader, from, sizeof from);
+    header(latest[leader]->params, "# params: ", lp, sizeof lp);
+    assigns[0] = 0;
+    for (char *tok = strtok(lp, " "); tok; tok = strtok(NULL, " ")) {
+      char *eq = strchr(tok, '=');
+      if (!eq) continue;
+      *eq = 0;
+      const char *old = eq + 1;
+      char val[64], how[16] = "";
+      snprintf(val, sizeof val, "%s", old);
+      for (int k = 0; k < ps->nparams; k++)
+        if (!strcmp(ps->params[k].key, tok)) {
+          pbt_explore(&ps->params[k], old, ps->resample, &rng, val, sizeof val, how, sizeof how);
+          snprintf(explored + strlen(explored), sizeof explored - strlen(explored),
+                   "%s%s %s->%s (%s)", explored[0] ? "; " : "", tok, old, val, how);
+        }
+      snprintf(assigns + strlen(assigns), sizeof assigns - strlen(assigns), "%s%s=%s",
+               assigns[0] ? " " : "", tok, val);
+    }
+    w += snprintf(extra + w, sizeof extra - (size_t)w,
+                  "# pbt-copy: member=%d run=%s version=%.0f score=%.6g round=%d own=%.6g\n"
+                  "# pbt-explore: %s\n",
+                  leader, from, json_num(latest[leader]->result, "version"), scores[leader],
+                  latest_round[leader], score, explored);
+  }
+  char *text = NULL;
+  if (pbt_spec_format(ps, extra + w, sizeof extra - (size_t)w) < 0 ||
+      pbt_round_text(t->params, assigns, extra, &text, &err)) {
+    fprintf(stderr, "shoal worker %s: pbt: member %d round %d: %s\n", worker, member, round + 1,
+            err.msg[0] ? err.msg : "the settings are too long");
+    store_trials_free(all, n);
+    return;
+  }
+  char id[32];
+  snprintf(id, sizeof id, "m%02d-r%03d", member, round + 1);
+  int rc = store_trial_create(st, sweep, id, text, &err);
+  if (rc && rc != SHOAL_EEXIST)
+    fprintf(stderr, "shoal worker %s: pbt: queueing %s: %s\n", worker, id, err.msg);
+  else if (!rc && leader >= 0)
+    printf(
+        "shoal worker %s: pbt: member %d (score %.4g) copies member %d (%.4g) for round %d: "
+        "%s\n",
+        worker, member, score, leader, scores[leader], round + 1, explored);
+  fflush(stdout);
+  free(text);
+  store_trials_free(all, n);
+}
+
 /* Runs one claimed trial as `shoal run`, heartbeating; fills result (JSON). Returns the
  * trial status to record, -1 when the claim was lost (record nothing), or
  * TRIAL_HANDED_BACK when the worker was stopped before the run finished. */
@@ -693,6 +1015,32 @@ static int run_trial(store *st, const char *sweep, const store_trial *t, const c
                      const char *uri, double hb_s, char *result, size_t cap) {
   char run[STORE_NAME_MAX], metric[64] = "best_eval max";
   snprintf(run, sizeof run, "%.40s-%.12s-%lld", sweep, t->id, (long long)t->attempt);
+  /* A population member's round continues the member's one run (resumed from its newest
+   * snapshot: its own, or the copy an exploit made) up to the round's step limit. */
+  int member = -1, round = -1;
+  pbt_spec ps;
+  bool pbt = pbt_trial(t->params, &member, &round), resume = false;
+  char cwhy[512] = "", steps_set[64] = "", assigns[2048] = "";
+  if (pbt) {
+    shoal_error perr = {0};
+    if (pbt_spec_parse(t->params, &ps, &perr)) {
+      snprintf(result, cap, "{\"error\":\"%s\"}", perr.msg);
+      return STORE_TRIAL_FAILED;
+    }
+    member_run(sweep, member, run, sizeof run);
+    if (strstr(t->params, "# pbt-copy: ") && pbt_copy(st, run, t->params, cwhy, sizeof cwhy)) {
+      snprintf(result, cap, "{\"run\":\"%s\",\"error\":\"exploit: %s\"}", run, cwhy);
+      return STORE_TRIAL_FAILED;
+    }
+    /* the member's run exists once its first round began: resumed from its newest
+     * snapshot, or started afresh under its name when it has none yet */
+    store_run sr;
+    resume = store_run_find(st, run, &sr, &perr) == 0;
+    if (resume) store_run_clear(&sr);
+    snprintf(steps_set, sizeof steps_set, "run.max_env_steps=%lld",
+             (long long)(round + 1) * (long long)ps.ready);
+    header(t->params, "# params: ", assigns, sizeof assigns);
+  }
   header(t->params, "# score: ", metric, sizeof metric);
   metric[strcspn(metric, " ")] = 0;
   const char *tmp = getenv("TMPDIR");
@@ -709,8 +1057,16 @@ static int run_trial(store *st, const char *sweep, const store_trial *t, const c
   snprintf(self, sizeof self, "%s/shoal", shoal_bindir);
   snprintf(set_run, sizeof set_run, "run.name=%s", run);
   snprintf(set_uri, sizeof set_uri, "store.uri=%s", uri);
-  char *argv[] = {self,    "run",   cfg_path,  "--set",      set_run,
-                  "--set", set_uri, "--quiet", "--log-json", NULL};
+  char *argv[64] = {self, "run", cfg_path, "--set", set_run, "--set", set_uri};
+  int na = 7;
+  if (resume) { /* the member's run, its stored config, this round's values */
+    na = 2;
+    argv[na++] = "--resume", argv[na++] = run, argv[na++] = "--store", argv[na++] = (char *)uri;
+    for (char *tok = strtok(assigns, " "); tok && na < 56; tok = strtok(NULL, " "))
+      argv[na++] = "--set", argv[na++] = tok;
+  }
+  if (pbt) argv[na++] = "--set", argv[na++] = steps_set;
+  argv[na++] = "--quiet", argv[na++] = "--log-json", argv[na] = NULL;
   int pipefd[2];
   if (pipe(pipefd)) {
     unlink(cfg_path);
@@ -825,9 +1181,10 @@ static int run_trial(store *st, const char *sweep, const store_trial *t, const c
   snprintf(result, cap,
            "{\"run\":\"%s\",\"score\":%s,\"metric\":\"%s\",\"reason\":\"%s\",\"eval\":%s,"
            "\"best_eval\":%s,\"return100\":%s,\"env_steps\":%.0f,\"updates\":%.0f,"
-           "\"wall_s\":%.2f}",
+           "\"version\":%.0f,\"wall_s\":%.2f}",
            run, s1, metric, reason, s2, s3, s4, json_num(done_line, "env_steps"),
-           json_num(done_line, "updates"), wall);
+           json_num(done_line, "updates"), json_num(done_line, "version"), wall);
+  if (pbt) pbt_next(st, sweep, t, &ps, member, round, score, worker);
   printf("shoal worker %s: trial %s %s: score %s (%s), %.0f env steps, %.1f s\n", worker, t->id,
          reason, s1, metric, json_num(done_line, "env_steps"), wall);
   fflush(stdout);

@@ -72,6 +72,13 @@ static const usage_entry usages[] = {
     {"sweep", "sweep SWEEP.yaml | sweep --report NAME", "hyperparameter search",
      "usage: shoal sweep SWEEP.yaml [--store URI] [--dry-run] [--workers N]\n"
      "       shoal sweep --report NAME [--store URI]\n"},
+    {"pbt", "pbt PBT.yaml | pbt --report NAME", "population-based training",
+     "usage: shoal pbt PBT.yaml [--store URI] [--dry-run] [--workers N]\n"
+     "       shoal pbt --report NAME [--store URI]\n"
+     "  A sweep whose file has a pbt: section (population, rounds, ready_steps,\n"
+     "  truncation, resample): its members train in rounds as `shoal worker --sweep\n"
+     "  NAME` runs them, and the bottom of the population copies the top's snapshot and\n"
+     "  explores its values (docs/pbt.md). The same as `shoal sweep`.\n"},
     {"worker", "worker --sweep NAME", "run a sweep's trials",
      "usage: shoal worker --sweep NAME [--store URI] [--name W] [--heartbeat S]\n"
      "                    [--stale S] [--max-trials N]\n"

@@ -15,8 +15,9 @@
 static char *run_cmd(char *const argv[], int *rc) { return wf_run(argv, 60, rc); }
 
 static void test_every_command_has_help(void **state) {
-  static const char *cmds[] = {"run", "eval", "init",  "config", "dataset", "media",  "status",
-                               "set", "plot", "sweep", "worker", "tboard",  "import", "envs"};
+  static const char *cmds[] = {"run",   "eval",   "init",   "config", "dataset",
+                               "media", "status", "set",    "plot",   "sweep",
+                               "pbt",   "worker", "tboard", "import", "envs"};
   int rc;
   char *argv[] = {wf_shoal, "--help", NULL};
   char *out = run_cmd(argv, &rc);
