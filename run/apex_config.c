@@ -171,7 +171,9 @@ dqn_config apex_dqn_config(const config *cfg, int obs_ndim, const int *obs_shape
   dc.obs_h = obs_ndim >= 2 ? obs_shape[1] : 1;
   dc.obs_w = obs_ndim >= 3 ? obs_shape[2] : 1;
   dc.num_actions = num_actions;
-  const char *net = config_string(cfg, "dqn.net");
+  /* the preset's name (the model section's, else dqn.net's), for what reports it */
+  const char *net = config_string(cfg, "model.preset")[0] ? config_string(cfg, "model.preset")
+                                                          : config_string(cfg, "dqn.net");
   dc.net = DQN_NET_MLP;
   for (dqn_net n = DQN_NET_MLP; n <= DQN_NET_IMPALA; n++)
     if (!strcmp(net, dqn_net_name(n))) dc.net = n;

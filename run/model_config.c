@@ -76,15 +76,14 @@ static const char *parse_rows(const char *s, int depth, int row_min, int row_max
   return NULL;
 }
 
-static bool given(const config *cfg, const char *key) {
-  return strcmp(config_origin(cfg, key), "default") != 0;
-}
 
 int run_model_from_config(const config *cfg, const char *preset_key, const int hidden[2], bool tanh,
                           algos_model *md, shoal_error *err) {
   const char *preset = config_string(cfg, "model.preset");
   const char *own = config_string(cfg, preset_key);
-  if (preset[0] && given(cfg, preset_key) && strcmp(preset, own))
+  /* The older key at its default (mlp) says nothing: a resolved config, as `shoal run`
+   * hands its programs, holds every key with a file origin. */
+  if (preset[0] && strcmp(own, "mlp") && strcmp(preset, own))
     return shoal_error_set(err, SHOAL_EINVAL,
                            "config: model.preset = %s (from %s) and %s = %s (from %s) name two "
                            "networks: give one",

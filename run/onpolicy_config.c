@@ -215,10 +215,13 @@ ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_sha
     c.act_low[j] = low ? low[j] : -1e30f;
     c.act_high[j] = high ? high[j] : 1e30f;
   }
-  c.torso = strcmp(config_string(cfg, "ac.torso"), "minatar") == 0  ? AC_TORSO_MINATAR
-            : strcmp(config_string(cfg, "ac.torso"), "nature") == 0 ? AC_TORSO_NATURE
-            : strcmp(config_string(cfg, "ac.torso"), "impala") == 0 ? AC_TORSO_IMPALA
-                                                                    : AC_TORSO_MLP;
+  /* the preset's name (the model section's, else ac.torso's), for what reports it */
+  const char *torso = config_string(cfg, "model.preset")[0] ? config_string(cfg, "model.preset")
+                                                            : config_string(cfg, "ac.torso");
+  c.torso = !strcmp(torso, "minatar")  ? AC_TORSO_MINATAR
+            : !strcmp(torso, "nature") ? AC_TORSO_NATURE
+            : !strcmp(torso, "impala") ? AC_TORSO_IMPALA
+                                       : AC_TORSO_MLP;
   c.hidden[0] = (int)config_int(cfg, "ac.hidden0");
   c.hidden[1] = (int)config_int(cfg, "ac.hidden1");
   c.tanh = config_bool(cfg, "ac.tanh");

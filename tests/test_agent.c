@@ -44,6 +44,19 @@ static void test_model_section(void **state) {
   config_destroy(c);
   assert_true(preset.model_set && rows.model_set);
   assert_memory_equal(&preset.model, &rows.model, sizeof rows.model);
+  /* a resolved config, dumped and read back as `shoal run` hands it to its programs
+   * (every key then has a file origin), still names one network */
+  c = make_cfg("algo: ppo\nmodel: {preset: nature}\n");
+  char *yaml = NULL;
+  shoal_error derr = {0};
+  assert_int_equal(config_dump(c, &yaml, &derr), 0);
+  config_destroy(c);
+  c = make_cfg(yaml);
+  free(yaml);
+  ac_config dumped = onpolicy_ac_config(c, 3, obs, 6, 0, NULL, NULL);
+  config_destroy(c);
+  assert_memory_equal(&preset.model, &dumped.model, sizeof dumped.model);
+  assert_int_equal(dumped.torso, AC_TORSO_NATURE);
   /* overrides on a preset: impala's stages, narrower, with a wider dense layer */
   c = make_cfg("algo: impala\nmodel: {preset: impala, stages: [8, 16], dense: [384]}\n");
   ac_config o = onpolicy_ac_config(c, 3, obs, 6, 0, NULL, NULL);
