@@ -152,8 +152,9 @@ static void test_population_exploits_through_the_store(void **state) {
 static void test_killed_worker_member_taken_over(void **state) {
   char path[512];
   snprintf(path, sizeof path, "%s/kill.yaml", wf_dir);
-  /* rounds of some seconds, snapshots every second */
-  write_pbt(path, "popk", 2, 150000, "  learner.snapshot_every_s: 1\n");
+  /* rounds of several seconds (CartPole PPO makes about 100k steps a second here),
+   * snapshots every second */
+  write_pbt(path, "popk", 2, 800000, "  learner.snapshot_every_s: 1\n");
   int rc;
   char *a[] = {wf_shoal, "sweep", path, "--store", uri, NULL};
   free(wf_run(a, 60, &rc));
@@ -164,15 +165,17 @@ static void test_killed_worker_member_taken_over(void **state) {
                 "wb",     "--heartbeat", "0.5",     "--stale", "3",       NULL};
   wf_proc pa, pb;
   wf_start(&pa, wa);
-  char *out = wf_wait_text(pa.out, " as run ", 60);
-  char tid[32] = "";
-  const char *p = strstr(out, "trial ");
-  assert_non_null(p);
-  sscanf(p, "trial %31s", tid);
-  free(out);
+  free(wf_wait_text(pa.out, " as run ", 60));
   usleep(3000000); /* the member's first round is training and has snapshots */
   assert_int_equal(kill(pa.pid, SIGKILL), 0);
   assert_int_equal(wf_wait(&pa, 30), 128 + SIGKILL);
+  /* the round it was in: its last " as run " line */
+  char *out = wf_slurp(pa.out, NULL), tid[32] = "";
+  for (const char *p = strstr(out, "trial "); p; p = strstr(p + 1, "trial "))
+    if (strstr(p, " as run ") && strcspn(p, "\n") > (size_t)(strstr(p, " as run ") - p))
+      sscanf(p, "trial %31s", tid);
+  free(out);
+  assert_true(tid[0]);
   printf("killed worker wa during trial %s\n", tid);
   wf_start(&pb, wb);
   assert_int_equal(wf_wait(&pb, 280), 0);
