@@ -702,7 +702,7 @@ static void pbt_report(const store_trial *t, size_t n) {
     double version, score, own;
     header(t[i].params, "# pbt-copy: ", h, sizeof h);
     if (!pbt_trial(t[i].params, &m, &r) ||
-        sscanf(h, "member=%d run=%127s version=%lf score=%lf round=%d own=%lf", &leader, from,
+        sscanf(h, "member=%d run=%63s version=%lf score=%lf round=%d own=%lf", &leader, from,
                &version, &score, &lround, &own) != 6)
       continue;
     header(t[i].params, "# pbt-explore: ", explored, sizeof explored);
@@ -858,7 +858,7 @@ static int pbt_copy(store *st, const char *run, const char *text, char *why, siz
   long long version;
   int leader;
   header(text, "# pbt-copy: ", h, sizeof h);
-  if (sscanf(h, "member=%d run=%127s version=%lld", &leader, from, &version) != 3)
+  if (sscanf(h, "member=%d run=%63s version=%lld", &leader, from, &version) != 3)
     return snprintf(why, cap, "damaged '# pbt-copy:' line '%.200s'", h), -1;
   shoal_error err = {0};
   const double t0 = shoal_now_s();

@@ -154,7 +154,12 @@ static void test_killed_worker_member_taken_over(void **state) {
   snprintf(path, sizeof path, "%s/kill.yaml", wf_dir);
   /* rounds of several seconds (CartPole PPO makes about 100k steps a second here),
    * snapshots every second */
-  write_pbt(path, "popk", 2, 800000, "  learner.snapshot_every_s: 1\n");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const int64_t ready = 200000; /* the sanitizers' cost: rounds of about 15 s */
+#else
+  const int64_t ready = 400000;
+#endif
+  write_pbt(path, "popk", 2, ready, "  learner.snapshot_every_s: 1\n");
   int rc;
   char *a[] = {wf_shoal, "sweep", path, "--store", uri, NULL};
   free(wf_run(a, 60, &rc));
@@ -178,7 +183,7 @@ static void test_killed_worker_member_taken_over(void **state) {
   assert_true(tid[0]);
   printf("killed worker wa during trial %s\n", tid);
   wf_start(&pb, wb);
-  assert_int_equal(wf_wait(&pb, 280), 0);
+  assert_int_equal(wf_wait(&pb, 500), 0);
   out = wf_slurp(pb.out, NULL);
   printf("%s", out);
   assert_non_null(strstr(out, "requeued 1 trial whose heartbeat lapsed"));
