@@ -97,7 +97,8 @@ int algos_model_check(const algos_model *md, int c, int h, int w, const char *wh
 }
 
 /* prefix + the printf-style suffix into name (128 bytes); returns name. */
-static const char *name_of(char *name, const char *prefix, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static const char *name_of(char *name, const char *prefix,
+                                                                 const char *fmt, ...) {
   char sfx[64];
   va_list ap;
   va_start(ap, fmt);
@@ -156,7 +157,8 @@ int algos_model_build(nn_model *m, const algos_model *md, const char *prefix,
   return rc;
 }
 
-static bool put(char *b, size_t cap, size_t *k, const char *fmt, ...) {
+__attribute__((format(printf, 4, 5))) static bool put(char *b, size_t cap, size_t *k,
+                                                      const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   int w = vsnprintf(b + *k, cap - *k, fmt, ap);
