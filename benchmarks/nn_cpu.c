@@ -31,8 +31,11 @@
  * window per request), so that load from other processes on a shared machine falls on both alike.
  * PyTorch 2 runs in a second child the same way, its windows alternating with the other two.
  *
- *   nn_cpu [--threads 1,2] [--window 0.3] [--repeats 5] [--rows mlp,minatar,nature,impala,dcgan,act]
- *          [--no-torch] [--no-torch2]
+ *   (f) plan: the conv rows' steps with kernel paths chosen by timing (nn/cpu/plan.c, the
+ *       default) against convk.c's fixed rules, and the path each conv took
+ *
+ *   nn_cpu [--threads 1,2] [--window 0.3] [--repeats 5]
+ *          [--rows mlp,minatar,nature,impala,dcgan,act,plan] [--no-torch] [--no-torch2]
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -377,6 +380,35 @@ static pair timed_pair(void (*fn)(void *), void *ctx, torch_proc *tp, torch_proc
   return p;
 }
 
+/* Kernel paths chosen by timing (nn/cpu/plan.c) against convk.c's fixed rules, on the same
+ * row's step: a model that timed its paths and one built with the timing off, their windows
+ * alternating; the median of each. Prints the paths each conv took. */
+typedef struct plan_pair {
+  double plan, rules;
+  char kernels[1024];
+} plan_pair;
+
+static plan_pair plan_vs_rules(nn_model *(*make)(int), int B) {
+  plan_pair p = {NAN, NAN, ""};
+  if (nn__plan_mode(-1) != 1) return p; /* SHOAL_NN_PLAN=rules or a path forced */
+  dqn a, b;
+  dqn_init(&a, make, B);
+  dqn_step(&a); /* times the paths: the first step at this batch */
+  nn_model_kernels(a.q, p.kernels, sizeof p.kernels);
+  nn__plan_mode(0);
+  dqn_init(&b, make, B);
+  dqn_step(&a), dqn_step(&b);
+  double ra[64], rb[64];
+  int k = g_repeats < 64 ? g_repeats : 64;
+  for (int r = 0; r < k; r++) ra[r] = window_rate(dqn_step, &a), rb[r] = window_rate(dqn_step, &b);
+  nn__plan_mode(1);
+  qsort(ra, (size_t)k, sizeof *ra, cmp_double);
+  qsort(rb, (size_t)k, sizeof *rb, cmp_double);
+  p.plan = ra[k / 2], p.rules = rb[k / 2];
+  dqn_free(&a), dqn_free(&b);
+  return p;
+}
+
 /* ---- output ------------------------------------------------------------------------------- */
 
 static void row(const char *name, int threads, double shoal, double torch, double torch2,
@@ -439,7 +471,7 @@ static bool has_row(const char *rows, const char *r) {
 }
 
 int main(int argc, char **argv) {
-  const char *threads_arg = "1,2", *rows = "mlp,minatar,nature,impala,dcgan,act";
+  const char *threads_arg = "1,2", *rows = "mlp,minatar,nature,impala,dcgan,act,plan";
   bool with_torch = true, with_torch2 = true;
   signal(SIGPIPE, SIG_IGN); /* a dead torch process is reported, not fatal */
   for (int i = 1; i < argc; i++) {
@@ -458,7 +490,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr,
               "usage: nn_cpu [--threads 1,2] [--window s] [--repeats n] [--rows "
-              "mlp,minatar,nature,impala,dcgan,act] [--no-torch] [--no-torch2]\n");
+              "mlp,minatar,nature,impala,dcgan,act,plan] [--no-torch] [--no-torch2]\n");
       return 2;
     }
   }
@@ -565,6 +597,11 @@ int main(int argc, char **argv) {
         nn_model_destroy(a.q);
       }
     }
+    plan_pair plans[3] = {{NAN, NAN, ""}, {NAN, NAN, ""}, {NAN, NAN, ""}};
+    static const char *plan_rows[3] = {"minatar", "nature", "impala"};
+    nn_model *(*plan_make[3])(int) = {make_minatar, make_nature, make_impala};
+    for (int k = 0; k < 3 && has_row(rows, "plan"); k++)
+      if (has_row(rows, plan_rows[k])) plans[k] = plan_vs_rules(plan_make[k], 32);
     if (tp) torch_stop(tp);
     if (tp2) torch_stop(tp2);
 #ifdef SHOAL_HAVE_OPENBLAS
@@ -621,6 +658,18 @@ int main(int argc, char **argv) {
         row(names[k], th, act[k].shoal, act[k].torch, act[k].torch2, "samples/s");
         bench2(names[k], th, &act[k], "samples/s");
       }
+    }
+    for (int k = 0; k < 3; k++) {
+      if (!isfinite(plans[k].plan)) continue;
+      char name[48];
+      snprintf(name, sizeof name, "%s_plan", plan_rows[k]);
+      printf("%-16s t%d %14.5g %14.5g %8.2f  steps/s, paths timed / convk.c's rules\n", name, th,
+             plans[k].plan, plans[k].rules, plans[k].plan / plans[k].rules);
+      for (char *ks = NULL, *l = strtok_r(plans[k].kernels, "\n", &ks); l;
+           l = strtok_r(NULL, "\n", &ks))
+        printf("%-16s    %s\n", "", l);
+      snprintf(name, sizeof name, "%s_train.plan", plan_rows[k]);
+      bench(name, th, plans[k].plan, "steps/s", plans[k].rules);
     }
     double sg = isfinite(nature.sgemm)  ? nature.sgemm
                 : isfinite(dcgan.sgemm) ? dcgan.sgemm

@@ -846,6 +846,40 @@ static void *heartbeat_thread(void *arg) {
   return NULL;
 }
 
+/* ---- a store that is away ------------------------------------------------------------
+ * A MongoDB server restarting, a network cut or a full disk fails store calls for a while.
+ * A worker waits such a failure out (--store-wait, 600 s by default) rather than stop
+ * claiming, leave a finished trial unrecorded, or leave a population member without its
+ * next round: the runs it starts train through an outage on their own. */
+
+static double g_store_wait = 600;
+
+static bool store_transient(int rc) {
+  return rc == SHOAL_ENET || rc == SHOAL_ETIMEDOUT || rc == SHOAL_EIO || rc == SHOAL_ECLOSED;
+}
+
+/* After a store call failed with rc: sleeps and returns true when the call should be
+ * tried again. *since: when this run of failures began (0 before the first). */
+static bool store_retry(int rc, const shoal_error *err, const char *worker, const char *what,
+                        double *since) {
+  if (!store_transient(rc) || worker_stop) return false;
+  double now = shoal_now_s();
+  if (*since == 0) {
+    *since = now;
+    fprintf(stderr, "shoal worker %s: %s: %s; trying again for up to %.0f s\n", worker, what,
+            err->msg, g_store_wait);
+  }
+  if (now - *since >= g_store_wait) {
+    fprintf(stderr, "shoal worker %s: %s: the store was still failing after %.0f s: %s\n", worker,
+            what, now - *since, err->msg);
+    return false;
+  }
+  double d = (now - *since) / 4; /* 1 s at first, up to 15 s between tries */
+  d = d < 1 ? 1 : d > 15 ? 15 : d;
+  usleep((useconds_t)(d * 1e6)); /* a signal cuts it short; worker_stop is checked next */
+  return !worker_stop;
+}
+
 /* ---- populations (pbt): a member's round, its copy, and the round after ---------- */
 
 /* Exploit: the leader's snapshot (parameters, optimizer state, observation statistics:
@@ -929,10 +963,17 @@ static void pbt_next(store *st, const char *sweep, const store_trial *t, const p
   shoal_error err = {0};
   store_trial *all = NULL;
   size_t n = 0;
-  if (store_trial_list(st, sweep, &all, &n, &err)) {
-    fprintf(stderr, "shoal worker %s: pbt: %s: member %d's next round is not queued\n", worker,
-            err.msg, member);
-    return;
+  double since = 0;
+  int lrc;
+  /* With the store away, the member's ranking waits, not its training: once the wait is
+   * over, the next round is queued as it is (no exploit). */
+  while ((lrc = store_trial_list(st, sweep, &all, &n, &err)) &&
+         store_retry(lrc, &err, worker, "pbt: reading the population", &since)) {
+  }
+  if (lrc) {
+    all = NULL, n = 0;
+    fprintf(stderr, "shoal worker %s: pbt: member %d goes on without an exploit this round\n",
+            worker, member);
   }
   double scores[PBT_MAX_MEMBERS];
   int latest_round[PBT_MAX_MEMBERS];
@@ -995,7 +1036,11 @@ static void pbt_next(store *st, const char *sweep, const store_trial *t, const p
   }
   char id[32];
   snprintf(id, sizeof id, "m%02d-r%03d", member, round + 1);
-  int rc = store_trial_create(st, sweep, id, text, &err);
+  int rc;
+  since = 0;
+  while ((rc = store_trial_create(st, sweep, id, text, &err)) && rc != SHOAL_EEXIST &&
+         store_retry(rc, &err, worker, "pbt: queueing the next round", &since)) {
+  }
   if (rc && rc != SHOAL_EEXIST)
     fprintf(stderr, "shoal worker %s: pbt: queueing %s: %s\n", worker, id, err.msg);
   else if (!rc && leader >= 0)
@@ -1208,12 +1253,15 @@ int cmd_worker(int argc, char **argv) {
       stale = atof(argv[++i]);
     else if (!strcmp(argv[i], "--max-trials") && i + 1 < argc)
       max_trials = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--store-wait") && i + 1 < argc)
+      g_store_wait = atof(argv[++i]);
     else {
       cli_bad_arg("worker", argc, argv, i);
       return 2;
     }
   }
-  if (!sweep || !(hb >= 0.05 && hb <= 3600) || !(stale > hb) || max_trials < 0) {
+  if (!sweep || !(hb >= 0.05 && hb <= 3600) || !(stale > hb) || max_trials < 0 ||
+      !(g_store_wait >= 0 && g_store_wait <= 1e6)) {
     cli_bad_usage("worker");
     return 2;
   }
@@ -1226,21 +1274,27 @@ int cmd_worker(int argc, char **argv) {
     host[strcspn(host, ".")] = 0;
     snprintf(wname, sizeof wname, "%s:%d", host, (int)getpid());
   }
+  struct sigaction sa = {0};
+  sa.sa_handler = on_worker_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
   shoal_error err = {0};
   store *st;
-  if (store_open(&st, uri, &err)) {
+  int orc;
+  double open_since = 0;
+  while ((orc = store_open(&st, uri, &err)) &&
+         store_retry(orc, &err, wname, "opening the store", &open_since)) {
+  }
+  if (orc) {
     fprintf(stderr, "shoal worker: store: %s\n", cli_unprefix(err.msg, "store"));
     return 1;
   }
   char uri_buf[2048];
   snprintf(uri_buf, sizeof uri_buf, "%s", uri ? uri : store_uri(st));
-  struct sigaction sa = {0};
-  sa.sa_handler = on_worker_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
   long ran = 0;
   int failed = 0, rc = 0;
   bool waiting_said = false;
+  double claim_since = 0; /* when the claims began failing (0: they do not) */
   while (!worker_stop && (!max_trials || ran < max_trials)) {
     size_t nreq = 0;
     if (store_trial_requeue_stale(st, sweep, stale, &nreq, &err))
@@ -1250,16 +1304,22 @@ int cmd_worker(int argc, char **argv) {
              nreq == 1 ? "" : "s");
     store_trial t = {0};
     int crc = store_trial_claim(st, sweep, wname, &t, &err);
+    if (crc && crc != SHOAL_ENOENT && store_retry(crc, &err, wname, "claim", &claim_since))
+      continue;
+    if (crc != SHOAL_ENOENT) claim_since = 0;
     if (crc == SHOAL_ENOENT) {
       /* Nothing pending. Trials still running elsewhere may come back if their worker
        * died: wait for them; when none is left, the sweep is complete. */
       store_trial *all = NULL;
       size_t n = 0, running = 0;
-      if (store_trial_list(st, sweep, &all, &n, &err)) {
+      int lrc = store_trial_list(st, sweep, &all, &n, &err);
+      if (lrc && store_retry(lrc, &err, wname, "listing the trials", &claim_since)) continue;
+      if (lrc) {
         fprintf(stderr, "shoal worker %s: %s\n", wname, err.msg);
         rc = 1;
         break;
       }
+      claim_since = 0;
       for (size_t i = 0; i < n; i++) running += all[i].status == STORE_TRIAL_RUNNING;
       store_trials_free(all, n);
       if (n == 0) {
@@ -1300,7 +1360,11 @@ int cmd_worker(int argc, char **argv) {
                 wname, t.id, err.msg, stale);
     } else if (status >= 0) {
       /* Recorded even when stopping: a trial that finished keeps its score. */
-      int c = store_trial_complete(st, sweep, t.id, wname, status, result, &err);
+      int c;
+      double since = 0;
+      while ((c = store_trial_complete(st, sweep, t.id, wname, status, result, &err)) &&
+             store_retry(c, &err, wname, "recording the trial", &since)) {
+      }
       if (c == SHOAL_EPERM || c == SHOAL_EEXIST)
         printf("shoal worker %s: trial %s was taken over meanwhile: %s\n", wname, t.id, err.msg);
       else if (c)

@@ -81,9 +81,11 @@ static const usage_entry usages[] = {
      "  explores its values (docs/pbt.md). The same as `shoal sweep`.\n"},
     {"worker", "worker --sweep NAME", "run a sweep's trials",
      "usage: shoal worker --sweep NAME [--store URI] [--name W] [--heartbeat S]\n"
-     "                    [--stale S] [--max-trials N]\n"
+     "                    [--stale S] [--max-trials N] [--store-wait S]\n"
      "  (heartbeat every S s, default 5; trials whose heartbeat is older than\n"
      "  --stale, default 30, are requeued; --stale must exceed --heartbeat)\n"
+     "  A store that fails (a server or network away, a disk unwritable) is tried\n"
+     "  again for up to --store-wait seconds, default 600, before the worker gives up.\n"
      "  Ctrl-C: the trial's run stops in order; a trial that finished is recorded,\n"
      "  an unfinished one goes back to the queue at once. Again to kill the run.\n"},
     {"tboard", "tboard RUN... [--out DIR]", "TensorBoard event files",
@@ -153,6 +155,7 @@ int cli_bad_arg(const char *cmd, int argc, char **argv, int i) {
                                          {"--heartbeat", "SECONDS"},
                                          {"--stale", "SECONDS"},
                                          {"--max-trials", "N"},
+                                         {"--store-wait", "SECONDS"},
                                          {"--workers", "N"},
                                          {"--source", "SOURCE"},
                                          {"--title", "TITLE"},

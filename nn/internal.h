@@ -137,6 +137,16 @@ typedef struct nn__node {
   bool ctrain[NN_LAYER_TENSORS];
   int cslot[NN_LAYER_TENSORS];
 
+  /* CPU conv2d: the kernel path this call's forward, dW and dx run (an nn__kpath of
+   * nn/cpu/cpu.h; 0: convk.c's rules), and those chosen for each batch size seen, by
+   * timing the candidates (nn/cpu/plan.c). */
+  signed char kp[3];
+  struct {
+    int B;
+    signed char kp[3];
+  } plans[4];
+  int n_plans;
+
   /* nn_model_profile's counts: calls and wall time (ns) of this layer's forward, backward */
   uint64_t prof_ns[2];
   int64_t prof_calls[2];
@@ -353,6 +363,10 @@ int nn__direct_mode(int mode);
  * pay, 2 every layer they can run (SHOAL_NN_ROW), -1 leaves it; returns the mode before
  * (always 0 off x86). For the tests and benchmarks. */
 int nn__row_mode(int mode);
+/* Kernel paths chosen by timing (nn/cpu/plan.c): 1 on, 0 off (convk.c's rules, as
+ * SHOAL_NN_PLAN=rules), -1 leaves it; returns the mode before. A model keeps the paths it
+ * has timed; one built while off runs the rules. For the tests and benchmarks. */
+int nn__plan_mode(int mode);
 /* The thread count nn_set_threads set (1 unless set). */
 int nn__cpu_threads(void);
 

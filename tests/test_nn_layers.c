@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include <pthread.h>
+#include <unistd.h>
 #include <stdatomic.h>
 
 #include "nn/cpu/cpu.h"  /* nn__parallel_for */
@@ -1188,33 +1189,208 @@ static void conv_run(const void *geo, const char *path, int threads, float *y, f
   fwd_bwd_into(m, c->B, y, g, dx, ny, np, nx);
 }
 
+/* Conv geometries the paths must agree on: C, H, W, C_out, kh, kw, stride, pad, batch,
+ * (conv-transpose, output padding, a ReLU after). */
+static const conv_geo geos[] = {
+    {4, 84, 84, 32, 8, 8, 4, 0, 3}, /* Nature-DQN */
+    {32, 20, 20, 64, 4, 4, 2, 0, 5},
+    {64, 9, 9, 64, 3, 3, 1, 0, 3},
+    {1, 28, 28, 64, 4, 4, 2, 1, 3}, /* DCGAN D */
+    {16, 14, 14, 24, 4, 4, 2, 1, 2},
+    {5, 13, 11, 7, 3, 2, 3, 2, 3},        /* odd: stride 3, padding 2, 3x2, 7 channels */
+    {4, 10, 10, 16, 3, 3, 1, 0, 5},       /* MinAtar */
+    {128, 7, 7, 64, 4, 4, 2, 1, 3, 1, 0}, /* DCGAN G's first conv-transpose */
+    {6, 5, 4, 5, 3, 3, 2, 1, 3, 1, 1},    /* output padding */
+    {8, 6, 6, 4, 3, 3, 1, 0, 2, 1, 0},    /* stride 1 */
+    {3, 4, 5, 40, 4, 4, 3, 2, 2, 1, 2},   /* stride 3, padding 2 */
+    {32, 14, 14, 64, 3, 3, 1, 1, 3},      /* 3x3 stride 1 (Winograd): Fashion-MNIST's */
+    {17, 7, 9, 18, 3, 3, 1, 2, 2},        /* odd sizes, padding 2, a channel tail */
+    {16, 3, 4, 16, 3, 3, 1, 0, 40},       /* one tile a sample, tasks ending mid-block */
+    {8, 9, 9, 12, 3, 3, 2, 1, 3},         /* 3x3 stride 2: zero taps in the s2d kernel */
+    {6, 10, 12, 8, 4, 4, 2, 1, 3},        /* 24 s2d channels: a part panel in the direct dx */
+    {3, 18, 22, 20, 8, 8, 4, 3, 2},     /* 8x8/4 with padding 3: Winograd over 48 s2d channels */
+    {5, 12, 13, 9, 6, 6, 2, 2, 2},      /* 6x6/2: a 3x3 kernel over the s2d form */
+    {7, 5, 6, 10, 6, 6, 2, 1, 2, 1, 1}, /* its conv-transpose, output padding 1 */
+    {9, 6, 5, 6, 4, 4, 2, 1, 3, 1, 1},  /* a 4x4/2 conv-transpose with output padding */
+    {2, 23, 21, 6, 10, 10, 5, 3, 2},    /* 10x10/5: five column phases in Winograd's xh */
+    {4, 10, 10, 16, 3, 3, 1, 0, 5, 0, 0, 1}, /* MinAtar's with its ReLU: the row kernels */
+    {3, 13, 11, 7, 3, 2, 1, 0, 3, 0, 0, 1},  /* rows: part vectors, tiles and tap groups */
+    {2, 5, 9, 5, 2, 3, 1, 0, 2},             /* rows of 7: every vector a part one */
+};
+
+/* A conv2d built as conv_run builds it, its kernel paths pinned (nn__node.kp: what a plan
+ * of nn/cpu/plan.c sets), then run forward and backward. */
+static void conv_run_pinned(const conv_geo *c, const signed char kp[3], float *y, float *g,
+                            float *dx, size_t ny, size_t np, size_t nx) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, c->C, c->H, c->W);
+  nn_activation(m, "a", NN_TANH, 0);
+  nn_conv2d(m, "conv", c->Co, c->kh, c->kw, c->s, c->pad, 1);
+  if (c->relu) nn_activation(m, "r", NN_RELU, 0);
+  assert_int_equal(nn_model_build(m, c->B + 1, 7, &err), 0);
+  int id = nn_model_find_node(m, "conv");
+  assert_true(id >= 0);
+  memcpy(m->nodes[id].kp, kp, 3);
+  fwd_bwd_into(m, c->B, y, g, dx, ny, np, nx);
+}
+
+/* Every path a plan can choose, in every combination a plan can hold (the forward; dW with
+ * dx, or both on im2col + GEMM), on each ISA the CPU has, agrees with the gemm path. Plans
+ * make pairs the fixed rules never run (Winograd's dW with the packed dx: that pair once
+ * read tap offsets Winograd had overwritten). */
+static void test_conv_planned_paths_agree(void **s) {
+  static const char *isas[] = {"portable", "avx2", "avx512"};
+  static const int fwds[] = {NN__KP_GEMM, NN__KP_PACKED, NN__KP_DIRECT, NN__KP_ROW,
+                             NN__KP_WINO};
+  static const int dws[] = {NN__KP_PACKED, NN__KP_ROW, NN__KP_WINO};
+  static const int dxs[] = {NN__KP_PACKED, NN__KP_DXD, NN__KP_WINO};
+  const char *was = nn__conv_path_force(NULL);
+  int combos = 0;
+  for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++) {
+    const conv_geo *c = &geos[gi];
+    if (c->t) continue; /* plans are for conv2d */
+    int Ho = (c->H + 2 * c->pad - c->kh) / c->s + 1, Wo = (c->W + 2 * c->pad - c->kw) / c->s + 1;
+    size_t ny = (size_t)c->B * c->Co * Ho * Wo, nx = (size_t)c->B * c->C * c->H * c->W;
+    size_t np = (size_t)c->Co * c->C * c->kh * c->kw + c->Co;
+    float *y0 = malloc(ny * 4), *g0 = malloc(np * 4), *d0 = malloc(nx * 4);
+    float *y1 = malloc(ny * 4), *g1 = malloc(np * 4), *d1 = malloc(nx * 4);
+    nn__conv_path_force("gemm");
+    conv_run(c, "gemm", 1, y0, g0, d0, ny, np, nx);
+    for (size_t ii = 0; ii < 3; ii++) {
+      if (strcmp(nn__conv_path_force(isas[ii]), isas[ii])) continue; /* the CPU lacks it */
+      /* a model to ask nn__convk_can with, at this geometry */
+      shoal_error err = {0};
+      nn_model *q = nn_model_create(NN_CPU, &err);
+      nn_input(q, c->C, c->H, c->W);
+      nn_activation(q, "a", NN_TANH, 0);
+      nn_conv2d(q, "conv", c->Co, c->kh, c->kw, c->s, c->pad, 1);
+      assert_int_equal(nn_model_build(q, c->B + 1, 7, &err), 0);
+      const nn__node *n = &q->nodes[nn_model_find_node(q, "conv")];
+      for (int t = 1; t <= 2; t++) {
+        nn_set_threads(t);
+        for (size_t f = 0; f < sizeof fwds / sizeof *fwds; f++) {
+          if (!nn__convk_can(q, n, NN__PH_FWD, fwds[f])) continue;
+          for (size_t w = 0; w <= sizeof dws / sizeof *dws; w++) /* the last: GEMM for both */
+            for (size_t x = 0; x < sizeof dxs / sizeof *dxs; x++) {
+              bool gemm = w == sizeof dws / sizeof *dws;
+              if (gemm ? x > 0
+                       : !nn__convk_can(q, n, NN__PH_DW, dws[w]) ||
+                             !nn__convk_can(q, n, NN__PH_DX, dxs[x]))
+                continue;
+              signed char kp[3] = {(signed char)fwds[f],
+                                   (signed char)(gemm ? NN__KP_GEMM : dws[w]),
+                                   (signed char)(gemm ? NN__KP_GEMM : dxs[x])};
+              conv_run_pinned(c, kp, y1, g1, d1, ny, np, nx);
+              char what[96];
+              snprintf(what, sizeof what, "plan %s/%s/%s", nn__kpath_name(kp[0]),
+                       nn__kpath_name(kp[1]), nn__kpath_name(kp[2]));
+              agree(what, gi, isas[ii], t, "y", y1, y0, ny);
+              agree(what, gi, isas[ii], t, "grad", g1, g0, np);
+              agree(what, gi, isas[ii], t, "dx", d1, d0, nx);
+              combos++;
+            }
+        }
+      }
+      nn_model_destroy(q);
+    }
+    free(y0), free(g0), free(d0), free(y1), free(g1), free(d1);
+  }
+  printf("  %d planned path combinations agree with gemm\n", combos);
+  assert_true(combos > 50);
+  nn__conv_path_force(was);
+  nn_set_threads(1);
+}
+
+/* Paths chosen by timing (nn/cpu/plan.c): a plan in the file is used as it is (every process
+ * on a machine runs the same paths), one naming a path that cannot run the layer is timed
+ * again, a layer timed here is added to the file, and nn_model_kernels says what ran. Runs
+ * first: a path forced later in this program turns the timing off for the process. */
+static char plan_file[256];
+
+static nn_model *plan_model(int C, int H, int Co, int k, int s, int pad, int B) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, C, H, H);
+  nn_conv2d(m, "conv", Co, k, k, s, pad, 1);
+  nn_activation(m, "r", NN_RELU, 0);
+  assert_int_equal(nn_model_build(m, B, 3, &err), 0);
+  size_t nx = (size_t)B * C * H * H;
+  float *x = calloc(nx, sizeof *x), *dy = NULL;
+  for (size_t i = 0; i < nx; i++) x[i] = (float)(i % 13) * 0.1f;
+  const float *y, *dx;
+  assert_int_equal(nn_model_forward(m, x, B, &y, &err), 0);
+  int oc, oh, ow;
+  nn_node_shape(m, nn_model_find_node(m, "r"), &oc, &oh, &ow);
+  size_t ny = (size_t)B * oc * oh * ow;
+  dy = calloc(ny, sizeof *dy);
+  for (size_t i = 0; i < ny; i++) dy[i] = (float)(i % 7) * 0.1f;
+  nn_model_zero_grad(m);
+  assert_int_equal(nn_model_backward(m, dy, &dx, &err), 0);
+  free(x), free(dy);
+  return m;
+}
+
+static void test_conv_plans(void **s) {
+  if (!nn__plan_on()) {
+    printf("  SKIPPED: the kernel paths are forced here (SHOAL_NN_CONV_PATH, _PLAN, ...)\n");
+    return;
+  }
+  assert_string_equal(nn__plan_file(), plan_file);
+  FILE *f = fopen(plan_file, "w");
+  assert_non_null(f);
+  const char *isa = nn__conv_path_name(nn__conv_path_get());
+  /* MinAtar's layer at batch 5, pinned to im2col + GEMM; a padded 3x3 layer "on rows" (the
+   * row kernels take no padding) */
+  fprintf(f, "# a test's plans\nconv2d:4x10x10>16:k3x3:s1:p0:d1:B5:%s:fwd gemm - -\n", isa);
+  fprintf(f, "conv2d:4x10x10>16:k3x3:s1:p0:d1:B5:%s:bwd - gemm gemm\n", isa);
+  fprintf(f, "conv2d:8x9x9>8:k3x3:s1:p1:d1:B3:%s:fwd row - -\n", isa);
+  fclose(f);
+  char text[1024];
+  nn_model *m = plan_model(4, 10, 16, 3, 1, 0, 5);
+  nn_model_kernels(m, text, sizeof text);
+  printf("  %s", text);
+  assert_non_null(strstr(text, "conv: batch 5: forward gemm, dW gemm, dx gemm"));
+  nn_model_destroy(m);
+
+  m = plan_model(8, 9, 8, 3, 1, 1, 3);
+  nn_model_kernels(m, text, sizeof text);
+  printf("  %s", text);
+  assert_null(strstr(text, "forward row"));
+  assert_null(strstr(text, "forward -"));
+  nn_model_destroy(m);
+
+  /* not in the file: timed, kept, written; a second model of the shape runs the same */
+  m = plan_model(4, 10, 16, 3, 1, 0, 4);
+  char first[1024];
+  nn_model_kernels(m, first, sizeof first);
+  printf("  %s", first);
+  assert_non_null(strstr(first, "conv: batch 4: forward "));
+  assert_null(strstr(first, " -"));
+  nn_model_destroy(m);
+  m = plan_model(4, 10, 16, 3, 1, 0, 4);
+  nn_model_kernels(m, text, sizeof text);
+  assert_string_equal(text, first);
+  nn_model_destroy(m);
+
+  char *file = NULL;
+  size_t len = 0;
+  f = fopen(plan_file, "r");
+  assert_non_null(f);
+  assert_true(getdelim(&file, &len, 0, f) > 0);
+  fclose(f);
+  char key[128];
+  snprintf(key, sizeof key, "conv2d:4x10x10>16:k3x3:s1:p0:d1:B4:%s:fwd ", isa);
+  assert_non_null(strstr(file, key));
+  snprintf(key, sizeof key, "conv2d:4x10x10>16:k3x3:s1:p0:d1:B4:%s:bwd - ", isa);
+  assert_non_null(strstr(file, key));
+  snprintf(key, sizeof key, "conv2d:8x9x9>8:k3x3:s1:p1:d1:B3:%s:fwd ", isa);
+  const char *a = strstr(file, key), *b = a ? strstr(a + 1, key) : NULL;
+  assert_non_null(b); /* the row line, then the one timed again */
+  free(file);
+}
+
 static void test_conv_paths_agree(void **s) {
-  static const conv_geo geos[] = {
-      {4, 84, 84, 32, 8, 8, 4, 0, 3}, /* Nature-DQN */
-      {32, 20, 20, 64, 4, 4, 2, 0, 5},
-      {64, 9, 9, 64, 3, 3, 1, 0, 3},
-      {1, 28, 28, 64, 4, 4, 2, 1, 3}, /* DCGAN D */
-      {16, 14, 14, 24, 4, 4, 2, 1, 2},
-      {5, 13, 11, 7, 3, 2, 3, 2, 3},        /* odd: stride 3, padding 2, 3x2, 7 channels */
-      {4, 10, 10, 16, 3, 3, 1, 0, 5},       /* MinAtar */
-      {128, 7, 7, 64, 4, 4, 2, 1, 3, 1, 0}, /* DCGAN G's first conv-transpose */
-      {6, 5, 4, 5, 3, 3, 2, 1, 3, 1, 1},    /* output padding */
-      {8, 6, 6, 4, 3, 3, 1, 0, 2, 1, 0},    /* stride 1 */
-      {3, 4, 5, 40, 4, 4, 3, 2, 2, 1, 2},   /* stride 3, padding 2 */
-      {32, 14, 14, 64, 3, 3, 1, 1, 3},      /* 3x3 stride 1 (Winograd): Fashion-MNIST's */
-      {17, 7, 9, 18, 3, 3, 1, 2, 2},        /* odd sizes, padding 2, a channel tail */
-      {16, 3, 4, 16, 3, 3, 1, 0, 40},       /* one tile a sample, tasks ending mid-block */
-      {8, 9, 9, 12, 3, 3, 2, 1, 3},         /* 3x3 stride 2: zero taps in the s2d kernel */
-      {6, 10, 12, 8, 4, 4, 2, 1, 3},        /* 24 s2d channels: a part panel in the direct dx */
-      {3, 18, 22, 20, 8, 8, 4, 3, 2},     /* 8x8/4 with padding 3: Winograd over 48 s2d channels */
-      {5, 12, 13, 9, 6, 6, 2, 2, 2},      /* 6x6/2: a 3x3 kernel over the s2d form */
-      {7, 5, 6, 10, 6, 6, 2, 1, 2, 1, 1}, /* its conv-transpose, output padding 1 */
-      {9, 6, 5, 6, 4, 4, 2, 1, 3, 1, 1},  /* a 4x4/2 conv-transpose with output padding */
-      {2, 23, 21, 6, 10, 10, 5, 3, 2},    /* 10x10/5: five column phases in Winograd's xh */
-      {4, 10, 10, 16, 3, 3, 1, 0, 5, 0, 0, 1}, /* MinAtar's with its ReLU: the row kernels */
-      {3, 13, 11, 7, 3, 2, 1, 0, 3, 0, 0, 1},  /* rows: part vectors, tiles and tap groups */
-      {2, 5, 9, 5, 2, 3, 1, 0, 2},             /* rows of 7: every vector a part one */
-  };
   const char *was = nn__conv_path_force(NULL);
   int was_w = nn__wino_mode(-1), was_d = nn__direct_mode(-1), was_r = nn__row_mode(-1);
   for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++) {
@@ -1678,7 +1854,15 @@ static void test_gemm_split_threads(void **s) {
 }
 
 int main(void) {
+  /* the timing's plans in a file of this run's (unless one is named) */
+  if (!getenv("SHOAL_NN_PLAN_FILE")) {
+    snprintf(plan_file, sizeof plan_file, "/tmp/shoal-test-nn-plans-%d.txt", (int)getpid());
+    setenv("SHOAL_NN_PLAN_FILE", plan_file, 1);
+  } else {
+    snprintf(plan_file, sizeof plan_file, "%s", getenv("SHOAL_NN_PLAN_FILE"));
+  }
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_conv_plans),
       cmocka_unit_test(test_grad_dense),
       cmocka_unit_test(test_grad_mlp),
       cmocka_unit_test(test_grad_conv),
@@ -1757,6 +1941,7 @@ int main(void) {
       cmocka_unit_test(test_batchnorm_features),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_conv_paths_agree),
+      cmocka_unit_test(test_conv_planned_paths_agree),
       cmocka_unit_test(test_dense_paths_agree),
       cmocka_unit_test(test_dense_scratch_thread_exit),
       cmocka_unit_test(test_set_output),

@@ -153,6 +153,7 @@ static int cpu_build(nn_model *m, shoal_error *err) {
     size_t f = (size_t)max_batch * (size_t)n->F;
     size_t own = (i == 0 || is_view(n->kind)) ? 0 : f; /* input and views borrow their out */
     n->cache_n = cache_floats(m, n, max_batch);
+    n->n_plans = 0, memset(n->kp, 0, sizeof n->kp); /* the paths depend on max_batch */
     total += round16(own) + round16(f) + round16(n->cache_n);
     size_t s = scratch_floats(m, n, max_batch);
     if (s > scratch) scratch = s;

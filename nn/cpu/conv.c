@@ -103,10 +103,15 @@ static void im2col_group(const nn__node *xn, const nn__node *n, int s0, int gb, 
                n->pad, n->dil, n->H, n->W, col + (size_t)s * P, N);
 }
 
-static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
-  if (nn__convk_runs(m, n)) { /* nn's own kernels (nn/cpu/convk.c) */
+/* The path: n->kp as timing chose it (nn/cpu/plan.c), or 0 and nn__convk_runs' rule. */
+static bool on_convk(const nn_model *m, const nn__node *n, int ph) {
+  return n->kp[ph] != NN__KP_GEMM && (n->kp[ph] || nn__convk_runs(m, n));
+}
+
+static void conv_forward_run(nn_model *m, nn__node *n, int B) {
+  if (on_convk(m, n, NN__PH_FWD)) { /* nn's own kernels (nn/cpu/convk.c) */
     nn__convk_forward(m, n, B);
-    return 0;
+    return;
   }
   const nn__node *xn = nn__input(m, n, 0);
   int P = n->H * n->W, K = xn->C * n->kh * n->kw, Co = n->C;
@@ -133,11 +138,17 @@ static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
       }
     }
   }
+}
+
+static int conv_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  if (nn__plan_on()) nn__plan_conv(m, n, B, false, conv_forward_run);
+  conv_forward_run(m, n, B);
   return 0;
 }
 
-static void conv_backward(nn_model *m, nn__node *n, int B) {
-  if (nn__convk_runs(m, n)) { /* nn's own kernels (nn/cpu/convk.c) */
+/* dW and dx run on one side: both im2col + GEMM, or both nn's kernels (each its own). */
+static void conv_backward_run(nn_model *m, nn__node *n, int B) {
+  if (on_convk(m, n, NN__PH_DW)) { /* nn's own kernels (nn/cpu/convk.c) */
     nn__convk_backward(m, n, B);
     return;
   }
@@ -172,6 +183,11 @@ static void conv_backward(nn_model *m, nn__node *n, int B) {
       nn__col2im(dcol + (size_t)s * P, N, xn->C, xn->H, xn->W, n->kh, n->kw, n->stride, n->pad,
                  n->dil, n->H, n->W, d + (size_t)s * xn->F);
   }
+}
+
+static void conv_backward(nn_model *m, nn__node *n, int B) {
+  if (nn__plan_on()) nn__plan_conv(m, n, B, true, conv_backward_run);
+  conv_backward_run(m, n, B);
 }
 
 const nn__layer_ops nn__cpu_conv = {conv_forward, conv_backward};

@@ -292,6 +292,11 @@ const char *nn__conv_path_force(const char *name) {
   return nn__conv_path_name(g_path);
 }
 
+bool nn__conv_path_forced(void) {
+  pthread_once(&g_path_once, path_init);
+  return g_forced;
+}
+
 const char *nn__conv_path_name(nn__conv_path p) {
   static const char *names[] = {"gemm", "portable", "avx2", "avx512"};
   return p >= NN__CONV_GEMM && p <= NN__CONV_AVX512 ? names[p] : "?";
@@ -1093,7 +1098,8 @@ static void pack_w_rows(const float *w, int Co, int K, int mr, float *Wp) {
 }
 
 void nn__convk_forward(nn_model *m, nn__node *n, int B) {
-  if (nn__wino_runs(m, n, B, false)) {
+  const int kp = n->kp[NN__PH_FWD]; /* chosen by timing, or 0: the rules below */
+  if (kp == NN__KP_WINO || (!kp && nn__wino_runs(m, n, B, false))) {
     nn__wino_forward(m, n, B);
     return;
   }
@@ -1102,11 +1108,11 @@ void nn__convk_forward(nn_model *m, nn__node *n, int B) {
   j.relu = n->fuse_act > 0;
   j.y = j.relu ? m->nodes[n->fuse_act].out : n->out;
   j.bias = n->bias ? m->params + n->poff[1] : NULL;
-  if (direct_runs(n, &j.g) && dgeom_of(&j.g, 1).T <= 64) {
+  if (kp == NN__KP_DIRECT || (!kp && direct_runs(n, &j.g) && dgeom_of(&j.g, 1).T <= 64)) {
     direct_forward(&j, m, n);
     return;
   }
-  if (row_runs(&j, n)) {
+  if (kp == NN__KP_ROW || (!kp && row_runs(&j, n))) {
     row_forward(&j, m, n);
     return;
   }
@@ -1115,6 +1121,28 @@ void nn__convk_forward(nn_model *m, nn__node *n, int B) {
   j.Wp = Wp;
   make_xs(&j);
   nn__parallel_for((j.N + j.I->nr - 1) / j.I->nr, fwd_task, &j);
+}
+
+bool nn__convk_can(const nn_model *m, const nn__node *n, int ph, int p) {
+  if (n->kind != NN__CONV || ph < NN__PH_FWD || ph > NN__PH_DX) return false;
+  if (p == NN__KP_GEMM) return true; /* im2col + GEMM runs every conv2d */
+  if (nn__conv_path_get() == NN__CONV_GEMM || !nn__convk_scratch(m, n, m->max_batch))
+    return false;
+  geom g = geom_of(m, n);
+  dgeom d = dgeom_of(&g, 1);
+  switch (p) {
+    case NN__KP_PACKED: return true;
+    case NN__KP_DIRECT: return ph == NN__PH_FWD && d.Cs >= 16 && d.T <= 64;
+    case NN__KP_ROW: /* the AVX2 and AVX-512 kernels' shapes (row_runs without its rule) */
+#ifdef NN__X86
+      return ph != NN__PH_DX && g_isa[nn__conv_path_get()].mr >= 6 && g.s == 1 && g.pad == 0;
+#else
+      return false;
+#endif
+    case NN__KP_WINO: return nn__wino_can(m, n);
+    case NN__KP_DXD: return ph == NN__PH_DX && d.Cs >= 16 && d.T <= 64;
+    default: return false;
+  }
 }
 
 /* ---- backward ------------------------------------------------------------------------ */
@@ -1373,7 +1401,9 @@ NN__CLONES static void dxd_task(void *vc, int s, int th) {
       }
     }
   }
-  /* back to NCHW: dx[c][ih][iw] (+)= dcl[(a*Ws + b)*Cs + (c*s + ri)*s + rj] */
+  /* back to NCHW: dx[c][ih][iw] (+)= dcl[(a*Ws + b)*Cs + (c*s + ri)*s + rj]. Rows and
+   * columns of x past the last a tap reaches (a >= Hs or b >= Ws: 10x10/5 over 23 rows
+   * with padding 3 leaves the last row unread) have no gradient, and no place in dcl. */
   float *dx = j->dx + s * j->xF;
   int st = g->s;
   for (int c = 0; c < g->C; c++) {
@@ -1381,10 +1411,10 @@ NN__CLONES static void dxd_task(void *vc, int s, int th) {
     for (int ih = 0; ih < g->H; ih++) {
       int a = (ih + g->pad) / st, ri = (ih + g->pad) % st;
       float *o = dx + ((size_t)c * g->H + ih) * g->W;
-      const float *src = dcl + (size_t)a * g->Ws * d.Cs + (c * st + ri) * st;
+      const float *src = a < g->Hs ? dcl + (size_t)a * g->Ws * d.Cs + (c * st + ri) * st : NULL;
       for (int iw = 0; iw < g->W; iw++) {
         int b = (iw + g->pad) / st, rj = (iw + g->pad) % st;
-        float v = src[(size_t)b * d.Cs + rj] + bc;
+        float v = (src && b < g->Ws ? src[(size_t)b * d.Cs + rj] : 0.0f) + bc;
         o[iw] = j->acc ? o[iw] + v : v;
       }
     }
@@ -1394,7 +1424,8 @@ NN__CLONES static void dxd_task(void *vc, int s, int th) {
 /* dx (or a conv-transpose's output) by dxd_task or dx_task. */
 static void run_dx(job *j, nn_model *m, nn__node *n) {
   float *Wp = m->scratch + j->L.w;
-  if (dxd_runs(&j->g)) {
+  const int kp = n->kp[NN__PH_DX];
+  if (kp == NN__KP_DXD || (!kp && dxd_runs(&j->g))) {
     pack_w_dxd(m->params + n->poff[0], &j->g, j->I->nr, Wp, (int *)(m->scratch + j->L.koff));
     j->Wp = Wp;
     nn__parallel_for(j->B, dxd_task, j);
@@ -1412,8 +1443,10 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
   j.dy = n->dout;
   j.dw = m->grads + n->poff[0];
   j.dbs = n->bias ? m->scratch + j.L.dbs : NULL;
-  bool wino = nn__wino_dw_runs(m, n, B);
-  if (wino || row_runs(&j, n)) { /* db first: Winograd's dW reuses the scratch */
+  const int kw = n->kp[NN__PH_DW], kx = n->kp[NN__PH_DX]; /* by timing, or 0: the rules */
+  bool wino = kw == NN__KP_WINO || (!kw && nn__wino_dw_runs(m, n, B));
+  bool row = !wino && (kw == NN__KP_ROW || (!kw && row_runs(&j, n)));
+  if (wino || row) { /* db first: Winograd's dW reuses the scratch */
     if (n->bias) {
       nn__parallel_for(B, db_task, &j);
       add_sample_sums(m->grads + n->poff[1], j.dbs, B, g->Co);
@@ -1431,11 +1464,14 @@ void nn__convk_backward(nn_model *m, nn__node *n, int B) {
   bool acc;
   j.dx = nn__dinput(m, n, 0, &acc);
   if (!j.dx) return;
-  if (nn__wino_runs(m, n, B, true)) { /* the scratch is free again: dW is done */
+  if (kx == NN__KP_WINO || (!kx && nn__wino_runs(m, n, B, true))) { /* dW is done: the scratch
+                                                                     * is free again */
     nn__wino_dx(m, n, B, j.dx, acc);
     return;
   }
   j.acc = acc;
+  if (wino) /* its dW used the scratch where the tap offsets lie */
+    tap_offsets(g, (int *)(m->scratch + j.L.koff));
   run_dx(&j, m, n);
 }
 

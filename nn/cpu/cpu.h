@@ -135,6 +135,8 @@ typedef enum nn__conv_path {
 
 nn__conv_path nn__conv_path_get(void);
 const char *nn__conv_path_name(nn__conv_path p);
+/* Whether SHOAL_NN_CONV_PATH or nn__conv_path_force chose the path. */
+bool nn__conv_path_forced(void);
 /* Scratch floats the kernels need for conv2d or conv-transpose2d node n at batches up to
  * max_batch; 0 when the layer is out of their range (dilated, K or C_out huge, or more
  * than 128 MB: it runs on the GEMM path). */
@@ -170,6 +172,42 @@ void nn__wino_forward(nn_model *m, nn__node *n, int B);
 bool nn__wino_dw_runs(const nn_model *m, const nn__node *n, int B);
 void nn__wino_dw(nn_model *m, nn__node *n, int B);
 void nn__wino_dx(nn_model *m, nn__node *n, int B, float *dx, bool acc);
+/* Whether Winograd can run node n at all (a shape it has a variant for), paying or not. */
+bool nn__wino_can(const nn_model *m, const nn__node *n);
+
+/* ---- kernel paths chosen by measurement (nn/cpu/plan.c) ----
+ * A conv2d has several ways to run each of its three products: the forward, dW and dx.
+ * Which is fastest depends on the layer's shape, the batch and the CPU (the row kernels
+ * win MinAtar's layer on one x86 kind and lose it on another). The first call at a batch
+ * size times each path that can run the layer and keeps the fastest for the process, and
+ * in a file keyed by the CPU's model so every process on the machine runs the same ones
+ * (nn__plan_file). SHOAL_NN_PLAN=rules keeps convk.c's fixed rules; =gemm, packed,
+ * direct, row or wino forces that path where it can run. A path forced by the older
+ * switches (SHOAL_NN_CONV_PATH, _ROW, _DIRECT, _WINOGRAD, or their nn__*_mode calls)
+ * turns the timing off: the rules then apply with the forcing. */
+typedef enum nn__kpath {
+  NN__KP_RULES = 0,  /* convk.c's rules decide */
+  NN__KP_GEMM = 1,   /* im2col + nn__sgemm (nn/cpu/conv.c): forward, or dW and dx together */
+  NN__KP_PACKED = 2, /* convk.c's packed panels */
+  NN__KP_DIRECT = 3, /* forward: the space-to-depth input read in place */
+  NN__KP_ROW = 4,    /* forward and dW: a row of output pixels a vector */
+  NN__KP_WINO = 5,   /* Winograd (nn/cpu/wino.c) */
+  NN__KP_DXD = 6,    /* dx: W's columns per tap, vector adds into a channels-last dx */
+  NN__KP_N
+} nn__kpath;
+enum { NN__PH_FWD = 0, NN__PH_DW = 1, NN__PH_DX = 2 };
+const char *nn__kpath_name(int p);
+/* Whether path p can run phase ph of conv2d node n (paying or not). */
+bool nn__convk_can(const nn_model *m, const nn__node *n, int ph, int p);
+/* Sets n->kp for a conv2d's forward (bwd false) or backward at batch B: from the node's
+ * plans, the file, or by timing run(m, n, B) with each candidate (a backward's effects on
+ * the gradients are undone between tries). Then the caller runs the call itself. */
+typedef void (*nn__plan_run)(nn_model *m, nn__node *n, int B);
+void nn__plan_conv(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run run);
+/* Whether timing chooses the paths (SHOAL_NN_PLAN and the forcing switches). */
+bool nn__plan_on(void);
+/* The plan file in use ("" when plans live in the process only). */
+const char *nn__plan_file(void);
 
 /* ---- nn's own kernels for a dense layer's products (nn/cpu/densek.c) ----
  * W (out, in), x and dx (B, in), y and dy (B, out), row-major. Each runs the product on

@@ -517,6 +517,12 @@ int nn__wino_mode(int mode) {
   return was;
 }
 
+/* Winograd chosen for this phase of a conv2d by timing (nn/cpu/plan.c): it runs where it
+ * can, whatever the rules below say. */
+static bool timed_wino(const nn__node *n, int phase) {
+  return n->kind == NN__CONV && n->kp[phase] == NN__KP_WINO;
+}
+
 /* Multiplies (and a share for the transforms) of one direction by variant v. */
 static double wcost(const wgeo *g) {
   double n = g->v->n;
@@ -525,9 +531,9 @@ static double wcost(const wgeo *g) {
 
 /* The variant for one direction of the conv (dx: its input gradient), or NULL to leave it
  * to convk.c. */
-static const wvar *pick(const cview *c, bool dx, int B) {
+static const wvar *pick(const cview *c, bool dx, int B, bool force) {
   pthread_once(&g_mode_once, mode_init);
-  if (!g_mode) return NULL;
+  if (!g_mode && !force) return NULL;
   int ci = dx ? c->Co : c->C * c->s * c->s, co = dx ? c->C * c->s * c->s : c->Co;
   const wvar *best = NULL, *forced = NULL;
   double bc = 0;
@@ -540,7 +546,7 @@ static const wvar *pick(const cview *c, bool dx, int B) {
     if (v->m == g_mode) forced = v;
   }
   if (g_mode >= 2) return forced ? forced : best;
-  if (g_mode == 1) return best;
+  if (g_mode == 1 || force) return best; /* force: chosen by timing (nn/cpu/plan.c) */
   /* Measured (benchmarks/nn_layers_speed): with few channels the transforms and the
    * tiles' unused outputs cost more than the fewer multiply-adds save; with few tiles (an
    * actor's batch of one) the filters' transform, made on every call, does; and the
@@ -555,7 +561,12 @@ bool nn__wino_runs(const nn_model *m, const nn__node *n, int B, bool dx) {
   cview c;
   if (!view_of(m, n, &c)) return false;
   /* a conv-transpose's forward is its conv's input gradient */
-  return pick(&c, n->kind == NN__CONVT ? !dx : dx, B) != NULL;
+  return pick(&c, n->kind == NN__CONVT ? !dx : dx, B, false) != NULL;
+}
+
+bool nn__wino_can(const nn_model *m, const nn__node *n) {
+  cview c;
+  return view_of(m, n, &c) && pick(&c, false, 1, true) && pick(&c, true, 1, true);
 }
 
 typedef struct dwlayout dwlayout;
@@ -799,7 +810,7 @@ static void run_fwd(nn_model *m, const nn__node *n, const cview *c, int B, const
                     float *dst, const float *bias, bool relu, bool acc) {
   wjob j = {0};
   j.c = c;
-  j.g = fwd_geo(c, pick(c, false, B));
+  j.g = fwd_geo(c, pick(c, false, B, timed_wino(n, NN__PH_FWD)));
   j.B = B, j.src = src, j.dst = dst, j.bias = bias, j.relu = relu, j.acc = acc;
   j.srcF = (size_t)c->C * c->H * c->W, j.dstF = (size_t)c->Co * c->Ho * c->Wo;
   wino_run(&j, m, n);
@@ -810,7 +821,7 @@ static void run_dx(nn_model *m, const nn__node *n, const cview *c, int B, const 
                    float *dst, const float *bias, bool acc) {
   wjob j = {0};
   j.c = c;
-  j.g = dx_geo(c, pick(c, true, B));
+  j.g = dx_geo(c, pick(c, true, B, timed_wino(n, NN__PH_DX)));
   j.dx = true;
   j.B = B, j.src = src, j.dst = dst, j.bias = bias, j.acc = acc;
   j.srcF = (size_t)c->Co * c->Ho * c->Wo, j.dstF = (size_t)c->C * c->H * c->W;
@@ -978,7 +989,7 @@ static void dwf_task(void *vc, int co, int th) {
 
 bool nn__wino_dw_runs(const nn_model *m, const nn__node *n, int B) {
   cview c;
-  return view_of(m, n, &c) && pick(&c, false, B) != NULL;
+  return view_of(m, n, &c) && pick(&c, false, B, false) != NULL;
 }
 
 void nn__wino_dw(nn_model *m, nn__node *n, int B) {
@@ -987,7 +998,7 @@ void nn__wino_dw(nn_model *m, nn__node *n, int B) {
   dwjob j = {0};
   j.c = &c;
   j.I = &g_wisa[nn__conv_path_get()];
-  j.g = fwd_geo(&c, pick(&c, false, B));
+  j.g = fwd_geo(&c, pick(&c, false, B, timed_wino(n, NN__PH_DW)));
   j.gy = dy_geo(&j.g);
   j.L = dwlayout_of(&j.g, m->max_batch);
   j.cip = (int)((j.g.Ci + j.I->nr - 1) / j.I->nr * j.I->nr);

@@ -15,6 +15,9 @@
  *                  and counts every failed write; a clean stop still exits 0 and says
  *                  the store was not written. Resuming needs the store: a clear error.
  *
+ *   worker_outage  a sweep worker whose stand-in store is frozen: its store calls fail
+ *                  and are tried again, and once the server answers it runs and records
+ *                  the trial.
  *   mongo_outage   the learner on the tests' MongoDB stand-in (a server of its own, started
  *                  here), which is frozen (SIGSTOP) for 6 s mid-run: training goes on,
  *                  replay log segments wait in the learner's queues (log_pending_bytes
@@ -350,6 +353,58 @@ static void test_mongo_outage(void **state) {
   free(rows), free(st), free(s0), free(s1), free(s2), free(s3);
 }
 
+/* A sweep worker whose store is away: opening it fails the way an outage does and is
+ * tried again (not the end of the worker); once the server answers, the worker runs the
+ * trial and records it. (The tests' stand-in, not MongoDB.) */
+static void test_worker_outage(void **state) {
+  (void)state;
+  int sport = 0;
+  pid_t spid = start_standin(&sport);
+  if (!spid) {
+    printf("SKIPPED: worker_outage: the MongoDB stand-in (tests/mongo_standin) did not start\n");
+    skip();
+  }
+  fu_track(spid);
+  char uri[300], path[700];
+  snprintf(uri, sizeof uri,
+           "mongodb://127.0.0.1:%d/shoal_wout?replicaSet=shoal&serverSelectionTimeoutMS=1000"
+           "&socketTimeoutMS=1500&connectTimeoutMS=1000&heartbeatFrequencyMS=500",
+           sport);
+  snprintf(path, sizeof path, "%s/wout.yaml", wf_dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "sweep:\n  name: wout1\n  base: %s/configs/cartpole-apex.yaml\n  method: grid\n"
+          "  metric: return100\n"
+          "set:\n  run.max_seconds: 3\n  actors: 1\n  env.num_envs: 4\n  learner.warmup: 200\n"
+          "  run.eval_episodes: 5\n  run.solve_return: 0\nparams:\n  dqn.lr: [0.001]\n",
+          wf_src);
+  fclose(f);
+  int rc;
+  char *a[] = {wf_shoal, "sweep", path, "--store", uri, NULL};
+  free(wf_run(a, 60, &rc));
+  assert_int_equal(rc, 0);
+
+  kill(spid, SIGSTOP);
+  char *w[] = {wf_shoal, "worker",    "--sweep", "wout1", "--store", uri, "--name", "wo",
+               "--heartbeat", "0.5", "--store-wait", "90", NULL};
+  wf_proc W;
+  fu_start(&W, w);
+  free(wf_wait_text(W.out, "trying again", 60));
+  sleep_s(2.0); /* a second failed try at least */
+  kill(spid, SIGCONT);
+  assert_int_equal(wf_wait(&W, 120), 0);
+  char *out = wf_slurp(W.out, NULL);
+  assert_non_null(strstr(out, "trying again for up to 90 s"));
+  assert_null(strstr(out, "still failing"));
+  assert_non_null(strstr(out, "1 trial run, 0 failed"));
+  char *r[] = {wf_shoal, "sweep", "--report", "wout1", "--store", uri, NULL};
+  char *rep = wf_run(r, 60, &rc);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(rep, " done "));
+  free(rep), free(out);
+}
+
 static int setup(void **state) {
   (void)state;
   if (wf_setup("faults-store")) return -1;
@@ -373,6 +428,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_teardown(test_file_full_ro, fu_kill_all),
       cmocka_unit_test_teardown(test_mongo_down, fu_kill_all),
       cmocka_unit_test_teardown(test_mongo_outage, fu_kill_all),
+      cmocka_unit_test_teardown(test_worker_outage, fu_kill_all),
   };
   const char *filter = argc > 1 ? argv[1] : NULL;
   if (filter) cmocka_set_test_filter(filter);
