@@ -168,7 +168,8 @@ static bool gnuplot_has_pngcairo(const char *tmpdir) {
 
 int cmd_plot(int argc, char **argv) {
   const char *uri = NULL, *metric = "return100", *out = NULL, *title = NULL;
-  const char *runs[MAX_RUNS];
+  const char *runs[MAX_RUNS], *sweep = NULL;
+  char sweep_runs[MAX_RUNS][STORE_NAME_MAX];
   int nruns = 0, width = 900, height = 540;
   bool by_time = false, mean = false;
   for (int i = 0; i < argc; i++) {
@@ -196,11 +197,49 @@ int cmd_plot(int argc, char **argv) {
       }
     } else if (!strcmp(argv[i], "--mean"))
       mean = true;
+    else if (!strcmp(argv[i], "--sweep") && i + 1 < argc)
+      sweep = argv[++i];
     else if (argv[i][0] != '-' && nruns < MAX_RUNS)
       runs[nruns++] = argv[i];
     else {
       cli_bad_arg("plot", argc, argv, i);
       return 2;
+    }
+  }
+  shoal_error err = {0};
+  store *st;
+  if ((nruns > 0 || sweep) && store_open(&st, uri, &err)) {
+    fprintf(stderr, "shoal plot: store: %s\n", cli_unprefix(err.msg, "store"));
+    return 1;
+  }
+  if (sweep) { /* the runs of its finished trials (a population's: its members' runs) */
+    store_trial *t = NULL;
+    size_t n = 0;
+    if (store_trial_list(st, sweep, &t, &n, &err) || n == 0) {
+      fprintf(stderr, "shoal plot: sweep %s: %s\n", sweep, n ? err.msg : "no trials in the store");
+      store_close(st);
+      return 1;
+    }
+    int added = 0;
+    for (size_t i = 0; i < n && nruns < MAX_RUNS; i++) {
+      char run[STORE_NAME_MAX];
+      if (!t[i].result || !json_str(t[i].result, "run", run, sizeof run) || !run[0]) continue;
+      bool seen = false;
+      for (int r = 0; r < nruns && !seen; r++) seen = !strcmp(runs[r], run);
+      if (seen) continue;
+      snprintf(sweep_runs[added], sizeof sweep_runs[added], "%s", run);
+      runs[nruns++] = sweep_runs[added++];
+    }
+    store_trials_free(t, n);
+    if (added) {
+      printf("shoal plot: sweep %s:", sweep);
+      for (int r = nruns - added; r < nruns; r++) printf(" %s", runs[r]);
+      printf("\n");
+    }
+    if (!added) {
+      fprintf(stderr, "shoal plot: sweep %s has no finished trial yet\n", sweep);
+      store_close(st);
+      return 1;
     }
   }
   if (nruns == 0) {
@@ -209,7 +248,7 @@ int cmd_plot(int argc, char **argv) {
   }
   char out_buf[512];
   if (!out) {
-    snprintf(out_buf, sizeof out_buf, "%s-%s.png", runs[0], metric);
+    snprintf(out_buf, sizeof out_buf, "%s-%s.png", sweep ? sweep : runs[0], metric);
     for (char *p = out_buf; *p; p++)
       if (*p == '/' || *p == ':') *p = '_';
     out = out_buf;
@@ -221,15 +260,10 @@ int cmd_plot(int argc, char **argv) {
     if (strpbrk(texts[t], "\"\\\n\r`")) {
       fprintf(stderr, "shoal plot: %s '%s' holds a quote, backslash, backtick or newline\n",
               what[t], texts[t]);
+      store_close(st);
       return 2;
     }
 
-  shoal_error err = {0};
-  store *st;
-  if (store_open(&st, uri, &err)) {
-    fprintf(stderr, "shoal plot: store: %s\n", cli_unprefix(err.msg, "store"));
-    return 1;
-  }
   series ser[MAX_RUNS];
   int loaded = 0, rc = 1;
   for (int r = 0; r < nruns; r++) {

@@ -68,7 +68,10 @@ static const usage_entry usages[] = {
      "  keys). The token: --token, else $SHOAL_TOKEN.\n"},
     {"plot", "plot RUN... [--metric NAME] [--mean]", "learning curves",
      "usage: shoal plot RUN... [--store URI] [--metric NAME] [--x steps|time]\n"
-     "                 [--mean] [--out FILE.png] [--size WxH] [--title TEXT]\n"},
+     "                 [--mean] [--out FILE.png] [--size WxH] [--title TEXT]\n"
+     "                 [--sweep NAME]\n"
+     "  --sweep NAME adds the runs of a sweep's finished trials (a population's\n"
+     "  members); RUN... may then be left out.\n"},
     {"sweep", "sweep SWEEP.yaml | sweep --report NAME", "hyperparameter search",
      "usage: shoal sweep SWEEP.yaml [--store URI] [--dry-run] [--workers N]\n"
      "       shoal sweep --report NAME [--store URI]\n"},

@@ -1240,6 +1240,10 @@ static void conv_run_pinned(const conv_geo *c, const signed char kp[3], float *y
  * make pairs the fixed rules never run (Winograd's dW with the packed dx: that pair once
  * read tap offsets Winograd had overwritten). */
 static void test_conv_planned_paths_agree(void **s) {
+  if (getenv("SHOAL_NN_CONV_PATH") || getenv("SHOAL_NN_WINOGRAD")) {
+    printf("  (in test_nn_layers itself: it runs every instruction set)\n");
+    return;
+  }
   static const char *isas[] = {"portable", "avx2", "avx512"};
   static const int fwds[] = {NN__KP_GEMM, NN__KP_PACKED, NN__KP_DIRECT, NN__KP_ROW,
                              NN__KP_WINO};
@@ -1305,7 +1309,7 @@ static void test_conv_planned_paths_agree(void **s) {
 /* Paths chosen by timing (nn/cpu/plan.c): a plan in the file is used as it is (every process
  * on a machine runs the same paths), one naming a path that cannot run the layer is timed
  * again, a layer timed here is added to the file, and nn_model_kernels says what ran. Runs
- * first: a path forced later in this program turns the timing off for the process. */
+ * first, before the tests that switch the rules' paths by hand. */
 static char plan_file[256];
 
 static nn_model *plan_model(int C, int H, int Co, int k, int s, int pad, int B) {
@@ -1333,7 +1337,7 @@ static nn_model *plan_model(int C, int H, int Co, int k, int s, int pad, int B) 
 
 static void test_conv_plans(void **s) {
   if (!nn__plan_on()) {
-    printf("  SKIPPED: the kernel paths are forced here (SHOAL_NN_CONV_PATH, _PLAN, ...)\n");
+    printf("  SKIPPED: the kernel paths are forced here (SHOAL_NN_PLAN, _ROW, _DIRECT, _WINOGRAD)\n");
     return;
   }
   assert_string_equal(nn__plan_file(), plan_file);

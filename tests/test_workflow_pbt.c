@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <math.h>
 
@@ -144,6 +146,26 @@ static void test_population_exploits_through_the_store(void **state) {
   }
   assert_non_null(strstr(out, "@v"));
   free(out);
+
+  /* the members' learning rates, round by round, drawn in one command (where gnuplot is) */
+  if (access("/usr/bin/gnuplot", X_OK) == 0) {
+    char png[600];
+    snprintf(png, sizeof png, "%s/pop-lr.png", wf_dir);
+    char *p[] = {wf_shoal, "plot",   "--sweep", "pop", "--store", uri, "--metric", "hparam/ppo.lr",
+                 "--out",  png,      NULL};
+    out = wf_run(p, 60, &rc);
+    printf("%s", out);
+    assert_int_equal(rc, 0);
+    for (int m = 0; m < 4; m++) { /* every member's run is on it */
+      char run[32];
+      snprintf(run, sizeof run, "pop-m%02d", m);
+      assert_non_null(strstr(out, run));
+    }
+    struct stat sb;
+    assert_int_equal(stat(png, &sb), 0);
+    assert_true(sb.st_size > 1000);
+    free(out);
+  }
 }
 
 /* A worker killed in the middle of a round: its trial's heartbeat lapses, the other
@@ -208,6 +230,7 @@ static void test_killed_worker_member_taken_over(void **state) {
 
 int main(int argc, char **argv) {
   const char *backend = argc > 1 ? argv[1] : "file";
+  if (argc > 2) cmocka_set_test_filter(argv[2]); /* one test (ctest runs each apart) */
   if (wf_setup("pbt")) return 1;
   if (!strcmp(backend, "mongodb")) {
     int mrc = mongo_test_uri(uri, sizeof uri, "shoal_test_pbt");
@@ -219,8 +242,9 @@ int main(int argc, char **argv) {
     file_backend = true;
     snprintf(uri, sizeof uri, "file://%s/store", wf_dir);
   }
-  /* The takeover runs on the file store only: the trials' requeue it rests on is tested
-   * on both stores (test_store), and the suite's time is bounded. */
+  /* The takeover runs on the file store only, and outside the sanitizer builds (label
+   * slow): the trials' requeue it rests on is tested on both stores (test_store) and
+   * under the sanitizers (test_workflow_sweep), and the suite's time is bounded. */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_population_exploits_through_the_store),
       cmocka_unit_test(test_killed_worker_member_taken_over),

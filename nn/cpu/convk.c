@@ -292,11 +292,6 @@ const char *nn__conv_path_force(const char *name) {
   return nn__conv_path_name(g_path);
 }
 
-bool nn__conv_path_forced(void) {
-  pthread_once(&g_path_once, path_init);
-  return g_forced;
-}
-
 const char *nn__conv_path_name(nn__conv_path p) {
   static const char *names[] = {"gemm", "portable", "avx2", "avx512"};
   return p >= NN__CONV_GEMM && p <= NN__CONV_AVX512 ? names[p] : "?";

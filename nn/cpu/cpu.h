@@ -135,8 +135,6 @@ typedef enum nn__conv_path {
 
 nn__conv_path nn__conv_path_get(void);
 const char *nn__conv_path_name(nn__conv_path p);
-/* Whether SHOAL_NN_CONV_PATH or nn__conv_path_force chose the path. */
-bool nn__conv_path_forced(void);
 /* Scratch floats the kernels need for conv2d or conv-transpose2d node n at batches up to
  * max_batch; 0 when the layer is out of their range (dilated, K or C_out huge, or more
  * than 128 MB: it runs on the GEMM path). */
@@ -183,8 +181,9 @@ bool nn__wino_can(const nn_model *m, const nn__node *n);
  * in a file keyed by the CPU's model so every process on the machine runs the same ones
  * (nn__plan_file). SHOAL_NN_PLAN=rules keeps convk.c's fixed rules; =gemm, packed,
  * direct, row or wino forces that path where it can run. A path forced by the older
- * switches (SHOAL_NN_CONV_PATH, _ROW, _DIRECT, _WINOGRAD, or their nn__*_mode calls)
- * turns the timing off: the rules then apply with the forcing. */
+ * switches (SHOAL_NN_ROW, _DIRECT, _WINOGRAD, or their nn__*_mode calls) turns the timing
+ * off: the rules then apply with the forcing. SHOAL_NN_CONV_PATH picks the instruction
+ * set whose kernels are timed (gemm: im2col + GEMM only). */
 typedef enum nn__kpath {
   NN__KP_RULES = 0,  /* convk.c's rules decide */
   NN__KP_GEMM = 1,   /* im2col + nn__sgemm (nn/cpu/conv.c): forward, or dW and dx together */

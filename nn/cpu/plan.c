@@ -141,9 +141,9 @@ static void init(void) {
 bool nn__plan_on(void) {
   pthread_once(&g_once, init);
   if (!g_measure && !g_force) return false;
-  /* the older switches force paths of their own: their rules apply, untimed */
-  return !nn__conv_path_forced() && nn__row_mode(-1) == 1 && nn__direct_mode(-1) == 1 &&
-         nn__wino_mode(99) == -1;
+  /* the older switches force paths of their own: their rules apply, untimed. A forced
+   * instruction set (SHOAL_NN_CONV_PATH) is not one: its kernels are timed as any. */
+  return nn__row_mode(-1) == 1 && nn__direct_mode(-1) == 1 && nn__wino_mode(99) == -1;
 }
 
 int nn__plan_mode(int mode) {
