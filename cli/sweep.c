@@ -1053,6 +1053,52 @@ static void pbt_next(store *st, const char *sweep, const store_trial *t, const p
   store_trials_free(all, n);
 }
 
+/* A member's round whose training is already in its run: the worker that ran it died
+ * after the run had reached the round's step limit and before recording the round, so
+ * `shoal run --resume` would refuse (nothing left to train). The round is recorded from
+ * the run's newest snapshot and stored metrics (return100, eval_return), and the next
+ * round is queued as after any round. Returns the status to record. */
+static int pbt_round_from_store(store *st, const char *sweep, const store_trial *t,
+                                const pbt_spec *ps, int member, int round, const char *run,
+                                const char *metric, const store_snapshot_meta *last,
+                                const char *worker, char *result, size_t cap) {
+  shoal_error err = {0};
+  store_metric *rows = NULL;
+  size_t n = 0;
+  bool r100 = !strcmp(metric, "return100");
+  double score = NAN, eval = NAN, best = NAN, ret = NAN;
+  int64_t at = -1, eat = -1;
+  if (store_metrics_query(st, run, NULL, 0, last->env_steps, &rows, &n, &err) == 0) {
+    for (size_t i = 0; i < n; i++) {
+      if (!strcmp(rows[i].name, "return100") && rows[i].step >= at)
+        at = rows[i].step, ret = rows[i].value;
+      if (!strcmp(rows[i].name, "eval_return") && isfinite(rows[i].value)) {
+        if (rows[i].step >= eat) eat = rows[i].step, eval = rows[i].value;
+        best = isnan(best) || rows[i].value > best ? rows[i].value : best;
+      }
+    }
+    free(rows);
+  }
+  score = r100 ? ret : !strcmp(metric, "eval") ? eval : best;
+  char s1[32] = "null", s2[32] = "null", s3[32] = "null", s4[32] = "null";
+  if (isfinite(score)) snprintf(s1, sizeof s1, "%.6g", score);
+  if (isfinite(eval)) snprintf(s2, sizeof s2, "%.6g", eval);
+  if (isfinite(best)) snprintf(s3, sizeof s3, "%.6g", best);
+  if (isfinite(ret)) snprintf(s4, sizeof s4, "%.6g", ret);
+  snprintf(result, cap,
+           "{\"run\":\"%s\",\"score\":%s,\"metric\":\"%s\",\"reason\":\"trained before\","
+           "\"eval\":%s,\"best_eval\":%s,\"return100\":%s,\"env_steps\":%lld,"
+           "\"updates\":%lld,\"version\":%lld,\"wall_s\":0}",
+           run, s1, metric, s2, s3, s4, (long long)last->env_steps, (long long)last->updates,
+           (long long)last->version);
+  printf("shoal worker %s: trial %s: run %s already has its %lld env steps (its worker stopped "
+         "before recording the round): score %s (%s) from the store\n",
+         worker, t->id, run, (long long)last->env_steps, s1, metric);
+  fflush(stdout);
+  pbt_next(st, sweep, t, ps, member, round, score, worker);
+  return STORE_TRIAL_DONE;
+}
+
 /* Runs one claimed trial as `shoal run`, heartbeating; fills result (JSON). Returns the
  * trial status to record, -1 when the claim was lost (record nothing), or
  * TRIAL_HANDED_BACK when the worker was stopped before the run finished. */
@@ -1073,6 +1119,20 @@ static int run_trial(store *st, const char *sweep, const store_trial *t, const c
       return STORE_TRIAL_FAILED;
     }
     member_run(sweep, member, run, sizeof run);
+    /* Trained before (not copied again over what it trained): see pbt_round_from_store */
+    store_snapshot_meta *metas = NULL;
+    size_t nm = 0;
+    if (store_snapshot_list(st, run, &metas, &nm, &perr) == 0 && nm > 0 &&
+        metas[nm - 1].env_steps >= (int64_t)(round + 1) * ps.ready) {
+      store_snapshot_meta last = metas[nm - 1];
+      free(metas);
+      char m[64] = "best_eval";
+      header(t->params, "# score: ", m, sizeof m);
+      m[strcspn(m, " ")] = 0;
+      return pbt_round_from_store(st, sweep, t, &ps, member, round, run, m, &last, worker, result,
+                                  cap);
+    }
+    free(metas);
     if (strstr(t->params, "# pbt-copy: ") && pbt_copy(st, run, t->params, cwhy, sizeof cwhy)) {
       snprintf(result, cap, "{\"run\":\"%s\",\"error\":\"exploit: %s\"}", run, cwhy);
       return STORE_TRIAL_FAILED;

@@ -228,6 +228,66 @@ static void test_killed_worker_member_taken_over(void **state) {
   store_close(st);
 }
 
+/* A round trained but not recorded: its worker died after the member's run reached the
+ * round's step limit. Played here by a worker that claims the round and vanishes while
+ * the round's run, started as a worker starts it, trains to its end. The next worker
+ * requeues the round, finds its training in the run (`shoal run --resume` would refuse:
+ * nothing left to train), records it from the store, and the population goes on. */
+static void test_round_trained_but_not_recorded(void **state) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/ghost.yaml", wf_dir);
+  write_pbt(path, "popg", 2, 8192, "");
+  int rc;
+  char *a[] = {wf_shoal, "sweep", path, "--store", uri, NULL};
+  free(wf_run(a, 60, &rc));
+  assert_int_equal(rc, 0);
+  shoal_error err = {0};
+  store *st;
+  assert_int_equal(store_open(&st, uri, &err), 0);
+  store_trial t = {0};
+  assert_int_equal(store_trial_claim(st, "popg", "ghost", &t, &err), 0);
+  assert_string_equal(t.id, "m00-r000");
+  char cfg[600];
+  snprintf(cfg, sizeof cfg, "%s/ghost-m00.yaml", wf_dir);
+  FILE *f = fopen(cfg, "w");
+  assert_non_null(f);
+  fputs(t.params, f);
+  fclose(f);
+  store_trial_clear(&t);
+  char set_store[1100];
+  snprintf(set_store, sizeof set_store, "store.uri=%s", uri);
+  char *r[] = {wf_shoal, "run",   cfg,     "--set", "run.name=popg-m00",
+               "--set",  set_store, "--set", "run.max_env_steps=8192", "--quiet", NULL};
+  char *out = wf_run(r, 120, &rc);
+  assert_int_equal(rc, 0);
+  free(out);
+  store_close(st);
+  sleep(4); /* the ghost's heartbeat (at the claim) is older than --stale */
+  char *wb[] = {wf_shoal, "worker", "--sweep", "popg", "--store", uri, "--name", "wb",
+                "--heartbeat", "0.5", "--stale", "3", NULL};
+  out = wf_run(wb, 300, &rc);
+  printf("%s", out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "requeued 1 trial whose heartbeat lapsed"));
+  assert_non_null(strstr(out, "trial m00-r000: run popg-m00 already has its"));
+  assert_non_null(strstr(out, "8 trials run, 0 failed"));
+  free(out);
+  assert_int_equal(store_open(&st, uri, &err), 0);
+  store_trial *all;
+  size_t n;
+  assert_int_equal(store_trial_list(st, "popg", &all, &n, &err), 0);
+  assert_int_equal(n, 8);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(all[i].status, STORE_TRIAL_DONE);
+    if (!strcmp(all[i].id, "m00-r000")) {
+      assert_non_null(strstr(all[i].result, "\"reason\":\"trained before\""));
+      assert_null(strstr(all[i].result, "\"score\":null"));
+    }
+  }
+  store_trials_free(all, n);
+  store_close(st);
+}
+
 int main(int argc, char **argv) {
   const char *backend = argc > 1 ? argv[1] : "file";
   if (argc > 2) cmocka_set_test_filter(argv[2]); /* one test (ctest runs each apart) */
@@ -247,6 +307,7 @@ int main(int argc, char **argv) {
    * under the sanitizers (test_workflow_sweep), and the suite's time is bounded. */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_population_exploits_through_the_store),
+      cmocka_unit_test(test_round_trained_but_not_recorded),
       cmocka_unit_test(test_killed_worker_member_taken_over),
   };
   const struct CMUnitTest mongo[] = {
