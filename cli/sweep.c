@@ -880,6 +880,28 @@ static bool store_retry(int rc, const shoal_error *err, const char *worker, cons
   return !worker_stop;
 }
 
+/* A finished trial's result (JSON) into result: its score by metric (eval, return100, or
+ * best_eval otherwise), the figures beside it, NaN written as null. Returns the score;
+ * its text in s1 (32 bytes) for the log line. */
+static double trial_result(char *result, size_t cap, const char *run, const char *metric,
+                           const char *reason, double eval, double best, double r100,
+                           double env_steps, double updates, double version, double wall,
+                           char *s1) {
+  double score = !strcmp(metric, "eval") ? eval : !strcmp(metric, "return100") ? r100 : best;
+  char s2[32] = "null", s3[32] = "null", s4[32] = "null";
+  snprintf(s1, 32, "null");
+  if (isfinite(score)) snprintf(s1, 32, "%.6g", score);
+  if (isfinite(eval)) snprintf(s2, sizeof s2, "%.6g", eval);
+  if (isfinite(best)) snprintf(s3, sizeof s3, "%.6g", best);
+  if (isfinite(r100)) snprintf(s4, sizeof s4, "%.6g", r100);
+  snprintf(result, cap,
+           "{\"run\":\"%s\",\"score\":%s,\"metric\":\"%s\",\"reason\":\"%s\",\"eval\":%s,"
+           "\"best_eval\":%s,\"return100\":%s,\"env_steps\":%.0f,\"updates\":%.0f,"
+           "\"version\":%.0f,\"wall_s\":%.2f}",
+           run, s1, metric, reason, s2, s3, s4, env_steps, updates, version, wall);
+  return score;
+}
+
 /* ---- populations (pbt): a member's round, its copy, and the round after ---------- */
 
 /* Exploit: the leader's snapshot (parameters, optimizer state, observation statistics:
@@ -1065,8 +1087,7 @@ static int pbt_round_from_store(store *st, const char *sweep, const store_trial 
   shoal_error err = {0};
   store_metric *rows = NULL;
   size_t n = 0;
-  bool r100 = !strcmp(metric, "return100");
-  double score = NAN, eval = NAN, best = NAN, ret = NAN;
+  double eval = NAN, best = NAN, ret = NAN;
   int64_t at = -1, eat = -1;
   if (store_metrics_query(st, run, NULL, 0, last->env_steps, &rows, &n, &err) == 0) {
     for (size_t i = 0; i < n; i++) {
@@ -1079,18 +1100,10 @@ static int pbt_round_from_store(store *st, const char *sweep, const store_trial 
     }
     free(rows);
   }
-  score = r100 ? ret : !strcmp(metric, "eval") ? eval : best;
-  char s1[32] = "null", s2[32] = "null", s3[32] = "null", s4[32] = "null";
-  if (isfinite(score)) snprintf(s1, sizeof s1, "%.6g", score);
-  if (isfinite(eval)) snprintf(s2, sizeof s2, "%.6g", eval);
-  if (isfinite(best)) snprintf(s3, sizeof s3, "%.6g", best);
-  if (isfinite(ret)) snprintf(s4, sizeof s4, "%.6g", ret);
-  snprintf(result, cap,
-           "{\"run\":\"%s\",\"score\":%s,\"metric\":\"%s\",\"reason\":\"trained before\","
-           "\"eval\":%s,\"best_eval\":%s,\"return100\":%s,\"env_steps\":%lld,"
-           "\"updates\":%lld,\"version\":%lld,\"wall_s\":0}",
-           run, s1, metric, s2, s3, s4, (long long)last->env_steps, (long long)last->updates,
-           (long long)last->version);
+  char s1[32];
+  double score = trial_result(result, cap, run, metric, "trained before", eval, best, ret,
+                              (double)last->env_steps, (double)last->updates,
+                              (double)last->version, 0, s1);
   printf("shoal worker %s: trial %s: run %s already has its %lld env steps (its worker stopped "
          "before recording the round): score %s (%s) from the store\n",
          worker, t->id, run, (long long)last->env_steps, s1, metric);
@@ -1106,6 +1119,8 @@ static int run_trial(store *st, const char *sweep, const store_trial *t, const c
                      const char *uri, double hb_s, char *result, size_t cap) {
   char run[STORE_NAME_MAX], metric[64] = "best_eval max";
   snprintf(run, sizeof run, "%.40s-%.12s-%lld", sweep, t->id, (long long)t->attempt);
+  header(t->params, "# score: ", metric, sizeof metric);
+  metric[strcspn(metric, " ")] = 0;
   /* A population member's round continues the member's one run (resumed from its newest
    * snapshot: its own, or the copy an exploit made) up to the round's step limit. */
   int member = -1, round = -1;
@@ -1126,11 +1141,8 @@ static int run_trial(store *st, const char *sweep, const store_trial *t, const c
         metas[nm - 1].env_steps >= (int64_t)(round + 1) * ps.ready) {
       store_snapshot_meta last = metas[nm - 1];
       free(metas);
-      char m[64] = "best_eval";
-      header(t->params, "# score: ", m, sizeof m);
-      m[strcspn(m, " ")] = 0;
-      return pbt_round_from_store(st, sweep, t, &ps, member, round, run, m, &last, worker, result,
-                                  cap);
+      return pbt_round_from_store(st, sweep, t, &ps, member, round, run, metric, &last, worker,
+                                  result, cap);
     }
     free(metas);
     if (strstr(t->params, "# pbt-copy: ") && pbt_copy(st, run, t->params, cwhy, sizeof cwhy)) {
@@ -1146,8 +1158,6 @@ static int run_trial(store *st, const char *sweep, const store_trial *t, const c
              (long long)(round + 1) * (long long)ps.ready);
     header(t->params, "# params: ", assigns, sizeof assigns);
   }
-  header(t->params, "# score: ", metric, sizeof metric);
-  metric[strcspn(metric, " ")] = 0;
   const char *tmp = getenv("TMPDIR");
   char cfg_path[PATH_MAX];
   snprintf(cfg_path, sizeof cfg_path, "%s/shoal-trial-%s-XXXXXX.yaml", tmp && tmp[0] ? tmp : "/tmp",
@@ -1265,14 +1275,6 @@ static int run_trial(store *st, const char *sweep, const store_trial *t, const c
     fflush(stdout);
     return TRIAL_HANDED_BACK;
   }
-  double eval = json_num(done_line, "eval"), best = json_num(done_line, "best_eval");
-  double r100 = json_num(progress, "return100");
-  double score = !strcmp(metric, "eval") ? eval : !strcmp(metric, "return100") ? r100 : best;
-  char s1[32] = "null", s2[32] = "null", s3[32] = "null", s4[32] = "null";
-  if (isfinite(score)) snprintf(s1, sizeof s1, "%.6g", score);
-  if (isfinite(eval)) snprintf(s2, sizeof s2, "%.6g", eval);
-  if (isfinite(best)) snprintf(s3, sizeof s3, "%.6g", best);
-  if (isfinite(r100)) snprintf(s4, sizeof s4, "%.6g", r100);
   if (!ok) {
     char why[128];
     if (WIFSIGNALED(wst))
@@ -1283,12 +1285,11 @@ static int run_trial(store *st, const char *sweep, const store_trial *t, const c
     snprintf(result, cap, "{\"run\":\"%s\",\"error\":\"%s\",\"wall_s\":%.2f}", run, why, wall);
     return STORE_TRIAL_FAILED;
   }
-  snprintf(result, cap,
-           "{\"run\":\"%s\",\"score\":%s,\"metric\":\"%s\",\"reason\":\"%s\",\"eval\":%s,"
-           "\"best_eval\":%s,\"return100\":%s,\"env_steps\":%.0f,\"updates\":%.0f,"
-           "\"version\":%.0f,\"wall_s\":%.2f}",
-           run, s1, metric, reason, s2, s3, s4, json_num(done_line, "env_steps"),
-           json_num(done_line, "updates"), json_num(done_line, "version"), wall);
+  char s1[32];
+  double score = trial_result(result, cap, run, metric, reason, json_num(done_line, "eval"),
+                              json_num(done_line, "best_eval"), json_num(progress, "return100"),
+                              json_num(done_line, "env_steps"), json_num(done_line, "updates"),
+                              json_num(done_line, "version"), wall, s1);
   if (pbt) pbt_next(st, sweep, t, &ps, member, round, score, worker);
   printf("shoal worker %s: trial %s %s: score %s (%s), %.0f env steps, %.1f s\n", worker, t->id,
          reason, s1, metric, json_num(done_line, "env_steps"), wall);

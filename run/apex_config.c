@@ -172,8 +172,8 @@ dqn_config apex_dqn_config(const config *cfg, int obs_ndim, const int *obs_shape
   dc.obs_w = obs_ndim >= 3 ? obs_shape[2] : 1;
   dc.num_actions = num_actions;
   /* the preset's name (the model section's, else dqn.net's), for what reports it */
-  const char *net = config_string(cfg, "model.preset")[0] ? config_string(cfg, "model.preset")
-                                                          : config_string(cfg, "dqn.net");
+  const char *net = config_string(cfg, "model.preset");
+  if (!net[0]) net = config_string(cfg, "dqn.net");
   dc.net = DQN_NET_MLP;
   for (dqn_net n = DQN_NET_MLP; n <= DQN_NET_IMPALA; n++)
     if (!strcmp(net, dqn_net_name(n))) dc.net = n;

@@ -76,7 +76,6 @@ static const char *parse_rows(const char *s, int depth, int row_min, int row_max
   return NULL;
 }
 
-
 int run_model_from_config(const config *cfg, const char *preset_key, const int hidden[2], bool tanh,
                           algos_model *md, shoal_error *err) {
   const char *preset = config_string(cfg, "model.preset");

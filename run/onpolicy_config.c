@@ -216,8 +216,8 @@ ac_config onpolicy_ac_config(const config *cfg, int obs_ndim, const int *obs_sha
     c.act_high[j] = high ? high[j] : 1e30f;
   }
   /* the preset's name (the model section's, else ac.torso's), for what reports it */
-  const char *torso = config_string(cfg, "model.preset")[0] ? config_string(cfg, "model.preset")
-                                                            : config_string(cfg, "ac.torso");
+  const char *torso = config_string(cfg, "model.preset");
+  if (!torso[0]) torso = config_string(cfg, "ac.torso");
   c.torso = !strcmp(torso, "minatar")  ? AC_TORSO_MINATAR
             : !strcmp(torso, "nature") ? AC_TORSO_NATURE
             : !strcmp(torso, "impala") ? AC_TORSO_IMPALA

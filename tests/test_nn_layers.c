@@ -1335,6 +1335,15 @@ static nn_model *plan_model(int C, int H, int Co, int k, int s, int pad, int B) 
   return m;
 }
 
+/* plan_model's paths as nn_model_kernels writes them, into text; the model destroyed */
+static void kernels_of(int C, int H, int Co, int k, int st, int pad, int B, char *text,
+                       size_t cap) {
+  nn_model *m = plan_model(C, H, Co, k, st, pad, B);
+  nn_model_kernels(m, text, cap);
+  printf("  %s", text);
+  nn_model_destroy(m);
+}
+
 static void test_conv_plans(void **s) {
   if (!nn__plan_on()) {
     printf("  SKIPPED: the kernel paths are forced here (SHOAL_NN_PLAN, _ROW, _DIRECT, _WINOGRAD)\n");
@@ -1351,31 +1360,20 @@ static void test_conv_plans(void **s) {
   fprintf(f, "conv2d:8x9x9>8:k3x3:s1:p1:d1:B3:%s:fwd row - -\n", isa);
   fclose(f);
   char text[1024];
-  nn_model *m = plan_model(4, 10, 16, 3, 1, 0, 5);
-  nn_model_kernels(m, text, sizeof text);
-  printf("  %s", text);
+  kernels_of(4, 10, 16, 3, 1, 0, 5, text, sizeof text);
   assert_non_null(strstr(text, "conv: batch 5: forward gemm, dW gemm, dx gemm"));
-  nn_model_destroy(m);
 
-  m = plan_model(8, 9, 8, 3, 1, 1, 3);
-  nn_model_kernels(m, text, sizeof text);
-  printf("  %s", text);
+  kernels_of(8, 9, 8, 3, 1, 1, 3, text, sizeof text);
   assert_null(strstr(text, "forward row"));
   assert_null(strstr(text, "forward -"));
-  nn_model_destroy(m);
 
   /* not in the file: timed, kept, written; a second model of the shape runs the same */
-  m = plan_model(4, 10, 16, 3, 1, 0, 4);
   char first[1024];
-  nn_model_kernels(m, first, sizeof first);
-  printf("  %s", first);
+  kernels_of(4, 10, 16, 3, 1, 0, 4, first, sizeof first);
   assert_non_null(strstr(first, "conv: batch 4: forward "));
   assert_null(strstr(first, " -"));
-  nn_model_destroy(m);
-  m = plan_model(4, 10, 16, 3, 1, 0, 4);
-  nn_model_kernels(m, text, sizeof text);
+  kernels_of(4, 10, 16, 3, 1, 0, 4, text, sizeof text);
   assert_string_equal(text, first);
-  nn_model_destroy(m);
 
   char *file = NULL;
   size_t len = 0;

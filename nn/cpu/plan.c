@@ -207,7 +207,6 @@ static void read_plans(FILE *f) {
 /* What a backward changes besides scratch: dW and db (added into), and dx with the
  * input's "written" flag (set, or added into). */
 typedef struct saved {
-  nn_model *m;
   nn__node *n;
   float *dw, *db, *dx;
   size_t ndw, ndx;
@@ -216,8 +215,7 @@ typedef struct saved {
   bool written;
 } saved;
 
-static void undo_bwd(void *ctx) {
-  saved *s = ctx;
+static void undo_bwd(saved *s) {
   memcpy(s->dw, s->dw0, s->ndw * sizeof(float));
   if (s->db) memcpy(s->db, s->db0, (size_t)s->n->C * sizeof(float));
   if (s->dx0) memcpy(s->dx, s->dx0, s->ndx * sizeof(float));
@@ -226,7 +224,7 @@ static void undo_bwd(void *ctx) {
 
 static int save_bwd(saved *s, nn_model *m, nn__node *n, int B) {
   memset(s, 0, sizeof *s);
-  s->m = m, s->n = n;
+  s->n = n;
   nn__node *x = &m->nodes[n->in[0]];
   s->ndw = (size_t)n->C * x->C * n->kh * n->kw;
   s->dw = m->grads + n->poff[0];
@@ -282,32 +280,27 @@ static void measure(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run run,
           nc++;
     }
   }
+  const int ph = bwd ? 1 : 0, np = bwd ? 2 : 1; /* the entries of kp this call runs by */
   double best[16], warm = 0;
-  for (int c = 0; c < nc; c++) {
-    memcpy(n->kp + (bwd ? 1 : 0), cand[c] + (bwd ? 1 : 0), bwd ? 2 : 1);
-    double t0 = shoal_now_s();
-    run(m, n, B);
-    warm += shoal_now_s() - t0;
-    if (bwd) undo_bwd(&sv);
-    best[c] = 1e30;
-  }
-  int rounds = warm > 0 ? (int)(0.2 / warm) : 7;
-  rounds = rounds < 2 ? 2 : rounds > 7 ? 7 : rounds;
-  for (int r = 0; r < rounds; r++)
+  for (int r = -1; r < 7; r++) { /* r = -1: the warm-up call each */
     for (int c = 0; c < nc; c++) {
-      memcpy(n->kp + (bwd ? 1 : 0), cand[c] + (bwd ? 1 : 0), bwd ? 2 : 1);
+      memcpy(n->kp + ph, cand[c] + ph, (size_t)np);
       double t0 = shoal_now_s();
       run(m, n, B);
       double t = shoal_now_s() - t0;
-      best[c] = t < best[c] ? t : best[c];
       if (bwd) undo_bwd(&sv);
+      if (r < 0)
+        warm += t, best[c] = 1e30;
+      else
+        best[c] = t < best[c] ? t : best[c];
     }
+    if (r >= 1 && (r + 1) * warm >= 0.2) break; /* 2 to 7 rounds, about 0.2 s in all */
+  }
   int w = 0;
   for (int c = 1; c < nc; c++) w = best[c] < best[w] ? c : w;
   if (nc) memcpy(kp, cand[w], 3);
   if (g_verbose) {
-    fprintf(stderr, "nn plan: %s %s B=%d, %d rounds:", n->name, bwd ? "backward" : "forward", B,
-            rounds);
+    fprintf(stderr, "nn plan: %s %s B=%d:", n->name, bwd ? "backward" : "forward", B);
     for (int c = 0; c < nc; c++)
       fprintf(stderr, " %s%s%s %.1f us%s", bwd ? nn__kpath_name(cand[c][1]) : "",
               bwd ? "/" : "", bwd ? nn__kpath_name(cand[c][2]) : nn__kpath_name(cand[c][0]),
@@ -326,7 +319,7 @@ static void key_of(const nn_model *m, const nn__node *n, int B, bool bwd, char *
            bwd ? "bwd" : "fwd");
 }
 
-/* n's plan at batch B, or NULL */
+/* n's plan at batch B, a new one (nothing chosen: -1) when it has none */
 static signed char *node_plan(nn__node *n, int B) {
   for (int i = 0; i < n->n_plans; i++)
     if (n->plans[i].B == B) return n->plans[i].kp;
