@@ -379,7 +379,10 @@ static int load_body(io *rd, struct replay *r) {
   double max_p = r_f64(rd);
   uint64_t steps = r_u64(rd), tails = r_u64(rd);
   if (rd->rc) return rd->rc;
-  if (lo < 1 || head < lo || head - lo > (uint64_t)r->cap || (r->sum && !(max_p > 0)))
+  /* A save writes every item a reader may touch, [replay__low(head), head): a file that
+   * starts later leaves slots a later save would wait on forever (found by fuzz_replay_load) */
+  if (lo < 1 || head < lo || head - lo > (uint64_t)r->cap || lo != replay__low(r, head, 0) ||
+      (r->sum && !(max_p > 0)))
     return rd->rc = shoal_error_set(rd->err, SHOAL_EFORMAT,
                                     "replay_load: '%s' has a bad state (items %llu..%llu)",
                                     rd->path, (unsigned long long)lo, (unsigned long long)head);
