@@ -217,8 +217,10 @@ static double real_run(const char *bindir, const char *srcdir, int log, double s
     const char *a = strstr(line, " after "), *e = strstr(line, " env steps");
     if (!strstr(line, "shoal: run ") || !a || !e) continue;
     t = atof(a + 7);
-    const char *c = strstr(a, "s: ");
-    if (c) steps = atof(c + 3);
+    /* "... after T s (U s of it training): N env steps": N is the number before e. */
+    const char *c = e;
+    while (c > a && c[-1] >= '0' && c[-1] <= '9') c--;
+    if (c < e) steps = atof(c);
   }
   pclose(p);
   return t > 0 && steps > 0 ? steps / t : -1;

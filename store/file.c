@@ -6,7 +6,7 @@
  *   DIR/<run>/run.json                      {"format":"shoal-run","version":1,"id","status",...}
  *   DIR/<run>/snapshots/<version>.safetensors
  *   DIR/<run>/snapshots/index.json          the snapshots that exist and their metadata
- *   DIR/<run>/replay/<seq, 20 digits>.bin   32-byte header (magic, version, crc32, seq,
+ *   DIR/<run>/replay/<seq, 20 digits>.bin   32-byte header (magic, version 2, crc32c, seq,
  *                                           length) and the segment's bytes
  *   DIR/<run>/metrics.csv                   "# shoal-metrics 1", then step,time,name,value
  *   DIR/_sweeps/<sweep>/<trial>/            trial.json, claim.<k>, requeue.<k>, done.json
@@ -47,6 +47,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/crc32c.h"
 #include "common/file.h"
 #include "store/file_backend.h"
 
@@ -63,7 +64,9 @@ typedef struct file_store {
   } leases[FILE_LEASES];
 } file_store;
 
-enum { REPLAY_HEADER = 32 };
+/* Version 2's header checks the bytes with CRC32C (the crc32 instruction); version 1's
+ * CRC-32 (zlib) is still read. */
+enum { REPLAY_HEADER = 32, REPLAY_VERSION = 2 };
 static const char REPLAY_MAGIC[8] = {'S', 'H', 'R', 'P', 'S', 'E', 'G', 0};
 #define METRICS_MAGIC "# shoal-metrics 1\n"
 #define METRICS_HEADER METRICS_MAGIC "step,time,name,value\n"
@@ -886,8 +889,8 @@ static int file_replay_append(void *impl, const char *run, uint64_t seq, const v
   snprintf(name, sizeof name, "%020" PRIu64 ".bin", seq);
   unsigned char h[REPLAY_HEADER];
   memcpy(h, REPLAY_MAGIC, 8);
-  store__put_le32(h + 8, 1);
-  store__put_le32(h + 12, store__crc32(bytes, len));
+  store__put_le32(h + 8, REPLAY_VERSION);
+  store__put_le32(h + 12, shoal_crc32c(0, bytes, len));
   store__put_le64(h + 16, seq);
   store__put_le64(h + 24, len);
   rc = store__file_write_atomic(dir, name, h, sizeof h, bytes, len, 1, err);
@@ -963,16 +966,19 @@ static int file_replay_load(file_store *fs, const char *run, uint64_t seq, char 
   if (*len < REPLAY_HEADER || memcmp(h, REPLAY_MAGIC, 8) != 0) {
     rc = shoal_error_set(err, SHOAL_EFORMAT,
                          "store: '%s' is not a shoal replay segment (bad magic)", p);
-  } else if (store__get_le32(h + 8) != 1) {
-    rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s' has format version %u, expected 1", p,
-                         store__get_le32(h + 8));
+  } else if (store__get_le32(h + 8) < 1 || store__get_le32(h + 8) > REPLAY_VERSION) {
+    rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s' has format version %u, expected 1..%d", p,
+                         store__get_le32(h + 8), REPLAY_VERSION);
   } else if (store__get_le64(h + 16) != seq || store__get_le64(h + 24) != *len - REPLAY_HEADER) {
     rc = shoal_error_set(err, SHOAL_EFORMAT,
                          "store: '%s' says seq %" PRIu64 " length %" PRIu64
                          "; the file holds seq %" PRIu64 " length %zu",
                          p, store__get_le64(h + 16), store__get_le64(h + 24), seq,
                          *len - REPLAY_HEADER);
-  } else if (store__crc32(*buf + REPLAY_HEADER, *len - REPLAY_HEADER) != store__get_le32(h + 12)) {
+  } else if ((store__get_le32(h + 8) == 1
+                  ? store__crc32(*buf + REPLAY_HEADER, *len - REPLAY_HEADER)
+                  : shoal_crc32c(0, *buf + REPLAY_HEADER, *len - REPLAY_HEADER)) !=
+             store__get_le32(h + 12)) {
     rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s': checksum mismatch (damaged data)", p);
   }
   if (rc) {

@@ -38,6 +38,8 @@
 
 #include "store/mongo_backend.h"
 
+#include "common/crc32c.h"
+
 typedef struct mongo_store {
   mongoc_client_pool_t *pool;
   char db[128];
@@ -908,7 +910,9 @@ static int mongo_replay_append(void *impl, const char *run, uint64_t seq, const 
   BSON_APPEND_INT64(&doc, "seq", (int64_t)seq);
   BSON_APPEND_INT64(&doc, "len", (int64_t)len);
   BSON_APPEND_BINARY(&doc, "data", BSON_SUBTYPE_BINARY, bytes, (uint32_t)len);
-  BSON_APPEND_INT64(&doc, "crc", (int64_t)store__crc32(bytes, len));
+  /* CRC32C (the crc32 instruction); documents written before it carry "crc", zlib's
+   * CRC-32, and are still checked by it. */
+  BSON_APPEND_INT64(&doc, "crc32c", (int64_t)shoal_crc32c(0, bytes, len));
   BSON_APPEND_DOUBLE(&doc, "created", store__wall_time());
   bson_error_t be;
   int rc = 0;
@@ -929,14 +933,16 @@ static int mongo_run_exists(void *impl, const char *run, shoal_error *err) {
   return rc;
 }
 
-/* Checks one replay document: its length and, when it has one, its CRC-32. */
+/* Checks one replay document: its length and, when it has one, its CRC32C (or a
+ * CRC-32 from before). */
 static int mongo_replay_doc(const bson_t *d, const char *run, uint64_t *seq_out,
                             const uint8_t **data_out, uint32_t *len_out, shoal_error *err) {
   bson_iter_t it;
   bson_subtype_t sub;
   uint32_t blen = 0;
   const uint8_t *data = NULL;
-  int64_t seq = dint(d, "seq", -1), want = dint(d, "len", -1), crc = dint(d, "crc", -1);
+  int64_t seq = dint(d, "seq", -1), want = dint(d, "len", -1), crc = dint(d, "crc", -1),
+          crc32c = dint(d, "crc32c", -1);
   if (bson_iter_init_find(&it, d, "data") && BSON_ITER_HOLDS_BINARY(&it))
     bson_iter_binary(&it, &sub, &blen, &data);
   if (!data || seq < 0 || want != (int64_t)blen)
@@ -944,7 +950,8 @@ static int mongo_replay_doc(const bson_t *d, const char *run, uint64_t *seq_out,
                            "store: replay segment %" PRId64
                            " of run '%s' is damaged (%u bytes of data, len says %" PRId64 ")",
                            seq, run, blen, want);
-  if (crc >= 0 && (uint32_t)crc != store__crc32(data, blen))
+  if (crc32c >= 0 ? (uint32_t)crc32c != shoal_crc32c(0, data, blen)
+                  : crc >= 0 && (uint32_t)crc != store__crc32(data, blen))
     return shoal_error_set(err, SHOAL_EFORMAT,
                            "store: replay segment %" PRId64
                            " of run '%s': checksum mismatch (damaged data)",

@@ -128,6 +128,30 @@ static void test_crc32c_check_value(void **state) {
   assert_int_equal(shoal__crc32c_soft(0, buf + 3, 997), shoal_crc32c(0, buf + 3, 997));
 }
 
+static void test_crc32c_three_chains(void **state) {
+  /* Long buffers run three chains joined by shift tables (blocks of 256 and 4096 bytes):
+   * every length around those blocks' multiples, at every alignment, equals the
+   * table path, and a running crc carries through. */
+  enum { N = 3 * 4096 * 2 + 3 * 256 * 2 + 64 };
+  uint8_t *b = malloc(N + 8);
+  assert_non_null(b);
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  for (int i = 0; i < N + 8; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    b[i] = (uint8_t)(s >> 56);
+  }
+  const size_t lens[] = {767,   768,   769,   1535,  1536,  1537,  2303,  12287,
+                         12288, 12289, 13056, 13057, 24576, 24600, N - 1, N};
+  for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++)
+    for (int off = 0; off < 8; off++) {
+      uint32_t want = shoal__crc32c_soft(0, b + off, lens[k]);
+      assert_int_equal(shoal_crc32c(0, b + off, lens[k]), want);
+      uint32_t head = shoal_crc32c(0, b + off, 5);
+      assert_int_equal(shoal_crc32c(head, b + off + 5, lens[k] - 5), want);
+    }
+  free(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_strerror_names_every_code),
@@ -138,6 +162,7 @@ int main(void) {
       cmocka_unit_test(test_rng_jump_gives_other_stream),
       cmocka_unit_test(test_clock_is_monotonic),
       cmocka_unit_test(test_crc32c_check_value),
+      cmocka_unit_test(test_crc32c_three_chains),
   };
   return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }

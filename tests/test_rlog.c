@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "learner/replay_log.h"
 #include "tests/mongo_test.h"
@@ -425,7 +426,21 @@ static void test_damaged(void **state) {
   b[8] = 9;
   assert_int_equal(rlog_decode(bytes, len, 1, &seg, &err), SHOAL_EFORMAT);
   assert_non_null(strstr(err.msg, "format version 9"));
+  b[8] = 2;
+  assert_int_equal(rlog_decode(bytes, len, 1, &seg, &err), 0);
+  /* The body's CRC32C is checked: zlib's CRC-32 under version 2 is a mismatch; the
+   * same under version 1 (segments written before CRC32C) decodes. */
+  unsigned char crc2[4];
+  memcpy(crc2, b + 24, 4);
+  uint32_t z = (uint32_t)crc32(0, seg.body, (uInt)seg.body_len);
+  for (int i = 0; i < 4; i++) b[24 + i] = (unsigned char)(z >> (8 * i));
+  assert_int_equal(rlog_decode(bytes, len, 1, &seg, &err), SHOAL_EFORMAT);
+  assert_non_null(strstr(err.msg, "checksum mismatch"));
   b[8] = 1;
+  assert_int_equal(rlog_decode(bytes, len, 1, &seg, &err), 0);
+  memcpy(b + 24, crc2, 4);
+  assert_int_equal(rlog_decode(bytes, len, 1, &seg, &err), SHOAL_EFORMAT);
+  b[8] = 2;
   assert_int_equal(rlog_decode(bytes, len, 1, &seg, &err), 0);
   /* A record that claims more rows than the body holds. */
   seg.body[24] = 0xff;
