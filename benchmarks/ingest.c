@@ -236,6 +236,12 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
                       .steps = b->n,
                       .items = b->n + k};
     for (int c = 0; c < 5; c++) rec.cols[c] = b->cols[c].data;
+    if (b->cols[0].frames) { /* as shoal-learner logs frames that came deduplicated */
+      rec.frames[0] = b->cols[0].frames;
+      rec.frame_depth[0] = (uint32_t)b->cols[0].shape[0];
+      rec.frame_data[0] = b->cols[0].frame_data;
+      rec.frame_index[0] = b->cols[0].frame_index;
+    }
     rc = rlog_append_batch(L->log, &rec, err);
   }
   pthread_mutex_unlock(&L->log_mu);

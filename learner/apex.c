@@ -239,7 +239,8 @@ static void log_append(learner *L, const rlog_batch *rec) {
  * the inserts, so the log's item order is the replay's. Called with actor_mu[a] held,
  * and by a restore (with the log not open yet). */
 static int insert_batch(learner *L, int a, uint64_t incarnation, uint64_t seq, uint32_t n,
-                        const void *const *cols, uint32_t steps, shoal_error *err) {
+                        const void *const *cols, uint32_t steps, const rpc_column *obs_frames,
+                        shoal_error *err) {
   const uint8_t *obs = cols[COL_OBS];
   const int32_t *action = cols[COL_ACTION];
   const float *reward = cols[COL_REWARD];
@@ -300,6 +301,15 @@ static int insert_batch(learner *L, int a, uint64_t incarnation, uint64_t seq, u
                       .steps = steps,
                       .items = n};
     for (int c = 0; c < NCOLS; c++) rec.cols[c] = cols[c];
+    if (obs_frames) {
+      /* The observations came as their distinct frames: logged so, each frame once. */
+      rpc_column_spec cs = {.ndim = obs_frames->ndim};
+      memcpy(cs.shape, obs_frames->shape, sizeof cs.shape);
+      rec.frames[COL_OBS] = obs_frames->frames;
+      rec.frame_depth[COL_OBS] = (uint32_t)rpc_column_frames_per_item(&cs, obs_frames->frame_planes);
+      rec.frame_data[COL_OBS] = obs_frames->frame_data;
+      rec.frame_index[COL_OBS] = obs_frames->frame_index;
+    }
     log_append(L, &rec);
   }
   if (L->log) pthread_mutex_unlock(&L->log_mu);
@@ -349,7 +359,8 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
     atomic_fetch_add(&L->resent_dropped, 1);
     if (!have) replay_limiter_undo(L->lim, total, 0);
   } else {
-    rc = insert_batch(L, a, b->incarnation, b->seq, b->n, cols, total, err);
+    rc = insert_batch(L, a, b->incarnation, b->seq, b->n, cols, total,
+                      b->cols[COL_OBS].frames ? &b->cols[COL_OBS] : NULL, err);
     if (rc) replay_limiter_undo(L->lim, total, 0);
   }
   pthread_mutex_unlock(&L->actor_mu[a]);
@@ -580,7 +591,8 @@ static int restore_one(void *ctx, const rlog_batch *b, shoal_error *err) {
     L->restore_skipped++;
     return 0;
   }
-  return insert_batch(L, (int)b->actor, b->incarnation, b->seq, b->rows, b->cols, steps, err);
+  return insert_batch(L, (int)b->actor, b->incarnation, b->seq, b->rows, b->cols, steps, NULL,
+                      err);
 }
 
 /* --resume: the replay, its priorities and the exactly-once table from the log. */

@@ -290,7 +290,7 @@ static int handle_log(follow *f, uint64_t seq) {
     return 0;
   }
   if (rc) return retry_later(f, rc, "log segment", seq, &err);
-  const rlog_segment *ls = &f->lseg;
+  rlog_segment *ls = &f->lseg;
   if (ls->flags & RLOG_SEG_PRIORITIES) {
     pthread_mutex_lock(&f->mu);
     f->stats.last_seq = seq;

@@ -27,6 +27,11 @@ static const char MAGIC[8] = {'S', 'H', 'O', 'A', 'L', 'L', 'O', 'G'};
 /* Version 2 checks the raw body with CRC32C (the crc32 instruction: a fifth of zlib's
  * CRC-32 time at the ingest ceiling); version 1's CRC-32 (zlib) is still read. */
 enum { VERSION = 2, REC_HEADER = 40, PRIO_HEADER = 24 };
+/* A batch record whose framed columns keep each frame once (version 2). */
+enum { REC_BATCH_FRAMES = 3 };
+/* The rows a framed record may rebuild: frames are at most this many times smaller than
+ * the rows they stand for (a malformed record cannot ask for more). */
+#define FRAMED_ROWS_MAX ((size_t)64 * SEG_MAX)
 #define SEG_MAX ((size_t)12 << 20)
 #define CKPT_MAX_ITEMS ((uint64_t)3 << 20) /* one checkpoint segment: 12 MiB of floats */
 
@@ -358,17 +363,41 @@ int rlog_open(rlog **out, const rlog_config *cfg, shoal_error *err) {
   return 0;
 }
 
+/* Bytes of column c's part of a record: dense rows, or (framed) a frames/depth pair,
+ * the frames and the indices. 0 when a framed column is malformed. */
+static size_t part_bytes(const rlog *l, const rlog_batch *b, int c) {
+  size_t rb = l->row_bytes[c], rows = b->rows;
+  if (!b->frames[c]) return pad8(rows * rb);
+  size_t d = b->frame_depth[c];
+  if (!d || rb % d || !b->frame_data[c] || !b->frame_index[c] || b->frames[c] > rows * d) return 0;
+  for (size_t e = 0; e < rows * d; e++)
+    if (b->frame_index[c][e] >= b->frames[c]) return 0;
+  return 8 + pad8((size_t)b->frames[c] * (rb / d)) + pad8(rows * d * 4);
+}
+
 int rlog_append_batch(rlog *l, const rlog_batch *b, shoal_error *err) {
   size_t need = REC_HEADER;
-  for (int c = 0; c < l->cfg.ncols; c++) need += pad8((size_t)b->rows * l->row_bytes[c]);
+  uint32_t framed = 0;
+  int bad = -1;
+  for (int c = 0; c < l->cfg.ncols; c++) {
+    size_t n = part_bytes(l, b, c);
+    if (!n && b->rows) bad = c;
+    if (b->frames[c]) framed |= 1u << c;
+    need += n;
+  }
+  if (framed) need += 8; /* the mask of framed columns */
   pthread_mutex_lock(&l->mu);
   int rc = 0;
-  if (need > SEG_MAX) {
+  if (need > SEG_MAX || bad >= 0) {
     /* Cannot be logged: still counted in items, so the numbering stays the replay's. */
     l->st.segments_dropped++;
     l->next_item += b->items;
     l->steps_total += b->steps;
     pthread_mutex_unlock(&l->mu);
+    if (bad >= 0)
+      return shoal_error_set(err, SHOAL_EINVAL,
+                             "replay log: column %d's frames do not describe its %u rows", bad,
+                             b->rows);
     return shoal_error_set(err, SHOAL_EINVAL,
                            "replay log: a batch of %zu bytes exceeds a segment (%zu)", need,
                            SEG_MAX);
@@ -380,7 +409,7 @@ int rlog_append_batch(rlog *l, const rlog_batch *b, shoal_error *err) {
   }
   if (!l->records) l->opened = mono_now();
   unsigned char *p = l->buf + l->len;
-  put32(p, RLOG_REC_BATCH);
+  put32(p, framed ? REC_BATCH_FRAMES : RLOG_REC_BATCH);
   put32(p + 4, b->actor);
   put64(p + 8, b->incarnation);
   put64(p + 16, b->seq);
@@ -388,7 +417,26 @@ int rlog_append_batch(rlog *l, const rlog_batch *b, shoal_error *err) {
   put32(p + 28, b->steps);
   put64(p + 32, b->items);
   size_t o = REC_HEADER;
+  if (framed) {
+    put32(p + o, framed);
+    put32(p + o + 4, 0);
+    o += 8;
+  }
   for (int c = 0; c < l->cfg.ncols; c++) {
+    if (framed & (1u << c)) {
+      size_t d = b->frame_depth[c], n = (size_t)b->frames[c] * (l->row_bytes[c] / d);
+      size_t ni = (size_t)b->rows * d * 4;
+      put32(p + o, b->frames[c]);
+      put32(p + o + 4, (uint32_t)d);
+      o += 8;
+      memcpy(p + o, b->frame_data[c], n);
+      memset(p + o + n, 0, pad8(n) - n);
+      o += pad8(n);
+      for (size_t e = 0; e < ni / 4; e++) put32(p + o + 4 * e, b->frame_index[c][e]);
+      memset(p + o + ni, 0, pad8(ni) - ni);
+      o += pad8(ni);
+      continue;
+    }
     size_t n = (size_t)b->rows * l->row_bytes[c];
     memcpy(p + o, b->cols[c], n);
     memset(p + o + n, 0, pad8(n) - n);
@@ -593,7 +641,7 @@ int rlog_decode(const void *bytes, size_t len, uint64_t seq, rlog_segment *s, sh
   return 0;
 }
 
-int rlog_next(const rlog_segment *s, size_t *pos, rlog_record *r, shoal_error *err) {
+int rlog_next(rlog_segment *s, size_t *pos, rlog_record *r, shoal_error *err) {
   size_t o = *pos;
   if (o >= s->body_len) return 0;
   const unsigned char *p = s->body + o;
@@ -610,7 +658,7 @@ int rlog_next(const rlog_segment *s, size_t *pos, rlog_record *r, shoal_error *e
     *pos = o + PRIO_HEADER + pad8((size_t)r->n * 4);
     return 1;
   }
-  if (r->kind != RLOG_REC_BATCH || left < REC_HEADER) goto bad;
+  if ((r->kind != RLOG_REC_BATCH && r->kind != REC_BATCH_FRAMES) || left < REC_HEADER) goto bad;
   rlog_batch *b = &r->batch;
   b->actor = get32(p + 4);
   b->incarnation = get64(p + 8);
@@ -619,11 +667,61 @@ int rlog_next(const rlog_segment *s, size_t *pos, rlog_record *r, shoal_error *e
   b->steps = get32(p + 28);
   b->items = get64(p + 32);
   size_t q = REC_HEADER;
+  uint32_t framed = 0;
+  if (r->kind == REC_BATCH_FRAMES) {
+    if (left - q < 8) goto bad;
+    framed = get32(p + q);
+    if (!framed || (s->ncols < 32 && framed >> s->ncols)) goto bad;
+    q += 8;
+    /* Room for every framed column's rows, rebuilt. */
+    size_t total = 0;
+    for (uint32_t c = 0; c < s->ncols; c++)
+      if (framed & (1u << c)) {
+        size_t rb = rlog_column_bytes(&s->cols[c]);
+        if (b->rows > FRAMED_ROWS_MAX / rb || total > FRAMED_ROWS_MAX - (size_t)b->rows * rb)
+          goto bad;
+        total += (size_t)b->rows * rb;
+      }
+    if (total > s->rows_cap) {
+      unsigned char *nb = realloc(s->rows, total);
+      if (!nb)
+        return shoal_error_set(err, SHOAL_ENOMEM,
+                               "replay log segment %llu: out of memory for %zu bytes of rows",
+                               (unsigned long long)s->seq, total);
+      s->rows = nb;
+      s->rows_cap = total;
+    }
+    r->kind = RLOG_REC_BATCH;
+  }
+  size_t at = 0; /* where the next rebuilt column goes in s->rows */
   for (uint32_t c = 0; c < s->ncols; c++) {
-    size_t n = (size_t)b->rows * rlog_column_bytes(&s->cols[c]);
+    size_t rb = rlog_column_bytes(&s->cols[c]);
+    if (!(framed & (1u << c))) {
+      size_t n = (size_t)b->rows * rb;
+      if (n > left - q || pad8(n) > left - q) goto bad;
+      b->cols[c] = p + q;
+      q += pad8(n);
+      continue;
+    }
+    if (left - q < 8) goto bad;
+    size_t nf = get32(p + q), d = get32(p + q + 4);
+    q += 8;
+    if (!nf || !d || rb % d || nf > (size_t)b->rows * d) goto bad;
+    size_t fb = rb / d, n = nf * fb, ni = (size_t)b->rows * d;
     if (n > left - q || pad8(n) > left - q) goto bad;
-    b->cols[c] = p + q;
+    const unsigned char *fr = p + q;
     q += pad8(n);
+    if (ni > (left - q) / 4 || pad8(ni * 4) > left - q) goto bad;
+    const unsigned char *ix = p + q;
+    q += pad8(ni * 4);
+    unsigned char *dst = s->rows + at;
+    for (size_t e = 0; e < ni; e++) {
+      uint32_t f = get32(ix + 4 * e);
+      if (f >= nf) goto bad;
+      memcpy(dst + e * fb, fr + (size_t)f * fb, fb);
+    }
+    b->cols[c] = dst;
+    at += (size_t)b->rows * rb;
   }
   *pos = o + q;
   return 1;
@@ -636,6 +734,7 @@ bad:
 void rlog_segment_free(rlog_segment *s) {
   if (!s) return;
   free(s->body);
+  free(s->rows);
   memset(s, 0, sizeof *s);
 }
 

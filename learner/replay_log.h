@@ -71,6 +71,15 @@ typedef struct rlog_batch {
   uint32_t steps;                  /* env steps among them (the rest are final observations) */
   uint64_t items;                  /* replay items the batch took (steps + final observations) */
   const void *cols[RLOG_MAX_COLS]; /* borrowed; rows x the column's row bytes each */
+  /* Optional, appending only: a column whose rows are stacks of frames (Atari's
+   * 4x84x84) may also be given as its distinct frames, as rpc's frame deduplication
+   * delivers them: frames[c] > 0 frames of (row bytes / frame_depth[c]) bytes each at
+   * frame_data[c], and frame_index[c] with rows x frame_depth[c] indices into them. The
+   * record then keeps each frame once; a reader gets dense rows in cols either way. */
+  uint32_t frames[RLOG_MAX_COLS];
+  uint32_t frame_depth[RLOG_MAX_COLS];
+  const void *frame_data[RLOG_MAX_COLS];
+  const uint32_t *frame_index[RLOG_MAX_COLS];
 } rlog_batch;
 
 typedef struct rlog_config {
@@ -107,10 +116,11 @@ typedef struct rlog rlog;
  * names a bad column or setting (SHOAL_EINVAL). */
 int rlog_open(rlog **out, const rlog_config *cfg, shoal_error *err);
 
-/* Appends one batch record (copied). Thread-safe; call it in the order the batches'
- * items went into replay. Never waits on the store. Returns 0, SHOAL_EINVAL (more
- * columns' bytes than a segment can hold: not logged, counted as dropped) or
- * SHOAL_ENOMEM. */
+/* Appends one batch record (copied; framed columns as their frames and indices).
+ * Thread-safe; call it in the order the batches' items went into replay. Never waits
+ * on the store. Returns 0, SHOAL_EINVAL (more bytes than a segment can hold, or a
+ * framed column whose depth does not divide its rows or whose index is out of range:
+ * not logged, counted as dropped) or SHOAL_ENOMEM. */
 int rlog_append_batch(rlog *l, const rlog_batch *b, shoal_error *err);
 
 /* A priority checkpoint: p[i] (as replay_priorities_get gives them, -1: none) of the
@@ -146,11 +156,14 @@ typedef struct rlog_segment {
   rlog_column cols[RLOG_MAX_COLS];
   unsigned char *body; /* owned: the raw body */
   size_t body_len, body_cap;
+  unsigned char *rows; /* owned: the dense rows rlog_next rebuilt from frames */
+  size_t rows_cap;
 } rlog_segment;
 
 enum { RLOG_SEG_PRIORITIES = 1 }; /* flags: the segment is a priority checkpoint */
 
-/* One record of a segment (pointers into the segment's body). */
+/* One record of a segment (pointers into the segment's body, or for columns stored
+ * as frames into its rows buffer, valid until the next rlog_next on it). */
 typedef struct rlog_record {
   uint32_t kind; /* RLOG_REC_BATCH or RLOG_REC_PRIORITIES */
   rlog_batch batch;
@@ -158,6 +171,8 @@ typedef struct rlog_record {
   const float *p;
 } rlog_record;
 
+/* Record kinds as rlog_next reports them. A batch stored with framed columns (kind 3
+ * in the body) is reported as RLOG_REC_BATCH with its rows rebuilt. */
 enum { RLOG_REC_BATCH = 1, RLOG_REC_PRIORITIES = 2 };
 
 /* Reads the fixed header of bytes (a stored segment) without decompressing: seq is
@@ -170,8 +185,9 @@ int rlog_peek(const void *bytes, size_t len, uint64_t seq, rlog_segment *out, sh
 int rlog_decode(const void *bytes, size_t len, uint64_t seq, rlog_segment *seg, shoal_error *err);
 
 /* The record at *pos of seg's body; *pos moves past it. Returns 1 with *rec filled,
- * 0 at the end, or SHOAL_EFORMAT (< 0) with err set for a record that does not fit. */
-int rlog_next(const rlog_segment *seg, size_t *pos, rlog_record *rec, shoal_error *err);
+ * 0 at the end, SHOAL_EFORMAT (< 0) with err set for a record that does not fit, or
+ * SHOAL_ENOMEM (rebuilding a framed column's rows). */
+int rlog_next(rlog_segment *seg, size_t *pos, rlog_record *rec, shoal_error *err);
 
 void rlog_segment_free(rlog_segment *seg);
 

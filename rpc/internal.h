@@ -13,6 +13,8 @@ typedef struct rpc__scratch {
   size_t dense_cap[RPC_MAX_COLUMNS];
   uint8_t *raw[RPC_MAX_COLUMNS]; /* decompressed bytes */
   size_t raw_cap[RPC_MAX_COLUMNS];
+  uint8_t *index[RPC_MAX_COLUMNS]; /* frame indices as received, aligned (u32) */
+  size_t index_cap[RPC_MAX_COLUMNS];
 } rpc__scratch;
 void rpc__scratch_free(rpc__scratch *s);
 

@@ -148,13 +148,18 @@ typedef struct rpc_column {
   int64_t shape[RPC_MAX_DIMS]; /* per-item shape */
   const void *data;            /* n items (dense) or `frames` frames (frame stack) */
   size_t bytes;                /* byte count of data */
-  /* Sending only; the server's callback always sees dense, uncompressed columns. */
+  /* Sending: codec, and frames/frame_index/frame_planes for the frame-stack layout. The
+   * server's callback always sees dense, uncompressed columns in data; when a column
+   * arrived as frames, it also sees them as they came (frames, frame_index,
+   * frame_planes and frame_data, checked and aligned), so a consumer that keeps each
+   * frame once (the learner's replay log) need not deduplicate them again. */
   int codec;                   /* RPC_CODEC_*: compress data on the wire */
   uint32_t frames;             /* > 0: frame-stack layout, data holds this many frames */
   const uint32_t *frame_index; /* frames > 0: n * shape[0] indices, each < frames (n * P
                                   with frame_planes) */
   bool frame_planes;           /* frames are the trailing (H, W) planes, P per item
                                   (rpc_column_frames_per_item): LAYOUT_FRAME_PLANES */
+  const void *frame_data;      /* callback only, frames > 0: the distinct frames */
 } rpc_column;
 
 typedef struct rpc_batch {

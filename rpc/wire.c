@@ -346,6 +346,7 @@ void rpc__scratch_free(rpc__scratch *s) {
   for (int i = 0; i < RPC_MAX_COLUMNS; i++) {
     free(s->dense[i]);
     free(s->raw[i]);
+    free(s->index[i]);
   }
   memset(s, 0, sizeof *s);
 }
@@ -538,16 +539,23 @@ int rpc__validate(const rpc_spec *spec, const rpc_wire_batch *w, rpc__scratch *s
     size_t nidx = (size_t)w->n * S;
     if (grow(&s->dense[i], &s->dense_cap[i], oc->bytes))
       return shoal_error_set(err, SHOAL_ENOMEM, "column '%s': %zu bytes", cs->name, oc->bytes);
+    if (grow(&s->index[i], &s->index_cap[i], nidx * 4))
+      return shoal_error_set(err, SHOAL_ENOMEM, "column '%s': %zu indices", cs->name, nidx);
     uint8_t *dst = s->dense[i];
+    uint32_t *ix = (uint32_t *)(void *)s->index[i]; /* malloc'd: aligned for u32 */
+    memcpy(ix, wc->index, nidx * 4);
     for (size_t e = 0; e < nidx; e++) {
-      uint32_t f;
-      memcpy(&f, wc->index + 4 * e, 4);
+      uint32_t f = ix[e];
       if (f >= wc->frames)
         return shoal_error_set(err, SHOAL_ERANGE, "column '%s': frame_index[%zu] = %u of %u",
                                cs->name, e, f, wc->frames);
       memcpy(dst + e * fb, src + (size_t)f * fb, fb);
     }
     oc->data = dst;
+    oc->frames = wc->frames;
+    oc->frame_index = ix;
+    oc->frame_planes = wc->layout == 2;
+    oc->frame_data = src;
   }
   return 0;
 }

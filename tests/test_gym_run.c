@@ -185,6 +185,7 @@ static double last_eval(const char *out) {
 static void test_atari(void **state) {
   const char *configs[3] = {"atari-pong-impala.yaml", "atari-pong-ppo.yaml",
                             "atari-pong-apex.yaml"};
+  long apex_steps = 0;
   for (int k = 0; k < 3; k++) {
     char name[80];
     snprintf(name, sizeof name, "run.name=pong-%d", k);
@@ -207,15 +208,31 @@ static void test_atari(void **state) {
     updates = strtol(strstr(p, " env steps, ") + 12, NULL, 10);
     assert_true(steps >= 6000);
     assert_true(updates >= 1);
+    if (k == 2) apex_steps = steps;
     /* a game of Pong: one side reaches 21, so the score is in [-21, 21] and whole */
     double ev = last_eval(out);
     assert_true(ev >= -21 && ev <= 21 && ev == floor(ev));
     free(out);
   }
+  /* The Ape-X run's replay comes back from its log: Pong's stacks arrived as their
+   * distinct frames and were logged so (each frame once); the resume rebuilds the
+   * 4-frame stacks from them. */
+  char more[64];
+  snprintf(more, sizeof more, "run.max_env_steps=%ld", apex_steps + 2000);
+  char *ra[] = {wf_shoal, "run", "--resume", "pong-2", "--store", store_uri + strlen("store.uri="),
+                "--no-tensorboard", "--set", more, NULL};
+  int rc;
+  char *out = wf_run(ra, 240, &rc);
+  const char *rb = strstr(out, "replay rebuilt from the log: ");
+  fprintf(stderr, "resume: exit %d: %s", rc, rb ? rb : out);
+  assert_int_equal(rc, 0);
+  assert_non_null(rb);
+  assert_true(atof(rb + strlen("replay rebuilt from the log: ")) >= 4000);
+  assert_non_null(strstr(rb, " 0 gaps, 0 records skipped"));
+  free(out);
   char *argv[] = {wf_shoal,     "eval", "pong-0", "--store", store_uri + strlen("store.uri="),
                   "--episodes", "1",    NULL};
-  int rc;
-  char *out = wf_run(argv, 120, &rc);
+  out = wf_run(argv, 120, &rc);
   fprintf(stderr, "eval: exit %d: %s", rc, out);
   assert_int_equal(rc, 0);
   assert_non_null(strstr(out, "gym:ALE/Pong-v5"));

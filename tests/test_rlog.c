@@ -470,6 +470,124 @@ static void test_damaged(void **state) {
   }
 }
 
+/* Stacks of D frames of FB bytes: frame t of the stream is FB bytes of (t * 7 + k), and
+ * row i's stack is frames i-3 .. i, the first frame repeated before the start (as an
+ * Atari env's reset fills its stack). */
+enum { D = 4, FB = 8, FROWS = 24 };
+
+static void stack_rows(uint32_t t0, uint32_t rows, uint8_t *dense, uint8_t *frames,
+                       uint32_t *index) {
+  for (uint32_t f = 0; f < rows; f++)
+    for (int k = 0; k < FB; k++) frames[f * FB + k] = (uint8_t)((t0 + f) * 7 + (uint32_t)k);
+  for (uint32_t i = 0; i < rows; i++)
+    for (uint32_t j = 0; j < D; j++) {
+      uint32_t f = i + j >= D - 1 ? i + j - (D - 1) : 0;
+      index[i * D + j] = f;
+      memcpy(dense + (i * D + j) * FB, frames + f * FB, FB);
+    }
+}
+
+static void test_framed_columns(void **state) {
+  env *e = *state;
+  shoal_error err = {0};
+  rlog_config c = {.st = e->st, .wr = e->wr, .run = e->run, .ncols = 2, .flush_s = 30.0};
+  snprintf(c.cols[0].name, sizeof c.cols[0].name, "obs");
+  c.cols[0].dtype = REPLAY_U8;
+  c.cols[0].ndim = 3;
+  c.cols[0].shape[0] = D;
+  c.cols[0].shape[1] = 2;
+  c.cols[0].shape[2] = FB / 2;
+  snprintf(c.cols[1].name, sizeof c.cols[1].name, "action");
+  c.cols[1].dtype = REPLAY_I32;
+  rlog *l = NULL;
+  assert_int_equal(rlog_open(&l, &c, &err), 0);
+  uint8_t dense[6][FROWS * D * FB], frames[6][FROWS * FB];
+  uint32_t index[6][FROWS * D];
+  int32_t act[FROWS] = {0};
+  /* Six batches, framed and dense in turn: a reader sees the same rows. */
+  for (uint32_t b = 0; b < 6; b++) {
+    stack_rows(b * 100, FROWS, dense[b], frames[b], index[b]);
+    rlog_batch rec = {.actor = 1, .incarnation = 5, .seq = b + 1, .rows = FROWS, .steps = FROWS,
+                      .items = FROWS, .cols = {dense[b], act}};
+    if (b % 2 == 0) {
+      rec.frames[0] = FROWS;
+      rec.frame_depth[0] = D;
+      rec.frame_data[0] = frames[b];
+      rec.frame_index[0] = index[b];
+    }
+    assert_int_equal(rlog_append_batch(l, &rec, &err), 0);
+  }
+  /* Frames that do not describe the rows are refused, counted, and the numbering goes
+   * on past them: an index out of range, a depth that does not divide a row. */
+  uint64_t before = rlog_next_item(l);
+  rlog_batch bad = {.actor = 1, .incarnation = 5, .seq = 7, .rows = FROWS, .steps = FROWS,
+                    .items = FROWS, .cols = {dense[0], act}};
+  bad.frames[0] = 3;
+  bad.frame_depth[0] = D;
+  bad.frame_data[0] = frames[0];
+  bad.frame_index[0] = index[0];
+  assert_int_equal(rlog_append_batch(l, &bad, &err), SHOAL_EINVAL);
+  assert_non_null(strstr(err.msg, "frames"));
+  bad.frames[0] = FROWS;
+  bad.frame_depth[0] = 3;
+  assert_int_equal(rlog_append_batch(l, &bad, &err), SHOAL_EINVAL);
+  assert_int_equal(rlog_next_item(l), before + 2 * FROWS);
+  rlog_stats ls;
+  assert_int_equal(rlog_close(l, 10, &ls), 0);
+  assert_int_equal(store_writer_flush(e->wr, 10, NULL), 0);
+  assert_int_equal(ls.records, 6);
+  assert_int_equal(ls.segments_dropped, 2);
+  /* Three framed records keep FROWS frames each where dense ones keep FROWS * D. */
+  size_t dense_rec = 40 + FROWS * D * FB + FROWS * 4;
+  size_t framed_rec = 40 + 8 + 8 + FROWS * FB + FROWS * D * 4 + FROWS * 4;
+  assert_int_equal(ls.bytes_raw, 3 * dense_rec + 3 * framed_rec);
+
+  void *bytes;
+  size_t len;
+  assert_int_equal(store_replay_read(e->st, e->run, 0, &bytes, &len, &err), 0);
+  rlog_segment seg = {0};
+  assert_int_equal(rlog_decode(bytes, len, 0, &seg, &err), 0);
+  free(bytes);
+  size_t pos = 0;
+  rlog_record r;
+  for (uint32_t b = 0; b < 6; b++) {
+    assert_int_equal(rlog_next(&seg, &pos, &r, &err), 1);
+    assert_int_equal(r.kind, RLOG_REC_BATCH);
+    assert_int_equal(r.batch.seq, b + 1);
+    assert_int_equal(r.batch.rows, FROWS);
+    assert_memory_equal(r.batch.cols[0], dense[b], sizeof dense[b]);
+    assert_memory_equal(r.batch.cols[1], act, sizeof act);
+  }
+  assert_int_equal(rlog_next(&seg, &pos, &r, &err), 0);
+  /* An index past the record's frames, a depth of 0, a mask naming a column the
+   * segment lacks: each a malformed record, not a read past the body. */
+  unsigned char *rec0 = seg.body;
+  size_t ix = 40 + 8 + 8 + FROWS * FB;
+  uint32_t keep;
+  memcpy(&keep, rec0 + ix + 4 * 5, 4);
+  uint32_t big = FROWS;
+  memcpy(rec0 + ix + 4 * 5, &big, 4);
+  pos = 0;
+  assert_int_equal(rlog_next(&seg, &pos, &r, &err), SHOAL_EFORMAT);
+  assert_non_null(strstr(err.msg, "malformed"));
+  memcpy(rec0 + ix + 4 * 5, &keep, 4);
+  uint32_t zero = 0, mask = 1u << 5;
+  memcpy(&keep, rec0 + 40 + 8 + 4, 4);
+  memcpy(rec0 + 40 + 8 + 4, &zero, 4);
+  pos = 0;
+  assert_int_equal(rlog_next(&seg, &pos, &r, &err), SHOAL_EFORMAT);
+  memcpy(rec0 + 40 + 8 + 4, &keep, 4);
+  memcpy(&keep, rec0 + 40, 4);
+  memcpy(rec0 + 40, &mask, 4);
+  pos = 0;
+  assert_int_equal(rlog_next(&seg, &pos, &r, &err), SHOAL_EFORMAT);
+  memcpy(rec0 + 40, &keep, 4);
+  pos = 0;
+  assert_int_equal(rlog_next(&seg, &pos, &r, &err), 1);
+  assert_memory_equal(r.batch.cols[0], dense[0], sizeof dense[0]);
+  rlog_segment_free(&seg);
+}
+
 int main(int argc, char **argv) {
   const char *backend = argc > 1 ? argv[1] : "file";
   if (!strcmp(backend, "mongodb")) {
@@ -486,6 +604,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_restore, setup, teardown),
       cmocka_unit_test_setup_teardown(test_retention, setup, teardown),
       cmocka_unit_test_setup_teardown(test_damaged, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_framed_columns, setup, teardown),
   };
   char name[64];
   snprintf(name, sizeof name, "replay_log (%s)", backend);

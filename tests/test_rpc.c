@@ -41,6 +41,8 @@ typedef struct sink {
   int delay_ms; /* the callback takes this long (a learner's rate limiter holding it) */
   uint8_t last_obs[64 * 4 * 8 * 8];
   size_t last_obs_bytes;
+  uint32_t last_frames; /* frames the last framed batch came as */
+  int frames_match;     /* its frame_data and frame_index rebuild its dense rows */
   uint32_t hyper_applied;
   double lr;
 } sink;
@@ -677,6 +679,21 @@ static int on_frames(void *user, const rpc_batch *b, shoal_error *err) {
   s->last_obs_bytes = b->cols[0].bytes;
   if (b->cols[0].bytes <= sizeof s->last_obs)
     memcpy(s->last_obs, b->cols[0].data, b->cols[0].bytes);
+  /* The frames as they came ride along with the dense rows (the replay log keeps them). */
+  const rpc_column *oc = &b->cols[0];
+  s->last_frames = oc->frames;
+  s->frames_match = oc->frames && oc->frame_data && oc->frame_index;
+  if (s->frames_match) {
+    rpc_column_spec cs = {.ndim = oc->ndim};
+    memcpy(cs.shape, oc->shape, sizeof cs.shape);
+    size_t depth = rpc_column_frames_per_item(&cs, oc->frame_planes);
+    size_t fb = oc->bytes / b->n / depth;
+    for (size_t e = 0; e < (size_t)b->n * depth && s->frames_match; e++)
+      s->frames_match = oc->frame_index[e] < oc->frames &&
+                        !memcmp((const uint8_t *)oc->data + e * fb,
+                                (const uint8_t *)oc->frame_data + (size_t)oc->frame_index[e] * fb,
+                                fb);
+  }
   s->batches++;
   s->samples += b->n;
   pthread_mutex_unlock(&s->mu);
@@ -734,6 +751,8 @@ static void test_frame_stacks_compressed(void **state) {
     pthread_mutex_lock(&s.mu);
     assert_int_equal(s.last_obs_bytes, sizeof stacks);
     assert_memory_equal(s.last_obs, stacks, sizeof stacks);
+    assert_int_equal(s.last_frames, F);
+    assert_true(s.frames_match);
     pthread_mutex_unlock(&s.mu);
   }
   rpc_server_stats st;
@@ -790,6 +809,8 @@ static void test_frame_planes(void **state) {
   pthread_mutex_lock(&s.mu);
   assert_int_equal(s.last_obs_bytes, sizeof dense);
   assert_memory_equal(s.last_obs, dense, sizeof dense);
+  assert_int_equal(s.last_frames, nf);
+  assert_true(s.frames_match);
   pthread_mutex_unlock(&s.mu);
   /* an index past the frames sent is refused, and the server serves on */
   index[7] = nf;
