@@ -101,6 +101,7 @@ struct rlog {
   unsigned char *buf, *spare;
   size_t len, cap, spare_cap;
   ZSTD_CCtx *zc; /* the thread's */
+  int raw_next;  /* the thread's: segments still to store raw without trying zstd */
   uint32_t records;
   uint64_t first_item, items, steps_before, steps;
   double opened; /* monotonic time of its first record */
@@ -178,25 +179,39 @@ static int remember(rlog *l, uint64_t seq, uint64_t first_item, int ckpt) {
   return 0;
 }
 
+/* Incompressible bodies (random bytes, noisy floats) are stored raw: compressing one
+ * that saves less than a sixteenth costs the CPU a full pass for nothing, and at the
+ * ingest ceiling that CPU is the actors'. After such a segment the next RAW_RUN are
+ * stored raw untried, then zstd is tried again. */
+enum { RAW_RUN = 8 };
+
 /* Header + column specs + body, compressed, for the store. NULL on failure. */
 static unsigned char *encode(rlog *l, const sealed *s, size_t *out_len) {
   size_t hl = RLOG_HEADER + (size_t)l->cfg.ncols * RLOG_COL_SPEC;
-  size_t bound = !l->cfg.raw ? ZSTD_compressBound(s->len) : s->len;
+  int try_zstd = !l->cfg.raw && !l->raw_next;
+  if (l->raw_next) l->raw_next--;
+  size_t bound = try_zstd ? ZSTD_compressBound(s->len) : s->len;
   unsigned char *o = malloc(hl + bound);
   if (!o) return NULL;
   size_t blen = s->len;
-  if (!l->cfg.raw) {
+  int codec = RLOG_CODEC_NONE;
+  if (try_zstd) {
     blen = ZSTD_compressCCtx(l->zc, o + hl, bound, s->body, s->len, l->cfg.level);
     if (ZSTD_isError(blen)) {
       free(o);
       return NULL;
     }
-  } else {
-    memcpy(o + hl, s->body, s->len);
+    codec = RLOG_CODEC_ZSTD;
+    if (blen > s->len - s->len / 16) {
+      l->raw_next = RAW_RUN;
+      codec = RLOG_CODEC_NONE;
+      blen = s->len;
+    }
   }
+  if (codec == RLOG_CODEC_NONE) memcpy(o + hl, s->body, s->len);
   memcpy(o, MAGIC, 8);
   put32(o + 8, VERSION);
-  put32(o + 12, l->cfg.raw ? RLOG_CODEC_NONE : RLOG_CODEC_ZSTD);
+  put32(o + 12, (uint32_t)codec);
   put64(o + 16, s->len);
   put32(o + 24, shoal_crc32c(0, s->body, s->len));
   put32(o + 28, s->records);

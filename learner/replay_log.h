@@ -90,7 +90,9 @@ typedef struct rlog_config {
   rlog_column cols[RLOG_MAX_COLS];
   size_t segment_bytes;     /* raw bytes that seal a segment; 0 = 4 MiB (at most 12 MiB) */
   double flush_s;           /* a segment is sealed at most this old; 0 = 1 s */
-  int raw;                  /* 1: bodies stored uncompressed (default: zstd) */
+  int raw;                  /* 1: bodies stored uncompressed (default: zstd, but a body
+                               zstd would not shrink by a sixteenth is stored raw, and
+                               so are the next 8 untried) */
   int level;                /* zstd level; 0 = -3 (zstd's fast mode) */
   int keep;                 /* 1: never trim (replay.keep_log) */
   size_t max_pending_bytes; /* sealed raw segments waiting to be compressed; 0 = 256 MiB */

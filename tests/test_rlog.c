@@ -588,6 +588,54 @@ static void test_framed_columns(void **state) {
   rlog_segment_free(&seg);
 }
 
+/* Segments zstd would not shrink by a sixteenth (random bytes) are stored raw, and so
+ * are the next 8 untried; then zstd is tried again and compressible data is compressed.
+ * Every record reads back. */
+static void test_incompressible_stored_raw(void **state) {
+  env *e = *state;
+  shoal_error err = {0};
+  enum { ROWS = 100, RANDOM = 10, SMOOTH = 12 }; /* 2440-byte records: one a segment */
+  rlog *l = open_log(e, 4096, 30.0, 1);
+  static float obs[RANDOM + SMOOTH][ROWS * OBS];
+  static int32_t act[RANDOM + SMOOTH][ROWS], stream[RANDOM + SMOOTH][ROWS];
+  uint64_t x = 0x2545F4914F6CDD1Dull;
+  for (uint32_t b = 0; b < RANDOM + SMOOTH; b++) {
+    rlog_batch rec;
+    make_batch(b, ROWS, obs[b], act[b], stream[b], &rec);
+    if (b < RANDOM)
+      for (int i = 0; i < ROWS * (OBS + 2); i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint32_t bits = (uint32_t)(x >> 32);
+        if (i < ROWS * OBS)
+          memcpy(&obs[b][i], &bits, 4);
+        else if (i < ROWS * (OBS + 1))
+          act[b][i - ROWS * OBS] = (int32_t)bits;
+        else
+          stream[b][i - ROWS * (OBS + 1)] = (int32_t)bits;
+      }
+    assert_int_equal(rlog_append_batch(l, &rec, &err), 0);
+  }
+  assert_int_equal(rlog_close(l, 10, NULL), 0);
+  assert_int_equal(store_writer_flush(e->wr, 10, NULL), 0);
+  rlog_segment seg = {0};
+  for (uint32_t q = 0; q < RANDOM + SMOOTH; q++) {
+    void *bytes;
+    size_t len;
+    assert_int_equal(store_replay_read(e->st, e->run, q, &bytes, &len, &err), 0);
+    assert_int_equal(rlog_decode(bytes, len, q, &seg, &err), 0);
+    free(bytes);
+    /* random: raw; the 8 after the last random one: raw untried; then zstd again */
+    assert_int_equal(seg.codec, q < RANDOM + 8 ? RLOG_CODEC_NONE : RLOG_CODEC_ZSTD);
+    size_t pos = 0;
+    rlog_record r;
+    assert_int_equal(rlog_next(&seg, &pos, &r, &err), 1);
+    assert_int_equal(r.batch.seq, q + 1);
+    assert_memory_equal(r.batch.cols[0], obs[q], sizeof obs[q]);
+    assert_int_equal(rlog_next(&seg, &pos, &r, &err), 0);
+  }
+  rlog_segment_free(&seg);
+}
+
 int main(int argc, char **argv) {
   const char *backend = argc > 1 ? argv[1] : "file";
   if (!strcmp(backend, "mongodb")) {
@@ -605,6 +653,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_retention, setup, teardown),
       cmocka_unit_test_setup_teardown(test_damaged, setup, teardown),
       cmocka_unit_test_setup_teardown(test_framed_columns, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_incompressible_stored_raw, setup, teardown),
   };
   char name[64];
   snprintf(name, sizeof name, "replay_log (%s)", backend);
