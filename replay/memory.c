@@ -644,15 +644,19 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
    * first lap), so two writers never write one slot. */
   uint64_t lap_t0 = 0;
   int64_t tails_gone = 0; /* tails this insert overwrites (their slot is ours once published) */
-  for (int64_t j = 0; j < m; j++) {
+  /* The m slots are consecutive around the ring: stepped, not divided for (a 64-bit
+   * division per item was half of an insert's time). */
+  const int64_t slot_a = replay__slot(r, a);
+  for (int64_t j = 0, slot = slot_a; j < m; j++) {
     uint64_t q = a + (uint64_t)j, before = q > (uint64_t)r->cap ? q - (uint64_t)r->cap : 0;
-    _Atomic uint64_t *sq = &r->meta[replay__slot(r, q)].seq;
+    _Atomic uint64_t *sq = &r->meta[slot].seq;
     while (atomic_load_explicit(sq, memory_order_acquire) != before) {
       if (!lap_t0) lap_t0 = shoal_now_ns();
       sched_yield();
     }
-    if (before && (r->meta[replay__slot(r, q)].flags & REPLAY__TAIL)) tails_gone++;
+    if (before && (r->meta[slot].flags & REPLAY__TAIL)) tails_gone++;
     atomic_store_explicit(sq, 0, memory_order_relaxed);
+    if (++slot == r->cap) slot = 0;
   }
   if (lap_t0) {
     atomic_fetch_add_explicit(&r->n_waits, 1, memory_order_relaxed);
@@ -663,11 +667,11 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
   uint64_t prev = atomic_load_explicit(&sm->last, memory_order_relaxed);
   uint64_t first = a;
   uint64_t s = a;
-  int64_t run0 = 0, ended = 0;
+  int64_t run0 = 0, ended = 0, slot_s = slot_a; /* slot_s: s's slot */
   for (int64_t i = 0; i < n; i++) {
     int term = st->terminated && st->terminated[i];
     int trunc = st->truncated && st->truncated[i];
-    int64_t slot = replay__slot(r, s);
+    int64_t slot = slot_s;
     r->meta[slot].prev = prev;
     r->meta[slot].reward = st->reward[i];
     r->meta[slot].flags =
@@ -680,8 +684,8 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
         copy_run(r, c, s0, (const uint8_t *)st->cols[c] + (size_t)run0 * r->item[c], count);
       run0 = i + 1;
     }
+    int64_t ts = slot + 1 == r->cap ? 0 : slot + 1; /* s + 1's slot */
     if (end && tails) {
-      int64_t ts = replay__slot(r, s + 1);
       memcpy(r->col[r->obs] + (size_t)ts * r->item[r->obs],
              (const uint8_t *)st->final_obs + (size_t)ended * r->item[r->obs], r->item[r->obs]);
       r->meta[ts].prev = s;
@@ -692,15 +696,18 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
       ended++;
       prev = 0;
       s += 2;
+      slot_s = ts + 1 == r->cap ? 0 : ts + 1;
     } else if (end) {
       atomic_store_explicit(&r->meta[slot].link, link_word(s, 0), memory_order_relaxed);
       prev = 0;
       s += 1;
+      slot_s = ts;
     } else {
       atomic_store_explicit(&r->meta[slot].link, link_word(s, i < n - 1 ? 1 : 0),
                             memory_order_relaxed);
       prev = s;
       s += 1;
+      slot_s = ts;
     }
   }
   SHOAL_ASSERT(s == a + (uint64_t)m);
@@ -735,9 +742,9 @@ int replay_insert(replay *r, int stream, const replay_steps *st, shoal_error *er
     pthread_mutex_unlock(&r->tree_lock);
   }
 
-  for (int64_t j = 0; j < m; j++) {
-    uint64_t q = a + (uint64_t)j;
-    atomic_store_explicit(&r->meta[replay__slot(r, q)].seq, q, memory_order_release);
+  for (int64_t j = 0, slot = slot_a; j < m; j++) {
+    atomic_store_explicit(&r->meta[slot].seq, a + (uint64_t)j, memory_order_release);
+    if (++slot == r->cap) slot = 0;
   }
   /* Join the stream's previous step to this call's first step. */
   uint64_t last = atomic_load_explicit(&sm->last, memory_order_relaxed);
