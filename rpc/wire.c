@@ -364,7 +364,20 @@ static int grow(uint8_t **buf, size_t *cap, size_t need) {
  * of all ones is inf or NaN in every IEEE format. Unaligned data is read via memcpy. */
 static long first_nonfinite(const uint8_t *p, size_t count, int dtype) {
   if (dtype == RPC_F32) {
-    for (size_t i = 0; i < count; i++) {
+    /* Blocks of 64 without an early exit, so the test vectorises (the early-exit loop
+     * was a seventh of a CartPole learner's ingest thread); the exact index only once
+     * a block has one. */
+    size_t i = 0;
+    for (; i + 64 <= count; i += 64) {
+      uint32_t bad = 0;
+      for (size_t k = 0; k < 64; k++) {
+        uint32_t u;
+        memcpy(&u, p + 4 * (i + k), 4);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+      }
+      if (bad) break;
+    }
+    for (; i < count; i++) {
       uint32_t u;
       memcpy(&u, p + 4 * i, 4);
       if ((u & 0x7f800000u) == 0x7f800000u) return (long)i;

@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -396,6 +397,56 @@ static void test_validation_rejects(void **state) {
   assert_int_equal(check(&f, &spec, NULL), 0);
 }
 
+/* A long float column: the first element that is not finite is named, wherever it is
+ * (the check runs in blocks of 64 and finds the index within a block). */
+static void test_nonfinite_found_anywhere(void **state) {
+  enum { ROWS = 50, OBSN = 4 * ROWS };
+  rpc_spec spec = {.run_id = "run-a", .max_items = ROWS, .ncols = 1};
+  spec.cols[0] = (rpc_column_spec){.name = "obs", .dtype = RPC_F32, .ndim = 1, .shape = {4}};
+  static float obs[OBSN];
+  int64_t shape[1] = {4};
+  Shoal__V1__Column col, *cp = &col;
+  shoal__v1__column__init(&col);
+  col.name = "obs";
+  col.dtype = SHOAL__V1__DTYPE__DTYPE_F32;
+  col.n_shape = 1;
+  col.shape = shape;
+  col.data = (ProtobufCBinaryData){sizeof obs, (uint8_t *)obs};
+  Shoal__V1__SampleBatch sb;
+  shoal__v1__sample_batch__init(&sb);
+  sb.run_id = "run-a";
+  sb.seq = 1;
+  sb.n = ROWS;
+  sb.n_columns = 1;
+  sb.columns = &cp;
+  const int at[] = {0, 5, 63, 64, 100, 127, 128, 191, 192, OBSN - 1};
+  for (size_t k = 0; k <= sizeof at / sizeof at[0]; k++) {
+    for (int i = 0; i < OBSN; i++) obs[i] = (float)i * 0.5f - 7.0f;
+    if (k < sizeof at / sizeof at[0]) {
+      obs[at[k]] = k % 2 ? INFINITY : NAN;
+      if (at[k] + 70 < OBSN) obs[at[k] + 70] = NAN; /* a later one is not named */
+    }
+    size_t n;
+    uint8_t *b = pack(&sb.base, &n);
+    rpc_wire_batch w;
+    rpc__scratch scr = {0};
+    rpc_batch out;
+    shoal_error err = {0};
+    int rc = rpc_wire_read(b, n, &w, &err);
+    if (!rc) rc = rpc__validate(&spec, &w, &scr, &out, &err);
+    if (k == sizeof at / sizeof at[0]) {
+      assert_int_equal(rc, 0);
+    } else {
+      char want[64];
+      snprintf(want, sizeof want, "element %d is not finite", at[k]);
+      assert_int_equal(rc, SHOAL_ENAN);
+      assert_non_null(strstr(err.msg, want));
+    }
+    rpc__scratch_free(&scr);
+    free(b);
+  }
+}
+
 /* Frame stacks (S=4 frames of 3x5 u8) rebuilt from deduplicated frames, plain and under
  * LZ4 and zstd, equal the stacks built directly. */
 static void test_frame_stack_and_codecs(void **state) {
@@ -494,7 +545,8 @@ static void test_spec_check(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_roundtrip_messages), cmocka_unit_test(test_wire_reader_matches_protoc),
-      cmocka_unit_test(test_validation_rejects), cmocka_unit_test(test_frame_stack_and_codecs),
+      cmocka_unit_test(test_validation_rejects),
+      cmocka_unit_test(test_nonfinite_found_anywhere), cmocka_unit_test(test_frame_stack_and_codecs),
       cmocka_unit_test(test_spec_check),
   };
   return cmocka_run_group_tests_name("proto", tests, NULL, NULL);
