@@ -306,7 +306,8 @@ static int insert_batch(learner *L, int a, uint64_t incarnation, uint64_t seq, u
       rpc_column_spec cs = {.ndim = obs_frames->ndim};
       memcpy(cs.shape, obs_frames->shape, sizeof cs.shape);
       rec.frames[COL_OBS] = obs_frames->frames;
-      rec.frame_depth[COL_OBS] = (uint32_t)rpc_column_frames_per_item(&cs, obs_frames->frame_planes);
+      rec.frame_depth[COL_OBS] =
+          (uint32_t)rpc_column_frames_per_item(&cs, obs_frames->frame_planes);
       rec.frame_data[COL_OBS] = obs_frames->frame_data;
       rec.frame_index[COL_OBS] = obs_frames->frame_index;
     }
@@ -591,8 +592,7 @@ static int restore_one(void *ctx, const rlog_batch *b, shoal_error *err) {
     L->restore_skipped++;
     return 0;
   }
-  return insert_batch(L, (int)b->actor, b->incarnation, b->seq, b->rows, b->cols, steps, NULL,
-                      err);
+  return insert_batch(L, (int)b->actor, b->incarnation, b->seq, b->rows, b->cols, steps, NULL, err);
 }
 
 /* --resume: the replay, its priorities and the exactly-once table from the log. */

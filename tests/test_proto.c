@@ -544,9 +544,11 @@ static void test_spec_check(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_roundtrip_messages), cmocka_unit_test(test_wire_reader_matches_protoc),
+      cmocka_unit_test(test_roundtrip_messages),
+      cmocka_unit_test(test_wire_reader_matches_protoc),
       cmocka_unit_test(test_validation_rejects),
-      cmocka_unit_test(test_nonfinite_found_anywhere), cmocka_unit_test(test_frame_stack_and_codecs),
+      cmocka_unit_test(test_nonfinite_found_anywhere),
+      cmocka_unit_test(test_frame_stack_and_codecs),
       cmocka_unit_test(test_spec_check),
   };
   return cmocka_run_group_tests_name("proto", tests, NULL, NULL);

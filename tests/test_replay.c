@@ -276,7 +276,7 @@ static void test_wraparound_overwrites_oldest(void **state) {
   uint8_t te3[] = {0, 0, 0, 1, 0};
   assert_int_equal(put(r, 0, 5, ids3, rw, te3, z, fin3), 0);
   expect tab3[] = {{17, 1.5f, 0.25f, 19, 2}, {18, 1.5f, 0.25f, 20, 2}, {19, 1.5f, 0.25f, 21, 2},
-                   {20, 1.5f, 0.25f, 22, 2}, {21, 1.5f, 0, 400, 2},     {22, 1, 0, 400, 1}};
+                   {20, 1.5f, 0.25f, 22, 2}, {21, 1.5f, 0, 400, 2},    {22, 1, 0, 400, 1}};
   assert_int_equal(check_samples(r, 2, 0.5, tab3, 6, 7), 6);
   replay_destroy(r);
 }

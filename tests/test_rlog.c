@@ -507,8 +507,13 @@ static void test_framed_columns(void **state) {
   /* Six batches, framed and dense in turn: a reader sees the same rows. */
   for (uint32_t b = 0; b < 6; b++) {
     stack_rows(b * 100, FROWS, dense[b], frames[b], index[b]);
-    rlog_batch rec = {.actor = 1, .incarnation = 5, .seq = b + 1, .rows = FROWS, .steps = FROWS,
-                      .items = FROWS, .cols = {dense[b], act}};
+    rlog_batch rec = {.actor = 1,
+                      .incarnation = 5,
+                      .seq = b + 1,
+                      .rows = FROWS,
+                      .steps = FROWS,
+                      .items = FROWS,
+                      .cols = {dense[b], act}};
     if (b % 2 == 0) {
       rec.frames[0] = FROWS;
       rec.frame_depth[0] = D;
@@ -520,8 +525,13 @@ static void test_framed_columns(void **state) {
   /* Frames that do not describe the rows are refused, counted, and the numbering goes
    * on past them: an index out of range, a depth that does not divide a row. */
   uint64_t before = rlog_next_item(l);
-  rlog_batch bad = {.actor = 1, .incarnation = 5, .seq = 7, .rows = FROWS, .steps = FROWS,
-                    .items = FROWS, .cols = {dense[0], act}};
+  rlog_batch bad = {.actor = 1,
+                    .incarnation = 5,
+                    .seq = 7,
+                    .rows = FROWS,
+                    .steps = FROWS,
+                    .items = FROWS,
+                    .cols = {dense[0], act}};
   bad.frames[0] = 3;
   bad.frame_depth[0] = D;
   bad.frame_data[0] = frames[0];
