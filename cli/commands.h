@@ -55,6 +55,14 @@ const char *cli_unprefix(const char *msg, const char *prefix);
 double json_num(const char *line, const char *key);
 bool json_str(const char *line, const char *key, char *out, size_t cap);
 
+/* What a stored run has behind it: its training seconds (the last "train_seconds"
+ * metric: the learner counts them across resumes) and its env steps, the most its
+ * metrics or snapshots show. Zeros when it has none. `shoal run --resume` refuses a run
+ * already at a limit by these; a PBT worker checks a member's round by the same.
+ * Defined in shoal.c; can't fail. */
+struct store;
+void cli_run_so_far(struct store *st, const char *run, double *seconds, double *steps);
+
 /* The kind of run a config describes: an IMPALA / PPO config names `algo:` at its top
  * level (or a --set gives algo=...); an Ape-X config has no algo key. The on-policy
  * schema (onpolicy_schema) or the Ape-X one (apex_schema) loads it; shoal run starts

@@ -313,10 +313,7 @@ static int probe_env(const config *cfg, bool onpolicy, shoal_error *err) {
   return rc;
 }
 
-/* What the run has behind it: its training seconds (the last "train_seconds" metric:
- * the learner counts them across resumes) and its env steps, from its metrics and
- * snapshots. Zeros when it has none. */
-static void run_so_far(store *st, const char *run, double *seconds, double *steps) {
+void cli_run_so_far(store *st, const char *run, double *seconds, double *steps) {
   *seconds = 0, *steps = 0;
   shoal_error err = {0};
   store_metric *rows = NULL;
@@ -356,7 +353,7 @@ static bool resume_refused(store *st, const config *cfg, const cfg_key *keys, in
     return true;
   }
   double seconds, steps;
-  run_so_far(st, run, &seconds, &steps);
+  cli_run_so_far(st, run, &seconds, &steps);
   const double max_s = config_float(cfg, "run.max_seconds");
   const double max_steps = (double)config_int(cfg, "run.max_env_steps");
   if (max_s > 0 && seconds >= max_s) {

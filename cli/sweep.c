@@ -1134,17 +1134,22 @@ static int run_trial(store *st, const char *sweep, const store_trial *t, const c
       return STORE_TRIAL_FAILED;
     }
     member_run(sweep, member, run, sizeof run);
-    /* Trained before (not copied again over what it trained): see pbt_round_from_store */
+    /* Trained before (not copied again over what it trained): see pbt_round_from_store.
+     * Counted as `shoal run --resume` counts it (metrics and snapshots): a run killed
+     * after its metrics passed the limit but before its final snapshot would otherwise
+     * be resumed, and refused with nothing left to train. */
     store_snapshot_meta *metas = NULL;
     size_t nm = 0;
-    if (store_snapshot_list(st, run, &metas, &nm, &perr) == 0 && nm > 0 &&
-        metas[nm - 1].env_steps >= (int64_t)(round + 1) * ps.ready) {
-      store_snapshot_meta last = metas[nm - 1];
+    double secs_done = 0, steps_done = 0;
+    cli_run_so_far(st, run, &secs_done, &steps_done);
+    if (steps_done >= (double)(round + 1) * (double)ps.ready) {
+      store_snapshot_meta last = {0};
+      if (store_snapshot_list(st, run, &metas, &nm, &perr) == 0 && nm > 0) last = metas[nm - 1];
       free(metas);
+      if ((double)last.env_steps < steps_done) last.env_steps = (int64_t)steps_done;
       return pbt_round_from_store(st, sweep, t, &ps, member, round, run, metric, &last, worker,
                                   result, cap);
     }
-    free(metas);
     if (strstr(t->params, "# pbt-copy: ") && pbt_copy(st, run, t->params, cwhy, sizeof cwhy)) {
       snprintf(result, cap, "{\"run\":\"%s\",\"error\":\"exploit: %s\"}", run, cwhy);
       return STORE_TRIAL_FAILED;

@@ -256,11 +256,19 @@ static void test_round_trained_but_not_recorded(void **state) {
   store_trial_clear(&t);
   char set_store[1100];
   snprintf(set_store, sizeof set_store, "store.uri=%s", uri);
+  /* The ghost's run trained past the round's limit (8192), but its newest snapshot is
+   * from 4096 steps: it was killed after its metrics said 8192 and before its final
+   * snapshot. `shoal run --resume` counts the steps its metrics show, so the round must
+   * be recorded from the store, not resumed (that is refused: nothing left to train). */
   char *r[] = {wf_shoal, "run",   cfg,     "--set", "run.name=popg-m00",
-               "--set",  set_store, "--set", "run.max_env_steps=8192", "--quiet", NULL};
+               "--set",  set_store, "--set", "run.max_env_steps=4096", "--quiet", NULL};
   char *out = wf_run(r, 120, &rc);
   assert_int_equal(rc, 0);
   free(out);
+  store_metric past = {.step = 8192, .time = 1.8e9, .value = 2.0};
+  snprintf(past.run, sizeof past.run, "popg-m00");
+  snprintf(past.name, sizeof past.name, "train_seconds");
+  assert_int_equal(store_metrics_append(st, &past, 1, &err), 0);
   store_close(st);
   sleep(4); /* the ghost's heartbeat (at the claim) is older than --stale */
   char *wb[] = {wf_shoal, "worker", "--sweep", "popg", "--store", uri, "--name", "wb",
