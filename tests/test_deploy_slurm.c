@@ -542,12 +542,37 @@ static void test_actor_restart_and_requeue(void **state) {
   }
   assert_string_equal(st, "PENDING");
   free(st);
-  o = slurm_cmd(&rc, "/usr/bin/scontrol", "update", "JobId", ids, "StartTime=now", NULL);
-  if (rc) fail_msg("scontrol update StartTime=now: %s", o);
-  free(o);
   char want[200];
   snprintf(want, sizeof want, "resumed run %s at version ", run);
-  text = wait_job_text(out, want, 60);
+  /* StartTime=now, and again every 2 s while the job is still pending: slurmctld may set
+   * the requeue's hold only once the old job's steps are gone (srun waits up to KillWait
+   * for them), after a first update. Seen on a loaded machine: the job sat out the hold
+   * and the resume came after the test's minute. */
+  text = NULL;
+  for (double t0 = shoal_now_s(), next = 0; !text;) {
+    if (shoal_now_s() - t0 >= next) {
+      char *js = job_field(id, "JobState");
+      if (!strcmp(js, "PENDING")) {
+        o = slurm_cmd(&rc, "/usr/bin/scontrol", "update", "JobId", ids, "StartTime=now", NULL);
+        if (rc) fail_msg("scontrol update StartTime=now: %s", o);
+        free(o);
+      }
+      free(js);
+      next += 2.0;
+    }
+    char *sofar = wf_slurp(out, NULL);
+    if (strstr(sofar, want)) {
+      text = sofar;
+      break;
+    }
+    free(sofar);
+    if (shoal_now_s() - t0 > 90) {
+      char what[400];
+      snprintf(what, sizeof what, "'%s' did not appear within 90 s", want);
+      fail_job(out, what);
+    }
+    usleep(50000);
+  }
   const char *res = strstr(text, want) + strlen(want);
   long long v_resumed = atoll(res);
   const char *comma = strstr(res, ", ");
