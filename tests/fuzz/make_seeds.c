@@ -25,6 +25,7 @@
 
 #include "algos/agent.h"
 #include "algos/algos.h"
+#include "learner/replay_log.h"
 #include "nn/nn.h"
 #include "proto/shoal.pb-c.h"
 #include "replay/replay.h"
@@ -530,6 +531,92 @@ static void op_snapshots(void) {
   op_snapshots_of(true);
 }
 
+/* ---- replay log segments, for fuzz_rlog.c (byte 0: 1 = restamp a raw body's CRC) ----- */
+
+/* A log of two columns (obs: stacks of 4 frames of 8 bytes; action), written through a
+ * real file store in a temporary folder: a dense batch, a framed one (kind 3) and a
+ * priority checkpoint; raw (codec none) and zstd. */
+static void rlog_seeds(void) {
+  for (int raw = 1; raw >= 0; raw--) {
+    char dir[] = "/tmp/shoal-seeds-rlog-XXXXXX", uri[64];
+    if (!mkdtemp(dir)) exit(1);
+    snprintf(uri, sizeof uri, "file://%s", dir);
+    shoal_error err = {0};
+    store *st;
+    store_writer *wr;
+    if (store_open(&st, uri, &err) || store_run_create(st, "seeds", NULL, 1, &err) ||
+        store_writer_create(&wr, st, NULL, &err)) {
+      fprintf(stderr, "make_seeds: rlog store: %s\n", err.msg);
+      exit(1);
+    }
+    rlog_config c = {.st = st, .wr = wr, .run = "seeds", .ncols = 2, .raw = raw, .flush_s = 60};
+    snprintf(c.cols[0].name, sizeof c.cols[0].name, "obs");
+    c.cols[0].dtype = REPLAY_U8;
+    c.cols[0].ndim = 3;
+    c.cols[0].shape[0] = 4, c.cols[0].shape[1] = 2, c.cols[0].shape[2] = 4;
+    snprintf(c.cols[1].name, sizeof c.cols[1].name, "action");
+    c.cols[1].dtype = REPLAY_I32;
+    rlog *l;
+    if (rlog_open(&l, &c, &err)) exit(1);
+    enum { ROWS = 6 };
+    uint8_t frames[ROWS * 8], dense[ROWS * 32];
+    uint32_t index[ROWS * 4];
+    int32_t act[ROWS];
+    for (int f = 0; f < ROWS; f++) {
+      for (int k = 0; k < 8; k++) frames[f * 8 + k] = (uint8_t)(f * 16 + k);
+      act[f] = f % 3;
+    }
+    for (int i = 0; i < ROWS; i++)
+      for (int j = 0; j < 4; j++) {
+        int f = i + j >= 3 ? i + j - 3 : 0;
+        index[i * 4 + j] = (uint32_t)f;
+        memcpy(dense + (i * 4 + j) * 8, frames + f * 8, 8);
+      }
+    rlog_batch b = {.actor = 1,
+                    .incarnation = 9,
+                    .seq = 1,
+                    .rows = ROWS,
+                    .steps = ROWS - 1,
+                    .items = ROWS,
+                    .cols = {dense, act}};
+    if (rlog_append_batch(l, &b, &err)) exit(1);
+    b.seq = 2;
+    b.frames[0] = ROWS, b.frame_depth[0] = 4, b.frame_data[0] = frames, b.frame_index[0] = index;
+    if (rlog_append_batch(l, &b, &err)) exit(1);
+    float p[4] = {0.5f, 1, -1, 2};
+    if (rlog_append_priorities(l, 3, 4, p, &err) || rlog_close(l, 10, NULL) ||
+        store_writer_close(wr, 10, NULL)) {
+      fprintf(stderr, "make_seeds: rlog: %s\n", err.msg);
+      exit(1);
+    }
+    for (uint64_t q = 0; q < 2; q++) {
+      void *bytes;
+      size_t len;
+      if (store_replay_read(st, "seeds", q, &bytes, &len, &err)) exit(1);
+      uint8_t *o = malloc(len + 1);
+      o[0] = 0;
+      memcpy(o + 1, bytes, len);
+      char name[64];
+      snprintf(name, sizeof name, "%s-%s", raw ? "raw" : "zstd", q ? "priorities" : "batches");
+      put_raw("rlog", name, o, len + 1);
+      if (raw && !q) {
+        /* the framed record's first index past its frames, the CRC restamped */
+        size_t hl = RLOG_HEADER + 2 * RLOG_COL_SPEC;
+        size_t rec0 = 40 + ROWS * 32 + ((ROWS * 4 + 7) & ~(size_t)7);
+        o[0] = 1;
+        o[1 + hl + rec0 + 40 + 8 + 8 + ROWS * 8] = 0xff;
+        put_raw("rlog", "raw-bad-index-restamped", o, len + 1);
+      }
+      free(o);
+      free(bytes);
+    }
+    store_close(st);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) exit(1);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s tests/fuzz/corpus\n", argv[0]);
@@ -544,5 +631,6 @@ int main(int argc, char **argv) {
   learner_states();
   replay_files();
   op_snapshots();
+  rlog_seeds();
   return 0;
 }
