@@ -396,7 +396,7 @@ int rlog_append_batch(rlog *l, const rlog_batch *b, shoal_error *err) {
   int bad = -1;
   for (int c = 0; c < l->cfg.ncols; c++) {
     size_t n = part_bytes(l, b, c);
-    if (!n && b->rows) bad = c;
+    if (!n && b->frames[c]) bad = c; /* a framed part is never empty */
     if (b->frames[c]) framed |= 1u << c;
     need += n;
   }

@@ -542,11 +542,16 @@ static void test_framed_columns(void **state) {
   bad.frame_depth[0] = 3;
   assert_int_equal(rlog_append_batch(l, &bad, &err), SHOAL_EINVAL);
   assert_int_equal(rlog_next_item(l), before + 2 * FROWS);
+  /* frames given for no rows at all */
+  bad.rows = 0, bad.steps = 0, bad.items = 0;
+  bad.frames[0] = 1;
+  bad.frame_depth[0] = D;
+  assert_int_equal(rlog_append_batch(l, &bad, &err), SHOAL_EINVAL);
   rlog_stats ls;
   assert_int_equal(rlog_close(l, 10, &ls), 0);
   assert_int_equal(store_writer_flush(e->wr, 10, NULL), 0);
   assert_int_equal(ls.records, 6);
-  assert_int_equal(ls.segments_dropped, 2);
+  assert_int_equal(ls.segments_dropped, 3);
   /* Three framed records keep FROWS frames each where dense ones keep FROWS * D. */
   size_t dense_rec = 40 + FROWS * D * FB + FROWS * 4;
   size_t framed_rec = 40 + 8 + 8 + FROWS * FB + FROWS * D * 4 + FROWS * 4;
