@@ -238,7 +238,7 @@ static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
     for (int c = 0; c < 5; c++) rec.cols[c] = b->cols[c].data;
     if (b->cols[0].frames) { /* as shoal-learner logs frames that came deduplicated */
       rec.frames[0] = b->cols[0].frames;
-      rec.frame_depth[0] = (uint32_t)b->cols[0].shape[0];
+      rec.frame_depth[0] = (uint32_t)rpc_column_frames_of(&b->cols[0]);
       rec.frame_data[0] = b->cols[0].frame_data;
       rec.frame_index[0] = b->cols[0].frame_index;
     }

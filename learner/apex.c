@@ -303,11 +303,8 @@ static int insert_batch(learner *L, int a, uint64_t incarnation, uint64_t seq, u
     for (int c = 0; c < NCOLS; c++) rec.cols[c] = cols[c];
     if (obs_frames) {
       /* The observations came as their distinct frames: logged so, each frame once. */
-      rpc_column_spec cs = {.ndim = obs_frames->ndim};
-      memcpy(cs.shape, obs_frames->shape, sizeof cs.shape);
       rec.frames[COL_OBS] = obs_frames->frames;
-      rec.frame_depth[COL_OBS] =
-          (uint32_t)rpc_column_frames_per_item(&cs, obs_frames->frame_planes);
+      rec.frame_depth[COL_OBS] = (uint32_t)rpc_column_frames_of(obs_frames);
       rec.frame_data[COL_OBS] = obs_frames->frame_data;
       rec.frame_index[COL_OBS] = obs_frames->frame_index;
     }

@@ -124,6 +124,11 @@ size_t rpc_column_item_bytes(const rpc_column_spec *c);
  * product of all but the last two dimensions (each (H, W) plane a frame). Can't fail. */
 size_t rpc_column_frames_per_item(const rpc_column_spec *c, bool planes);
 
+struct rpc_column;
+/* The same for a column a batch callback sees that arrived as frames (frames > 0): its
+ * shape and frame_planes say how many frames make one item. Can't fail. */
+size_t rpc_column_frames_of(const struct rpc_column *c);
+
 /* Deduplicates count frames of frame_bytes each, laid out one after another in `in` as
  * stacks of depth frames (any number of items): frames gets each distinct frame once,
  * index[p] which of them frame p is. A frame is matched against where a stack that

@@ -85,6 +85,12 @@ size_t rpc_column_frames_per_item(const rpc_column_spec *c, bool planes) {
   return p;
 }
 
+size_t rpc_column_frames_of(const rpc_column *c) {
+  rpc_column_spec cs = {.ndim = c->ndim};
+  memcpy(cs.shape, c->shape, sizeof cs.shape);
+  return rpc_column_frames_per_item(&cs, c->frame_planes);
+}
+
 uint32_t rpc_frames_dedup(const uint8_t *in, size_t count, size_t frame_bytes, size_t depth,
                           uint8_t *frames, uint32_t *index) {
   uint32_t nf = 0;

@@ -684,9 +684,7 @@ static int on_frames(void *user, const rpc_batch *b, shoal_error *err) {
   s->last_frames = oc->frames;
   s->frames_match = oc->frames && oc->frame_data && oc->frame_index;
   if (s->frames_match) {
-    rpc_column_spec cs = {.ndim = oc->ndim};
-    memcpy(cs.shape, oc->shape, sizeof cs.shape);
-    size_t depth = rpc_column_frames_per_item(&cs, oc->frame_planes);
+    size_t depth = rpc_column_frames_of(oc);
     size_t fb = oc->bytes / b->n / depth;
     for (size_t e = 0; e < (size_t)b->n * depth && s->frames_match; e++)
       s->frames_match = oc->frame_index[e] < oc->frames &&
