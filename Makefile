@@ -46,9 +46,13 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 # AddressSanitizer + UndefinedBehaviorSanitizer. CUDA is left out: its host code
-# is the same C, and nvcc does not take the sanitizer flags.
+# is the same C, and nvcc does not take the sanitizer flags. -O1 with asserts on, as
+# ASan's authors advise: the suite runs in 0.55 of its -O0 time (380 against 684 s on
+# 2 cores). Warnings stay warnings here: GCC 12 at -O1 with the sanitizers' checks
+# inlined reports truncations that cannot happen; the normal build is the -Werror gate.
 build-san: deps
-	cmake -S . -B $(SAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSHOAL_SANITIZE=address,undefined \
+	cmake -S . -B $(SAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
+	  -DSHOAL_WERROR=OFF -DSHOAL_SANITIZE=address,undefined \
 	  -DSHOAL_CUDA=OFF -DSHOAL_BENCHMARKS=OFF $(CMAKE_FLAGS)
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 
