@@ -37,7 +37,9 @@ static const cfg_key apex_keys[] = {
     {"actor.pull_steps", CFG_INT, "400", 1, 1e9, "vector steps between parameter pulls"},
     {"actor.eps", CFG_FLOAT, "0.4", 0, 1, "Ape-X exploration base ε"},
     {"actor.eps_alpha", CFG_FLOAT, "7", 0, 100, "Ape-X ε_i = ε^(1 + α i/(N−1))"},
-    {"actor.queue_batches", CFG_INT, "64", 1, 1e6, "batches an actor holds when the learner lags"},
+    {"actor.queue_batches", CFG_INT, "64", 1, 1e6,
+     "batches an actor holds when the learner lags (more: older data, and up to this many "
+     "batches an actor taken past run.max_env_steps)"},
     /* learner */
     {"learner.listen", CFG_STRING, "127.0.0.1:0", 0, -1, "gRPC address; port 0 picks one"},
     {"learner.device", CFG_STRING, "auto", 0, -1, "cpu, cuda or auto"},
