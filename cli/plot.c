@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shoal plot RUN... [--store URI] [--metric NAME] [--x steps|time] [--mean]
- *                   [--out FILE.png] [--size WxH] [--title TEXT]
+ *                   [--out FILE.png] [--size WxH] [--title TEXT] [--csv FILE]...
  *
  * Learning curves from the store's metrics, drawn by gnuplot (Debian gnuplot-nox) as a
  * PNG: one line per run, or with --mean the mean across the runs with a band from
@@ -10,6 +10,12 @@
  * since each run's first row. Live changes (hparam/<key> rows whose value differs from
  * the key's previous one) are drawn as dashed vertical lines labelled key=value, so a curve shows
  * when a person changed the run. $SHOAL_GNUPLOT names another gnuplot.
+ *
+ * --csv FILE draws a curve that is not a run of the store beside the runs: another
+ * system's, say (benchmarks/peers/cleanrl_ppo_atari.py --csv writes one). FILE is
+ * comma-separated with a header row naming its columns; it needs the metric's column
+ * and, for the x axis, `step` or `time` (seconds; the first row's time is 0). Its
+ * title is the file's name without `.csv`.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,6 +46,7 @@ typedef struct series {
   double *cx;
   char (*ckey)[STORE_NAME_MAX];
   double *cv;
+  char label[256]; /* a --csv curve's title (run points to it) */
 } series;
 
 static void series_free(series *s) {
@@ -123,6 +130,108 @@ static int load_series(store *st, const char *run, const char *metric, bool by_t
   return 0;
 }
 
+/* Splits line (modified) at commas into at most max fields, trimming spaces and a
+ * trailing newline. Returns the count. */
+static int csv_fields(char *line, char **field, int max) {
+  int n = 0;
+  line[strcspn(line, "\r\n")] = 0;
+  for (char *p = line; n < max;) {
+    while (*p == ' ') p++;
+    field[n++] = p;
+    char *c = strchr(p, ',');
+    char *end = c ? c : p + strlen(p);
+    while (end > p && end[-1] == ' ') end--;
+    if (!c) {
+      *end = 0;
+      break;
+    }
+    *end = 0;
+    p = c + 1;
+  }
+  return n;
+}
+
+/* Reads a --csv file's metric column against its step or time column into s. */
+static int load_csv(const char *path, const char *metric, bool by_time, series *s,
+                    shoal_error *err) {
+  memset(s, 0, sizeof *s);
+  FILE *f = fopen(path, "r");
+  if (!f) return shoal_error_set(err, SHOAL_ENOENT, "--csv %s: %s", path, strerror(errno));
+  const char *base = strrchr(path, '/');
+  snprintf(s->label, sizeof s->label, "%s", base ? base + 1 : path);
+  size_t ll = strlen(s->label);
+  if (ll > 4 && !strcmp(s->label + ll - 4, ".csv")) s->label[ll - 4] = 0;
+  s->run = s->label;
+  enum { MAXF = 64 };
+  char line[4096], *field[MAXF];
+  int xcol = -1, ycol = -1, nf = 0;
+  if (!fgets(line, sizeof line, f)) {
+    fclose(f);
+    return shoal_error_set(err, SHOAL_EINVAL, "--csv %s: empty (it needs a header row)", path);
+  }
+  char header[4096];
+  snprintf(header, sizeof header, "%s", line);
+  header[strcspn(header, "\r\n")] = 0;
+  nf = csv_fields(line, field, MAXF);
+  const char *xname = by_time ? "time" : "step";
+  for (int i = 0; i < nf; i++) {
+    if (!strcmp(field[i], xname)) xcol = i;
+    if (!strcmp(field[i], metric)) ycol = i;
+  }
+  if (xcol < 0 || ycol < 0) {
+    fclose(f);
+    return shoal_error_set(err, SHOAL_EINVAL,
+                           "--csv %s: its header has no '%s' column (it has: %s)", path,
+                           xcol < 0 ? xname : metric, header);
+  }
+  size_t cap = 0;
+  double t0 = NAN;
+  for (int ln = 2; fgets(line, sizeof line, f); ln++) {
+    if (line[0] == '\n' || line[0] == '\r' || line[0] == 0) continue;
+    int n = csv_fields(line, field, MAXF);
+    char *ex = NULL, *ey = NULL;
+    double x = xcol < n ? strtod(field[xcol], &ex) : NAN;
+    double y = ycol < n ? strtod(field[ycol], &ey) : NAN;
+    if (xcol >= n || ycol >= n || ex == field[xcol] || *ex || ey == field[ycol] || *ey ||
+        !isfinite(x)) {
+      fclose(f);
+      series_free(s);
+      memset(s, 0, sizeof *s);
+      return shoal_error_set(err, SHOAL_EINVAL, "--csv %s:%d: '%s' and '%s' need numbers", path, ln,
+                             xname, metric);
+    }
+    if (by_time) { /* the first row is time 0, whether it has a value or not */
+      if (isnan(t0)) t0 = x;
+      x -= t0;
+    }
+    if (!isfinite(y)) continue; /* no value yet (a mean before its first game) */
+    if (s->n == cap) {
+      cap = cap ? 2 * cap : 256;
+      double *nx = realloc(s->x, cap * sizeof *nx);
+      if (nx) s->x = nx;
+      double *ny = nx ? realloc(s->y, cap * sizeof *ny) : NULL;
+      if (ny) s->y = ny;
+      if (!nx || !ny) {
+        fclose(f);
+        series_free(s);
+        memset(s, 0, sizeof *s);
+        return shoal_error_set(err, SHOAL_ENOMEM, "plot: out of memory");
+      }
+    }
+    s->x[s->n] = x;
+    s->y[s->n++] = y;
+  }
+  bool read_failed = ferror(f) != 0;
+  fclose(f);
+  if (read_failed || s->n == 0) {
+    series_free(s);
+    memset(s, 0, sizeof *s);
+    return shoal_error_set(err, SHOAL_EINVAL, "--csv %s: %s", path,
+                           read_failed ? "read failed" : "no finite values of the metric");
+  }
+  return 0;
+}
+
 /* y of s at x by linear interpolation (x within s's range). */
 static double interp(const series *s, double x) {
   if (x <= s->x[0]) return s->y[0];
@@ -168,9 +277,9 @@ static bool gnuplot_has_pngcairo(const char *tmpdir) {
 
 int cmd_plot(int argc, char **argv) {
   const char *uri = NULL, *metric = "return100", *out = NULL, *title = NULL;
-  const char *runs[MAX_RUNS], *sweep = NULL;
+  const char *runs[MAX_RUNS], *sweep = NULL, *csvs[MAX_RUNS];
   char sweep_runs[MAX_RUNS][STORE_NAME_MAX];
-  int nruns = 0, width = 900, height = 540;
+  int nruns = 0, ncsv = 0, width = 900, height = 540;
   bool by_time = false, mean = false;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--store") && i + 1 < argc)
@@ -199,6 +308,8 @@ int cmd_plot(int argc, char **argv) {
       mean = true;
     else if (!strcmp(argv[i], "--sweep") && i + 1 < argc)
       sweep = argv[++i];
+    else if (!strcmp(argv[i], "--csv") && i + 1 < argc && ncsv < MAX_RUNS)
+      csvs[ncsv++] = argv[++i];
     else if (argv[i][0] != '-' && nruns < MAX_RUNS)
       runs[nruns++] = argv[i];
     else {
@@ -207,7 +318,11 @@ int cmd_plot(int argc, char **argv) {
     }
   }
   shoal_error err = {0};
-  store *st;
+  store *st = NULL;
+  if (mean && ncsv) {
+    fprintf(stderr, "shoal plot: --mean averages the store's runs; a --csv curve cannot join it\n");
+    return 2;
+  }
   if ((nruns > 0 || sweep) && store_open(&st, uri, &err)) {
     fprintf(stderr, "shoal plot: store: %s\n", cli_unprefix(err.msg, "store"));
     return 1;
@@ -242,13 +357,20 @@ int cmd_plot(int argc, char **argv) {
       return 1;
     }
   }
-  if (nruns == 0) {
+  if (nruns == 0 && ncsv == 0) {
     cli_bad_usage("plot");
+    return 2;
+  }
+  if (nruns + ncsv > MAX_RUNS) {
+    fprintf(stderr, "shoal plot: at most %d curves\n", MAX_RUNS);
+    store_close(st);
     return 2;
   }
   char out_buf[512];
   if (!out) {
-    snprintf(out_buf, sizeof out_buf, "%s-%s.png", sweep ? sweep : runs[0], metric);
+    const char *first = sweep ? sweep : nruns ? runs[0] : csvs[0];
+    const char *slash = strrchr(first, '/');
+    snprintf(out_buf, sizeof out_buf, "%s-%s.png", nruns || !slash ? first : slash + 1, metric);
     for (char *p = out_buf; *p; p++)
       if (*p == '/' || *p == ':') *p = '_';
     out = out_buf;
@@ -273,6 +395,20 @@ int cmd_plot(int argc, char **argv) {
     }
     loaded++;
   }
+  for (int c = 0; c < ncsv; c++) {
+    if (load_csv(csvs[c], metric, by_time, &ser[nruns + c], &err)) {
+      fprintf(stderr, "shoal plot: %s\n", err.msg);
+      goto done;
+    }
+    loaded++;
+    if (strpbrk(ser[nruns + c].label, "\"\\\n\r`")) {
+      fprintf(stderr, "shoal plot: --csv '%s': its name holds a quote, backslash or backtick\n",
+              csvs[c]);
+      rc = 2;
+      goto done;
+    }
+  }
+  int nser = nruns + ncsv; /* the curves: the runs', then the --csv files' */
 
   char tmpdir[] = "/tmp/shoal-plot-XXXXXX";
   if (!mkdtemp(tmpdir)) {
@@ -291,7 +427,7 @@ int cmd_plot(int argc, char **argv) {
   bool minutes = false;
   if (by_time) {
     double span = 0;
-    for (int r = 0; r < nruns; r++) span = fmax(span, ser[r].x[ser[r].n - 1]);
+    for (int r = 0; r < nser; r++) span = fmax(span, ser[r].x[ser[r].n - 1]);
     minutes = span > 600;
   }
   double xs = minutes ? 1.0 / 60 : 1.0;
@@ -342,7 +478,7 @@ int cmd_plot(int argc, char **argv) {
     }
     fprintf(f, "EOD\n");
   } else {
-    for (int r = 0; r < nruns; r++) {
+    for (int r = 0; r < nser; r++) {
       fprintf(f, "$run%d << EOD\n", r);
       for (size_t i = 0; i < ser[r].n; i++)
         fprintf(f, "%.9g %.9g\n", ser[r].x[i] * xs, ser[r].y[i]);
@@ -351,13 +487,13 @@ int cmd_plot(int argc, char **argv) {
   }
   /* Live changes as labelled vertical lines (a few runs at most, or it is clutter). */
   int arrow = 1;
-  if (nruns <= 4)
+  if (nser <= 4)
     for (int r = 0; r < nruns; r++)
       for (size_t c = 0; c < ser[r].nchanges && arrow < 200; arrow++) {
         /* Changes made together (one `shoal set`) share a line and a label. */
         double x = ser[r].cx[c];
         char text[512] = "";
-        if (nruns > 1) snprintf(text, sizeof text, "%s: ", ser[r].run);
+        if (nser > 1) snprintf(text, sizeof text, "%s: ", ser[r].run);
         size_t head = strlen(text);
         for (; c < ser[r].nchanges && ser[r].cx[c] == x; c++)
           snprintf(text + strlen(text), sizeof text - strlen(text), "%s%s=%g",
@@ -376,7 +512,7 @@ int cmd_plot(int argc, char **argv) {
             nruns);
   } else {
     fprintf(f, "plot ");
-    for (int r = 0; r < nruns; r++)
+    for (int r = 0; r < nser; r++)
       fprintf(f, "%s$run%d using 1:2 with %s lw 2 title \"%s\"", r ? ", \\\n     " : "", r,
               steps ? "steps" : "lines", ser[r].run);
     fprintf(f, "\n");
@@ -402,9 +538,10 @@ int cmd_plot(int argc, char **argv) {
     goto done;
   }
   size_t points = 0;
-  for (int r = 0; r < nruns; r++) points += ser[r].n;
-  printf("shoal plot: %s: %s of %d run%s (%zu points)%s, %dx%d\n", out, metric, nruns,
-         nruns == 1 ? "" : "s", points, mean ? ", mean and min-max" : "", width, height);
+  for (int r = 0; r < nser; r++) points += ser[r].n;
+  printf("shoal plot: %s: %s of %d run%s", out, metric, nruns, nruns == 1 ? "" : "s");
+  if (ncsv) printf(" and %d --csv curve%s", ncsv, ncsv == 1 ? "" : "s");
+  printf(" (%zu points)%s, %dx%d\n", points, mean ? ", mean and min-max" : "", width, height);
   rc = 0;
 done:
   for (int r = 0; r < loaded; r++) series_free(&ser[r]);

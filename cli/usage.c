@@ -69,9 +69,11 @@ static const usage_entry usages[] = {
     {"plot", "plot RUN... [--metric NAME] [--mean]", "learning curves",
      "usage: shoal plot RUN... [--store URI] [--metric NAME] [--x steps|time]\n"
      "                 [--mean] [--out FILE.png] [--size WxH] [--title TEXT]\n"
-     "                 [--sweep NAME]\n"
+     "                 [--sweep NAME] [--csv FILE]...\n"
      "  --sweep NAME adds the runs of a sweep's finished trials (a population's\n"
-     "  members); RUN... may then be left out.\n"},
+     "  members); RUN... may then be left out.\n"
+     "  --csv FILE adds a curve from outside the store (another system's): a header row\n"
+     "  naming the columns, the metric's and `step` or `time` (seconds) among them.\n"},
     {"sweep", "sweep SWEEP.yaml | sweep --report NAME", "hyperparameter search",
      "usage: shoal sweep SWEEP.yaml [--store URI] [--dry-run] [--workers N]\n"
      "       shoal sweep --report NAME [--store URI]\n"},

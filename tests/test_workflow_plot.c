@@ -2,7 +2,8 @@
 /* tests/test_workflow_plot.c — `shoal plot` from a file store's run folders: curves of
  * several runs, their mean with a min-max band, wall time on x, live changes marked;
  * the PNG has the asked size (read from its IHDR header); a missing metric or run is a
- * clear error. Runs and metrics are written through store.h, so values are known. */
+ * clear error; a --csv file's curve (another system's) drawn beside the runs. Runs and metrics are
+ * written through store.h, so values are known. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -136,6 +137,64 @@ static void test_errors_are_clear(void **state) {
   free(out);
 }
 
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  assert_int_equal(fclose(f), 0);
+}
+
+/* A peer's curve from a CSV beside a run: its finite rows are drawn (the points count
+ * says so), by step or by time; a file without the columns, with a bad number, or
+ * missing, and --mean with --csv, are refused with what and where. */
+static void test_csv_curve_beside_runs(void **state) {
+  char csv[400], png[400];
+  snprintf(csv, sizeof csv, "%s/cleanrl pong.csv", wf_dir);
+  write_file(csv,
+             "step,time,return100,games\n"
+             "1000,1800000000.5,nan,0\n"
+             "2000,1800000010,-21,1\n"
+             "4000,1800000020, -20.5 ,2\n"
+             "8000,1800000040,-19,3\n"
+             "16000,1800000080,-15.25,4\n");
+  snprintf(png, sizeof png, "%s/csv.png", wf_dir);
+  int rc;
+  char *a[] = {wf_shoal, "plot", "seed-0", "--csv", csv, "--store", uri, "--out", png, NULL};
+  char *out = wf_run(a, 60, &rc);
+  printf("%s", out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "return100 of 1 run and 1 --csv curve (54 points)"));
+  free(out);
+  char *b[] = {wf_shoal, "plot", "--csv", csv, "--x", "time", "--out", png, NULL};
+  plot_ok(b, png, 900, 540); /* a CSV alone needs no store */
+
+  char bad[400];
+  snprintf(bad, sizeof bad, "%s/nocol.csv", wf_dir);
+  write_file(bad, "step,time,score\n1,2,3\n");
+  char *c[] = {wf_shoal, "plot", "--csv", bad, "--out", png, NULL};
+  out = wf_run(c, 30, &rc);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out,
+                         "nocol.csv: its header has no 'return100' column (it has: "
+                         "step,time,score)"));
+  free(out);
+  write_file(bad, "step,return100\n1,2\n2,x3\n");
+  out = wf_run(c, 30, &rc);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out, "nocol.csv:3: 'step' and 'return100' need numbers"));
+  free(out);
+  snprintf(bad, sizeof bad, "%s/missing.csv", wf_dir);
+  out = wf_run(c, 30, &rc);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out, "missing.csv: No such file"));
+  free(out);
+  char *d[] = {wf_shoal, "plot", "seed-0", "seed-1", "--mean", "--csv", csv, "--store", uri, NULL};
+  out = wf_run(d, 30, &rc);
+  assert_int_equal(rc, 2);
+  assert_non_null(strstr(out, "a --csv curve cannot join it"));
+  free(out);
+}
+
 int main(void) {
   if (access("/usr/bin/gnuplot", X_OK) != 0 && !getenv("SHOAL_GNUPLOT")) {
     printf("SKIPPED: no gnuplot (Debian: gnuplot-nox)\n");
@@ -146,6 +205,7 @@ int main(void) {
       cmocka_unit_test(test_mean_band_and_size),
       cmocka_unit_test(test_time_axis_and_hparam_metric),
       cmocka_unit_test(test_errors_are_clear),
+      cmocka_unit_test(test_csv_curve_beside_runs),
   };
   return cmocka_run_group_tests_name("workflow_plot", tests, setup, teardown);
 }

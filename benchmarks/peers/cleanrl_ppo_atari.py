@@ -21,8 +21,14 @@ and at the end
   PEER name=cleanrl_ppo_atari seconds=<s> frames=<n> games=<n> return100=<mean of the
        last 100 games, or all> sps=<env steps/s>
 
+With --csv FILE it also writes the curve as `shoal plot RUN --csv FILE` draws it beside a
+shoal run: a row at the start, then one per game, with the columns step (env steps),
+time (seconds since the start), frames, return (the game's) and return100 (the mean of
+the last 100 games).
+
 The code is shoal's own restatement; nothing is copied from CleanRL.
 usage: cleanrl_ppo_atari.py [--seed 1] [--seconds 3600] [--threads 2] [--game Pong-v5]
+                            [--csv FILE]
 """
 
 import argparse
@@ -63,7 +69,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=3600)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--game", default="Pong-v5")
+    ap.add_argument("--csv", help="write the curve here, for shoal plot --csv")
     a = ap.parse_args()
+    csv = open(a.csv, "w") if a.csv else None
     torch.manual_seed(a.seed)
     np.random.seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -87,6 +95,8 @@ def main():
     games = []
     steps = 0
     t0 = time.perf_counter()
+    if csv:
+        csv.write("step,time,frames,return,return100\n0,0,0,nan,nan\n")
     while time.perf_counter() - t0 < a.seconds:
         frac = 1.0 - steps / total_steps
         for g in opt.param_groups:
@@ -105,8 +115,13 @@ def main():
             game_ret += info["reward"]
             for i in np.nonzero((term | trunc) & (info["lives"] == 0))[0]:
                 games.append(game_ret[i])
-                print("GAME wall_s=%.1f frames=%d return=%g"
-                      % (time.perf_counter() - t0, steps * 4, game_ret[i]), flush=True)
+                wall = time.perf_counter() - t0
+                print("GAME wall_s=%.1f frames=%d return=%g" % (wall, steps * 4, game_ret[i]),
+                      flush=True)
+                if csv:
+                    csv.write("%d,%.3f,%d,%g,%.4f\n" % (steps, wall, steps * 4, game_ret[i],
+                                                       np.mean(games[-100:])))
+                    csv.flush()
                 game_ret[i] = 0
             rew_b[t] = torch.from_numpy(np.asarray(r, dtype=np.float32))
             obs = torch.from_numpy(o)
@@ -143,6 +158,8 @@ def main():
                 nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
                 opt.step()
     wall = time.perf_counter() - t0
+    if csv:
+        csv.close()
     last = games[-100:]
     print("PEER name=cleanrl_ppo_atari seconds=%.0f frames=%d games=%d return100=%s sps=%.0f"
           % (wall, steps * 4, len(games), "%.2f" % np.mean(last) if last else "none",
