@@ -611,7 +611,10 @@ static int cmd_run(int argc, char **argv) {
     char reason[32] = "?", evs[96] = "";
     json_str(ctx.done_line, "reason", reason, sizeof reason);
     double e = json_num(ctx.done_line, "eval"), b = json_num(ctx.done_line, "best_eval");
-    if (isfinite(e)) snprintf(evs, sizeof evs, ", greedy eval %.1f (best %.1f)", e, b);
+    /* IMPALA and PPO may evaluate the sampled policy (run.eval_greedy false): say which. */
+    bool greedy = !config_has(cfg, "run.eval_greedy") || config_bool(cfg, "run.eval_greedy");
+    if (isfinite(e))
+      snprintf(evs, sizeof evs, ", %s eval %.1f (best %.1f)", greedy ? "greedy" : "sampled", e, b);
     /* The command's wall time first (what a person waited: the learner's "t" starts once
      * it is set up and leaves the children's start out, a tenth of a short on-policy run),
      * then the learner's training time, over all of a resumed run's processes. */

@@ -119,7 +119,7 @@ bundle_run() {
   grep -m 1 "learner on" "$log" || true
   line=$(grep "^shoal: run check-$name" "$log" | tail -n 1)
   echo "   $line"
-  # "... after S s: N env steps, U updates, policy vP, greedy eval E (best B); ..."
+  # "... after S s: N env steps, U updates, policy vP, greedy|sampled eval E (best B); ..."
   awk -v name="$name" -v dev="$device" '{
       for (i = 1; i <= NF; i++) {
         if ($i == "after") s = $(i + 1)
