@@ -1239,6 +1239,15 @@ static void conv_run_pinned(const conv_geo *c, const signed char kp[3], float *y
  * dx, or both on im2col + GEMM), on each ISA the CPU has, agrees with the gemm path. Plans
  * make pairs the fixed rules never run (Winograd's dW with the packed dx: that pair once
  * read tap offsets Winograd had overwritten). */
+/* Under ThreadSanitizer the combinations run with two threads only: TSan is there for the
+ * pool's threads, the one-thread arithmetic is checked by the other builds, and both
+ * counts took 145 s there on the AVX2 kind, past the test's 120 s. */
+#ifdef __SANITIZE_THREAD__
+#define PLAN_T0 2
+#else
+#define PLAN_T0 1
+#endif
+
 static void test_conv_planned_paths_agree(void **s) {
   if (getenv("SHOAL_NN_CONV_PATH") || getenv("SHOAL_NN_WINOGRAD")) {
     printf("  (in test_nn_layers itself: it runs every instruction set)\n");
@@ -1271,7 +1280,7 @@ static void test_conv_planned_paths_agree(void **s) {
       nn_conv2d(q, "conv", c->Co, c->kh, c->kw, c->s, c->pad, 1);
       assert_int_equal(nn_model_build(q, c->B + 1, 7, &err), 0);
       const nn__node *n = &q->nodes[nn_model_find_node(q, "conv")];
-      for (int t = 1; t <= 2; t++) {
+      for (int t = PLAN_T0; t <= 2; t++) {
         nn_set_threads(t);
         for (size_t f = 0; f < sizeof fwds / sizeof *fwds; f++) {
           if (!nn__convk_can(q, n, NN__PH_FWD, fwds[f])) continue;
@@ -1301,7 +1310,7 @@ static void test_conv_planned_paths_agree(void **s) {
     free(y0), free(g0), free(d0), free(y1), free(g1), free(d1);
   }
   printf("  %d planned path combinations agree with gemm\n", combos);
-  assert_true(combos > 50);
+  assert_true(combos > (PLAN_T0 == 1 ? 50 : 25));
   nn__conv_path_force(was);
   nn_set_threads(1);
 }
