@@ -1235,10 +1235,6 @@ static void conv_run_pinned(const conv_geo *c, const signed char kp[3], float *y
   fwd_bwd_into(m, c->B, y, g, dx, ny, np, nx);
 }
 
-/* Every path a plan can choose, in every combination a plan can hold (the forward; dW with
- * dx, or both on im2col + GEMM), on each ISA the CPU has, agrees with the gemm path. Plans
- * make pairs the fixed rules never run (Winograd's dW with the packed dx: that pair once
- * read tap offsets Winograd had overwritten). */
 /* Under ThreadSanitizer the combinations run with two threads only: TSan is there for the
  * pool's threads, the one-thread arithmetic is checked by the other builds, and both
  * counts took 145 s there on the AVX2 kind, past the test's 120 s. */
@@ -1248,6 +1244,10 @@ static void conv_run_pinned(const conv_geo *c, const signed char kp[3], float *y
 #define PLAN_T0 1
 #endif
 
+/* Every path a plan can choose, in every combination a plan can hold (the forward; dW with
+ * dx, or both on im2col + GEMM), on each ISA the CPU has, agrees with the gemm path. Plans
+ * make pairs the fixed rules never run (Winograd's dW with the packed dx: that pair once
+ * read tap offsets Winograd had overwritten). */
 static void test_conv_planned_paths_agree(void **s) {
   if (getenv("SHOAL_NN_CONV_PATH") || getenv("SHOAL_NN_WINOGRAD")) {
     printf("  (in test_nn_layers itself: it runs every instruction set)\n");
