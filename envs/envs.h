@@ -374,10 +374,11 @@ void env_vec_get_stats(const env_vec *v, env_vec_stats *st); /* can't fail */
 
 /* The share of vector steps so far that ran on the worker threads (0 with one thread).
  * A vector env with threads measures stepping on the caller's thread alone against
- * stepping with its workers and takes the faster as it goes (envs/vec.c), so a second
- * thread does not slow small batches of fast envs. After a step on the workers they poll
- * for up to 50 us for the next one before they sleep: a core's worth of CPU for that
- * long, paid only by vector envs given threads. Can't fail. */
+ * stepping with its workers and takes the faster as it goes (env__pace in
+ * envs/internal.h says the rule), so a second thread does not slow small batches of
+ * fast envs. After a step on the workers they poll for up to 50 us for the next one
+ * before they sleep: a core's worth of CPU for that long, paid only by vector envs
+ * given threads. Can't fail. */
 double env_vec_parallel_share(const env_vec *v);
 
 /* Renders copy i (see env_render). */

@@ -92,6 +92,55 @@ int env__check_actions(const env_spec *sp, const void *actions, int B, const cha
     }                                                                                      \
   }
 
+/* ---- Threads that pay (envs/vec.c) --------------------------------------------------- */
+
+/* Whether a vector env with workers steps its copies on the caller's thread alone (mode 0)
+ * or with its workers (mode 1), chosen step by step from timed samples of both: the
+ * break-even depends on the env, B, the machine and its load, so no constant serves.
+ *
+ * - Each mode's cost is the least of its last ENV__PACE_WIN samples. Noise only adds time
+ *   (a preempted thread, an interrupt), so the least sample is the least disturbed one
+ *   and a stray slow sample does not flip the choice; a lasting change fills the window
+ *   within ENV__PACE_WIN samples.
+ * - The first ENV__PACE_WARMUP steps alternate the modes in pairs; the second step of a
+ *   pair is timed (the first wakes workers that slept through the other mode's steps).
+ * - Then the cheaper mode runs, timed every ENV__PACE_SAMPLE_EVERY steps. A mode that
+ *   starts running forgets its earlier samples at its first own one: they may be stale
+ *   (taken before the machine got busy), and a switch made on a stale cost is undone at
+ *   once.
+ * - Now and then a pair of steps runs the other way (a probe) so that a change of the
+ *   machine or the env is seen. The gap between probes doubles (up to
+ *   ENV__PACE_GAP_MAX steps) each time a probe does not change the choice for good, and
+ *   falls back to ENV__PACE_GAP_MIN when it does: a probe that wakes sleeping workers
+ *   costs tens of microseconds, more than hundreds of steps of small envs.
+ *
+ * Pure: the caller times the steps it is told to and passes the nanoseconds, so the rule
+ * is tested with made-up times (tests/test_envs.c). Zero-initialised is ready. */
+enum {
+  ENV__PACE_WIN = 8,
+  ENV__PACE_WARMUP = 16,
+  ENV__PACE_SAMPLE_EVERY = 16,
+  ENV__PACE_GAP_MIN = 256,
+  ENV__PACE_GAP_MAX = 16384
+};
+typedef struct env__pace {
+  double win[2][ENV__PACE_WIN]; /* each mode's latest samples (ns), a ring; 0: none */
+  int wi[2];                    /* next slot of each ring */
+  int fresh[2];                 /* became the running mode and has no sample of its own yet */
+  int running;                  /* the mode chosen outside probes */
+  int phase;                    /* what the step just chosen is (envs/vec.c) */
+  uint64_t nstep;               /* steps chosen so far */
+  uint64_t probe_at, gap;       /* the next probe's first step; the current gap */
+} env__pace;
+
+/* The mode (0 or 1) of the next step; *timed: whether to time it and pass the time to
+ * env__pace_record. Can't fail. */
+int env__pace_choose(env__pace *p, int *timed);
+/* The time of the step env__pace_choose said to time, in nanoseconds (> 0). */
+void env__pace_record(env__pace *p, double ns);
+/* A mode's cost as the rule sees it (ns a step; 0 before any sample). */
+double env__pace_cost(const env__pace *p, int mode);
+
 /* ---- Backends: envs that are not env_types ------------------------------------------- */
 
 /* An env whose state is not plain data (a Python object) steps through a backend that

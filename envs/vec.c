@@ -51,12 +51,9 @@ struct env_vec {
   _Atomic int pending, stop;
   int sync_ok;
   env__batch cur;
-  /* Threads that pay (see choose_parallel): a vector step's wall time, an average per
-   * mode ([0] the caller alone, [1] with the workers; 0 until measured), the steps taken
-   * in each mode and the step count that drives sampling and probing. */
-  double step_ns[2];
+  /* Threads that pay (env__pace): the rule's state and the steps taken in each mode */
+  env__pace pace;
   uint64_t mode_steps[2];
-  uint64_t nstep;
   int force; /* SHOAL_VEC_PARALLEL: 1 always the workers, 0 never, -1 measure (default) */
 };
 
@@ -101,17 +98,14 @@ static void run_chunk(env_vec *v, const env__batch *b, int k) {
   run_range(v, b, (int)((long)v->B * k / v->nthreads), (int)((long)v->B * (k + 1) / v->nthreads));
 }
 
-/* Threads that pay. Waking the workers and waiting for them costs microseconds, which
- * is more than a whole step of 16 copies of a classic-control env takes on one thread,
- * and the break-even depends on the env, B, the machine and its load. So a vector env
- * with workers measures both ways of stepping and takes the faster: its first WARMUP
- * steps alternate the caller alone and the workers in pairs, then the faster mode runs,
- * its time sampled every SAMPLE_EVERY steps, and every PROBE_EVERY steps a pair runs the
- * other way so that a change (another env phase, a busy machine) is seen. Averages are
- * exponential (weight 1/8). The copies are independent, so results do not depend on the
- * mode. SHOAL_VEC_PARALLEL=1 (always the workers) or 0 (never) forces one, for
- * measuring and testing. */
-enum { WARMUP = 16, SAMPLE_EVERY = 16, PROBE_EVERY = 256 };
+/* Threads that pay: waking the workers and waiting for them costs from under a
+ * microsecond (they are polling) to tens (they slept), more than a whole step of 16
+ * copies of a classic-control env takes on one thread, so a vector env with workers
+ * measures both ways of stepping and takes the faster (env__pace in envs/internal.h says
+ * the rule). The copies are independent, so results do not depend on the mode.
+ * SHOAL_VEC_PARALLEL=1 (always the workers) or 0 (never) forces one, for measuring and
+ * testing. */
+enum { PH_NONE, PH_WARM, PH_SAMPLE, PH_PROBE };
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -119,39 +113,86 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* The mode of this step (1: the workers) and whether to time it. */
-static int choose_parallel(const env_vec *v, int *timed) {
-  uint64_t n = v->nstep;
-  if (v->force >= 0) {
-    *timed = 0;
-    return v->force;
+double env__pace_cost(const env__pace *p, int mode) {
+  double best = 0;
+  for (int i = 0; i < ENV__PACE_WIN; i++) {
+    double x = p->win[mode][i];
+    if (x > 0 && (best == 0 || x < best)) best = x;
   }
-  /* Each mode runs in pairs whose second step is timed: the first wakes workers that
-   * slept through the other mode's steps, a cost the mode would not pay while running. */
-  if (n < WARMUP) {
-    *timed = (int)(n & 1);
-    return (int)((n >> 1) & 1);
-  }
-  int best = v->step_ns[1] < v->step_ns[0];
-  if (n % PROBE_EVERY < 2) {
-    *timed = (int)(n % PROBE_EVERY);
-    return !best;
-  }
-  *timed = n % SAMPLE_EVERY == 0;
   return best;
 }
 
-/* A sample of mode's step time. The warm-up keeps each mode's best (the first steps
- * pay for cold caches and sleeping workers); after it the running mode's average moves by
- * 1/8 of each sample, and a probe of the other mode that beats its average replaces it,
- * so a mode that became faster is taken at once while one slow sample moves little. */
-static void record(env_vec *v, int mode, double ns) {
-  double *avg = &v->step_ns[mode];
-  int probe = v->nstep >= WARMUP && mode != (v->step_ns[1] < v->step_ns[0]);
-  if (*avg == 0 || ((v->nstep < WARMUP || probe) && ns < *avg))
-    *avg = ns;
-  else
-    *avg += (ns - *avg) / 8;
+static void pace_push(env__pace *p, int mode, double ns) {
+  p->win[mode][p->wi[mode]] = ns;
+  p->wi[mode] = (p->wi[mode] + 1) % ENV__PACE_WIN;
+}
+
+static void pace_run(env__pace *p, int mode) {
+  p->running = mode;
+  p->fresh[mode] = 1;
+}
+
+static void pace_next_probe(env__pace *p, uint64_t gap) {
+  p->gap = gap < ENV__PACE_GAP_MIN   ? ENV__PACE_GAP_MIN
+           : gap > ENV__PACE_GAP_MAX ? ENV__PACE_GAP_MAX
+                                     : gap;
+  p->probe_at = p->nstep + p->gap;
+}
+
+int env__pace_choose(env__pace *p, int *timed) {
+  uint64_t n = p->nstep++;
+  if (n < ENV__PACE_WARMUP) { /* pairs: 0 0 1 1 0 0 ..., the second of each timed */
+    p->phase = n & 1 ? PH_WARM : PH_NONE;
+    *timed = (int)(n & 1);
+    return (int)((n >> 1) & 1);
+  }
+  if (n == ENV__PACE_WARMUP) {
+    pace_run(p, env__pace_cost(p, 1) < env__pace_cost(p, 0));
+    p->probe_at = n + ENV__PACE_GAP_MIN;
+    p->gap = ENV__PACE_GAP_MIN;
+  }
+  if (n == p->probe_at || n == p->probe_at + 1) {
+    p->phase = n == p->probe_at ? PH_NONE : PH_PROBE;
+    *timed = n != p->probe_at;
+    return !p->running;
+  }
+  p->phase = n % ENV__PACE_SAMPLE_EVERY == 0 ? PH_SAMPLE : PH_NONE;
+  *timed = p->phase == PH_SAMPLE;
+  return p->running;
+}
+
+void env__pace_record(env__pace *p, double ns) {
+  int run = p->running, other = !run;
+  switch (p->phase) {
+    case PH_WARM: /* the step just chosen was nstep - 1 */
+      pace_push(p, (int)(((p->nstep - 1) >> 1) & 1), ns);
+      return;
+    case PH_PROBE:
+      pace_push(p, other, ns);
+      if (env__pace_cost(p, other) < env__pace_cost(p, run))
+        pace_run(p, other); /* the gap is settled at its first own sample */
+      else
+        pace_next_probe(p, p->gap * 2);
+      return;
+    case PH_SAMPLE:
+      if (p->fresh[run]) { /* forget what the mode cost while it was not running */
+        memset(p->win[run], 0, sizeof p->win[run]);
+        p->wi[run] = 0;
+        pace_push(p, run, ns);
+        p->fresh[run] = 0;
+        if (env__pace_cost(p, other) < ns) { /* the switch did not hold */
+          p->running = other;
+          pace_next_probe(p, p->gap * 2);
+        } else {
+          pace_next_probe(p, ENV__PACE_GAP_MIN);
+        }
+        return;
+      }
+      pace_push(p, run, ns);
+      if (env__pace_cost(p, other) < env__pace_cost(p, run)) pace_run(p, other);
+      return;
+    default: return;
+  }
 }
 
 typedef struct worker_arg {
@@ -301,8 +342,8 @@ static int create_backend(env_vec **out, const env__backend *be, const char *id,
     return shoal_error_set(err, SHOAL_ENOMEM, "env_vec_create: '%s' x %d: out of memory", id, B);
   }
   v->nthreads = 1;
-  int rc = be->create(&v->be_self, id + strlen(be->prefix), B, opts, c->evaluation,
-                      &v->be_spec, err);
+  int rc =
+      be->create(&v->be_self, id + strlen(be->prefix), B, opts, c->evaluation, &v->be_spec, err);
   if (rc) {
     env_vec_destroy(v);
     return rc;
@@ -567,16 +608,18 @@ static int builtin_step(env_vec *v, const void *actions, const env_vec_out *out)
     run_range(v, &b, 0, v->B);
     return 0;
   }
-  int timed = 0, par = choose_parallel(v, &timed);
+  int timed = 0, par = v->force >= 0 ? v->force : env__pace_choose(&v->pace, &timed);
   uint64_t t0 = timed ? now_ns() : 0;
   if (par) {
     hand_off(v, &b);
   } else {
     run_range(v, &b, 0, v->B);
   }
-  if (timed) record(v, par, (double)(now_ns() - t0));
+  if (timed) {
+    uint64_t t1 = now_ns();
+    env__pace_record(&v->pace, t1 > t0 ? (double)(t1 - t0) : 1.0);
+  }
   v->mode_steps[par]++;
-  v->nstep++;
   return 0;
 }
 

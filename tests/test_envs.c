@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "envs/envs.h"
+#include "envs/internal.h" /* env__pace: the threads rule with made-up times */
 
 /* ---- a user's env in a few lines: walk from 0 to `goal` on a line ------------------- */
 
@@ -328,6 +329,62 @@ static void test_vec_threads_only_where_they_pay(void **unused) {
   env_vec_destroy(v2);
 }
 
+/* The threads rule (env__pace) driven by a simulated clock: cost(mode, step) is what a
+ * step in that mode takes; returns the steps the workers took in [from, to). */
+typedef double (*pace_cost_fn)(int mode, long step);
+static long pace_run_sim(env__pace *p, pace_cost_fn cost, long from, long to) {
+  long par = 0;
+  for (long n = from; n < to; n++) {
+    int timed = 0, mode = env__pace_choose(p, &timed);
+    assert_true(mode == 0 || mode == 1);
+    if (timed) env__pace_record(p, cost(mode, n));
+    par += mode;
+  }
+  return par;
+}
+
+/* The workers halve a 40 us step, but one sample in five of theirs is a preempted
+ * 1 ms: the least of the recent samples ignores those. */
+static double cost_par_noisy(int mode, long n) { return mode ? (n % 5 == 0 ? 1e6 : 2e4) : 4e4; }
+/* Small envs: 1 us alone, 20 us with the hand-off. */
+static double cost_serial_wins(int mode, long n) { return mode ? 2e4 : 1e3; }
+/* The workers win until step 3000, when another process takes the second core. */
+static double cost_core_taken(int mode, long n) { return mode ? (n < 3000 ? 5e3 : 1e5) : 1e4; }
+/* The workers lose until step 3000, when the env's steps grow (B or the env's phase). */
+static double cost_work_grows(int mode, long n) {
+  return n < 3000 ? (mode ? 2e4 : 1e4) : (mode ? 5e4 : 1e5);
+}
+
+static void test_vec_pace_rule(void **unused) {
+  env__pace p;
+  /* stray slow samples do not flip the choice */
+  memset(&p, 0, sizeof p);
+  long par = pace_run_sim(&p, cost_par_noisy, 0, 20000);
+  assert_true(par > 20000 * 95 / 100);
+  assert_true(env__pace_cost(&p, 1) == 2e4 && env__pace_cost(&p, 0) == 4e4);
+
+  /* where the workers lose, the probes thin out: at most 2 pairs in the last 16384 steps */
+  memset(&p, 0, sizeof p);
+  par = pace_run_sim(&p, cost_serial_wins, 0, 20000);
+  assert_true(par < 60);
+  assert_true(pace_run_sim(&p, cost_serial_wins, 20000, 20000 + ENV__PACE_GAP_MAX) <= 4);
+  assert_true(p.gap == ENV__PACE_GAP_MAX);
+
+  /* a core taken: back to one thread within the window (8 samples, 16 steps apart) */
+  memset(&p, 0, sizeof p);
+  assert_true(pace_run_sim(&p, cost_core_taken, 0, 3000) > 2900);
+  pace_run_sim(&p, cost_core_taken, 3000, 3000 + 16 * (ENV__PACE_WIN + 1));
+  long late = pace_run_sim(&p, cost_core_taken, 3000 + 16 * (ENV__PACE_WIN + 1), 30000);
+  assert_true(late < 60); /* and probes that stay rare */
+
+  /* work that grows: taken up at a probe, within the gap reached by then */
+  memset(&p, 0, sizeof p);
+  assert_true(pace_run_sim(&p, cost_work_grows, 0, 3000) < 40);
+  enum { GROWN = 3000 + 2 * 4096 };
+  pace_run_sim(&p, cost_work_grows, 3000, GROWN);
+  assert_true(pace_run_sim(&p, cost_work_grows, GROWN, 20000) > (20000 - GROWN) * 95 / 100);
+}
+
 static void test_vec_errors(void **unused) {
   shoal_error err = {0};
   env_vec *v = NULL;
@@ -615,6 +672,7 @@ int main(void) {
       cmocka_unit_test(test_vec_autoreset),
       cmocka_unit_test(test_vec_uint8_and_threads),
       cmocka_unit_test(test_vec_threads_only_where_they_pay),
+      cmocka_unit_test(test_vec_pace_rule),
       cmocka_unit_test(test_vec_errors),
       cmocka_unit_test(test_episode_log_overflow),
       cmocka_unit_test(test_options),
