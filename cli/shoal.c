@@ -277,6 +277,12 @@ static void on_line(void *ud, int index, const char *name, const char *line) {
      * then the learner (cli/supervise.h, learner/runtime.h). */
     char reason[32] = "a stop rule";
     json_str(line, "reason", reason, sizeof reason);
+    /* Its stop may play a final evaluation, whose time it says (stop_needs_s): the grace
+     * waits for that too rather than kill it and lose its last snapshot. */
+    double need = json_num(line, "stop_needs_s");
+    shoal_error gerr = {0};
+    if (isfinite(need) && need > 0 && sup_extend_grace(r->s, r->learner_idx, need, &gerr))
+      fprintf(stderr, "shoal: %s\n", gerr.msg);
     sup_stop(r->s, false, reason);
   } else if (!strcmp(event, "done")) {
     snprintf(r->done_line, sizeof r->done_line, "%s", line);

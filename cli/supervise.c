@@ -44,6 +44,7 @@ typedef struct sup_child {
   incarnation *inc; /* the running one, or NULL */
   uv_timer_t timer; /* restart backoff */
   double delay_s;
+  double stop_extra_s; /* sup_extend_grace: the time its own stop needs beyond the grace */
   uint64_t started_ns;
   sup_child_stats stats;
 } sup_child;
@@ -60,6 +61,7 @@ struct sup {
   bool handle_signals;
   uv_signal_t sigint, sigterm;
   uv_timer_t tick, grace;
+  uint64_t phase_ns; /* when the stop phase whose grace runs began */
   bool stopping, failed, killed, loop_live;
   int signals;     /* SIGINT/SIGTERM received: the second one kills */
   int stop_signal; /* the signal that asked for the stop, 0 when none did */
@@ -158,6 +160,37 @@ void sup_set_backoff(sup *s, double first_s, double max_s, double reset_after_s)
 }
 
 void sup_set_grace(sup *s, double grace_s) { s->grace_s = grace_s; }
+
+/* The grace of the phase being stopped: the default plus the most any of its children
+ * said its own stop needs. */
+static double phase_grace_s(const sup *s, int phase) {
+  double extra = 0;
+  for (int i = 0; i < s->n; i++) {
+    const sup_child *c = s->children[i];
+    if (c->stop_order == phase && c->state == CHILD_RUNNING && c->stop_extra_s > extra)
+      extra = c->stop_extra_s;
+  }
+  return s->grace_s + extra;
+}
+
+static void grace_cb(uv_timer_t *t);
+static uint64_t ms(double s);
+
+int sup_extend_grace(sup *s, int index, double extra_s, shoal_error *err) {
+  if (index < 0 || index >= s->n)
+    return shoal_error_set(err, SHOAL_ERANGE, "sup_extend_grace: no child %d", index);
+  if (!(extra_s >= 0) || extra_s > 86400)
+    return shoal_error_set(err, SHOAL_EINVAL, "sup_extend_grace: %g s outside [0, 86400]", extra_s);
+  sup_child *c = s->children[index];
+  c->stop_extra_s = extra_s;
+  /* Its phase may already be stopping: the timer then runs to the new bound, counted
+   * from the phase's start. */
+  if (s->stopping && c->stop_order == s->stop_phase && uv_is_active((uv_handle_t *)&s->grace)) {
+    double left = phase_grace_s(s, s->stop_phase) - (double)(shoal_now_ns() - s->phase_ns) * 1e-9;
+    uv_timer_start(&s->grace, grace_cb, left > 0 ? ms(left) : 0, 0);
+  }
+  return 0;
+}
 void sup_set_handle_signals(sup *s, bool on) { s->handle_signals = on; }
 int sup_child_count(const sup *s) { return s->n; }
 
@@ -376,7 +409,8 @@ static void grace_cb(uv_timer_t *t) {
   for (int i = 0; i < s->n; i++) {
     sup_child *c = s->children[i];
     if (c->state == CHILD_RUNNING && c->stop_order == s->stop_phase && c->inc) {
-      fprintf(stderr, "shoal: %s did not stop within %.1f s; killing it\n", c->name, s->grace_s);
+      fprintf(stderr, "shoal: %s did not stop within %.1f s; killing it\n", c->name,
+              phase_grace_s(s, s->stop_phase));
       uv_process_kill(&c->inc->proc, SIGKILL);
     }
   }
@@ -412,7 +446,8 @@ static void advance_stop(sup *s) {
       if (c->state == CHILD_RUNNING && c->stop_order == lowest && c->inc)
         uv_process_kill(&c->inc->proc, s->killed ? SIGKILL : SIGTERM);
     }
-    uv_timer_start(&s->grace, grace_cb, ms(s->grace_s), 0);
+    s->phase_ns = shoal_now_ns();
+    uv_timer_start(&s->grace, grace_cb, ms(phase_grace_s(s, lowest)), 0);
     return;
   }
 }

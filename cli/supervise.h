@@ -79,6 +79,12 @@ void sup_set_callbacks(sup *s, sup_line_fn on_line, sup_tick_fn on_tick, double 
 void sup_set_backoff(sup *s, double first_s, double max_s, double reset_after_s);
 /* Grace period between SIGTERM and SIGKILL when stopping. Default 10 s. */
 void sup_set_grace(sup *s, double grace_s);
+/* Child index's stop needs extra_s seconds more than the grace (a learner whose stop
+ * plays a final evaluation says how long that takes): its stop phase waits for the
+ * grace plus the most any child in it asked for. Callable from the callbacks, also while
+ * that phase is stopping (the bound then counts from the phase's start). 0 or
+ * SHOAL_ERANGE (no such child), SHOAL_EINVAL (extra_s not in [0, 86400]). */
+int sup_extend_grace(sup *s, int index, double extra_s, shoal_error *err);
 /* Handles SIGINT and SIGTERM sent to this process by stopping the children (default
  * on). A second signal kills them at once (SIGKILL): sup_killed then says so. A stop
  * under way for another reason when the first arrives (sup_stop, an essential child's

@@ -44,6 +44,8 @@ typedef struct eval_box {
   size_t snap_len;
   store_snapshot_meta meta;
   bool pending, busy, done, quit;
+  double t_busy;    /* when the evaluation in progress began */
+  double slowest_s; /* the longest evaluation so far, for the stop's bound */
   double mean;
   int rc;
   shoal_error err;
@@ -337,12 +339,14 @@ static void *eval_main(void *arg) {
     if (e->quit) break;
     e->pending = false;
     e->busy = true;
+    e->t_busy = shoal_now_s();
     pthread_mutex_unlock(&e->mu);
     /* The blob is the thread's while busy: the trainer posts no other. */
     double mean = NAN;
     shoal_error err = {0};
     int rc = rt->algo.eval_run(e->ev, e->blob, e->n, e->seed, &mean, &err);
     pthread_mutex_lock(&e->mu);
+    if (shoal_now_s() - e->t_busy > e->slowest_s) e->slowest_s = shoal_now_s() - e->t_busy;
     e->mean = mean;
     e->rc = rc;
     e->err = err;
@@ -894,13 +898,33 @@ static const char *train(lrt *rt, double t0) {
   return reason;
 }
 
+/* A run that stops at its budget evaluates what it ends with (stop), after the
+ * evaluation in flight: this bounds how long those take, from the slowest evaluation
+ * so far with half as much again (a better policy plays longer games), so that a
+ * supervisor waits for them. 0 when no evaluation will run. */
+static bool budget_reason(const char *reason) {
+  return !strcmp(reason, "max_env_steps") || !strcmp(reason, "max_seconds");
+}
+static double stop_needs_s(lrt *rt, const char *reason) {
+  eval_box *e = &rt->eval;
+  if (!e->started) return 0;
+  pthread_mutex_lock(&e->mu);
+  double one = 1.5 * e->slowest_s;
+  bool inflight = e->busy || e->pending || e->done;
+  pthread_mutex_unlock(&e->mu);
+  double s = inflight ? one : 0;
+  if (budget_reason(reason) && (rt->evals > 0 || inflight)) s += one;
+  return s;
+}
+
 /* Under a supervisor a stop rule ends training but not yet the learner: the actors stop
  * first, so that what they still hold reaches it instead of being dropped. It says so
  * ({"event":"stopping"}: the supervisor then stops the actors, then this learner by
  * SIGTERM) and meanwhile takes their batches without waiting for training. Bounded: a
  * supervisor that does not answer leaves the learner to stop by itself. */
 static void await_stop(lrt *rt, const char *reason) {
-  emit("{\"event\":\"stopping\",\"reason\":\"%s\"}", reason);
+  emit("{\"event\":\"stopping\",\"reason\":\"%s\",\"stop_needs_s\":%.1f}", reason,
+       stop_needs_s(rt, reason));
   if (rt->algo.drain) rt->algo.drain(rt->a);
   const double t = shoal_now_s();
   while (!stop_signal && !atomic_load(&rt->lease_lost) && shoal_now_s() - t < AWAIT_STOP_S) {
@@ -924,7 +948,7 @@ static int stop(lrt *rt, const char *reason, double t0, double t_end) {
   /* A run that ends at its budget, and evaluates, evaluates what it ends with: the last
    * snapshot's score is then its own, not that of a version some updates before. */
   const bool owner = !atomic_load(&rt->lease_lost);
-  const bool budget = !strcmp(reason, "max_env_steps") || !strcmp(reason, "max_seconds");
+  const bool budget = budget_reason(reason);
   /* An evaluation in flight when the budget ran out played a version trained within it:
    * if that one reaches the bar, the run solved within its budget. */
   if (owner && budget && rt->eval.started) {

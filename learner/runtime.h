@@ -25,9 +25,11 @@
  * Under a supervisor (SHOAL_SUPERVISED=1 in the environment, cli/supervise.h) the learner
  * ignores SIGINT (the supervisor acts on a terminal's Ctrl-C), and neither a stop rule (a
  * limit, a solve) nor SIGUSR1 (the supervisor's stop has begun) ends it at once: training
- * ends, it prints {"event":"stopping","reason":...}, takes the batches its actors still
- * send while the supervisor stops them, and stops on the SIGTERM that follows (or by
- * itself after 45 s).
+ * ends, it prints {"event":"stopping","reason":...,"stop_needs_s":S}, takes the batches its
+ * actors still send while the supervisor stops them, and stops on the SIGTERM that
+ * follows (or by itself after 45 s). S is how long its own stop may take beyond writing
+ * its snapshot: the evaluation in flight and, at a budget, a final one (the slowest
+ * evaluation so far, with half again), which the supervisor adds to its grace.
  */
 #ifndef SHOAL_LEARNER_RUNTIME_H
 #define SHOAL_LEARNER_RUNTIME_H

@@ -271,6 +271,58 @@ static void test_signal_during_a_stop(void **state) {
   }
 }
 
+/* A child whose stop takes longer than the grace (a learner playing its final
+ * evaluation) says so, and is waited for: told before its phase stops (as `shoal run`
+ * does on the learner's {"event":"stopping","stop_needs_s":...}) or while it stops.
+ * Without it the grace kills it. */
+typedef struct extender {
+  seen w;
+  int when; /* 0: never, 1: before the stop, 2: once its phase stops */
+} extender;
+
+static void extend_tick(void *ud) {
+  extender *x = ud;
+  int t = ++x->w.ticks;
+  shoal_error err = {0};
+  if (t == 2 && x->when == 1) assert_int_equal(sup_extend_grace(x->w.s, 0, 2.0, &err), 0);
+  if (t == 2) sup_stop(x->w.s, false, "budget");
+  if (t == 4 && x->when == 2) assert_int_equal(sup_extend_grace(x->w.s, 0, 2.0, &err), 0);
+}
+
+static void test_extended_grace_waits_for_a_long_stop(void **state) {
+  for (int when = 0; when <= 2; when++) {
+    extender x;
+    memset(&x, 0, sizeof x);
+    x.when = when;
+    shoal_error err = {0};
+    sup *s = sup_create(&err);
+    x.w.s = s;
+    sup_set_callbacks(s, on_line, extend_tick, 0.1, &x);
+    sup_set_handle_signals(s, false);
+    sup_set_grace(s, 0.5);
+    add_sh(s, "learner",
+           "trap 'echo term; sleep 1.2; echo bye; exit 0' TERM; echo start; "
+           "while :; do sleep 0.02; done",
+           false, true, 0, 0);
+    assert_int_equal(sup_run(s, &err), 0);
+    sup_child_stats st;
+    sup_child_stats_get(s, 0, &st);
+    bool bye = false;
+    for (int i = 0; i < x.w.n; i++) bye |= !strcmp(x.w.lines[i], "learner:bye");
+    if (when == 0) {
+      assert_int_equal(st.last_signal, SIGKILL);
+      assert_false(bye);
+    } else {
+      assert_int_equal(st.last_signal, 0);
+      assert_int_equal(st.last_status, 0);
+      assert_true(bye);
+    }
+    assert_int_equal(sup_extend_grace(s, 3, 1.0, &err), SHOAL_ERANGE);
+    assert_int_equal(sup_extend_grace(s, 0, -1.0, &err), SHOAL_EINVAL);
+    sup_destroy(s);
+  }
+}
+
 static void test_missing_program_is_a_clear_error(void **state) {
   shoal_error err = {0};
   sup *s = sup_create(&err);
@@ -293,6 +345,7 @@ int main(void) {
       cmocka_unit_test(test_restart_after_kill_and_ordered_stop),
       cmocka_unit_test(test_grace_then_sigkill),
       cmocka_unit_test(test_signal_during_a_stop),
+      cmocka_unit_test(test_extended_grace_waits_for_a_long_stop),
       cmocka_unit_test(test_missing_program_is_a_clear_error),
       cmocka_unit_test(test_final_status_is_not_restarted_and_fails_the_run),
       cmocka_unit_test(test_children_know_they_are_supervised),
