@@ -239,34 +239,54 @@ static void signal_tick(void *ud) {
   if (t >= 3 && t < 3 + g->signals) raise(SIGTERM);
 }
 
+/* A "learner" whose stop takes sleep_s once it gets SIGTERM, then says bye. */
+static void add_slow_stopper(sup *s, const char *sleep_s) {
+  char script[200];
+  snprintf(script, sizeof script,
+           "trap 'echo term; sleep %s; echo bye; exit 0' TERM; echo start; "
+           "while :; do sleep 0.02; done",
+           sleep_s);
+  add_sh(s, "learner", script, false, true, 0, 0);
+}
+
+/* That it finished its stop (status 0, bye said), or was killed before. */
+static void assert_stop_ended(sup *s, const seen *w, bool killed) {
+  sup_child_stats st;
+  sup_child_stats_get(s, 0, &st);
+  bool bye = false;
+  for (int i = 0; i < w->n; i++) bye |= !strcmp(w->lines[i], "learner:bye");
+  if (killed) {
+    assert_int_equal(st.last_signal, SIGKILL);
+    assert_false(bye);
+  } else {
+    assert_int_equal(st.last_signal, 0);
+    assert_int_equal(st.last_status, 0);
+    assert_true(bye);
+  }
+}
+
+/* A supervisor whose ticks (every 0.1 s) run tick with ud, which begins with its seen. */
+static sup *make_ticking(seen *w, sup_tick_fn tick, void *ud, double grace_s) {
+  shoal_error err = {0};
+  sup *s = sup_create(&err);
+  assert_non_null(s);
+  w->s = s;
+  sup_set_callbacks(s, on_line, tick, 0.1, ud);
+  sup_set_grace(s, grace_s);
+  return s;
+}
+
 static void test_signal_during_a_stop(void **state) {
   for (int signals = 1; signals <= 2; signals++) {
     signaller g;
     memset(&g, 0, sizeof g);
     g.signals = signals;
     shoal_error err = {0};
-    sup *s = sup_create(&err);
-    g.w.s = s;
-    sup_set_callbacks(s, on_line, signal_tick, 0.1, &g);
-    sup_set_grace(s, 10);
+    sup *s = make_ticking(&g.w, signal_tick, &g, 10);
     /* Takes 0.6 s to stop once told: the signals arrive meanwhile. */
-    add_sh(s, "learner",
-           "trap 'echo term; sleep 0.6; echo bye; exit 0' TERM; echo start; "
-           "while :; do sleep 0.02; done",
-           false, true, 0, 0);
+    add_slow_stopper(s, "0.6");
     assert_int_equal(sup_run(s, &err), 0);
-    sup_child_stats st;
-    sup_child_stats_get(s, 0, &st);
-    bool bye = false;
-    for (int i = 0; i < g.w.n; i++) bye |= !strcmp(g.w.lines[i], "learner:bye");
-    if (signals == 1) {
-      assert_int_equal(st.last_signal, 0);
-      assert_int_equal(st.last_status, 0);
-      assert_true(bye);
-    } else {
-      assert_int_equal(st.last_signal, SIGKILL);
-      assert_false(bye);
-    }
+    assert_stop_ended(s, &g.w, signals == 2);
     sup_destroy(s);
   }
 }
@@ -295,28 +315,11 @@ static void test_extended_grace_waits_for_a_long_stop(void **state) {
     memset(&x, 0, sizeof x);
     x.when = when;
     shoal_error err = {0};
-    sup *s = sup_create(&err);
-    x.w.s = s;
-    sup_set_callbacks(s, on_line, extend_tick, 0.1, &x);
+    sup *s = make_ticking(&x.w, extend_tick, &x, 0.5);
     sup_set_handle_signals(s, false);
-    sup_set_grace(s, 0.5);
-    add_sh(s, "learner",
-           "trap 'echo term; sleep 1.2; echo bye; exit 0' TERM; echo start; "
-           "while :; do sleep 0.02; done",
-           false, true, 0, 0);
+    add_slow_stopper(s, "1.2");
     assert_int_equal(sup_run(s, &err), 0);
-    sup_child_stats st;
-    sup_child_stats_get(s, 0, &st);
-    bool bye = false;
-    for (int i = 0; i < x.w.n; i++) bye |= !strcmp(x.w.lines[i], "learner:bye");
-    if (when == 0) {
-      assert_int_equal(st.last_signal, SIGKILL);
-      assert_false(bye);
-    } else {
-      assert_int_equal(st.last_signal, 0);
-      assert_int_equal(st.last_status, 0);
-      assert_true(bye);
-    }
+    assert_stop_ended(s, &x.w, when == 0);
     assert_int_equal(sup_extend_grace(s, 3, 1.0, &err), SHOAL_ERANGE);
     assert_int_equal(sup_extend_grace(s, 0, -1.0, &err), SHOAL_EINVAL);
     sup_destroy(s);
