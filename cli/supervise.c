@@ -191,6 +191,7 @@ int sup_extend_grace(sup *s, int index, double extra_s, shoal_error *err) {
   }
   return 0;
 }
+
 void sup_set_handle_signals(sup *s, bool on) { s->handle_signals = on; }
 int sup_child_count(const sup *s) { return s->n; }
 

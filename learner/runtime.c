@@ -898,22 +898,24 @@ static const char *train(lrt *rt, double t0) {
   return reason;
 }
 
-/* A run that stops at its budget evaluates what it ends with (stop), after the
- * evaluation in flight: this bounds how long those take, from the slowest evaluation
- * so far with half as much again (a better policy plays longer games), so that a
- * supervisor waits for them. 0 when no evaluation will run. */
+/* Whether a stop reason is a budget (the run then evaluates what it ends with). */
 static bool budget_reason(const char *reason) {
   return !strcmp(reason, "max_env_steps") || !strcmp(reason, "max_seconds");
 }
+
+/* How long the stop's evaluations may take (stop): the one in flight, and at a budget a
+ * final one, each bounded by the slowest evaluation so far with half as much again (a
+ * better policy plays longer games), so that a supervisor waits for them. 0 when none
+ * will run. */
 static double stop_needs_s(lrt *rt, const char *reason) {
   eval_box *e = &rt->eval;
   if (!e->started) return 0;
   pthread_mutex_lock(&e->mu);
   double one = 1.5 * e->slowest_s;
-  bool inflight = e->busy || e->pending || e->done;
+  bool running = e->busy || e->pending, unread = e->done;
   pthread_mutex_unlock(&e->mu);
-  double s = inflight ? one : 0;
-  if (budget_reason(reason) && (rt->evals > 0 || inflight)) s += one;
+  double s = running ? one : 0;
+  if (budget_reason(reason) && (rt->evals > 0 || running || unread)) s += one;
   return s;
 }
 
