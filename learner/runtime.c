@@ -346,7 +346,8 @@ static void *eval_main(void *arg) {
     shoal_error err = {0};
     int rc = rt->algo.eval_run(e->ev, e->blob, e->n, e->seed, &mean, &err);
     pthread_mutex_lock(&e->mu);
-    if (shoal_now_s() - e->t_busy > e->slowest_s) e->slowest_s = shoal_now_s() - e->t_busy;
+    const double took = shoal_now_s() - e->t_busy;
+    if (took > e->slowest_s) e->slowest_s = took;
     e->mean = mean;
     e->rc = rc;
     e->err = err;
