@@ -19,6 +19,13 @@ shoal and EnvPool with 2 threads (shoal 1 at B = 1: a thread steps whole copies)
 Gymnasium's sync env and PufferLib's serial one use one core whatever they are given, so
 they appear at t1 only.
 
+Threads that pay: after each t2 group, shoal with two threads and shoal with one thread
+(shoal-1thread) on the same two cores are measured again as a pair, alone, their windows
+alternating for 3 x --rounds rounds, so that their ratio compares the two settings a user
+with two cores chooses between under the same load. (t2 against t1 would compare figures
+taken minutes apart, and this shared machine drifts by +-20% in that time; at B = 1 both
+sides step on one thread, so that column shows the noise that is left.)
+
 Each figure is the best of --rounds windows of --window seconds; at each (env, B, cores)
 every system is made first and their windows alternate round after round, so that load
 from elsewhere on the shared machine falls on all alike (PufferLib's Multiprocessing, whose
@@ -30,8 +37,10 @@ episode; Gymnasium 1.x and EnvPool spend the next step on the reset (it counts a
 
 Prints a table, the versions, and
   BENCH name=env.<id>.b<B>[.t2].<peer> value=<shoal> unit=steps/s baseline=<peer> ratio=<shoal/peer>
-(the t1 names carry no thread suffix, as benchmarks/python_sps.py's). A missing peer gives
-baseline=none ratio=none and a line saying why.
+(the t1 names carry no thread suffix, as benchmarks/python_sps.py's), and
+  BENCH name=env_threads.py.<id>.b<B> value=<shoal, 2 threads> unit=steps/s
+        baseline=<shoal, 1 thread, same 2 cores, alternating> ratio=<2 threads / 1>
+A missing peer gives baseline=none ratio=none and a line saying why.
 Run: make bench BENCH=env_peers, or benchmarks/peers/env_peers.sh [--rounds N] [--window S] [--envs ...].
 """
 
@@ -172,6 +181,8 @@ def make_puffer(env_id, B, backend):
 def maker(system, env_id, B, threads):
     if system == "shoal":
         return make_shoal(env_id, B, threads)
+    if system == "shoal-1thread":
+        return make_shoal(env_id, B, 1)
     if system == "gymnasium-sync":
         return make_gym(env_id, B, "sync")
     if system == "gymnasium-async":
@@ -296,6 +307,7 @@ def main():
     for fam, why in missing.items():
         print(f"peer missing: {fam}: {why}")
     rows = []  # (env, B, threads, system, value or None, why)
+    pairs = {}  # (env, B) -> (shoal 2 threads, 1 thread), measured as a pair on 2 cores
     for env_id in args.envs:
         space = space_of(env_id)
         for B in args.batches:
@@ -313,6 +325,17 @@ def main():
                     print(f"  {env_id:<16}B={B:<4}t{threads} {system:<16}"
                           + (f"{val:>14,.0f}" if val is not None else f"{'-':>14}  ({w})"),
                           flush=True)
+                if threads > 1:  # the threads' own ratio: the pair alone, more rounds
+                    pair = measure_group(["shoal", "shoal-1thread"], env_id, B, threads, cpus,
+                                         space, 3 * args.rounds, args.window)
+                    two, one = pair.get("shoal"), pair.get("shoal-1thread")
+                    if isinstance(two, float) and isinstance(one, float):
+                        pairs[(env_id, B)] = (two, one)
+                        print(f"  {env_id:<16}B={B:<4}t{threads} shoal 2 threads / 1 thread "
+                              f"{two:,.0f} / {one:,.0f} = {two / one:.2f}", flush=True)
+                    else:
+                        print(f"  {env_id:<16}B={B:<4}t{threads} shoal threads pair failed: "
+                              f"{two!r} {one!r}", flush=True)
     os.sched_setaffinity(0, set(cpus_all))
     print(f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
           f"({os.cpu_count()} CPUs; above that other work shared the cores)")
@@ -334,9 +357,24 @@ def main():
                     line += f"{cell:>24}"
                 print(line)
         print()
+    if pairs:
+        print("shoal on 2 cores: 2 threads / 1 thread (the pair alone, windows alternating; "
+              "B=1: one thread both)")
+        print(f"{'env':<16}" + "".join(f"{'B=' + str(B):>10}" for B in args.batches))
+        for env_id in args.envs:
+            cells = []
+            for B in args.batches:
+                t2, t1 = pairs.get((env_id, B), (None, None))
+                cells.append(f"{t2 / t1:.2f}x" if t2 and t1 else "-")
+            print(f"{env_id:<16}" + "".join(f"{c:>10}" for c in cells))
+        print()
     print("PufferLib Ocean C CartPole: not measured: pufferlib-core (installed) has no Ocean "
           "envs, and the full pufferlib 3.0.0 is an sdist whose build downloads raylib from "
           "GitHub, which this machine cannot reach")
+    for (env_id, B), (t2, t1) in pairs.items():
+        if t1 and t2:
+            print(f"BENCH name=env_threads.py.{env_id}.b{B} value={t2:.0f} unit=steps/s "
+                  f"baseline={t1:.0f} ratio={t2 / t1:.2f}")
     for env_id, B, threads, system, val, why in rows:
         if system == "shoal":
             continue
