@@ -18,11 +18,18 @@
  *               actions, envs/atari.c's preprocessing) for 8 batches of 64 consecutive
  *               steps first, and deduplicates each batch with rpc_frames_dedup as shoal's
  *               Ape-X actor does, inside the measured loop
+ * The transport's own ceiling: cartpole and atari_full with 2 actors again, the learner
+ * receiving, decoding and checking every batch but inserting nothing (SHOAL_INGEST_NOINSERT=1
+ * does the same for a narrowed run): what gRPC and the kernel's copies leave on this
+ * machine, so that a ratio short of its goal says whether replay or the transport holds it.
  * BENCH lines: ingest.cartpole.n<N> (samples/s; baseline: the samples/s raw TCP could
  * carry at this sample size), ingest.atari.n<N> (samples/s; baseline: atari_full samples/s
  * at the same N, so the ratio is the gain of sending each frame once), ingest.atari_full.n<N>
  * (MB/s; baseline: raw TCP MB/s), ingest.pong.n<N> (samples/s; baseline: atari_wire's
- * synthetic frames at the same N).
+ * synthetic frames at the same N), ingest.<cartpole|atari_full>.noinsert.n2 (samples/s
+ * with nothing inserted; baseline: raw TCP's samples/s) and
+ * ingest.<cartpole|atari_full>.of_noinsert.n2 (samples/s inserting; baseline: the same
+ * without inserting).
  *
  * SHOAL_INGEST_LOG=1 runs the learner's replay log beside the inserts as shoal-learner
  * does (learner/replay_log.h: insert and record under one lock, segments compressed and
@@ -202,11 +209,15 @@ typedef struct learner {
   store_writer *wr;
 } learner;
 
+/* Set before a server starts: batches are decoded and checked by rpc, then dropped. */
+static int g_noinsert;
+
 /* Inserts a validated batch into replay: the actor's stream of consecutive steps. An
  * ended step's final observation is synthetic here (its own obs), as the actors send
  * no next observations. */
 static int on_batch(void *user, const rpc_batch *b, shoal_error *err) {
   learner *L = user;
+  if (g_noinsert) return 0;
   static _Thread_local uint8_t *final;
   static _Thread_local size_t final_cap;
   const uint8_t *obs = b->cols[0].data, *term = b->cols[3].data;
@@ -449,6 +460,8 @@ int main(int argc, char **argv) {
   printf("|---|---|---|---|---|---|\n");
   /* SHOAL_INGEST_ONLY=<scenario> and SHOAL_INGEST_N=<actors> narrow the run (profiling). */
   const char *only = getenv("SHOAL_INGEST_ONLY"), *only_n = getenv("SHOAL_INGEST_N");
+  const char *noins = getenv("SHOAL_INGEST_NOINSERT");
+  g_noinsert = noins && !strcmp(noins, "1");
   memset(res, 0, sizeof res);
   for (int sc = 0; sc < SC_COUNT; sc++)
     for (int k = 0; k < 4; k++) {
@@ -460,8 +473,39 @@ int main(int argc, char **argv) {
     }
   printf("\n");
   if (only || only_n) return 0;
+  /* The transport's ceiling: the same learner inserting nothing (2 actors: ns[1]). */
+  static const int ceil_sc[2] = {SC_CARTPOLE, SC_ATARI_FULL};
+  result noins_res[2];
+  g_noinsert = 1;
+  printf(
+      "| scenario, inserting nothing | actors | samples/s | MB/s (wire) | of raw TCP | "
+      "inserting / not |\n|---|---|---|---|---|---|\n");
+  for (int i = 0; i < 2; i++) {
+    int sc = ceil_sc[i];
+    if (run_case(self, sc, ns[1], &noins_res[i])) return 1;
+    printf("| %s | %d | %.0f | %.0f | %.2f | %.2f |\n", sc_name[sc], ns[1], noins_res[i].samples_s,
+           noins_res[i].mb_s, noins_res[i].mb_s / tcp,
+           res[sc][1].samples_s / noins_res[i].samples_s);
+    fflush(stdout);
+  }
+  g_noinsert = 0;
+  printf("\n");
   /* Wire bytes per CartPole sample: obs 16 + action 4 + reward 4 + two flags. */
   double cp_bytes = 26;
+  for (int i = 0; i < 2; i++) {
+    int sc = ceil_sc[i];
+    /* raw TCP's samples/s at this scenario's wire bytes per sample (from the run itself) */
+    double per = noins_res[i].mb_s * 1e6 / noins_res[i].samples_s, lim = tcp * 1e6 / per;
+    printf(
+        "BENCH name=ingest.%s.noinsert.n%d value=%.0f unit=samples/s baseline=%.0f "
+        "ratio=%.3f\n",
+        sc_name[sc], ns[1], noins_res[i].samples_s, lim, noins_res[i].samples_s / lim);
+    printf(
+        "BENCH name=ingest.%s.of_noinsert.n%d value=%.0f unit=samples/s baseline=%.0f "
+        "ratio=%.3f\n",
+        sc_name[sc], ns[1], res[sc][1].samples_s, noins_res[i].samples_s,
+        res[sc][1].samples_s / noins_res[i].samples_s);
+  }
   for (int k = 0; k < 4; k++) {
     double lim = tcp * 1e6 / cp_bytes;
     printf("BENCH name=ingest.cartpole.n%d value=%.0f unit=samples/s baseline=%.0f ratio=%.3f\n",
