@@ -42,7 +42,7 @@ endif()
 # SHOAL_FUZZ_SECONDS each by ctest, label fuzz); every library gets the coverage
 # instrumentation they need. Use with CC=clang and SHOAL_SANITIZE=address,undefined.
 option(SHOAL_FUZZ "Build tests/fuzz with libFuzzer (clang)" OFF)
-set(SHOAL_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer target runs under ctest")
+set(SHOAL_FUZZ_SECONDS 15 CACHE STRING "Seconds each libFuzzer target runs under ctest")
 if(SHOAL_FUZZ)
   if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
     message(FATAL_ERROR "SHOAL_FUZZ needs clang (CC=clang): libFuzzer is clang's")

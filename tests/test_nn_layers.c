@@ -1240,8 +1240,10 @@ static void conv_run_pinned(const conv_geo *c, const signed char kp[3], float *y
  * counts took 145 s there on the AVX2 kind, past the test's 120 s. */
 #ifdef __SANITIZE_THREAD__
 #define PLAN_T0 2
+#define PLAN_ONE_ISA 1 /* and on the best ISA the CPU has only (the others: 40 s more) */
 #else
 #define PLAN_T0 1
+#define PLAN_ONE_ISA 0
 #endif
 
 /* Every path a plan can choose, in every combination a plan can hold (the forward; dW with
@@ -1271,6 +1273,8 @@ static void test_conv_planned_paths_agree(void **s) {
     nn__conv_path_force("gemm");
     conv_run(c, "gemm", 1, y0, g0, d0, ny, np, nx);
     for (size_t ii = 0; ii < 3; ii++) {
+      if (PLAN_ONE_ISA && ii + 1 < 3 && !strcmp(nn__conv_path_force(isas[ii + 1]), isas[ii + 1]))
+        continue;                                                    /* a better one follows */
       if (strcmp(nn__conv_path_force(isas[ii]), isas[ii])) continue; /* the CPU lacks it */
       /* a model to ask nn__convk_can with, at this geometry */
       shoal_error err = {0};
