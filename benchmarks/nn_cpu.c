@@ -31,8 +31,9 @@
  * window per request), so that load from other processes on a shared machine falls on both alike.
  * PyTorch 2 runs in a second child the same way, its windows alternating with the other two.
  *
- *   (f) plan: the conv rows' steps with kernel paths chosen by timing (nn/cpu/plan.c, the
- *       default) against convk.c's fixed rules, and the path each conv took
+ *   (f) plan: the DQN rows' steps (MLP at b256, the conv nets at b32) with kernel paths
+ *       chosen by timing (nn/cpu/plan.c, the default) against convk.c's and densek.c's fixed
+ *       rules, and the path each conv and dense layer took
  *
  *   nn_cpu [--threads 1,2] [--window 0.3] [--repeats 5]
  *          [--rows mlp,minatar,nature,impala,dcgan,act,plan] [--no-torch] [--no-torch2]
@@ -380,9 +381,9 @@ static pair timed_pair(void (*fn)(void *), void *ctx, torch_proc *tp, torch_proc
   return p;
 }
 
-/* Kernel paths chosen by timing (nn/cpu/plan.c) against convk.c's fixed rules, on the same
- * row's step: a model that timed its paths and one built with the timing off, their windows
- * alternating; the median of each. Prints the paths each conv took. */
+/* Kernel paths chosen by timing (nn/cpu/plan.c) against the fixed rules (convk.c, densek.c),
+ * on the same row's step: a model that timed its paths and one built with the timing off,
+ * their windows alternating; the median of each. Prints the paths each layer took. */
 typedef struct plan_pair {
   double plan, rules;
   char kernels[1024];
@@ -597,11 +598,13 @@ int main(int argc, char **argv) {
         nn_model_destroy(a.q);
       }
     }
-    plan_pair plans[3] = {{NAN, NAN, ""}, {NAN, NAN, ""}, {NAN, NAN, ""}};
-    static const char *plan_rows[3] = {"minatar", "nature", "impala"};
-    nn_model *(*plan_make[3])(int) = {make_minatar, make_nature, make_impala};
-    for (int k = 0; k < 3 && has_row(rows, "plan"); k++)
-      if (has_row(rows, plan_rows[k])) plans[k] = plan_vs_rules(plan_make[k], 32);
+    enum { NPLAN = 4 };
+    plan_pair plans[NPLAN] = {{NAN, NAN, ""}, {NAN, NAN, ""}, {NAN, NAN, ""}, {NAN, NAN, ""}};
+    static const char *plan_rows[NPLAN] = {"mlp", "minatar", "nature", "impala"};
+    static const int plan_b[NPLAN] = {256, 32, 32, 32}; /* as the rows' own steps */
+    nn_model *(*plan_make[NPLAN])(int) = {make_mlp, make_minatar, make_nature, make_impala};
+    for (int k = 0; k < NPLAN && has_row(rows, "plan"); k++)
+      if (has_row(rows, plan_rows[k])) plans[k] = plan_vs_rules(plan_make[k], plan_b[k]);
     if (tp) torch_stop(tp);
     if (tp2) torch_stop(tp2);
 #ifdef SHOAL_HAVE_OPENBLAS
@@ -659,11 +662,11 @@ int main(int argc, char **argv) {
         bench2(names[k], th, &act[k], "samples/s");
       }
     }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NPLAN; k++) {
       if (!isfinite(plans[k].plan)) continue;
       char name[48];
       snprintf(name, sizeof name, "%s_plan", plan_rows[k]);
-      printf("%-16s t%d %14.5g %14.5g %8.2f  steps/s, paths timed / convk.c's rules\n", name, th,
+      printf("%-16s t%d %14.5g %14.5g %8.2f  steps/s, paths timed / the fixed rules\n", name, th,
              plans[k].plan, plans[k].rules, plans[k].plan / plans[k].rules);
       for (char *ks = NULL, *l = strtok_r(plans[k].kernels, "\n", &ks); l;
            l = strtok_r(NULL, "\n", &ks))

@@ -137,9 +137,9 @@ typedef struct nn__node {
   bool ctrain[NN_LAYER_TENSORS];
   int cslot[NN_LAYER_TENSORS];
 
-  /* CPU conv2d: the kernel path this call's forward, dW and dx run (an nn__kpath of
-   * nn/cpu/cpu.h; 0: convk.c's rules), and those chosen for each batch size seen, by
-   * timing the candidates (nn/cpu/plan.c). */
+  /* CPU conv2d and dense: the kernel path this call's forward, dW and dx run (an nn__kpath
+   * of nn/cpu/cpu.h; 0: convk.c's or densek.c's rules), and those chosen for each batch
+   * size seen, by timing the candidates (nn/cpu/plan.c). */
   signed char kp[3];
   struct {
     int B;

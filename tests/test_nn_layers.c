@@ -1232,7 +1232,9 @@ static void conv_run_pinned(const conv_geo *c, const signed char kp[3], float *y
   int id = nn_model_find_node(m, "conv");
   assert_true(id >= 0);
   memcpy(m->nodes[id].kp, kp, 3);
+  int was = nn__plan_mode(0); /* timing on would replace the pinned paths with its own */
   fwd_bwd_into(m, c->B, y, g, dx, ny, np, nx);
+  nn__plan_mode(was);
 }
 
 /* Under ThreadSanitizer the combinations run with two threads only: TSan is there for the
@@ -1405,6 +1407,79 @@ static void test_conv_plans(void **s) {
   free(file);
 }
 
+/* A dense layer's plans, as a conv's: the file's plan used as it is, one naming a path that
+ * cannot run the product timed again, a new one timed and written, and nn_model_kernels
+ * lists them. */
+static nn_model *dense_plan_model(int in, int out, int B) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, in, 1, 1);
+  nn_activation(m, "a", NN_TANH, 0); /* the dense's input needs a gradient: dx runs */
+  nn_dense(m, "d", out);
+  assert_int_equal(nn_model_build(m, B, 3, &err), 0);
+  float *x = calloc((size_t)B * in, sizeof *x), *dy = calloc((size_t)B * out, sizeof *dy);
+  for (int i = 0; i < B * in; i++) x[i] = (float)(i % 13) * 0.1f;
+  for (int i = 0; i < B * out; i++) dy[i] = (float)(i % 7) * 0.1f;
+  const float *y, *dx;
+  assert_int_equal(nn_model_forward(m, x, B, &y, &err), 0);
+  nn_model_zero_grad(m);
+  assert_int_equal(nn_model_backward(m, dy, &dx, &err), 0);
+  free(x), free(dy);
+  return m;
+}
+
+static void dense_kernels_of(int in, int out, int B, char *text, size_t cap) {
+  nn_model *m = dense_plan_model(in, out, B);
+  nn_model_kernels(m, text, cap);
+  printf("  %s", text);
+  nn_model_destroy(m);
+}
+
+static void test_dense_plans(void **s) {
+  if (!nn__plan_on()) {
+    printf(
+        "  SKIPPED: the kernel paths are forced here (SHOAL_NN_PLAN, _ROW, _DIRECT, _WINOGRAD)\n");
+    return;
+  }
+  const char *isa = nn__conv_path_name(nn__conv_path_get());
+  FILE *f = fopen(plan_file, "a");
+  assert_non_null(f);
+  /* pinned to sgemm; a forward "on wtiles" for the backward (no such form: timed again) */
+  fprintf(f, "dense:96>40:B6:%s:fwd gemm - -\ndense:96>40:B6:%s:bwd - gemm gemm\n", isa, isa);
+  fprintf(f, "dense:50>30:B7:%s:bwd - wtiles gemm\n", isa);
+  fclose(f);
+  char text[1024], first[1024];
+  dense_kernels_of(96, 40, 6, text, sizeof text);
+  assert_string_equal(text, "d: batch 6: forward gemm, dW gemm, dx gemm\n");
+
+  dense_kernels_of(50, 30, 7, text, sizeof text);
+  assert_null(strstr(text, "dW wtiles"));
+  assert_null(strstr(text, " -"));
+
+  /* not in the file: timed, kept, written; a second model of the shape runs the same */
+  dense_kernels_of(64, 48, 5, first, sizeof first);
+  assert_non_null(strstr(first, "d: batch 5: forward "));
+  assert_null(strstr(first, " -"));
+  dense_kernels_of(64, 48, 5, text, sizeof text);
+  assert_string_equal(text, first);
+
+  char *file = NULL;
+  size_t len = 0;
+  f = fopen(plan_file, "r");
+  assert_non_null(f);
+  assert_true(getdelim(&file, &len, 0, f) > 0);
+  fclose(f);
+  char key[128];
+  snprintf(key, sizeof key, "dense:64>48:B5:%s:fwd ", isa);
+  assert_non_null(strstr(file, key));
+  snprintf(key, sizeof key, "dense:64>48:B5:%s:bwd - ", isa);
+  assert_non_null(strstr(file, key));
+  snprintf(key, sizeof key, "dense:50>30:B7:%s:bwd ", isa);
+  const char *a = strstr(file, key), *b = a ? strstr(a + 1, key) : NULL;
+  assert_non_null(b); /* the wtiles line, then the one timed again */
+  free(file);
+}
+
 static void test_conv_paths_agree(void **s) {
   const char *was = nn__conv_path_force(NULL);
   int was_w = nn__wino_mode(-1), was_d = nn__direct_mode(-1), was_r = nn__row_mode(-1);
@@ -1514,27 +1589,107 @@ static void dense_run(const void *geo, const char *path, int threads, float *y, 
   fwd_bwd_into(m, d->B, y, g, dx, ny, np, nx);
 }
 
+static const dense_geo dense_geos[] = {
+    {32, 1024, 128, 0, true},   /* MinAtar's: y^T = W x^T */
+    {24, 2500, 40, 0, true},    /* rows 10 KB apart (AVX2 only: AVX-512 leaves it to sgemm) */
+    {37, 275, 150, NN_NO_BIAS}, /* partial panels and row tiles */
+    {70, 333, 109, NN_NO_BIAS}, /* batch above the width: the backward only */
+    {20, 400, 90, 0},           /* a batch under one panel */
+    /* under 32K weights (the AVX2 path's 6x16 tiles) */
+    {256, 4, 64, 0, true},          /* the DQN MLP's first layer: dW^T = x^T dy */
+    {37, 64, 64, NN_NO_BIAS, true}, /* a part row tile */
+    {50, 30, 21, 0, true},          /* part panels: masked loads and stores */
+    {13, 20, 2, 0},                 /* under 8 outputs: the forward on sgemm */
+    {300, 150, 100, 0, true},       /* split over the threads */
+};
+
+/* The fixed rules (densek.c) on each instruction set */
 static void test_dense_paths_agree(void **s) {
-  static const dense_geo geos[] = {
-      {32, 1024, 128, 0, true},   /* MinAtar's: y^T = W x^T */
-      {24, 2500, 40, 0, true},    /* rows 10 KB apart (AVX2 only: AVX-512 leaves it to sgemm) */
-      {37, 275, 150, NN_NO_BIAS}, /* partial panels and row tiles */
-      {70, 333, 109, NN_NO_BIAS}, /* batch above the width: the backward only */
-      {20, 400, 90, 0},           /* a batch under one panel */
-      /* under 32K weights (the AVX2 path's 6x16 tiles) */
-      {256, 4, 64, 0, true},          /* the DQN MLP's first layer: dW^T = x^T dy */
-      {37, 64, 64, NN_NO_BIAS, true}, /* a part row tile */
-      {50, 30, 21, 0, true},          /* part panels: masked loads and stores */
-      {13, 20, 2, 0},                 /* under 8 outputs: the forward on sgemm */
-      {300, 150, 100, 0, true},       /* split over the threads */
-  };
   const char *was = nn__conv_path_force(NULL);
-  for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++) {
-    const dense_geo *d = &geos[gi];
+  int was_plan = nn__plan_mode(0);
+  for (size_t gi = 0; gi < sizeof dense_geos / sizeof dense_geos[0]; gi++) {
+    const dense_geo *d = &dense_geos[gi];
     size_t ny = (size_t)d->B * d->out, nx = (size_t)d->B * d->in;
     size_t np = 2 * (size_t)d->out * d->in + d->out + (d->flags & NN_NO_BIAS ? 0 : d->out);
     paths_agree("dense", gi, dense_run, d, ny, np, nx);
   }
+  nn__plan_mode(was_plan);
+  nn__conv_path_force(was);
+  nn_set_threads(1);
+}
+
+/* dense_run's model with the paths of both dense layers pinned (timing off) */
+static void dense_run_pinned(const dense_geo *d, const signed char kp[3], float *y, float *g,
+                             float *dx, size_t ny, size_t np, size_t nx) {
+  shoal_error err = {0};
+  nn_model *m = nn_model_create(NN_CPU, &err);
+  nn_input(m, d->in, 1, 1);
+  int a = nn_activation(m, "a", NN_TANH, 0);
+  int d1 = nn_dense_ex(m, "d1", d->out, d->flags);
+  if (d->relu) d1 = nn_activation(m, "r", NN_RELU, 0);
+  nn_model_select(m, a);
+  int d2 = nn_dense_ex(m, "d2", d->out, 0);
+  nn_add(m, "sum", d1, d2);
+  assert_int_equal(nn_model_build(m, d->B + 3, 7, &err), 0);
+  memcpy(m->nodes[nn_model_find_node(m, "d1")].kp, kp, 3);
+  memcpy(m->nodes[nn_model_find_node(m, "d2")].kp, kp, 3);
+  int was = nn__plan_mode(0);
+  fwd_bwd_into(m, d->B, y, g, dx, ny, np, nx);
+  nn__plan_mode(was);
+}
+
+/* Every path a plan can choose for each of a dense layer's products (nn__densek_can), in
+ * every combination, on each ISA the CPU has, agrees with the gemm path: shapes the rules
+ * leave to sgemm included (a plan may put them on the tiles). */
+static void test_dense_planned_paths_agree(void **s) {
+  static const char *isas[] = {"portable", "avx2", "avx512"};
+  static const int paths[] = {NN__KP_GEMM, NN__KP_TILES, NN__KP_WTILES};
+  const char *was = nn__conv_path_force(NULL);
+  int combos = 0, tiles = 0;
+  for (size_t gi = 0; gi < sizeof dense_geos / sizeof dense_geos[0]; gi++) {
+    const dense_geo *d = &dense_geos[gi];
+    size_t ny = (size_t)d->B * d->out, nx = (size_t)d->B * d->in;
+    size_t np = 2 * (size_t)d->out * d->in + d->out + (d->flags & NN_NO_BIAS ? 0 : d->out);
+    float *y0 = malloc(ny * 4), *g0 = malloc(np * 4), *d0 = malloc(nx * 4);
+    float *y1 = malloc(ny * 4), *g1 = malloc(np * 4), *d1 = malloc(nx * 4);
+    int was_plan = nn__plan_mode(0);
+    dense_run(d, "gemm", 1, y0, g0, d0, ny, np, nx);
+    nn__plan_mode(was_plan);
+    for (size_t ii = 0; ii < 3; ii++) {
+      if (PLAN_ONE_ISA && ii + 1 < 3 && !strcmp(nn__conv_path_force(isas[ii + 1]), isas[ii + 1]))
+        continue;                                                    /* a better one follows */
+      if (strcmp(nn__conv_path_force(isas[ii]), isas[ii])) continue; /* the CPU lacks it */
+      for (int t = PLAN_T0; t <= 2; t++) {
+        nn_set_threads(t);
+        for (int f = 0; f < 3; f++)
+          for (int w = 0; w < 3; w++)
+            for (int x = 0; x < 3; x++) {
+              signed char kp[3] = {(signed char)paths[f], (signed char)paths[w],
+                                   (signed char)paths[x]};
+              bool can = true;
+              for (int ph = 0; ph < 3; ph++)
+                can = can &&
+                      (kp[ph] == NN__KP_GEMM || nn__densek_can(ph, kp[ph], d->B, d->in, d->out));
+              if (!can) continue;
+              dense_run_pinned(d, kp, y1, g1, d1, ny, np, nx);
+              char what[96];
+              snprintf(what, sizeof what, "dense plan %s/%s/%s", nn__kpath_name(kp[0]),
+                       nn__kpath_name(kp[1]), nn__kpath_name(kp[2]));
+              agree(what, gi, isas[ii], t, "y", y1, y0, ny);
+              agree(what, gi, isas[ii], t, "grad", g1, g0, np);
+              agree(what, gi, isas[ii], t, "dx", d1, d0, nx);
+              combos++;
+              tiles += kp[0] != NN__KP_GEMM || kp[1] != NN__KP_GEMM || kp[2] != NN__KP_GEMM;
+            }
+      }
+    }
+    free(y0), free(g0), free(d0), free(y1), free(g1), free(d1);
+  }
+  printf("  %d planned dense path combinations agree with gemm (%d on nn's tiles)\n", combos,
+         tiles);
+#ifdef NN__X86
+  assert_true(tiles >= 30); /* every x86 CPU here has AVX2: its tiles were run */
+#endif
   nn__conv_path_force(was);
   nn_set_threads(1);
 }
@@ -1878,6 +2033,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_plans),
+      cmocka_unit_test(test_dense_plans),
       cmocka_unit_test(test_grad_dense),
       cmocka_unit_test(test_grad_mlp),
       cmocka_unit_test(test_grad_conv),
@@ -1958,6 +2114,7 @@ int main(void) {
       cmocka_unit_test(test_conv_paths_agree),
       cmocka_unit_test(test_conv_planned_paths_agree),
       cmocka_unit_test(test_dense_paths_agree),
+      cmocka_unit_test(test_dense_planned_paths_agree),
       cmocka_unit_test(test_dense_scratch_thread_exit),
       cmocka_unit_test(test_set_output),
       cmocka_unit_test(test_describe_and_find),

@@ -174,13 +174,14 @@ void nn__wino_dx(nn_model *m, nn__node *n, int B, float *dx, bool acc);
 bool nn__wino_can(const nn_model *m, const nn__node *n);
 
 /* ---- kernel paths chosen by measurement (nn/cpu/plan.c) ----
- * A conv2d has several ways to run each of its three products: the forward, dW and dx.
+ * A conv2d, and a dense layer (nn__plan_dense below), has several ways to run each of its
+ * three products: the forward, dW and dx.
  * Which is fastest depends on the layer's shape, the batch and the CPU (the row kernels
  * win MinAtar's layer on one x86 kind and lose it on another). The first call at a batch
  * size times each path that can run the layer and keeps the fastest for the process, and
  * in a file keyed by the CPU's model so every process on the machine runs the same ones
- * (nn__plan_file). SHOAL_NN_PLAN=rules keeps convk.c's fixed rules; =gemm, packed,
- * direct, row or wino forces that path where it can run. A path forced by the older
+ * (nn__plan_file). SHOAL_NN_PLAN=rules keeps the fixed rules (convk.c, densek.c); =gemm,
+ * packed, direct, row, wino, dxd, tiles or wtiles forces that path where it can run. A path forced by the older
  * switches (SHOAL_NN_ROW, _DIRECT, _WINOGRAD, or their nn__*_mode calls) turns the timing
  * off: the rules then apply with the forcing. SHOAL_NN_CONV_PATH picks the instruction
  * set whose kernels are timed (gemm: im2col + GEMM only). */
@@ -192,6 +193,9 @@ typedef enum nn__kpath {
   NN__KP_ROW = 4,    /* forward and dW: a row of output pixels a vector */
   NN__KP_WINO = 5,   /* Winograd (nn/cpu/wino.c) */
   NN__KP_DXD = 6,    /* dx: W's columns per tap, vector adds into a channels-last dx */
+  /* a dense layer's products (nn/cpu/densek.c; NN__KP_GEMM there: nn__sgemm) */
+  NN__KP_TILES = 7,  /* nn's tiles: the forward as y^T = W x^T (x^T packed), dW, dx */
+  NN__KP_WTILES = 8, /* the forward as y = x W^T with W^T packed (AVX2's small layers) */
   NN__KP_N
 } nn__kpath;
 enum { NN__PH_FWD = 0, NN__PH_DW = 1, NN__PH_DX = 2 };
@@ -210,17 +214,29 @@ const char *nn__plan_file(void);
 
 /* ---- nn's own kernels for a dense layer's products (nn/cpu/densek.c) ----
  * W (out, in), x and dx (B, in), y and dy (B, out), row-major. Each runs the product on
- * nn's threads and returns true, or returns false having done nothing where nn__sgemm
- * is the better choice or scratch could not be had: the caller then runs nn__sgemm. On the
- * avx2 path (6x16 tiles), all three for layers under 32K weights and the forward of larger
- * ones at a batch of 8 to 64; on avx512 (8x32 tiles), the forward and dx of larger layers
- * that are not too wide or deep. Nothing at a batch of one. */
-bool nn__densek_forward(const float *x, const float *w, const float *b, float *y, int B, int in,
-                        int out, bool relu); /* y = x W^T (+ b when not NULL), max(y, 0) if relu */
-bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, int in,
+ * nn's threads and returns true, or returns false having done nothing: the caller then
+ * runs nn__sgemm. p picks the kernels: NN__KP_RULES, the fixed rules (on the avx2 path,
+ * all three for layers under 32K weights and the forward of larger ones at a batch of 8
+ * to 64; on avx512, the forward and dx of larger layers that are not too wide or deep;
+ * nothing at a batch of one); NN__KP_TILES or NN__KP_WTILES, that form wherever
+ * nn__densek_can says it runs (a plan's choice, nn/cpu/plan.c). False also when scratch
+ * could not be had. */
+bool nn__densek_forward(int p, const float *x, const float *w, const float *b, float *y, int B,
+                        int in, int out,
+                        bool relu); /* y = x W^T (+ b when not NULL), max(y, 0) if relu */
+bool nn__densek_dx(int p, const float *dy, const float *w, float *dx, bool acc, int B, int in,
                    int out); /* dx (+)= dy W */
-bool nn__densek_dw(const float *dy, const float *x, float *dw, int B, int in,
+bool nn__densek_dw(int p, const float *dy, const float *x, float *dw, int B, int in,
                    int out); /* dW += dy^T x */
+/* Whether form p (NN__KP_TILES, NN__KP_WTILES) can run product ph (NN__PH_FWD, _DW, _DX)
+ * of a B x in -> out dense layer on the instruction set in use, paying or not. */
+bool nn__densek_can(int ph, int p, int B, int in, int out);
+/* Sets a dense node's n->kp for its forward (bwd false) or backward at batch B, as
+ * nn__plan_conv does for a conv2d: from the node's plans, the file, or by timing each
+ * product's candidates (nn__sgemm and the forms nn__densek_can allows) with run, which
+ * must run product ph of n on path p into out (a buffer of the product's size). */
+typedef void (*nn__dense_run)(nn_model *m, nn__node *n, int B, int ph, int p, float *out);
+void nn__plan_dense(nn_model *m, nn__node *n, int B, bool bwd, nn__dense_run run);
 
 extern const nn__layer_ops nn__cpu_dense, nn__cpu_act, nn__cpu_dropout, nn__cpu_view, nn__cpu_slice,
     nn__cpu_add, nn__cpu_concat, nn__cpu_embedding, nn__cpu_conv, nn__cpu_convt, nn__cpu_maxpool,

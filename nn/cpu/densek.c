@@ -399,8 +399,17 @@ static float *sk_wt(const float *w, int in, int out) {
   return P;
 }
 
-bool nn__densek_dw(const float *dy, const float *x, float *dw, int B, int in, int out) {
-  if (!sk_ok(B, in, out)) return false;
+bool nn__densek_can(int ph, int p, int B, int in, int out) {
+  if (B < 1 || in < 1 || out < 1) return false;
+  nn__conv_path isa = nn__conv_path_get();
+  if (isa == NN__CONV_AVX2) return p == NN__KP_TILES || (p == NN__KP_WTILES && ph == NN__PH_FWD);
+  /* AVX-512 has no dW of its own (1.1x sgemm at best) and no W^T form */
+  if (isa == NN__CONV_AVX512) return p == NN__KP_TILES && ph != NN__PH_DW;
+  return false;
+}
+
+/* dW += dy^T x on the 6x16 tiles, in the orientation that wastes less of them */
+static bool dw_sk(const float *dy, const float *x, float *dw, int B, int in, int out) {
   dk_job J = {.M = out, .N = in, .L = B, .A = dy, .sai = 1, .sal = out, .B = x, .ldb = in, .D = dw,
               .rs = in, .cs = 1, .acc = true};
   if (sk_cells(in, out) < sk_cells(out, in)) /* dW^T = x^T dy */
@@ -410,18 +419,39 @@ bool nn__densek_dw(const float *dy, const float *x, float *dw, int B, int in, in
   return true;
 }
 
-bool nn__densek_forward(const float *x, const float *w, const float *b, float *y, int B, int in,
-                        int out, bool relu) {
-  /* Under 8 outputs most of each tile would be padding: sgemm runs those. */
-  if (sk_ok(B, in, out) && out >= 8) {
-    float *P = sk_wt(w, in, out);
-    if (!P) return false;
-    dk_job J = {.M = B, .N = out, .L = in, .A = x, .sai = in, .sal = 1, .B = P, .ldb = out, .D = y,
-                .rs = out, .cs = 1, .bias = b, .relu = relu};
-    sk_run(&J);
-    return true;
-  }
-  if (sk_big_ok(B, in, out) && B <= out) { /* y^T = W x^T, as the AVX-512 kernel below */
+bool nn__densek_dw(int p, const float *dy, const float *x, float *dw, int B, int in, int out) {
+  if (p == NN__KP_RULES ? !sk_ok(B, in, out) : !nn__densek_can(NN__PH_DW, p, B, in, out))
+    return false;
+  return dw_sk(dy, x, dw, B, in, out);
+}
+
+/* y = x W^T on the 6x16 tiles with W^T (in, out) packed: the small layers' form */
+static bool fwd_wt(const float *x, const float *w, const float *b, float *y, int B, int in, int out,
+                   bool relu) {
+  float *P = sk_wt(w, in, out);
+  if (!P) return false;
+  dk_job J = {.M = B,
+              .N = out,
+              .L = in,
+              .A = x,
+              .sai = in,
+              .sal = 1,
+              .B = P,
+              .ldb = out,
+              .D = y,
+              .rs = out,
+              .cs = 1,
+              .bias = b,
+              .relu = relu};
+  sk_run(&J);
+  return true;
+}
+
+/* y^T = W x^T with x^T packed and W's rows read in place: the 6x16 tiles (AVX2) or the
+ * 8x32 ones (AVX-512) */
+static bool fwd_xt(const float *x, const float *w, const float *b, float *y, int B, int in, int out,
+                   bool relu) {
+  if (nn__conv_path_get() == NN__CONV_AVX2) {
     float *P = scratch(0, (size_t)in * B);
     if (!P) return false;
     transpose(x, B, in, P, B);
@@ -430,11 +460,7 @@ bool nn__densek_forward(const float *x, const float *w, const float *b, float *y
     sk_run(&J);
     return true;
   }
-  /* y^T (out, B) = W x^T, W's rows read in place and x^T packed (in, B rounded up to the
-   * panel width): for a batch up to the layer's width, where the pack is the small copy.
-   * Past 2048 features a tile's eight W rows stream from memory without the prefetch
-   * that OpenBLAS's contiguous pack gets (Nature-DQN's 3136: sgemm was faster). */
-  if (B < 2 || B > out || in > 2048 || !dk_ok(out, B, in, in, out)) return false;
+  /* x^T (in, B rounded up to the panel width): the 8x32 tiles read no further */
   int Bp = (B + NR - 1) / NR * NR;
   float *P = scratch(0, (size_t)in * Bp);
   if (!P) return false;
@@ -444,36 +470,78 @@ bool nn__densek_forward(const float *x, const float *w, const float *b, float *y
   return dk_run(&J);
 }
 
-bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, int in, int out) {
+bool nn__densek_forward(int p, const float *x, const float *w, const float *b, float *y, int B,
+                        int in, int out, bool relu) {
+  if (p != NN__KP_RULES) {
+    if (!nn__densek_can(NN__PH_FWD, p, B, in, out)) return false;
+    return p == NN__KP_WTILES ? fwd_wt(x, w, b, y, B, in, out, relu)
+                              : fwd_xt(x, w, b, y, B, in, out, relu);
+  }
+  /* Under 8 outputs most of each tile would be padding: sgemm runs those. */
+  if (sk_ok(B, in, out) && out >= 8) return fwd_wt(x, w, b, y, B, in, out, relu);
+  if (sk_big_ok(B, in, out) && B <= out) /* y^T = W x^T, as the AVX-512 kernel */
+    return fwd_xt(x, w, b, y, B, in, out, relu);
+  /* y^T (out, B) = W x^T, W's rows read in place and x^T packed (in, B rounded up to the
+   * panel width): for a batch up to the layer's width, where the pack is the small copy.
+   * Past 2048 features a tile's eight W rows stream from memory without the prefetch
+   * that OpenBLAS's contiguous pack gets (Nature-DQN's 3136: sgemm was faster). */
+  if (B < 2 || B > out || in > 2048 || !dk_ok(out, B, in, in, out)) return false;
+  return fwd_xt(x, w, b, y, B, in, out, relu);
+}
+
+bool nn__densek_dx(int p, const float *dy, const float *w, float *dx, bool acc, int B, int in,
+                   int out) {
+  dk_job J = {.M = B,
+              .N = in,
+              .L = out,
+              .A = dy,
+              .sai = out,
+              .sal = 1,
+              .B = w,
+              .ldb = in,
+              .D = dx,
+              .rs = in,
+              .cs = 1,
+              .acc = acc};
+  if (p != NN__KP_RULES) {
+    if (!nn__densek_can(NN__PH_DX, p, B, in, out)) return false;
+    if (nn__conv_path_get() == NN__CONV_AVX2) {
+      sk_run(&J);
+      return true;
+    }
+    return dk_run(&J);
+  }
   if (sk_ok(B, in, out)) {
-    dk_job J = {.M = B, .N = in, .L = out, .A = dy, .sai = out, .sal = 1, .B = w, .ldb = in,
-                .D = dx, .rs = in, .cs = 1, .acc = acc};
     sk_run(&J);
     return true;
   }
   /* A panel is 128 bytes of each of W's rows: rows far apart stream without prefetch, as
    * in the forward. */
   if (B < 2 || in > 2048 || !dk_ok(B, in, out, in, out)) return false;
-  dk_job J = {.M = B, .N = in, .L = out, .A = dy, .sai = out, .sal = 1, .B = w, .ldb = in,
-              .D = dx, .rs = in, .cs = 1, .acc = acc};
   return dk_run(&J);
 }
 
 #else /* no AVX-512 kernel to run: nn__sgemm does every product */
 
-bool nn__densek_forward(const float *x, const float *w, const float *b, float *y, int B, int in,
-                        int out, bool relu) {
-  (void)x, (void)w, (void)b, (void)y, (void)B, (void)in, (void)out, (void)relu;
+bool nn__densek_can(int ph, int p, int B, int in, int out) {
+  (void)ph, (void)p, (void)B, (void)in, (void)out;
   return false;
 }
 
-bool nn__densek_dx(const float *dy, const float *w, float *dx, bool acc, int B, int in, int out) {
-  (void)dy, (void)w, (void)dx, (void)acc, (void)B, (void)in, (void)out;
+bool nn__densek_forward(int p, const float *x, const float *w, const float *b, float *y, int B,
+                        int in, int out, bool relu) {
+  (void)p, (void)x, (void)w, (void)b, (void)y, (void)B, (void)in, (void)out, (void)relu;
   return false;
 }
 
-bool nn__densek_dw(const float *dy, const float *x, float *dw, int B, int in, int out) {
-  (void)dy, (void)x, (void)dw, (void)B, (void)in, (void)out;
+bool nn__densek_dx(int p, const float *dy, const float *w, float *dx, bool acc, int B, int in,
+                   int out) {
+  (void)p, (void)dy, (void)w, (void)dx, (void)acc, (void)B, (void)in, (void)out;
+  return false;
+}
+
+bool nn__densek_dw(int p, const float *dy, const float *x, float *dw, int B, int in, int out) {
+  (void)p, (void)dy, (void)x, (void)dw, (void)B, (void)in, (void)out;
   return false;
 }
 

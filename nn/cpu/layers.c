@@ -27,27 +27,46 @@ NN__CLONES static void bias_relu(float *y, const float *b, bool relu, int B, int
   }
 }
 
-static int dense_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
-  const float *x = nn__in_out(m, n, 0);
+/* One product of a dense layer (ph: NN__PH_FWD, _DW or _DX) on path p (NN__KP_GEMM:
+ * nn__sgemm; NN__KP_TILES, _WTILES: nn's own; 0: densek.c's rules) into o: y with the bias
+ * and a fused ReLU, dW added into, dx added into when acc. A path that cannot run it (no
+ * scratch) leaves it to nn__sgemm. */
+static void dense_product(nn_model *m, nn__node *n, int B, int ph, int p, float *o, bool acc) {
+  const float *x = nn__in_out(m, n, 0), *dy = n->dout;
   int in = nn__in_F(m, n, 0), out = n->F;
   const float *w = m->params + n->poff[0];
-  const bool relu = n->fuse_act > 0; /* then y is the ReLU's out (nn__node.fuse_act) */
-  float *y = relu ? m->nodes[n->fuse_act].out : n->out;
-  if (nn__densek_forward(x, w, n->bias ? m->params + n->poff[1] : NULL, y, B, in, out, relu))
-    return 0;
-  nn__sgemm(false, true, B, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
-  const float *b = n->bias ? m->params + n->poff[1] : NULL;
-  if (b || relu) bias_relu(y, b, relu, B, out);
+  if (ph == NN__PH_FWD) {
+    const bool relu = n->fuse_act > 0; /* then o is the ReLU's out (nn__node.fuse_act) */
+    const float *b = n->bias ? m->params + n->poff[1] : NULL;
+    if (p != NN__KP_GEMM && nn__densek_forward(p, x, w, b, o, B, in, out, relu)) return;
+    nn__sgemm(false, true, B, out, in, 1.0f, x, in, w, in, 0.0f, o, out);
+    if (b || relu) bias_relu(o, b, relu, B, out);
+  } else if (ph == NN__PH_DW) {
+    if (p != NN__KP_GEMM && nn__densek_dw(p, dy, x, o, B, in, out)) return;
+    nn__sgemm(true, false, out, in, B, 1.0f, dy, out, x, in, 1.0f, o, in); /* dW += dy^T x */
+  } else {
+    if (p != NN__KP_GEMM && nn__densek_dx(p, dy, w, o, acc, B, in, out)) return;
+    nn__sgemm(false, false, B, in, out, 1.0f, dy, out, w, in, acc ? 1.0f : 0.0f, o, in);
+  }
+}
+
+/* The planner's tries (nn/cpu/plan.c): dx stored, the rest as the layer runs them. */
+static void dense_try(nn_model *m, nn__node *n, int B, int ph, int p, float *o) {
+  dense_product(m, n, B, ph, p, o, false);
+}
+
+static int dense_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  if (nn__plan_on()) nn__plan_dense(m, n, B, false, dense_try);
+  float *y = n->fuse_act > 0 ? m->nodes[n->fuse_act].out : n->out;
+  dense_product(m, n, B, NN__PH_FWD, n->kp[NN__PH_FWD], y, false);
   return 0;
 }
 
 NN__CLONES static void dense_backward(nn_model *m, nn__node *n, int B) {
-  const float *x = nn__in_out(m, n, 0), *dy = n->dout;
-  int in = nn__in_F(m, n, 0), out = n->F;
-  const float *w = m->params + n->poff[0];
-  float *dw = m->grads + n->poff[0];
-  if (!nn__densek_dw(dy, x, dw, B, in, out))
-    nn__sgemm(true, false, out, in, B, 1.0f, dy, out, x, in, 1.0f, dw, in); /* dW += dy^T x */
+  if (nn__plan_on()) nn__plan_dense(m, n, B, true, dense_try);
+  const float *dy = n->dout;
+  int out = n->F;
+  dense_product(m, n, B, NN__PH_DW, n->kp[NN__PH_DW], m->grads + n->poff[0], true);
   if (n->bias) {
     float *db = m->grads + n->poff[1]; /* db += sum over the batch of dy */
     for (int i = 0; i < B; i++) {
@@ -57,8 +76,7 @@ NN__CLONES static void dense_backward(nn_model *m, nn__node *n, int B) {
   }
   bool acc;
   float *dx = nn__dinput(m, n, 0, &acc);
-  if (dx && !nn__densek_dx(dy, w, dx, acc, B, in, out))
-    nn__sgemm(false, false, B, in, out, 1.0f, dy, out, w, in, acc ? 1.0f : 0.0f, dx, in);
+  if (dx) dense_product(m, n, B, NN__PH_DX, n->kp[NN__PH_DX], dx, acc);
 }
 
 const nn__layer_ops nn__cpu_dense = {dense_forward, dense_backward};

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nn/cpu/plan.c — a conv2d's kernel paths chosen by timing them, as FFTW's planner
- * chooses its codelets: the first forward and the first backward of a layer at a batch
- * size run each path that can do the work (nn__convk_can), keep the fastest, and later
- * calls run it.
+ * nn/cpu/plan.c — a conv2d's and a dense layer's kernel paths chosen by timing them, as
+ * FFTW's planner chooses its codelets: the first forward and the first backward of a layer
+ * at a batch size run each path that can do the work (nn__convk_can, nn__densek_can), keep
+ * the fastest, and later calls run it.
  *
  * Why timing and not rules: which path wins depends on the CPU as much as on the shape.
  * The row kernels make MinAtar's conv faster than the packed ones on AMD's AVX2 cores and
@@ -17,7 +17,8 @@
  * the lock held and adds the plan, and the next process reads it. Where there is no file
  * (SHOAL_NN_PLAN_FILE=none, or no writable cache folder), plans live in the process. The
  * key has the layer's shape, the batch and the ISA the kernels run, not the thread count:
- * a result does not change with the threads (convk.c's tasks sum in a fixed order).
+ * a result does not change with the threads (convk.c's and densek.c's tasks sum in a fixed
+ * order; each of nn__sgemm's outputs is summed by one thread).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,8 +34,8 @@
 
 #include "nn/cpu/cpu.h"
 
-static const char *const g_names[NN__KP_N] = {"rules", "gemm", "packed", "direct",
-                                              "row",   "wino", "dxd"};
+static const char *const g_names[NN__KP_N] = {"rules", "gemm", "packed", "direct", "row",
+                                              "wino",  "dxd",  "tiles",  "wtiles"};
 
 const char *nn__kpath_name(int p) { return p >= 0 && p < NN__KP_N ? g_names[p] : "-"; }
 
@@ -116,8 +117,8 @@ static void init(void) {
       g_force = p, g_measure = false;
     else
       fprintf(stderr,
-              "nn: SHOAL_NN_PLAN=%s is not measure, rules, gemm, packed, direct, row, wino or "
-              "dxd; the paths are timed\n",
+              "nn: SHOAL_NN_PLAN=%s is not measure, rules, gemm, packed, direct, row, wino, "
+              "dxd, tiles or wtiles; the paths are timed\n",
               e);
   }
   const char *v = getenv("SHOAL_NN_PLAN_VERBOSE");
@@ -310,10 +311,61 @@ static void measure(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run run,
   if (bwd) free_saved(&sv);
 }
 
+/* A dense layer's products are independent: each is timed alone, into a buffer of its own
+ * (the layer's outputs and gradients are not touched), as measure() times a conv's. */
+static void measure_dense(nn_model *m, nn__node *n, int B, bool bwd, nn__dense_run run,
+                          signed char kp[3]) {
+  int in = nn__in_F(m, n, 0), out = n->F;
+  kp[0] = kp[1] = kp[2] = -1;
+  static const char *const what[3] = {"forward", "dW", "dx"};
+  for (int ph = bwd ? NN__PH_DW : NN__PH_FWD; ph <= (bwd ? NN__PH_DX : NN__PH_FWD); ph++) {
+    kp[ph] = NN__KP_GEMM; /* dx too where this call needs none: a later call may */
+    signed char cand[3] = {NN__KP_GEMM};
+    int nc = 1;
+    if (nn__densek_can(ph, NN__KP_TILES, B, in, out)) cand[nc++] = NN__KP_TILES;
+    if (nn__densek_can(ph, NN__KP_WTILES, B, in, out)) cand[nc++] = NN__KP_WTILES;
+    if (nc == 1) continue;
+    size_t len = ph == NN__PH_FWD  ? (size_t)B * out
+                 : ph == NN__PH_DW ? (size_t)out * in
+                                   : (size_t)B * in;
+    float *o = nn__alloc_floats(len);
+    if (!o) continue; /* no memory to time in: sgemm */
+    double best[3], warm = 0;
+    for (int r = -1; r < 7; r++) { /* r = -1: the warm-up call each */
+      for (int c = 0; c < nc; c++) {
+        double t0 = shoal_now_s();
+        run(m, n, B, ph, cand[c], o);
+        double t = shoal_now_s() - t0;
+        if (r < 0)
+          warm += t, best[c] = 1e30;
+        else
+          best[c] = t < best[c] ? t : best[c];
+      }
+      if (r >= 1 && (r + 1) * warm >= 0.2) break; /* 2 to 7 rounds, about 0.2 s in all */
+    }
+    free(o);
+    int w = 0;
+    for (int c = 1; c < nc; c++) w = best[c] < best[w] ? c : w;
+    kp[ph] = cand[w];
+    if (g_verbose) {
+      fprintf(stderr, "nn plan: %s %s B=%d:", n->name, what[ph], B);
+      for (int c = 0; c < nc; c++)
+        fprintf(stderr, " %s %.1f us%s", nn__kpath_name(cand[c]), best[c] * 1e6,
+                c == w ? " (kept)" : "");
+      fprintf(stderr, "\n");
+    }
+  }
+}
+
 /* ---- the plan of a call ------------------------------------------------------------- */
 
 static void key_of(const nn_model *m, const nn__node *n, int B, bool bwd, char *key, size_t cap) {
   const nn__node *x = &m->nodes[n->in[0]];
+  if (n->kind == NN__DENSE) {
+    snprintf(key, cap, "dense:%d>%d:B%d:%s:%s", x->F, n->F, B,
+             nn__conv_path_name(nn__conv_path_get()), bwd ? "bwd" : "fwd");
+    return;
+  }
   snprintf(key, cap, "conv2d:%dx%dx%d>%d:k%dx%d:s%d:p%d:d%d:B%d:%s:%s", x->C, x->H, x->W, n->C,
            n->kh, n->kw, n->stride, n->pad, n->dil, B, nn__conv_path_name(nn__conv_path_get()),
            bwd ? "bwd" : "fwd");
@@ -341,7 +393,16 @@ static void apply(nn__node *n, const signed char *kp, bool bwd) {
 
 /* A path named in a file that cannot run this layer (the file edited, or from an older
  * shoal) is timed again rather than trusted. */
-static bool usable(const nn_model *m, const nn__node *n, const signed char *kp, bool bwd) {
+static bool dense_usable(const nn_model *m, const nn__node *n, int B, int ph, int p) {
+  return p == NN__KP_RULES || p == NN__KP_GEMM ||
+         nn__densek_can(ph, p, B, m->nodes[n->in[0]].F, n->F);
+}
+
+static bool usable(const nn_model *m, const nn__node *n, int B, const signed char *kp, bool bwd) {
+  if (n->kind == NN__DENSE)
+    return bwd ? kp[1] >= 0 && kp[2] >= 0 && dense_usable(m, n, B, NN__PH_DW, kp[1]) &&
+                     dense_usable(m, n, B, NN__PH_DX, kp[2])
+               : kp[0] >= 0 && dense_usable(m, n, B, NN__PH_FWD, kp[0]);
   if (!bwd) return kp[0] == 0 || nn__convk_can(m, n, NN__PH_FWD, kp[0]);
   if (kp[1] < 0) return false;
   if (kp[1] == NN__KP_GEMM) return kp[2] == NN__KP_GEMM || kp[2] < 0;
@@ -349,7 +410,10 @@ static bool usable(const nn_model *m, const nn__node *n, const signed char *kp, 
                         (kp[2] <= 0 || nn__convk_can(m, n, NN__PH_DX, kp[2])));
 }
 
-void nn__plan_conv(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run run) {
+/* The plan of n's forward or backward at batch B: a conv2d's (conv_run) or a dense
+ * layer's (dense_run), the other NULL. */
+static void plan_node(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run conv_run,
+                      nn__dense_run dense_run) {
   pthread_once(&g_once, init);
   signed char *np = node_plan(n, B);
   int ph = bwd ? 1 : 0;
@@ -360,7 +424,12 @@ void nn__plan_conv(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run run) 
   if (g_force) { /* the forced path where it can run; the rules elsewhere */
     signed char kp[3] = {0, 0, 0};
     int f = g_force;
-    if (!bwd)
+    if (dense_run)
+      for (int q = bwd ? NN__PH_DW : NN__PH_FWD; q <= (bwd ? NN__PH_DX : NN__PH_FWD); q++)
+        kp[q] = f == NN__KP_GEMM || nn__densek_can(q, f, B, nn__in_F(m, n, 0), n->F)
+                    ? (signed char)f
+                    : 0;
+    else if (!bwd)
       kp[0] = nn__convk_can(m, n, NN__PH_FWD, f) ? (signed char)f : 0;
     else if (f == NN__KP_GEMM)
       kp[1] = kp[2] = NN__KP_GEMM;
@@ -376,7 +445,7 @@ void nn__plan_conv(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run run) 
   signed char kp[3];
   pthread_mutex_lock(&g_mu);
   entry *e = find(key);
-  bool ok = e && usable(m, n, e->kp, bwd);
+  bool ok = e && usable(m, n, B, e->kp, bwd);
   int fd = -1;
   FILE *f = NULL;
   if (!ok && g_file[0] && (fd = open(g_file, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) >= 0) {
@@ -384,19 +453,22 @@ void nn__plan_conv(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run run) 
     if (flock(fd, LOCK_EX) == 0 && (f = fdopen(fd, "r+"))) {
       read_plans(f);
       e = find(key);
-      ok = e && usable(m, n, e->kp, bwd);
+      ok = e && usable(m, n, B, e->kp, bwd);
     }
   }
   if (ok) {
     memcpy(kp, e->kp, 3);
   } else {
-    measure(m, n, B, bwd, run, kp);
+    if (dense_run)
+      measure_dense(m, n, B, bwd, dense_run, kp);
+    else
+      measure(m, n, B, bwd, conv_run, kp);
     add(key, kp);
     if (f && fseek(f, 0, SEEK_END) == 0) {
       if (ftell(f) == 0)
         fprintf(f,
-                "# shoal nn: the fastest kernel path of each conv2d shape, batch and ISA on "
-                "this CPU\n# (nn/cpu/plan.c). Delete the file to time them again.\n");
+                "# shoal nn: the fastest kernel path of each conv2d and dense shape, batch and "
+                "ISA on\n# this CPU (nn/cpu/plan.c). Delete the file to time them again.\n");
       fprintf(f, "%s %s %s %s\n", key, bwd ? "-" : nn__kpath_name(kp[0]),
               bwd ? nn__kpath_name(kp[1]) : "-", bwd ? nn__kpath_name(kp[2]) : "-");
       fflush(f);
@@ -412,6 +484,14 @@ void nn__plan_conv(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run run) 
   else
     np[0] = kp[0] < 0 ? 0 : kp[0];
   apply(n, np, bwd);
+}
+
+void nn__plan_conv(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run run) {
+  plan_node(m, n, B, bwd, run, NULL);
+}
+
+void nn__plan_dense(nn_model *m, nn__node *n, int B, bool bwd, nn__dense_run run) {
+  plan_node(m, n, B, bwd, NULL, run);
 }
 
 /* ---- what ran ------------------------------------------------------------------------ */
