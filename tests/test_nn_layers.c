@@ -1601,6 +1601,10 @@ static const dense_geo dense_geos[] = {
     {50, 30, 21, 0, true},          /* part panels: masked loads and stores */
     {13, 20, 2, 0},                 /* under 8 outputs: the forward on sgemm */
     {300, 150, 100, 0, true},       /* split over the threads */
+    /* one output or one input: the y^T and dW^T tiles have a column stride of 1, and the
+     * bias is still per output (the planner's tiles once read it per batch row) */
+    {40, 32, 1, 0, true},
+    {40, 1, 24, 0},
 };
 
 /* The fixed rules (densek.c) on each instruction set */

@@ -124,17 +124,19 @@ typedef struct dk_job {
   const float *tail; /* the last panel when partial: (L, 32), zero-padded */
   float *D; /* C(i, j) goes to D[i*rs + j*cs] */
   ptrdiff_t rs, cs;
+  bool tr;           /* C goes down D's columns (y^T, dW^T): said, not inferred from cs, as a
+                      * layer of one output or one input has cs 1 either way */
   bool acc;          /* D += C, else D = C (dk: rows of D only) */
   bool relu;         /* D = max(C + bias, 0) (dk: columns of D only) */
-  const float *bias; /* or NULL: per row i down D's columns; the 6x16 kernels' rows of D
-                      * (cs 1) take it per column j */
+  const float *bias; /* or NULL: per row i down D's columns (tr); the 6x16 kernels' rows of
+                      * D take it per column j */
   int nbj, nbi, gi; /* column panels, row tiles, row tiles per task */
 } dk_job;
 
-/* dx's tiles go to rows of D (cs 1), stored or added; the forward's y^T tiles go down its
- * columns (rs 1), with the bias and the fused ReLU. */
+/* dx's tiles go to rows of D, stored or added; the forward's y^T tiles go down its columns
+ * (tr), with the bias and the fused ReLU. */
 static void put_tile(const dk_job *J, const float *restrict T, int i0, int mr, int j0, int nb) {
-  if (J->cs == 1) {
+  if (!J->tr) {
     for (int i = 0; i < mr; i++) {
       float *restrict d = J->D + (i0 + i) * J->rs + j0;
       const float *t = T + i * NR;
@@ -311,7 +313,7 @@ __attribute__((target("avx2,fma"))) static void sk_tile(const dk_job *J, int i0,
                               {c30, c31}, {c40, c41}, {c50, c51}};
 #undef SK_ROW
 #undef SK_STEP
-  if (J->cs != 1) { /* transposed tiles (y^T, dx^T, dW^T), written down D's columns */
+  if (J->tr) { /* transposed tiles (y^T, dW^T), written down D's columns */
     float T[SK_MR][SK_NR];
     for (int i = 0; i < mr; i++)
       _mm256_storeu_ps(T[i], c[i][0]), _mm256_storeu_ps(T[i] + 8, c[i][1]);
@@ -413,8 +415,19 @@ static bool dw_sk(const float *dy, const float *x, float *dw, int B, int in, int
   dk_job J = {.M = out, .N = in, .L = B, .A = dy, .sai = 1, .sal = out, .B = x, .ldb = in, .D = dw,
               .rs = in, .cs = 1, .acc = true};
   if (sk_cells(in, out) < sk_cells(out, in)) /* dW^T = x^T dy */
-    J = (dk_job){.M = in, .N = out, .L = B, .A = x, .sai = 1, .sal = in, .B = dy, .ldb = out,
-                 .D = dw, .rs = 1, .cs = in, .acc = true};
+    J = (dk_job){.M = in,
+                 .N = out,
+                 .L = B,
+                 .A = x,
+                 .sai = 1,
+                 .sal = in,
+                 .B = dy,
+                 .ldb = out,
+                 .D = dw,
+                 .rs = 1,
+                 .cs = in,
+                 .tr = true,
+                 .acc = true};
   sk_run(&J);
   return true;
 }
@@ -455,8 +468,20 @@ static bool fwd_xt(const float *x, const float *w, const float *b, float *y, int
     float *P = scratch(0, (size_t)in * B);
     if (!P) return false;
     transpose(x, B, in, P, B);
-    dk_job J = {.M = out, .N = B, .L = in, .A = w, .sai = in, .sal = 1, .B = P, .ldb = B,
-                .D = y, .rs = 1, .cs = out, .bias = b, .relu = relu};
+    dk_job J = {.M = out,
+                .N = B,
+                .L = in,
+                .A = w,
+                .sai = in,
+                .sal = 1,
+                .B = P,
+                .ldb = B,
+                .D = y,
+                .rs = 1,
+                .cs = out,
+                .tr = true,
+                .bias = b,
+                .relu = relu};
     sk_run(&J);
     return true;
   }
@@ -465,8 +490,20 @@ static bool fwd_xt(const float *x, const float *w, const float *b, float *y, int
   float *P = scratch(0, (size_t)in * Bp);
   if (!P) return false;
   transpose(x, B, in, P, Bp);
-  dk_job J = {.M = out, .N = B, .L = in, .A = w, .sai = in, .sal = 1, .B = P, .ldb = Bp,
-              .D = y, .rs = 1, .cs = out, .bias = b, .relu = relu};
+  dk_job J = {.M = out,
+              .N = B,
+              .L = in,
+              .A = w,
+              .sai = in,
+              .sal = 1,
+              .B = P,
+              .ldb = Bp,
+              .D = y,
+              .rs = 1,
+              .cs = out,
+              .tr = true,
+              .bias = b,
+              .relu = relu};
   return dk_run(&J);
 }
 
