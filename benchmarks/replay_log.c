@@ -32,7 +32,8 @@
  * Scenarios: cartpole (obs 4 x f32, batches of 32 envs x 64 steps), atari (obs one
  * 84x84 u8 frame, batches of 2 envs x 32 steps).
  *
- *   make bench BENCH=replay_log   (or build/benchmarks/replay_log [--quick])
+ *   make bench BENCH=replay_log   (or build/benchmarks/replay_log [--quick]
+ *                                  [--only ingest|segment_write|restore|memory_limit|mongodb])
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -534,17 +535,40 @@ static void bench_mongodb(void) {
 }
 
 int main(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--quick")) quick = 1;
+  const char *only = NULL; /* one group of rows, for a change that concerns it alone */
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) {
+      quick = 1;
+    } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      fprintf(stderr, "replay_log: unknown argument '%s' (--quick, --only GROUP)\n", argv[i]);
+      return 2;
+    }
+  }
+  static const char *groups[] = {"ingest", "segment_write", "restore", "memory_limit", "mongodb"};
+  bool known = !only;
+  for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
+    known = known || !strcmp(only, groups[g]);
+  if (!known) {
+    fprintf(stderr,
+            "replay_log: --only %s: no such group (ingest, segment_write, restore, "
+            "memory_limit, mongodb)\n",
+            only);
+    return 2;
+  }
+#define RUN(name, fn) \
+  if (!only || !strcmp(only, name)) fn()
   snprintf(g_dir, sizeof g_dir, "/tmp/shoal-bench-rlog-XXXXXX");
   if (!mkdtemp(g_dir)) die("mkdtemp", NULL);
   printf("replay log benchmark (file store in %s; this machine: %ld cores)\n", g_dir,
          sysconf(_SC_NPROCESSORS_ONLN));
-  bench_ingest();
-  bench_segment_write();
-  bench_restore();
-  bench_memory_limit();
-  bench_mongodb();
+  RUN("ingest", bench_ingest);
+  RUN("segment_write", bench_segment_write);
+  RUN("restore", bench_restore);
+  RUN("memory_limit", bench_memory_limit);
+  RUN("mongodb", bench_mongodb);
+#undef RUN
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
   if (system(cmd)) fprintf(stderr, "bench_replay_log: could not remove %s\n", g_dir);

@@ -29,6 +29,7 @@
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <time.h>
 
@@ -1007,22 +1008,48 @@ static void fetch_stack(const struct replay *r, int c, uint8_t *dst, const uint6
   }
 }
 
+/* iov[0..n) from the spill file at off: a loop over short reads (which the page cache
+ * does not give, but the call allows). 0, or -1 when the file will not give them. */
+static int pread_all(int fd, struct iovec *iov, int n, off_t off) {
+  while (n > 0) {
+    ssize_t k = preadv(fd, iov, n, off);
+    if (k <= 0) return -1;
+    off += k;
+    while (n > 0 && (size_t)k >= iov->iov_len) k -= (ssize_t)iov->iov_len, iov++, n--;
+    if (n > 0) iov->iov_base = (uint8_t *)iov->iov_base + k, iov->iov_len -= (size_t)k;
+  }
+  return 0;
+}
+
 /* A cold stack and its bootstrap stack, when together they are one run of consecutive
- * items (the usual case: frames t-k+1 .. t+m), in one read into gather_buf. Returns 1
+ * items (the usual case: frames a .. a+k-1 and, m steps on, a+m .. z), in one read
+ * straight into both: the run's frames are scattered to dst and ndst as they come off
+ * the file (preadv), and where the stacks share frames (m < k) the shared ones are copied
+ * once from dst. Read into a buffer and copied out twice, as before, the copies cost
+ * as much as the read (sampling with the limit was 0.55-0.61 of in memory). Returns 1
  * when it filled both, else 0 (the caller reads them apart). */
 static int fetch_span(const struct replay *r, const replay__resolved *rs, uint8_t *dst,
                       uint8_t *ndst, uint64_t head) {
   int k = r->k;
   uint64_t a = rs->frames[0], z = rs->nframes[k - 1];
-  if (!r->gather_buf || z < a || z - a + 1 > (uint64_t)(2 * k + 64) || !cold(r, r->obs, a, head) ||
-      replay__slot(r, a) + (int64_t)(z - a) >= r->cap)
+  if (!r->gather_buf || z + 1 < a + (uint64_t)k || z - a + 1 > (uint64_t)(2 * k + 64) ||
+      !cold(r, r->obs, a, head) || replay__slot(r, a) + (int64_t)(z - a) >= r->cap)
     return 0;
   for (int j = 0; j < k; j++)
     if (rs->frames[j] != a + (uint64_t)j || rs->nframes[j] != z - (uint64_t)(k - 1 - j)) return 0;
-  size_t isz = r->item[r->obs];
-  fetch(r, r->obs, r->gather_buf, a, (int)(z - a + 1), head);
-  memcpy(dst, r->gather_buf, (size_t)k * isz);
-  memcpy(ndst, r->gather_buf + (size_t)(z - a + 1 - (uint64_t)k) * isz, (size_t)k * isz);
+  const size_t isz = r->item[r->obs], m = (size_t)(z + 1 - a) - (size_t)k;
+  const uint8_t *src = r->col[r->obs] + (size_t)replay__slot(r, a) * isz;
+  struct iovec iov[3];
+  int n = 0;
+  iov[n++] = (struct iovec){dst, (size_t)k * isz};
+  if (m >= (size_t)k) { /* no frame shared: the gap between them into the buffer */
+    if (m > (size_t)k) iov[n++] = (struct iovec){r->gather_buf, (m - (size_t)k) * isz};
+    iov[n++] = (struct iovec){ndst, (size_t)k * isz};
+  } else if (m > 0) { /* ndst's frames past dst's last */
+    iov[n++] = (struct iovec){ndst + ((size_t)k - m) * isz, m * isz};
+  }
+  if (pread_all(r->spill_fd, iov, n, (off_t)(src - r->spill_base))) return 0;
+  if (m < (size_t)k) memcpy(ndst, dst + m * isz, ((size_t)k - m) * isz);
   return 1;
 }
 

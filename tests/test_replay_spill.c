@@ -7,7 +7,8 @@
  *                    and an in-memory one, given the same inserts, priority updates and
  *                    seeds, return the same batches bit for bit (index, generation,
  *                    weights, n-step returns, stacked frames, next observations), also
- *                    after the ring has wrapped twice and the old pages were released
+ *                    after the ring has wrapped twice and the old pages were released;
+ *                    n-step 1, 3, 4 and 6 with 4-frame stacks
  *   chi_square       its sampling frequencies against P(i) = p_i / sum p over 40 groups
  *                    (Pearson, 39 dof, critical 72.05 at 0.001), as test_replay_per
  *   resident         the process's resident memory grows by about the limit, not by the
@@ -96,8 +97,12 @@ static void test_same_samples(void **state) {
   shoal_rng_seed(&r2, 5);
   shoal_error err = {0};
   uint64_t t = 0;
-  replay_sample_args args = {.batch = B, .n_step = 3, .gamma = 0.99, .beta = 0.5};
+  replay_sample_args args = {.batch = B, .gamma = 0.99, .beta = 0.5};
+  /* n-steps under, at and past the stack's 4 frames: a cold stack and its bootstrap
+   * stack share frames, meet, or have frames between them (fetch_span's three reads) */
+  static const int n_steps[] = {3, 1, 4, 6};
   for (int round = 0; round < 40; round++) {
+    args.n_step = n_steps[round % 4];
     fill(spill, mem, 8, &t); /* 1600 steps a round: the ring wraps about 4 times */
     for (int k = 0; k < 20; k++) {
       replay_batch x = {.cols = {oa, aa},
