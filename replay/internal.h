@@ -108,7 +108,8 @@ struct replay {
   size_t spill_len;
   int64_t hot, sweep_every;
   _Atomic uint64_t swept_at, n_sweeps;
-  uint8_t *gather_buf; /* the sampling thread's: a cold stack and its successor's */
+  uint8_t *gather_buf; /* the sampling thread's: the frames between a cold stack and its
+                        * bootstrap stack, read past in the same call (fetch_span) */
 
   replay_limiter *lim; /* the rate limiter (cfg.samples_per_insert > 0), else NULL */
 };
