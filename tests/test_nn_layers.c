@@ -1350,6 +1350,17 @@ static nn_model *plan_model(int C, int H, int Co, int k, int s, int pad, int B) 
   return m;
 }
 
+/* A plan file's whole text (the caller frees it) */
+static char *read_whole(const char *path) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  assert_true(getdelim(&text, &len, 0, f) > 0);
+  fclose(f);
+  return text;
+}
+
 /* plan_model's paths as nn_model_kernels writes them, into text; the model destroyed */
 static void kernels_of(int C, int H, int Co, int k, int st, int pad, int B, char *text,
                        size_t cap) {
@@ -1390,12 +1401,7 @@ static void test_conv_plans(void **s) {
   kernels_of(4, 10, 16, 3, 1, 0, 4, text, sizeof text);
   assert_string_equal(text, first);
 
-  char *file = NULL;
-  size_t len = 0;
-  f = fopen(plan_file, "r");
-  assert_non_null(f);
-  assert_true(getdelim(&file, &len, 0, f) > 0);
-  fclose(f);
+  char *file = read_whole(plan_file);
   char key[128];
   snprintf(key, sizeof key, "conv2d:4x10x10>16:k3x3:s1:p0:d1:B4:%s:fwd ", isa);
   assert_non_null(strstr(file, key));
@@ -1463,12 +1469,7 @@ static void test_dense_plans(void **s) {
   dense_kernels_of(64, 48, 5, text, sizeof text);
   assert_string_equal(text, first);
 
-  char *file = NULL;
-  size_t len = 0;
-  f = fopen(plan_file, "r");
-  assert_non_null(f);
-  assert_true(getdelim(&file, &len, 0, f) > 0);
-  fclose(f);
+  char *file = read_whole(plan_file);
   char key[128];
   snprintf(key, sizeof key, "dense:64>48:B5:%s:fwd ", isa);
   assert_non_null(strstr(file, key));

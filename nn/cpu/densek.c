@@ -464,32 +464,13 @@ static bool fwd_wt(const float *x, const float *w, const float *b, float *y, int
  * 8x32 ones (AVX-512) */
 static bool fwd_xt(const float *x, const float *w, const float *b, float *y, int B, int in, int out,
                    bool relu) {
-  if (nn__conv_path_get() == NN__CONV_AVX2) {
-    float *P = scratch(0, (size_t)in * B);
-    if (!P) return false;
-    transpose(x, B, in, P, B);
-    dk_job J = {.M = out,
-                .N = B,
-                .L = in,
-                .A = w,
-                .sai = in,
-                .sal = 1,
-                .B = P,
-                .ldb = B,
-                .D = y,
-                .rs = 1,
-                .cs = out,
-                .tr = true,
-                .bias = b,
-                .relu = relu};
-    sk_run(&J);
-    return true;
-  }
-  /* x^T (in, B rounded up to the panel width): the 8x32 tiles read no further */
-  int Bp = (B + NR - 1) / NR * NR;
-  float *P = scratch(0, (size_t)in * Bp);
+  const bool avx2 = nn__conv_path_get() == NN__CONV_AVX2;
+  /* x^T (in, B); on AVX-512 B rounded up to the panel width: the 8x32 tiles read no
+   * further */
+  const int ld = avx2 ? B : (B + NR - 1) / NR * NR;
+  float *P = scratch(0, (size_t)in * ld);
   if (!P) return false;
-  transpose(x, B, in, P, Bp);
+  transpose(x, B, in, P, ld);
   dk_job J = {.M = out,
               .N = B,
               .L = in,
@@ -497,14 +478,16 @@ static bool fwd_xt(const float *x, const float *w, const float *b, float *y, int
               .sai = in,
               .sal = 1,
               .B = P,
-              .ldb = Bp,
+              .ldb = ld,
               .D = y,
               .rs = 1,
               .cs = out,
               .tr = true,
               .bias = b,
               .relu = relu};
-  return dk_run(&J);
+  if (!avx2) return dk_run(&J);
+  sk_run(&J);
+  return true;
 }
 
 bool nn__densek_forward(int p, const float *x, const float *w, const float *b, float *y, int B,
