@@ -820,6 +820,7 @@ typedef struct beat {
 /* Heartbeats while the trial runs. When the claim is gone (requeued as stale, taken by
  * another worker), stops the run: someone else has the trial now. */
 static void *heartbeat_thread(void *arg) {
+  shoal_thread_name("shoal-heartbeat");
   beat *b = arg;
   pthread_mutex_lock(&b->mu);
   while (!atomic_load(&b->done)) {

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "common/shoal.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -136,6 +137,12 @@ uint64_t shoal_now_ns(void) {
 }
 
 double shoal_now_s(void) { return (double)shoal_now_ns() * 1e-9; }
+
+void shoal_thread_name(const char *name) {
+  char cut[16]; /* pthread_setname_np refuses a longer one outright */
+  snprintf(cut, sizeof cut, "%s", name ? name : "shoal");
+  (void)pthread_setname_np(pthread_self(), cut);
+}
 
 const char *shoal_fmt_double(double v, char *out, size_t cap) {
   /* 17 significant digits always read back; fewer often do and read as a person wrote. */

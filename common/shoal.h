@@ -90,6 +90,12 @@ double shoal_rng_normal(shoal_rng *rng);              /* N(0, 1), Box-Muller */
 /* Advances by 2^128 steps: gives independent streams to threads or actors. */
 void shoal_rng_jump(shoal_rng *rng);
 
+/* Names the calling thread (what top -H, ps -L, perf and gdb show), cut to the 15 bytes
+ * Linux keeps. Each of shoal's threads names itself "shoal-<role>" when it starts, so a
+ * profile says which thread the time went to. Can't fail: a name the system refuses
+ * leaves the old one. */
+void shoal_thread_name(const char *name);
+
 /* Monotonic time in nanoseconds and seconds, for rates and deadlines. */
 uint64_t shoal_now_ns(void);
 double shoal_now_s(void);

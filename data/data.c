@@ -385,6 +385,7 @@ static void fill_slot(data_loader *ld, slot *s) {
 }
 
 static void *loader_main(void *arg) {
+  shoal_thread_name("shoal-data-load");
   data_loader *ld = arg;
   pthread_mutex_lock(&ld->mu);
   for (;;) {

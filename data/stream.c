@@ -97,6 +97,7 @@ static void chunk_order(data_stream *ds, uint64_t epoch) {
 }
 
 static void *reader(void *arg) {
+  shoal_thread_name("shoal-data-read");
   data_stream *ds = arg;
   int have_perm = 0;
   for (;;) {

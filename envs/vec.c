@@ -245,6 +245,7 @@ static void wait_for(env_vec *v, bool (*ready)(const env_vec *, uint64_t), uint6
 }
 
 static void *worker(void *p) {
+  shoal_thread_name("shoal-env");
   worker_arg a = *(worker_arg *)p;
   free(p);
   env_vec *v = a.v;

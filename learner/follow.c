@@ -372,6 +372,7 @@ static int list_log(follow *f, uint64_t after, size_t *n, shoal_error *err) {
 }
 
 static void *loop(void *arg) {
+  shoal_thread_name("shoal-follow");
   follow *f = arg;
   while (!stopping(f)) {
     pthread_mutex_lock(&f->mu);

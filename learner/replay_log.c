@@ -238,6 +238,7 @@ static unsigned char *encode(rlog *l, const sealed *s, size_t *out_len) {
 static double mono_now(void) { return shoal_now_s(); }
 
 static void *log_thread(void *arg) {
+  shoal_thread_name("shoal-rlog");
   rlog *l = arg;
   pthread_mutex_lock(&l->mu);
   for (;;) {

@@ -331,6 +331,7 @@ static void resume(lrt *rt) {
 /* ---- evaluation, on its own thread ---------------------------------------------- */
 
 static void *eval_main(void *arg) {
+  shoal_thread_name("shoal-eval");
   lrt *rt = arg;
   eval_box *e = &rt->eval;
   pthread_mutex_lock(&e->mu);
@@ -507,6 +508,7 @@ static void lease_take(lrt *rt) {
 }
 
 static void *lease_main(void *arg) {
+  shoal_thread_name("shoal-lease");
   lrt *rt = arg;
   pthread_mutex_lock(&rt->lease_mu);
   while (!atomic_load(&rt->lease_stop)) {

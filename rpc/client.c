@@ -411,6 +411,7 @@ static void on_event(rpc_client *c, ctag *t, bool ok) {
 }
 
 static void *client_thread(void *arg) {
+  shoal_thread_name("shoal-rpc-send");
   rpc_client *c = arg;
   pthread_mutex_lock(&c->mu);
   for (;;) {

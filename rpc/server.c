@@ -755,6 +755,7 @@ static void on_event(rpc_server *s, stag *t, bool ok) {
 }
 
 static void *poll_thread(void *arg) {
+  shoal_thread_name("shoal-rpc-poll");
   rpc_server *s = arg;
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
@@ -779,6 +780,7 @@ static void *poll_thread(void *arg) {
  * hold a call slot and its buffers for as long as it likes. Calls are ref'd under the
  * lock and cancelled outside it; the cancel's events arrive on the queue as usual. */
 static void *reaper_thread(void *arg) {
+  shoal_thread_name("shoal-rpc-reap");
   rpc_server *s = arg;
   enum { MAXBATCH = 64 };
   grpc_call *victims[MAXBATCH];

@@ -160,6 +160,7 @@ static int has_work(store_writer *w, int k) {
 
 /* Each kind retries on its own clock, so a failing snapshot does not hold up metrics. */
 static void *writer_main(void *arg) {
+  shoal_thread_name("shoal-store-wr");
   store_writer *w = arg;
   double backoff[STORE_KIND_COUNT] = {0}, next_try[STORE_KIND_COUNT] = {0};
   pthread_mutex_lock(&w->mu);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* tests/test_common.c — error codes, the error struct and the RNG. */
+/* tests/test_common.c — error codes, the error struct, the RNG and thread names. */
+#define _GNU_SOURCE /* syscall */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,8 +8,12 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/crc32c.h"
 #include "common/shoal.h"
@@ -31,6 +36,31 @@ static void test_error_set_formats_and_returns_code(void **state) {
   big[sizeof big - 1] = 0;
   shoal_error_set(&err, SHOAL_EIO, "%s", big);
   assert_int_equal(strlen(err.msg), sizeof err.msg - 1);
+}
+
+/* A thread's name as Linux keeps it, read back from /proc */
+static void *name_and_read(void *arg) {
+  shoal_thread_name(arg);
+  char path[64], *comm = calloc(1, 32);
+  snprintf(path, sizeof path, "/proc/self/task/%ld/comm", (long)syscall(SYS_gettid));
+  FILE *f = fopen(path, "r");
+  if (f && fgets(comm, 32, f)) comm[strcspn(comm, "\n")] = 0;
+  if (f) fclose(f);
+  return comm;
+}
+
+/* Names up to 15 bytes are kept whole; a longer one is cut, not refused. */
+static void test_thread_name(void **state) {
+  const char *in[2] = {"shoal-test", "shoal-a-much-longer-name"};
+  const char *want[2] = {"shoal-test", "shoal-a-much-lo"};
+  for (int i = 0; i < 2; i++) {
+    pthread_t th;
+    void *comm = NULL;
+    assert_int_equal(pthread_create(&th, NULL, name_and_read, (void *)in[i]), 0);
+    assert_int_equal(pthread_join(th, &comm), 0);
+    assert_string_equal(comm, want[i]);
+    free(comm);
+  }
 }
 
 /* Reference values of xoshiro256** seeded by splitmix64 from 0: the first output of
@@ -161,6 +191,7 @@ int main(void) {
       cmocka_unit_test(test_rng_distributions),
       cmocka_unit_test(test_rng_jump_gives_other_stream),
       cmocka_unit_test(test_clock_is_monotonic),
+      cmocka_unit_test(test_thread_name),
       cmocka_unit_test(test_crc32c_check_value),
       cmocka_unit_test(test_crc32c_three_chains),
   };

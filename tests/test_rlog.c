@@ -5,7 +5,8 @@
  *
  *   round_trip        batches and a priority checkpoint written through a store_writer
  *                     come back record for record, numbered gaplessly, items and steps
- *                     counted across segments; segments seal on size and on age
+ *                     counted across segments; segments seal on size and on age; the
+ *                     log's thread is named shoal-rlog while it runs
  *   restore           a prioritized replay rebuilt from the newest segments that fill
  *                     its capacity, with the checkpoint's priorities on exactly the
  *                     items it names, and the counters the learner continues from
@@ -21,6 +22,7 @@
 // cmocka after the standard headers
 #include <cmocka.h>
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,16 +172,49 @@ static uint32_t check_log(env *e, uint32_t rows, uint64_t *segments, uint64_t *c
   return seen;
 }
 
+/* Whether a thread of this process is named name (/proc/self/task/<tid>/comm) */
+static bool thread_named_now(const char *name) {
+  DIR *d = opendir("/proc/self/task");
+  assert_non_null(d);
+  bool found = false;
+  struct dirent *de;
+  while (!found && (de = readdir(d))) {
+    char path[300], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue; /* . and .., or a thread gone meanwhile */
+    if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+    fclose(f);
+    found = !strcmp(comm, name);
+  }
+  closedir(d);
+  return found;
+}
+
+/* The same, given a second: a thread names itself once it runs, after its creator
+ * returned */
+static bool thread_named(const char *name) {
+  for (int i = 0; i < 1000; i++) {
+    if (thread_named_now(name)) return true;
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+  return false;
+}
+
 static void test_round_trip(void **state) {
   env *e = *state;
   shoal_error err = {0};
   /* 20 rows x 24 bytes + 40 = 520 bytes a record: 4 KiB segments hold 7. */
   rlog *l = open_log(e, 4096, 30.0, 1);
+  /* the log's and the store writer's threads say what they are (a profile shows them) */
+  assert_true(thread_named("shoal-rlog"));
+  assert_true(thread_named("shoal-store-wr"));
   append_n(l, 0, 100, 20);
   float p[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, -1};
   assert_int_equal(rlog_append_priorities(l, 5, 10, p, &err), 0);
   rlog_stats ls;
   assert_int_equal(rlog_close(l, 10, &ls), 0);
+  assert_false(thread_named_now("shoal-rlog")); /* joined */
   assert_int_equal(store_writer_flush(e->wr, 10, NULL), 0);
   assert_int_equal(ls.records, 100);
   assert_int_equal(ls.next_item, 2000);

@@ -75,6 +75,7 @@ static void run_tasks(uint32_t job, int thread) {
 static unsigned long g_seen0[NN__POOL_MAX + 1];
 
 static void *worker(void *arg) {
+  shoal_thread_name("shoal-nn");
   int id = (int)(intptr_t)arg; /* 1.. */
   unsigned long seen = g_seen0[id];
   for (;;) {
