@@ -546,10 +546,17 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  static const char *groups[] = {"ingest", "segment_write", "restore", "memory_limit", "mongodb"};
+  static const struct {
+    const char *name;
+    void (*run)(void);
+  } groups[] = {{"ingest", bench_ingest},
+                {"segment_write", bench_segment_write},
+                {"restore", bench_restore},
+                {"memory_limit", bench_memory_limit},
+                {"mongodb", bench_mongodb}};
+  const size_t ng = sizeof groups / sizeof groups[0];
   bool known = !only;
-  for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
-    known = known || !strcmp(only, groups[g]);
+  for (size_t g = 0; g < ng; g++) known = known || !strcmp(only, groups[g].name);
   if (!known) {
     fprintf(stderr,
             "replay_log: --only %s: no such group (ingest, segment_write, restore, "
@@ -557,18 +564,12 @@ int main(int argc, char **argv) {
             only);
     return 2;
   }
-#define RUN(name, fn) \
-  if (!only || !strcmp(only, name)) fn()
   snprintf(g_dir, sizeof g_dir, "/tmp/shoal-bench-rlog-XXXXXX");
   if (!mkdtemp(g_dir)) die("mkdtemp", NULL);
   printf("replay log benchmark (file store in %s; this machine: %ld cores)\n", g_dir,
          sysconf(_SC_NPROCESSORS_ONLN));
-  RUN("ingest", bench_ingest);
-  RUN("segment_write", bench_segment_write);
-  RUN("restore", bench_restore);
-  RUN("memory_limit", bench_memory_limit);
-  RUN("mongodb", bench_mongodb);
-#undef RUN
+  for (size_t g = 0; g < ng; g++)
+    if (!only || !strcmp(only, groups[g].name)) groups[g].run();
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
   if (system(cmd)) fprintf(stderr, "bench_replay_log: could not remove %s\n", g_dir);

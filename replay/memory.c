@@ -971,6 +971,19 @@ static inline int cold(const struct replay *r, int c, uint64_t seq, uint64_t hea
   return r->spill_base && spilled(r, c) && seq + (uint64_t)r->hot < head;
 }
 
+/* iov[0..n) from the spill file at off: a loop over short reads (which the page cache
+ * does not give, but the call allows). 0, or -1 when the file will not give them. */
+static int pread_all(int fd, struct iovec *iov, int n, off_t off) {
+  while (n > 0) {
+    ssize_t k = preadv(fd, iov, n, off);
+    if (k <= 0) return -1;
+    off += k;
+    while (n > 0 && (size_t)k >= iov->iov_len) k -= (ssize_t)iov->iov_len, iov++, n--;
+    if (n > 0) iov->iov_base = (uint8_t *)iov->iov_base + k, iov->iov_len -= (size_t)k;
+  }
+  return 0;
+}
+
 /* n consecutive items of column c from seq on (their slots consecutive) into dst. */
 static void fetch(const struct replay *r, int c, uint8_t *dst, uint64_t seq, int n, uint64_t head) {
   size_t isz = r->item[c];
@@ -982,16 +995,10 @@ static void fetch(const struct replay *r, int c, uint8_t *dst, uint64_t seq, int
       memcpy(dst, src, (size_t)n * isz);
     return;
   }
-  size_t len = (size_t)n * isz, got = 0;
-  off_t off = (off_t)(src - r->spill_base);
-  while (got < len) {
-    ssize_t k = pread(r->spill_fd, dst + got, len - got, off + (off_t)got);
-    if (k <= 0) { /* cannot happen with the file mapped; read through the mapping then */
-      memcpy(dst + got, src + got, len - got);
-      break;
-    }
-    got += (size_t)k;
-  }
+  struct iovec v = {dst, (size_t)n * isz};
+  /* cannot fail with the file mapped; read through the mapping then */
+  if (pread_all(r->spill_fd, &v, 1, (off_t)(src - r->spill_base)))
+    memcpy(dst, src, (size_t)n * isz);
 }
 
 /* A stack of k frames (items seqs[0..k-1]) into dst, consecutive items in one read. */
@@ -1006,19 +1013,6 @@ static void fetch_stack(const struct replay *r, int c, uint8_t *dst, const uint6
     fetch(r, c, dst + (size_t)j * isz, seqs[j], n, head);
     j += n;
   }
-}
-
-/* iov[0..n) from the spill file at off: a loop over short reads (which the page cache
- * does not give, but the call allows). 0, or -1 when the file will not give them. */
-static int pread_all(int fd, struct iovec *iov, int n, off_t off) {
-  while (n > 0) {
-    ssize_t k = preadv(fd, iov, n, off);
-    if (k <= 0) return -1;
-    off += k;
-    while (n > 0 && (size_t)k >= iov->iov_len) k -= (ssize_t)iov->iov_len, iov++, n--;
-    if (n > 0) iov->iov_base = (uint8_t *)iov->iov_base + k, iov->iov_len -= (size_t)k;
-  }
-  return 0;
 }
 
 /* A cold stack and its bootstrap stack, when together they are one run of consecutive
