@@ -389,24 +389,68 @@ typedef struct plan_pair {
   char kernels[1024];
 } plan_pair;
 
+/* A row's training step for plan_vs_rules: a DQN over make's net, or (make NULL) DCGAN. */
+typedef struct trainer {
+  dqn d;
+  gan g;
+  bool is_gan;
+} trainer;
+
+static void trainer_init(trainer *t, nn_model *(*make)(int), int B) {
+  memset(t, 0, sizeof *t);
+  t->is_gan = !make;
+  if (t->is_gan)
+    gan_init(&t->g, B);
+  else
+    dqn_init(&t->d, make, B);
+}
+
+static void trainer_step(void *ctx) {
+  trainer *t = ctx;
+  if (t->is_gan)
+    gan_step(&t->g);
+  else
+    dqn_step(&t->d);
+}
+
+static void trainer_free(trainer *t) {
+  if (t->is_gan)
+    gan_free(&t->g);
+  else
+    dqn_free(&t->d);
+}
+
+/* The paths of the trainer's layers (DCGAN's two nets, each named: both have an "fc"). */
+static void trainer_kernels(const trainer *t, char *buf, size_t n) {
+  if (!t->is_gan) {
+    nn_model_kernels(t->d.q, buf, n);
+    return;
+  }
+  char g[512] = "", d[512] = "";
+  nn_model_kernels(t->g.g, g, sizeof g);
+  nn_model_kernels(t->g.d, d, sizeof d);
+  snprintf(buf, n, "generator:\n%sdiscriminator:\n%s", g, d);
+}
+
 static plan_pair plan_vs_rules(nn_model *(*make)(int), int B) {
   plan_pair p = {NAN, NAN, ""};
   if (nn__plan_mode(-1) != 1) return p; /* SHOAL_NN_PLAN=rules or a path forced */
-  dqn a, b;
-  dqn_init(&a, make, B);
-  dqn_step(&a); /* times the paths: the first step at this batch */
-  nn_model_kernels(a.q, p.kernels, sizeof p.kernels);
+  trainer a, b;
+  trainer_init(&a, make, B);
+  trainer_step(&a); /* times the paths: the first step at this batch */
+  trainer_kernels(&a, p.kernels, sizeof p.kernels);
   nn__plan_mode(0);
-  dqn_init(&b, make, B);
-  dqn_step(&a), dqn_step(&b);
+  trainer_init(&b, make, B);
+  trainer_step(&a), trainer_step(&b);
   double ra[64], rb[64];
   int k = g_repeats < 64 ? g_repeats : 64;
-  for (int r = 0; r < k; r++) ra[r] = window_rate(dqn_step, &a), rb[r] = window_rate(dqn_step, &b);
+  for (int r = 0; r < k; r++)
+    ra[r] = window_rate(trainer_step, &a), rb[r] = window_rate(trainer_step, &b);
   nn__plan_mode(1);
   qsort(ra, (size_t)k, sizeof *ra, cmp_double);
   qsort(rb, (size_t)k, sizeof *rb, cmp_double);
   p.plan = ra[k / 2], p.rules = rb[k / 2];
-  dqn_free(&a), dqn_free(&b);
+  trainer_free(&a), trainer_free(&b);
   return p;
 }
 
@@ -598,11 +642,14 @@ int main(int argc, char **argv) {
         nn_model_destroy(a.q);
       }
     }
-    enum { NPLAN = 4 };
-    plan_pair plans[NPLAN] = {{NAN, NAN, ""}, {NAN, NAN, ""}, {NAN, NAN, ""}, {NAN, NAN, ""}};
-    static const char *plan_rows[NPLAN] = {"mlp", "minatar", "nature", "impala"};
-    static const int plan_b[NPLAN] = {256, 32, 32, 32}; /* as the rows' own steps */
-    nn_model *(*plan_make[NPLAN])(int) = {make_mlp, make_minatar, make_nature, make_impala};
+    enum { NPLAN = 5 };
+    plan_pair plans[NPLAN];
+    for (int k = 0; k < NPLAN; k++) plans[k] = (plan_pair){NAN, NAN, ""};
+    static const char *plan_rows[NPLAN] = {"mlp", "minatar", "nature", "impala", "dcgan"};
+    static const char *plan_unit[NPLAN] = {"steps/s", "steps/s", "steps/s", "steps/s", "it/s"};
+    static const int plan_b[NPLAN] = {256, 32, 32, 32, 64}; /* as the rows' own steps */
+    nn_model *(*plan_make[NPLAN])(int) = {make_mlp, make_minatar, make_nature, make_impala,
+                                          NULL}; /* NULL: DCGAN (trainer_init) */
     for (int k = 0; k < NPLAN && has_row(rows, "plan"); k++)
       if (has_row(rows, plan_rows[k])) plans[k] = plan_vs_rules(plan_make[k], plan_b[k]);
     if (tp) torch_stop(tp);
@@ -666,13 +713,13 @@ int main(int argc, char **argv) {
       if (!isfinite(plans[k].plan)) continue;
       char name[48];
       snprintf(name, sizeof name, "%s_plan", plan_rows[k]);
-      printf("%-16s t%d %14.5g %14.5g %8.2f  steps/s, paths timed / the fixed rules\n", name, th,
-             plans[k].plan, plans[k].rules, plans[k].plan / plans[k].rules);
+      printf("%-16s t%d %14.5g %14.5g %8.2f  %s, paths timed / the fixed rules\n", name, th,
+             plans[k].plan, plans[k].rules, plans[k].plan / plans[k].rules, plan_unit[k]);
       for (char *ks = NULL, *l = strtok_r(plans[k].kernels, "\n", &ks); l;
            l = strtok_r(NULL, "\n", &ks))
         printf("%-16s    %s\n", "", l);
       snprintf(name, sizeof name, "%s_train.plan", plan_rows[k]);
-      bench(name, th, plans[k].plan, "steps/s", plans[k].rules);
+      bench(name, th, plans[k].plan, plan_unit[k], plans[k].rules);
     }
     double sg = isfinite(nature.sgemm)  ? nature.sgemm
                 : isfinite(dcgan.sgemm) ? dcgan.sgemm

@@ -1218,17 +1218,26 @@ static const conv_geo geos[] = {
     {2, 5, 9, 5, 2, 3, 1, 0, 2},             /* rows of 7: every vector a part one */
 };
 
-/* A conv2d built as conv_run builds it, its kernel paths pinned (nn__node.kp: what a plan
- * of nn/cpu/plan.c sets), then run forward and backward. */
-static void conv_run_pinned(const conv_geo *c, const signed char kp[3], float *y, float *g,
-                            float *dx, size_t ny, size_t np, size_t nx) {
+/* The layer of conv_run (a conv2d or a conv-transpose2d, named "conv"), built. */
+static nn_model *conv_model(const conv_geo *c) {
   shoal_error err = {0};
   nn_model *m = nn_model_create(NN_CPU, &err);
   nn_input(m, c->C, c->H, c->W);
   nn_activation(m, "a", NN_TANH, 0);
-  nn_conv2d(m, "conv", c->Co, c->kh, c->kw, c->s, c->pad, 1);
+  if (c->t)
+    nn_conv_transpose2d(m, "conv", c->Co, c->kh, c->kw, c->s, c->pad, c->opad);
+  else
+    nn_conv2d(m, "conv", c->Co, c->kh, c->kw, c->s, c->pad, 1);
   if (c->relu) nn_activation(m, "r", NN_RELU, 0);
   assert_int_equal(nn_model_build(m, c->B + 1, 7, &err), 0);
+  return m;
+}
+
+/* The layer of conv_run, its kernel paths pinned (nn__node.kp: what a plan of
+ * nn/cpu/plan.c sets), then run forward and backward. */
+static void conv_run_pinned(const conv_geo *c, const signed char kp[3], float *y, float *g,
+                            float *dx, size_t ny, size_t np, size_t nx) {
+  nn_model *m = conv_model(c);
   int id = nn_model_find_node(m, "conv");
   assert_true(id >= 0);
   memcpy(m->nodes[id].kp, kp, 3);
@@ -1249,25 +1258,28 @@ static void conv_run_pinned(const conv_geo *c, const signed char kp[3], float *y
 #endif
 
 /* Every path a plan can choose, in every combination a plan can hold (the forward; dW with
- * dx, or both on im2col + GEMM), on each ISA the CPU has, agrees with the gemm path. Plans
- * make pairs the fixed rules never run (Winograd's dW with the packed dx: that pair once
- * read tap offsets Winograd had overwritten). */
+ * dx, or both on im2col + GEMM), on each ISA the CPU has, agrees with the gemm path, for
+ * conv2d and conv-transpose2d layers. Plans make pairs the fixed rules never run
+ * (Winograd's dW with the packed dx: that pair once read tap offsets Winograd had
+ * overwritten). */
 static void test_conv_planned_paths_agree(void **s) {
   if (getenv("SHOAL_NN_CONV_PATH") || getenv("SHOAL_NN_WINOGRAD")) {
     printf("  (in test_nn_layers itself: it runs every instruction set)\n");
     return;
   }
   static const char *isas[] = {"portable", "avx2", "avx512"};
-  static const int fwds[] = {NN__KP_GEMM, NN__KP_PACKED, NN__KP_DIRECT, NN__KP_ROW,
-                             NN__KP_WINO};
+  static const int fwds[] = {NN__KP_GEMM, NN__KP_PACKED, NN__KP_DIRECT,
+                             NN__KP_ROW,  NN__KP_WINO,   NN__KP_DXD};
   static const int dws[] = {NN__KP_PACKED, NN__KP_ROW, NN__KP_WINO};
   static const int dxs[] = {NN__KP_PACKED, NN__KP_DXD, NN__KP_WINO};
   const char *was = nn__conv_path_force(NULL);
-  int combos = 0;
+  int combos = 0, tcombos = 0;
   for (size_t gi = 0; gi < sizeof geos / sizeof geos[0]; gi++) {
     const conv_geo *c = &geos[gi];
-    if (c->t) continue; /* plans are for conv2d */
     int Ho = (c->H + 2 * c->pad - c->kh) / c->s + 1, Wo = (c->W + 2 * c->pad - c->kw) / c->s + 1;
+    if (c->t)
+      Ho = (c->H - 1) * c->s - 2 * c->pad + c->kh + c->opad,
+      Wo = (c->W - 1) * c->s - 2 * c->pad + c->kw + c->opad;
     size_t ny = (size_t)c->B * c->Co * Ho * Wo, nx = (size_t)c->B * c->C * c->H * c->W;
     size_t np = (size_t)c->Co * c->C * c->kh * c->kw + c->Co;
     float *y0 = malloc(ny * 4), *g0 = malloc(np * 4), *d0 = malloc(nx * 4);
@@ -1278,13 +1290,7 @@ static void test_conv_planned_paths_agree(void **s) {
       if (PLAN_ONE_ISA && ii + 1 < 3 && !strcmp(nn__conv_path_force(isas[ii + 1]), isas[ii + 1]))
         continue;                                                    /* a better one follows */
       if (strcmp(nn__conv_path_force(isas[ii]), isas[ii])) continue; /* the CPU lacks it */
-      /* a model to ask nn__convk_can with, at this geometry */
-      shoal_error err = {0};
-      nn_model *q = nn_model_create(NN_CPU, &err);
-      nn_input(q, c->C, c->H, c->W);
-      nn_activation(q, "a", NN_TANH, 0);
-      nn_conv2d(q, "conv", c->Co, c->kh, c->kw, c->s, c->pad, 1);
-      assert_int_equal(nn_model_build(q, c->B + 1, 7, &err), 0);
+      nn_model *q = conv_model(c); /* to ask nn__convk_can with, at this geometry */
       const nn__node *n = &q->nodes[nn_model_find_node(q, "conv")];
       for (int t = PLAN_T0; t <= 2; t++) {
         nn_set_threads(t);
@@ -1308,6 +1314,7 @@ static void test_conv_planned_paths_agree(void **s) {
               agree(what, gi, isas[ii], t, "grad", g1, g0, np);
               agree(what, gi, isas[ii], t, "dx", d1, d0, nx);
               combos++;
+              tcombos += c->t;
             }
         }
       }
@@ -1315,8 +1322,10 @@ static void test_conv_planned_paths_agree(void **s) {
     }
     free(y0), free(g0), free(d0), free(y1), free(g1), free(d1);
   }
-  printf("  %d planned path combinations agree with gemm\n", combos);
+  printf("  %d planned path combinations agree with gemm (%d of them conv-transpose)\n", combos,
+         tcombos);
   assert_true(combos > (PLAN_T0 == 1 ? 50 : 25));
+  assert_true(tcombos > (PLAN_T0 == 1 ? 20 : 10));
   nn__conv_path_force(was);
   nn_set_threads(1);
 }

@@ -196,10 +196,12 @@ const nn__layer_ops nn__cpu_conv = {conv_forward, conv_backward};
 /* Forward: col (C_out*kh*kw, B*P_in) = W^T x_cm, then col2im into y. Backward:
  * dcol = im2col(dy), dW += x_cm dcol^T, dx_cm = W dcol. */
 
-static int convt_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
-  if (nn__convk_runs(m, n)) {
+/* The paths as for conv2d (on_convk), in the node's own terms: its forward is the conv's
+ * dx, its dx the conv's forward. */
+static void convt_forward_run(nn_model *m, nn__node *n, int B) {
+  if (on_convk(m, n, NN__PH_FWD)) {
     nn__convk_t_forward(m, n, B);
-    return 0;
+    return;
   }
   const nn__node *xn = nn__input(m, n, 0);
   int Pin = xn->H * xn->W, N = B * Pin, Ci = xn->C, Kc = n->C * n->kh * n->kw;
@@ -222,11 +224,17 @@ static int convt_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
     for (int c = 0; b && c < n->C; c++)
       for (int p = 0; p < P; p++) y[(size_t)c * P + p] += b[c];
   }
+}
+
+static int convt_forward(nn_model *m, nn__node *n, int B, shoal_error *err) {
+  if (nn__plan_on()) nn__plan_conv(m, n, B, false, convt_forward_run);
+  convt_forward_run(m, n, B);
   return 0;
 }
 
-static void convt_backward(nn_model *m, nn__node *n, int B) {
-  if (nn__convk_runs(m, n)) {
+/* dW and dx on one side, as conv2d's. */
+static void convt_backward_run(nn_model *m, nn__node *n, int B) {
+  if (on_convk(m, n, NN__PH_DW)) {
     nn__convk_t_backward(m, n, B);
     return;
   }
@@ -265,6 +273,11 @@ static void convt_backward(nn_model *m, nn__node *n, int B) {
   for (int s = 0; s < B; s++)
     for (int c = 0; c < Ci; c++)
       nn__put(dx + ((size_t)s * Ci + c) * Pin, dxg + ((size_t)c * B + s) * Pin, (size_t)Pin, acc);
+}
+
+static void convt_backward(nn_model *m, nn__node *n, int B) {
+  if (nn__plan_on()) nn__plan_conv(m, n, B, true, convt_backward_run);
+  convt_backward_run(m, n, B);
 }
 
 const nn__layer_ops nn__cpu_convt = {convt_forward, convt_backward};

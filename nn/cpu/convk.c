@@ -1119,12 +1119,21 @@ void nn__convk_forward(nn_model *m, nn__node *n, int B) {
 }
 
 bool nn__convk_can(const nn_model *m, const nn__node *n, int ph, int p) {
-  if (n->kind != NN__CONV || ph < NN__PH_FWD || ph > NN__PH_DX) return false;
-  if (p == NN__KP_GEMM) return true; /* im2col + GEMM runs every conv2d */
+  if ((n->kind != NN__CONV && n->kind != NN__CONVT) || ph < NN__PH_FWD || ph > NN__PH_DX)
+    return false;
+  if (p == NN__KP_GEMM) return true; /* im2col (col2im) + GEMM runs every one */
   if (nn__conv_path_get() == NN__CONV_GEMM || !nn__convk_scratch(m, n, m->max_batch))
     return false;
   geom g = geom_of(m, n);
   dgeom d = dgeom_of(&g, 1);
+  if (n->kind == NN__CONVT) /* its forward is the conv's dx (run_dx), its dx the conv's
+                             * forward on the packed panels (nn__convk_t_backward) */
+    switch (p) {
+      case NN__KP_PACKED: return true;
+      case NN__KP_DXD: return ph == NN__PH_FWD && d.Cs >= 16 && d.T <= 64;
+      case NN__KP_WINO: return nn__wino_can(m, n);
+      default: return false;
+    }
   switch (p) {
     case NN__KP_PACKED: return true;
     case NN__KP_DIRECT: return ph == NN__PH_FWD && d.Cs >= 16 && d.T <= 64;
@@ -1419,7 +1428,7 @@ NN__CLONES static void dxd_task(void *vc, int s, int th) {
 /* dx (or a conv-transpose's output) by dxd_task or dx_task. */
 static void run_dx(job *j, nn_model *m, nn__node *n) {
   float *Wp = m->scratch + j->L.w;
-  const int kp = n->kp[NN__PH_DX];
+  const int kp = n->kp[n->kind == NN__CONVT ? NN__PH_FWD : NN__PH_DX];
   if (kp == NN__KP_DXD || (!kp && dxd_runs(&j->g))) {
     pack_w_dxd(m->params + n->poff[0], &j->g, j->I->nr, Wp, (int *)(m->scratch + j->L.koff));
     j->Wp = Wp;
@@ -1492,7 +1501,8 @@ static void sum_task(void *vc, int s, int th) {
 }
 
 void nn__convk_t_forward(nn_model *m, nn__node *n, int B) {
-  if (nn__wino_runs(m, n, B, false)) {
+  const int kp = n->kp[NN__PH_FWD]; /* by timing, or 0: the rules */
+  if (kp == NN__KP_WINO || (!kp && nn__wino_runs(m, n, B, false))) {
     nn__wino_forward(m, n, B);
     return;
   }
@@ -1516,7 +1526,9 @@ void nn__convk_t_backward(nn_model *m, nn__node *n, int B) {
     add_sample_sums(m->grads + n->poff[1], j.dbs, B, g->C);
     j.dbs = NULL;
   }
-  if (nn__wino_dw_runs(m, n, B)) {
+  const int kw = n->kp[NN__PH_DW], kx = n->kp[NN__PH_DX]; /* by timing, or 0: the rules */
+  const bool wino = kw == NN__KP_WINO || (!kw && nn__wino_dw_runs(m, n, B));
+  if (wino) {
     nn__wino_dw(m, n, B);
   } else {
     make_xs(&j);
@@ -1526,11 +1538,16 @@ void nn__convk_t_backward(nn_model *m, nn__node *n, int B) {
   bool acc;
   j.y = nn__dinput(m, n, 0, &acc);
   if (!j.y) return;
-  if (nn__wino_runs(m, n, B, true)) { /* after dW, as a conv's dx */
+  if (kx == NN__KP_WINO || (!kx && nn__wino_runs(m, n, B, true))) { /* after dW */
     nn__wino_dx(m, n, B, j.y, acc);
     return;
   }
   j.acc = acc;
+  if (wino) { /* a plan's pair the rules never run: Winograd's dW took the scratch where
+               * the tap offsets and xs lie */
+    tap_offsets(g, (int *)(m->scratch + j.L.koff));
+    make_xs(&j);
+  }
   float *Wp = m->scratch + j.L.w;
   pack_w_rows(m->params + n->poff[0], g->Co, g->K, j.I->mr, Wp);
   j.Wp = Wp;

@@ -174,17 +174,18 @@ void nn__wino_dx(nn_model *m, nn__node *n, int B, float *dx, bool acc);
 bool nn__wino_can(const nn_model *m, const nn__node *n);
 
 /* ---- kernel paths chosen by measurement (nn/cpu/plan.c) ----
- * A conv2d, and a dense layer (nn__plan_dense below), has several ways to run each of its
- * three products: the forward, dW and dx.
+ * A conv2d, a conv-transpose2d (its forward is a conv's dx, its dx a conv's forward: its
+ * plan names each product by the node's own terms) and a dense layer (nn__plan_dense
+ * below) have several ways to run each of their three products: the forward, dW and dx.
  * Which is fastest depends on the layer's shape, the batch and the CPU (the row kernels
  * win MinAtar's layer on one x86 kind and lose it on another). The first call at a batch
  * size times each path that can run the layer and keeps the fastest for the process, and
  * in a file keyed by the CPU's model so every process on the machine runs the same ones
  * (nn__plan_file). SHOAL_NN_PLAN=rules keeps the fixed rules (convk.c, densek.c); =gemm,
- * packed, direct, row, wino, dxd, tiles or wtiles forces that path where it can run. A path forced by the older
- * switches (SHOAL_NN_ROW, _DIRECT, _WINOGRAD, or their nn__*_mode calls) turns the timing
- * off: the rules then apply with the forcing. SHOAL_NN_CONV_PATH picks the instruction
- * set whose kernels are timed (gemm: im2col + GEMM only). */
+ * packed, direct, row, wino, dxd, tiles or wtiles forces that path where it can run. A path forced
+ * by the older switches (SHOAL_NN_ROW, _DIRECT, _WINOGRAD, or their nn__*_mode calls) turns the
+ * timing off: the rules then apply with the forcing. SHOAL_NN_CONV_PATH picks the instruction set
+ * whose kernels are timed (gemm: im2col + GEMM only). */
 typedef enum nn__kpath {
   NN__KP_RULES = 0,  /* convk.c's rules decide */
   NN__KP_GEMM = 1,   /* im2col + nn__sgemm (nn/cpu/conv.c): forward, or dW and dx together */
@@ -200,11 +201,12 @@ typedef enum nn__kpath {
 } nn__kpath;
 enum { NN__PH_FWD = 0, NN__PH_DW = 1, NN__PH_DX = 2 };
 const char *nn__kpath_name(int p);
-/* Whether path p can run phase ph of conv2d node n (paying or not). */
+/* Whether path p can run phase ph of conv2d or conv-transpose2d node n (paying or not). */
 bool nn__convk_can(const nn_model *m, const nn__node *n, int ph, int p);
-/* Sets n->kp for a conv2d's forward (bwd false) or backward at batch B: from the node's
- * plans, the file, or by timing run(m, n, B) with each candidate (a backward's effects on
- * the gradients are undone between tries). Then the caller runs the call itself. */
+/* Sets n->kp for a conv2d's or conv-transpose2d's forward (bwd false) or backward at
+ * batch B: from the node's plans, the file, or by timing run(m, n, B) with each candidate
+ * (a backward's effects on the gradients are undone between tries). Then the caller runs
+ * the call itself. */
 typedef void (*nn__plan_run)(nn_model *m, nn__node *n, int B);
 void nn__plan_conv(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run run);
 /* Whether timing chooses the paths (SHOAL_NN_PLAN and the forcing switches). */

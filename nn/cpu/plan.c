@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nn/cpu/plan.c — a conv2d's and a dense layer's kernel paths chosen by timing them, as
- * FFTW's planner chooses its codelets: the first forward and the first backward of a layer
- * at a batch size run each path that can do the work (nn__convk_can, nn__densek_can), keep
- * the fastest, and later calls run it.
+ * nn/cpu/plan.c — the kernel paths of a conv2d, a conv-transpose2d and a dense layer chosen
+ * by timing them, as FFTW's planner chooses its codelets: the first forward and the first
+ * backward of a layer at a batch size run each path that can do the work (nn__convk_can,
+ * nn__densek_can), keep the fastest, and later calls run it.
  *
  * Why timing and not rules: which path wins depends on the CPU as much as on the shape.
  * The row kernels make MinAtar's conv faster than the packed ones on AMD's AVX2 cores and
@@ -259,8 +259,9 @@ static void measure(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run run,
   int nc = 0;
   kp[0] = kp[1] = kp[2] = -1;
   saved sv = {0};
-  if (!bwd) {
-    static const int fw[] = {NN__KP_GEMM, NN__KP_PACKED, NN__KP_DIRECT, NN__KP_ROW, NN__KP_WINO};
+  if (!bwd) { /* a conv-transpose's forward is a conv's dx: DXD is one of its paths */
+    static const int fw[] = {NN__KP_GEMM, NN__KP_PACKED, NN__KP_DIRECT,
+                             NN__KP_ROW,  NN__KP_WINO,   NN__KP_DXD};
     for (size_t i = 0; i < sizeof fw / sizeof *fw; i++)
       if (nn__convk_can(m, n, NN__PH_FWD, fw[i]))
         cand[nc][0] = (signed char)fw[i], cand[nc][1] = cand[nc][2] = -1, nc++;
@@ -366,6 +367,12 @@ static void key_of(const nn_model *m, const nn__node *n, int B, bool bwd, char *
              nn__conv_path_name(nn__conv_path_get()), bwd ? "bwd" : "fwd");
     return;
   }
+  if (n->kind == NN__CONVT) { /* the output's size too: output padding adds to it */
+    snprintf(key, cap, "convt:%dx%dx%d>%dx%dx%d:k%dx%d:s%d:p%d:B%d:%s:%s", x->C, x->H, x->W, n->C,
+             n->H, n->W, n->kh, n->kw, n->stride, n->pad, B,
+             nn__conv_path_name(nn__conv_path_get()), bwd ? "bwd" : "fwd");
+    return;
+  }
   snprintf(key, cap, "conv2d:%dx%dx%d>%d:k%dx%d:s%d:p%d:d%d:B%d:%s:%s", x->C, x->H, x->W, n->C,
            n->kh, n->kw, n->stride, n->pad, n->dil, B, nn__conv_path_name(nn__conv_path_get()),
            bwd ? "bwd" : "fwd");
@@ -410,8 +417,8 @@ static bool usable(const nn_model *m, const nn__node *n, int B, const signed cha
                         (kp[2] <= 0 || nn__convk_can(m, n, NN__PH_DX, kp[2])));
 }
 
-/* The plan of n's forward or backward at batch B: a conv2d's (conv_run) or a dense
- * layer's (dense_run), the other NULL. */
+/* The plan of n's forward or backward at batch B: a conv2d's or conv-transpose2d's
+ * (conv_run) or a dense layer's (dense_run), the other NULL. */
 static void plan_node(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run conv_run,
                       nn__dense_run dense_run) {
   pthread_once(&g_once, init);
@@ -467,8 +474,9 @@ static void plan_node(nn_model *m, nn__node *n, int B, bool bwd, nn__plan_run co
     if (f && fseek(f, 0, SEEK_END) == 0) {
       if (ftell(f) == 0)
         fprintf(f,
-                "# shoal nn: the fastest kernel path of each conv2d and dense shape, batch and "
-                "ISA on\n# this CPU (nn/cpu/plan.c). Delete the file to time them again.\n");
+                "# shoal nn: the fastest kernel path of each conv2d, conv-transpose2d and dense "
+                "shape,\n# batch and ISA on this CPU (nn/cpu/plan.c). Delete the file to time "
+                "them again.\n");
       fprintf(f, "%s %s %s %s\n", key, bwd ? "-" : nn__kpath_name(kp[0]),
               bwd ? nn__kpath_name(kp[1]) : "-", bwd ? nn__kpath_name(kp[2]) : "-");
       fflush(f);
