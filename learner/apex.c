@@ -743,6 +743,12 @@ static bool eval_due(void *a, double now, int64_t steps, const double *hp, doubl
   return true;
 }
 
+/* Ape-X evaluates only to check a solve: with run.solve_return set. */
+static bool evaluates(void *a, const double *hp) {
+  (void)a;
+  return hp[LRT_HP_SOLVE] != 0;
+}
+
 static int params(void *a, const float **blob, size_t *n, rpc_param_entry **layout, int *nl,
                   shoal_error *err) {
   learner *L = a;
@@ -1094,6 +1100,7 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
                      .apply_hp = apply_hp,
                      .figs = figs,
                      .eval_due = eval_due,
+                     .evaluates = evaluates,
                      .params = params,
                      .snapshot = snapshot,
                      .after_snapshot = after_snapshot,

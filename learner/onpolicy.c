@@ -269,6 +269,12 @@ static bool eval_due(void *a, double now, int64_t steps, const double *hp, doubl
   return true;
 }
 
+/* On schedule always (run.eval_every_steps is at least 1). */
+static bool evaluates(void *a, const double *hp) {
+  (void)a, (void)hp;
+  return true;
+}
+
 /* The model's parameters, then (norm_obs) the observation normaliser's two entries. */
 static int params(void *a, const float **blob, size_t *n, rpc_param_entry **layout, int *nl,
                   shoal_error *err) {
@@ -544,6 +550,7 @@ static void *create(lrt *rt, lrt_algo *algo, shoal_error *err) {
                      .step = step,
                      .figs = figs,
                      .eval_due = eval_due,
+                     .evaluates = evaluates,
                      .params = params,
                      .snapshot = snapshot,
                      .resume = resume,

@@ -23,6 +23,9 @@ enum { RETURNS_KEPT = 100, MAX_SETS = 64 };
 /* How long a learner under a supervisor waits, after a stop rule, for the SIGTERM that
  * follows its actors' stop (theirs takes at most the supervisor's grace, 30 s). */
 static const double AWAIT_STOP_S = 45;
+/* What a run's first evaluation may take, said before any has run (stop_needs_s): a bound
+ * the supervisor waits up to, not a wait (the learner exits when it is done). */
+static const double FIRST_EVAL_BOUND_S = 120;
 
 static const char *const common_hp[LRT_HP_COMMON] = {
     "learner.publish_every", "learner.snapshot_every_s", "run.max_env_steps", "run.max_seconds",
@@ -906,19 +909,26 @@ static bool budget_reason(const char *reason) {
   return !strcmp(reason, "max_env_steps") || !strcmp(reason, "max_seconds");
 }
 
+/* Whether a run that ends at its budget evaluates what it ends with: one that evaluates
+ * at all, whether or not its first scheduled evaluation came (a short budget ends before
+ * it, and its last snapshot then had no score). */
+static bool final_eval(lrt *rt) {
+  return rt->evals > 0 || (rt->algo.evaluates && rt->algo.evaluates(rt->a, rt->live.hp));
+}
+
 /* How long the stop's evaluations may take (stop): the one in flight, and at a budget a
  * final one, each bounded by the slowest evaluation so far with half as much again (a
- * better policy plays longer games), so that a supervisor waits for them. 0 when none
- * will run. */
+ * better policy plays longer games), so that a supervisor waits for them; before any has
+ * run, by FIRST_EVAL_BOUND_S. 0 when none will run. */
 static double stop_needs_s(lrt *rt, const char *reason) {
   eval_box *e = &rt->eval;
   if (!e->started) return 0;
   pthread_mutex_lock(&e->mu);
-  double one = 1.5 * e->slowest_s;
+  double one = e->slowest_s > 0 ? 1.5 * e->slowest_s : FIRST_EVAL_BOUND_S;
   bool running = e->busy || e->pending, unread = e->done;
   pthread_mutex_unlock(&e->mu);
   double s = running ? one : 0;
-  if (budget_reason(reason) && (rt->evals > 0 || running || unread)) s += one;
+  if (budget_reason(reason) && (final_eval(rt) || running || unread)) s += one;
   return s;
 }
 
@@ -961,7 +971,7 @@ static int stop(lrt *rt, const char *reason, double t0, double t_end) {
     if (eval_collect(rt, rt->live.hp[LRT_HP_SOLVE])) reason = "solved";
   }
   const bool solved = !strcmp(reason, "solved");
-  if (owner && rt->evals > 0 && budget && !solved) {
+  if (owner && budget && !solved && final_eval(rt)) {
     eval_post(rt, f.env_steps, 999999937);
     eval_wait(rt);
     eval_collect(rt, 0);

@@ -29,7 +29,8 @@
  * actors still send while the supervisor stops them, and stops on the SIGTERM that
  * follows (or by itself after 45 s). S is how long its own stop may take beyond writing
  * its snapshot: the evaluation in flight and, at a budget, a final one (the slowest
- * evaluation so far, with half again), which the supervisor adds to its grace.
+ * evaluation so far, with half again; a bound of 120 s before the first), which the
+ * supervisor adds to its grace.
  */
 #ifndef SHOAL_LEARNER_RUNTIME_H
 #define SHOAL_LEARNER_RUNTIME_H
@@ -86,6 +87,10 @@ typedef struct lrt_algo {
    * still runs is started when that one ends, the trainer waiting for it). */
   bool (*eval_due)(void *a, double now_s, int64_t env_steps, const double *hp, double return100,
                    uint64_t episodes);
+  /* Whether this run evaluates at all under hp: then a run that ends at its budget
+   * evaluates what it ends with, even before its first scheduled evaluation. NULL: only a
+   * run that has evaluated does. */
+  bool (*evaluates)(void *a, const double *hp);
   /* The published blob (borrowed, valid until the next step) and its layout (a new
    * array the runtime frees; layout NULL: the blob alone, for an evaluation). */
   int (*params)(void *a, const float **blob, size_t *n, rpc_param_entry **layout, int *nl,

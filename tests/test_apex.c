@@ -341,6 +341,51 @@ static void test_config_errors_are_clear(void **state) {
                       "ac.layer: 'glu' is neither dense nor a registered custom layer");
 }
 
+/* A budget that ends before the first solve check (Ape-X makes its first once replay
+ * holds its warmup): the run evaluates what it ends with all the same (its closing line
+ * has the score, its last snapshot is scored); with run.solve_return=0 Ape-X makes no
+ * solve checks, and no final evaluation either. */
+static void short_budget(const char *solve, const char *tag, bool evaluated) {
+  char store_set[400], run_set[96];
+  snprintf(store_set, sizeof store_set, "store.uri=file://%s", wf_dir);
+  snprintf(run_set, sizeof run_set, "run.name=short-%s-%d", tag, (int)getpid());
+  char *argv[] = {wf_shoal,
+                  "run",
+                  config_path,
+                  "--set",
+                  store_set,
+                  "--set",
+                  run_set,
+                  "--set",
+                  "run.max_env_steps=3000",
+                  "--set",
+                  "learner.warmup=100000",
+                  "--set",
+                  (char *)solve,
+                  "--no-tensorboard",
+                  NULL};
+  wf_proc p;
+  wf_start(&p, argv);
+  int rc = wf_wait(&p, 60);
+  char *out = wf_slurp(p.out, NULL);
+  printf("%s", out);
+  assert_int_equal(rc, 0);
+  const char *done = strstr(out, " max_env_steps after ");
+  assert_non_null(done);
+  if (evaluated) {
+    double e = number_after(done, "greedy eval ");
+    assert_true(e >= 8 && e <= 500); /* CartPole's returns: every episode lasts 8 steps */
+  } else {
+    assert_null(strstr(done, " eval "));
+  }
+  free(out);
+}
+
+static void test_short_budget_evaluates(void **state) {
+  short_budget("run.solve_return=475", "solve", true);
+  short_budget("run.solve_return=0", "nosolve", false);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "solve")) {
     const struct CMUnitTest solve[] = {cmocka_unit_test(test_solves_cartpole)};
@@ -354,6 +399,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_config_errors_are_clear),
       cmocka_unit_test(test_actor_killed_is_restarted),
       cmocka_unit_test(test_learner_killed_resumes),
+      cmocka_unit_test(test_short_budget_evaluates),
   };
   return cmocka_run_group_tests_name("apex", tests, setup, teardown);
 }

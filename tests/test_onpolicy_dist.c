@@ -509,7 +509,8 @@ static void test_lstm_core0(void **state) {
 
 /* The closing line gives the wall time the command took (not the learner's training
  * time alone, a small part of a short on-policy run), then the training time, labelled;
- * the progress line names an on-policy learner's queue as unrolls. */
+ * the progress line names an on-policy learner's queue as unrolls. The budget ends before
+ * the first scheduled evaluation: the run evaluates what it ends with all the same. */
 static void test_run_reports_its_wall_time(void **state) {
   char store_set[400], run_set[96];
   snprintf(store_set, sizeof store_set, "store.uri=file://%s", wf_dir);
@@ -525,6 +526,8 @@ static void test_run_reports_its_wall_time(void **state) {
                   "run.solve_return=0",
                   "--set",
                   "run.max_env_steps=20000",
+                  "--set",
+                  "run.eval_every_steps=1000000",
                   "--no-tensorboard",
                   NULL};
   wf_proc p;
@@ -546,6 +549,8 @@ static void test_run_reports_its_wall_time(void **state) {
     fail_msg("the command took %.1f s and says %.1f s", took, said);
   assert_true(trained > 0 && trained <= said);
   assert_non_null(strstr(out, " unrolls  return100 "));
+  double e = number_after(done, "greedy eval ");
+  assert_true(e >= 8 && e <= 500);
   free(out);
 }
 
