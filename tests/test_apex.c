@@ -374,7 +374,7 @@ static void short_budget(const char *solve, const char *tag, bool evaluated) {
   assert_non_null(done);
   if (evaluated) {
     double e = number_after(done, "greedy eval ");
-    assert_true(e >= 8 && e <= 500); /* CartPole's returns: every episode lasts 8 steps */
+    assert_true(e >= 8 && e <= 500); /* CartPole: an episode lasts 8 to 500 steps */
   } else {
     assert_null(strstr(done, " eval "));
   }
