@@ -16,7 +16,10 @@
  *                   actors) for a fixed time, replay.log true vs false. env steps/s.
  *   segment_write   store_replay_append of 4 MiB segments (temp file, fsync, link, fsync
  *                   of the folder) vs open/write/fsync/close of the same bytes. MB/s;
- *                   goal >= 0.8.
+ *                   goal >= 0.8. segment_write_retained: the same with a trim after
+ *                   each append (the 8 newest kept), the store writing into the trimmed
+ *                   files (spares), vs the plain write, and .spares_vs_new_files vs a
+ *                   store that keeps no spares (SHOAL_STORE_SPARES=0).
  *   restore.<sc>    rlog_restore of a memory's worth of transitions (1M CartPole-sized,
  *                   100k Atari-sized: 84x84 u8 frames) into a new memory (list, read,
  *                   decompress, check, insert) vs reading the same transitions'
@@ -302,8 +305,41 @@ static void bench_segment_write(void) {
   printf("\n%-22s %12s %12s %7s\n", "segment write (4 MiB)", "store MB/s", "plain MB/s", "ratio");
   printf("%-22s %12.1f %12.1f %7.3f\n", "file store", mo, mp, mo / mp);
   bench_line("segment_write", mo, "MB/s", mp);
-  free(buf);
   store_close(st);
+
+  /* With retention, as a learner's log runs: the 8 newest kept, each append followed by
+   * a trim, into spares (the trimmed files) and, in a second store told to keep none
+   * (SHOAL_STORE_SPARES=0), into new files; the three alternate. */
+  store *sp[2];
+  const char *spare_runs[2] = {"retained", "retained0"};
+  for (int i = 0; i < 2; i++) {
+    if (i) setenv("SHOAL_STORE_SPARES", "0", 1);
+    if (store_open(&sp[i], uri, &err) || store_run_create(sp[i], spare_runs[i], NULL, 1, &err))
+      die("store", &err);
+    unsetenv("SHOAL_STORE_SPARES");
+  }
+  double with[15], none[15];
+  for (int k = 0; k < reps + 8; k++) {
+    double *out[2] = {with, none};
+    for (int i = 0; i < 2; i++) {
+      size_t removed;
+      double t0 = shoal_now_s();
+      if (store_replay_append(sp[i], spare_runs[i], (uint64_t)k, buf, len, &err) ||
+          (k >= 8 && store_replay_trim(sp[i], spare_runs[i], (uint64_t)k - 7, &removed, &err)))
+        die("append", &err);
+      if (k >= 8) out[i][k - 8] = (double)len / 1048576.0 / (shoal_now_s() - t0);
+    }
+    double tp = plain_write(path, buf, len);
+    if (k >= 8) plain[k - 8] = (double)len / 1048576.0 / tp;
+  }
+  double mw = median(with, reps), mn = median(none, reps);
+  mp = median(plain, reps);
+  printf("%-22s %12.1f %12.1f %7.3f\n", "  + trim, spares", mw, mp, mw / mp);
+  printf("%-22s %12.1f %12.1f %7.3f\n", "  + trim, new files", mn, mp, mn / mp);
+  bench_line("segment_write_retained", mw, "MB/s", mp);
+  bench_line("segment_write_retained.spares_vs_new_files", mw, "MB/s", mn);
+  for (int i = 0; i < 2; i++) store_close(sp[i]);
+  free(buf);
 }
 
 typedef struct rctx {

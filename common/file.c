@@ -61,9 +61,10 @@ static int fsync_dir(const char *dir, shoal_error *err) {
   return rc;
 }
 
-int shoal_file_tmp_open(shoal_file_tmp *t, const char *path, shoal_error *err) {
-  if (!t || !path) return shoal_error_set(err, SHOAL_EINVAL, "shoal_file_tmp_open: NULL argument");
+/* Names t's temporary file for path; creates nothing. */
+static int tmp_name(shoal_file_tmp *t, const char *path, shoal_error *err) {
   t->fd = -1;
+  t->reused = 0;
   t->path[0] = t->tmp[0] = 0;
   const char *slash = strrchr(path, '/');
   const char *base = slash ? slash + 1 : path;
@@ -76,6 +77,40 @@ int shoal_file_tmp_open(shoal_file_tmp *t, const char *path, shoal_error *err) {
                     base, shoal_file_host_tag(), (long)getpid(), c);
   if (np < 0 || (size_t)np >= sizeof t->path || nt < 0 || (size_t)nt >= sizeof t->tmp)
     return shoal_error_set(err, SHOAL_EINVAL, "path '%.200s...' is too long", path);
+  return 0;
+}
+
+int shoal_file_tmp_open(shoal_file_tmp *t, const char *path, shoal_error *err) {
+  if (!t || !path) return shoal_error_set(err, SHOAL_EINVAL, "shoal_file_tmp_open: NULL argument");
+  int rc = tmp_name(t, path, err);
+  if (rc) return rc;
+  t->fd = open(t->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (t->fd < 0) return sys_err(err, errno, "cannot create", t->tmp);
+  return 0;
+}
+
+int shoal_file_tmp_reuse(shoal_file_tmp *t, const char *path, const char *spare, shoal_error *err) {
+  if (!t || !path) return shoal_error_set(err, SHOAL_EINVAL, "shoal_file_tmp_reuse: NULL argument");
+  if (!spare) return shoal_file_tmp_open(t, path, err);
+  int rc = tmp_name(t, path, err);
+  if (rc) return rc;
+  /* rename() takes the spare whole or not at all: of several takers one gets it. The
+   * folder is fsynced before a byte is overwritten, so no name the file had before
+   * (the spare's, the one it had before it became a spare) can come back after a crash
+   * over bytes that are no longer its own. */
+  if (rename(spare, t->tmp) == 0) {
+    char dir[SHOAL_FILE_PATH_MAX];
+    dir_of(t->tmp, dir, sizeof dir);
+    t->fd = open(t->tmp, O_WRONLY | O_CLOEXEC);
+    if (t->fd >= 0 && (rc = fsync_dir(dir, err)) == 0) {
+      t->reused = 1;
+      return 0;
+    }
+    if (t->fd >= 0) close(t->fd);
+    t->fd = -1;
+    unlink(t->tmp);
+    if (rc) return rc;
+  }
   t->fd = open(t->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (t->fd < 0) return sys_err(err, errno, "cannot create", t->tmp);
   return 0;
@@ -97,7 +132,11 @@ int shoal_file_tmp_write(shoal_file_tmp *t, const void *buf, size_t len, shoal_e
 int shoal_file_tmp_commit(shoal_file_tmp *t, int flags, shoal_error *err) {
   int rc = 0;
   if (t->fd < 0) return shoal_error_set(err, SHOAL_ESTATE, "'%s' is not open", t->tmp);
-  if (fsync(t->fd) != 0) rc = sys_err(err, errno, "cannot fsync", t->tmp);
+  if (t->reused) { /* a spare longer than what was written keeps its old tail otherwise */
+    off_t end = lseek(t->fd, 0, SEEK_CUR);
+    if (end < 0 || ftruncate(t->fd, end) != 0) rc = sys_err(err, errno, "cannot truncate", t->tmp);
+  }
+  if (!rc && fsync(t->fd) != 0) rc = sys_err(err, errno, "cannot fsync", t->tmp);
   if (close(t->fd) != 0 && !rc) rc = sys_err(err, errno, "cannot close", t->tmp);
   t->fd = -1;
   if (!rc && flags == SHOAL_FILE_EXCL) {

@@ -51,6 +51,7 @@ enum {
  * is closed and the temporary file gone once commit or abort returns. */
 typedef struct shoal_file_tmp {
   int fd;                         /* open for writing; -1 after commit or abort */
+  int reused;                     /* 1: the file was a spare (shoal_file_tmp_reuse) */
   char path[SHOAL_FILE_PATH_MAX]; /* the destination */
   char tmp[SHOAL_FILE_PATH_MAX];  /* the temporary file beside it */
 } shoal_file_tmp;
@@ -65,6 +66,18 @@ int shoal_file_write_atomic(const char *path, const void *buf, size_t len, int f
 /* Creates the temporary file for path (copied into t) and opens it for writing. On
  * error t holds no open file and nothing was created. */
 int shoal_file_tmp_open(shoal_file_tmp *t, const char *path, shoal_error *err);
+
+/* As shoal_file_tmp_open, but the temporary file is the existing file spare (in the
+ * same folder, renamed to the temporary name), overwritten from its start; commit cuts
+ * it to what was written. Writing into a file's allocated blocks skips the inode and
+ * block allocation a new file costs (a log recycling its retired segments). A spare
+ * that cannot be taken (gone: another process took or removed it) is no error: a new
+ * file is created as by shoal_file_tmp_open, and t->reused says which happened. The
+ * folder is fsynced once the spare is taken, before its bytes are overwritten, so its
+ * old names cannot come back after a crash over the new bytes. The writes must be
+ * sequential from offset 0 (shoal_file_tmp_write or write(t.fd, ...)). On error nothing
+ * is open and the spare is gone. */
+int shoal_file_tmp_reuse(shoal_file_tmp *t, const char *path, const char *spare, shoal_error *err);
 
 /* Writes len bytes of buf (borrowed) to t's temporary file, retrying short writes.
  * On error the caller still commits or aborts t (an abort, to leave nothing). */

@@ -8,6 +8,8 @@
  *   DIR/<run>/snapshots/index.json          the snapshots that exist and their metadata
  *   DIR/<run>/replay/<seq, 20 digits>.bin   32-byte header (magic, version 2, crc32c, seq,
  *                                           length) and the segment's bytes
+ *   DIR/<run>/replay/.spare.<seq>.bin       a trimmed segment kept to write a new one into
+ *                                           (see FILE_SPARES and file_replay_trim)
  *   DIR/<run>/metrics.csv                   "# shoal-metrics 1", then step,time,name,value
  *   DIR/_sweeps/<sweep>/<trial>/            trial.json, claim.<k>, requeue.<k>, done.json
  *   DIR/<run>/segments/, DIR/<run>/media/, DIR/_datasets/
@@ -52,6 +54,11 @@
 #include "store/file_backend.h"
 
 enum { FILE_LEASES = 8 };
+/* Trimmed replay segments kept as spares, at most, a process's whole. The log trims at
+ * each checkpoint what was written since the one before, and those spares take the
+ * writes until the next: the disk then holds what it held before the trim, never more.
+ * SHOAL_STORE_SPARES=N (0..64) sets fewer; 0 removes every trimmed segment. */
+enum { FILE_SPARES = 64 };
 
 typedef struct file_store {
   char root[PATH_MAX];
@@ -62,6 +69,13 @@ typedef struct file_store {
     char run[STORE_NAME_MAX];
     int fd;
   } leases[FILE_LEASES];
+  /* Spare files this process may write replay segments into (replay/.spare.<seq>.bin). */
+  pthread_mutex_t spare_mu;
+  struct {
+    char run[STORE_NAME_MAX];
+    uint64_t seq;
+  } spares[FILE_SPARES];
+  int n_spares, max_spares;
 } file_store;
 
 /* Version 2's header checks the bytes with CRC32C (the crc32 instruction); version 1's
@@ -134,14 +148,16 @@ int store__read_all(int fd, void *buf, size_t len) {
   return 0;
 }
 
-int store__file_write_atomic(const char *dir, const char *name, const void *a, size_t na,
-                             const void *b, size_t nb, int exclusive, shoal_error *err) {
+/* As store__file_write_atomic, written into the file spare when it is there (a trimmed
+ * replay segment: shoal_file_tmp_reuse). */
+static int write_atomic(const char *dir, const char *name, const char *spare, const void *a,
+                        size_t na, const void *b, size_t nb, int exclusive, shoal_error *err) {
   char dst[PATH_MAX];
   int rc = path_fmt(dst, err, "%s/%s", dir, name);
   if (rc) return rc;
   shoal_file_tmp t;
   shoal_error e = {0};
-  rc = shoal_file_tmp_open(&t, dst, &e);
+  rc = shoal_file_tmp_reuse(&t, dst, spare, &e);
   if (!rc) rc = shoal_file_tmp_write(&t, a, na, &e);
   if (!rc && b) rc = shoal_file_tmp_write(&t, b, nb, &e);
   if (rc)
@@ -151,6 +167,11 @@ int store__file_write_atomic(const char *dir, const char *name, const void *a, s
   /* The helper's messages are the store's own, less the prefix. */
   if (rc) shoal_error_set(err, rc, "store: %s", e.msg);
   return rc;
+}
+
+int store__file_write_atomic(const char *dir, const char *name, const void *a, size_t na,
+                             const void *b, size_t nb, int exclusive, shoal_error *err) {
+  return write_atomic(dir, name, NULL, a, na, b, nb, exclusive, err);
 }
 
 int store__file_read(const char *path, char **out, size_t *len, shoal_error *err) {
@@ -335,9 +356,16 @@ static int file_open(void **impl, const char *uri, const store_uri_info *u, bool
   snprintf(fs->root, sizeof fs->root, "%s", u->dir);
   fs->sync_metrics = u->sync_metrics;
   pthread_mutex_init(&fs->lease_mu, NULL);
+  pthread_mutex_init(&fs->spare_mu, NULL);
+  const char *sp = getenv("SHOAL_STORE_SPARES");
+  fs->max_spares = sp && *sp ? atoi(sp) : FILE_SPARES;
+  if (fs->max_spares < 0) fs->max_spares = 0;
+  if (fs->max_spares > FILE_SPARES) fs->max_spares = FILE_SPARES;
   for (int i = 0; i < FILE_LEASES; i++) fs->leases[i].fd = -1;
   int rc = mkdir_p(fs->root, err);
   if (rc) {
+    pthread_mutex_destroy(&fs->lease_mu);
+    pthread_mutex_destroy(&fs->spare_mu);
     free(fs);
     return rc;
   }
@@ -345,11 +373,21 @@ static int file_open(void **impl, const char *uri, const store_uri_info *u, bool
   return 0;
 }
 
+static int spare_path(const file_store *fs, const char *run, uint64_t seq, char *out,
+                      shoal_error *err);
+
 static void file_close(void *impl) {
   file_store *fs = impl;
   for (int i = 0; i < FILE_LEASES; i++)
     if (fs->leases[i].fd >= 0) close(fs->leases[i].fd); /* the kernel lets go of the flock */
+  /* A store closed cleanly leaves no spares behind (a crash's are taken up by the next
+   * trim of their run). */
+  for (int i = 0; i < fs->n_spares; i++) {
+    char p[PATH_MAX];
+    if (!spare_path(fs, fs->spares[i].run, fs->spares[i].seq, p, NULL)) unlink(p);
+  }
   pthread_mutex_destroy(&fs->lease_mu);
+  pthread_mutex_destroy(&fs->spare_mu);
   free(fs);
 }
 
@@ -893,7 +931,16 @@ static int file_replay_append(void *impl, const char *run, uint64_t seq, const v
   store__put_le32(h + 12, shoal_crc32c(0, bytes, len));
   store__put_le64(h + 16, seq);
   store__put_le64(h + 24, len);
-  rc = store__file_write_atomic(dir, name, h, sizeof h, bytes, len, 1, err);
+  char spare[PATH_MAX] = "";
+  pthread_mutex_lock(&fs->spare_mu);
+  for (int i = fs->n_spares; i-- > 0;)
+    if (!strcmp(fs->spares[i].run, run)) {
+      if (spare_path(fs, run, fs->spares[i].seq, spare, NULL)) spare[0] = 0;
+      fs->spares[i] = fs->spares[--fs->n_spares];
+      break;
+    }
+  pthread_mutex_unlock(&fs->spare_mu);
+  rc = write_atomic(dir, name, spare[0] ? spare : NULL, h, sizeof h, bytes, len, 1, err);
   if (rc == SHOAL_EEXIST)
     return shoal_error_set(err, SHOAL_EEXIST,
                            "store: run '%s' has replay segment %" PRIu64 " already", run, seq);
@@ -905,9 +952,45 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* The seqs of run's replay segments >= from_seq, ascending, in a new array. */
-static int file_replay_seqs(file_store *fs, const char *run, uint64_t from_seq, uint64_t **out,
-                            size_t *n_out, shoal_error *err) {
+static int spare_path(const file_store *fs, const char *run, uint64_t seq, char *out,
+                      shoal_error *err) {
+  return path_fmt(out, err, "%s/%s/replay/.spare.%020" PRIu64 ".bin", fs->root, run, seq);
+}
+
+/* Whether run's spare seq is one of fs's (spare_mu held). */
+static int spare_held(const file_store *fs, const char *run, uint64_t seq) {
+  for (int i = 0; i < fs->n_spares; i++)
+    if (fs->spares[i].seq == seq && !strcmp(fs->spares[i].run, run)) return 1;
+  return 0;
+}
+
+/* A spare named s in run's replay folder that fs does not hold, left by a process that
+ * died: taken up while fs has room, else removed. Removing one another process holds
+ * costs it nothing but the reuse (its rename finds no file and it creates one). */
+static void spare_found(file_store *fs, const char *run, const char *dir, const char *s) {
+  if (strlen(s) != 31 || strncmp(s, ".spare.", 7) != 0 || strcmp(s + 27, ".bin") != 0) return;
+  uint64_t seq = 0;
+  for (int i = 7; i < 27; i++) {
+    if (s[i] < '0' || s[i] > '9') return;
+    seq = seq * 10 + (uint64_t)(s[i] - '0');
+  }
+  pthread_mutex_lock(&fs->spare_mu);
+  if (!spare_held(fs, run, seq)) {
+    if (fs->n_spares < fs->max_spares) {
+      snprintf(fs->spares[fs->n_spares].run, STORE_NAME_MAX, "%s", run);
+      fs->spares[fs->n_spares++].seq = seq;
+    } else {
+      char p[PATH_MAX];
+      if (snprintf(p, sizeof p, "%s/%s", dir, s) < (int)sizeof p) unlink(p);
+    }
+  }
+  pthread_mutex_unlock(&fs->spare_mu);
+}
+
+/* The seqs of run's replay segments >= from_seq, ascending, in a new array. With
+ * adopt, spares the listing finds that fs does not hold are taken up (spare_found). */
+static int file_replay_seqs(file_store *fs, const char *run, uint64_t from_seq, int adopt,
+                            uint64_t **out, size_t *n_out, shoal_error *err) {
   char dir[PATH_MAX];
   int rc = path_fmt(dir, err, "%s/%s/replay", fs->root, run);
   if (rc) return rc;
@@ -928,6 +1011,7 @@ static int file_replay_seqs(file_store *fs, const char *run, uint64_t from_seq, 
   struct dirent *de;
   while ((de = readdir(d))) {
     const char *s = de->d_name;
+    if (adopt && s[0] == '.') spare_found(fs, run, dir, s);
     if (strlen(s) != 24 || strcmp(s + 20, ".bin") != 0) continue;
     uint64_t v = 0;
     int ok = 1;
@@ -950,6 +1034,18 @@ static int file_replay_seqs(file_store *fs, const char *run, uint64_t from_seq, 
   return 0;
 }
 
+/* A segment that fails its checks after it was opened may have been trimmed meanwhile
+ * and its file written again as a spare (file_replay_trim): a name that is gone was
+ * trimmed (SHOAL_ENOENT, as if the open had come later), not damaged. Segment names
+ * are never made again once trimmed. Returns rc or SHOAL_ENOENT. */
+static int trimmed_while_read(const char *p, const char *run, uint64_t seq, int rc,
+                              shoal_error *err) {
+  if (access(p, F_OK) == 0 || errno != ENOENT) return rc;
+  return shoal_error_set(err, SHOAL_ENOENT,
+                         "store: replay segment %" PRIu64 " of run '%s' was trimmed while read",
+                         seq, run);
+}
+
 /* Reads replay segment seq of run and checks its header; on success *buf holds the
  * file (header first) and the segment is its bytes from REPLAY_HEADER on. */
 static int file_replay_load(file_store *fs, const char *run, uint64_t seq, char **buf, size_t *len,
@@ -960,6 +1056,8 @@ static int file_replay_load(file_store *fs, const char *run, uint64_t seq, char 
   if ((rc = store__file_read(p, buf, len, err))) {
     if (rc == SHOAL_ENOENT)
       shoal_error_set(err, rc, "store: run '%s' has no replay segment %" PRIu64, run, seq);
+    else if (rc == SHOAL_EFORMAT)
+      rc = trimmed_while_read(p, run, seq, rc, err);
     return rc;
   }
   const unsigned char *h = (const unsigned char *)*buf;
@@ -981,6 +1079,7 @@ static int file_replay_load(file_store *fs, const char *run, uint64_t seq, char 
              store__get_le32(h + 12)) {
     rc = shoal_error_set(err, SHOAL_EFORMAT, "store: '%s': checksum mismatch (damaged data)", p);
   }
+  if (rc) rc = trimmed_while_read(p, run, seq, rc, err);
   if (rc) {
     free(*buf);
     *buf = NULL;
@@ -992,7 +1091,7 @@ static int file_replay_iter(void *impl, const char *run, uint64_t from_seq, stor
                             void *ctx, shoal_error *err) {
   uint64_t *seqs;
   size_t n;
-  int rc = file_replay_seqs(impl, run, from_seq, &seqs, &n, err);
+  int rc = file_replay_seqs(impl, run, from_seq, 0, &seqs, &n, err);
   for (size_t i = 0; i < n && !rc; i++) {
     char *buf = NULL;
     size_t len = 0;
@@ -1011,7 +1110,7 @@ static int file_replay_iter(void *impl, const char *run, uint64_t from_seq, stor
 
 static int file_replay_list(void *impl, const char *run, uint64_t **seqs, size_t *n,
                             shoal_error *err) {
-  return file_replay_seqs(impl, run, 0, seqs, n, err);
+  return file_replay_seqs(impl, run, 0, 0, seqs, n, err);
 }
 
 static int file_replay_read(void *impl, const char *run, uint64_t seq, void **bytes, size_t *len,
@@ -1027,16 +1126,28 @@ static int file_replay_read(void *impl, const char *run, uint64_t seq, void **by
   return 0;
 }
 
+/* Trimmed segments become spares while this process holds fewer than max_spares, and
+ * the next appends write into them: a new file costs its inode and block allocation;
+ * the rest are removed. A reader that had one open sees it trimmed (trimmed_while_read). */
 static int file_replay_trim(void *impl, const char *run, uint64_t below, size_t *removed,
                             shoal_error *err) {
   file_store *fs = impl;
   uint64_t *seqs;
   size_t n, k = 0;
-  int rc = file_replay_seqs(fs, run, 0, &seqs, &n, err);
+  int rc = file_replay_seqs(fs, run, 0, 1, &seqs, &n, err);
   for (size_t i = 0; i < n && !rc && seqs[i] < below; i++) {
-    char p[PATH_MAX];
+    char p[PATH_MAX], sp[PATH_MAX];
     if ((rc = path_fmt(p, err, "%s/%s/replay/%020" PRIu64 ".bin", fs->root, run, seqs[i]))) break;
-    if (unlink(p) == 0)
+    int kept = 0;
+    pthread_mutex_lock(&fs->spare_mu);
+    if (fs->n_spares < fs->max_spares && !spare_path(fs, run, seqs[i], sp, NULL) &&
+        rename(p, sp) == 0) {
+      snprintf(fs->spares[fs->n_spares].run, STORE_NAME_MAX, "%s", run);
+      fs->spares[fs->n_spares++].seq = seqs[i];
+      kept = 1;
+    }
+    pthread_mutex_unlock(&fs->spare_mu);
+    if (kept || unlink(p) == 0)
       k++;
     else if (errno != ENOENT) /* another trim got there first: fine */
       rc = store__sys_err(err, errno, "cannot remove", p);

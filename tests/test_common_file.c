@@ -97,6 +97,50 @@ static void test_excl_refuses_an_existing_file(void **state) {
   assert_int_equal(count_tmp(), 0);
 }
 
+/* A spare is written into from its start, cut to what was written and renamed into
+ * place (the same inode); a spare that is gone is no error (a new file is made). */
+static void test_reuse_writes_into_a_spare(void **state) {
+  char spare[256], a[256], b[256], c[256];
+  path_in(spare, sizeof spare, ".spare.1");
+  path_in(a, sizeof a, "a.bin");
+  path_in(b, sizeof b, "b.bin");
+  path_in(c, sizeof c, "c.bin");
+  shoal_error err = {0};
+  assert_int_equal(shoal_file_write_atomic(spare, "an old, longer file", 19, 0, &err), 0);
+  struct stat s0, s1;
+  assert_int_equal(stat(spare, &s0), 0);
+  shoal_file_tmp t;
+  assert_int_equal(shoal_file_tmp_reuse(&t, a, spare, &err), 0);
+  assert_int_equal(t.reused, 1);
+  assert_int_equal(access(spare, F_OK), -1); /* taken */
+  assert_int_equal(shoal_file_tmp_write(&t, "new", 3, &err), 0);
+  assert_int_equal(shoal_file_tmp_write(&t, "er", 2, &err), 0);
+  assert_int_equal(shoal_file_tmp_commit(&t, SHOAL_FILE_EXCL, &err), 0);
+  assert_file_holds(a, "newer");
+  assert_int_equal(stat(a, &s1), 0);
+  assert_int_equal(s1.st_ino, s0.st_ino);
+  /* The spare is gone now: a new file. */
+  assert_int_equal(shoal_file_tmp_reuse(&t, b, spare, &err), 0);
+  assert_int_equal(t.reused, 0);
+  assert_int_equal(shoal_file_tmp_write(&t, "fresh", 5, &err), 0);
+  assert_int_equal(shoal_file_tmp_commit(&t, SHOAL_FILE_EXCL, &err), 0);
+  assert_file_holds(b, "fresh");
+  /* No spare named: as shoal_file_tmp_open. */
+  assert_int_equal(shoal_file_tmp_reuse(&t, c, NULL, &err), 0);
+  assert_int_equal(t.reused, 0);
+  shoal_file_tmp_abort(&t);
+  assert_int_equal(access(c, F_OK), -1);
+  /* A spare whose destination exists (EXCL): refused, nothing left, the spare used up. */
+  assert_int_equal(shoal_file_write_atomic(spare, "0123456789", 10, 0, &err), 0);
+  assert_int_equal(shoal_file_tmp_reuse(&t, a, spare, &err), 0);
+  assert_int_equal(t.reused, 1);
+  assert_int_equal(shoal_file_tmp_write(&t, "x", 1, &err), 0);
+  assert_int_equal(shoal_file_tmp_commit(&t, SHOAL_FILE_EXCL, &err), SHOAL_EEXIST);
+  assert_file_holds(a, "newer");
+  assert_int_equal(access(spare, F_OK), -1);
+  assert_int_equal(count_tmp(), 0);
+}
+
 static void test_missing_folder_names_the_path(void **state) {
   char p[256];
   path_in(p, sizeof p, "no/such/dir/x.bin");
@@ -229,6 +273,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_replace_overwrites, setup, teardown),
       cmocka_unit_test_setup_teardown(test_excl_refuses_an_existing_file, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reuse_writes_into_a_spare, setup, teardown),
       cmocka_unit_test_setup_teardown(test_missing_folder_names_the_path, setup, teardown),
       cmocka_unit_test_setup_teardown(test_failed_rename_leaves_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_streamed_commit_and_abort, setup, teardown),

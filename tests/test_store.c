@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -30,6 +31,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/file.h"
 #include "store/store.h"
 #include "tests/mongo_test.h"
 
@@ -1184,6 +1186,111 @@ static void test_read_only_is_a_clear_error(void **state) {
   umount2(dir, MNT_DETACH);
 }
 
+/* Entries of dir whose name starts with prefix; the inode of the last in *ino. */
+static int count_named(const char *dir, const char *prefix, ino_t *ino) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d)))
+    if (!strncmp(de->d_name, prefix, strlen(prefix))) {
+      n++;
+      if (ino) *ino = de->d_ino;
+    }
+  if (d) closedir(d);
+  return n;
+}
+
+static ino_t seg_ino(const char *dir, uint64_t seq) {
+  char p[1000];
+  struct stat sb;
+  snprintf(p, sizeof p, "%s/%020" PRIu64 ".bin", dir, seq);
+  assert_int_equal(stat(p, &sb), 0);
+  return sb.st_ino;
+}
+
+/* Trimmed segments become spares that the next appends write into (their inodes, cut
+ * to the new length), at most 64 a process, never listed or read as segments; a clean
+ * close removes them, one a killed process left is taken up by the next trim, and
+ * SHOAL_STORE_SPARES=0 keeps none. */
+static void test_replay_spares(void **state) {
+  store *st = *state;
+  shoal_error err = {0};
+  char run[64], dir[900];
+  name(run, sizeof run, "spares");
+  make_run(st, run);
+  snprintf(dir, sizeof dir, "%s/store/%s/replay", g_dir, run);
+  unsigned char buf[3000], ref[3000];
+  ino_t ino[80];
+  for (uint64_t s = 0; s < 70; s++) {
+    fill(buf, 2000 + s * 10, s);
+    assert_int_equal(store_replay_append(st, run, s, buf, 2000 + s * 10, &err), 0);
+    ino[s] = seg_ino(dir, s);
+  }
+  size_t removed = 0;
+  assert_int_equal(store_replay_trim(st, run, 66, &removed, &err), 0);
+  assert_int_equal(removed, 66);
+  assert_int_equal(count_named(dir, ".spare.", NULL), 64); /* the rest removed */
+  uint64_t *seqs = NULL;
+  size_t n = 0;
+  assert_int_equal(store_replay_list(st, run, &seqs, &n, &err), 0);
+  assert_int_equal(n, 4);
+  assert_int_equal(seqs[0], 66);
+  free(seqs);
+  /* A shorter segment into a longer spare: its own bytes only. */
+  fill(buf, 100, 70);
+  assert_int_equal(store_replay_append(st, run, 70, buf, 100, &err), 0);
+  ino_t i70 = seg_ino(dir, 70);
+  int found = 0;
+  for (int s = 0; s < 66; s++) found |= ino[s] == i70;
+  assert_true(found);
+  void *got = NULL;
+  size_t len = 0;
+  assert_int_equal(store_replay_read(st, run, 70, &got, &len, &err), 0);
+  assert_int_equal(len, 100);
+  assert_memory_equal(got, buf, 100);
+  free(got);
+  assert_int_equal(count_named(dir, ".spare.", NULL), 63);
+  assert_int_equal(count_named(dir, ".tmp.", NULL), 0);
+  assert_int_equal(store_replay_read(st, run, 2, &got, &len, &err), SHOAL_ENOENT);
+  store_close(st);
+  *state = st = open_store();
+  assert_int_equal(count_named(dir, ".spare.", NULL), 0);
+
+  /* What a killed process leaves: a spare no store holds. */
+  char orphan[1000];
+  snprintf(orphan, sizeof orphan, "%s/.spare.%020d.bin", dir, 3);
+  fill(ref, 3000, 99);
+  assert_int_equal(shoal_file_write_atomic(orphan, ref, 3000, 0, &err), 0);
+  ino_t io = 0;
+  assert_int_equal(count_named(dir, ".spare.", &io), 1);
+  assert_int_equal(store_replay_trim(st, run, 67, &removed, &err), 0);
+  assert_int_equal(removed, 1);
+  assert_int_equal(count_named(dir, ".spare.", NULL), 2);
+  for (uint64_t s = 71; s < 73; s++) {
+    fill(buf, 500, s);
+    assert_int_equal(store_replay_append(st, run, s, buf, 500, &err), 0);
+    ino[s] = seg_ino(dir, s);
+  }
+  assert_true((ino[71] == io && ino[72] == ino[66]) || (ino[71] == ino[66] && ino[72] == io));
+  assert_int_equal(count_named(dir, ".spare.", NULL), 0);
+  assert_int_equal(store_replay_list(st, run, &seqs, &n, &err), 0);
+  assert_int_equal(n, 6); /* 67 68 69 70 71 72 */
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(store_replay_read(st, run, seqs[i], &got, &len, &err), 0);
+    free(got);
+  }
+  free(seqs);
+
+  /* None kept when told so. */
+  store_close(st);
+  setenv("SHOAL_STORE_SPARES", "0", 1);
+  *state = st = open_store();
+  unsetenv("SHOAL_STORE_SPARES");
+  assert_int_equal(store_replay_trim(st, run, 69, &removed, &err), 0);
+  assert_int_equal(removed, 2);
+  assert_int_equal(count_named(dir, ".spare.", NULL), 0);
+}
+
 static void test_damaged_files_are_reported(void **state) {
   store *st = *state;
   shoal_error err = {0};
@@ -1469,6 +1576,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_full_disk_is_a_clear_error),
       cmocka_unit_test(test_read_only_is_a_clear_error),
       cmocka_unit_test_setup_teardown(test_damaged_files_are_reported, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_replay_spares, setup, teardown),
       cmocka_unit_test(test_file_uri_forms),
       cmocka_unit_test_setup_teardown(test_leftovers_swept, setup, teardown),
       cmocka_unit_test(test_default_uri),
