@@ -80,13 +80,17 @@ static int tmp_name(shoal_file_tmp *t, const char *path, shoal_error *err) {
   return 0;
 }
 
-int shoal_file_tmp_open(shoal_file_tmp *t, const char *path, shoal_error *err) {
-  if (!t || !path) return shoal_error_set(err, SHOAL_EINVAL, "shoal_file_tmp_open: NULL argument");
-  int rc = tmp_name(t, path, err);
-  if (rc) return rc;
+/* Creates t's temporary file, named by tmp_name. */
+static int tmp_create(shoal_file_tmp *t, shoal_error *err) {
   t->fd = open(t->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (t->fd < 0) return sys_err(err, errno, "cannot create", t->tmp);
   return 0;
+}
+
+int shoal_file_tmp_open(shoal_file_tmp *t, const char *path, shoal_error *err) {
+  if (!t || !path) return shoal_error_set(err, SHOAL_EINVAL, "shoal_file_tmp_open: NULL argument");
+  int rc = tmp_name(t, path, err);
+  return rc ? rc : tmp_create(t, err);
 }
 
 int shoal_file_tmp_reuse(shoal_file_tmp *t, const char *path, const char *spare, shoal_error *err) {
@@ -111,9 +115,7 @@ int shoal_file_tmp_reuse(shoal_file_tmp *t, const char *path, const char *spare,
     unlink(t->tmp);
     if (rc) return rc;
   }
-  t->fd = open(t->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (t->fd < 0) return sys_err(err, errno, "cannot create", t->tmp);
-  return 0;
+  return tmp_create(t, err);
 }
 
 int shoal_file_tmp_write(shoal_file_tmp *t, const void *buf, size_t len, shoal_error *err) {

@@ -236,12 +236,12 @@ int nn_model_profile(nn_model *m, bool on, shoal_error *err);
  * and ms, backward calls and ms, share of the total), heaviest first, then the total.
  * Can't fail. */
 size_t nn_model_profile_table(const nn_model *m, char *buf, size_t n);
-/* Which kernel path each conv2d, conv_transpose2d and dense layer of a CPU model runs, per
- * batch size it has run at, as chosen by timing the paths on this CPU (docs/nn.md, "Kernel
- * paths"): one line per layer and batch, "NAME: batch B: forward P, dW P, dx P" ("-": not
- * run yet; "rules": the fixed rules). Written into buf as nn_model_describe does; returns the
- * length the whole text needs (0: no plans, e.g. a CUDA model or SHOAL_NN_PLAN=rules). Can't fail.
- */
+/* Which kernel path each conv2d, conv_transpose2d and dense layer of a CPU model runs,
+ * per batch size it has run at, as chosen by timing the paths on this CPU (docs/nn.md,
+ * "Kernel paths"): one line per layer and batch, "NAME: batch B: forward P, dW P, dx P"
+ * ("-": not run yet; "rules": the fixed rules). Written into buf as nn_model_describe
+ * does; returns the length the whole text needs (0: no plans, e.g. a CUDA model or
+ * SHOAL_NN_PLAN=rules). Can't fail. */
 size_t nn_model_kernels(const nn_model *m, char *buf, size_t n);
 
 /* ---- devices: the same calls on a CPU or a CUDA model ------------------------------ */

@@ -957,6 +957,22 @@ static int spare_path(const file_store *fs, const char *run, uint64_t seq, char 
   return path_fmt(out, err, "%s/%s/replay/.spare.%020" PRIu64 ".bin", fs->root, run, seq);
 }
 
+/* Reads the 20 digits at s as a seq into *v; false when they are not all digits. */
+static bool seq_digits(const char *s, uint64_t *v) {
+  *v = 0;
+  for (int i = 0; i < 20; i++) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    *v = *v * 10 + (uint64_t)(s[i] - '0');
+  }
+  return true;
+}
+
+/* Adds run's spare seq to fs's (spare_mu held, room checked). */
+static void spare_add(file_store *fs, const char *run, uint64_t seq) {
+  snprintf(fs->spares[fs->n_spares].run, STORE_NAME_MAX, "%s", run);
+  fs->spares[fs->n_spares++].seq = seq;
+}
+
 /* Whether run's spare seq is one of fs's (spare_mu held). */
 static int spare_held(const file_store *fs, const char *run, uint64_t seq) {
   for (int i = 0; i < fs->n_spares; i++)
@@ -968,17 +984,14 @@ static int spare_held(const file_store *fs, const char *run, uint64_t seq) {
  * died: taken up while fs has room, else removed. Removing one another process holds
  * costs it nothing but the reuse (its rename finds no file and it creates one). */
 static void spare_found(file_store *fs, const char *run, const char *dir, const char *s) {
-  if (strlen(s) != 31 || strncmp(s, ".spare.", 7) != 0 || strcmp(s + 27, ".bin") != 0) return;
-  uint64_t seq = 0;
-  for (int i = 7; i < 27; i++) {
-    if (s[i] < '0' || s[i] > '9') return;
-    seq = seq * 10 + (uint64_t)(s[i] - '0');
-  }
+  uint64_t seq;
+  if (strlen(s) != 31 || strncmp(s, ".spare.", 7) != 0 || strcmp(s + 27, ".bin") != 0 ||
+      !seq_digits(s + 7, &seq))
+    return;
   pthread_mutex_lock(&fs->spare_mu);
   if (!spare_held(fs, run, seq)) {
     if (fs->n_spares < fs->max_spares) {
-      snprintf(fs->spares[fs->n_spares].run, STORE_NAME_MAX, "%s", run);
-      fs->spares[fs->n_spares++].seq = seq;
+      spare_add(fs, run, seq);
     } else {
       char p[PATH_MAX];
       if (snprintf(p, sizeof p, "%s/%s", dir, s) < (int)sizeof p) unlink(p);
@@ -1012,14 +1025,9 @@ static int file_replay_seqs(file_store *fs, const char *run, uint64_t from_seq, 
   while ((de = readdir(d))) {
     const char *s = de->d_name;
     if (adopt && s[0] == '.') spare_found(fs, run, dir, s);
-    if (strlen(s) != 24 || strcmp(s + 20, ".bin") != 0) continue;
-    uint64_t v = 0;
-    int ok = 1;
-    for (int i = 0; i < 20; i++) {
-      if (s[i] < '0' || s[i] > '9') ok = 0;
-      v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (!ok || v < from_seq) continue;
+    uint64_t v;
+    if (strlen(s) != 24 || strcmp(s + 20, ".bin") != 0 || !seq_digits(s, &v) || v < from_seq)
+      continue;
     if ((rc = store__grow((void **)&seqs, &cap, n, sizeof *seqs))) break;
     seqs[n++] = v;
   }
@@ -1142,8 +1150,7 @@ static int file_replay_trim(void *impl, const char *run, uint64_t below, size_t 
     pthread_mutex_lock(&fs->spare_mu);
     if (fs->n_spares < fs->max_spares && !spare_path(fs, run, seqs[i], sp, NULL) &&
         rename(p, sp) == 0) {
-      snprintf(fs->spares[fs->n_spares].run, STORE_NAME_MAX, "%s", run);
-      fs->spares[fs->n_spares++].seq = seqs[i];
+      spare_add(fs, run, seqs[i]);
       kept = 1;
     }
     pthread_mutex_unlock(&fs->spare_mu);

@@ -1126,14 +1126,11 @@ bool nn__convk_can(const nn_model *m, const nn__node *n, int ph, int p) {
     return false;
   geom g = geom_of(m, n);
   dgeom d = dgeom_of(&g, 1);
-  if (n->kind == NN__CONVT) /* its forward is the conv's dx (run_dx), its dx the conv's
-                             * forward on the packed panels (nn__convk_t_backward) */
-    switch (p) {
-      case NN__KP_PACKED: return true;
-      case NN__KP_DXD: return ph == NN__PH_FWD && d.Cs >= 16 && d.T <= 64;
-      case NN__KP_WINO: return nn__wino_can(m, n);
-      default: return false;
-    }
+  if (n->kind == NN__CONVT) { /* its forward is the conv's dx (run_dx), its dx the conv's
+                               * forward on the packed panels only (nn__convk_t_backward) */
+    if (p == NN__KP_DIRECT || p == NN__KP_ROW) return false;
+    ph = nn__conv_phase(n, ph);
+  }
   switch (p) {
     case NN__KP_PACKED: return true;
     case NN__KP_DIRECT: return ph == NN__PH_FWD && d.Cs >= 16 && d.T <= 64;
@@ -1428,7 +1425,7 @@ NN__CLONES static void dxd_task(void *vc, int s, int th) {
 /* dx (or a conv-transpose's output) by dxd_task or dx_task. */
 static void run_dx(job *j, nn_model *m, nn__node *n) {
   float *Wp = m->scratch + j->L.w;
-  const int kp = n->kp[n->kind == NN__CONVT ? NN__PH_FWD : NN__PH_DX];
+  const int kp = n->kp[nn__conv_phase(n, NN__PH_DX)];
   if (kp == NN__KP_DXD || (!kp && dxd_runs(&j->g))) {
     pack_w_dxd(m->params + n->poff[0], &j->g, j->I->nr, Wp, (int *)(m->scratch + j->L.koff));
     j->Wp = Wp;

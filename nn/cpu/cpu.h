@@ -200,6 +200,12 @@ typedef enum nn__kpath {
   NN__KP_N
 } nn__kpath;
 enum { NN__PH_FWD = 0, NN__PH_DW = 1, NN__PH_DX = 2 };
+/* Phase ph of a conv2d in node n's own terms: a conv-transpose's forward is a conv's dx
+ * and its dx a conv's forward (dW is dW); a conv2d's are its own. Its own inverse. */
+static inline int nn__conv_phase(const nn__node *n, int ph) {
+  if (n->kind != NN__CONVT || ph == NN__PH_DW) return ph;
+  return ph == NN__PH_FWD ? NN__PH_DX : NN__PH_FWD;
+}
 const char *nn__kpath_name(int p);
 /* Whether path p can run phase ph of conv2d or conv-transpose2d node n (paying or not). */
 bool nn__convk_can(const nn_model *m, const nn__node *n, int ph, int p);

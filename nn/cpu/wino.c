@@ -520,11 +520,8 @@ int nn__wino_mode(int mode) {
 /* Winograd chosen for this phase of a conv2d or conv-transpose2d by timing (nn/cpu/plan.c):
  * it runs where it can, whatever the rules below say. */
 static bool timed_wino(const nn__node *n, int phase) {
-  if (n->kind == NN__CONVT) /* phase is the conv's: its forward is this node's dx */
-    phase = phase == NN__PH_FWD ? NN__PH_DX : phase == NN__PH_DX ? NN__PH_FWD : phase;
-  else if (n->kind != NN__CONV)
-    return false;
-  return n->kp[phase] == NN__KP_WINO;
+  if (n->kind != NN__CONV && n->kind != NN__CONVT) return false;
+  return n->kp[nn__conv_phase(n, phase)] == NN__KP_WINO; /* phase is the conv's */
 }
 
 /* Multiplies (and a share for the transforms) of one direction by variant v. */
