@@ -191,11 +191,13 @@ static bool thread_named_now(const char *name) {
   return found;
 }
 
-/* The same, given a second: a thread names itself once it runs, after its creator
- * returned */
-static bool thread_named(const char *name) {
+/* Whether a thread named name is there (want true) or gone (want false) within a second:
+ * a thread names itself once it runs, after its creator returned; and a joined thread
+ * stays in /proc/self/task a moment after pthread_join returns (the kernel wakes the
+ * joiner before it releases the task). */
+static bool thread_named_within(const char *name, bool want) {
   for (int i = 0; i < 1000; i++) {
-    if (thread_named_now(name)) return true;
+    if (thread_named_now(name) == want) return true;
     nanosleep(&(struct timespec){0, 1000000}, NULL);
   }
   return false;
@@ -207,14 +209,14 @@ static void test_round_trip(void **state) {
   /* 20 rows x 24 bytes + 40 = 520 bytes a record: 4 KiB segments hold 7. */
   rlog *l = open_log(e, 4096, 30.0, 1);
   /* the log's and the store writer's threads say what they are (a profile shows them) */
-  assert_true(thread_named("shoal-rlog"));
-  assert_true(thread_named("shoal-store-wr"));
+  assert_true(thread_named_within("shoal-rlog", true));
+  assert_true(thread_named_within("shoal-store-wr", true));
   append_n(l, 0, 100, 20);
   float p[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, -1};
   assert_int_equal(rlog_append_priorities(l, 5, 10, p, &err), 0);
   rlog_stats ls;
   assert_int_equal(rlog_close(l, 10, &ls), 0);
-  assert_false(thread_named_now("shoal-rlog")); /* joined */
+  assert_true(thread_named_within("shoal-rlog", false)); /* joined */
   assert_int_equal(store_writer_flush(e->wr, 10, NULL), 0);
   assert_int_equal(ls.records, 100);
   assert_int_equal(ls.next_item, 2000);
