@@ -60,9 +60,18 @@ enum { FILE_LEASES = 8 };
  * SHOAL_STORE_SPARES=N (0..64) sets fewer; 0 removes every trimmed segment. */
 enum { FILE_SPARES = 64 };
 
+/* Replay segments are written around the page cache (O_DIRECT, shoal_file_tmp_direct):
+ * a log writes them once, at the ingest rate, and reads them only to restore or follow,
+ * so the cache's copy of every byte and its write-back cost CPU for nothing. Measured on
+ * ext4 (2 cores), a 4 MiB segment took 3.2 ms of CPU written through the cache and 0.8
+ * ms direct. SHOAL_STORE_DIRECT=0 writes them through the cache (a follower on the same
+ * machine then reads them from memory); a filesystem without direct writes (tmpfs on older
+ * kernels, some network filesystems) gets them through the cache anyway. */
+
 typedef struct file_store {
   char root[PATH_MAX];
   int sync_metrics; /* fsync metrics.csv after each append */
+  int direct;       /* replay segments written around the page cache (above) */
   /* The run leases this process holds: each an open lock file under flock. */
   pthread_mutex_t lease_mu;
   struct {
@@ -149,15 +158,18 @@ int store__read_all(int fd, void *buf, size_t len) {
 }
 
 /* As store__file_write_atomic, written into the file spare when it is there (a trimmed
- * replay segment: shoal_file_tmp_reuse). */
-static int write_atomic(const char *dir, const char *name, const char *spare, const void *a,
-                        size_t na, const void *b, size_t nb, int exclusive, shoal_error *err) {
+ * replay segment: shoal_file_tmp_reuse), around the page cache when direct
+ * (shoal_file_tmp_direct). */
+static int write_atomic(const char *dir, const char *name, const char *spare, int direct,
+                        const void *a, size_t na, const void *b, size_t nb, int exclusive,
+                        shoal_error *err) {
   char dst[PATH_MAX];
   int rc = path_fmt(dst, err, "%s/%s", dir, name);
   if (rc) return rc;
   shoal_file_tmp t;
   shoal_error e = {0};
   rc = shoal_file_tmp_reuse(&t, dst, spare, &e);
+  if (!rc && direct) shoal_file_tmp_direct(&t);
   if (!rc) rc = shoal_file_tmp_write(&t, a, na, &e);
   if (!rc && b) rc = shoal_file_tmp_write(&t, b, nb, &e);
   if (rc)
@@ -171,7 +183,7 @@ static int write_atomic(const char *dir, const char *name, const char *spare, co
 
 int store__file_write_atomic(const char *dir, const char *name, const void *a, size_t na,
                              const void *b, size_t nb, int exclusive, shoal_error *err) {
-  return write_atomic(dir, name, NULL, a, na, b, nb, exclusive, err);
+  return write_atomic(dir, name, NULL, 0, a, na, b, nb, exclusive, err);
 }
 
 int store__file_read(const char *path, char **out, size_t *len, shoal_error *err) {
@@ -357,6 +369,8 @@ static int file_open(void **impl, const char *uri, const store_uri_info *u, bool
   fs->sync_metrics = u->sync_metrics;
   pthread_mutex_init(&fs->lease_mu, NULL);
   pthread_mutex_init(&fs->spare_mu, NULL);
+  const char *dio = getenv("SHOAL_STORE_DIRECT");
+  fs->direct = !(dio && !strcmp(dio, "0"));
   const char *sp = getenv("SHOAL_STORE_SPARES");
   fs->max_spares = sp && *sp ? atoi(sp) : FILE_SPARES;
   if (fs->max_spares < 0) fs->max_spares = 0;
@@ -940,7 +954,8 @@ static int file_replay_append(void *impl, const char *run, uint64_t seq, const v
       break;
     }
   pthread_mutex_unlock(&fs->spare_mu);
-  rc = write_atomic(dir, name, spare[0] ? spare : NULL, h, sizeof h, bytes, len, 1, err);
+  rc =
+      write_atomic(dir, name, spare[0] ? spare : NULL, fs->direct, h, sizeof h, bytes, len, 1, err);
   if (rc == SHOAL_EEXIST)
     return shoal_error_set(err, SHOAL_EEXIST,
                            "store: run '%s' has replay segment %" PRIu64 " already", run, seq);

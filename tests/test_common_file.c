@@ -10,6 +10,7 @@
 
 #include <ctype.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,81 @@ static void test_reuse_writes_into_a_spare(void **state) {
   assert_file_holds(a, "newer");
   assert_int_equal(access(spare, F_OK), -1);
   assert_int_equal(count_tmp(), 0);
+}
+
+/* Whether path holds exactly the n bytes of want. */
+static int file_equals(const char *path, const unsigned char *want, size_t n) {
+  struct stat sb;
+  if (stat(path, &sb) != 0 || (size_t)sb.st_size != n) return 0;
+  unsigned char *got = malloc(n + 1);
+  FILE *f = fopen(path, "rb");
+  size_t r = f ? fread(got, 1, n + 1, f) : 0;
+  if (f) fclose(f);
+  int ok = r == n && memcmp(got, want, n) == 0;
+  free(got);
+  return ok;
+}
+
+/* Direct writes (shoal_file_tmp_direct): pieces of any length and alignment come out as
+ * the bytes written, the file cut to its length (the last block goes out padded), over a
+ * stage boundary, into a longer spare, and an abort leaves nothing. On a filesystem
+ * without direct writes the same bytes come out through the cache. */
+static void test_direct_writes(void **state) {
+  size_t n = 2 * (size_t)SHOAL_FILE_STAGE + 12345, spare_more = 5000;
+  unsigned char *src = malloc(n + spare_more);
+  assert_non_null(src);
+  for (size_t i = 0; i < n + spare_more; i++) src[i] = (unsigned char)(i * 2654435761u >> 13);
+  /* total lengths: empty, under a block, one stage and a header, past two stages */
+  const size_t lens[] = {0, 100, (size_t)SHOAL_FILE_STAGE + 32, n};
+  shoal_error err = {0};
+  char p[256], spare[256];
+  path_in(p, sizeof p, "seg.bin");
+  path_in(spare, sizeof spare, ".spare.1");
+  int on = -1;
+  for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+    for (int reuse = 0; reuse < 2; reuse++) {
+      if (reuse) /* a spare longer than what is written: its tail must not survive */
+        assert_int_equal(shoal_file_write_atomic(spare, src, lens[k] + spare_more, 0, &err), 0);
+      shoal_file_tmp t;
+      assert_int_equal(shoal_file_tmp_reuse(&t, p, reuse ? spare : NULL, &err), 0);
+      int d = shoal_file_tmp_direct(&t);
+      if (on < 0) on = d;
+      assert_int_equal(d, on); /* one filesystem: the same answer each time */
+      if (d) {
+        assert_true(fcntl(t.fd, F_GETFL) & O_DIRECT);
+        assert_int_equal(shoal_file_tmp_direct(&t), 1);
+      }
+      /* a 32-byte header, then the rest in pieces of odd sizes */
+      size_t off = 0, piece = 32;
+      while (off < lens[k]) {
+        size_t m = lens[k] - off < piece ? lens[k] - off : piece;
+        assert_int_equal(shoal_file_tmp_write(&t, src + off, m, &err), 0);
+        off += m;
+        piece = piece * 7 + 4093;
+      }
+      assert_int_equal(t.len, lens[k]);
+      assert_int_equal(shoal_file_tmp_commit(&t, SHOAL_FILE_REPLACE, &err), 0);
+      assert_true(file_equals(p, src, lens[k]));
+      assert_int_equal(access(spare, F_OK), -1);
+    }
+  }
+  /* Asked for after a write went out through the cache: refused, the bytes intact. */
+  shoal_file_tmp t;
+  assert_int_equal(shoal_file_tmp_open(&t, p, &err), 0);
+  assert_int_equal(shoal_file_tmp_write(&t, src, 7, &err), 0);
+  assert_int_equal(shoal_file_tmp_direct(&t), 0);
+  assert_int_equal(shoal_file_tmp_write(&t, src + 7, 5000, &err), 0);
+  assert_int_equal(shoal_file_tmp_commit(&t, SHOAL_FILE_REPLACE, &err), 0);
+  assert_true(file_equals(p, src, 5007));
+  /* An abort with bytes staged: nothing left, the destination as it was. */
+  assert_int_equal(shoal_file_tmp_open(&t, p, &err), 0);
+  assert_int_equal(shoal_file_tmp_direct(&t), on);
+  assert_int_equal(shoal_file_tmp_write(&t, src, (size_t)SHOAL_FILE_STAGE + 9, &err), 0);
+  shoal_file_tmp_abort(&t);
+  assert_true(file_equals(p, src, 5007));
+  assert_int_equal(count_tmp(), 0);
+  printf("direct writes %s on this filesystem (%s)\n", on ? "are" : "are not", g_dir);
+  free(src);
 }
 
 static void test_missing_folder_names_the_path(void **state) {
@@ -274,6 +350,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_replace_overwrites, setup, teardown),
       cmocka_unit_test_setup_teardown(test_excl_refuses_an_existing_file, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reuse_writes_into_a_spare, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_direct_writes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_missing_folder_names_the_path, setup, teardown),
       cmocka_unit_test_setup_teardown(test_failed_rename_leaves_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_streamed_commit_and_abort, setup, teardown),
