@@ -98,39 +98,54 @@ int env__check_actions(const env_spec *sp, const void *actions, int B, const cha
  * or with its workers (mode 1), chosen step by step from timed samples of both: the
  * break-even depends on the env, B, the machine and its load, so no constant serves.
  *
+ * - A sample is a run of ENV__PACE_RUN consecutive steps in one mode, their mean time.
+ *   A caller's loop has a period of its own (a block of actions drawn, an update every
+ *   few steps): when its pause outlasts the workers' polling they fall asleep, and the
+ *   step after the pause pays their wake-up. A run as long as such a period holds that
+ *   cost in its share; one step timed at a fixed interval lines up with the pause, or
+ *   misses it, every time (measured: Pendulum B=256 from Python pausing every 16 steps,
+ *   two threads at 1.00-1.02 of one timed step by step, 1.21-1.27 timed in runs).
  * - Each mode's cost is the least of its last ENV__PACE_WIN samples. Noise only adds time
  *   (a preempted thread, an interrupt), so the least sample is the least disturbed one
- *   and a stray slow sample does not flip the choice; a lasting change fills the window
+ *   and a stray slow run does not flip the choice; a lasting change fills the window
  *   within ENV__PACE_WIN samples.
- * - The first ENV__PACE_WARMUP steps alternate the modes in pairs; the second step of a
- *   pair is timed (the first wakes workers that slept through the other mode's steps).
- * - Then the cheaper mode runs, timed every ENV__PACE_SAMPLE_EVERY steps. A mode that
- *   starts running forgets its earlier samples at its first own one: they may be stale
- *   (taken before the machine got busy), and a switch made on a stale cost is undone at
- *   once.
- * - Now and then a pair of steps runs the other way (a probe) so that a change of the
- *   machine or the env is seen. The gap between probes doubles (up to
+ * - The first steps alternate the modes, a run of each twice; each run starts with one
+ *   untimed step (it wakes workers that slept through the other mode's steps).
+ * - Then the cheaper mode runs, sampled once every ENV__PACE_SAMPLE_EVERY steps. A mode
+ *   that starts running forgets its earlier samples at its first own one: they may be
+ *   stale (taken before the machine got busy), and a switch made on a stale cost is
+ *   undone at once.
+ * - Now and then a run goes the other way (a probe, after its untimed step) so that a
+ *   change of the machine or the env is seen. The gap between probes doubles (up to
  *   ENV__PACE_GAP_MAX steps) each time a probe does not change the choice for good, and
- *   falls back to ENV__PACE_GAP_MIN when it does: a probe that wakes sleeping workers
- *   costs tens of microseconds, more than hundreds of steps of small envs.
+ *   falls back to ENV__PACE_GAP_MIN when it does. A probe ends early once it has taken
+ *   twice what a run of the running mode takes: probing a far slower mode costs a few
+ *   of its steps.
  *
  * Pure: the caller times the steps it is told to and passes the nanoseconds, so the rule
  * is tested with made-up times (tests/test_envs.c). Zero-initialised is ready. */
 enum {
   ENV__PACE_WIN = 8,
-  ENV__PACE_WARMUP = 16,
-  ENV__PACE_SAMPLE_EVERY = 16,
-  ENV__PACE_GAP_MIN = 256,
-  ENV__PACE_GAP_MAX = 16384
+  ENV__PACE_RUN = 32, /* steps of a sample: a caller's period up to 32 steps is inside */
+  ENV__PACE_WARM_RUNS = 4,
+  ENV__PACE_SAMPLE_EVERY = 128,
+  ENV__PACE_GAP_MIN = 1024,
+  ENV__PACE_GAP_MAX = 65536
 };
 typedef struct env__pace {
-  double win[2][ENV__PACE_WIN]; /* each mode's latest samples (ns), a ring; 0: none */
+  double win[2][ENV__PACE_WIN]; /* each mode's latest samples (ns a step), a ring; 0: none */
   int wi[2];                    /* next slot of each ring */
   int fresh[2];                 /* became the running mode and has no sample of its own yet */
-  int running;                  /* the mode chosen outside probes */
-  int phase;                    /* what the step just chosen is (envs/vec.c) */
+  int running;                  /* the mode chosen outside runs of the other */
+  int chosen;                   /* the warm-up runs are done and running was chosen */
+  int warm_runs;                /* warm-up runs started */
+  int phase;                    /* what the current run is for (envs/vec.c); 0: none */
+  int run_mode, run_left, run_untimed; /* the current run: its mode, timed steps to go,
+                                          whether its untimed first step is still to come */
+  double run_sum;                      /* ns of the run's timed steps so far */
   uint64_t nstep;               /* steps chosen so far */
   uint64_t probe_at, gap;       /* the next probe's first step; the current gap */
+  uint64_t sample_at;           /* the next sample's first step */
 } env__pace;
 
 /* The mode (0 or 1) of the next step; *timed: whether to time it and pass the time to

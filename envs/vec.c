@@ -139,34 +139,50 @@ static void pace_next_probe(env__pace *p, uint64_t gap) {
   p->probe_at = p->nstep + p->gap;
 }
 
-int env__pace_choose(env__pace *p, int *timed) {
-  uint64_t n = p->nstep++;
-  if (n < ENV__PACE_WARMUP) { /* pairs: 0 0 1 1 0 0 ..., the second of each timed */
-    p->phase = n & 1 ? PH_WARM : PH_NONE;
-    *timed = (int)(n & 1);
-    return (int)((n >> 1) & 1);
-  }
-  if (n == ENV__PACE_WARMUP) {
-    pace_run(p, env__pace_cost(p, 1) < env__pace_cost(p, 0));
-    p->probe_at = n + ENV__PACE_GAP_MIN;
-    p->gap = ENV__PACE_GAP_MIN;
-  }
-  if (n == p->probe_at || n == p->probe_at + 1) {
-    p->phase = n == p->probe_at ? PH_NONE : PH_PROBE;
-    *timed = n != p->probe_at;
-    return !p->running;
-  }
-  p->phase = n % ENV__PACE_SAMPLE_EVERY == 0 ? PH_SAMPLE : PH_NONE;
-  *timed = p->phase == PH_SAMPLE;
-  return p->running;
+/* Starts a run of mode for phase; untimed: its first step goes untimed. */
+static void run_start(env__pace *p, int phase, int mode, int untimed) {
+  p->phase = phase;
+  p->run_mode = mode;
+  p->run_left = ENV__PACE_RUN;
+  p->run_untimed = untimed;
+  p->run_sum = 0;
 }
 
-void env__pace_record(env__pace *p, double ns) {
-  int run = p->running, other = !run;
-  switch (p->phase) {
-    case PH_WARM: /* the step just chosen was nstep - 1 */
-      pace_push(p, (int)(((p->nstep - 1) >> 1) & 1), ns);
-      return;
+int env__pace_choose(env__pace *p, int *timed) {
+  uint64_t n = p->nstep++;
+  if (p->phase == PH_NONE) {
+    if (p->warm_runs < ENV__PACE_WARM_RUNS) { /* 0 1 0 1 */
+      run_start(p, PH_WARM, p->warm_runs & 1, 1);
+      p->warm_runs++;
+    } else {
+      if (!p->chosen) {
+        p->chosen = 1;
+        pace_run(p, env__pace_cost(p, 1) < env__pace_cost(p, 0));
+        p->gap = ENV__PACE_GAP_MIN;
+        p->probe_at = n + ENV__PACE_GAP_MIN;
+        p->sample_at = n + ENV__PACE_SAMPLE_EVERY;
+      }
+      if (n >= p->probe_at)
+        run_start(p, PH_PROBE, !p->running, 1);
+      else if (n >= p->sample_at)
+        run_start(p, PH_SAMPLE, p->running, 0);
+    }
+  }
+  if (p->phase == PH_NONE) {
+    *timed = 0;
+    return p->running;
+  }
+  *timed = !p->run_untimed;
+  p->run_untimed = 0;
+  return p->run_mode;
+}
+
+/* What a finished run says: ns, its mean step. */
+static void run_done(env__pace *p, double ns) {
+  int run = p->running, other = !run, phase = p->phase;
+  p->phase = PH_NONE;
+  switch (phase) {
+    case PH_WARM: pace_push(p, p->run_mode, ns); return;
     case PH_PROBE:
       pace_push(p, other, ns);
       if (env__pace_cost(p, other) < env__pace_cost(p, run))
@@ -175,6 +191,7 @@ void env__pace_record(env__pace *p, double ns) {
         pace_next_probe(p, p->gap * 2);
       return;
     case PH_SAMPLE:
+      p->sample_at = p->nstep + ENV__PACE_SAMPLE_EVERY - ENV__PACE_RUN;
       if (p->fresh[run]) { /* forget what the mode cost while it was not running */
         memset(p->win[run], 0, sizeof p->win[run]);
         p->wi[run] = 0;
@@ -193,6 +210,18 @@ void env__pace_record(env__pace *p, double ns) {
       return;
     default: return;
   }
+}
+
+void env__pace_record(env__pace *p, double ns) {
+  if (p->phase == PH_NONE || p->run_left <= 0) return;
+  p->run_sum += ns;
+  int done = ENV__PACE_RUN - --p->run_left;
+  /* A probe that has already taken twice what a whole run of the running mode takes has
+   * lost: it ends there (its mean so far is more than twice the running mode's), so a
+   * probe of a far slower mode costs a few of its steps, not a run of them. */
+  double limit = 2.0 * ENV__PACE_RUN * env__pace_cost(p, p->running);
+  if (p->run_left == 0 || (p->phase == PH_PROBE && limit > 0 && p->run_sum > limit))
+    run_done(p, p->run_sum / done);
 }
 
 typedef struct worker_arg {

@@ -343,9 +343,9 @@ static long pace_run_sim(env__pace *p, pace_cost_fn cost, long from, long to) {
   return par;
 }
 
-/* The workers halve a 40 us step, but one sample in five of theirs is a preempted
- * 1 ms: the least of the recent samples ignores those. */
-static double cost_par_noisy(int mode, long n) { return mode ? (n % 5 == 0 ? 1e6 : 2e4) : 4e4; }
+/* The workers halve a 40 us step, but one step in 500 of theirs is a preempted 1 ms:
+ * the least of the recent runs ignores those. */
+static double cost_par_noisy(int mode, long n) { return mode ? (n % 500 == 0 ? 1e6 : 2e4) : 4e4; }
 /* Small envs: 1 us alone, 20 us with the hand-off. */
 static double cost_serial_wins(int mode, long n) { return mode ? 2e4 : 1e3; }
 /* The workers win until step 3000, when another process takes the second core. */
@@ -354,35 +354,65 @@ static double cost_core_taken(int mode, long n) { return mode ? (n < 3000 ? 5e3 
 static double cost_work_grows(int mode, long n) {
   return n < 3000 ? (mode ? 2e4 : 1e4) : (mode ? 5e4 : 1e5);
 }
+/* The workers halve a 20 us step, but the caller pauses every g_pause_every steps and
+ * they fall asleep: the step after a pause costs 60 us with them. */
+static long g_pause_every;
+static double cost_caller_pauses(int mode, long n) {
+  return mode ? (n % g_pause_every == 0 ? 6e4 : 1e4) : 2e4;
+}
+/* As above, but waking them costs 500 us: one thread wins. */
+static double cost_wake_dear(int mode, long n) {
+  return mode ? (n % g_pause_every == 0 ? 5e5 : 1e4) : 2e4;
+}
 
 static void test_vec_pace_rule(void **unused) {
   env__pace p;
-  /* stray slow samples do not flip the choice */
+  /* stray slow steps do not flip the choice */
   memset(&p, 0, sizeof p);
   long par = pace_run_sim(&p, cost_par_noisy, 0, 20000);
   assert_true(par > 20000 * 95 / 100);
   assert_true(env__pace_cost(&p, 1) == 2e4 && env__pace_cost(&p, 0) == 4e4);
 
-  /* where the workers lose, the probes thin out: at most 2 pairs in the last 16384 steps */
+  /* where the workers lose, the probes thin out: at most one run in the last
+   * ENV__PACE_GAP_MAX steps */
   memset(&p, 0, sizeof p);
-  par = pace_run_sim(&p, cost_serial_wins, 0, 20000);
-  assert_true(par < 60);
-  assert_true(pace_run_sim(&p, cost_serial_wins, 20000, 20000 + ENV__PACE_GAP_MAX) <= 4);
+  par = pace_run_sim(&p, cost_serial_wins, 0, 300000);
+  assert_true(par < 20 * ENV__PACE_RUN);
+  assert_true(pace_run_sim(&p, cost_serial_wins, 300000, 300000 + ENV__PACE_GAP_MAX) <=
+              ENV__PACE_RUN + 1);
   assert_true(p.gap == ENV__PACE_GAP_MAX);
-
-  /* a core taken: back to one thread within the window (8 samples, 16 steps apart) */
+  /* and each probe ends early: 20x slower, it stops past 2 x 32 x 1 us */
   memset(&p, 0, sizeof p);
-  assert_true(pace_run_sim(&p, cost_core_taken, 0, 3000) > 2900);
-  pace_run_sim(&p, cost_core_taken, 3000, 3000 + 16 * (ENV__PACE_WIN + 1));
-  long late = pace_run_sim(&p, cost_core_taken, 3000 + 16 * (ENV__PACE_WIN + 1), 30000);
-  assert_true(late < 60); /* and probes that stay rare */
+  pace_run_sim(&p, cost_serial_wins, 0, 4 * (ENV__PACE_RUN + 1)); /* the warm-up */
+  /* probes at about 1.2k, 3.2k, 7.3k and 15.5k steps: each an untimed step and 4 timed */
+  assert_true(pace_run_sim(&p, cost_serial_wins, 4 * (ENV__PACE_RUN + 1), 20000) <= 4 * 5);
+
+  /* a core taken: back to one thread once the window's samples are new (8 samples,
+   * ENV__PACE_SAMPLE_EVERY steps apart), then probes that stay rare */
+  enum { WINDOW_STEPS = ENV__PACE_SAMPLE_EVERY * (ENV__PACE_WIN + 1) + 2 * ENV__PACE_RUN };
+  memset(&p, 0, sizeof p);
+  assert_true(pace_run_sim(&p, cost_core_taken, 0, 3000) > 2800);
+  pace_run_sim(&p, cost_core_taken, 3000, 3000 + WINDOW_STEPS);
+  long late = pace_run_sim(&p, cost_core_taken, 3000 + WINDOW_STEPS, 60000);
+  assert_true(late < 8 * (ENV__PACE_RUN + 1));
+
+  /* a caller that pauses every 16 steps (and every 15, 32): the workers stay, though the
+   * step after each pause pays their wake-up; where that wake-up costs more than they
+   * save, one thread */
+  for (int k = 0; k < 3; k++) {
+    g_pause_every = (long[]){16, 15, 32}[k];
+    memset(&p, 0, sizeof p);
+    assert_true(pace_run_sim(&p, cost_caller_pauses, 0, 20000) > 20000 * 90 / 100);
+    memset(&p, 0, sizeof p);
+    assert_true(pace_run_sim(&p, cost_wake_dear, 0, 20000) < 20000 * 5 / 100);
+  }
 
   /* work that grows: taken up at a probe, within the gap reached by then */
   memset(&p, 0, sizeof p);
-  assert_true(pace_run_sim(&p, cost_work_grows, 0, 3000) < 40);
+  assert_true(pace_run_sim(&p, cost_work_grows, 0, 3000) < 5 * (ENV__PACE_RUN + 1));
   enum { GROWN = 3000 + 2 * 4096 };
   pace_run_sim(&p, cost_work_grows, 3000, GROWN);
-  assert_true(pace_run_sim(&p, cost_work_grows, GROWN, 20000) > (20000 - GROWN) * 95 / 100);
+  assert_true(pace_run_sim(&p, cost_work_grows, GROWN, 30000) > (30000 - GROWN) * 95 / 100);
 }
 
 static void test_vec_errors(void **unused) {
