@@ -14,8 +14,9 @@
  *                   shoal's Ape-X actors send them, logged each frame once.
  *   ingest_run.cartpole  `shoal run` of configs/cartpole-apex.yaml (learner training, 2
  *                   actors) for a fixed time, replay.log true vs false. env steps/s.
- *   segment_write   store_replay_append of 4 MiB segments (temp file, fsync, link, fsync
- *                   of the folder) vs open/write/fsync/close of the same bytes. MB/s;
+ *   segment_write   store_replay_append of 4 MiB segments (temp file written direct,
+ *                   fsync, link, fsync of the folder; SHOAL_STORE_DIRECT=0: through the
+ *                   page cache) vs open/write/fsync/close of the same bytes. MB/s;
  *                   goal >= 0.8. segment_write_retained: the same with a trim after
  *                   each append (the 8 newest kept), the store writing into the trimmed
  *                   files (spares), vs the plain write, and .spares_vs_new_files vs a

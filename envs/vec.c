@@ -219,8 +219,8 @@ void env__pace_record(env__pace *p, double ns) {
   /* A probe that has already taken twice what a whole run of the running mode takes has
    * lost: it ends there (its mean so far is more than twice the running mode's), so a
    * probe of a far slower mode costs a few of its steps, not a run of them. */
-  double limit = 2.0 * ENV__PACE_RUN * env__pace_cost(p, p->running);
-  if (p->run_left == 0 || (p->phase == PH_PROBE && limit > 0 && p->run_sum > limit))
+  double cost = p->run_left && p->phase == PH_PROBE ? env__pace_cost(p, p->running) : 0;
+  if (p->run_left == 0 || (cost > 0 && p->run_sum > 2.0 * ENV__PACE_RUN * cost))
     run_done(p, p->run_sum / done);
 }
 
