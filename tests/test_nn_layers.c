@@ -1128,8 +1128,9 @@ static void agree(const char *kind, size_t gi, const char *path, int t, const ch
                ref[i]);
 }
 
-/* Runs built model m forward and backward at batch B on fixed inputs and
- * copies out its output, parameter gradients and input gradient; destroys m. */
+/* Runs built model m forward and backward at batch B on fixed inputs and copies out its
+ * output, parameter gradients and input gradient; checks that a second forward and
+ * backward add the same gradients again; destroys m. */
 static void fwd_bwd_into(nn_model *m, int B, float *y, float *g, float *dx, size_t ny, size_t np,
                          size_t nx) {
   shoal_error err = {0};
@@ -1145,6 +1146,14 @@ static void fwd_bwd_into(nn_model *m, int B, float *y, float *g, float *dx, size
   memcpy(g, nn_model_grads(m, &have), np * sizeof *g);
   assert_int_equal(have, np);
   memcpy(dx, dxo, nx * sizeof *dx);
+  /* A second pass adds to the gradients (a GAN's two batches, accumulation): a path that
+   * stored its dW instead of adding it would leave them as they were. */
+  assert_int_equal(nn_model_forward(m, x, B, &yo, &err), 0);
+  assert_int_equal(nn_model_backward(m, dy, &dxo, &err), 0);
+  const float *g2 = nn_model_grads(m, &have);
+  for (size_t i = 0; i < np; i++)
+    if (fabsf(g2[i] - 2 * g[i]) > 1e-5f * (1 + fabsf(2 * g[i])))
+      fail_msg("grad[%zu] after a second backward %g, twice the first %g", i, g2[i], 2 * g[i]);
   free(x), free(dy);
   nn_model_destroy(m);
 }

@@ -8,14 +8,18 @@
  *
  *   forward  y^T = W x^T + b    pack x^T (B*in floats), read W's rows in place
  *   dx      (+)= dy W           W's rows are the kernel's B operand as they lie
+ *   dW       += dy^T x          x packed in panels, D's rows written along (a plan's
+ *                               choice only: the fixed rules leave it to sgemm)
  *
- * (dW += dy^T x of these layers stays on sgemm: on these kernels it was 1.1x at best on
- * AVX-512 and slower on AVX2, a product read and written whole with a contraction of only B.)
+ * dW is read and written whole with a contraction of only B: on AVX-512 the tiles beat
+ * sgemm where dW stays in cache between calls (MinAtar's 1024x128 at batch 32, a loop of
+ * it alone: 1.13-1.20x on an AMD Zen 4) and lose by 3-6% where a training step has moved
+ * it out (the planner's timing, which is what decides).
  *
  * cblas_sgemm packs both operands on every call, and at a batch of 32 through a 1024x128
  * layer packing W is half as much work again as the product (MinAtar's network: a fifth
- * of its training step was OpenBLAS packing, beside 36% in its kernel). Here the only copies are of the small operand and
- * of the last partial column panel.
+ * of its training step was OpenBLAS packing, beside 36% in its kernel). Here the only copies are of
+ * the small operand and of the last partial column panel.
  *
  * Each product is C (M, N) = sum_l A(i, l) B(l, j) with A(i, l) at A[i*sai + l*sal] (any
  * strides: a matrix or its transpose) and B's rows contiguous (ldb apart), cut into
@@ -40,10 +44,12 @@
 #define NR 32
 #define MR 8
 
-/* T (MR, 32) = sum_l a_i[l*sal] B[l*ldb + j] for i < MR (a: MR row pointers). */
+/* T (MR, 32) = sum_l a_i[l*sal] B[l*ldb + j] for i < MR (a: MR row pointers); rows of T
+ * rs apart, stored or, when acc, added into. */
 __attribute__((target("avx512f"))) static void dk_avx512(int L, const float *const *a,
                                                          ptrdiff_t sal, const float *B,
-                                                         ptrdiff_t ldb, float *T) {
+                                                         ptrdiff_t ldb, float *T, ptrdiff_t rs,
+                                                         bool acc) {
   const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3];
   const float *a4 = a[4], *a5 = a[5], *a6 = a[6], *a7 = a[7];
   __m512 c[8][2];
@@ -66,8 +72,13 @@ __attribute__((target("avx512f"))) static void dk_avx512(int L, const float *con
     NN__DK_ROW512(7);
 #undef NN__DK_ROW512
   }
+  if (acc)
+    for (int i = 0; i < 8; i++) {
+      c[i][0] = _mm512_add_ps(c[i][0], _mm512_loadu_ps(T + i * rs));
+      c[i][1] = _mm512_add_ps(c[i][1], _mm512_loadu_ps(T + i * rs + 16));
+    }
   for (int i = 0; i < 8; i++)
-    _mm512_storeu_ps(T + i * NR, c[i][0]), _mm512_storeu_ps(T + i * NR + 16, c[i][1]);
+    _mm512_storeu_ps(T + i * rs, c[i][0]), _mm512_storeu_ps(T + i * rs + 16, c[i][1]);
 }
 
 /* ---- scratch: the calling thread's, grown as needed and kept ----------------------------
@@ -122,6 +133,8 @@ typedef struct dk_job {
   const float *B; /* B(l, j) = B[l*ldb + j] */
   ptrdiff_t ldb;
   const float *tail; /* the last panel when partial: (L, 32), zero-padded */
+  bool pack;         /* dk: B's panels first copied out as (L, 32) blocks, one after another
+                      * (a dW's x: its rows far apart all fall in one cache set) */
   float *D; /* C(i, j) goes to D[i*rs + j*cs] */
   ptrdiff_t rs, cs;
   bool tr;           /* C goes down D's columns (y^T, dW^T): said, not inferred from cs, as a
@@ -171,7 +184,37 @@ static void dk_task(void *ctx, int task, int thread) {
     int i0 = ib * MR, mr = J->M - i0 < MR ? J->M - i0 : MR;
     const float *a[MR];
     for (int i = 0; i < MR; i++) a[i] = J->A + (ptrdiff_t)(i0 + (i < mr ? i : mr - 1)) * J->sai;
-    dk_avx512(J->L, a, J->sal, B, ldb, T);
+    if (!J->tr && mr == MR && nb == NR) { /* a whole tile of D's rows: straight there */
+      dk_avx512(J->L, a, J->sal, B, ldb, J->D + (ptrdiff_t)i0 * J->rs + j0, J->rs, J->acc);
+      continue;
+    }
+    dk_avx512(J->L, a, J->sal, B, ldb, T, NR, false);
+    put_tile(J, T, i0, mr, j0, nb);
+  }
+}
+
+/* A packed job (a dW): one row tile across a group of panels, so that D is read and
+ * written along its rows. Down a panel's column of tiles instead, each tile's 8 rows lie
+ * 4 KB apart (MinAtar's 1024 inputs), in one cache set and with no stream for the
+ * prefetcher: that order ran MinAtar's dW at sgemm's speed (117-134 against 112-128 us),
+ * this one in 99-106. */
+static void dk_row_task(void *ctx, int task, int thread) {
+  (void)thread;
+  const dk_job *J = ctx;
+  int ib = task % J->nbi, g = task / J->nbi;
+  int i0 = ib * MR, mr = J->M - i0 < MR ? J->M - i0 : MR;
+  const float *a[MR];
+  for (int i = 0; i < MR; i++) a[i] = J->A + (ptrdiff_t)(i0 + (i < mr ? i : mr - 1)) * J->sai;
+  float T[MR * NR];
+  int jb_end = (g + 1) * J->gi < J->nbj ? (g + 1) * J->gi : J->nbj;
+  for (int jb = g * J->gi; jb < jb_end; jb++) {
+    int j0 = jb * NR, nb = J->N - j0 < NR ? J->N - j0 : NR;
+    const float *B = J->tail + (ptrdiff_t)jb * J->L * NR;
+    if (!J->tr && mr == MR && nb == NR) {
+      dk_avx512(J->L, a, J->sal, B, NR, J->D + (ptrdiff_t)i0 * J->rs + j0, J->rs, J->acc);
+      continue;
+    }
+    dk_avx512(J->L, a, J->sal, B, NR, T, NR, false);
     put_tile(J, T, i0, mr, j0, nb);
   }
 }
@@ -180,7 +223,20 @@ static void dk_task(void *ctx, int task, int thread) {
 static bool dk_run(dk_job *J) {
   J->nbj = (J->N + NR - 1) / NR;
   int nb = J->N - (J->nbj - 1) * NR;
-  if (nb < NR) {
+  if (J->pack) {
+    float *P = scratch(1, (size_t)J->nbj * J->L * NR);
+    if (!P) return false;
+    for (int l = 0; l < J->L; l++) {
+      const float *b = J->B + l * J->ldb;
+      for (int jb = 0; jb < J->nbj; jb++) {
+        float *d = P + ((size_t)jb * J->L + l) * NR;
+        int w = jb < J->nbj - 1 ? NR : nb;
+        memcpy(d, b + jb * NR, (size_t)w * sizeof(float));
+        if (w < NR) memset(d + w, 0, (size_t)(NR - w) * sizeof(float));
+      }
+    }
+    J->tail = P;
+  } else if (nb < NR) {
     /* The last panel's columns, zero-padded to the kernel's width so that it reads no
      * further; copied once here, read by every task of that panel. */
     float *P = scratch(1, (size_t)J->L * NR);
@@ -195,6 +251,14 @@ static bool dk_run(dk_job *J) {
   J->nbi = (J->M + MR - 1) / MR;
   /* Enough tasks for every thread to have a few, in row groups when panels are few. */
   int T = nn__cpu_threads(), want = 4 * T, ng = 1;
+  if (J->pack) { /* the same in panel groups when row tiles are few */
+    if (T > 1 && J->nbi < want) ng = (want + J->nbi - 1) / J->nbi;
+    if (ng > J->nbj) ng = J->nbj;
+    J->gi = (J->nbj + ng - 1) / ng;
+    ng = (J->nbj + J->gi - 1) / J->gi;
+    nn__parallel_for(J->nbi * ng, dk_row_task, J);
+    return true;
+  }
   if (T > 1 && J->nbj < want) ng = (want + J->nbj - 1) / J->nbj;
   if (ng > J->nbi) ng = J->nbi;
   J->gi = (J->nbi + ng - 1) / ng;
@@ -405,8 +469,8 @@ bool nn__densek_can(int ph, int p, int B, int in, int out) {
   if (B < 1 || in < 1 || out < 1) return false;
   nn__conv_path isa = nn__conv_path_get();
   if (isa == NN__CONV_AVX2) return p == NN__KP_TILES || (p == NN__KP_WTILES && ph == NN__PH_FWD);
-  /* AVX-512 has no dW of its own (1.1x sgemm at best) and no W^T form */
-  if (isa == NN__CONV_AVX512) return p == NN__KP_TILES && ph != NN__PH_DW;
+  /* AVX-512 has no W^T form */
+  if (isa == NN__CONV_AVX512) return p == NN__KP_TILES;
   return false;
 }
 
@@ -435,7 +499,21 @@ static bool dw_sk(const float *dy, const float *x, float *dw, int B, int in, int
 bool nn__densek_dw(int p, const float *dy, const float *x, float *dw, int B, int in, int out) {
   if (p == NN__KP_RULES ? !sk_ok(B, in, out) : !nn__densek_can(NN__PH_DW, p, B, in, out))
     return false;
-  return dw_sk(dy, x, dw, B, in, out);
+  if (nn__conv_path_get() == NN__CONV_AVX2) return dw_sk(dy, x, dw, B, in, out);
+  dk_job J = {.M = out,
+              .N = in,
+              .L = B,
+              .A = dy,
+              .sai = 1,
+              .sal = out,
+              .B = x,
+              .ldb = in,
+              .pack = true,
+              .D = dw,
+              .rs = in,
+              .cs = 1,
+              .acc = true};
+  return dk_run(&J);
 }
 
 /* y = x W^T on the 6x16 tiles with W^T (in, out) packed: the small layers' form */
