@@ -170,6 +170,19 @@ static void put_tile(const dk_job *J, const float *restrict T, int i0, int mr, i
   }
 }
 
+/* The tile at rows i0.. (mr of them) and columns j0.. (nb): a whole tile of D's rows
+ * goes straight there from the registers, the rest through put_tile. */
+static void dk_tile(const dk_job *J, const float *const *a, const float *B, ptrdiff_t ldb, int i0,
+                    int mr, int j0, int nb) {
+  if (!J->tr && mr == MR && nb == NR) {
+    dk_avx512(J->L, a, J->sal, B, ldb, J->D + (ptrdiff_t)i0 * J->rs + j0, J->rs, J->acc);
+    return;
+  }
+  float T[MR * NR];
+  dk_avx512(J->L, a, J->sal, B, ldb, T, NR, false);
+  put_tile(J, T, i0, mr, j0, nb);
+}
+
 /* One column panel and a group of row tiles: the panel's B rows stay in L1 across them. */
 static void dk_task(void *ctx, int task, int thread) {
   (void)thread;
@@ -178,18 +191,12 @@ static void dk_task(void *ctx, int task, int thread) {
   int j0 = jb * NR, nb = J->N - j0 < NR ? J->N - j0 : NR;
   const float *B = nb < NR ? J->tail : J->B + j0; /* the last partial panel, padded */
   ptrdiff_t ldb = nb < NR ? NR : J->ldb;
-  float T[MR * NR];
   int ib_end = (g + 1) * J->gi < J->nbi ? (g + 1) * J->gi : J->nbi;
   for (int ib = g * J->gi; ib < ib_end; ib++) {
     int i0 = ib * MR, mr = J->M - i0 < MR ? J->M - i0 : MR;
     const float *a[MR];
     for (int i = 0; i < MR; i++) a[i] = J->A + (ptrdiff_t)(i0 + (i < mr ? i : mr - 1)) * J->sai;
-    if (!J->tr && mr == MR && nb == NR) { /* a whole tile of D's rows: straight there */
-      dk_avx512(J->L, a, J->sal, B, ldb, J->D + (ptrdiff_t)i0 * J->rs + j0, J->rs, J->acc);
-      continue;
-    }
-    dk_avx512(J->L, a, J->sal, B, ldb, T, NR, false);
-    put_tile(J, T, i0, mr, j0, nb);
+    dk_tile(J, a, B, ldb, i0, mr, j0, nb);
   }
 }
 
@@ -205,17 +212,11 @@ static void dk_row_task(void *ctx, int task, int thread) {
   int i0 = ib * MR, mr = J->M - i0 < MR ? J->M - i0 : MR;
   const float *a[MR];
   for (int i = 0; i < MR; i++) a[i] = J->A + (ptrdiff_t)(i0 + (i < mr ? i : mr - 1)) * J->sai;
-  float T[MR * NR];
   int jb_end = (g + 1) * J->gi < J->nbj ? (g + 1) * J->gi : J->nbj;
   for (int jb = g * J->gi; jb < jb_end; jb++) {
     int j0 = jb * NR, nb = J->N - j0 < NR ? J->N - j0 : NR;
     const float *B = J->tail + (ptrdiff_t)jb * J->L * NR;
-    if (!J->tr && mr == MR && nb == NR) {
-      dk_avx512(J->L, a, J->sal, B, NR, J->D + (ptrdiff_t)i0 * J->rs + j0, J->rs, J->acc);
-      continue;
-    }
-    dk_avx512(J->L, a, J->sal, B, NR, T, NR, false);
-    put_tile(J, T, i0, mr, j0, nb);
+    dk_tile(J, a, B, NR, i0, mr, j0, nb);
   }
 }
 
