@@ -11,6 +11,31 @@ export SHOAL_SOURCE_DIR=$root SHOAL_BINARY_DIR=$root/$build
 export SHOAL_PYTHON=${SHOAL_PYTHON:-/usr/bin/python3}
 dir=$root/$build/benchmarks
 [ -d "$dir" ] || { echo "bench: no benchmarks built in $dir" >&2; exit 1; }
+
+# One line naming the machine and the tree measured, so that a pasted table says which
+# kind its figures come from: the kinds differ (AVX-512 or not, OpenBLAS's kernels).
+machine_line() {
+  local cpu=/proc/cpuinfo model fam mod isa mem forced=""
+  model=$(awk -F'\t*: ' '$1 == "model name" {print $2; exit}' $cpu 2>/dev/null)
+  fam=$(awk -F'\t*: ' '$1 == "cpu family" {print $2; exit}' $cpu 2>/dev/null)
+  mod=$(awk -F'\t*: ' '$1 == "model" {print $2; exit}' $cpu 2>/dev/null)
+  if grep -qw avx512f $cpu 2>/dev/null; then
+    isa="AVX-512"
+  elif grep -qw avx2 $cpu 2>/dev/null; then
+    isa="AVX2, no AVX-512"
+  else
+    isa="no AVX2"
+  fi
+  mem=$(awk '$1 == "MemTotal:" {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo 2>/dev/null)
+  [ -z "${OPENBLAS_CORETYPE:-}" ] || forced+=" OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE"
+  [ -z "${SHOAL_NN_CONV_PATH:-}" ] || forced+=" SHOAL_NN_CONV_PATH=$SHOAL_NN_CONV_PATH"
+  printf '== machine: %s (family %s, model %s), %s cores, %s, %s, Linux %s, %s, shoal %s%s\n' \
+    "${model:-unknown CPU}" "${fam:-?}" "${mod:-?}" "$(nproc)" "$isa" "${mem:-? GiB}" \
+    "$(uname -r)" "$(date -u '+%Y-%m-%d %H:%M UTC')" \
+    "$(git -C "$root" describe --always --dirty --abbrev=7 2>/dev/null || echo '(not a git checkout)')" \
+    "${forced:+ (forced:$forced)}"
+}
+machine_line
 ran=0
 for b in "$dir"/*; do
   [ -f "$b" ] && [ -x "$b" ] || continue
