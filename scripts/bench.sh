@@ -16,9 +16,9 @@ dir=$root/$build/benchmarks
 # kind its figures come from: the kinds differ (AVX-512 or not, OpenBLAS's kernels).
 machine_line() {
   local cpu=/proc/cpuinfo model fam mod isa mem forced=""
-  model=$(awk -F'\t*: ' '$1 == "model name" {print $2; exit}' $cpu 2>/dev/null)
-  fam=$(awk -F'\t*: ' '$1 == "cpu family" {print $2; exit}' $cpu 2>/dev/null)
-  mod=$(awk -F'\t*: ' '$1 == "model" {print $2; exit}' $cpu 2>/dev/null)
+  model=$(awk -F'\t*: ' '$1 == "model name" {print $2; exit}' $cpu 2>/dev/null || true)
+  fam=$(awk -F'\t*: ' '$1 == "cpu family" {print $2; exit}' $cpu 2>/dev/null || true)
+  mod=$(awk -F'\t*: ' '$1 == "model" {print $2; exit}' $cpu 2>/dev/null || true)
   if grep -qw avx512f $cpu 2>/dev/null; then
     isa="AVX-512"
   elif grep -qw avx2 $cpu 2>/dev/null; then
@@ -26,7 +26,7 @@ machine_line() {
   else
     isa="no AVX2"
   fi
-  mem=$(awk '$1 == "MemTotal:" {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo 2>/dev/null)
+  mem=$(awk '$1 == "MemTotal:" {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo 2>/dev/null || true)
   [ -z "${OPENBLAS_CORETYPE:-}" ] || forced+=" OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE"
   [ -z "${SHOAL_NN_CONV_PATH:-}" ] || forced+=" SHOAL_NN_CONV_PATH=$SHOAL_NN_CONV_PATH"
   printf '== machine: %s (family %s, model %s), %s cores, %s, %s, Linux %s, %s, shoal %s%s\n' \
