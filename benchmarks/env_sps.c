@@ -85,52 +85,7 @@ static double bench_raw(const char *id) {
   return steps / t;
 }
 
-/* Steps/s per CPU-second of B copies on one thread. */
-static double bench_vec(const char *id, int B) {
-  env_vec *v;
-  shoal_error err = {0};
-  env_vec_config vc = {.threads = 1};
-  if (env_vec_create(&v, id, B, &vc, &err)) {
-    fprintf(stderr, "env_sps: %s\n", err.msg);
-    exit(1);
-  }
-  const env_spec *sp = env_vec_spec(v);
-  size_t ab = env_space_bytes(&sp->act) * (size_t)B, ob = env_space_bytes(&sp->obs) * (size_t)B;
-  char *acts = malloc(ab * NACT);
-  void *obs = malloc(ob), *fin = malloc(ob);
-  float *rew = malloc(sizeof(float) * (size_t)B);
-  uint8_t *term = malloc((size_t)B), *trunc = malloc((size_t)B);
-  shoal_rng rng;
-  shoal_rng_seed(&rng, 2);
-  fill_actions(sp, acts, (size_t)B * NACT, &rng);
-  env_vec_reset(v, 1, obs, NULL);
-  env_vec_out out = {obs, rew, term, trunc, fin};
-  int iters = B >= 256 ? 16 : B >= 16 ? 256 : 4096;
-  long steps = 0;
-  double t0 = cpu_s(), w0 = shoal_now_s(), t;
-  do {
-    for (int k = 0; k < iters; k++) {
-      if (env_vec_step(v, acts + (size_t)(k % NACT) * ab, &out, &err)) {
-        fprintf(stderr, "env_sps: %s\n", err.msg);
-        exit(1);
-      }
-    }
-    steps += (long)iters * B;
-    t = cpu_s() - t0;
-  } while (t < budget_s);
-  wall_rate_sum += steps / (shoal_now_s() - w0);
-  cpu_rate_sum += steps / t;
-  free(acts);
-  free(obs);
-  free(fin);
-  free(rew);
-  free(term);
-  free(trunc);
-  env_vec_destroy(v);
-  return steps / t;
-}
-
-/* A vector env kept for windows of stepping (the threads table). */
+/* A vector env with its random actions and outputs, stepped in windows. */
 typedef struct vec_run {
   env_vec *v;
   char *acts;
@@ -168,19 +123,24 @@ static void vec_run_open(vec_run *r, const char *id, int B, int threads) {
   env_vec_reset(r->v, 1, r->obs, NULL);
 }
 
-/* Steps for about secs of wall clock; the rate in steps/s. */
-static double vec_run_window(vec_run *r, double secs) {
+/* n steps, cycling through the action batches. */
+static void vec_run_steps(vec_run *r, int n) {
   shoal_error err = {0};
   env_vec_out out = {r->obs, r->rew, r->term, r->trunc, r->fin};
+  for (int i = 0; i < n; i++, r->k++)
+    if (env_vec_step(r->v, r->acts + (size_t)(r->k % NACT) * r->ab, &out, &err)) {
+      fprintf(stderr, "env_sps: %s\n", err.msg);
+      exit(1);
+    }
+}
+
+/* Steps for about secs of wall clock; the rate in steps/s. */
+static double vec_run_window(vec_run *r, double secs) {
   int iters = r->B >= 256 ? 4 : r->B >= 16 ? 64 : 1024;
   long steps = 0;
   double w0 = shoal_now_s(), w;
   do {
-    for (int i = 0; i < iters; i++, r->k++)
-      if (env_vec_step(r->v, r->acts + (size_t)(r->k % NACT) * r->ab, &out, &err)) {
-        fprintf(stderr, "env_sps: %s\n", err.msg);
-        exit(1);
-      }
+    vec_run_steps(r, iters);
     steps += (long)iters * r->B;
     w = shoal_now_s() - w0;
   } while (w < secs);
@@ -190,6 +150,24 @@ static double vec_run_window(vec_run *r, double secs) {
 static void vec_run_close(vec_run *r) {
   env_vec_destroy(r->v);
   free(r->acts), free(r->obs), free(r->fin), free(r->rew), free(r->term), free(r->trunc);
+}
+
+/* Steps/s per CPU-second of B copies on one thread. */
+static double bench_vec(const char *id, int B) {
+  vec_run r;
+  vec_run_open(&r, id, B, 1);
+  int iters = B >= 256 ? 16 : B >= 16 ? 256 : 4096;
+  long steps = 0;
+  double t0 = cpu_s(), w0 = shoal_now_s(), t;
+  do {
+    vec_run_steps(&r, iters);
+    steps += (long)iters * B;
+    t = cpu_s() - t0;
+  } while (t < budget_s);
+  wall_rate_sum += steps / (shoal_now_s() - w0);
+  cpu_rate_sum += steps / t;
+  vec_run_close(&r);
+  return steps / t;
 }
 
 static int cmp_ratio(const void *a, const void *b) {

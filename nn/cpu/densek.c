@@ -475,10 +475,17 @@ bool nn__densek_can(int ph, int p, int B, int in, int out) {
   return false;
 }
 
-/* dW += dy^T x on the 6x16 tiles, in the orientation that wastes less of them */
-static bool dw_sk(const float *dy, const float *x, float *dw, int B, int in, int out) {
+/* dW += dy^T x: on the 6x16 tiles (AVX2) in the orientation that wastes less of them; on
+ * the 8x32 ones (AVX-512) as it lies, x packed in panels and dW walked along its rows */
+bool nn__densek_dw(int p, const float *dy, const float *x, float *dw, int B, int in, int out) {
+  if (p == NN__KP_RULES ? !sk_ok(B, in, out) : !nn__densek_can(NN__PH_DW, p, B, in, out))
+    return false;
   dk_job J = {.M = out, .N = in, .L = B, .A = dy, .sai = 1, .sal = out, .B = x, .ldb = in, .D = dw,
               .rs = in, .cs = 1, .acc = true};
+  if (nn__conv_path_get() != NN__CONV_AVX2) {
+    J.pack = true;
+    return dk_run(&J);
+  }
   if (sk_cells(in, out) < sk_cells(out, in)) /* dW^T = x^T dy */
     J = (dk_job){.M = in,
                  .N = out,
@@ -495,26 +502,6 @@ static bool dw_sk(const float *dy, const float *x, float *dw, int B, int in, int
                  .acc = true};
   sk_run(&J);
   return true;
-}
-
-bool nn__densek_dw(int p, const float *dy, const float *x, float *dw, int B, int in, int out) {
-  if (p == NN__KP_RULES ? !sk_ok(B, in, out) : !nn__densek_can(NN__PH_DW, p, B, in, out))
-    return false;
-  if (nn__conv_path_get() == NN__CONV_AVX2) return dw_sk(dy, x, dw, B, in, out);
-  dk_job J = {.M = out,
-              .N = in,
-              .L = B,
-              .A = dy,
-              .sai = 1,
-              .sal = out,
-              .B = x,
-              .ldb = in,
-              .pack = true,
-              .D = dw,
-              .rs = in,
-              .cs = 1,
-              .acc = true};
-  return dk_run(&J);
 }
 
 /* y = x W^T on the 6x16 tiles with W^T (in, out) packed: the small layers' form */
